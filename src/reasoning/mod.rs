@@ -1,0 +1,1 @@
+//! Reasoning normalization: field mapping both ways and inline think-tag splitting.

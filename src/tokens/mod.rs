@@ -1,0 +1,1 @@
+//! Token counting strategies: free byte bound, local tokenizer and template, backend, estimate.
