@@ -360,3 +360,88 @@ fn alias(
         description: raw.description,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_toml;
+
+    const BASE: &str = r#"
+        [backends.gpu]
+        url = "http://dankclaw:7771"
+        flavor = "llamacpp"
+        slots = 4
+        [aliases.frank-zealot]
+        backend = "gpu"
+        context_window = 262144
+        old_names = ["frank-small"]
+    "#;
+
+    fn errors(extra: &str) -> String {
+        match from_toml(&format!("{BASE}\n{extra}")) {
+            Ok(_) => panic!("config with {extra:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn base_config_is_valid() {
+        let cfg = from_toml(BASE).unwrap();
+        let a = &cfg.aliases["frank-zealot"];
+        assert_eq!(a.upstream_model, "frank-zealot");
+        assert_eq!(a.backend.url, "http://dankclaw:7771");
+        assert_eq!(cfg.server.listen.port(), 7700);
+    }
+
+    #[test]
+    fn alias_with_undefined_backend_names_the_key() {
+        let e = errors("[aliases.x]\nbackend = \"nope\"");
+        assert!(e.contains("aliases.x.backend: \"nope\" is not a defined backend"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_names_name_both_keys() {
+        let e = errors("[aliases.y]\nbackend = \"gpu\"\nold_names = [\"frank-small\"]");
+        assert!(e.contains("aliases.y.old_names: name \"frank-small\" is already used by aliases.frank-zealot.old_names"), "{e}");
+        let e = errors("[aliases.z]\nbackend = \"gpu\"\nold_names = [\"frank-zealot\"]");
+        assert!(e.contains("aliases.z.old_names: name \"frank-zealot\" is already used by aliases.frank-zealot"), "{e}");
+    }
+
+    #[test]
+    fn bad_url_names_the_key_and_value() {
+        let e = errors("[backends.b2]\nurl = \"dankclaw:7771\"\nflavor = \"vllm\"");
+        assert!(e.contains("backends.b2.url: \"dankclaw:7771\" is not a valid URL"), "{e}");
+        let e = errors("[backends.b3]\nurl = \"not a url\"\nflavor = \"vllm\"");
+        assert!(e.contains("backends.b3.url: \"not a url\""), "{e}");
+    }
+
+    #[test]
+    fn zero_window_and_zero_slots_are_refused() {
+        let e = errors("[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0");
+        assert!(e.contains("aliases.w.context_window: must be greater than zero"), "{e}");
+        let e = errors("[backends.b4]\nurl = \"http://h:1\"\nflavor = \"sglang\"\nslots = 0");
+        assert!(e.contains("backends.b4.slots: must be greater than zero"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let e = errors("[server]\nlisten_addr = \"0.0.0.0:1\"");
+        assert!(e.contains("listen_addr"), "{e}");
+        let e = errors("[aliases.q]\nbackend = \"gpu\"\ncontex_window = 5");
+        assert!(e.contains("contex_window"), "{e}");
+        let e = errors("[backends.b5]\nurl = \"http://h:1\"\nflavor = \"tgi\"");
+        assert!(e.contains("tgi"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = errors("[server]\nlisten = \"nowhere\"\nreasoning_field = \"thoughts\"");
+        assert!(e.contains("server.listen: \"nowhere\""), "{e}");
+        assert!(e.contains("server.reasoning_field: \"thoughts\" is not one of"), "{e}");
+    }
+
+    #[test]
+    fn every_error_is_reported_not_just_the_first() {
+        let e = errors("[aliases.x]\nbackend = \"nope\"\n[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0");
+        assert_eq!(e.lines().count(), 2, "{e}");
+    }
+}
