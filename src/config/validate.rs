@@ -10,6 +10,7 @@ use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
 use crate::flavor::Flavor;
+use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -23,7 +24,7 @@ pub struct Config {
 pub struct Server {
     pub listen: SocketAddr,
     pub metrics_listen: Option<SocketAddr>,
-    pub reasoning_field: String,
+    pub reasoning_field: OutputField,
     pub body_limit: usize,
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
@@ -61,7 +62,9 @@ pub struct Alias {
     pub context_window: Option<NonZeroU32>,
     pub inputs: Input,
     pub old_names: Vec<String>,
-    pub reasoning_field: Option<String>,
+    pub reasoning_field: Option<OutputField>,
+    /// Inline reasoning markers to split out of `content` (opt-in per alias).
+    pub think_tags: Option<Arc<ThinkTags>>,
     pub description: Option<String>,
 }
 
@@ -113,7 +116,6 @@ impl std::fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
-pub const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "reasoning", "both"];
 
 /// Validate a raw config. Collects all errors rather than stopping at the first.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
@@ -173,15 +175,15 @@ fn socket_addr(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> Option<So
     }
 }
 
-fn reasoning_field(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> String {
-    if !REASONING_FIELDS.contains(&value) {
+fn reasoning_field(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> OutputField {
+    value.parse().unwrap_or_else(|_| {
         errs.push(ConfigError::BadValue {
             key: key.into(),
             value: value.into(),
-            reason: format!("is not one of {}", REASONING_FIELDS.join(", ")),
+            reason: "is not one of reasoning_content, reasoning, both".into(),
         });
-    }
-    value.to_string()
+        OutputField::default()
+    })
 }
 
 fn nonzero(key: &str, value: u64, errs: &mut Vec<ConfigError>) -> u64 {
@@ -349,6 +351,29 @@ fn alias(
         .reasoning_field
         .as_deref()
         .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
+    let think_tags = raw.think_tags.as_ref().and_then(|spec| {
+        match spec.resolve(raw.think_tags_start_open.unwrap_or(false)) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(reason) => {
+                errs.push(ConfigError::BadValue {
+                    key: format!("aliases.{name}.think_tags"),
+                    value: match spec {
+                        ThinkTagsSpec::Preset(p) => p.clone(),
+                        ThinkTagsSpec::Pair([open, close]) => format!("[{open}, {close}]"),
+                    },
+                    reason,
+                });
+                None
+            }
+        }
+    });
+    if raw.think_tags_start_open.is_some() && raw.think_tags.is_none() {
+        errs.push(ConfigError::BadValue {
+            key: format!("aliases.{name}.think_tags_start_open"),
+            value: "set".into(),
+            reason: "needs think_tags".into(),
+        });
+    }
     Some(Alias {
         name: name.to_string(),
         backend: Arc::clone(backend),
@@ -357,6 +382,7 @@ fn alias(
         inputs,
         old_names: raw.old_names,
         reasoning_field: reasoning,
+        think_tags,
         description: raw.description,
     })
 }
