@@ -18,3 +18,4 @@ pub mod stream;
 pub mod api;
 pub mod server;
 pub mod reload;
+pub mod demo;
