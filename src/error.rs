@@ -109,7 +109,7 @@ impl ProxyError {
                 Some("invalid_value"),
             ),
             UnsupportedContentType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                BAD,
                 "invalid_request_error",
                 None,
                 Some("unsupported_content_type"),

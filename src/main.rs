@@ -1,1 +1,176 @@
-fn main() {}
+//! The `switchboard` binary: parse the CLI, set up logging, run a subcommand, map errors to exit code 2.
+
+mod cli;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+
+use cli::{Cli, Command, LogFormat};
+use switchboard::config::{self, Config};
+use switchboard::state::AppState;
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Resolves on the first SIGTERM or ctrl-c; the returned second future on the next one.
+fn shutdown_signals() -> (
+    impl std::future::Future<Output = ()> + Send + 'static,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let (second_tx, second_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        wait_signal().await;
+        tracing::info!("shutting down: no new connections, letting requests in flight finish");
+        let _ = first_tx.send(());
+        wait_signal().await;
+        let _ = second_tx.send(());
+    });
+    (
+        async move {
+            let _ = first_rx.await;
+        },
+        async move {
+            let _ = second_rx.await;
+        },
+    )
+}
+
+async fn wait_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Bind, spawn health probing and reload, serve until signalled.
+async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), String> {
+    let listen = cfg.server.listen;
+    let grace = cfg.server.shutdown_grace;
+    let metrics_listen = cfg.server.metrics_listen;
+    let state = AppState::new(cfg, path);
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    if let Some(addr) = metrics_listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr} for metrics: {e}"))?;
+        let app = switchboard::server::metrics_app(state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(l, app).await;
+        });
+        tracing::info!(%addr, "metrics listening");
+    }
+    tokio::spawn(switchboard::health::run(state.clone()));
+    tokio::spawn(switchboard::reload::on_sighup(state.clone()));
+    tracing::info!(addr = %listen, "switchboard listening");
+    let (first, second) = shutdown_signals();
+    switchboard::server::run(listener, state, first, grace, second)
+        .await
+        .map_err(|e| format!("server error: {e}"))
+}
+
+fn load(path: &std::path::Path) -> Result<Config, String> {
+    config::load(path).map_err(|e| format!("invalid config {}:\n{e}", path.display()))
+}
+
+async fn routes(cfg: Config) -> Result<(), String> {
+    let state = AppState::new(cfg, None);
+    switchboard::health::probe_all(&state).await;
+    let snap = state.live.load_full();
+    println!(
+        "{:<24} {:<20} {:<9} {:<32} {:>10}  {:<8} old names",
+        "alias", "backend", "flavor", "url", "window", "health"
+    );
+    for a in snap.routes.aliases() {
+        let b = &a.backend;
+        println!(
+            "{:<24} {:<20} {:<9} {:<32} {:>10}  {:<8} {}",
+            a.name,
+            b.name,
+            b.flavor.as_str(),
+            b.url,
+            a.context_window.map_or("-".into(), |w| w.get().to_string()),
+            switchboard::health::state_name(state.health.get(&b.name)),
+            a.old_names.join(", ")
+        );
+    }
+    Ok(())
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve { config } => serve(load(&config)?, Some(config)).await,
+        Command::Demo { config } => switchboard::demo::run(&config).await,
+        Command::Simulate(args) => {
+            let addr = args.addr();
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            let bound = listener.local_addr().map_err(|e| e.to_string())?;
+            eprintln!("simulated {} backend listening on http://{bound}", args.flavor);
+            let (first, _second) = shutdown_signals();
+            switchboard::sim::serve(args.config(), listener, first)
+                .await
+                .map_err(|e| format!("simulator error: {e}"))
+        }
+        Command::Check { config } => {
+            let cfg = load(&config)?;
+            println!(
+                "{}: ok ({} backends, {} aliases)",
+                config.display(),
+                cfg.backends.len(),
+                cfg.aliases.len()
+            );
+            Ok(())
+        }
+        Command::Routes { config } => routes(load(&config)?).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("switchboard: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = rt.block_on(run(cli));
+    rt.shutdown_timeout(Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchboard: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Configuration: load `routes.toml` plus `SWITCHBOARD_*` overrides, then validate into typed structs.
+
+mod raw;
+mod validate;
+
+use std::path::Path;
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+
+pub use raw::RawConfig;
+pub use validate::{validate, Alias, Backend, Config, ConfigError, ConfigErrors, Input, Server};
+
+/// Read the file and the environment into raw structs. Syntax and unknown keys fail here.
+pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {
+    if !path.exists() {
+        return Err(ConfigErrors(vec![ConfigError::Load(format!(
+            "{}: no such file",
+            path.display()
+        ))]));
+    }
+    Figment::new()
+        .merge(Toml::file_exact(path))
+        .merge(Env::prefixed("SWITCHBOARD_").split("__").filter(|key| {
+            // Only config sections: other SWITCHBOARD_* variables (API keys, log level) are not config.
+            ["server.", "backends.", "aliases."]
+                .iter()
+                .any(|section| key.as_str().starts_with(section))
+        }))
+        .extract::<RawConfig>()
+        .map_err(|e| ConfigErrors(e.into_iter().map(|e| ConfigError::Load(e.to_string())).collect()))
+}
+
+/// Load and validate: the one entry point `serve`, `check` and reload use.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    validate(load_raw(path)?)
+}
+
+/// Parse a config from TOML text (no environment): for tests and tools.
+pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
+    let raw = Figment::new()
+        .merge(Toml::string(text))
+        .extract::<RawConfig>()
+        .map_err(|e| ConfigErrors(e.into_iter().map(|e| ConfigError::Load(e.to_string())).collect()))?;
+    validate(raw)
+}

@@ -1,0 +1,362 @@
+//! Turns raw config into typed config, collecting every error with the key and value it concerns.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use url::Url;
+
+use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
+use crate::flavor::Flavor;
+
+/// A validated configuration: every reference resolved, every value in range.
+#[derive(Debug)]
+pub struct Config {
+    pub server: Server,
+    pub backends: BTreeMap<String, Arc<Backend>>,
+    pub aliases: BTreeMap<String, Arc<Alias>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
+    pub reasoning_field: String,
+    pub body_limit: usize,
+    pub connect_timeout: Duration,
+    pub header_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub health_interval: Duration,
+    pub queue_timeout: Duration,
+    /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
+    pub api_keys: Option<Vec<String>>,
+}
+
+#[derive(Debug)]
+pub struct Backend {
+    pub name: String,
+    /// Base URL without a trailing slash, e.g. `http://dankclaw:7771`.
+    pub url: String,
+    pub flavor: Flavor,
+    pub slots: NonZeroU32,
+    pub queue: u32,
+    /// The backend's own key; replaces the client's Authorization when set. Never logged.
+    pub api_key: Option<String>,
+}
+
+/// Input kinds an alias accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Input {
+    pub image: bool,
+    pub audio: bool,
+}
+
+#[derive(Debug)]
+pub struct Alias {
+    pub name: String,
+    pub backend: Arc<Backend>,
+    pub upstream_model: String,
+    pub context_window: Option<NonZeroU32>,
+    pub inputs: Input,
+    pub old_names: Vec<String>,
+    pub reasoning_field: Option<String>,
+    pub description: Option<String>,
+}
+
+/// One problem in the config, naming the key and the bad value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Load(String),
+    #[error("aliases.{alias}.backend: {name:?} is not a defined backend")]
+    UnknownBackend { alias: String, name: String },
+    #[error("{key}: name {name:?} is already used by {other}")]
+    DuplicateName {
+        key: String,
+        name: String,
+        other: String,
+    },
+    #[error("{key}: {value:?} is not a valid URL ({reason})")]
+    BadUrl {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{key}: must be greater than zero, got 0")]
+    Zero { key: String },
+    #[error("{key}: {value:?} {reason}")]
+    BadValue {
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Every error found in one config; printed one per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
+pub const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "reasoning", "both"];
+
+/// Validate a raw config. Collects all errors rather than stopping at the first.
+pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
+    let mut errs = Vec::new();
+    let server = server(raw.server, &mut errs);
+    let mut backends = BTreeMap::new();
+    for (name, b) in raw.backends {
+        if let Some(b) = backend(&name, b, &mut errs) {
+            backends.insert(name, Arc::new(b));
+        }
+    }
+    let mut aliases = BTreeMap::new();
+    let mut names: HashMap<String, String> = HashMap::new();
+    for name in raw.aliases.keys() {
+        names.insert(name.clone(), format!("aliases.{name}"));
+    }
+    for (name, a) in raw.aliases {
+        for old in &a.old_names {
+            let key = format!("aliases.{name}.old_names");
+            match names.get(old) {
+                Some(other) => errs.push(ConfigError::DuplicateName {
+                    key,
+                    name: old.clone(),
+                    other: other.clone(),
+                }),
+                None => {
+                    names.insert(old.clone(), key);
+                }
+            }
+        }
+        if let Some(a) = alias(&name, a, &backends, &mut errs) {
+            aliases.insert(name, Arc::new(a));
+        }
+    }
+    if errs.is_empty() {
+        Ok(Config {
+            server,
+            backends,
+            aliases,
+        })
+    } else {
+        Err(ConfigErrors(errs))
+    }
+}
+
+fn socket_addr(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> Option<SocketAddr> {
+    match value.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            errs.push(ConfigError::BadValue {
+                key: key.into(),
+                value: value.into(),
+                reason: "is not an address of the form IP:PORT".into(),
+            });
+            None
+        }
+    }
+}
+
+fn reasoning_field(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> String {
+    if !REASONING_FIELDS.contains(&value) {
+        errs.push(ConfigError::BadValue {
+            key: key.into(),
+            value: value.into(),
+            reason: format!("is not one of {}", REASONING_FIELDS.join(", ")),
+        });
+    }
+    value.to_string()
+}
+
+fn nonzero(key: &str, value: u64, errs: &mut Vec<ConfigError>) -> u64 {
+    if value == 0 {
+        errs.push(ConfigError::Zero { key: key.into() });
+    }
+    value
+}
+
+fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
+    let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen = socket_addr("server.listen", listen, errs)
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 7700)));
+    let metrics_listen = raw
+        .metrics_listen
+        .as_deref()
+        .and_then(|v| socket_addr("server.metrics_listen", v, errs));
+    let reasoning = raw.reasoning_field.as_deref().unwrap_or("reasoning_content");
+    let api_keys = raw.api_keys_env.as_deref().and_then(|var| {
+        match std::env::var(var) {
+            Ok(v) => Some(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect(),
+            ),
+            Err(_) => {
+                errs.push(ConfigError::BadValue {
+                    key: "server.api_keys_env".into(),
+                    value: var.into(),
+                    reason: "is not set in the environment".into(),
+                });
+                None
+            }
+        }
+    });
+    let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
+        Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
+    };
+    Server {
+        listen,
+        metrics_listen,
+        reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),
+        body_limit: nonzero(
+            "server.body_limit_bytes",
+            raw.body_limit_bytes.unwrap_or(64 << 20),
+            errs,
+        ) as usize,
+        connect_timeout: Duration::from_millis(nonzero(
+            "server.connect_timeout_ms",
+            raw.connect_timeout_ms.unwrap_or(3000),
+            errs,
+        )),
+        header_timeout: secs(
+            "server.header_timeout_secs",
+            raw.header_timeout_secs,
+            900,
+            errs,
+        ),
+        shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
+        health_interval: secs(
+            "server.health_interval_secs",
+            raw.health_interval_secs,
+            10,
+            errs,
+        ),
+        queue_timeout: secs("server.queue_timeout_secs", raw.queue_timeout_secs, 300, errs),
+        api_keys,
+    }
+}
+
+fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<Backend> {
+    let key = format!("backends.{name}.url");
+    let url = match Url::parse(&raw.url) {
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => Err(format!(
+            "scheme {:?} is not http or https",
+            u.scheme()
+        )),
+        Ok(u) if u.host_str().is_none() => Err("no host".to_string()),
+        Ok(u) if u.query().is_some() || u.fragment().is_some() => {
+            Err("a base URL takes no query or fragment".to_string())
+        }
+        Ok(u) => Ok(u),
+        Err(e) => Err(e.to_string()),
+    };
+    let url = match url {
+        Ok(u) => u.as_str().trim_end_matches('/').to_string(),
+        Err(reason) => {
+            errs.push(ConfigError::BadUrl {
+                key,
+                value: raw.url,
+                reason,
+            });
+            return None;
+        }
+    };
+    let slots = raw.slots.unwrap_or(1);
+    let Some(slots) = NonZeroU32::new(slots) else {
+        errs.push(ConfigError::Zero {
+            key: format!("backends.{name}.slots"),
+        });
+        return None;
+    };
+    let api_key = match raw.api_key_env {
+        Some(var) => match std::env::var(&var) {
+            Ok(k) => Some(k),
+            Err(_) => {
+                errs.push(ConfigError::BadValue {
+                    key: format!("backends.{name}.api_key_env"),
+                    value: var,
+                    reason: "is not set in the environment".into(),
+                });
+                None
+            }
+        },
+        None => None,
+    };
+    Some(Backend {
+        name: name.to_string(),
+        url,
+        flavor: raw.flavor,
+        slots,
+        queue: raw.queue.unwrap_or(64),
+        api_key,
+    })
+}
+
+fn alias(
+    name: &str,
+    raw: RawAlias,
+    backends: &BTreeMap<String, Arc<Backend>>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Alias> {
+    let Some(backend) = backends.get(&raw.backend) else {
+        errs.push(ConfigError::UnknownBackend {
+            alias: name.to_string(),
+            name: raw.backend,
+        });
+        return None;
+    };
+    let context_window = match raw.context_window {
+        Some(0) => {
+            errs.push(ConfigError::Zero {
+                key: format!("aliases.{name}.context_window"),
+            });
+            None
+        }
+        w => w.and_then(NonZeroU32::new),
+    };
+    let mut inputs = Input::default();
+    for (i, kind) in raw.inputs.unwrap_or_else(|| vec!["text".into()]).iter().enumerate() {
+        match kind.as_str() {
+            "text" => {}
+            "image" => inputs.image = true,
+            "audio" => inputs.audio = true,
+            other => errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.inputs[{i}]"),
+                value: other.into(),
+                reason: "is not one of text, image, audio".into(),
+            }),
+        }
+    }
+    let reasoning = raw
+        .reasoning_field
+        .as_deref()
+        .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
+    Some(Alias {
+        name: name.to_string(),
+        backend: Arc::clone(backend),
+        upstream_model: raw.upstream_model.unwrap_or_else(|| name.to_string()),
+        context_window,
+        inputs,
+        old_names: raw.old_names,
+        reasoning_field: reasoning,
+        description: raw.description,
+    })
+}

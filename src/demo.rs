@@ -1,0 +1,66 @@
+//! `switchboard demo`: the proxy in front of one simulated backend per configured backend.
+
+use std::path::Path;
+
+use tokio::net::TcpListener;
+
+use crate::sim::{Sim, SimConfig};
+use crate::state::AppState;
+
+/// Start a simulator for every backend of the config (on loopback ports), point the backends
+/// at them, and serve the proxy on the configured address until ctrl-c.
+pub async fn run(path: &Path) -> Result<(), String> {
+    let mut raw = crate::config::load_raw(path).map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    let mut sims = Vec::new();
+    for (name, backend) in raw.backends.iter_mut() {
+        let model = raw
+            .aliases
+            .iter()
+            .find(|(_, a)| &a.backend == name)
+            .map(|(alias, a)| a.upstream_model.clone().unwrap_or_else(|| alias.clone()))
+            .unwrap_or_else(|| name.clone());
+        let slot_ctx = raw
+            .aliases
+            .values()
+            .filter(|a| &a.backend == name)
+            .filter_map(|a| a.context_window)
+            .max()
+            .unwrap_or(32768);
+        let cfg = SimConfig {
+            flavor: backend.flavor,
+            model,
+            slot_ctx,
+            slots: backend.slots.unwrap_or(1),
+            reasoning: true,
+            token_delay: std::time::Duration::from_millis(20),
+            ttft: std::time::Duration::from_millis(150),
+            ..SimConfig::default()
+        };
+        let sim = Sim::spawn(cfg)
+            .await
+            .map_err(|e| format!("cannot start a simulator for {name}: {e}"))?;
+        eprintln!("demo: backend {name} ({}) simulated at {}", backend.flavor, sim.url());
+        backend.url = sim.url();
+        backend.api_key_env = None;
+        sims.push(sim);
+    }
+    let cfg = crate::config::validate(raw).map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    let listen = cfg.server.listen;
+    let state = AppState::new(cfg, None);
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    tokio::spawn(crate::health::run(state.clone()));
+    eprintln!("demo: switchboard listening on http://{listen}  (try: curl localhost:{}/v1/models)", listen.port());
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let grace = state.live.load().config.server.shutdown_grace;
+    crate::server::run(listener, state, shutdown, grace, std::future::pending())
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
+    for sim in sims {
+        sim.shutdown().await;
+    }
+    Ok(())
+}

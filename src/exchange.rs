@@ -1,0 +1,188 @@
+//! One request's bookkeeping: in-flight gauge, request counter, latency and token metrics, the log line.
+
+use std::time::{Duration, Instant};
+
+use crate::metrics::{AliasMetrics, Endpoint};
+
+/// Token usage as a backend reported it.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Usage {
+    pub prompt: u64,
+    pub completion: u64,
+    pub reasoning: Option<u64>,
+    /// llama.cpp `timings`: prompt and generation speed as the backend measured them.
+    pub prefill_tps: Option<f64>,
+    pub decode_tps: Option<f64>,
+}
+
+/// Lives as long as the request: dropped when the answer is complete or the client is gone.
+/// Dropping records every metric of the request once and writes its log line.
+#[derive(Debug)]
+pub struct Exchange {
+    armed: bool,
+    m: AliasMetrics,
+    endpoint: Endpoint,
+    pub stream: bool,
+    started: Instant,
+    pub request_id: String,
+    pub backend: Option<String>,
+    pub status: u16,
+    pub usage: Option<Usage>,
+    pub first_token: Option<Instant>,
+    pub first_content: Option<Instant>,
+    pub last_token: Option<Instant>,
+    /// Set once the answer reached its end (or an error was answered); unset at drop = client gone.
+    pub completed: bool,
+    pub error: Option<String>,
+    sent_at: Option<Instant>,
+    headers_at: Option<Instant>,
+    post_headers: Duration,
+}
+
+impl Exchange {
+    pub fn start(m: &AliasMetrics, endpoint: Endpoint, request_id: String) -> Exchange {
+        m.inflight.inc();
+        Exchange {
+            armed: true,
+            m: m.clone(),
+            endpoint,
+            stream: false,
+            started: Instant::now(),
+            request_id,
+            backend: None,
+            status: 0,
+            usage: None,
+            first_token: None,
+            first_content: None,
+            last_token: None,
+            completed: false,
+            error: None,
+            sent_at: None,
+            headers_at: None,
+            post_headers: Duration::ZERO,
+        }
+    }
+
+    /// Move the request to its alias's metrics once the model resolved.
+    pub fn route(&mut self, m: &AliasMetrics, backend: &str) {
+        self.m.inflight.dec();
+        m.inflight.inc();
+        self.m = m.clone();
+        self.backend = Some(backend.to_string());
+    }
+
+    pub fn metrics(&self) -> &AliasMetrics {
+        &self.m
+    }
+
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    pub fn sending(&mut self) {
+        self.sent_at = Some(Instant::now());
+    }
+
+    pub fn headers_received(&mut self) {
+        self.headers_at = Some(Instant::now());
+    }
+
+    /// Time from the backend's headers to handing the response to the client.
+    pub fn responding(&mut self) {
+        if let Some(h) = self.headers_at {
+            self.post_headers = h.elapsed();
+        }
+    }
+
+    /// Move the bookkeeping out (into a stream body), leaving a disarmed husk here.
+    pub fn take(&mut self) -> Exchange {
+        let husk = Exchange {
+            armed: false,
+            m: self.m.clone(),
+            endpoint: self.endpoint,
+            stream: self.stream,
+            started: self.started,
+            request_id: String::new(),
+            backend: None,
+            status: self.status,
+            usage: None,
+            first_token: None,
+            first_content: None,
+            last_token: None,
+            completed: true,
+            error: None,
+            sent_at: None,
+            headers_at: None,
+            post_headers: Duration::ZERO,
+        };
+        std::mem::replace(self, husk)
+    }
+
+    fn record(&self) {
+        let m = &self.m;
+        let now = Instant::now();
+        m.inflight.dec();
+        m.request(self.endpoint, self.status, self.stream);
+        let total = now - self.started;
+        m.duration.observe(total.as_secs_f64());
+        if !self.completed {
+            m.cancels.inc();
+        }
+        if let Some(sent) = self.sent_at {
+            m.overhead
+                .observe(((sent - self.started) + self.post_headers).as_secs_f64());
+        }
+        let ttft = self.first_token.map(|t| t - self.started);
+        if let Some(t) = ttft {
+            m.ttft.observe(t.as_secs_f64());
+        }
+        if let Some(t) = self.first_content {
+            m.ttfc.observe((t - self.started).as_secs_f64());
+        }
+        if let Some(u) = self.usage {
+            m.prompt_tokens.inc_by(u.prompt);
+            m.completion_tokens.inc_by(u.completion);
+            if let Some(r) = u.reasoning {
+                m.reasoning_tokens.inc_by(r);
+            }
+            let prefill = u.prefill_tps.or_else(|| {
+                let t = ttft.or_else(|| self.headers_at.map(|h| h - self.started))?;
+                (u.prompt > 0 && t > Duration::ZERO).then(|| u.prompt as f64 / t.as_secs_f64())
+            });
+            if let Some(v) = prefill {
+                m.prefill_tps.observe(v);
+            }
+            let decode = u.decode_tps.or_else(|| {
+                let span = self.last_token? - self.first_token?;
+                (u.completion > 1 && span > Duration::ZERO)
+                    .then(|| (u.completion - 1) as f64 / span.as_secs_f64())
+            });
+            if let Some(v) = decode {
+                m.decode_tps.observe(v);
+            }
+        }
+        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
+        tracing::info!(
+            target: "switchboard::request",
+            request_id = %self.request_id,
+            alias = m.name(),
+            backend = self.backend.as_deref().unwrap_or("-"),
+            status = self.status,
+            stream = self.stream,
+            prompt_tokens = self.usage.map(|u| u.prompt),
+            completion_tokens = self.usage.map(|u| u.completion),
+            ttft_ms = ms(ttft),
+            duration_ms = total.as_secs_f64() * 1000.0,
+            cancelled = !self.completed,
+            error = self.error.as_deref(),
+        );
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if self.armed {
+            self.record();
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Every metric family, registered once, with typed bounded labels; per-alias handles for the hot path.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Which API a request was for (a closed set).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Endpoint {
+    chat_completions,
+    completions,
+    embeddings,
+    responses,
+    messages,
+    tokenize,
+    count_tokens,
+    models,
+    other,
+}
+
+impl Endpoint {
+    pub fn from_path(path: &str) -> Endpoint {
+        match path {
+            "/v1/chat/completions" => Endpoint::chat_completions,
+            "/v1/completions" => Endpoint::completions,
+            "/v1/embeddings" => Endpoint::embeddings,
+            "/v1/responses" => Endpoint::responses,
+            "/v1/messages" => Endpoint::messages,
+            "/tokenize" | "/v1/tokenize" => Endpoint::tokenize,
+            "/v1/messages/count_tokens" => Endpoint::count_tokens,
+            "/v1/models" => Endpoint::models,
+            _ => Endpoint::other,
+        }
+    }
+}
+
+/// Why an upstream exchange failed.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum UpstreamReason {
+    connect,
+    timeout,
+    status_5xx,
+    stream_broken,
+}
+
+/// A backend's health state.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum BackendState {
+    up,
+    loading,
+    down,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ReloadResult {
+    success,
+    failure,
+}
+
+/// A token-counting method, as a label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum CountMethodLabel {
+    bound,
+    local,
+    backend,
+    estimate,
+}
+
+type Name = Arc<String>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    alias: Name,
+    endpoint: Endpoint,
+    status: u16,
+    stream: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AliasLabel {
+    alias: Name,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectionLabels {
+    alias: Name,
+    method: CountMethodLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    alias: Name,
+    reason: UpstreamReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabel {
+    backend: Name,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendStateLabels {
+    backend: Name,
+    state: BackendState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabel {
+    result: ReloadResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+type Hist = Family<AliasLabel, Histogram, fn() -> Histogram>;
+
+const TTFT: [f64; 18] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 240.0,
+    420.0, 600.0,
+];
+const DURATION: [f64; 18] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0,
+    1200.0, 1800.0,
+];
+const TOKENS_PER_SECOND: [f64; 14] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0,
+];
+const OVERHEAD: [f64; 13] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1,
+];
+
+fn ttft_hist() -> Histogram {
+    Histogram::new(TTFT)
+}
+fn duration_hist() -> Histogram {
+    Histogram::new(DURATION)
+}
+fn tps_hist() -> Histogram {
+    Histogram::new(TOKENS_PER_SECOND)
+}
+fn overhead_hist() -> Histogram {
+    Histogram::new(OVERHEAD)
+}
+
+/// All of Switchboard's metric families. Registered once in [`Metrics::new`].
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    duration: Hist,
+    ttft: Hist,
+    ttfc: Hist,
+    prompt_tokens: Family<AliasLabel, Counter>,
+    completion_tokens: Family<AliasLabel, Counter>,
+    reasoning_tokens: Family<AliasLabel, Counter>,
+    prefill_tps: Hist,
+    decode_tps: Hist,
+    inflight: Family<AliasLabel, Gauge>,
+    queued: Family<AliasLabel, Gauge>,
+    queue_limit: Family<AliasLabel, Gauge>,
+    queue_wait: Hist,
+    cancels: Family<AliasLabel, Counter>,
+    rejections: Family<RejectionLabels, Counter>,
+    upstream_errors: Family<UpstreamLabels, Counter>,
+    backend_up: Family<BackendLabel, Gauge>,
+    backend_state: Family<BackendStateLabels, Gauge>,
+    overhead: Hist,
+    reloads: Family<ReloadLabel, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::with_prefix("switchboard");
+        let m = Metrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(duration_hist),
+            ttft: Family::new_with_constructor(ttft_hist),
+            ttfc: Family::new_with_constructor(ttft_hist),
+            prompt_tokens: Family::default(),
+            completion_tokens: Family::default(),
+            reasoning_tokens: Family::default(),
+            prefill_tps: Family::new_with_constructor(tps_hist),
+            decode_tps: Family::new_with_constructor(tps_hist),
+            inflight: Family::default(),
+            queued: Family::default(),
+            queue_limit: Family::default(),
+            queue_wait: Family::new_with_constructor(ttft_hist),
+            cancels: Family::default(),
+            rejections: Family::default(),
+            upstream_errors: Family::default(),
+            backend_up: Family::default(),
+            backend_state: Family::default(),
+            overhead: Family::new_with_constructor(overhead_hist),
+            reloads: Family::default(),
+            registry: Registry::default(),
+        };
+        let secs = Unit::Seconds;
+        r.register("requests", "Requests answered, by alias, endpoint, HTTP status and streaming", m.requests.clone());
+        r.register_with_unit("request_duration", "Time from request to the last byte of the answer", secs.clone(), m.duration.clone());
+        r.register_with_unit("time_to_first_token", "Time from request to the first generated token of any kind (reasoning, content or tool call)", secs.clone(), m.ttft.clone());
+        r.register_with_unit("time_to_first_content", "Time from request to the first content token after any reasoning", secs.clone(), m.ttfc.clone());
+        r.register("prompt_tokens", "Prompt tokens reported by backends", m.prompt_tokens.clone());
+        r.register("completion_tokens", "Completion tokens reported by backends", m.completion_tokens.clone());
+        r.register("reasoning_tokens", "Reasoning tokens reported by backends (part of completion tokens)", m.reasoning_tokens.clone());
+        r.register("prefill_tokens_per_second", "Prompt tokens divided by time to first token, or the backend's own prompt timing", m.prefill_tps.clone());
+        r.register("decode_tokens_per_second", "Completion tokens per second from first to last token, or the backend's own timing", m.decode_tps.clone());
+        r.register("inflight_requests", "Requests being served now", m.inflight.clone());
+        r.register("queued_requests", "Requests waiting for a backend slot", m.queued.clone());
+        r.register("queue_limit", "Most requests that may wait for a backend slot", m.queue_limit.clone());
+        r.register_with_unit("queue_wait", "Time spent waiting for a backend slot", secs.clone(), m.queue_wait.clone());
+        r.register("client_cancels", "Requests whose client went away before the answer was complete", m.cancels.clone());
+        r.register("context_rejections", "Requests rejected as over the context window, by counting method", m.rejections.clone());
+        r.register("upstream_errors", "Failed exchanges with backends, by reason", m.upstream_errors.clone());
+        r.register("backend_up", "1 when the backend answers its health probe, else 0", m.backend_up.clone());
+        r.register("backend_state", "1 for the backend's current state (up, loading, down)", m.backend_state.clone());
+        r.register_with_unit("proxy_overhead", "Time spent in Switchboard itself, upstream wait excluded", secs, m.overhead.clone());
+        r.register("config_reloads", "Configuration reloads by result", m.reloads.clone());
+        let info: Family<VersionLabel, Gauge> = Family::default();
+        info.get_or_create(&VersionLabel {
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1);
+        r.register("build_info", "Build information; the value is always 1", info);
+        Metrics { registry: r, ..m }
+    }
+
+    /// Handles for one alias; created per config snapshot so the hot path takes no lock.
+    pub fn alias(&self, name: &str) -> AliasMetrics {
+        let name = Arc::new(name.to_string());
+        let l = AliasLabel {
+            alias: Arc::clone(&name),
+        };
+        AliasMetrics {
+            duration: self.duration.get_or_create_owned(&l),
+            ttft: self.ttft.get_or_create_owned(&l),
+            ttfc: self.ttfc.get_or_create_owned(&l),
+            prompt_tokens: self.prompt_tokens.get_or_create_owned(&l),
+            completion_tokens: self.completion_tokens.get_or_create_owned(&l),
+            reasoning_tokens: self.reasoning_tokens.get_or_create_owned(&l),
+            prefill_tps: self.prefill_tps.get_or_create_owned(&l),
+            decode_tps: self.decode_tps.get_or_create_owned(&l),
+            inflight: self.inflight.get_or_create_owned(&l),
+            queued: self.queued.get_or_create_owned(&l),
+            queue_limit: self.queue_limit.get_or_create_owned(&l),
+            queue_wait: self.queue_wait.get_or_create_owned(&l),
+            cancels: self.cancels.get_or_create_owned(&l),
+            overhead: self.overhead.get_or_create_owned(&l),
+            requests: self.requests.clone(),
+            rejections: self.rejections.clone(),
+            upstream_errors: self.upstream_errors.clone(),
+            name,
+        }
+    }
+
+    /// Record a backend's health state.
+    pub fn backend_state(&self, backend: &str, state: BackendState) {
+        let name = Arc::new(backend.to_string());
+        self.backend_up
+            .get_or_create(&BackendLabel {
+                backend: Arc::clone(&name),
+            })
+            .set(i64::from(state == BackendState::up));
+        for s in [BackendState::up, BackendState::loading, BackendState::down] {
+            self.backend_state
+                .get_or_create(&BackendStateLabels {
+                    backend: Arc::clone(&name),
+                    state: s,
+                })
+                .set(i64::from(s == state));
+        }
+    }
+
+    pub fn config_reload(&self, result: ReloadResult) {
+        self.reloads.get_or_create(&ReloadLabel { result }).inc();
+    }
+
+    /// The exposition text. OpenMetrics when asked for it; otherwise the Prometheus text
+    /// format (0.0.4), which older scrapers and `promtool check metrics` parse.
+    pub fn render(&self, openmetrics: bool) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            return String::new();
+        }
+        if openmetrics {
+            out
+        } else {
+            to_prometheus_text(&out)
+        }
+    }
+}
+
+/// OpenMetrics → Prometheus text 0.0.4: counters are named with `_total` in HELP/TYPE,
+/// `# UNIT` and `# EOF` lines are dropped.
+fn to_prometheus_text(om: &str) -> String {
+    let mut counters: Vec<&str> = Vec::new();
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some(name) = rest.strip_suffix(" counter") {
+                counters.push(name);
+            }
+        }
+    }
+    let mut out = String::with_capacity(om.len() + counters.len() * 16);
+    for line in om.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let meta = line
+            .strip_prefix("# TYPE ")
+            .map(|r| ("# TYPE ", r))
+            .or_else(|| line.strip_prefix("# HELP ").map(|r| ("# HELP ", r)));
+        if let Some((prefix, rest)) = meta {
+            let name = rest.split(' ').next().unwrap_or_default();
+            if counters.contains(&name) {
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push_str("_total");
+                out.push_str(&rest[name.len()..]);
+                out.push('\n');
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Pre-resolved metric handles for one alias.
+#[derive(Clone, Debug)]
+pub struct AliasMetrics {
+    name: Name,
+    pub duration: Histogram,
+    pub ttft: Histogram,
+    pub ttfc: Histogram,
+    pub prompt_tokens: Counter,
+    pub completion_tokens: Counter,
+    pub reasoning_tokens: Counter,
+    pub prefill_tps: Histogram,
+    pub decode_tps: Histogram,
+    pub inflight: Gauge,
+    pub queued: Gauge,
+    pub queue_limit: Gauge,
+    pub queue_wait: Histogram,
+    pub cancels: Counter<u64, AtomicU64>,
+    pub overhead: Histogram,
+    requests: Family<RequestLabels, Counter>,
+    rejections: Family<RejectionLabels, Counter>,
+    upstream_errors: Family<UpstreamLabels, Counter>,
+}
+
+impl AliasMetrics {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn request(&self, endpoint: Endpoint, status: u16, stream: bool) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                alias: Arc::clone(&self.name),
+                endpoint,
+                status,
+                stream,
+            })
+            .inc();
+    }
+
+    pub fn rejection(&self, method: CountMethodLabel) {
+        self.rejections
+            .get_or_create(&RejectionLabels {
+                alias: Arc::clone(&self.name),
+                method,
+            })
+            .inc();
+    }
+
+    pub fn upstream_error(&self, reason: UpstreamReason) {
+        self.upstream_errors
+            .get_or_create(&UpstreamLabels {
+                alias: Arc::clone(&self.name),
+                reason,
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_both_formats() {
+        let m = Metrics::new();
+        let a = m.alias("frank");
+        a.request(Endpoint::chat_completions, 200, true);
+        a.ttft.observe(0.2);
+        m.backend_state("b", BackendState::loading);
+        let om = m.render(true);
+        assert!(om.contains("# TYPE switchboard_requests counter"));
+        assert!(om.contains(
+            "switchboard_requests_total{alias=\"frank\",endpoint=\"chat_completions\",status=\"200\",stream=\"true\"} 1"
+        ));
+        assert!(om.ends_with("# EOF\n"));
+        let text = m.render(false);
+        assert!(text.contains("# TYPE switchboard_requests_total counter"));
+        assert!(text.contains("# HELP switchboard_requests_total Requests"));
+        assert!(!text.contains("# EOF"));
+        assert!(text.contains("switchboard_backend_up{backend=\"b\"} 0"));
+        assert!(text.contains("switchboard_backend_state{backend=\"b\",state=\"loading\"} 1"));
+        assert!(text.contains("switchboard_build_info{version="));
+    }
+}

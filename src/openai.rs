@@ -1,0 +1,179 @@
+//! The request view the proxy needs (model, stream, limits) and byte-level edits of the body.
+//!
+//! The body is parsed once into borrowed fields; everything else stays as the client's bytes.
+//! Edits (the rewritten `model`, an injected `stream_options`) are spliced into the original.
+
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::error::ProxyError;
+
+/// The fields of an OpenAI-style request body the proxy looks at; the rest are skipped.
+#[derive(Debug, Deserialize)]
+pub struct RequestView<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(borrow, default)]
+    stream_options: Option<&'a RawValue>,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<u64>,
+}
+
+/// A parsed request: the view plus where its editable fields sit in the body.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    pub model: String,
+    pub stream: bool,
+    model_span: Range<usize>,
+    stream_options: Option<(Range<usize>, bool)>,
+}
+
+fn span_of(body: &[u8], raw: &RawValue) -> Range<usize> {
+    let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+    start..start + raw.get().len()
+}
+
+impl ParsedRequest {
+    /// Parse `body`: it must be a JSON object with a string `model`.
+    pub fn parse(body: &[u8]) -> Result<ParsedRequest, ProxyError> {
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(ProxyError::InvalidJson(
+                "the request body must be a JSON object".into(),
+            ));
+        }
+        let view: RequestView<'_> =
+            serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        let raw_model = view.model.ok_or(ProxyError::MissingModel)?;
+        let model: String = match serde_json::from_str::<Option<String>>(raw_model.get()) {
+            Ok(Some(m)) if !m.is_empty() => m,
+            Ok(_) => return Err(ProxyError::MissingModel),
+            Err(_) => {
+                return Err(ProxyError::InvalidParam {
+                    param: "model",
+                    message: "expected a string".into(),
+                })
+            }
+        };
+        let stream_options = view.stream_options.map(|raw| {
+            let include = serde_json::from_str::<serde_json::Value>(raw.get())
+                .ok()
+                .and_then(|v| v.get("include_usage").and_then(|u| u.as_bool()))
+                .unwrap_or(false);
+            (span_of(body, raw), include)
+        });
+        Ok(ParsedRequest {
+            model,
+            stream: view.stream.unwrap_or(false),
+            model_span: span_of(body, raw_model),
+            stream_options,
+        })
+    }
+
+    /// Whether the client itself asked for the usage chunk of a stream.
+    pub fn client_wants_usage(&self) -> bool {
+        self.stream_options.as_ref().is_some_and(|(_, inc)| *inc)
+    }
+
+    /// The body to send upstream: `model` replaced by `upstream_model` (JSON-encoded), and for
+    /// streams `stream_options.include_usage` forced on when `force_usage`.
+    pub fn upstream_body(&self, body: &[u8], upstream_model: &str, force_usage: bool) -> Vec<u8> {
+        let mut edits: Vec<(Range<usize>, Vec<u8>)> = Vec::with_capacity(2);
+        let model_json = serde_json::to_vec(upstream_model).unwrap_or_default();
+        if body.get(self.model_span.clone()) != Some(model_json.as_slice()) {
+            edits.push((self.model_span.clone(), model_json));
+        }
+        if force_usage && self.stream && !self.client_wants_usage() {
+            match &self.stream_options {
+                Some((span, _)) => {
+                    let mut opts = body
+                        .get(span.clone())
+                        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+                        .filter(|v| v.is_object())
+                        .unwrap_or_else(|| serde_json::json!({}));
+                    opts["include_usage"] = serde_json::Value::Bool(true);
+                    edits.push((span.clone(), opts.to_string().into_bytes()));
+                }
+                None => {
+                    let at = body.iter().position(|b| *b == b'{').map_or(0, |p| p + 1);
+                    edits.push((at..at, br#""stream_options":{"include_usage":true},"#.to_vec()));
+                }
+            }
+        }
+        apply_edits(body, edits)
+    }
+}
+
+/// Apply non-overlapping edits to `body`, in any order.
+pub fn apply_edits(body: &[u8], mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Vec<u8> {
+    edits.sort_by_key(|(r, _)| r.start);
+    let extra: usize = edits.iter().map(|(_, b)| b.len()).sum();
+    let mut out = Vec::with_capacity(body.len() + extra);
+    let mut at = 0;
+    for (range, bytes) in edits {
+        out.extend_from_slice(&body[at..range.start]);
+        out.extend_from_slice(&bytes);
+        at = range.end;
+    }
+    out.extend_from_slice(&body[at..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(b: &[u8]) -> serde_json::Value {
+        serde_json::from_slice(b).unwrap()
+    }
+
+    #[test]
+    fn rewrites_model_and_keeps_other_bytes() {
+        let body = br#"{"messages":[{"role":"user","content":"hi \"there\""}], "model" : "alias",  "temperature":0.5}"#;
+        let p = ParsedRequest::parse(body).unwrap();
+        assert_eq!(p.model, "alias");
+        assert!(!p.stream);
+        let out = p.upstream_body(body, "upstream/m\"x", true);
+        let expected = br#"{"messages":[{"role":"user","content":"hi \"there\""}], "model" : "upstream/m\"x",  "temperature":0.5}"#;
+        assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(expected));
+    }
+
+    #[test]
+    fn injects_usage_for_streams_only_when_not_asked() {
+        let body = br#"{"model":"a","stream":true,"messages":[]}"#;
+        let p = ParsedRequest::parse(body).unwrap();
+        let out = json(&p.upstream_body(body, "u", true));
+        assert_eq!(out["stream_options"]["include_usage"], true);
+        assert_eq!(out["model"], "u");
+
+        let body = br#"{"model":"a","stream":true,"stream_options":{"include_usage":false,"x":1}}"#;
+        let p = ParsedRequest::parse(body).unwrap();
+        assert!(!p.client_wants_usage());
+        let out = json(&p.upstream_body(body, "u", true));
+        assert_eq!(out["stream_options"]["include_usage"], true);
+        assert_eq!(out["stream_options"]["x"], 1);
+
+        let body = br#"{"model":"a","stream":true,"stream_options":{"include_usage":true}}"#;
+        let p = ParsedRequest::parse(body).unwrap();
+        assert!(p.client_wants_usage());
+        assert_eq!(p.upstream_body(body, "a", true), body.to_vec());
+    }
+
+    #[test]
+    fn rejects_bad_bodies() {
+        assert!(matches!(ParsedRequest::parse(b"[1]"), Err(ProxyError::InvalidJson(_))));
+        assert!(matches!(ParsedRequest::parse(b"{\"model\":"), Err(ProxyError::InvalidJson(_))));
+        assert!(matches!(ParsedRequest::parse(b"{}"), Err(ProxyError::MissingModel)));
+        assert!(matches!(ParsedRequest::parse(b"{\"model\":\"\"}"), Err(ProxyError::MissingModel)));
+        assert!(matches!(
+            ParsedRequest::parse(b"{\"model\":3}"),
+            Err(ProxyError::InvalidParam { param: "model", .. })
+        ));
+    }
+}

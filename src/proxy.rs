@@ -1,0 +1,194 @@
+//! The upstream exchange: header filtering, backend auth, send with a header timeout, error mapping.
+
+use std::time::{Duration, Instant};
+
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+
+use crate::config::Backend;
+use crate::error::ProxyError;
+use crate::metrics::{AliasMetrics, UpstreamReason};
+
+/// Hop-by-hop and framing headers that never cross the proxy (RFC 9110 §7.6.1), plus
+/// `accept-encoding`: answers are relayed uncompressed so events are never held in an encoder.
+const DROPPED_REQUEST: [HeaderName; 10] = [
+    header::CONNECTION,
+    header::HOST,
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::ACCEPT_ENCODING,
+    HeaderName::from_static("keep-alive"),
+];
+
+const DROPPED_RESPONSE: [HeaderName; 8] = [
+    header::CONNECTION,
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::TRAILER,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("access-control-allow-origin"),
+];
+
+/// Headers named in the `Connection` header are hop-by-hop too.
+fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect()
+}
+
+/// The client's headers as they go to the backend.
+pub fn upstream_headers(client: &HeaderMap, backend: &Backend) -> HeaderMap {
+    let listed = connection_listed(client);
+    let mut out = HeaderMap::with_capacity(client.len());
+    for (name, value) in client {
+        if DROPPED_REQUEST.contains(name) || listed.contains(name) {
+            continue;
+        }
+        if backend.api_key.is_some() && name == header::AUTHORIZATION {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if let Some(key) = &backend.api_key {
+        if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
+            v.set_sensitive(true);
+            out.insert(header::AUTHORIZATION, v);
+        }
+    }
+    if !out.contains_key(header::CONTENT_TYPE) {
+        out.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    out
+}
+
+/// The backend's response headers as they go to the client.
+pub fn client_headers(upstream: &HeaderMap) -> HeaderMap {
+    let listed = connection_listed(upstream);
+    let mut out = HeaderMap::with_capacity(upstream.len() + 4);
+    for (name, value) in upstream {
+        if DROPPED_RESPONSE.contains(name) || listed.contains(name) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// POST `body` to `backend` at `path_and_query`; errors mapped to what the client is told.
+pub async fn send(
+    client: &reqwest::Client,
+    backend: &Backend,
+    path_and_query: &str,
+    headers: HeaderMap,
+    body: Bytes,
+    header_timeout: Duration,
+    m: &AliasMetrics,
+) -> Result<reqwest::Response, ProxyError> {
+    let url = format!("{}{}", backend.url, path_and_query);
+    let started = Instant::now();
+    let req = client.post(url).headers(headers).body(body);
+    match tokio::time::timeout(header_timeout, req.send()).await {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(e)) if e.is_connect() => {
+            m.upstream_error(UpstreamReason::connect);
+            Err(ProxyError::UpstreamConnect {
+                backend: backend.name.clone(),
+            })
+        }
+        Ok(Err(e)) if e.is_timeout() => {
+            m.upstream_error(UpstreamReason::timeout);
+            Err(ProxyError::UpstreamTimeout {
+                backend: backend.name.clone(),
+                elapsed: started.elapsed(),
+            })
+        }
+        Ok(Err(e)) => {
+            m.upstream_error(UpstreamReason::connect);
+            Err(ProxyError::UpstreamProtocol {
+                backend: backend.name.clone(),
+                detail: without_url(&e),
+            })
+        }
+        Err(_) => {
+            m.upstream_error(UpstreamReason::timeout);
+            Err(ProxyError::UpstreamTimeout {
+                backend: backend.name.clone(),
+                elapsed: header_timeout,
+            })
+        }
+    }
+}
+
+/// A reqwest error's text without the URL (which would leak the backend's address to clients).
+pub fn without_url(e: &reqwest::Error) -> String {
+    let mut s = String::new();
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(err) = source {
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&err.to_string());
+        source = err.source();
+    }
+    if s.is_empty() {
+        s = "request failed".into();
+    }
+    s
+}
+
+/// Seconds a client should wait before retrying a loading backend.
+pub fn retry_after(headers: &HeaderMap) -> u64 {
+    headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    fn backend(key: Option<&str>) -> Backend {
+        Backend {
+            name: "b".into(),
+            url: "http://127.0.0.1:1".into(),
+            flavor: crate::flavor::Flavor::Llamacpp,
+            slots: NonZeroU32::MIN,
+            queue: 1,
+            api_key: key.map(String::from),
+        }
+    }
+
+    #[test]
+    fn drops_hop_by_hop_and_replaces_auth() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret-hop"));
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer client"));
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        h.insert("x-request-id", HeaderValue::from_static("abc"));
+        let out = upstream_headers(&h, &backend(None));
+        assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer client");
+        assert!(out.get("x-secret-hop").is_none());
+        assert!(out.get(header::CONNECTION).is_none());
+        assert!(out.get(header::ACCEPT_ENCODING).is_none());
+        assert_eq!(out.get("x-request-id").unwrap(), "abc");
+        let out = upstream_headers(&h, &backend(Some("backend-key")));
+        assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer backend-key");
+    }
+}

@@ -1,0 +1,44 @@
+//! Config reload on SIGHUP: load, validate, swap; on any error the running config stays.
+
+use crate::metrics::ReloadResult;
+use crate::state::AppState;
+
+/// Reload the config file now. Returns the error text when the new config was refused.
+pub fn reload(state: &AppState) -> Result<(), String> {
+    let Some(path) = &state.config_path else {
+        return Err("no config file to reload".into());
+    };
+    match crate::config::load(path) {
+        Ok(cfg) => {
+            let old = state.live.load();
+            if cfg.server.listen != old.config.server.listen {
+                tracing::warn!("server.listen changed; the new address takes effect at restart");
+            }
+            state.swap(cfg);
+            state.metrics.config_reload(ReloadResult::success);
+            tracing::info!(path = %path.display(), "config reloaded");
+            Ok(())
+        }
+        Err(e) => {
+            state.metrics.config_reload(ReloadResult::failure);
+            tracing::error!(path = %path.display(), "config reload refused, keeping the running config:\n{e}");
+            Err(e.to_string())
+        }
+    }
+}
+
+/// Reload on every SIGHUP, forever (spawned by `serve`).
+#[cfg(unix)]
+pub async fn on_sighup(state: AppState) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload disabled");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let _ = reload(&state);
+    }
+}
+
+#[cfg(not(unix))]
+pub async fn on_sighup(_state: AppState) {}

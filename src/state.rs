@@ -1,0 +1,113 @@
+//! Shared state: the live config snapshot (swapped atomically on reload), the upstream client, metrics.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+
+use crate::config::Config;
+use crate::health::Health;
+use crate::metrics::{AliasMetrics, Metrics};
+use crate::routes::RouteTable;
+use crate::slots::Slots;
+
+/// Everything derived from one config; a request uses one snapshot from start to end.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub config: Config,
+    pub routes: RouteTable,
+    alias_metrics: HashMap<String, AliasMetrics>,
+    unknown: AliasMetrics,
+    slots: HashMap<String, Arc<Slots>>,
+}
+
+impl Snapshot {
+    pub fn new(config: Config, metrics: &Metrics) -> Snapshot {
+        let routes = RouteTable::new(&config);
+        let slots: HashMap<String, Arc<Slots>> = config
+            .backends
+            .values()
+            .map(|b| (b.name.clone(), Arc::new(Slots::new(b.slots.get(), b.queue))))
+            .collect();
+        let alias_metrics = config
+            .aliases
+            .values()
+            .map(|a| {
+                let m = metrics.alias(&a.name);
+                if let Some(s) = slots.get(&a.backend.name) {
+                    m.queue_limit.set(i64::from(s.queue_limit()));
+                }
+                (a.name.clone(), m)
+            })
+            .collect();
+        Snapshot {
+            config,
+            routes,
+            alias_metrics,
+            unknown: metrics.alias("unknown"),
+            slots,
+        }
+    }
+
+    /// Metric handles of an alias, or of `unknown`.
+    pub fn metrics(&self, alias: Option<&str>) -> &AliasMetrics {
+        alias
+            .and_then(|a| self.alias_metrics.get(a))
+            .unwrap_or(&self.unknown)
+    }
+
+    pub fn slots(&self, backend: &str) -> Option<&Arc<Slots>> {
+        self.slots.get(backend)
+    }
+}
+
+/// Cheap to clone; handed to every handler.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub live: Arc<ArcSwap<Snapshot>>,
+    pub client: reqwest::Client,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    /// Unix time the process started: the `created` of `/v1/models` entries.
+    pub started: u64,
+    /// Where the config came from, for reloads.
+    pub config_path: Option<PathBuf>,
+}
+
+impl AppState {
+    pub fn new(config: Config, config_path: Option<PathBuf>) -> AppState {
+        let metrics = Arc::new(Metrics::new());
+        let client = upstream_client(&config);
+        let snap = Snapshot::new(config, &metrics);
+        AppState {
+            live: Arc::new(ArcSwap::from_pointee(snap)),
+            client,
+            metrics,
+            health: Arc::new(Health::default()),
+            started: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            config_path,
+        }
+    }
+
+    /// Swap in a new config; requests in flight keep the snapshot they started with.
+    pub fn swap(&self, config: Config) {
+        self.live
+            .store(Arc::new(Snapshot::new(config, &self.metrics)));
+    }
+}
+
+/// The pooled HTTP client used for every backend.
+fn upstream_client(config: &Config) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(config.server.connect_timeout)
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(1024)
+        .no_proxy()
+        .build()
+        .unwrap_or_default()
+}

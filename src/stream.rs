@@ -1,0 +1,370 @@
+//! SSE relay: forwards backend events as they arrive, transforming only the events that need it.
+//!
+//! Complete events are found by their blank-line terminator. A chunk whose events all pass
+//! unchanged is forwarded as the same bytes (no copy); only rewritten or dropped events cause a
+//! new buffer. Dropping the relay (client gone) drops the upstream response, which closes the
+//! backend connection so the backend frees its slot.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{BoxStream, StreamExt};
+use memchr::memmem;
+use serde::Deserialize;
+
+use crate::error::ProxyError;
+use crate::exchange::{Exchange, Usage};
+use crate::metrics::UpstreamReason;
+use crate::slots::SlotPermit;
+
+/// Per-stream event transform (reasoning normalization); `None` output means "unchanged".
+pub trait EventTransform: Send {
+    /// Rewrite one event's `data:` payload.
+    fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]>;
+    /// Payload to send before the final events (text still held back), if any.
+    fn flush(&mut self) -> Option<Vec<u8>>;
+}
+
+/// What the relay does besides forwarding.
+pub struct RelayOptions {
+    /// Drop the usage-only chunk: the proxy asked for it, the client did not.
+    pub drop_usage_chunk: bool,
+    pub transform: Option<Box<dyn EventTransform>>,
+    /// Recognise an error event (SGLang's in-stream errors) and rewrite it; `None` = keep.
+    pub error_event: Option<Box<dyn Fn(&[u8]) -> Option<ProxyError> + Send>>,
+}
+
+/// Everything the relay tracks apart from the byte buffer.
+struct Tracker {
+    ex: Exchange,
+    opts: RelayOptions,
+    saw_done: bool,
+    finder_usage: memmem::Finder<'static>,
+}
+
+enum Action {
+    Keep,
+    Drop,
+    Replace(Vec<u8>),
+}
+
+/// Length of the first complete event in `buf` (including its blank-line terminator).
+fn event_len(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
+        let i = from + i;
+        match buf.get(i + 1) {
+            Some(b'\n') => return Some(i + 2),
+            Some(b'\r') if buf.get(i + 2) == Some(&b'\n') => return Some(i + 3),
+            None => return None,
+            _ => from = i + 1,
+        }
+    }
+    None
+}
+
+/// The payload of a single-line `data:` event, or `None` for anything else.
+fn data_payload(ev: &[u8]) -> Option<&[u8]> {
+    let rest = ev.strip_prefix(b"data:")?;
+    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+    let end = memchr::memchr(b'\n', rest)?;
+    let line = &rest[..end];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // More lines in the event than the terminator: not a single-data event.
+    let tail = &rest[end + 1..];
+    if tail.iter().any(|b| *b != b'\n' && *b != b'\r') {
+        return None;
+    }
+    Some(line)
+}
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(payload.len() + 8);
+    v.extend_from_slice(b"data: ");
+    v.extend_from_slice(payload);
+    v.extend_from_slice(b"\n\n");
+    v
+}
+
+/// A non-empty string value follows `key` somewhere in `data`.
+fn has_text(data: &[u8], key: &[u8]) -> bool {
+    memmem::find_iter(data, key).any(|i| data.get(i + key.len()).is_some_and(|b| *b != b'"'))
+}
+
+fn has_content(data: &[u8]) -> bool {
+    has_text(data, br#""content":""#)
+}
+
+fn has_token(data: &[u8]) -> bool {
+    has_content(data)
+        || has_text(data, br#""reasoning_content":""#)
+        || has_text(data, br#""reasoning":""#)
+        || memmem::find(data, br#""tool_calls":["#).is_some()
+}
+
+#[derive(Deserialize)]
+struct UsageChunk {
+    choices: Option<Vec<serde::de::IgnoredAny>>,
+    usage: Option<WireUsage>,
+    timings: Option<Timings>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    completion_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    reasoning_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Timings {
+    prompt_per_second: Option<f64>,
+    predicted_per_second: Option<f64>,
+}
+
+/// Usage and timings of a non-streamed body or one event; `None` when it has no usage.
+pub fn parse_usage(data: &[u8]) -> Option<(Usage, bool)> {
+    let c: UsageChunk = serde_json::from_slice(data).ok()?;
+    let u = c.usage?;
+    let usage_only = c.choices.is_some_and(|ch| ch.is_empty());
+    let timings = c.timings;
+    Some((
+        Usage {
+            prompt: u.prompt_tokens,
+            completion: u.completion_tokens,
+            reasoning: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+            prefill_tps: timings.as_ref().and_then(|t| t.prompt_per_second),
+            decode_tps: timings.as_ref().and_then(|t| t.predicted_per_second),
+        },
+        usage_only,
+    ))
+}
+
+impl Tracker {
+    fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
+        let Some(data) = data_payload(ev) else {
+            return Action::Keep;
+        };
+        if data == b"[DONE]" {
+            self.saw_done = true;
+            return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
+                Some(held) => {
+                    let mut out = frame(&held);
+                    out.extend_from_slice(ev);
+                    Action::Replace(out)
+                }
+                None => Action::Keep,
+            };
+        }
+        if data.starts_with(b"{\"error\"") {
+            self.ex.error = Some("error event from backend".into());
+            if let Some(err) = self.opts.error_event.as_ref().and_then(|f| f(data)) {
+                self.ex.error = Some(err.to_string());
+                return Action::Replace(frame(&err.envelope_json()));
+            }
+            return Action::Keep;
+        }
+        if has_token(data) {
+            self.ex.first_token.get_or_insert(now);
+            self.ex.last_token = Some(now);
+            if self.ex.first_content.is_none() && has_content(data) {
+                self.ex.first_content = Some(now);
+            }
+        }
+        if self.finder_usage.find(data).is_some() {
+            if let Some((usage, usage_only)) = parse_usage(data) {
+                self.ex.usage = Some(usage);
+                if usage_only && self.opts.drop_usage_chunk {
+                    return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
+                        Some(held) => Action::Replace(frame(&held)),
+                        None => Action::Drop,
+                    };
+                }
+            }
+        }
+        let Some(t) = self.opts.transform.as_mut() else {
+            return Action::Keep;
+        };
+        let is_final = memmem::find(data, br#""finish_reason":""#).is_some();
+        let held = if is_final { t.flush() } else { None };
+        match (t.rewrite(data), held) {
+            (Cow::Borrowed(_), None) => Action::Keep,
+            (rewritten, held) => {
+                let mut out = held.map(|h| frame(&h)).unwrap_or_default();
+                out.extend_from_slice(&frame(&rewritten));
+                Action::Replace(out)
+            }
+        }
+    }
+}
+
+struct Relay {
+    upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+    buf: BytesMut,
+    t: Tracker,
+    _permit: Option<SlotPermit>,
+    done: bool,
+}
+
+impl Tracker {
+    /// Transform the complete events at the start of `data`: how many bytes they span, and
+    /// their replacement when any event changed (`None`: forward `data[..len]` as it is).
+    fn scan(&mut self, data: &[u8]) -> (usize, Option<BytesMut>) {
+        let now = Instant::now();
+        let mut out: Option<BytesMut> = None;
+        let mut pos = 0;
+        let mut copied = 0;
+        while let Some(len) = event_len(&data[pos..]) {
+            match self.on_event(&data[pos..pos + len], now) {
+                Action::Keep => {}
+                action => {
+                    let o = out.get_or_insert_with(|| BytesMut::with_capacity(data.len() + 64));
+                    o.extend_from_slice(&data[copied..pos]);
+                    if let Action::Replace(bytes) = action {
+                        o.extend_from_slice(&bytes);
+                    }
+                    copied = pos + len;
+                }
+            }
+            pos += len;
+        }
+        if let Some(o) = out.as_mut() {
+            o.extend_from_slice(&data[copied..pos]);
+        }
+        (pos, out)
+    }
+}
+
+impl Relay {
+    /// Take the complete events of `chunk` (after what is buffered), transformed.
+    fn take_events(&mut self, chunk: Bytes) -> Bytes {
+        if self.buf.is_empty() {
+            // Nothing pending: unchanged events go out as slices of the chunk itself.
+            let (len, out) = self.t.scan(&chunk);
+            self.buf.extend_from_slice(&chunk[len..]);
+            return match out {
+                Some(o) => o.freeze(),
+                None => chunk.slice(..len),
+            };
+        }
+        self.buf.extend_from_slice(&chunk);
+        let (len, out) = self.t.scan(&self.buf);
+        let events = self.buf.split_to(len);
+        out.unwrap_or(events).freeze()
+    }
+
+    async fn next_output(&mut self) -> Option<Bytes> {
+        loop {
+            if self.done {
+                return None;
+            }
+            match self.upstream.next().await {
+                Some(Ok(chunk)) => {
+                    let out = self.take_events(chunk);
+                    if !out.is_empty() {
+                        return Some(out);
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    self.t.ex.metrics().upstream_error(UpstreamReason::stream_broken);
+                    let backend = self.t.ex.backend.clone().unwrap_or_default();
+                    let err = ProxyError::UpstreamProtocol {
+                        backend,
+                        detail: format!("stream broken: {}", crate::proxy::without_url(&e)),
+                    };
+                    self.t.ex.error = Some(err.to_string());
+                    self.t.ex.completed = true;
+                    return Some(Bytes::from(frame(&err.envelope_json())));
+                }
+                None => {
+                    self.done = true;
+                    self.t.ex.completed = true;
+                    let mut rest = std::mem::take(&mut self.buf);
+                    if !self.t.saw_done {
+                        if let Some(held) = self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
+                            rest.extend_from_slice(&frame(&held));
+                        }
+                    }
+                    return (!rest.is_empty()).then(|| rest.freeze());
+                }
+            }
+        }
+    }
+}
+
+/// The client's response body for an upstream SSE response.
+pub fn relay(
+    upstream: reqwest::Response,
+    ex: Exchange,
+    permit: Option<SlotPermit>,
+    opts: RelayOptions,
+) -> Body {
+    let relay = Relay {
+        upstream: upstream.bytes_stream().boxed(),
+        buf: BytesMut::new(),
+        t: Tracker {
+            ex,
+            opts,
+            saw_done: false,
+            finder_usage: memmem::Finder::new(br#""usage":{"#),
+        },
+        _permit: permit,
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(relay, |mut r| async move {
+        let out = r.next_output().await?;
+        Some((Ok::<Bytes, std::convert::Infallible>(out), r))
+    });
+    Body::from_stream(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_event_ends() {
+        assert_eq!(event_len(b"data: x\n\ndata: y"), Some(9));
+        assert_eq!(event_len(b"data: x\r\n\r\n"), Some(11));
+        assert_eq!(event_len(b"data: x\n"), None);
+        assert_eq!(event_len(b"event: a\ndata: x\n\n"), Some(18));
+    }
+
+    #[test]
+    fn extracts_single_data_payloads() {
+        assert_eq!(data_payload(b"data: {\"a\":1}\n\n"), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(data_payload(b"data:[DONE]\r\n\r\n"), Some(&b"[DONE]"[..]));
+        assert_eq!(data_payload(b"event: x\ndata: y\n\n"), None);
+        assert_eq!(data_payload(b": comment\n\n"), None);
+    }
+
+    #[test]
+    fn detects_tokens_and_content() {
+        assert!(!has_token(br#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#));
+        assert!(!has_token(br#"{"choices":[{"delta":{"content":""}}]}"#));
+        assert!(has_token(br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#));
+        assert!(!has_content(br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#));
+        assert!(has_content(br#"{"choices":[{"delta":{"content":"Hi"}}]}"#));
+        assert!(has_token(br#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#));
+    }
+
+    #[test]
+    fn parses_usage_chunk() {
+        let (u, only) = parse_usage(br#"{"choices":[],"usage":{"completion_tokens":6,"prompt_tokens":23,"total_tokens":29},"timings":{"prompt_per_second":428.4,"predicted_per_second":678.3}}"#).unwrap();
+        assert!(only);
+        assert_eq!((u.prompt, u.completion), (23, 6));
+        assert_eq!(u.decode_tps, Some(678.3));
+        let (_, only) = parse_usage(br#"{"choices":[{"index":0}],"usage":{"completion_tokens":1,"prompt_tokens":2}}"#).unwrap();
+        assert!(!only);
+    }
+}
