@@ -15,12 +15,15 @@
 # Needs: promtool, awk, sed, grep, sort. Runs from any directory.
 set -euo pipefail
 
+SCRAPE=${1:-}
+if [[ -n $SCRAPE && $SCRAPE != /* ]]; then
+  SCRAPE=$PWD/$SCRAPE # relative to the caller's directory, not the repository's
+fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PROM=deploy/prometheus
 DASH=deploy/grafana/switchboard.json
 CONTRACT=deploy/metrics.txt
-SCRAPE=${1:-}
 
 fail() {
   echo "check.sh: FAIL: $*" >&2
