@@ -17,11 +17,32 @@ use crate::exchange::Exchange;
 use crate::health::state_name;
 use crate::metrics::{Endpoint, UpstreamReason};
 use crate::openai::ParsedRequest;
+use crate::reasoning::{self, InputField, OutputField, StreamRewriter};
 use crate::state::{AppState, Snapshot};
 use crate::stream::{self, RelayOptions};
 
 const REQUEST_ID: &str = "x-request-id";
 const SERVED_ALIAS: &str = "x-switchboard-alias";
+const REASONING_FIELD: &str = "x-reasoning-field";
+
+/// The reasoning field this client gets: its header, else the alias's setting, else the server's.
+fn output_field(headers: &HeaderMap, alias: &Alias, snap: &Snapshot) -> Result<OutputField, ProxyError> {
+    match headers.get(REASONING_FIELD) {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| {
+                ProxyError::InvalidRequest(format!(
+                    "invalid X-Reasoning-Field header {:?}: expected reasoning_content, reasoning or both",
+                    String::from_utf8_lossy(v.as_bytes())
+                ))
+            }),
+        None => Ok(alias
+            .reasoning_field
+            .unwrap_or(snap.config.server.reasoning_field)),
+    }
+}
 
 /// The request id: the client's `x-request-id` when it sent a sane one, else a new one.
 fn request_id(headers: &HeaderMap) -> String {
@@ -130,7 +151,16 @@ async fn forward(
     let m = snap.metrics(Some(&alias.name));
     ex.route(m, &backend.name);
 
-    let upstream_body = req.upstream_body(&body, &alias.upstream_model, true);
+    let output = output_field(&headers, alias, snap)?;
+    let is_chat = endpoint_is_chat(path);
+    let mut upstream_body = req.upstream_body(&body, &alias.upstream_model, true);
+    if is_chat {
+        if let Some(b) =
+            reasoning::rewrite_request_history(&upstream_body, InputField::for_flavor(backend.flavor))
+        {
+            upstream_body = b;
+        }
+    }
     let permit = match snap.slots(&backend.name) {
         Some(slots) => Some(slots.acquire(&alias.name, server.queue_timeout, m).await?),
         None => None,
@@ -184,7 +214,10 @@ async fn forward(
         ex.responding();
         let opts = RelayOptions {
             drop_usage_chunk: req.stream && !req.client_wants_usage(),
-            transform: None,
+            transform: is_chat.then(|| {
+                Box::new(StreamRewriter::new(output, alias.think_tags.clone()))
+                    as Box<dyn stream::EventTransform>
+            }),
             error_event: None,
         };
         let body = stream::relay(resp, ex.take(), permit, opts);
@@ -205,9 +238,17 @@ async fn forward(
         }
     };
     drop(permit);
+    let mut bytes = bytes;
     if status.is_success() {
         if let Some((usage, _)) = stream::parse_usage(&bytes) {
             ex.usage = Some(usage);
+        }
+        if is_chat {
+            if let Some(b) =
+                reasoning::rewrite_response_body(&bytes, output, alias.think_tags.as_deref())
+            {
+                bytes = Bytes::from(b);
+            }
         }
     }
     ex.responding();
@@ -215,6 +256,10 @@ async fn forward(
     *r.status_mut() = status;
     *r.headers_mut() = out_headers;
     Ok(r)
+}
+
+fn endpoint_is_chat(path: &str) -> bool {
+    path.split('?').next() == Some("/v1/chat/completions")
 }
 
 fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {

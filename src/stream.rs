@@ -27,6 +27,16 @@ pub trait EventTransform: Send {
     fn flush(&mut self) -> Option<Vec<u8>>;
 }
 
+impl EventTransform for crate::reasoning::StreamRewriter {
+    fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {
+        crate::reasoning::StreamRewriter::rewrite(self, data)
+    }
+
+    fn flush(&mut self) -> Option<Vec<u8>> {
+        crate::reasoning::StreamRewriter::flush(self)
+    }
+}
+
 /// What the relay does besides forwarding.
 pub struct RelayOptions {
     /// Drop the usage-only chunk: the proxy asked for it, the client did not.
@@ -194,15 +204,9 @@ impl Tracker {
         let Some(t) = self.opts.transform.as_mut() else {
             return Action::Keep;
         };
-        let is_final = memmem::find(data, br#""finish_reason":""#).is_some();
-        let held = if is_final { t.flush() } else { None };
-        match (t.rewrite(data), held) {
-            (Cow::Borrowed(_), None) => Action::Keep,
-            (rewritten, held) => {
-                let mut out = held.map(|h| frame(&h)).unwrap_or_default();
-                out.extend_from_slice(&frame(&rewritten));
-                Action::Replace(out)
-            }
+        match t.rewrite(data) {
+            Cow::Borrowed(_) => Action::Keep,
+            Cow::Owned(rewritten) => Action::Replace(frame(&rewritten)),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::flavor::Flavor;
+use crate::reasoning::ThinkTagsSpec;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,5 +54,7 @@ pub struct RawAlias {
     #[serde(default)]
     pub old_names: Vec<String>,
     pub reasoning_field: Option<String>,
+    pub think_tags: Option<ThinkTagsSpec>,
+    pub think_tags_start_open: Option<bool>,
     pub description: Option<String>,
 }

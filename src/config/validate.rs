@@ -10,6 +10,7 @@ use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
 use crate::flavor::Flavor;
+use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -23,7 +24,7 @@ pub struct Config {
 pub struct Server {
     pub listen: SocketAddr,
     pub metrics_listen: Option<SocketAddr>,
-    pub reasoning_field: String,
+    pub reasoning_field: OutputField,
     pub body_limit: usize,
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
@@ -61,7 +62,9 @@ pub struct Alias {
     pub context_window: Option<NonZeroU32>,
     pub inputs: Input,
     pub old_names: Vec<String>,
-    pub reasoning_field: Option<String>,
+    pub reasoning_field: Option<OutputField>,
+    /// Inline reasoning markers to split out of `content` (opt-in per alias).
+    pub think_tags: Option<Arc<ThinkTags>>,
     pub description: Option<String>,
 }
 
@@ -113,7 +116,6 @@ impl std::fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
-pub const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "reasoning", "both"];
 
 /// Validate a raw config. Collects all errors rather than stopping at the first.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
@@ -173,15 +175,15 @@ fn socket_addr(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> Option<So
     }
 }
 
-fn reasoning_field(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> String {
-    if !REASONING_FIELDS.contains(&value) {
+fn reasoning_field(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> OutputField {
+    value.parse().unwrap_or_else(|_| {
         errs.push(ConfigError::BadValue {
             key: key.into(),
             value: value.into(),
-            reason: format!("is not one of {}", REASONING_FIELDS.join(", ")),
+            reason: "is not one of reasoning_content, reasoning, both".into(),
         });
-    }
-    value.to_string()
+        OutputField::default()
+    })
 }
 
 fn nonzero(key: &str, value: u64, errs: &mut Vec<ConfigError>) -> u64 {
@@ -349,6 +351,29 @@ fn alias(
         .reasoning_field
         .as_deref()
         .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
+    let think_tags = raw.think_tags.as_ref().and_then(|spec| {
+        match spec.resolve(raw.think_tags_start_open.unwrap_or(false)) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(reason) => {
+                errs.push(ConfigError::BadValue {
+                    key: format!("aliases.{name}.think_tags"),
+                    value: match spec {
+                        ThinkTagsSpec::Preset(p) => p.clone(),
+                        ThinkTagsSpec::Pair([open, close]) => format!("[{open}, {close}]"),
+                    },
+                    reason,
+                });
+                None
+            }
+        }
+    });
+    if raw.think_tags_start_open.is_some() && raw.think_tags.is_none() {
+        errs.push(ConfigError::BadValue {
+            key: format!("aliases.{name}.think_tags_start_open"),
+            value: "set".into(),
+            reason: "needs think_tags".into(),
+        });
+    }
     Some(Alias {
         name: name.to_string(),
         backend: Arc::clone(backend),
@@ -357,6 +382,92 @@ fn alias(
         inputs,
         old_names: raw.old_names,
         reasoning_field: reasoning,
+        think_tags,
         description: raw.description,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::from_toml;
+
+    const BASE: &str = r#"
+        [backends.gpu]
+        url = "http://dankclaw:7771"
+        flavor = "llamacpp"
+        slots = 4
+        [aliases.frank-zealot]
+        backend = "gpu"
+        context_window = 262144
+        old_names = ["frank-small"]
+    "#;
+
+    fn errors(extra: &str) -> String {
+        match from_toml(&format!("{BASE}\n{extra}")) {
+            Ok(_) => panic!("config with {extra:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn base_config_is_valid() {
+        let cfg = from_toml(BASE).unwrap();
+        let a = &cfg.aliases["frank-zealot"];
+        assert_eq!(a.upstream_model, "frank-zealot");
+        assert_eq!(a.backend.url, "http://dankclaw:7771");
+        assert_eq!(cfg.server.listen.port(), 7700);
+    }
+
+    #[test]
+    fn alias_with_undefined_backend_names_the_key() {
+        let e = errors("[aliases.x]\nbackend = \"nope\"");
+        assert!(e.contains("aliases.x.backend: \"nope\" is not a defined backend"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_names_name_both_keys() {
+        let e = errors("[aliases.y]\nbackend = \"gpu\"\nold_names = [\"frank-small\"]");
+        assert!(e.contains("aliases.y.old_names: name \"frank-small\" is already used by aliases.frank-zealot.old_names"), "{e}");
+        let e = errors("[aliases.z]\nbackend = \"gpu\"\nold_names = [\"frank-zealot\"]");
+        assert!(e.contains("aliases.z.old_names: name \"frank-zealot\" is already used by aliases.frank-zealot"), "{e}");
+    }
+
+    #[test]
+    fn bad_url_names_the_key_and_value() {
+        let e = errors("[backends.b2]\nurl = \"dankclaw:7771\"\nflavor = \"vllm\"");
+        assert!(e.contains("backends.b2.url: \"dankclaw:7771\" is not a valid URL"), "{e}");
+        let e = errors("[backends.b3]\nurl = \"not a url\"\nflavor = \"vllm\"");
+        assert!(e.contains("backends.b3.url: \"not a url\""), "{e}");
+    }
+
+    #[test]
+    fn zero_window_and_zero_slots_are_refused() {
+        let e = errors("[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0");
+        assert!(e.contains("aliases.w.context_window: must be greater than zero"), "{e}");
+        let e = errors("[backends.b4]\nurl = \"http://h:1\"\nflavor = \"sglang\"\nslots = 0");
+        assert!(e.contains("backends.b4.slots: must be greater than zero"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let e = errors("[server]\nlisten_addr = \"0.0.0.0:1\"");
+        assert!(e.contains("listen_addr"), "{e}");
+        let e = errors("[aliases.q]\nbackend = \"gpu\"\ncontex_window = 5");
+        assert!(e.contains("contex_window"), "{e}");
+        let e = errors("[backends.b5]\nurl = \"http://h:1\"\nflavor = \"tgi\"");
+        assert!(e.contains("tgi"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = errors("[server]\nlisten = \"nowhere\"\nreasoning_field = \"thoughts\"");
+        assert!(e.contains("server.listen: \"nowhere\""), "{e}");
+        assert!(e.contains("server.reasoning_field: \"thoughts\" is not one of"), "{e}");
+    }
+
+    #[test]
+    fn every_error_is_reported_not_just_the_first() {
+        let e = errors("[aliases.x]\nbackend = \"nope\"\n[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0");
+        assert_eq!(e.lines().count(), 2, "{e}");
+    }
 }

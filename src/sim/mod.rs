@@ -1,1 +1,118 @@
 //! Backend simulator: a real HTTP server speaking the llama.cpp, vLLM and SGLang dialects.
+//!
+//! One [`Sim`] is one backend of one [`Flavor`](crate::flavor::Flavor): it answers chat and
+//! completion requests with deterministic text (`think0 `… then `word0 `…), honours slots,
+//! context windows, delays and failures, and records what it saw in a [`Recorder`].
+
+mod chat;
+pub mod cli;
+mod config;
+mod embed;
+mod info;
+mod llamacpp;
+mod recorder;
+mod reply;
+mod request;
+mod server;
+mod sglang;
+mod shape;
+mod slots;
+mod state;
+mod stream;
+pub mod tokenize;
+mod tokens_api;
+mod vllm;
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use config::SimConfig;
+pub use recorder::{Recorded, Recorder};
+pub use tokenize::count_prompt_tokens;
+
+use state::Shared;
+
+/// A running simulated backend. Dropping it stops the server, like [`Sim::shutdown`].
+#[derive(Debug)]
+pub struct Sim {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Sim {
+    /// Starts a simulator on `127.0.0.1` and a free port.
+    pub async fn spawn(cfg: SimConfig) -> std::io::Result<Sim> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        Self::spawn_on(cfg, listener).await
+    }
+
+    /// Starts a simulator on an already bound listener.
+    pub async fn spawn_on(cfg: SimConfig, listener: TcpListener) -> std::io::Result<Sim> {
+        let addr = listener.local_addr()?;
+        let shared = Shared::new(cfg);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server::run(Arc::clone(&shared), listener, async move {
+            // A dropped sender stops the server too.
+            let _ = stopped.await;
+        }));
+        Ok(Sim {
+            shared,
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn recorder(&self) -> &Recorder {
+        &self.shared.recorder
+    }
+
+    /// Opens the gate for every gated stream, present and future.
+    pub fn release(&self) {
+        self.shared.gate.send_replace(true);
+    }
+
+    /// Stops accepting, closes every connection (in-flight generations count as cancelled)
+    /// and waits until the server is gone.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Serves `cfg` on `listener` until `shutdown` resolves (for the command line).
+pub async fn serve(
+    cfg: SimConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::run(Shared::new(cfg), listener, shutdown).await
+}

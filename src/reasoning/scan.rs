@@ -1,0 +1,166 @@
+//! Byte searches that decide, without a JSON parse, whether a payload may need rewriting.
+//!
+//! They look for `"key"` followed by `:` and a value; a quote inside a JSON string is
+//! always escaped, so a match is a real key (or a string value, which the `:` rules out).
+//! They may answer "maybe" for a payload that needs nothing (a parse then finds nothing to
+//! do), never "no" for one that needs a rewrite.
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+use super::field::OutputField;
+use super::tags::ThinkTags;
+
+static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"reasoning\""));
+static REASONING_CONTENT: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"reasoning_content\""));
+static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"content\""));
+static INDEX: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"index\""));
+static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"tool_calls\""));
+static UNICODE_ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+
+/// Where the value of each `"key":` occurrence starts.
+fn values<'d>(data: &'d [u8], key: &'d Finder<'static>) -> impl Iterator<Item = &'d [u8]> + 'd {
+    key.find_iter(data).filter_map(move |at| {
+        let rest = skip_ws(data.get(at + key.needle().len()..)?);
+        let rest = rest.strip_prefix(b":")?;
+        Some(skip_ws(rest))
+    })
+}
+
+fn skip_ws(bytes: &[u8]) -> &[u8] {
+    let n = bytes
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .count();
+    bytes.get(n..).unwrap_or_default()
+}
+
+fn has_string(data: &[u8], key: &Finder<'static>) -> bool {
+    values(data, key).any(|v| v.first() == Some(&b'"'))
+}
+
+/// Whether some reasoning text may sit under a name `output` does not write (or, for
+/// `Both`, under either name, so the other one can be checked and filled in).
+pub(crate) fn needs_rename(data: &[u8], output: OutputField) -> bool {
+    match output {
+        OutputField::ReasoningContent => has_string(data, &REASONING),
+        OutputField::Reasoning => has_string(data, &REASONING_CONTENT),
+        OutputField::Both => has_string(data, &REASONING) || has_string(data, &REASONING_CONTENT),
+    }
+}
+
+/// Whether the payload has reasoning text under `name` (`reasoning` or `reasoning_content`).
+pub(crate) fn has_reasoning_named(data: &[u8], name: &str) -> bool {
+    if name == "reasoning" {
+        has_string(data, &REASONING)
+    } else {
+        has_string(data, &REASONING_CONTENT)
+    }
+}
+
+/// Whether some `content` key has a string value.
+pub(crate) fn has_content_text(data: &[u8]) -> bool {
+    has_string(data, &CONTENT)
+}
+
+/// Whether the payload has a `tool_calls` key.
+pub(crate) fn has_tool_calls(data: &[u8]) -> bool {
+    TOOL_CALLS.find(data).is_some()
+}
+
+/// The values of every `"index":` key, `None` where it is not a plain unsigned number.
+pub(crate) fn indices(data: &[u8]) -> impl Iterator<Item = Option<u64>> + '_ {
+    values(data, &INDEX).map(|v| {
+        let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
+        std::str::from_utf8(v.get(..digits)?).ok()?.parse().ok()
+    })
+}
+
+/// Finds whether a payload may contain the first character of a tag in some string,
+/// written plainly or as a JSON `\u` escape.
+#[derive(Debug, Clone)]
+pub(crate) struct TagStart {
+    byte: u8,
+    /// `\u00xx` in lower and upper case hex, for an ASCII first character.
+    escapes: Option<[Finder<'static>; 2]>,
+}
+
+impl TagStart {
+    pub(crate) fn new(tag: &str) -> Self {
+        let first = tag.chars().next().unwrap_or('\0');
+        let escapes = first.is_ascii().then(|| {
+            let code = u32::from(first);
+            [
+                Finder::new(format!("\\u{code:04x}").as_bytes()).into_owned(),
+                Finder::new(format!("\\u{code:04X}").as_bytes()).into_owned(),
+            ]
+        });
+        TagStart {
+            byte: tag.as_bytes().first().copied().unwrap_or(0),
+            escapes,
+        }
+    }
+
+    pub(crate) fn for_open(tags: &ThinkTags) -> Self {
+        Self::new(&tags.open)
+    }
+
+    pub(crate) fn maybe_in(&self, data: &[u8]) -> bool {
+        if memchr::memchr(self.byte, data).is_some() {
+            return true;
+        }
+        match &self.escapes {
+            Some(escapes) => escapes.iter().any(|f| f.find(data).is_some()),
+            // A non-ASCII first character may be escaped in many ways: any escape counts.
+            None => UNICODE_ESCAPE.find(data).is_some(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rename_needed_only_for_text_under_the_other_name() {
+        let rc = br#"{"delta":{"reasoning_content":"x"}}"#;
+        let r = br#"{"delta":{"reasoning" : "x"}}"#;
+        let null = br#"{"delta":{"reasoning":null,"content":"hi"}}"#;
+        let value = br#"{"type":"reasoning","content":"say \"reasoning\": no"}"#;
+        assert!(!needs_rename(rc, OutputField::ReasoningContent));
+        assert!(needs_rename(rc, OutputField::Reasoning));
+        assert!(needs_rename(rc, OutputField::Both));
+        assert!(needs_rename(r, OutputField::ReasoningContent));
+        assert!(!needs_rename(r, OutputField::Reasoning));
+        assert!(!needs_rename(null, OutputField::ReasoningContent));
+        assert!(!needs_rename(value, OutputField::ReasoningContent));
+        assert!(has_content_text(null));
+        assert!(!has_content_text(
+            br#"{"delta":{"content":null,"reasoning_content":"a"}}"#
+        ));
+    }
+
+    #[test]
+    fn indices_read_plain_numbers() {
+        let data = br#"{"choices":[{"index":0,"delta":{}},{"index": 12},{"index":"x"}]}"#;
+        assert_eq!(
+            indices(data).collect::<Vec<_>>(),
+            vec![Some(0), Some(12), None]
+        );
+    }
+
+    #[test]
+    fn tag_start_sees_escapes() {
+        let start = TagStart::new("<think>");
+        assert!(start.maybe_in(b"a<b"));
+        assert!(start.maybe_in(br#""\u003cthink>""#));
+        assert!(start.maybe_in(br#""\u003Cthink>""#));
+        assert!(!start.maybe_in(br#""plain \u00e9 text""#));
+        let wide = TagStart::new("«r»");
+        assert!(wide.maybe_in(br#""\u00abr""#));
+        assert!(!wide.maybe_in(b"plain"));
+    }
+}

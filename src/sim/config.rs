@@ -1,0 +1,56 @@
+//! The simulator's knobs: which dialect it speaks, its window, its slots and its pace.
+
+use std::time::Duration;
+
+use crate::flavor::Flavor;
+
+/// How a simulated backend behaves. Build with struct update syntax over [`Default`].
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Wire dialect spoken (shapes, errors, extra endpoints).
+    pub flavor: Flavor,
+    /// Served model name: what `/v1/models` lists and responses echo.
+    pub model: String,
+    /// Per-slot context window in tokens (`n_ctx` for llama.cpp, `max_model_len` otherwise).
+    pub slot_ctx: u32,
+    /// Concurrent generations; further requests queue FIFO until a slot frees.
+    pub slots: u32,
+    /// Delay before the first generated event, or before a non-stream answer.
+    pub ttft: Duration,
+    /// Delay between generated tokens.
+    pub token_delay: Duration,
+    /// Generate reasoning text before the answer.
+    pub reasoning: bool,
+    /// Put reasoning inline in `content` as `<think>…</think>` (a backend without a parser).
+    pub think_tags_in_content: bool,
+    /// Time after start during which the backend behaves as if loading its model.
+    pub loading: Duration,
+    /// Abort the connection after this many SSE events (no `[DONE]`, no clean chunked end).
+    pub fail_after: Option<u32>,
+    /// Tokens generated when the request sets no `max_tokens`/`max_completion_tokens`.
+    pub completion_tokens: u32,
+    /// Reasoning tokens generated when reasoning is on (they count toward the budget).
+    pub reasoning_tokens: u32,
+    /// Streams send their first event, then wait for [`super::Sim::release`].
+    pub gate: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            flavor: Flavor::Llamacpp,
+            model: "sim-model".to_owned(),
+            slot_ctx: 4096,
+            slots: 4,
+            ttft: Duration::ZERO,
+            token_delay: Duration::ZERO,
+            reasoning: false,
+            think_tags_in_content: false,
+            loading: Duration::ZERO,
+            fail_after: None,
+            completion_tokens: 16,
+            reasoning_tokens: 8,
+            gate: false,
+        }
+    }
+}

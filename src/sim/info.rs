@@ -1,0 +1,295 @@
+//! Discovery endpoints: `/health`, `/v1/models`, `/metrics`, llama.cpp's `/props` and `/slots`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::Response;
+use http::{Method, StatusCode, Uri};
+use serde_json::{json, Value};
+
+use super::llamacpp::{self, FINGERPRINT};
+use super::reply;
+use super::shape::dialect;
+use super::state::Shared;
+use super::tokenize::SPECIALS;
+use crate::flavor::Flavor;
+
+/// The ChatML template the simulator renders, as llama.cpp would report it in `/props`.
+const CHAT_TEMPLATE: &str = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+pub(crate) async fn health(State(sh): State<Arc<Shared>>) -> Response {
+    match sh.flavor() {
+        Flavor::Llamacpp if sh.loading() => reply::json(
+            sh.flavor(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            &llamacpp::loading_body(),
+        ),
+        Flavor::Llamacpp => reply::json(sh.flavor(), StatusCode::OK, &json!({"status": "ok"})),
+        other => reply::empty(other, StatusCode::OK),
+    }
+}
+
+pub(crate) async fn models(State(sh): State<Arc<Shared>>) -> Response {
+    let cfg = &sh.cfg;
+    let body = match cfg.flavor {
+        Flavor::Llamacpp => llama_models(&sh),
+        Flavor::Vllm => json!({"object": "list", "data": [{
+            "id": cfg.model,
+            "object": "model",
+            "created": sh.created,
+            "owned_by": "vllm",
+            "root": cfg.model,
+            "parent": null,
+            "max_model_len": cfg.slot_ctx,
+            "permission": [{
+                "id": format!("modelperm-{}", sh.next_id()),
+                "object": "model_permission",
+                "created": sh.created,
+                "allow_create_engine": false,
+                "allow_sampling": true,
+                "allow_logprobs": true,
+                "allow_search_indices": false,
+                "allow_view": true,
+                "allow_fine_tuning": false,
+                "organization": "*",
+                "group": null,
+                "is_blocking": false,
+            }],
+        }]}),
+        Flavor::Sglang => json!({"object": "list", "data": [{
+            "id": cfg.model,
+            "object": "model",
+            "created": sh.created,
+            "owned_by": "sglang",
+            "root": cfg.model,
+            "parent": null,
+            "max_model_len": cfg.slot_ctx,
+        }]}),
+        Flavor::Openai => json!({"object": "list", "data": [{
+            "id": cfg.model,
+            "object": "model",
+            "created": sh.created,
+            "owned_by": "system",
+        }]}),
+    };
+    reply::json(cfg.flavor, StatusCode::OK, &body)
+}
+
+fn llama_models(sh: &Shared) -> Value {
+    let m = &sh.cfg.model;
+    let meta = if sh.loading() {
+        Value::Null
+    } else {
+        json!({
+            "vocab_type": 2,
+            "n_vocab": 151_936,
+            "n_ctx": sh.cfg.slot_ctx,
+            "n_ctx_train": 40_960,
+            "n_embd": 64,
+            "n_params": 9_806_208,
+            "size": 19_613_184,
+            "ftype": "F16",
+        })
+    };
+    json!({
+        "models": [{
+            "name": m, "model": m, "modified_at": "", "size": "", "digest": "", "type": "model",
+            "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
+            "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
+                        "parameter_size": "", "quantization_level": ""},
+        }],
+        "object": "list",
+        "data": [{
+            "id": m, "aliases": [m], "tags": [], "object": "model",
+            "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+            "created": sh.created, "owned_by": "llamacpp", "meta": meta,
+        }],
+    })
+}
+
+fn params(n_predict: i64) -> Value {
+    json!({
+        "seed": 4_294_967_295u32, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+        "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "stream": false,
+        "chat_format": "Content-only", "reasoning_format": "deepseek",
+    })
+}
+
+pub(crate) async fn props(State(sh): State<Arc<Shared>>) -> Response {
+    let cfg = &sh.cfg;
+    let token = |id: u32| {
+        SPECIALS
+            .iter()
+            .find(|(_, s)| *s == id)
+            .map_or("", |(p, _)| *p)
+    };
+    let body = json!({
+        "default_generation_settings": {"params": params(-1), "n_ctx": cfg.slot_ctx},
+        "total_slots": cfg.slots.max(1),
+        "model_alias": cfg.model,
+        "model_path": format!("models/{}.gguf", cfg.model),
+        "modalities": {"vision": false, "video": false, "audio": false},
+        "endpoint_slots": true,
+        "endpoint_props": false,
+        "endpoint_metrics": true,
+        "chat_template": CHAT_TEMPLATE,
+        "bos_token": token(151_643),
+        "eos_token": token(151_645),
+        "build_info": FINGERPRINT,
+        "is_sleeping": false,
+    });
+    reply::json(cfg.flavor, StatusCode::OK, &body)
+}
+
+pub(crate) async fn slots(State(sh): State<Arc<Shared>>) -> Response {
+    let busy = sh.recorder.running();
+    let list: Vec<Value> = (0..sh.cfg.slots.max(1))
+        .map(|i| {
+            json!({
+                "id": i, "n_ctx": sh.cfg.slot_ctx, "speculative": false, "is_processing": i < busy,
+                "id_task": -1, "params": params(-1),
+                "next_token": [{"has_next_token": i < busy, "has_new_line": false, "n_remain": -1, "n_decoded": 0}],
+            })
+        })
+        .collect();
+    reply::json(sh.flavor(), StatusCode::OK, &Value::Array(list))
+}
+
+pub(crate) async fn metrics(State(sh): State<Arc<Shared>>) -> Response {
+    let (running, queued) = (sh.recorder.running(), sh.recorder.queued());
+    let prompt = sh.stats.prompt_tokens.load(Ordering::Relaxed);
+    let predicted = sh.stats.predicted_tokens.load(Ordering::Relaxed);
+    let requests = sh.stats.requests.load(Ordering::Relaxed);
+    let mut out = String::with_capacity(1024);
+    let mut family = |name: &str, kind: &str, help: &str, labels: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{labels} {value}"
+        );
+    };
+    match sh.flavor() {
+        Flavor::Llamacpp => {
+            family(
+                "llamacpp:prompt_tokens_total",
+                "counter",
+                "Number of prompt tokens processed, excluding cached tokens",
+                "",
+                prompt.to_string(),
+            );
+            family(
+                "llamacpp:tokens_predicted_total",
+                "counter",
+                "Number of generation tokens processed",
+                "",
+                predicted.to_string(),
+            );
+            family(
+                "llamacpp:requests_processing",
+                "gauge",
+                "Number of requests processing",
+                "",
+                running.to_string(),
+            );
+            family(
+                "llamacpp:requests_deferred",
+                "gauge",
+                "Number of requests deferred",
+                "",
+                queued.to_string(),
+            );
+        }
+        Flavor::Vllm | Flavor::Openai => {
+            let labels = format!("{{model_name={}}}", sh.model_json);
+            let usage = f64::from(running) / f64::from(sh.cfg.slots.max(1));
+            family(
+                "vllm:num_requests_running",
+                "gauge",
+                "Number of requests in model execution batches.",
+                &labels,
+                running.to_string(),
+            );
+            family(
+                "vllm:num_requests_waiting",
+                "gauge",
+                "Number of requests waiting to be processed.",
+                &labels,
+                queued.to_string(),
+            );
+            family(
+                "vllm:kv_cache_usage_perc",
+                "gauge",
+                "KV-cache usage. 1 means 100 percent usage.",
+                &labels,
+                usage.to_string(),
+            );
+            family(
+                "vllm:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                &labels,
+                prompt.to_string(),
+            );
+            family(
+                "vllm:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                &labels,
+                predicted.to_string(),
+            );
+            family(
+                "vllm:request_success_total",
+                "counter",
+                "Count of successfully processed requests.",
+                &labels,
+                requests.to_string(),
+            );
+        }
+        Flavor::Sglang => {
+            let labels = format!("{{model_name={}}}", sh.model_json);
+            family(
+                "sglang:num_running_reqs",
+                "gauge",
+                "The number of running requests.",
+                &labels,
+                running.to_string(),
+            );
+            family(
+                "sglang:num_queue_reqs",
+                "gauge",
+                "The number of requests in the waiting queue.",
+                &labels,
+                queued.to_string(),
+            );
+            family(
+                "sglang:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                &labels,
+                prompt.to_string(),
+            );
+            family(
+                "sglang:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                &labels,
+                predicted.to_string(),
+            );
+            family(
+                "sglang:num_requests_total",
+                "counter",
+                "Number of requests processed.",
+                &labels,
+                requests.to_string(),
+            );
+        }
+    }
+    reply::text(sh.flavor(), out)
+}
+
+/// Unknown routes and methods, in the flavour's own shape.
+pub(crate) async fn not_found(State(sh): State<Arc<Shared>>, method: Method, uri: Uri) -> Response {
+    let (status, body) = dialect(sh.flavor()).not_found(method.as_str(), uri.path());
+    reply::json(sh.flavor(), status, &body)
+}

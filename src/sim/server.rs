@@ -1,0 +1,150 @@
+//! The listener: accepts connections, records each request, simulates loading, routes.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+use super::recorder::Recorded;
+use super::state::Shared;
+use super::{chat, embed, info, llamacpp, reply, tokens_api};
+use crate::flavor::Flavor;
+
+/// The routes of one flavour.
+fn router(sh: Arc<Shared>) -> Router {
+    let mut r = Router::new()
+        .route("/v1/chat/completions", post(chat::chat))
+        .route("/v1/completions", post(chat::completions))
+        .route("/v1/embeddings", post(embed::embeddings))
+        .route("/v1/models", get(info::models))
+        .route("/health", get(info::health))
+        .route("/metrics", get(info::metrics));
+    r = match sh.flavor() {
+        Flavor::Llamacpp => r
+            .route("/chat/completions", post(chat::chat))
+            .route("/completions", post(chat::completions))
+            .route("/embeddings", post(embed::embeddings))
+            .route("/models", get(info::models))
+            .route("/props", get(info::props))
+            .route("/slots", get(info::slots))
+            .route("/tokenize", post(tokens_api::llama_tokenize))
+            .route("/detokenize", post(tokens_api::llama_detokenize))
+            .route("/apply-template", post(tokens_api::apply_template))
+            .route(
+                "/v1/chat/completions/input_tokens",
+                post(tokens_api::input_tokens),
+            ),
+        Flavor::Vllm => r
+            .route("/tokenize", post(tokens_api::vllm_tokenize))
+            .route("/detokenize", post(tokens_api::vllm_detokenize)),
+        Flavor::Sglang => r
+            .route("/tokenize", post(tokens_api::sglang_tokenize))
+            .route("/v1/tokenize", post(tokens_api::sglang_tokenize))
+            .route("/detokenize", post(tokens_api::sglang_detokenize))
+            .route("/v1/detokenize", post(tokens_api::sglang_detokenize)),
+        Flavor::Openai => r,
+    };
+    r.fallback(info::not_found)
+        .method_not_allowed_fallback(info::not_found)
+        .with_state(sh)
+}
+
+/// Serves until `shutdown` resolves, then closes every connection at once.
+pub(crate) async fn run(
+    sh: Arc<Shared>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let app = router(Arc::clone(&sh));
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    conns.spawn(connection(tcp, Arc::clone(&sh), app.clone()));
+                }
+                // Out of descriptors or a similar passing trouble: let it settle.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+    Ok(())
+}
+
+async fn connection(tcp: TcpStream, sh: Arc<Shared>, app: Router) {
+    let _ = tcp.set_nodelay(true);
+    let service = hyper::service::service_fn(move |req| handle(Arc::clone(&sh), app.clone(), req));
+    // A connection error only concerns that client.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tcp), service)
+        .await;
+}
+
+async fn handle(
+    sh: Arc<Shared>,
+    app: Router,
+    req: Request<Incoming>,
+) -> Result<Response, Infallible> {
+    let (parts, body) = req.into_parts();
+    let Ok(collected) = body.collect().await else {
+        return Ok(reply::empty(sh.flavor(), StatusCode::BAD_REQUEST));
+    };
+    let bytes = collected.to_bytes();
+    sh.recorder.record(Recorded {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        headers: parts.headers.clone(),
+        body: bytes.clone(),
+    });
+    if let Some(ready_at) = sh.ready_at {
+        if let Some(resp) = while_loading(&sh, parts.uri.path(), ready_at).await {
+            return Ok(resp);
+        }
+    }
+    let req = Request::from_parts(parts, Body::from(bytes));
+    match app.oneshot(req).await {
+        Ok(resp) => Ok(resp),
+        Err(never) => match never {},
+    }
+}
+
+/// What a backend that is still loading its model does with a request.
+async fn while_loading(sh: &Shared, path: &str, ready_at: Instant) -> Option<Response> {
+    if Instant::now() >= ready_at {
+        return None;
+    }
+    let flavor = sh.flavor();
+    match flavor {
+        // llama.cpp answers model listings (with `meta: null`) and 503 for the rest.
+        Flavor::Llamacpp if matches!(path, "/v1/models" | "/models") => None,
+        Flavor::Llamacpp => Some(reply::json(
+            flavor,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &llamacpp::loading_body(),
+        )),
+        Flavor::Sglang => Some(reply::empty(flavor, StatusCode::SERVICE_UNAVAILABLE)),
+        // vLLM has bound its port but answers nothing until the engine is up.
+        Flavor::Vllm | Flavor::Openai => {
+            tokio::time::sleep_until(ready_at.into()).await;
+            None
+        }
+    }
+}

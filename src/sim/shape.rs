@@ -1,0 +1,186 @@
+//! What every dialect must say, and the per-request SSE frame built from it.
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::Value;
+
+use super::{llamacpp, sglang, vllm};
+use crate::flavor::Flavor;
+
+/// Which endpoint a generation answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `/v1/chat/completions`
+    Chat,
+    /// `/v1/completions`
+    Text,
+}
+
+/// Where a generated token goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    Reasoning,
+    Content,
+}
+
+/// Token counts and timings of one generation.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counts {
+    pub prompt: u32,
+    pub completion: u32,
+    /// Tokens that went to the reasoning field.
+    pub reasoning: u32,
+    pub prompt_ms: f64,
+    pub predicted_ms: f64,
+}
+
+/// A finished non-stream answer.
+#[derive(Debug)]
+pub(crate) struct Answer<'a> {
+    pub kind: Kind,
+    pub id: &'a str,
+    pub created: u64,
+    pub model: &'a str,
+    pub reasoning: Option<String>,
+    pub content: String,
+    pub finish: &'static str,
+    pub counts: Counts,
+}
+
+/// Why a request is refused before generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The body is not valid JSON.
+    Json {
+        line: usize,
+        column: usize,
+        detail: String,
+    },
+    /// A required member is absent.
+    Missing(&'static str),
+    /// Some other malformed input.
+    Invalid(String),
+    /// The prompt (or prompt plus `max_tokens`) does not fit the window.
+    Overflow {
+        prompt: u32,
+        max_tokens: Option<u32>,
+        window: u32,
+    },
+}
+
+/// The wire shapes of one backend flavour.
+pub(crate) trait Dialect: Sync {
+    /// `data: {…"choices":[` and `]…` around each stream chunk's choice (object left open).
+    fn head_tail(&self, kind: Kind, id: &str, created: u64, model_json: &str) -> (String, String);
+    /// The first chat chunk's choice, announcing the assistant role.
+    fn role_choice(&self) -> &'static str;
+    fn token_choice(&self, kind: Kind, field: Field, text: &str, out: &mut String);
+    fn finish_choice(&self, kind: Kind, finish: &str, out: &mut String);
+    /// Members appended to every ordinary chunk.
+    fn chunk_extra(&self) -> &'static str {
+        ""
+    }
+    /// Members appended to the finish chunk.
+    fn finish_extra(&self, _usage_chunk: bool, _counts: &Counts) -> String {
+        String::new()
+    }
+    /// Members of the usage-only chunk (after `"choices":[]`).
+    fn usage_extra(&self, counts: &Counts) -> String;
+    /// Whether a stream ends with a usage chunk, given `stream_options`.
+    fn include_usage(&self, stream_options: Option<&Value>) -> bool {
+        stream_options
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+    /// Whether the request is over the context window.
+    fn overflows(&self, prompt: u32, max_tokens: Option<u32>, window: u32) -> bool;
+    fn body(&self, answer: &Answer<'_>) -> Value;
+    fn error(&self, failure: &Failure) -> (StatusCode, Value);
+    fn not_found(&self, method: &str, path: &str) -> (StatusCode, Value);
+}
+
+pub(crate) fn dialect(flavor: Flavor) -> &'static dyn Dialect {
+    match flavor {
+        Flavor::Llamacpp => &llamacpp::LlamaCpp,
+        Flavor::Vllm => &vllm::Vllm { openai: false },
+        Flavor::Openai => &vllm::Vllm { openai: true },
+        Flavor::Sglang => &sglang::Sglang,
+    }
+}
+
+/// Prebuilt pieces of one stream's chunks; each event is one allocation.
+pub(crate) struct Frame {
+    dialect: &'static dyn Dialect,
+    kind: Kind,
+    head: String,
+    tail: String,
+}
+
+pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
+
+impl Frame {
+    pub fn new(
+        dialect: &'static dyn Dialect,
+        kind: Kind,
+        id: &str,
+        created: u64,
+        model_json: &str,
+    ) -> Self {
+        let (head, tail) = dialect.head_tail(kind, id, created, model_json);
+        Self {
+            dialect,
+            kind,
+            head,
+            tail,
+        }
+    }
+
+    fn event(&self, choice: impl FnOnce(&mut String), extra: &str) -> Bytes {
+        let mut out = String::with_capacity(self.head.len() + self.tail.len() + extra.len() + 96);
+        out.push_str(&self.head);
+        choice(&mut out);
+        out.push_str(&self.tail);
+        out.push_str(extra);
+        out.push_str("}\n\n");
+        Bytes::from(out)
+    }
+
+    pub fn role(&self) -> Bytes {
+        let role = self.dialect.role_choice();
+        self.event(|o| o.push_str(role), self.dialect.chunk_extra())
+    }
+
+    pub fn token(&self, field: Field, text: &str) -> Bytes {
+        self.event(
+            |o| self.dialect.token_choice(self.kind, field, text, o),
+            self.dialect.chunk_extra(),
+        )
+    }
+
+    pub fn finish(&self, finish: &str, usage_chunk: bool, counts: &Counts) -> Bytes {
+        let mut extra = self.dialect.chunk_extra().to_owned();
+        extra.push_str(&self.dialect.finish_extra(usage_chunk, counts));
+        self.event(|o| self.dialect.finish_choice(self.kind, finish, o), &extra)
+    }
+
+    pub fn usage(&self, counts: &Counts) -> Bytes {
+        self.event(|_| {}, &self.dialect.usage_extra(counts))
+    }
+}
+
+/// Appends `s` as a JSON string literal.
+pub(crate) fn push_json_str(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&Value::from(s).to_string());
+    }
+}
+
+/// Tokens per second over `ms` milliseconds, finite even for zero time.
+pub(crate) fn per_second(n: u32, ms: f64) -> f64 {
+    f64::from(n) * 1000.0 / ms.max(0.001)
+}

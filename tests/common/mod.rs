@@ -1,0 +1,132 @@
+//! Test harness: the real proxy on 127.0.0.1:0 in front of simulated backends.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use switchboard::sim::{Sim, SimConfig};
+use switchboard::state::AppState;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Every wait in a test is bounded by this, so a bug fails instead of hanging.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    match tokio::time::timeout(WAIT, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Proxy {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Begin graceful shutdown (as SIGTERM does).
+    pub fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(self.url("/metrics")).await.unwrap().text().await.unwrap()
+    }
+}
+
+/// Start the proxy with a TOML config; `{name}` placeholders in it are replaced by `urls`.
+pub async fn proxy(toml: &str, urls: &[(&str, String)]) -> Proxy {
+    let mut text = toml.to_string();
+    for (name, url) in urls {
+        text = text.replace(&format!("{{{name}}}"), url);
+    }
+    let cfg = switchboard::config::from_toml(&text).expect("valid test config");
+    let grace = cfg.server.shutdown_grace;
+    let state = AppState::new(cfg, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    let st = state.clone();
+    let task = tokio::spawn(async move {
+        switchboard::server::run(
+            listener,
+            st,
+            async move {
+                let _ = rx.await;
+            },
+            grace,
+            std::future::pending(),
+        )
+        .await
+    });
+    Proxy {
+        addr,
+        state,
+        stop: Some(tx),
+        task,
+    }
+}
+
+pub async fn sim(cfg: SimConfig) -> Sim {
+    Sim::spawn(cfg).await.expect("simulator starts")
+}
+
+/// One alias `a` (old name `old-a`) on one backend `b` at `{b}`.
+pub fn one_alias(flavor: &str, extra_server: &str, extra_alias: &str) -> String {
+    format!(
+        r#"
+[server]
+{extra_server}
+[backends.b]
+url = "{{b}}"
+flavor = "{flavor}"
+slots = 8
+[aliases.a]
+backend = "b"
+upstream_model = "up-model"
+context_window = 4096
+old_names = ["old-a"]
+{extra_alias}
+"#
+    )
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+pub fn chat(model: &str, stream: bool) -> serde_json::Value {
+    serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Hello there"}],
+        "stream": stream,
+        "max_tokens": 4,
+    })
+}
+
+/// Read an SSE body to its end, returning each `data:` payload.
+pub async fn sse_payloads(resp: reqwest::Response) -> Vec<String> {
+    let text = within("stream end", resp.text()).await.unwrap();
+    text.split("\n\n")
+        .filter_map(|ev| ev.strip_prefix("data: "))
+        .map(String::from)
+        .collect()
+}
+
+/// The value of a sample line `name{labels} value` in Prometheus text, or 0 when absent.
+pub fn sample(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
+}

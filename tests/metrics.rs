@@ -1,0 +1,176 @@
+//! Issue 5: per-alias metrics from known traffic, read back from a live scrape.
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use switchboard::flavor::Flavor;
+use switchboard::sim::{count_prompt_tokens, SimConfig};
+
+fn sim_cfg() -> SimConfig {
+    SimConfig {
+        flavor: Flavor::Llamacpp,
+        model: "up-model".into(),
+        ..SimConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn r5_known_traffic_gives_exact_counts() {
+    let sim = sim(sim_cfg()).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+    let mut prompt = 0u64;
+    for i in 0..3 {
+        let body = json!({"model": "a", "messages": [{"role": "user", "content": format!("question number {i}")}], "max_tokens": 4});
+        prompt += u64::from(count_prompt_tokens(Flavor::Llamacpp, &body));
+        let r = c.post(&url).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    for _ in 0..2 {
+        let body = chat("old-a", true);
+        prompt += u64::from(count_prompt_tokens(Flavor::Llamacpp, &body));
+        let events = sse_payloads(c.post(&url).json(&body).send().await.unwrap()).await;
+        assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    }
+    let r = c.post(&url).json(&chat("nope", false)).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    r.bytes().await.unwrap();
+
+    let m = p.metrics().await;
+    let req = |labels: &str| sample(&m, &format!("switchboard_requests_total{{{labels}}}"));
+    assert_eq!(req(r#"alias="a",endpoint="chat_completions",status="200",stream="false""#), 3.0, "{m}");
+    assert_eq!(req(r#"alias="a",endpoint="chat_completions",status="200",stream="true""#), 2.0);
+    assert_eq!(req(r#"alias="unknown",endpoint="chat_completions",status="404",stream="false""#), 1.0);
+    assert_eq!(sample(&m, r#"switchboard_request_duration_seconds_count{alias="a"}"#), 5.0);
+    assert_eq!(sample(&m, r#"switchboard_time_to_first_token_seconds_count{alias="a"}"#), 2.0);
+    assert_eq!(sample(&m, r#"switchboard_time_to_first_content_seconds_count{alias="a"}"#), 2.0);
+    assert_eq!(sample(&m, r#"switchboard_prompt_tokens_total{alias="a"}"#), prompt as f64);
+    assert_eq!(sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#), 20.0);
+    assert_eq!(sample(&m, r#"switchboard_prefill_tokens_per_second_count{alias="a"}"#), 5.0);
+    assert_eq!(sample(&m, r#"switchboard_decode_tokens_per_second_count{alias="a"}"#), 5.0);
+    assert_eq!(sample(&m, r#"switchboard_proxy_overhead_seconds_count{alias="a"}"#), 5.0);
+    assert_eq!(sample(&m, r#"switchboard_inflight_requests{alias="a"}"#), 0.0);
+    assert_eq!(sample(&m, r#"switchboard_client_cancels_total{alias="a"}"#), 0.0);
+    assert!(m.contains("switchboard_build_info{version=\""));
+}
+
+#[tokio::test]
+async fn r5_usage_chunk_hidden_from_clients_that_did_not_ask_but_counted() {
+    let sim = sim(sim_cfg()).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+    let events = sse_payloads(c.post(&url).json(&chat("a", true)).send().await.unwrap()).await;
+    assert!(events.iter().all(|e| !e.contains("\"usage\"")), "{events:?}");
+    // The backend was asked for usage all the same.
+    let seen: Value = serde_json::from_slice(&sim.recorder().last().unwrap().body).unwrap();
+    assert_eq!(seen["stream_options"]["include_usage"], true);
+    let m = p.metrics().await;
+    assert_eq!(sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#), 4.0);
+    assert!(sample(&m, r#"switchboard_prompt_tokens_total{alias="a"}"#) > 0.0);
+
+    // A client that asked for usage gets it.
+    let mut body = chat("a", true);
+    body["stream_options"] = json!({"include_usage": true});
+    let events = sse_payloads(c.post(&url).json(&body).send().await.unwrap()).await;
+    let usage: Vec<_> = events.iter().filter(|e| e.contains("\"usage\"")).collect();
+    assert_eq!(usage.len(), 1, "{events:?}");
+    let m = p.metrics().await;
+    assert_eq!(sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#), 8.0);
+}
+
+#[tokio::test]
+async fn r5_inflight_returns_to_zero_after_failures_rejections_and_disconnects() {
+    let sim = sim(SimConfig {
+        gate: true,
+        ..sim_cfg()
+    })
+    .await;
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let toml = r#"
+[server]
+body_limit_bytes = 1024
+[backends.b]
+url = "{b}"
+flavor = "llamacpp"
+slots = 8
+[backends.dead]
+url = "{dead}"
+flavor = "llamacpp"
+[aliases.a]
+backend = "b"
+upstream_model = "up-model"
+[aliases.d]
+backend = "dead"
+"#;
+    let p = proxy(toml, &[("b", sim.url()), ("dead", dead_url)]).await;
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+    // Backend unreachable.
+    assert_eq!(c.post(&url).json(&chat("d", false)).send().await.unwrap().status(), 502);
+    // Rejections.
+    assert_eq!(c.post(&url).json(&chat("x", false)).send().await.unwrap().status(), 404);
+    let big = json!({"model": "a", "messages": [{"role": "user", "content": "y".repeat(2000)}]});
+    assert_eq!(c.post(&url).json(&big).send().await.unwrap().status(), 413);
+    // Client disconnect mid-stream.
+    let r = c.post(&url).json(&chat("a", true)).send().await.unwrap();
+    let mut body = r.bytes_stream();
+    within("first event", body.next()).await.unwrap().unwrap();
+    drop(body);
+    within("cancel", sim.recorder().wait_cancelled(1)).await;
+    within("gauges back to zero", async {
+        loop {
+            let m = p.metrics().await;
+            let total: f64 = ["a", "d", "unknown"]
+                .iter()
+                .map(|a| sample(&m, &format!("switchboard_inflight_requests{{alias=\"{a}\"}}")))
+                .sum();
+            if total == 0.0 && sample(&m, r#"switchboard_client_cancels_total{alias="a"}"#) == 1.0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let m = p.metrics().await;
+    assert_eq!(sample(&m, r#"switchboard_upstream_errors_total{alias="d",reason="connect"}"#), 1.0);
+    assert_eq!(sample(&m, r#"switchboard_queued_requests{alias="a"}"#), 0.0);
+}
+
+#[tokio::test]
+async fn r5_metrics_negotiates_openmetrics() {
+    let sim = sim(sim_cfg()).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    let r = client()
+        .get(p.url("/metrics"))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    let text = r.text().await.unwrap();
+    assert!(text.ends_with("# EOF\n"));
+    assert!(text.contains("# TYPE switchboard_requests counter"));
+    let plain = p.metrics().await;
+    assert!(plain.contains("# TYPE switchboard_requests_total counter"));
+    assert!(!plain.contains("# EOF"));
+}
+
+#[test]
+fn r5_exported_families_match_the_documented_contract() {
+    let contract = include_str!("../deploy/metrics.txt");
+    let m = switchboard::metrics::Metrics::new();
+    let text = m.render(false);
+    for name in contract.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        assert!(
+            text.contains(&format!("# TYPE {name} ")),
+            "documented metric {name} is not exported"
+        );
+    }
+}

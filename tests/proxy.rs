@@ -1,0 +1,402 @@
+//! Issue 2 (core proxy): routing, rewrite, errors, streaming, cancellation, shutdown, through the real server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use switchboard::flavor::Flavor;
+use switchboard::sim::SimConfig;
+
+fn sim_cfg(flavor: Flavor) -> SimConfig {
+    SimConfig {
+        flavor,
+        model: "up-model".into(),
+        ..SimConfig::default()
+    }
+}
+
+async fn error_of(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await.unwrap();
+    for k in ["message", "type", "param", "code"] {
+        assert!(v["error"].get(k).is_some(), "envelope lacks {k}: {v}");
+    }
+    (status, v["error"].clone())
+}
+
+#[tokio::test]
+async fn r2_routes_by_alias_and_old_name_rewriting_model() {
+    for flavor in [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang] {
+        let sim = sim(sim_cfg(flavor)).await;
+        let p = proxy(&one_alias(flavor.as_str(), "", ""), &[("b", sim.url())]).await;
+        let c = client();
+        let body = r#"{"messages":[{"role":"user","content":"Hi"}],  "model":"a", "temperature":0.5,"max_tokens":3}"#;
+        let r = c
+            .post(p.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("x-request-id", "req-123")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{flavor}");
+        assert_eq!(r.headers()["x-request-id"], "req-123");
+        assert_eq!(r.headers()["x-switchboard-alias"], "a");
+        assert!(r.headers().get("deprecation").is_none());
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["object"], "chat.completion");
+        let seen = sim.recorder().last().unwrap();
+        assert_eq!(seen.path, "/v1/chat/completions");
+        // Only `model` changed; every other byte is the client's.
+        assert_eq!(
+            std::str::from_utf8(&seen.body).unwrap(),
+            body.replace(r#""model":"a""#, r#""model":"up-model""#)
+        );
+        assert_eq!(seen.headers["x-request-id"], "req-123");
+
+        let r = c
+            .post(p.url("/v1/chat/completions"))
+            .json(&chat("old-a", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["deprecation"], "true");
+        let link = r.headers()["link"].to_str().unwrap();
+        assert!(link.contains("/v1/models/a>"), "{link}");
+    }
+}
+
+#[tokio::test]
+async fn r2_other_endpoints_are_routed_by_model() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    let c = client();
+    let r = c
+        .post(p.url("/v1/embeddings"))
+        .json(&json!({"model": "a", "input": "hello"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = c
+        .post(p.url("/v1/completions?x=1"))
+        .json(&json!({"model": "a", "prompt": "hello", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = sim.recorder().last().unwrap();
+    assert_eq!(seen.path, "/v1/completions");
+    let v: Value = serde_json::from_slice(&seen.body).unwrap();
+    assert_eq!(v["model"], "up-model");
+}
+
+#[tokio::test]
+async fn r2_models_lists_aliases_only() {
+    let sim = sim(sim_cfg(Flavor::Vllm)).await;
+    let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
+    let v: Value = client()
+        .get(p.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["object"], "list");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1);
+    assert_eq!(data[0]["id"], "a");
+    assert_eq!(data[0]["owned_by"], "switchboard");
+    assert_eq!(data[0]["context_length"], 4096);
+    assert_eq!(data[0]["max_model_len"], 4096);
+    let r = client().get(p.url("/v1/models/old-a")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let (status, e) = error_of(client().get(p.url("/v1/models/zzz")).send().await.unwrap()).await;
+    assert_eq!((status, e["code"].as_str()), (404, Some("model_not_found")));
+}
+
+#[tokio::test]
+async fn r2_client_errors_get_the_envelope() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let p = proxy(
+        &one_alias("llamacpp", "body_limit_bytes = 2048", ""),
+        &[("b", sim.url())],
+    )
+    .await;
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+
+    let (s, e) = error_of(c.post(&url).json(&chat("nope", false)).send().await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("model_not_found")));
+    assert!(e["message"].as_str().unwrap().contains("a"), "{e}");
+    assert_eq!(e["param"], "model");
+
+    let (s, e) = error_of(c.post(&url).json(&json!({"messages": []})).send().await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("missing_model")));
+
+    let (s, e) = error_of(
+        c.post(&url)
+            .header("content-type", "application/json")
+            .body("{\"model\": \"a\",")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((s, e["type"].as_str()), (400, Some("invalid_request_error")));
+    assert_eq!(e["code"], "invalid_json");
+
+    let (s, e) = error_of(
+        c.post(&url)
+            .header("content-type", "text/plain")
+            .body(chat("a", false).to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("unsupported_content_type")));
+
+    let big = json!({"model": "a", "messages": [{"role": "user", "content": "x".repeat(4096)}]});
+    let (s, e) = error_of(c.post(&url).json(&big).send().await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (413, Some("request_too_large")));
+
+    let (s, e) = error_of(c.get(p.url("/nope")).send().await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("unknown_url")));
+    let (s, _) = error_of(c.get(&url).send().await.unwrap()).await;
+    assert_eq!(s, 404);
+
+    // Nothing of the above reached the backend.
+    assert!(sim.recorder().requests().is_empty());
+
+    // A backend's own 4xx passes through unchanged.
+    let r = c
+        .post(&url)
+        .json(&json!({"model": "a", "foo": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].is_string(), "{v}");
+}
+
+#[tokio::test]
+async fn r2_backend_unreachable_is_502() {
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
+    let (s, e) = error_of(
+        client()
+            .post(p.url("/v1/chat/completions"))
+            .json(&chat("a", false))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str()), (502, Some("bad_gateway")));
+    assert!(!e["message"].as_str().unwrap().contains("127.0.0.1"), "leaks the address: {e}");
+}
+
+#[tokio::test]
+async fn r2_backend_too_slow_for_headers_is_504() {
+    // A vLLM backend that is loading accepts the connection but never answers.
+    let sim = sim(SimConfig {
+        loading: Duration::from_secs(3600),
+        ..sim_cfg(Flavor::Vllm)
+    })
+    .await;
+    let p = proxy(
+        &one_alias("vllm", "header_timeout_secs = 1", ""),
+        &[("b", sim.url())],
+    )
+    .await;
+    let (s, e) = error_of(
+        within(
+            "504",
+            client()
+                .post(p.url("/v1/chat/completions"))
+                .json(&chat("a", false))
+                .send(),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str()), (504, Some("upstream_timeout")));
+}
+
+#[tokio::test]
+async fn r2_backend_loading_is_503_with_retry_after() {
+    let sim = sim(SimConfig {
+        loading: Duration::from_secs(3600),
+        ..sim_cfg(Flavor::Llamacpp)
+    })
+    .await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .json(&chat("a", false))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("retry-after").is_some());
+    let (s, e) = error_of(r).await;
+    assert_eq!((s, e["code"].as_str()), (503, Some("model_loading")));
+}
+
+#[tokio::test]
+async fn r2_stream_events_arrive_while_backend_still_generating() {
+    for flavor in [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang] {
+        let sim = sim(SimConfig {
+            gate: true,
+            ..sim_cfg(flavor)
+        })
+        .await;
+        let p = proxy(&one_alias(flavor.as_str(), "", ""), &[("b", sim.url())]).await;
+        let r = client()
+            .post(p.url("/v1/chat/completions"))
+            .json(&chat("a", true))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["content-type"], "text/event-stream");
+        assert_eq!(r.headers()["x-accel-buffering"], "no");
+        let mut body = r.bytes_stream();
+        // The backend is held after its first event: that event must already be here.
+        let first = within("first event", body.next()).await.unwrap().unwrap();
+        let first = String::from_utf8_lossy(&first).to_string();
+        assert!(first.starts_with("data: {"), "{flavor}: {first}");
+        assert_eq!(sim.recorder().completed(), 0);
+        sim.release();
+        let mut rest = String::new();
+        while let Some(chunk) = within("rest of stream", body.next()).await {
+            rest.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+        assert!(rest.ends_with("data: [DONE]\n\n"), "{flavor}: {rest}");
+        // The usage chunk the proxy asked for is not shown to a client that did not ask.
+        assert!(!rest.contains("\"choices\":[]"), "{flavor}: {rest}");
+    }
+}
+
+#[tokio::test]
+async fn r2_client_disconnect_cancels_upstream() {
+    for gated_before_first_byte in [false, true] {
+        let sim = sim(SimConfig {
+            gate: true,
+            ttft: if gated_before_first_byte {
+                Duration::from_secs(3600)
+            } else {
+                Duration::ZERO
+            },
+            ..sim_cfg(Flavor::Llamacpp)
+        })
+        .await;
+        let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+        let c = client();
+        let fut = c
+            .post(p.url("/v1/chat/completions"))
+            .json(&chat("a", true))
+            .send();
+        if gated_before_first_byte {
+            // Disconnect while the backend has sent nothing yet.
+            let req = tokio::spawn(fut);
+            within("request reaches backend", sim.recorder().wait_requests(1)).await;
+            req.abort();
+        } else {
+            let r = fut.await.unwrap();
+            let mut body = r.bytes_stream();
+            within("first event", body.next()).await.unwrap().unwrap();
+            drop(body);
+        }
+        // The backend sees the cancel promptly (well within a second on an idle machine).
+        tokio::time::timeout(Duration::from_secs(5), sim.recorder().wait_cancelled(1))
+            .await
+            .expect("backend saw the cancel");
+        let m = p.metrics().await;
+        within("inflight back to 0", async {
+            loop {
+                let m = p.metrics().await;
+                if sample(&m, "switchboard_inflight_requests{alias=\"a\"}") == 0.0 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        let _ = m;
+    }
+}
+
+#[tokio::test]
+async fn r2_backend_death_mid_stream_ends_with_error_not_done() {
+    let sim = sim(SimConfig {
+        fail_after: Some(3),
+        completion_tokens: 20,
+        ..sim_cfg(Flavor::Vllm)
+    })
+    .await;
+    let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .json(&json!({"model": "a", "messages": [{"role": "user", "content": "x"}], "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let events = sse_payloads(r).await;
+    let last = events.last().unwrap();
+    assert!(!events.iter().any(|e| e == "[DONE]"), "{events:?}");
+    let v: Value = serde_json::from_str(last).unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("stream broken"), "{v}");
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(&m, "switchboard_upstream_errors_total{alias=\"a\",reason=\"stream_broken\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn r2_graceful_shutdown_lets_running_stream_finish() {
+    let sim = sim(SimConfig {
+        gate: true,
+        ..sim_cfg(Flavor::Llamacpp)
+    })
+    .await;
+    let mut p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .json(&chat("a", true))
+        .send()
+        .await
+        .unwrap();
+    let mut body = r.bytes_stream();
+    within("first event", body.next()).await.unwrap().unwrap();
+    p.shutdown();
+    // New connections are refused once shutdown began.
+    within("listener closed", async {
+        loop {
+            if tokio::net::TcpStream::connect(p.addr).await.is_err() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(!p.task.is_finished());
+    sim.release();
+    let mut rest = String::new();
+    while let Some(chunk) = within("rest of stream", body.next()).await {
+        rest.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+    }
+    assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
+    within("server exits", &mut p.task).await.unwrap().unwrap();
+}
