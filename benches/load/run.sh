@@ -1,0 +1,371 @@
+#!/usr/bin/env bash
+# Loopback load harness: Switchboard against nginx against no proxy at all.
+#
+# usage: benches/load/run.sh            (from any directory)
+#
+# Builds `cargo build --release`, then starts, all on 127.0.0.1:
+#   - two simulated backends with zero delays (`switchboard simulate`):
+#       chat   llama.cpp flavour, non-streaming answers of CHAT_TOKENS tokens
+#       stream vLLM flavour with --reasoning, streams of 200 token events; the wrk
+#              script mixes bodies so a quarter of the requests think (vLLM's
+#              `reasoning` field, which Switchboard renames to `reasoning_content`)
+#              and three quarters turn thinking off
+#   - nginx: one worker, keepalive upstream (64), HTTP/1.1 upstream, no buffering,
+#     no access log; generated config, pid and logs in a temp dir; a foreground child
+#   - switchboard serve, aliases `bench` and `bench-stream` on those backends
+# and checks each path answers correctly. Then, for ROUNDS rounds, interleaved
+# (direct → nginx → switchboard for every setting): wrk at each of CONNS connections
+# and a sequential run (1 connection, 1 thread), for non-streaming chat and for
+# streams. Each run records requests/s, p50/p99 latency (wrk --latency) and the CPU
+# time of the proxy process per request (utime+stime from /proc/PID/stat, nginx
+# master and worker summed, before and after the run, divided by the requests wrk
+# completed). Prints markdown tables of medians over the rounds, and the added p50
+# latency of each proxy over direct in sequential runs. Exits 1 if any wrk run saw
+# a non-2xx answer or a socket error. Everything it started is stopped on exit.
+#
+# Environment (defaults):
+#   DURATION=5s      length of each wrk run
+#   ROUNDS=3         rounds of the whole interleaved sweep
+#   CONNS="8 64"     concurrent connections of the throughput runs
+#   WRK_THREADS=1    wrk threads of the throughput runs (the machine has few cores)
+#   CHAT_TOKENS=16   completion tokens of each non-streaming answer
+#   SKIP_BUILD=0     1: use the existing binary (SWITCHBOARD_BIN, default target/release)
+#   DRY_RUN=0        1: no Switchboard; the backend is a second nginx serving fixed
+#                    answers (tests the harness itself: direct and nginx paths only)
+#   KEEP_TMP=0       1: keep the temp dir (configs, logs, raw wrk output)
+#   SB_PORT=17700 NGINX_PORT=17780 NGINX_STREAM_PORT=17781 SIM_PORT=17801
+#   SIM_STREAM_PORT=17802                                loopback ports used
+#   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
+# Needs: cargo, wrk, nginx, curl, awk.
+set -euo pipefail
+
+# shellcheck source=benches/load/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-8 64}
+WRK_THREADS=${WRK_THREADS:-1}
+CHAT_TOKENS=${CHAT_TOKENS:-16}
+STREAM_TOKENS=200
+DRY_RUN=${DRY_RUN:-0}
+SB_PORT=${SB_PORT:-17700}
+NGINX_PORT=${NGINX_PORT:-17780}
+NGINX_STREAM_PORT=${NGINX_STREAM_PORT:-17781}
+SIM_PORT=${SIM_PORT:-17801}
+SIM_STREAM_PORT=${SIM_STREAM_PORT:-17802}
+export RUST_LOG=${RUST_LOG:-warn}
+API=/v1/chat/completions
+
+for tool in wrk nginx curl awk; do
+  command -v "$tool" >/dev/null || die "$tool not found"
+done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, not $ROUNDS"
+case $DURATION in
+  *[0-9]s | *[0-9]) dur_s=${DURATION%s} ;;
+  *[0-9]m) dur_s=$((${DURATION%m} * 60)) ;;
+  *) die "DURATION must look like 5s or 1m, not $DURATION" ;;
+esac
+[[ $dur_s =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a whole number of seconds or minutes"
+
+WORK=$(mktemp -d -t switchboard-load.XXXXXX)
+chmod 755 "$WORK" # nginx workers may run as another user
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- request bodies
+BODIES=$WORK/bodies
+mkdir -p "$BODIES"
+cat >"$BODIES/chat.json" <<EOF
+{"model":"bench","messages":[{"role":"system","content":"You are a terse assistant."},{"role":"user","content":"Name three primary colours."}],"max_tokens":$CHAT_TOKENS,"temperature":0}
+EOF
+cat >"$BODIES/stream-think.json" <<EOF
+{"model":"bench-stream","stream":true,"messages":[{"role":"user","content":"Count to two hundred."}],"max_tokens":$STREAM_TOKENS}
+EOF
+cat >"$BODIES/stream-plain.json" <<EOF
+{"model":"bench-stream","stream":true,"messages":[{"role":"user","content":"Count to two hundred."}],"max_tokens":$STREAM_TOKENS,"chat_template_kwargs":{"enable_thinking":false}}
+EOF
+CHAT_BODIES=("$BODIES/chat.json")
+STREAM_BODIES=("$BODIES/stream-think.json" "$BODIES/stream-plain.json" "$BODIES/stream-plain.json" "$BODIES/stream-plain.json")
+
+# ---------------------------------------------------------------- processes
+if [[ $DRY_RUN == 1 ]]; then
+  PATHS=(direct nginx)
+  require_free_ports "$NGINX_PORT" "$NGINX_STREAM_PORT" "$SIM_PORT" "$SIM_STREAM_PORT"
+else
+  PATHS=(direct nginx switchboard)
+  require_free_ports "$SB_PORT" "$NGINX_PORT" "$NGINX_STREAM_PORT" "$SIM_PORT" "$SIM_STREAM_PORT"
+fi
+
+# A fixed-answer backend made of nginx `return`, for DRY_RUN.
+start_static_backend() {
+  local dir=$WORK/static i chunk
+  mkdir -p "$dir/tmp"
+  {
+    printf 'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"bench-stream","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+    chunk='{"id":"c","object":"chat.completion.chunk","created":0,"model":"bench-stream","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}'
+    for ((i = 0; i < STREAM_TOKENS; i++)); do printf 'data: %s\n\n' "$chunk"; done
+    printf 'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"bench-stream","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    printf 'data: [DONE]\n\n'
+  } >"$dir/stream.txt"
+  cat >"$dir/nginx.conf" <<EOF
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $dir/tmp/body;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$SIM_PORT;
+        default_type application/json;
+        location / {
+            return 200 '{"id":"c","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"Red, yellow, blue."},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":$CHAT_TOKENS,"total_tokens":$((20 + CHAT_TOKENS))}}';
+        }
+    }
+    server {
+        listen 127.0.0.1:$SIM_STREAM_PORT;
+        # the static module refuses POST; an error_page redirect turns it into a GET
+        location / {
+            error_page 405 =200 /stream.txt;
+            return 405;
+        }
+        location = /stream.txt {
+            root $dir;
+            default_type text/event-stream;
+        }
+    }
+}
+EOF
+  start_nginx "$dir" "static backend"
+  wait_http "http://127.0.0.1:$SIM_PORT/" "$SPAWNED" "static backend"
+}
+
+if [[ $DRY_RUN == 1 ]]; then
+  log "DRY_RUN=1: static nginx backend, no Switchboard"
+  start_static_backend
+else
+  BIN=$(switchboard_bin)
+  spawn "chat simulator" "$WORK/sim-chat.log" "$BIN" simulate --flavor llamacpp \
+    --port "$SIM_PORT" --model bench --completion-tokens "$CHAT_TOKENS"
+  SIM_PID=$SPAWNED
+  spawn "stream simulator" "$WORK/sim-stream.log" "$BIN" simulate --flavor vllm \
+    --port "$SIM_STREAM_PORT" --model bench-stream --completion-tokens "$STREAM_TOKENS" --reasoning
+  SIM_STREAM_PID=$SPAWNED
+  wait_http "http://127.0.0.1:$SIM_PORT/health" "$SIM_PID" "chat simulator"
+  wait_http "http://127.0.0.1:$SIM_STREAM_PORT/health" "$SIM_STREAM_PID" "stream simulator"
+fi
+
+write_nginx_conf "$WORK/nginx" "$NGINX_PORT" "$SIM_PORT" "$NGINX_STREAM_PORT" "$SIM_STREAM_PORT"
+chmod 755 "$WORK/nginx"
+start_nginx "$WORK/nginx" nginx
+NGINX_PID=$SPAWNED
+wait_http "http://127.0.0.1:$NGINX_PORT/" "$NGINX_PID" nginx
+
+if [[ $DRY_RUN != 1 ]]; then
+  cat >"$WORK/bench.toml" <<EOF
+[server]
+listen = "127.0.0.1:$SB_PORT"
+
+[backends.sim]
+url = "http://127.0.0.1:$SIM_PORT"
+flavor = "llamacpp"
+slots = 4096
+
+[backends.sim-stream]
+url = "http://127.0.0.1:$SIM_STREAM_PORT"
+flavor = "vllm"
+slots = 4096
+
+[aliases.bench]
+backend = "sim"
+upstream_model = "bench"
+
+[aliases.bench-stream]
+backend = "sim-stream"
+upstream_model = "bench-stream"
+EOF
+  spawn switchboard "$WORK/switchboard.log" "$BIN" serve --config "$WORK/bench.toml"
+  SB_PID=$SPAWNED
+  wait_http "http://127.0.0.1:$SB_PORT/health" "$SB_PID" switchboard
+fi
+
+# url_of PATH KIND
+url_of() {
+  case $1/$2 in
+    direct/chat) echo "http://127.0.0.1:$SIM_PORT$API" ;;
+    direct/stream) echo "http://127.0.0.1:$SIM_STREAM_PORT$API" ;;
+    nginx/chat) echo "http://127.0.0.1:$NGINX_PORT$API" ;;
+    nginx/stream) echo "http://127.0.0.1:$NGINX_STREAM_PORT$API" ;;
+    switchboard/*) echo "http://127.0.0.1:$SB_PORT$API" ;;
+  esac
+}
+
+# proxy_pid PATH: the process whose CPU time is charged to the path (none for direct).
+proxy_pid() {
+  case $1 in
+    nginx) echo "$NGINX_PID" ;;
+    switchboard) echo "$SB_PID" ;;
+    *) echo "" ;;
+  esac
+}
+
+# ---------------------------------------------------------------- correctness
+post() { curl -sS --max-time 10 -H 'Content-Type: application/json' --data-binary "@$2" "$1"; }
+
+verify_paths() {
+  local path url out events
+  for path in "${PATHS[@]}"; do
+    url=$(url_of "$path" chat)
+    out=$(post "$url" "$BODIES/chat.json") || die "$path: chat request failed"
+    [[ $out == *'"choices"'* ]] || die "$path: chat answer has no choices: ${out:0:300}"
+
+    url=$(url_of "$path" stream)
+    out=$(post "$url" "$BODIES/stream-plain.json") || die "$path: stream request failed"
+    events=$(grep -c '^data: ' <<<"$out" || true)
+    [[ $out == *'data: [DONE]'* ]] || die "$path: stream did not end with [DONE]"
+    ((events >= STREAM_TOKENS)) || die "$path: stream had $events events, expected at least $STREAM_TOKENS"
+    log "$path: chat ok, stream ok ($events events)"
+
+    [[ $DRY_RUN == 1 ]] && continue
+    out=$(post "$url" "$BODIES/stream-think.json") || die "$path: thinking stream request failed"
+    case $path in
+      switchboard)
+        [[ $out == *'"reasoning_content"'* ]] || die "switchboard: thinking stream carries no reasoning_content"
+        [[ $out != *'"reasoning":'* ]] || die "switchboard: thinking stream still carries vLLM's reasoning field"
+        ;;
+      *)
+        [[ $out == *'"reasoning"'* ]] || die "$path: thinking stream carries no reasoning field (simulator --reasoning)"
+        ;;
+    esac
+  done
+}
+verify_paths
+
+# ---------------------------------------------------------------- measurement
+RESULTS=$WORK/results.tsv
+: >"$RESULTS"
+
+# to_us VALUE: wrk latency (e.g. 812.00us, 1.25ms, 2.00s) in microseconds.
+to_us() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0
+    if (v ~ /us$/) f = 1; else if (v ~ /ms$/) f = 1000; else if (v ~ /m$/) f = 60e6; else if (v ~ /s$/) f = 1e6; else f = 1
+    printf "%.1f", n * f
+  }'
+}
+
+# measure ROUND KIND CONNS PATH: one wrk run; appends a line to RESULTS.
+measure() {
+  local round=$1 kind=$2 conns=$3 path=$4 threads=$WRK_THREADS url pid t0 t1 out
+  local -a bodies
+  ((conns < threads)) && threads=$conns
+  url=$(url_of "$path" "$kind")
+  pid=$(proxy_pid "$path")
+  if [[ $kind == chat ]]; then bodies=("${CHAT_BODIES[@]}"); else bodies=("${STREAM_BODIES[@]}"); fi
+  out=$WORK/wrk-r$round-$kind-c$conns-$path.txt
+  [[ -n $pid ]] && t0=$(proc_ticks "$pid")
+  timeout $((dur_s + 60)) wrk -t"$threads" -c"$conns" -d"$DURATION" --timeout 10s --latency \
+    -s "$LOAD_DIR/post.lua" "$url" -- "${bodies[@]}" >"$out" 2>&1 ||
+    die "wrk failed or overran for $kind c$conns $path: $(tail -3 "$out")"
+  [[ -n $pid ]] && t1=$(proc_ticks "$pid")
+  local requests rps p50 p99 non2xx sockerr cpu
+  requests=$(awk '/ requests in / { print $1 }' "$out")
+  rps=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
+  p50=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
+  p99=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
+  non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "$out")
+  sockerr=$(awk '/Socket errors:/ { gsub(/,/, ""); print $4 + $6 + $8 + $10 }' "$out")
+  [[ -n $requests && -n $rps ]] || die "cannot parse wrk output $out"
+  if [[ -n $pid ]] && ((requests > 0)); then
+    cpu=$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", d / hz * 1e6 / n }')
+  else
+    cpu=-
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$kind" "$conns" "$path" \
+    "$rps" "$p50" "$p99" "$requests" "${non2xx:-0}" "${sockerr:-0}" "$cpu" >>"$RESULTS"
+  log "round $round $kind c$conns $path: $rps req/s, p50 ${p50} us, p99 ${p99} us, cpu ${cpu} us/req, errors ${non2xx:-0}+${sockerr:-0}"
+}
+
+log "measuring: ROUNDS=$ROUNDS DURATION=$DURATION CONNS=\"$CONNS\" paths: ${PATHS[*]}"
+for ((round = 1; round <= ROUNDS; round++)); do
+  for kind in chat stream; do
+    for conns in $CONNS 1; do
+      for path in "${PATHS[@]}"; do
+        measure "$round" "$kind" "$conns" "$path"
+      done
+    done
+  done
+done
+
+# ---------------------------------------------------------------- report
+report() {
+  awk -F'\t' -v conns_list="$CONNS" -v rounds="$ROUNDS" -v paths="${PATHS[*]}" \
+    -v chat_tokens="$CHAT_TOKENS" -v stream_tokens="$STREAM_TOKENS" -v dry="$([[ $DRY_RUN == 1 ]] && echo 1 || echo 0)" '
+    function median(key,    n, i, j, t, a) {
+      n = cnt[key]
+      if (n == 0) return "-"
+      for (i = 1; i <= n; i++) a[i] = val[key, i]
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function add(key, v) { if (v == "-") return; cnt[key]++; val[key, cnt[key]] = v + 0 }
+    function us(v) { if (v == "-") return "-"; return (v >= 10000) ? sprintf("%.2f ms", v / 1000) : sprintf("%.0f µs", v) }
+    function signed_us(v) { if (v == "-") return "-"; return (v < 0 ? "-" : "+") us(v < 0 ? -v : v) }
+    function num(v, fmt) { return (v == "-") ? "-" : sprintf(fmt, v) }
+    {
+      r = $1; k = $2; c = $3; p = $4
+      add(k SUBSEP c SUBSEP p SUBSEP "rps", $5)
+      add(k SUBSEP c SUBSEP p SUBSEP "p50", $6)
+      add(k SUBSEP c SUBSEP p SUBSEP "p99", $7)
+      add(k SUBSEP c SUBSEP p SUBSEP "cpu", $11)
+      err[k SUBSEP c SUBSEP p] += $9 + $10
+      p50[r SUBSEP k SUBSEP c SUBSEP p] = $6
+    }
+    END {
+      np = split(paths, P, " ")
+      nc = split(conns_list, C, " ")
+      for (ki = 1; ki <= 2; ki++) {
+        k = (ki == 1) ? "chat" : "stream"
+        if (k == "chat") printf "\n### Non-streaming chat (%d-token answers)\n\n", chat_tokens
+        else printf "\n### Streaming chat (%d token events%s)\n\n", stream_tokens, (dry == 1) ? ", fixed file" : ", a quarter with reasoning"
+        print "| conns | path | req/s | p50 | p99 | proxy CPU µs/req | errors |"
+        print "|---:|---|---:|---:|---:|---:|---:|"
+        for (ci = 1; ci <= nc; ci++) for (pi = 1; pi <= np; pi++) {
+          c = C[ci]; p = P[pi]; key = k SUBSEP c SUBSEP p
+          printf "| %s | %s | %s | %s | %s | %s | %d |\n", c, p, num(median(key SUBSEP "rps"), "%.0f"),
+            us(median(key SUBSEP "p50")), us(median(key SUBSEP "p99")), num(median(key SUBSEP "cpu"), "%.1f"), err[key]
+        }
+      }
+      print "\n### Sequential (1 connection, 1 wrk thread)\n"
+      print "| kind | path | p50 | added p50 over direct | proxy CPU µs/req | errors |"
+      print "|---|---|---:|---:|---:|---:|"
+      for (ki = 1; ki <= 2; ki++) {
+        k = (ki == 1) ? "chat" : "stream"
+        for (pi = 1; pi <= np; pi++) {
+          p = P[pi]; key = k SUBSEP 1 SUBSEP p
+          for (r = 1; r <= rounds; r++) {
+            a = r SUBSEP k SUBSEP 1
+            if ((a SUBSEP p) in p50 && (a SUBSEP "direct") in p50) add(key SUBSEP "added", p50[a SUBSEP p] - p50[a SUBSEP "direct"])
+          }
+          printf "| %s | %s | %s | %s | %s | %d |\n", k, p, us(median(key SUBSEP "p50")),
+            (p == "direct") ? "-" : signed_us(median(key SUBSEP "added")), num(median(key SUBSEP "cpu"), "%.1f"), err[key]
+        }
+      }
+      printf "\nMedians over %d round(s). Errors: non-2xx answers plus socket errors, summed over rounds.\n", rounds
+    }
+  ' "$RESULTS"
+}
+
+echo
+echo "## Switchboard loopback load ($(date -u +%Y-%m-%dT%H:%MZ))"
+echo
+echo "$(nproc) CPUs, $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(nginx -v 2>&1 | sed 's/.*: //'), commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); DURATION=$DURATION, WRK_THREADS=$WRK_THREADS$([[ $DRY_RUN == 1 ]] && echo ', DRY_RUN (static nginx backend)')"
+report
+
+total_errors=$(awk -F'\t' '{ s += $9 + $10 } END { print s + 0 }' "$RESULTS")
+if ((total_errors > 0)); then
+  log "FAIL: $total_errors non-2xx answers or socket errors (raw wrk output: KEEP_TMP=1)"
+  exit 1
+fi
