@@ -26,7 +26,11 @@ const SERVED_ALIAS: &str = "x-switchboard-alias";
 const REASONING_FIELD: &str = "x-reasoning-field";
 
 /// The reasoning field this client gets: its header, else the alias's setting, else the server's.
-fn output_field(headers: &HeaderMap, alias: &Alias, snap: &Snapshot) -> Result<OutputField, ProxyError> {
+fn output_field(
+    headers: &HeaderMap,
+    alias: &Alias,
+    snap: &Snapshot,
+) -> Result<OutputField, ProxyError> {
     match headers.get(REASONING_FIELD) {
         Some(v) => v
             .to_str()
@@ -74,7 +78,12 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
         return Ok(());
     };
     let ct = ct.to_str().unwrap_or_default();
-    let essence = ct.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
     if essence == "application/json" || essence.ends_with("+json") {
         Ok(())
     } else {
@@ -142,10 +151,13 @@ async fn forward(
     let body = read_body(body, server.body_limit, &headers).await?;
     let req = ParsedRequest::parse(&body)?;
     ex.stream = req.stream;
-    let route = snap.routes.resolve(&req.model).ok_or_else(|| ProxyError::ModelNotFound {
-        model: req.model.clone(),
-        known: snap.routes.known(),
-    })?;
+    let route = snap
+        .routes
+        .resolve(&req.model)
+        .ok_or_else(|| ProxyError::ModelNotFound {
+            model: req.model.clone(),
+            known: snap.routes.known(),
+        })?;
     let alias: &Alias = &route.alias;
     let backend = &alias.backend;
     let m = snap.metrics(Some(&alias.name));
@@ -155,9 +167,10 @@ async fn forward(
     let is_chat = endpoint_is_chat(path);
     let mut upstream_body = req.upstream_body(&body, &alias.upstream_model, true);
     if is_chat {
-        if let Some(b) =
-            reasoning::rewrite_request_history(&upstream_body, InputField::for_flavor(backend.flavor))
-        {
+        if let Some(b) = reasoning::rewrite_request_history(
+            &upstream_body,
+            InputField::for_flavor(backend.flavor),
+        ) {
             upstream_body = b;
         }
     }
@@ -329,7 +342,10 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
             state.metrics.render(true),
         )
     } else {
-        ("text/plain; version=0.0.4; charset=utf-8", state.metrics.render(false))
+        (
+            "text/plain; version=0.0.4; charset=utf-8",
+            state.metrics.render(false),
+        )
     };
     ([(header::CONTENT_TYPE, ct)], body).into_response()
 }

@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
-#[command(name = "switchboard", version, about = "OpenAI-compatible reverse proxy and alias router for a self-hosted LLM fleet")]
+#[command(
+    name = "switchboard",
+    version,
+    about = "OpenAI-compatible reverse proxy and alias router for a self-hosted LLM fleet"
+)]
 pub struct Cli {
     /// Log line format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "SWITCHBOARD_LOG_FORMAT")]

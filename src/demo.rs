@@ -10,7 +10,8 @@ use crate::state::AppState;
 /// Start a simulator for every backend of the config (on loopback ports), point the backends
 /// at them, and serve the proxy on the configured address until ctrl-c.
 pub async fn run(path: &Path) -> Result<(), String> {
-    let mut raw = crate::config::load_raw(path).map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    let mut raw = crate::config::load_raw(path)
+        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     let mut sims = Vec::new();
     for (name, backend) in raw.backends.iter_mut() {
         let model = raw
@@ -39,19 +40,27 @@ pub async fn run(path: &Path) -> Result<(), String> {
         let sim = Sim::spawn(cfg)
             .await
             .map_err(|e| format!("cannot start a simulator for {name}: {e}"))?;
-        eprintln!("demo: backend {name} ({}) simulated at {}", backend.flavor, sim.url());
+        eprintln!(
+            "demo: backend {name} ({}) simulated at {}",
+            backend.flavor,
+            sim.url()
+        );
         backend.url = sim.url();
         backend.api_key_env = None;
         sims.push(sim);
     }
-    let cfg = crate::config::validate(raw).map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    let cfg = crate::config::validate(raw)
+        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     let listen = cfg.server.listen;
     let state = AppState::new(cfg, None);
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     tokio::spawn(crate::health::run(state.clone()));
-    eprintln!("demo: switchboard listening on http://{listen}  (try: curl localhost:{}/v1/models)", listen.port());
+    eprintln!(
+        "demo: switchboard listening on http://{listen}  (try: curl localhost:{}/v1/models)",
+        listen.port()
+    );
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -12,7 +12,9 @@ use serde::Serialize;
 /// [`IntoResponse`] renders the OpenAI envelope `{"error":{"message","type","param","code"}}`.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    #[error("The model `{model}` does not exist or you do not have access to it. Known models: {known}")]
+    #[error(
+        "The model `{model}` does not exist or you do not have access to it. Known models: {known}"
+    )]
     ModelNotFound { model: String, known: String },
     #[error("you must provide a model parameter")]
     MissingModel,
@@ -21,7 +23,10 @@ pub enum ProxyError {
     #[error("{0}")]
     InvalidRequest(String),
     #[error("invalid value for {param}: {message}")]
-    InvalidParam { param: &'static str, message: String },
+    InvalidParam {
+        param: &'static str,
+        message: String,
+    },
     #[error("unsupported content type {0:?}: send application/json")]
     UnsupportedContentType(String),
     #[error("request body is larger than the limit of {limit} bytes")]
@@ -44,7 +49,11 @@ pub enum ProxyError {
     #[error("upstream {backend} failed: {detail}")]
     UpstreamProtocol { backend: String, detail: String },
     #[error("all {slots} slots of {alias} are busy and its queue is full")]
-    Overloaded { alias: String, slots: u32, retry_after: u64 },
+    Overloaded {
+        alias: String,
+        slots: u32,
+        retry_after: u64,
+    },
     #[error("invalid or missing API key")]
     Unauthorized,
     #[error("the server is shutting down")]
@@ -89,7 +98,14 @@ struct Body<'a> {
 
 impl ProxyError {
     /// Status, OpenAI `type`, `param` and `code` of this error: the one table of them.
-    pub fn parts(&self) -> (StatusCode, &'static str, Option<&'static str>, Option<&'static str>) {
+    pub fn parts(
+        &self,
+    ) -> (
+        StatusCode,
+        &'static str,
+        Option<&'static str>,
+        Option<&'static str>,
+    ) {
         use ProxyError::*;
         const BAD: StatusCode = StatusCode::BAD_REQUEST;
         match self {
@@ -99,7 +115,12 @@ impl ProxyError {
                 Some("model"),
                 Some("model_not_found"),
             ),
-            MissingModel => (BAD, "invalid_request_error", Some("model"), Some("missing_model")),
+            MissingModel => (
+                BAD,
+                "invalid_request_error",
+                Some("model"),
+                Some("missing_model"),
+            ),
             InvalidJson(_) => (BAD, "invalid_request_error", None, Some("invalid_json")),
             InvalidRequest(_) => (BAD, "invalid_request_error", None, Some("invalid_request")),
             InvalidParam { param, .. } => (

@@ -47,7 +47,9 @@ pub async fn probe(client: &reqwest::Client, backend: &Backend, timeout: Duratio
         Flavor::Openai => "/v1/models",
         _ => "/health",
     };
-    let mut req = client.get(format!("{}{}", backend.url, path)).timeout(timeout);
+    let mut req = client
+        .get(format!("{}{}", backend.url, path))
+        .timeout(timeout);
     if let Some(key) = &backend.api_key {
         req = req.bearer_auth(key);
     }
@@ -63,7 +65,11 @@ pub async fn probe(client: &reqwest::Client, backend: &Backend, timeout: Duratio
 /// Probe every backend of the live config now, and record the results.
 pub async fn probe_all(state: &AppState) {
     let snap = state.live.load_full();
-    let timeout = snap.config.server.health_interval.min(Duration::from_secs(5));
+    let timeout = snap
+        .config
+        .server
+        .health_interval
+        .min(Duration::from_secs(5));
     let probes = snap.config.backends.values().map(|b| {
         let client = state.client.clone();
         let b = Arc::clone(b);

@@ -15,7 +15,9 @@ use switchboard::state::AppState;
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
@@ -134,7 +136,10 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             let bound = listener.local_addr().map_err(|e| e.to_string())?;
-            eprintln!("simulated {} backend listening on http://{bound}", args.flavor);
+            eprintln!(
+                "simulated {} backend listening on http://{bound}",
+                args.flavor
+            );
             let (first, _second) = shutdown_signals();
             switchboard::sim::serve(args.config(), listener, first)
                 .await
@@ -157,7 +162,10 @@ async fn run(cli: Cli) -> Result<(), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("switchboard: cannot start the runtime: {e}");

@@ -220,32 +220,120 @@ impl Metrics {
             registry: Registry::default(),
         };
         let secs = Unit::Seconds;
-        r.register("requests", "Requests answered, by alias, endpoint, HTTP status and streaming", m.requests.clone());
-        r.register_with_unit("request_duration", "Time from request to the last byte of the answer", secs.clone(), m.duration.clone());
+        r.register(
+            "requests",
+            "Requests answered, by alias, endpoint, HTTP status and streaming",
+            m.requests.clone(),
+        );
+        r.register_with_unit(
+            "request_duration",
+            "Time from request to the last byte of the answer",
+            secs.clone(),
+            m.duration.clone(),
+        );
         r.register_with_unit("time_to_first_token", "Time from request to the first generated token of any kind (reasoning, content or tool call)", secs.clone(), m.ttft.clone());
-        r.register_with_unit("time_to_first_content", "Time from request to the first content token after any reasoning", secs.clone(), m.ttfc.clone());
-        r.register("prompt_tokens", "Prompt tokens reported by backends", m.prompt_tokens.clone());
-        r.register("completion_tokens", "Completion tokens reported by backends", m.completion_tokens.clone());
-        r.register("reasoning_tokens", "Reasoning tokens reported by backends (part of completion tokens)", m.reasoning_tokens.clone());
-        r.register("prefill_tokens_per_second", "Prompt tokens divided by time to first token, or the backend's own prompt timing", m.prefill_tps.clone());
-        r.register("decode_tokens_per_second", "Completion tokens per second from first to last token, or the backend's own timing", m.decode_tps.clone());
-        r.register("inflight_requests", "Requests being served now", m.inflight.clone());
-        r.register("queued_requests", "Requests waiting for a backend slot", m.queued.clone());
-        r.register("queue_limit", "Most requests that may wait for a backend slot", m.queue_limit.clone());
-        r.register_with_unit("queue_wait", "Time spent waiting for a backend slot", secs.clone(), m.queue_wait.clone());
-        r.register("client_cancels", "Requests whose client went away before the answer was complete", m.cancels.clone());
-        r.register("context_rejections", "Requests rejected as over the context window, by counting method", m.rejections.clone());
-        r.register("upstream_errors", "Failed exchanges with backends, by reason", m.upstream_errors.clone());
-        r.register("backend_up", "1 when the backend answers its health probe, else 0", m.backend_up.clone());
-        r.register("backend_state", "1 for the backend's current state (up, loading, down)", m.backend_state.clone());
-        r.register_with_unit("proxy_overhead", "Time spent in Switchboard itself, upstream wait excluded", secs, m.overhead.clone());
-        r.register("config_reloads", "Configuration reloads by result", m.reloads.clone());
+        r.register_with_unit(
+            "time_to_first_content",
+            "Time from request to the first content token after any reasoning",
+            secs.clone(),
+            m.ttfc.clone(),
+        );
+        r.register(
+            "prompt_tokens",
+            "Prompt tokens reported by backends",
+            m.prompt_tokens.clone(),
+        );
+        r.register(
+            "completion_tokens",
+            "Completion tokens reported by backends",
+            m.completion_tokens.clone(),
+        );
+        r.register(
+            "reasoning_tokens",
+            "Reasoning tokens reported by backends (part of completion tokens)",
+            m.reasoning_tokens.clone(),
+        );
+        r.register(
+            "prefill_tokens_per_second",
+            "Prompt tokens divided by time to first token, or the backend's own prompt timing",
+            m.prefill_tps.clone(),
+        );
+        r.register(
+            "decode_tokens_per_second",
+            "Completion tokens per second from first to last token, or the backend's own timing",
+            m.decode_tps.clone(),
+        );
+        r.register(
+            "inflight_requests",
+            "Requests being served now",
+            m.inflight.clone(),
+        );
+        r.register(
+            "queued_requests",
+            "Requests waiting for a backend slot",
+            m.queued.clone(),
+        );
+        r.register(
+            "queue_limit",
+            "Most requests that may wait for a backend slot",
+            m.queue_limit.clone(),
+        );
+        r.register_with_unit(
+            "queue_wait",
+            "Time spent waiting for a backend slot",
+            secs.clone(),
+            m.queue_wait.clone(),
+        );
+        r.register(
+            "client_cancels",
+            "Requests whose client went away before the answer was complete",
+            m.cancels.clone(),
+        );
+        r.register(
+            "context_rejections",
+            "Requests rejected as over the context window, by counting method",
+            m.rejections.clone(),
+        );
+        r.register(
+            "upstream_errors",
+            "Failed exchanges with backends, by reason",
+            m.upstream_errors.clone(),
+        );
+        r.register(
+            "backend_up",
+            "1 when the backend answers its health probe, else 0",
+            m.backend_up.clone(),
+        );
+        r.register(
+            "backend_state",
+            "1 for the backend's current state (up, loading, down)",
+            m.backend_state.clone(),
+        );
+        r.register_with_unit(
+            "proxy_overhead",
+            "Time spent in Switchboard itself, upstream wait excluded",
+            secs,
+            m.overhead.clone(),
+        );
+        r.register(
+            "config_reloads",
+            "Configuration reloads by result",
+            m.reloads.clone(),
+        );
         let info: Family<VersionLabel, Gauge> = Family::default();
         info.get_or_create(&VersionLabel {
             version: env!("CARGO_PKG_VERSION"),
         })
         .set(1);
-        r.register("build_info", "Build information; the value is always 1", info);
+        r.register(
+            "build_info",
+            "Build information; the value is always 1",
+            info,
+        );
+        // Counters start at 0 so rate() and alerts see them before the first event.
+        for result in [ReloadResult::success, ReloadResult::failure] {
+            let _ = m.reloads.get_or_create(&ReloadLabel { result });
+        }
         Metrics { registry: r, ..m }
     }
 
@@ -255,6 +343,28 @@ impl Metrics {
         let l = AliasLabel {
             alias: Arc::clone(&name),
         };
+        for method in [
+            CountMethodLabel::bound,
+            CountMethodLabel::local,
+            CountMethodLabel::backend,
+            CountMethodLabel::estimate,
+        ] {
+            let _ = self.rejections.get_or_create(&RejectionLabels {
+                alias: Arc::clone(&name),
+                method,
+            });
+        }
+        for reason in [
+            UpstreamReason::connect,
+            UpstreamReason::timeout,
+            UpstreamReason::status_5xx,
+            UpstreamReason::stream_broken,
+        ] {
+            let _ = self.upstream_errors.get_or_create(&UpstreamLabels {
+                alias: Arc::clone(&name),
+                reason,
+            });
+        }
         AliasMetrics {
             duration: self.duration.get_or_create_owned(&l),
             ttft: self.ttft.get_or_create_owned(&l),

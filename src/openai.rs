@@ -102,7 +102,10 @@ impl ParsedRequest {
                 }
                 None => {
                     let at = body.iter().position(|b| *b == b'{').map_or(0, |p| p + 1);
-                    edits.push((at..at, br#""stream_options":{"include_usage":true},"#.to_vec()));
+                    edits.push((
+                        at..at,
+                        br#""stream_options":{"include_usage":true},"#.to_vec(),
+                    ));
                 }
             }
         }
@@ -141,7 +144,10 @@ mod tests {
         assert!(!p.stream);
         let out = p.upstream_body(body, "upstream/m\"x", true);
         let expected = br#"{"messages":[{"role":"user","content":"hi \"there\""}], "model" : "upstream/m\"x",  "temperature":0.5}"#;
-        assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(expected));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(expected)
+        );
     }
 
     #[test]
@@ -167,10 +173,22 @@ mod tests {
 
     #[test]
     fn rejects_bad_bodies() {
-        assert!(matches!(ParsedRequest::parse(b"[1]"), Err(ProxyError::InvalidJson(_))));
-        assert!(matches!(ParsedRequest::parse(b"{\"model\":"), Err(ProxyError::InvalidJson(_))));
-        assert!(matches!(ParsedRequest::parse(b"{}"), Err(ProxyError::MissingModel)));
-        assert!(matches!(ParsedRequest::parse(b"{\"model\":\"\"}"), Err(ProxyError::MissingModel)));
+        assert!(matches!(
+            ParsedRequest::parse(b"[1]"),
+            Err(ProxyError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            ParsedRequest::parse(b"{\"model\":"),
+            Err(ProxyError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            ParsedRequest::parse(b"{}"),
+            Err(ProxyError::MissingModel)
+        ));
+        assert!(matches!(
+            ParsedRequest::parse(b"{\"model\":\"\"}"),
+            Err(ProxyError::MissingModel)
+        ));
         assert!(matches!(
             ParsedRequest::parse(b"{\"model\":3}"),
             Err(ProxyError::InvalidParam { param: "model", .. })

@@ -177,9 +177,15 @@ mod tests {
     #[test]
     fn drops_hop_by_hop_and_replaces_auth() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret-hop"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
         h.insert("x-secret-hop", HeaderValue::from_static("1"));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer client"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer client"),
+        );
         h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
         h.insert("x-request-id", HeaderValue::from_static("abc"));
         let out = upstream_headers(&h, &backend(None));
@@ -189,6 +195,9 @@ mod tests {
         assert!(out.get(header::ACCEPT_ENCODING).is_none());
         assert_eq!(out.get("x-request-id").unwrap(), "abc");
         let out = upstream_headers(&h, &backend(Some("backend-key")));
-        assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer backend-key");
+        assert_eq!(
+            out.get(header::AUTHORIZATION).unwrap(),
+            "Bearer backend-key"
+        );
     }
 }

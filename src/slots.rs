@@ -92,7 +92,10 @@ mod tests {
     async fn queues_then_rejects_when_full() {
         let m = Metrics::new().alias("a");
         let slots = Slots::new(1, 1);
-        let first = slots.acquire("a", Duration::from_secs(5), &m).await.unwrap();
+        let first = slots
+            .acquire("a", Duration::from_secs(5), &m)
+            .await
+            .unwrap();
         let waiter = slots.acquire("a", Duration::from_secs(5), &m);
         tokio::pin!(waiter);
         // Poll once so the waiter enters the queue.

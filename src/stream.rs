@@ -37,13 +37,16 @@ impl EventTransform for crate::reasoning::StreamRewriter {
     }
 }
 
+/// Recognises an error event of the backend and returns the error to send instead.
+pub type ErrorEventFn = Box<dyn Fn(&[u8]) -> Option<ProxyError> + Send>;
+
 /// What the relay does besides forwarding.
 pub struct RelayOptions {
     /// Drop the usage-only chunk: the proxy asked for it, the client did not.
     pub drop_usage_chunk: bool,
     pub transform: Option<Box<dyn EventTransform>>,
     /// Recognise an error event (SGLang's in-stream errors) and rewrite it; `None` = keep.
-    pub error_event: Option<Box<dyn Fn(&[u8]) -> Option<ProxyError> + Send>>,
+    pub error_event: Option<ErrorEventFn>,
 }
 
 /// Everything the relay tracks apart from the byte buffer.
@@ -280,7 +283,10 @@ impl Relay {
                 }
                 Some(Err(e)) => {
                     self.done = true;
-                    self.t.ex.metrics().upstream_error(UpstreamReason::stream_broken);
+                    self.t
+                        .ex
+                        .metrics()
+                        .upstream_error(UpstreamReason::stream_broken);
                     let backend = self.t.ex.backend.clone().unwrap_or_default();
                     let err = ProxyError::UpstreamProtocol {
                         backend,
@@ -346,7 +352,10 @@ mod tests {
 
     #[test]
     fn extracts_single_data_payloads() {
-        assert_eq!(data_payload(b"data: {\"a\":1}\n\n"), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(
+            data_payload(b"data: {\"a\":1}\n\n"),
+            Some(&b"{\"a\":1}"[..])
+        );
         assert_eq!(data_payload(b"data:[DONE]\r\n\r\n"), Some(&b"[DONE]"[..]));
         assert_eq!(data_payload(b"event: x\ndata: y\n\n"), None);
         assert_eq!(data_payload(b": comment\n\n"), None);
@@ -354,12 +363,20 @@ mod tests {
 
     #[test]
     fn detects_tokens_and_content() {
-        assert!(!has_token(br#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#));
+        assert!(!has_token(
+            br#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#
+        ));
         assert!(!has_token(br#"{"choices":[{"delta":{"content":""}}]}"#));
-        assert!(has_token(br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#));
-        assert!(!has_content(br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#));
+        assert!(has_token(
+            br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#
+        ));
+        assert!(!has_content(
+            br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#
+        ));
         assert!(has_content(br#"{"choices":[{"delta":{"content":"Hi"}}]}"#));
-        assert!(has_token(br#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#));
+        assert!(has_token(
+            br#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#
+        ));
     }
 
     #[test]
@@ -368,7 +385,10 @@ mod tests {
         assert!(only);
         assert_eq!((u.prompt, u.completion), (23, 6));
         assert_eq!(u.decode_tps, Some(678.3));
-        let (_, only) = parse_usage(br#"{"choices":[{"index":0}],"usage":{"completion_tokens":1,"prompt_tokens":2}}"#).unwrap();
+        let (_, only) = parse_usage(
+            br#"{"choices":[{"index":0}],"usage":{"completion_tokens":1,"prompt_tokens":2}}"#,
+        )
+        .unwrap();
         assert!(!only);
     }
 }

@@ -1,4 +1,5 @@
 //! Issue 2: the `switchboard` binary's config commands and exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 
@@ -15,10 +16,18 @@ fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
 #[test]
 fn r2_check_accepts_the_repo_config() {
     let out = switchboard()
-        .args(["check", "--config", concat!(env!("CARGO_MANIFEST_DIR"), "/routes.toml")])
+        .args([
+            "check",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/routes.toml"),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("ok (2 backends, 2 aliases)"), "{stdout}");
 }
@@ -37,19 +46,30 @@ slots = 0
 backend = "missing"
 "#,
     );
-    let out = switchboard().args(["check", "--config"]).arg(&p).output().unwrap();
+    let out = switchboard()
+        .args(["check", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("switchboard:").count(), 1, "{err}");
     assert!(err.contains("backends.b.url: \"ftp://h\""), "{err}");
-    assert!(err.contains("aliases.a.backend: \"missing\" is not a defined backend"), "{err}");
+    assert!(
+        err.contains("aliases.a.backend: \"missing\" is not a defined backend"),
+        "{err}"
+    );
 }
 
 #[test]
 fn r2_serve_refuses_a_bad_config() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(&dir, "[server]\nlisten = \"127.0.0.1:0\"\nbogus = 1\n");
-    let out = switchboard().args(["serve", "--config"]).arg(&p).output().unwrap();
+    let out = switchboard()
+        .args(["serve", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }

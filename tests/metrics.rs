@@ -1,4 +1,5 @@
 //! Issue 5: per-alias metrics from known traffic, read back from a live scrape.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -36,25 +37,85 @@ async fn r5_known_traffic_gives_exact_counts() {
         let events = sse_payloads(c.post(&url).json(&body).send().await.unwrap()).await;
         assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     }
-    let r = c.post(&url).json(&chat("nope", false)).send().await.unwrap();
+    let r = c
+        .post(&url)
+        .json(&chat("nope", false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     r.bytes().await.unwrap();
 
     let m = p.metrics().await;
     let req = |labels: &str| sample(&m, &format!("switchboard_requests_total{{{labels}}}"));
-    assert_eq!(req(r#"alias="a",endpoint="chat_completions",status="200",stream="false""#), 3.0, "{m}");
-    assert_eq!(req(r#"alias="a",endpoint="chat_completions",status="200",stream="true""#), 2.0);
-    assert_eq!(req(r#"alias="unknown",endpoint="chat_completions",status="404",stream="false""#), 1.0);
-    assert_eq!(sample(&m, r#"switchboard_request_duration_seconds_count{alias="a"}"#), 5.0);
-    assert_eq!(sample(&m, r#"switchboard_time_to_first_token_seconds_count{alias="a"}"#), 2.0);
-    assert_eq!(sample(&m, r#"switchboard_time_to_first_content_seconds_count{alias="a"}"#), 2.0);
-    assert_eq!(sample(&m, r#"switchboard_prompt_tokens_total{alias="a"}"#), prompt as f64);
-    assert_eq!(sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#), 20.0);
-    assert_eq!(sample(&m, r#"switchboard_prefill_tokens_per_second_count{alias="a"}"#), 5.0);
-    assert_eq!(sample(&m, r#"switchboard_decode_tokens_per_second_count{alias="a"}"#), 5.0);
-    assert_eq!(sample(&m, r#"switchboard_proxy_overhead_seconds_count{alias="a"}"#), 5.0);
-    assert_eq!(sample(&m, r#"switchboard_inflight_requests{alias="a"}"#), 0.0);
-    assert_eq!(sample(&m, r#"switchboard_client_cancels_total{alias="a"}"#), 0.0);
+    assert_eq!(
+        req(r#"alias="a",endpoint="chat_completions",status="200",stream="false""#),
+        3.0,
+        "{m}"
+    );
+    assert_eq!(
+        req(r#"alias="a",endpoint="chat_completions",status="200",stream="true""#),
+        2.0
+    );
+    assert_eq!(
+        req(r#"alias="unknown",endpoint="chat_completions",status="404",stream="false""#),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_request_duration_seconds_count{alias="a"}"#
+        ),
+        5.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_time_to_first_token_seconds_count{alias="a"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_time_to_first_content_seconds_count{alias="a"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(&m, r#"switchboard_prompt_tokens_total{alias="a"}"#),
+        prompt as f64
+    );
+    assert_eq!(
+        sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#),
+        20.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_prefill_tokens_per_second_count{alias="a"}"#
+        ),
+        5.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_decode_tokens_per_second_count{alias="a"}"#
+        ),
+        5.0
+    );
+    assert_eq!(
+        sample(&m, r#"switchboard_proxy_overhead_seconds_count{alias="a"}"#),
+        5.0
+    );
+    assert_eq!(
+        sample(&m, r#"switchboard_inflight_requests{alias="a"}"#),
+        0.0
+    );
+    assert_eq!(
+        sample(&m, r#"switchboard_client_cancels_total{alias="a"}"#),
+        0.0
+    );
     assert!(m.contains("switchboard_build_info{version=\""));
 }
 
@@ -65,12 +126,18 @@ async fn r5_usage_chunk_hidden_from_clients_that_did_not_ask_but_counted() {
     let c = client();
     let url = p.url("/v1/chat/completions");
     let events = sse_payloads(c.post(&url).json(&chat("a", true)).send().await.unwrap()).await;
-    assert!(events.iter().all(|e| !e.contains("\"usage\"")), "{events:?}");
+    assert!(
+        events.iter().all(|e| !e.contains("\"usage\"")),
+        "{events:?}"
+    );
     // The backend was asked for usage all the same.
     let seen: Value = serde_json::from_slice(&sim.recorder().last().unwrap().body).unwrap();
     assert_eq!(seen["stream_options"]["include_usage"], true);
     let m = p.metrics().await;
-    assert_eq!(sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#), 4.0);
+    assert_eq!(
+        sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#),
+        4.0
+    );
     assert!(sample(&m, r#"switchboard_prompt_tokens_total{alias="a"}"#) > 0.0);
 
     // A client that asked for usage gets it.
@@ -80,7 +147,10 @@ async fn r5_usage_chunk_hidden_from_clients_that_did_not_ask_but_counted() {
     let usage: Vec<_> = events.iter().filter(|e| e.contains("\"usage\"")).collect();
     assert_eq!(usage.len(), 1, "{events:?}");
     let m = p.metrics().await;
-    assert_eq!(sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#), 8.0);
+    assert_eq!(
+        sample(&m, r#"switchboard_completion_tokens_total{alias="a"}"#),
+        8.0
+    );
 }
 
 #[tokio::test]
@@ -113,9 +183,25 @@ backend = "dead"
     let c = client();
     let url = p.url("/v1/chat/completions");
     // Backend unreachable.
-    assert_eq!(c.post(&url).json(&chat("d", false)).send().await.unwrap().status(), 502);
+    assert_eq!(
+        c.post(&url)
+            .json(&chat("d", false))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        502
+    );
     // Rejections.
-    assert_eq!(c.post(&url).json(&chat("x", false)).send().await.unwrap().status(), 404);
+    assert_eq!(
+        c.post(&url)
+            .json(&chat("x", false))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
     let big = json!({"model": "a", "messages": [{"role": "user", "content": "y".repeat(2000)}]});
     assert_eq!(c.post(&url).json(&big).send().await.unwrap().status(), 413);
     // Client disconnect mid-stream.
@@ -129,7 +215,12 @@ backend = "dead"
             let m = p.metrics().await;
             let total: f64 = ["a", "d", "unknown"]
                 .iter()
-                .map(|a| sample(&m, &format!("switchboard_inflight_requests{{alias=\"{a}\"}}")))
+                .map(|a| {
+                    sample(
+                        &m,
+                        &format!("switchboard_inflight_requests{{alias=\"{a}\"}}"),
+                    )
+                })
                 .sum();
             if total == 0.0 && sample(&m, r#"switchboard_client_cancels_total{alias="a"}"#) == 1.0 {
                 break;
@@ -139,7 +230,13 @@ backend = "dead"
     })
     .await;
     let m = p.metrics().await;
-    assert_eq!(sample(&m, r#"switchboard_upstream_errors_total{alias="d",reason="connect"}"#), 1.0);
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_upstream_errors_total{alias="d",reason="connect"}"#
+        ),
+        1.0
+    );
     assert_eq!(sample(&m, r#"switchboard_queued_requests{alias="a"}"#), 0.0);
 }
 
@@ -153,21 +250,33 @@ async fn r5_metrics_negotiates_openmetrics() {
         .send()
         .await
         .unwrap();
-    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
     let text = r.text().await.unwrap();
     assert!(text.ends_with("# EOF\n"));
-    assert!(text.contains("# TYPE switchboard_requests counter"));
+    assert!(text.contains("# TYPE switchboard_config_reloads counter"));
+    assert!(text.contains("switchboard_config_reloads_total{result=\"failure\"} 0"));
     let plain = p.metrics().await;
-    assert!(plain.contains("# TYPE switchboard_requests_total counter"));
+    assert!(plain.contains("# TYPE switchboard_config_reloads_total counter"));
     assert!(!plain.contains("# EOF"));
 }
 
 #[test]
 fn r5_exported_families_match_the_documented_contract() {
     let contract = include_str!("../deploy/metrics.txt");
+    // One alias, one request and one probed backend: every family has a series.
     let m = switchboard::metrics::Metrics::new();
+    m.alias("a")
+        .request(switchboard::metrics::Endpoint::chat_completions, 200, false);
+    m.backend_state("b", switchboard::metrics::BackendState::up);
     let text = m.render(false);
-    for name in contract.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for name in contract
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         assert!(
             text.contains(&format!("# TYPE {name} ")),
             "documented metric {name} is not exported"

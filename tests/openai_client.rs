@@ -1,4 +1,5 @@
 //! Issue 2: the proxy driven by `async-openai`, a real OpenAI client written by others.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -46,7 +47,9 @@ async fn setup() -> (switchboard::sim::Sim, Proxy, Client<OpenAIConfig>) {
 #[tokio::test]
 async fn r2_async_openai_chat_call() {
     let (_sim, _p, client) = setup().await;
-    let resp = within("chat", client.chat().create(request("a"))).await.unwrap();
+    let resp = within("chat", client.chat().create(request("a")))
+        .await
+        .unwrap();
     let text = resp.choices[0].message.content.clone().unwrap();
     assert!(!text.is_empty());
     assert!(resp.usage.unwrap().completion_tokens > 0);

@@ -1,4 +1,5 @@
 //! Issue 2 (core proxy): routing, rewrite, errors, streaming, cancellation, shutdown, through the real server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -114,7 +115,11 @@ async fn r2_models_lists_aliases_only() {
     assert_eq!(data[0]["owned_by"], "switchboard");
     assert_eq!(data[0]["context_length"], 4096);
     assert_eq!(data[0]["max_model_len"], 4096);
-    let r = client().get(p.url("/v1/models/old-a")).send().await.unwrap();
+    let r = client()
+        .get(p.url("/v1/models/old-a"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let (status, e) = error_of(client().get(p.url("/v1/models/zzz")).send().await.unwrap()).await;
     assert_eq!((status, e["code"].as_str()), (404, Some("model_not_found")));
@@ -131,12 +136,26 @@ async fn r2_client_errors_get_the_envelope() {
     let c = client();
     let url = p.url("/v1/chat/completions");
 
-    let (s, e) = error_of(c.post(&url).json(&chat("nope", false)).send().await.unwrap()).await;
+    let (s, e) = error_of(
+        c.post(&url)
+            .json(&chat("nope", false))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((s, e["code"].as_str()), (404, Some("model_not_found")));
     assert!(e["message"].as_str().unwrap().contains("a"), "{e}");
     assert_eq!(e["param"], "model");
 
-    let (s, e) = error_of(c.post(&url).json(&json!({"messages": []})).send().await.unwrap()).await;
+    let (s, e) = error_of(
+        c.post(&url)
+            .json(&json!({"messages": []}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((s, e["code"].as_str()), (400, Some("missing_model")));
 
     let (s, e) = error_of(
@@ -148,7 +167,10 @@ async fn r2_client_errors_get_the_envelope() {
             .unwrap(),
     )
     .await;
-    assert_eq!((s, e["type"].as_str()), (400, Some("invalid_request_error")));
+    assert_eq!(
+        (s, e["type"].as_str()),
+        (400, Some("invalid_request_error"))
+    );
     assert_eq!(e["code"], "invalid_json");
 
     let (s, e) = error_of(
@@ -160,7 +182,10 @@ async fn r2_client_errors_get_the_envelope() {
             .unwrap(),
     )
     .await;
-    assert_eq!((s, e["code"].as_str()), (400, Some("unsupported_content_type")));
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (400, Some("unsupported_content_type"))
+    );
 
     let big = json!({"model": "a", "messages": [{"role": "user", "content": "x".repeat(4096)}]});
     let (s, e) = error_of(c.post(&url).json(&big).send().await.unwrap()).await;
@@ -202,7 +227,10 @@ async fn r2_backend_unreachable_is_502() {
     )
     .await;
     assert_eq!((s, e["code"].as_str()), (502, Some("bad_gateway")));
-    assert!(!e["message"].as_str().unwrap().contains("127.0.0.1"), "leaks the address: {e}");
+    assert!(
+        !e["message"].as_str().unwrap().contains("127.0.0.1"),
+        "leaks the address: {e}"
+    );
 }
 
 #[tokio::test]
@@ -347,7 +375,9 @@ async fn r2_backend_death_mid_stream_ends_with_error_not_done() {
     let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
     let r = client()
         .post(p.url("/v1/chat/completions"))
-        .json(&json!({"model": "a", "messages": [{"role": "user", "content": "x"}], "stream": true}))
+        .json(
+            &json!({"model": "a", "messages": [{"role": "user", "content": "x"}], "stream": true}),
+        )
         .send()
         .await
         .unwrap();
@@ -356,10 +386,19 @@ async fn r2_backend_death_mid_stream_ends_with_error_not_done() {
     let last = events.last().unwrap();
     assert!(!events.iter().any(|e| e == "[DONE]"), "{events:?}");
     let v: Value = serde_json::from_str(last).unwrap();
-    assert!(v["error"]["message"].as_str().unwrap().contains("stream broken"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stream broken"),
+        "{v}"
+    );
     let m = p.metrics().await;
     assert_eq!(
-        sample(&m, "switchboard_upstream_errors_total{alias=\"a\",reason=\"stream_broken\"}"),
+        sample(
+            &m,
+            "switchboard_upstream_errors_total{alias=\"a\",reason=\"stream_broken\"}"
+        ),
         1.0
     );
 }

@@ -23,12 +23,19 @@ pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {
         .merge(Toml::file_exact(path))
         .merge(Env::prefixed("SWITCHBOARD_").split("__").filter(|key| {
             // Only config sections: other SWITCHBOARD_* variables (API keys, log level) are not config.
+            let key = key.as_str().to_ascii_lowercase();
             ["server.", "backends.", "aliases."]
                 .iter()
-                .any(|section| key.as_str().starts_with(section))
+                .any(|section| key.starts_with(section))
         }))
         .extract::<RawConfig>()
-        .map_err(|e| ConfigErrors(e.into_iter().map(|e| ConfigError::Load(e.to_string())).collect()))
+        .map_err(|e| {
+            ConfigErrors(
+                e.into_iter()
+                    .map(|e| ConfigError::Load(e.to_string()))
+                    .collect(),
+            )
+        })
 }
 
 /// Load and validate: the one entry point `serve`, `check` and reload use.
@@ -41,6 +48,12 @@ pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
     let raw = Figment::new()
         .merge(Toml::string(text))
         .extract::<RawConfig>()
-        .map_err(|e| ConfigErrors(e.into_iter().map(|e| ConfigError::Load(e.to_string())).collect()))?;
+        .map_err(|e| {
+            ConfigErrors(
+                e.into_iter()
+                    .map(|e| ConfigError::Load(e.to_string()))
+                    .collect(),
+            )
+        })?;
     validate(raw)
 }

@@ -201,9 +201,14 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         .metrics_listen
         .as_deref()
         .and_then(|v| socket_addr("server.metrics_listen", v, errs));
-    let reasoning = raw.reasoning_field.as_deref().unwrap_or("reasoning_content");
-    let api_keys = raw.api_keys_env.as_deref().and_then(|var| {
-        match std::env::var(var) {
+    let reasoning = raw
+        .reasoning_field
+        .as_deref()
+        .unwrap_or("reasoning_content");
+    let api_keys = raw
+        .api_keys_env
+        .as_deref()
+        .and_then(|var| match std::env::var(var) {
             Ok(v) => Some(
                 v.split(',')
                     .map(str::trim)
@@ -219,8 +224,7 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
                 });
                 None
             }
-        }
-    });
+        });
     let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
         Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
     };
@@ -251,7 +255,12 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             10,
             errs,
         ),
-        queue_timeout: secs("server.queue_timeout_secs", raw.queue_timeout_secs, 300, errs),
+        queue_timeout: secs(
+            "server.queue_timeout_secs",
+            raw.queue_timeout_secs,
+            300,
+            errs,
+        ),
         api_keys,
     }
 }
@@ -259,10 +268,9 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
 fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<Backend> {
     let key = format!("backends.{name}.url");
     let url = match Url::parse(&raw.url) {
-        Ok(u) if !matches!(u.scheme(), "http" | "https") => Err(format!(
-            "scheme {:?} is not http or https",
-            u.scheme()
-        )),
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+            Err(format!("scheme {:?} is not http or https", u.scheme()))
+        }
         Ok(u) if u.host_str().is_none() => Err("no host".to_string()),
         Ok(u) if u.query().is_some() || u.fragment().is_some() => {
             Err("a base URL takes no query or fragment".to_string())
@@ -335,7 +343,12 @@ fn alias(
         w => w.and_then(NonZeroU32::new),
     };
     let mut inputs = Input::default();
-    for (i, kind) in raw.inputs.unwrap_or_else(|| vec!["text".into()]).iter().enumerate() {
+    for (i, kind) in raw
+        .inputs
+        .unwrap_or_else(|| vec!["text".into()])
+        .iter()
+        .enumerate()
+    {
         match kind.as_str() {
             "text" => {}
             "image" => inputs.image = true,
@@ -421,7 +434,10 @@ mod tests {
     #[test]
     fn alias_with_undefined_backend_names_the_key() {
         let e = errors("[aliases.x]\nbackend = \"nope\"");
-        assert!(e.contains("aliases.x.backend: \"nope\" is not a defined backend"), "{e}");
+        assert!(
+            e.contains("aliases.x.backend: \"nope\" is not a defined backend"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -435,7 +451,10 @@ mod tests {
     #[test]
     fn bad_url_names_the_key_and_value() {
         let e = errors("[backends.b2]\nurl = \"dankclaw:7771\"\nflavor = \"vllm\"");
-        assert!(e.contains("backends.b2.url: \"dankclaw:7771\" is not a valid URL"), "{e}");
+        assert!(
+            e.contains("backends.b2.url: \"dankclaw:7771\" is not a valid URL"),
+            "{e}"
+        );
         let e = errors("[backends.b3]\nurl = \"not a url\"\nflavor = \"vllm\"");
         assert!(e.contains("backends.b3.url: \"not a url\""), "{e}");
     }
@@ -443,9 +462,15 @@ mod tests {
     #[test]
     fn zero_window_and_zero_slots_are_refused() {
         let e = errors("[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0");
-        assert!(e.contains("aliases.w.context_window: must be greater than zero"), "{e}");
+        assert!(
+            e.contains("aliases.w.context_window: must be greater than zero"),
+            "{e}"
+        );
         let e = errors("[backends.b4]\nurl = \"http://h:1\"\nflavor = \"sglang\"\nslots = 0");
-        assert!(e.contains("backends.b4.slots: must be greater than zero"), "{e}");
+        assert!(
+            e.contains("backends.b4.slots: must be greater than zero"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -462,12 +487,17 @@ mod tests {
     fn bad_values_name_the_key() {
         let e = errors("[server]\nlisten = \"nowhere\"\nreasoning_field = \"thoughts\"");
         assert!(e.contains("server.listen: \"nowhere\""), "{e}");
-        assert!(e.contains("server.reasoning_field: \"thoughts\" is not one of"), "{e}");
+        assert!(
+            e.contains("server.reasoning_field: \"thoughts\" is not one of"),
+            "{e}"
+        );
     }
 
     #[test]
     fn every_error_is_reported_not_just_the_first() {
-        let e = errors("[aliases.x]\nbackend = \"nope\"\n[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0");
+        let e = errors(
+            "[aliases.x]\nbackend = \"nope\"\n[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0",
+        );
         assert_eq!(e.lines().count(), 2, "{e}");
     }
 }

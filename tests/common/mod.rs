@@ -1,5 +1,5 @@
 //! Test harness: the real proxy on 127.0.0.1:0 in front of simulated backends.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -40,7 +40,12 @@ impl Proxy {
     }
 
     pub async fn metrics(&self) -> String {
-        reqwest::get(self.url("/metrics")).await.unwrap().text().await.unwrap()
+        reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 }
 
