@@ -33,6 +33,7 @@ pub async fn run(path: &Path) -> Result<(), String> {
             slot_ctx,
             slots: backend.slots.unwrap_or(1),
             reasoning: true,
+            reasoning_tokens: 3,
             token_delay: std::time::Duration::from_millis(20),
             ttft: std::time::Duration::from_millis(150),
             ..SimConfig::default()

@@ -50,7 +50,7 @@ impl RouteTable {
         }
     }
 
-    /// Every alias (not old names), in config order.
+    /// Every alias (not old names), sorted by name.
     pub fn aliases(&self) -> &[Arc<Alias>] {
         &self.aliases
     }
