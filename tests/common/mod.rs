@@ -49,15 +49,24 @@ impl Proxy {
     }
 }
 
-/// Start the proxy with a TOML config; `{name}` placeholders in it are replaced by `urls`.
-pub async fn proxy(toml: &str, urls: &[(&str, String)]) -> Proxy {
+/// `toml` with `{name}` placeholders replaced by `urls`.
+pub fn fill(toml: &str, urls: &[(&str, String)]) -> String {
     let mut text = toml.to_string();
     for (name, url) in urls {
         text = text.replace(&format!("{{{name}}}"), url);
     }
-    let cfg = switchboard::config::from_toml(&text).expect("valid test config");
-    let grace = cfg.server.shutdown_grace;
-    let state = AppState::new(cfg, None);
+    text
+}
+
+/// Start the proxy with a TOML config; `{name}` placeholders in it are replaced by `urls`.
+pub async fn proxy(toml: &str, urls: &[(&str, String)]) -> Proxy {
+    let cfg = switchboard::config::from_toml(&fill(toml, urls)).expect("valid test config");
+    start(AppState::new(cfg, None)).await
+}
+
+/// Start the proxy on an already built state.
+pub async fn start(state: AppState) -> Proxy {
+    let grace = state.live.load().config.server.shutdown_grace;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel();
