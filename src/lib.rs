@@ -2,6 +2,7 @@
 
 pub mod error;
 pub mod flavor;
+pub mod guard;
 pub mod reasoning;
 pub mod sim;
 pub mod tokens;
