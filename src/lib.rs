@@ -6,6 +6,7 @@ pub mod demo;
 pub mod error;
 pub mod exchange;
 pub mod flavor;
+pub mod guard;
 pub mod health;
 pub mod metrics;
 pub mod openai;

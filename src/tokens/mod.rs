@@ -1,1 +1,229 @@
 //! Token counting strategies: free byte bound, local tokenizer and template, backend, estimate.
+
+pub mod backend;
+pub mod bound;
+pub mod cache;
+pub mod estimate;
+pub mod json;
+pub mod local;
+pub mod preprocess;
+pub mod special;
+pub mod template;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::flavor::Flavor;
+use backend::BackendCounter;
+use estimate::Estimator;
+use local::LocalCounter;
+
+/// How a prompt's token count was obtained (also a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// The free byte bound cleared the request; nothing was tokenized.
+    Bound,
+    /// The model's tokenizer and chat template, in process.
+    Local,
+    /// The backend's own tokenize endpoints.
+    Backend,
+    /// A bytes-per-token estimate.
+    Estimate,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Bound => "bound",
+            Method::Local => "local",
+            Method::Backend => "backend",
+            Method::Estimate => "estimate",
+        }
+    }
+}
+
+/// Tokens charged per media part (config key `media_tokens = { image, audio }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MediaCosts {
+    /// Per image (or video) part. Default 1024.
+    #[serde(default = "default_media")]
+    pub image: u32,
+    /// Per audio part. Default 1024.
+    #[serde(default = "default_media")]
+    pub audio: u32,
+}
+
+fn default_media() -> u32 {
+    1024
+}
+
+impl Default for MediaCosts {
+    fn default() -> Self {
+        MediaCosts {
+            image: default_media(),
+            audio: default_media(),
+        }
+    }
+}
+
+impl MediaCosts {
+    /// Tokens for the given media parts.
+    pub fn cost(&self, media: preprocess::Media) -> u64 {
+        u64::from(media.images) * u64::from(self.image)
+            + u64::from(media.audio) * u64::from(self.audio)
+    }
+}
+
+/// The model's tokenizer files (config key `tokenizer = { file, config }`); either may be
+/// gzip-compressed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerFiles {
+    /// `tokenizer.json`.
+    pub file: PathBuf,
+    /// `tokenizer_config.json`, holding `chat_template`.
+    pub config: PathBuf,
+}
+
+/// Counting strategy of an alias (config key `count`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountKind {
+    Local,
+    Backend,
+    Estimate,
+}
+
+/// Why a count could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CountError {
+    /// The request is not a chat request the backend would accept.
+    #[error("{0}")]
+    Invalid(String),
+    /// The chat template raised or failed on this request.
+    #[error("chat template failed: {0}")]
+    Template(String),
+    #[error("tokenizer failed: {0}")]
+    Tokenizer(String),
+    /// The backend's tokenize endpoints failed; `status` when it answered.
+    #[error("token counting at {url} failed: {detail}")]
+    Backend {
+        url: String,
+        status: Option<u16>,
+        detail: String,
+    },
+    #[error("token counting task failed: {0}")]
+    Task(String),
+}
+
+/// Counts prompt tokens for one alias. Cheap to share in an `Arc`.
+pub struct Counter {
+    inner: Inner,
+}
+
+enum Inner {
+    Local(Arc<LocalCounter>),
+    Backend(BackendCounter),
+    Estimate(Estimator),
+}
+
+impl Counter {
+    /// Built at config validation. `kind` `None` means local when a tokenizer is given, else
+    /// estimate. The error names what is wrong (missing file, template fails to compile, ...).
+    pub fn new(
+        kind: Option<CountKind>,
+        tokenizer: Option<&TokenizerFiles>,
+        flavor: Flavor,
+        backend_url: &str,
+        upstream_model: &str,
+    ) -> Result<Counter, String> {
+        let kind = kind.unwrap_or(if tokenizer.is_some() {
+            CountKind::Local
+        } else {
+            CountKind::Estimate
+        });
+        let inner = match kind {
+            CountKind::Local => {
+                let files = tokenizer.ok_or(
+                    "count = \"local\" needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)",
+                )?;
+                Inner::Local(Arc::new(LocalCounter::load(files, flavor)?))
+            }
+            CountKind::Backend => {
+                Inner::Backend(BackendCounter::new(flavor, backend_url, upstream_model)?)
+            }
+            CountKind::Estimate => Inner::Estimate(Estimator::new()),
+        };
+        Ok(Counter { inner })
+    }
+
+    /// A local counter over an already loaded tokenizer and template (tests, benches, CLI).
+    pub fn from_local(local: LocalCounter) -> Counter {
+        Counter {
+            inner: Inner::Local(Arc::new(local)),
+        }
+    }
+
+    pub fn kind(&self) -> Method {
+        match self.inner {
+            Inner::Local(_) => Method::Local,
+            Inner::Backend(_) => Method::Backend,
+            Inner::Estimate(_) => Method::Estimate,
+        }
+    }
+
+    /// The local counter, when this alias counts locally.
+    pub fn local(&self) -> Option<&LocalCounter> {
+        match &self.inner {
+            Inner::Local(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Exact (or estimated) prompt token count of a chat request body (JSON bytes, `model`
+    /// already rewritten), media parts costed by `media`. Local counting runs on the
+    /// blocking pool (and its fragments on rayon), never on the async workers.
+    pub async fn count_prompt(
+        &self,
+        client: &reqwest::Client,
+        body: &[u8],
+        media: &MediaCosts,
+    ) -> Result<u32, CountError> {
+        match &self.inner {
+            Inner::Local(local) => {
+                let local = Arc::clone(local);
+                let body = body.to_vec();
+                let media = *media;
+                tokio::task::spawn_blocking(move || local.count(&body, &media))
+                    .await
+                    .map_err(|e| CountError::Task(e.to_string()))?
+            }
+            Inner::Backend(b) => b.count(client, body, media).await,
+            Inner::Estimate(e) => e.count(body, media),
+        }
+    }
+
+    /// Feeds back what the backend reported for a request: `prompt_bytes` as measured by
+    /// [`prompt_bytes`] on the forwarded body, `prompt_tokens` from `usage.prompt_tokens`.
+    /// Only the estimator learns from it.
+    pub fn observe(&self, prompt_bytes: usize, prompt_tokens: u32) {
+        if let Inner::Estimate(e) = &self.inner {
+            e.observe(prompt_bytes, prompt_tokens);
+        }
+    }
+}
+
+/// The measure the estimator learns from: bytes of the messages and tools, media parts
+/// excluded (the body length when the body is not a chat request).
+pub fn prompt_bytes(body: &[u8]) -> usize {
+    bound::RequestView::parse(body)
+        .map(|v| v.text_bytes())
+        .unwrap_or(body.len())
+}
+
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}

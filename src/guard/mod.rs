@@ -1,0 +1,297 @@
+//! The context guard: the free bound first, an exact count only when the bound cannot clear.
+
+pub mod canonical;
+mod endpoints;
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::error::ProxyError;
+use crate::tokens::bound::{RequestView, ViewError};
+use crate::tokens::{CountError, Counter, MediaCosts, Method};
+
+pub use endpoints::{anthropic_to_chat, count_tokens_response, tokenize_response};
+
+/// One alias's guard settings (config keys `context_window`, `count`, `tokenizer`,
+/// `media_tokens`, `clamp_max_tokens`).
+#[derive(Clone)]
+pub struct GuardSpec {
+    /// Tokens per conversation (per slot): prompt plus requested output must fit.
+    pub window: u32,
+    pub counter: Arc<Counter>,
+    pub media: MediaCosts,
+    /// Lower an over-large `max_tokens` to fit instead of rejecting, when the prompt fits.
+    pub clamp_max_tokens: bool,
+}
+
+/// What the guard decided about a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward as is.
+    Pass { method: Method },
+    /// Forward with the output limit lowered to `max_tokens` (see [`clamp_body`]).
+    Clamp { max_tokens: u32, method: Method },
+    /// Answer OpenAI's context-length 400 without contacting the backend.
+    Over {
+        prompt: u32,
+        completion: Option<u32>,
+        method: Method,
+        estimate: bool,
+    },
+}
+
+impl Verdict {
+    pub fn method(&self) -> Method {
+        match *self {
+            Verdict::Pass { method }
+            | Verdict::Clamp { method, .. }
+            | Verdict::Over { method, .. } => method,
+        }
+    }
+
+    /// `Over` → [`ProxyError::ContextLengthExceeded`]; the others → `None`.
+    pub fn into_error(self, window: u32) -> Option<ProxyError> {
+        match self {
+            Verdict::Over {
+                prompt,
+                completion,
+                estimate,
+                ..
+            } => Some(ProxyError::ContextLengthExceeded {
+                window,
+                prompt,
+                completion,
+                estimate,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Bound first, exact count only when the bound cannot clear. Errors only for a malformed
+/// body (invalid JSON, messages, or token limits) or a counting failure.
+///
+/// The request fits when prompt + requested output ≤ window, the requested output being
+/// `max_completion_tokens` or `max_tokens`; without either, when the prompt alone is below
+/// the window (a prompt that fills the window leaves no room to answer).
+pub async fn check(
+    spec: &GuardSpec,
+    client: &reqwest::Client,
+    body: &[u8],
+) -> Result<Verdict, ProxyError> {
+    let view = RequestView::parse(body).map_err(view_error)?;
+    let output = view.requested_output();
+    if fits(view.prompt_bound(&spec.media), output, spec.window) {
+        return Ok(Verdict::Pass {
+            method: Method::Bound,
+        });
+    }
+    let prompt = spec
+        .counter
+        .count_prompt(client, body, &spec.media)
+        .await
+        .map_err(count_error)?;
+    Ok(decide(
+        prompt,
+        output,
+        spec.window,
+        spec.clamp_max_tokens,
+        spec.counter.kind(),
+    ))
+}
+
+/// The verdict for a counted prompt.
+pub fn decide(
+    prompt: u32,
+    output: Option<u32>,
+    window: u32,
+    clamp: bool,
+    method: Method,
+) -> Verdict {
+    if fits(u64::from(prompt), output, window) {
+        Verdict::Pass { method }
+    } else if clamp && output.is_some() && prompt < window {
+        Verdict::Clamp {
+            max_tokens: window - prompt,
+            method,
+        }
+    } else {
+        Verdict::Over {
+            prompt,
+            completion: output,
+            method,
+            estimate: method == Method::Estimate,
+        }
+    }
+}
+
+fn fits(prompt: u64, output: Option<u32>, window: u32) -> bool {
+    match output {
+        Some(out) => prompt + u64::from(out) <= u64::from(window),
+        None => prompt < u64::from(window),
+    }
+}
+
+#[derive(Deserialize)]
+struct Limits<'a> {
+    #[serde(borrow, default)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_completion_tokens: Option<&'a RawValue>,
+}
+
+/// Rewrites whichever of `max_completion_tokens` / `max_tokens` the client sent (both when
+/// both were sent) to `max_tokens`, leaving every other byte of the body as it was.
+pub fn clamp_body(body: &[u8], max_tokens: u32) -> Result<Vec<u8>, ProxyError> {
+    let limits: Limits =
+        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+    let base = body.as_ptr() as usize;
+    let mut spans: Vec<(usize, usize)> = [limits.max_tokens, limits.max_completion_tokens]
+        .into_iter()
+        .flatten()
+        .map(|raw| {
+            let s = raw.get();
+            let start = (s.as_ptr() as usize).wrapping_sub(base);
+            (start, start + s.len())
+        })
+        .filter(|&(start, end)| end <= body.len() && start <= end)
+        .collect();
+    spans.sort_unstable();
+    let value = max_tokens.to_string();
+    let mut out = Vec::with_capacity(body.len() + 16);
+    let mut at = 0;
+    for (start, end) in spans {
+        out.extend_from_slice(&body[at..start]);
+        out.extend_from_slice(value.as_bytes());
+        at = end;
+    }
+    out.extend_from_slice(&body[at..]);
+    Ok(out)
+}
+
+pub(crate) fn view_error(e: ViewError) -> ProxyError {
+    match e {
+        ViewError::Json(m) => ProxyError::InvalidJson(m),
+        ViewError::Messages => ProxyError::InvalidRequest(e.to_string()),
+        ViewError::Param { param, message } => ProxyError::InvalidParam { param, message },
+    }
+}
+
+/// How a counting failure reaches the client.
+pub fn count_error(e: CountError) -> ProxyError {
+    match e {
+        CountError::Invalid(_) | CountError::Template(_) | CountError::Tokenizer(_) => {
+            ProxyError::InvalidRequest(e.to_string())
+        }
+        CountError::Backend {
+            status: Some(status),
+            detail,
+            ..
+        } if (400..500).contains(&status) => ProxyError::InvalidRequest(detail),
+        CountError::Backend {
+            url,
+            status,
+            detail,
+        } => {
+            let backend = url::Url::parse(&url)
+                .ok()
+                .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+                .unwrap_or(url);
+            match status {
+                None => ProxyError::UpstreamConnect { backend },
+                Some(_) => ProxyError::UpstreamProtocol { backend, detail },
+            }
+        }
+        CountError::Task(detail) => ProxyError::UpstreamProtocol {
+            backend: "token counter".into(),
+            detail,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decide_follows_the_window_rules() {
+        let m = Method::Local;
+        assert_eq!(
+            decide(90, Some(10), 100, false, m),
+            Verdict::Pass { method: m }
+        );
+        assert_eq!(
+            decide(91, Some(10), 100, false, m),
+            Verdict::Over {
+                prompt: 91,
+                completion: Some(10),
+                method: m,
+                estimate: false
+            }
+        );
+        assert_eq!(decide(99, None, 100, false, m), Verdict::Pass { method: m });
+        assert_eq!(
+            decide(100, None, 100, true, m),
+            Verdict::Over {
+                prompt: 100,
+                completion: None,
+                method: m,
+                estimate: false
+            }
+        );
+        assert_eq!(
+            decide(91, Some(50), 100, true, m),
+            Verdict::Clamp {
+                max_tokens: 9,
+                method: m
+            }
+        );
+        assert_eq!(
+            decide(100, Some(50), 100, true, Method::Estimate),
+            Verdict::Over {
+                prompt: 100,
+                completion: Some(50),
+                method: Method::Estimate,
+                estimate: true
+            }
+        );
+    }
+
+    #[test]
+    fn over_renders_openai_error() {
+        let v = Verdict::Over {
+            prompt: 7554,
+            completion: Some(1000),
+            method: Method::Local,
+            estimate: false,
+        };
+        let e = v.into_error(8192).unwrap();
+        let (status, _, _, code) = e.parts();
+        assert_eq!(status.as_u16(), 400);
+        assert_eq!(code, Some("context_length_exceeded"));
+        assert!(e.to_string().starts_with("This model's maximum context length is 8192 tokens. However, you requested 8554 tokens"));
+        assert!(Verdict::Pass {
+            method: Method::Bound
+        }
+        .into_error(1)
+        .is_none());
+    }
+
+    #[test]
+    fn clamp_rewrites_only_the_limits() {
+        let body = br#"{"model":"m", "max_tokens" : 5000,"messages":[{"role":"user","content":"max_tokens: 5000"}],"max_completion_tokens":6000}"#;
+        let out = clamp_body(body, 123).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"model":"m", "max_tokens" : 123,"messages":[{"role":"user","content":"max_tokens: 5000"}],"max_completion_tokens":123}"#
+        );
+        let only = br#"{"max_tokens":null,"max_completion_tokens":9}"#;
+        assert_eq!(
+            clamp_body(only, 1).unwrap(),
+            br#"{"max_tokens":null,"max_completion_tokens":1}"#
+        );
+        assert!(clamp_body(b"{", 1).is_err());
+    }
+}

@@ -1,0 +1,188 @@
+//! Exact local counting: the model's tokenizer and chat template, with per-fragment caching.
+//!
+//! Why caching per fragment is exact: a tokenizer first splits its input at added tokens
+//! (HF `tokenizers`: leftmost-longest over the raw text for non-normalized added tokens;
+//! llama.cpp: `tokenizer_st_partition` with `parse_special`), then normalizes,
+//! pre-tokenizes and runs the model on each remaining fragment on its own. So
+//! `count(prompt) = #added tokens + Σ count(fragment)`, and a fragment's count depends only
+//! on its bytes. The fragments come from the full rendering of the conversation, so a
+//! template that renders a turn differently depending on its neighbours (Qwen3 drops old
+//! reasoning) still yields the right fragments; an unchanged turn renders to unchanged
+//! fragments (`user\n<content>` between `<|im_start|>` and `<|im_end|>`), found in the cache.
+//! Where the argument does not hold (an added token that strips whitespace or must be a
+//! single word changes its neighbours), the whole prompt is counted in one pass instead.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use tokenizers::{NormalizerWrapper, Tokenizer};
+
+use super::cache::{SegmentCache, DEFAULT_ENTRIES};
+use super::json::J;
+use super::preprocess::{prepare, Media};
+use super::special::{Piece, Specials};
+use super::template::{ChatTemplate, FloatStyle};
+use super::{saturate, CountError, MediaCosts, TokenizerFiles};
+use crate::flavor::Flavor;
+
+/// A tokenizer and chat template, prepared as one backend flavour uses them.
+pub struct LocalCounter {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    /// `None` when fragments cannot be counted independently.
+    specials: Option<Specials>,
+    cache: SegmentCache,
+    flavor: Flavor,
+}
+
+/// A rendered prompt with what was left out of its text.
+pub struct Rendered {
+    pub prompt: String,
+    pub media: Media,
+}
+
+impl LocalCounter {
+    /// Loads `tokenizer.json` and `tokenizer_config.json` (either may be gzip-compressed).
+    pub fn load(files: &TokenizerFiles, flavor: Flavor) -> Result<LocalCounter, String> {
+        let tok_bytes = read_maybe_gz(&files.file)?;
+        let cfg_bytes = read_maybe_gz(&files.config)?;
+        let tokenizer = Tokenizer::from_bytes(&tok_bytes)
+            .map_err(|e| format!("{}: not a tokenizer.json: {e}", files.file.display()))?;
+        let config = J::parse(&cfg_bytes)
+            .map_err(|e| format!("{}: not JSON: {e}", files.config.display()))?;
+        let floats = match flavor {
+            Flavor::Llamacpp => FloatStyle::Cpp,
+            _ => FloatStyle::Python,
+        };
+        let template = ChatTemplate::from_config(&config, floats)
+            .map_err(|e| format!("{}: {e}", files.config.display()))?;
+        Ok(Self::from_parts(tokenizer, template, flavor))
+    }
+
+    pub fn from_parts(mut tokenizer: Tokenizer, template: ChatTemplate, flavor: Flavor) -> Self {
+        // llama.cpp's tokenizer does not apply tokenizer.json's normalizer (Qwen's NFC).
+        if flavor == Flavor::Llamacpp {
+            tokenizer.with_normalizer(None::<NormalizerWrapper>);
+        }
+        tokenizer.with_truncation(None).ok();
+        tokenizer.with_padding(None);
+        let added = tokenizer.get_added_tokens_decoder();
+        let splittable = added
+            .values()
+            .all(|t| t.normalized || !(t.lstrip || t.rstrip || t.single_word));
+        let specials = splittable.then(|| {
+            Specials::new(
+                added
+                    .values()
+                    .filter(|t| !t.normalized)
+                    .map(|t| t.content.clone()),
+            )
+        });
+        LocalCounter {
+            tokenizer,
+            template,
+            specials,
+            cache: SegmentCache::new(DEFAULT_ENTRIES),
+            flavor,
+        }
+    }
+
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// Renders a chat body as the flavour's backend would before tokenizing it.
+    pub fn render(&self, body: &[u8]) -> Result<Rendered, CountError> {
+        let body = J::parse(body).map_err(|e| CountError::Invalid(format!("invalid JSON: {e}")))?;
+        let prep = prepare(&body, self.flavor, &self.template)?;
+        let mut prompt = self
+            .template
+            .render(Arc::new(prep.vars), prep.tool_use)
+            .map_err(|e| CountError::Template(format!("{e:#}")))?;
+        if let Some(final_text) = &prep.continue_final {
+            if let Some(at) = prompt.rfind(&**final_text) {
+                prompt.truncate(at + final_text.len());
+            }
+        }
+        if let Some(suffix) = &prep.suffix {
+            prompt.push_str(suffix);
+        }
+        Ok(Rendered {
+            prompt,
+            media: prep.media,
+        })
+    }
+
+    /// The token count of a chat body: its rendered prompt plus its media parts.
+    pub fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
+        let rendered = self.render(body)?;
+        let text = self.count_text(&rendered.prompt)?;
+        Ok(saturate(u64::from(text) + media.cost(rendered.media)))
+    }
+
+    /// The prompt's token count without media.
+    pub fn count_text(&self, text: &str) -> Result<u32, CountError> {
+        let Some(specials) = &self.specials else {
+            return self.encode(text);
+        };
+        let mut pieces: Vec<&str> = Vec::new();
+        let mut total: u64 = 0;
+        specials.split(text, |p| match p {
+            Piece::Text(t) => pieces.push(t),
+            Piece::Special => total += 1,
+        });
+        let mut misses: HashMap<u128, (&str, u32)> = HashMap::new();
+        for piece in pieces {
+            let key = self.cache.key(piece);
+            match self.cache.get(key) {
+                Some(n) => total += u64::from(n),
+                None => misses.entry(key).or_insert((piece, 0)).1 += 1,
+            }
+        }
+        let mut work: Vec<(u128, &str, u32)> =
+            misses.into_iter().map(|(k, (s, n))| (k, s, n)).collect();
+        work.sort_unstable_by_key(|w| std::cmp::Reverse(w.1.len()));
+        let counted: Vec<(u128, u32, u32)> = work
+            .par_iter()
+            .map(|(k, s, n)| self.encode(s).map(|c| (*k, c, *n)))
+            .collect::<Result<_, _>>()?;
+        for (key, count, times) in counted {
+            self.cache.insert(key, count);
+            total += u64::from(count) * u64::from(times);
+        }
+        Ok(u32::try_from(total).unwrap_or(u32::MAX))
+    }
+
+    fn encode(&self, text: &str) -> Result<u32, CountError> {
+        let enc = self
+            .tokenizer
+            .encode_fast(text, false)
+            .map_err(|e| CountError::Tokenizer(e.to_string()))?;
+        Ok(u32::try_from(enc.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Entries in the fragment cache (for tests and benches).
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Empties the fragment cache (for benches of cold counts).
+    pub fn clear_cache(&self) {
+        self.cache.clear();
+    }
+}
+
+/// Reads a file, inflating it when it starts with the gzip magic bytes.
+fn read_maybe_gz(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let raw = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .map_err(|e| format!("{}: bad gzip data: {e}", path.display()))?;
+        return Ok(out);
+    }
+    Ok(raw)
+}

@@ -1,0 +1,122 @@
+//! What each backend does to a chat request before its template runs, reproduced per flavour.
+//!
+//! The count a backend reports depends on these steps as much as on the template: content
+//! part lists are flattened (joined with `"\n"` by llama.cpp and vLLM, with `" "` by SGLang),
+//! tool-call `arguments` strings are parsed into objects (so `tojson` prints `{"a": 1}`),
+//! tool schemas are rebuilt with the backend's own field order and defaults, and media parts
+//! leave the text (their cost is configured per alias instead).
+
+mod hf;
+mod llamacpp;
+
+use std::sync::Arc;
+
+use super::json::{JMap, J};
+use super::template::ChatTemplate;
+use super::CountError;
+use crate::flavor::Flavor;
+
+/// A request ready for the template: its globals and what happens around the rendering.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// Template globals: `messages`, `tools`, `add_generation_prompt`, special tokens, kwargs.
+    pub vars: JMap,
+    /// Whether the `tool_use` variant of the template applies.
+    pub tool_use: bool,
+    /// vLLM/HF `continue_final_message`: the rendering ends right after this text.
+    pub continue_final: Option<Arc<str>>,
+    /// Text the backend appends after the rendering (a continued assistant message).
+    pub suffix: Option<String>,
+    /// Media parts taken out of the text.
+    pub media: Media,
+}
+
+/// Media parts found in the messages.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Media {
+    pub images: u32,
+    pub audio: u32,
+}
+
+/// Prepares a parsed chat body as `flavor` would before rendering `tmpl`.
+pub fn prepare(body: &J, flavor: Flavor, tmpl: &ChatTemplate) -> Result<Prepared, CountError> {
+    let req = body
+        .as_obj()
+        .ok_or_else(|| invalid("the body is not a JSON object"))?;
+    let messages = req
+        .get("messages")
+        .and_then(J::as_arr)
+        .ok_or_else(|| invalid("messages must be an array"))?;
+    match flavor {
+        Flavor::Llamacpp => llamacpp::prepare(req, messages, tmpl),
+        Flavor::Vllm | Flavor::Openai => hf::prepare_vllm(req, messages, tmpl),
+        Flavor::Sglang => hf::prepare_sglang(req, messages, tmpl),
+    }
+}
+
+pub(super) fn invalid(msg: impl Into<String>) -> CountError {
+    CountError::Invalid(msg.into())
+}
+
+/// One content part, as the backends classify it.
+enum Part<'a> {
+    Text(&'a str),
+    Image,
+    Audio,
+    /// A text-typed part without text, or a part type the flavour ignores.
+    Skip,
+}
+
+/// Part types every backend reads text from; `extra` adds the flavour's own text types.
+fn classify<'a>(part: &'a J, extra_text: &[&str]) -> Part<'a> {
+    let Some(p) = part.as_obj() else {
+        return match part {
+            J::Str(s) => Part::Text(s),
+            _ => Part::Skip,
+        };
+    };
+    let kind = p.get("type").and_then(J::as_str).unwrap_or("");
+    match kind {
+        "image_url" | "input_image" | "image" | "image_pil" | "image_embeds" | "video_url" => {
+            Part::Image
+        }
+        "input_audio" | "audio_url" | "audio_embeds" => Part::Audio,
+        "text" => p
+            .get("text")
+            .and_then(J::as_str)
+            .map_or(Part::Skip, Part::Text),
+        k if extra_text.contains(&k) => {
+            let field = match k {
+                "refusal" => "refusal",
+                "thinking" => "thinking",
+                "tool_reference" => "name",
+                _ => "text",
+            };
+            p.get(field)
+                .and_then(J::as_str)
+                .map_or(Part::Skip, Part::Text)
+        }
+        _ => Part::Skip,
+    }
+}
+
+/// Parses a tool-call `arguments` string.
+fn parse_arguments(s: &str) -> Option<J> {
+    J::parse(s.as_bytes()).ok()
+}
+
+/// Drops a `"model"`-free copy of the request's `chat_template_kwargs` into `vars`.
+fn add_kwargs(vars: &mut JMap, req: &JMap) {
+    if let Some(J::Obj(kwargs)) = req.get("chat_template_kwargs") {
+        for (k, v) in &kwargs.0 {
+            vars.insert(k, v.clone());
+        }
+    }
+}
+
+/// Adds the tokenizer's special tokens (`bos_token`, `eos_token`, ...) as HF does.
+fn add_specials(vars: &mut JMap, tmpl: &ChatTemplate) {
+    for (k, v) in &tmpl.specials {
+        vars.insert(k, v.clone());
+    }
+}
