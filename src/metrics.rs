@@ -77,6 +77,17 @@ pub enum CountMethodLabel {
     estimate,
 }
 
+impl From<crate::tokens::Method> for CountMethodLabel {
+    fn from(m: crate::tokens::Method) -> Self {
+        match m {
+            crate::tokens::Method::Bound => CountMethodLabel::bound,
+            crate::tokens::Method::Local => CountMethodLabel::local,
+            crate::tokens::Method::Backend => CountMethodLabel::backend,
+            crate::tokens::Method::Estimate => CountMethodLabel::estimate,
+        }
+    }
+}
+
 type Name = Arc<String>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

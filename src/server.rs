@@ -16,6 +16,8 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/models", get(api::models))
         .route("/v1/models/{*id}", get(api::model))
+        .route("/v1/messages/count_tokens", post(api::count_tokens))
+        .route("/tokenize", post(api::tokenize))
         .route("/v1/{*rest}", post(api::routed))
         .route("/metrics", get(api::metrics))
         .route("/health", get(api::health))

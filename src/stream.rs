@@ -314,13 +314,13 @@ impl Relay {
 
 /// The client's response body for an upstream SSE response.
 pub fn relay(
-    upstream: reqwest::Response,
+    upstream: BoxStream<'static, reqwest::Result<Bytes>>,
     ex: Exchange,
     permit: Option<SlotPermit>,
     opts: RelayOptions,
 ) -> Body {
     let relay = Relay {
-        upstream: upstream.bytes_stream().boxed(),
+        upstream,
         buf: BytesMut::new(),
         t: Tracker {
             ex,

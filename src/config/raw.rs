@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use crate::flavor::Flavor;
 use crate::reasoning::ThinkTagsSpec;
+use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +31,7 @@ pub struct RawServer {
     pub shutdown_grace_secs: Option<u64>,
     pub health_interval_secs: Option<u64>,
     pub queue_timeout_secs: Option<u64>,
+    pub stream_peek_ms: Option<u64>,
     pub api_keys_env: Option<String>,
 }
 
@@ -49,6 +51,11 @@ pub struct RawAlias {
     pub backend: String,
     pub upstream_model: Option<String>,
     pub context_window: Option<u32>,
+    pub count: Option<CountKind>,
+    pub tokenizer: Option<TokenizerFiles>,
+    pub media_tokens: Option<MediaCosts>,
+    pub clamp_max_tokens: Option<bool>,
+    pub context_fallback: Option<String>,
     #[serde(default)]
     pub inputs: Option<Vec<String>>,
     #[serde(default)]

@@ -10,7 +10,9 @@ use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
 use crate::flavor::Flavor;
+use crate::guard::GuardSpec;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
+use crate::tokens::Counter;
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -31,6 +33,8 @@ pub struct Server {
     pub shutdown_grace: Duration,
     pub health_interval: Duration,
     pub queue_timeout: Duration,
+    /// How long to wait for the first event of an SGLang stream (which may be a context error).
+    pub stream_peek: Duration,
     /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
     pub api_keys: Option<Vec<String>>,
 }
@@ -60,6 +64,10 @@ pub struct Alias {
     pub backend: Arc<Backend>,
     pub upstream_model: String,
     pub context_window: Option<NonZeroU32>,
+    /// The context guard; present when `context_window` is set.
+    pub guard: Option<GuardSpec>,
+    /// Where over-window requests go instead of being rejected (an alias with a larger window).
+    pub context_fallback: Option<String>,
     pub inputs: Input,
     pub old_names: Vec<String>,
     pub reasoning_field: Option<OutputField>,
@@ -115,6 +123,17 @@ impl std::fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+impl std::fmt::Debug for GuardSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardSpec")
+            .field("window", &self.window)
+            .field("method", &self.counter.kind())
+            .field("media", &self.media)
+            .field("clamp_max_tokens", &self.clamp_max_tokens)
+            .finish()
+    }
+}
+
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
 
 /// Validate a raw config. Collects all errors rather than stopping at the first.
@@ -150,6 +169,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             aliases.insert(name, Arc::new(a));
         }
     }
+    fallbacks(&aliases, &mut errs);
     if errs.is_empty() {
         Ok(Config {
             server,
@@ -158,6 +178,32 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         })
     } else {
         Err(ConfigErrors(errs))
+    }
+}
+
+/// A fallback must be another alias whose window is larger.
+fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
+    for a in aliases.values() {
+        let Some(fb) = &a.context_fallback else {
+            continue;
+        };
+        let key = format!("aliases.{}.context_fallback", a.name);
+        let reason = match (aliases.get(fb), a.context_window) {
+            (None, _) => Some("is not a defined alias".to_string()),
+            (Some(_), _) if fb == &a.name => Some("is the alias itself".to_string()),
+            (_, None) => Some("needs context_window on this alias".to_string()),
+            (Some(f), Some(w)) if f.context_window.is_some_and(|fw| fw <= w) => Some(format!(
+                "has a window no larger than this alias's {w} tokens"
+            )),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            errs.push(ConfigError::BadValue {
+                key,
+                value: fb.clone(),
+                reason,
+            });
+        }
     }
 }
 
@@ -261,6 +307,7 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             300,
             errs,
         ),
+        stream_peek: Duration::from_millis(raw.stream_peek_ms.unwrap_or(2000)),
         api_keys,
     }
 }
@@ -387,11 +434,56 @@ fn alias(
             reason: "needs think_tags".into(),
         });
     }
+    let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
+    let guard = match context_window {
+        Some(window) => match Counter::new(
+            raw.count,
+            raw.tokenizer.as_ref(),
+            backend.flavor,
+            &backend.url,
+            &upstream_model,
+        ) {
+            Ok(counter) => Some(GuardSpec {
+                window: window.get(),
+                counter: Arc::new(counter),
+                media: raw.media_tokens.unwrap_or_default(),
+                clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
+            }),
+            Err(reason) => {
+                errs.push(ConfigError::BadValue {
+                    key: format!("aliases.{name}.tokenizer"),
+                    value: raw
+                        .tokenizer
+                        .as_ref()
+                        .map_or("-".into(), |t| t.file.display().to_string()),
+                    reason,
+                });
+                None
+            }
+        },
+        None => {
+            let set = [
+                ("count", raw.count.is_some()),
+                ("tokenizer", raw.tokenizer.is_some()),
+                ("clamp_max_tokens", raw.clamp_max_tokens.is_some()),
+            ];
+            for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
+                errs.push(ConfigError::BadValue {
+                    key: format!("aliases.{name}.{key}"),
+                    value: "set".into(),
+                    reason: "needs context_window".into(),
+                });
+            }
+            None
+        }
+    };
     Some(Alias {
         name: name.to_string(),
         backend: Arc::clone(backend),
-        upstream_model: raw.upstream_model.unwrap_or_else(|| name.to_string()),
+        upstream_model,
         context_window,
+        guard,
+        context_fallback: raw.context_fallback,
         inputs,
         old_names: raw.old_names,
         reasoning_field: reasoning,

@@ -1,27 +1,26 @@
-//! Request handlers: the routed POST flow, `/v1/models`, `/metrics`, `/health` and the fallbacks.
+//! The routed POST flow: alias → guard → slot → backend → relay, for every JSON API under `/v1/`.
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{OriginalUri, Path, State};
+use axum::extract::{OriginalUri, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use bytes::Bytes;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde_json::json;
+use futures_util::StreamExt;
 
+use super::intake::{authorize, check_content_type, read_body, request_id, REQUEST_ID};
 use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::exchange::Exchange;
-use crate::health::state_name;
-use crate::metrics::{Endpoint, UpstreamReason};
+use crate::flavor::Flavor;
+use crate::guard::{self, Verdict};
+use crate::metrics::{CountMethodLabel, Endpoint, UpstreamReason};
 use crate::openai::ParsedRequest;
 use crate::reasoning::{self, InputField, OutputField, StreamRewriter};
 use crate::state::{AppState, Snapshot};
 use crate::stream::{self, RelayOptions};
 
-const REQUEST_ID: &str = "x-request-id";
 const SERVED_ALIAS: &str = "x-switchboard-alias";
 const REASONING_FIELD: &str = "x-reasoning-field";
 
@@ -45,68 +44,6 @@ fn output_field(
         None => Ok(alias
             .reasoning_field
             .unwrap_or(snap.config.server.reasoning_field)),
-    }
-}
-
-/// The request id: the client's `x-request-id` when it sent a sane one, else a new one.
-fn request_id(headers: &HeaderMap) -> String {
-    headers
-        .get(REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map(String::from)
-        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()))
-}
-
-/// Clients must present one of the configured keys, when keys are configured.
-fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError> {
-    let Some(keys) = &snap.config.server.api_keys else {
-        return Ok(());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(k) if keys.iter().any(|key| key == k) => Ok(()),
-        _ => Err(ProxyError::Unauthorized),
-    }
-}
-
-fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
-    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let ct = ct.to_str().unwrap_or_default();
-    let essence = ct
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json" || essence.ends_with("+json") {
-        Ok(())
-    } else {
-        Err(ProxyError::UnsupportedContentType(ct.to_string()))
-    }
-}
-
-async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Bytes, ProxyError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ProxyError::PayloadTooLarge { limit });
-    }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ProxyError::PayloadTooLarge { limit })
-        }
-        Err(e) => Err(ProxyError::InvalidRequest(format!(
-            "failed to read the request body: {e}"
-        ))),
     }
 }
 
@@ -158,22 +95,17 @@ async fn forward(
             model: req.model.clone(),
             known: snap.routes.known(),
         })?;
-    let alias: &Alias = &route.alias;
+    ex.route(
+        snap.metrics(Some(&route.alias.name)),
+        &route.alias.backend.name,
+    );
+    let is_chat = endpoint_is_chat(path);
+    let (alias, upstream_body) =
+        guarded(state, snap, ex, &req, &body, &route.alias, is_chat).await?;
+    let alias: &Alias = &alias;
     let backend = &alias.backend;
     let m = snap.metrics(Some(&alias.name));
-    ex.route(m, &backend.name);
-
     let output = output_field(&headers, alias, snap)?;
-    let is_chat = endpoint_is_chat(path);
-    let mut upstream_body = req.upstream_body(&body, &alias.upstream_model, true);
-    if is_chat {
-        if let Some(b) = reasoning::rewrite_request_history(
-            &upstream_body,
-            InputField::for_flavor(backend.flavor),
-        ) {
-            upstream_body = b;
-        }
-    }
     let permit = match snap.slots(&backend.name) {
         Some(slots) => Some(slots.acquire(&alias.name, server.queue_timeout, m).await?),
         None => None,
@@ -192,6 +124,7 @@ async fn forward(
     .await?;
     ex.headers_received();
     let status = resp.status();
+    let window = alias.context_window.map_or(0, |w| w.get());
     if status == StatusCode::SERVICE_UNAVAILABLE {
         return Err(ProxyError::UpstreamLoading {
             backend: backend.name.clone(),
@@ -221,6 +154,27 @@ async fn forward(
         .is_some_and(|v| v.starts_with("text/event-stream"));
 
     if is_sse && status.is_success() {
+        let mut upstream = resp.bytes_stream().boxed();
+        let mut first = None;
+        if backend.flavor == Flavor::Sglang {
+            // SGLang reports a context overflow inside an HTTP 200 stream: look at the first
+            // event before the client's headers are committed.
+            if let Ok(chunk) = tokio::time::timeout(server.stream_peek, upstream.next()).await {
+                match chunk {
+                    Some(Ok(c)) => {
+                        let data = c.strip_prefix(b"data: ").unwrap_or(&c);
+                        if let Some(e) =
+                            guard::canonical::from_sse_event(data.trim_ascii_end(), window)
+                        {
+                            m.rejection(CountMethodLabel::backend);
+                            return Err(e);
+                        }
+                        first = Some(Ok(c));
+                    }
+                    other => first = other,
+                }
+            }
+        }
         out_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
         out_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         ex.status = status.as_u16();
@@ -233,7 +187,13 @@ async fn forward(
             }),
             error_event: None,
         };
-        let body = stream::relay(resp, ex.take(), permit, opts);
+        let upstream = match first {
+            Some(c) => futures_util::stream::once(async move { c })
+                .chain(upstream)
+                .boxed(),
+            None => upstream,
+        };
+        let body = stream::relay(upstream, ex.take(), permit, opts);
         let mut r = Response::new(body);
         *r.status_mut() = status;
         *r.headers_mut() = out_headers;
@@ -251,6 +211,12 @@ async fn forward(
         }
     };
     drop(permit);
+    if status.is_client_error() {
+        if let Some(e) = guard::canonical::from_backend_error(status.as_u16(), &bytes, window) {
+            m.rejection(CountMethodLabel::backend);
+            return Err(e);
+        }
+    }
     let mut bytes = bytes;
     if status.is_success() {
         if let Some((usage, _)) = stream::parse_usage(&bytes) {
@@ -271,95 +237,60 @@ async fn forward(
     Ok(r)
 }
 
+/// Model rewrite, history normalization and the context guard, following `context_fallback`
+/// while the request does not fit. Returns the alias that serves it and the upstream body.
+async fn guarded(
+    state: &AppState,
+    snap: &Snapshot,
+    ex: &mut Exchange,
+    req: &ParsedRequest,
+    body: &[u8],
+    first: &Arc<Alias>,
+    is_chat: bool,
+) -> Result<(Arc<Alias>, Vec<u8>), ProxyError> {
+    let mut alias = Arc::clone(first);
+    loop {
+        let mut upstream = req.upstream_body(body, &alias.upstream_model, true);
+        if !is_chat {
+            return Ok((alias, upstream));
+        }
+        let input = InputField::for_flavor(alias.backend.flavor);
+        if let Some(b) = reasoning::rewrite_request_history(&upstream, input) {
+            upstream = b;
+        }
+        let Some(spec) = &alias.guard else {
+            return Ok((alias, upstream));
+        };
+        let verdict = guard::check(spec, &state.client, &upstream).await?;
+        match verdict {
+            Verdict::Pass { .. } => return Ok((alias, upstream)),
+            Verdict::Clamp { max_tokens, .. } => {
+                let clamped = guard::clamp_body(&upstream, max_tokens)?;
+                return Ok((alias, clamped));
+            }
+            Verdict::Over { method, .. } => {
+                let next = alias
+                    .context_fallback
+                    .as_deref()
+                    .and_then(|f| snap.routes.alias(f))
+                    .cloned();
+                match next {
+                    Some(next) => {
+                        ex.route(snap.metrics(Some(&next.name)), &next.backend.name);
+                        alias = next;
+                    }
+                    None => {
+                        snap.metrics(Some(&alias.name)).rejection(method.into());
+                        return Err(verdict.into_error(spec.window).unwrap_or_else(|| {
+                            ProxyError::InvalidRequest("the request does not fit".into())
+                        }));
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn endpoint_is_chat(path: &str) -> bool {
     path.split('?').next() == Some("/v1/chat/completions")
-}
-
-fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
-    let mut v = json!({
-        "id": alias.name,
-        "object": "model",
-        "created": state.started,
-        "owned_by": "switchboard",
-        "backend": alias.backend.name,
-        "flavor": alias.backend.flavor.as_str(),
-        "status": state_name(state.health.get(&alias.backend.name)),
-    });
-    if let Some(w) = alias.context_window {
-        v["context_length"] = json!(w.get());
-        v["max_model_len"] = json!(w.get());
-    }
-    if let Some(d) = &alias.description {
-        v["description"] = json!(d);
-    }
-    v
-}
-
-/// `GET /v1/models`: every alias (old names are not listed).
-pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let snap = state.live.load_full();
-    if let Err(e) = authorize(&snap, &headers) {
-        return e.into_response();
-    }
-    let data: Vec<_> = snap
-        .routes
-        .aliases()
-        .iter()
-        .map(|a| model_entry(&state, a))
-        .collect();
-    Json(json!({"object": "list", "data": data})).into_response()
-}
-
-/// `GET /v1/models/{id}`: one alias, by its name or an old name.
-pub async fn model(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let snap = state.live.load_full();
-    if let Err(e) = authorize(&snap, &headers) {
-        return e.into_response();
-    }
-    match snap.routes.resolve(&id) {
-        Some(r) => Json(model_entry(&state, &r.alias)).into_response(),
-        None => ProxyError::ModelNotFound {
-            model: id,
-            known: snap.routes.known(),
-        }
-        .into_response(),
-    }
-}
-
-/// `GET /metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
-pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let openmetrics = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("application/openmetrics-text"));
-    let (ct, body) = if openmetrics {
-        (
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            state.metrics.render(true),
-        )
-    } else {
-        (
-            "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(false),
-        )
-    };
-    ([(header::CONTENT_TYPE, ct)], body).into_response()
-}
-
-/// `GET /health`: the proxy itself is up.
-pub async fn health() -> Response {
-    Json(json!({"status": "ok"})).into_response()
-}
-
-/// Any other path or method.
-pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method) -> Response {
-    ProxyError::NotFound {
-        method: method.to_string(),
-        path: uri.path().to_string(),
-    }
-    .into_response()
 }

@@ -1,0 +1,68 @@
+//! Counting endpoints: `POST /tokenize` (vLLM's shape) and `POST /v1/messages/count_tokens` (Anthropic's).
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::intake::{authorize, check_content_type, read_body};
+use crate::error::ProxyError;
+use crate::guard::{self, GuardSpec};
+use crate::openai::ParsedRequest;
+use crate::state::AppState;
+
+/// Which counting answer to give.
+#[derive(Clone, Copy)]
+enum Shape {
+    Vllm,
+    Anthropic,
+}
+
+async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -> Response {
+    let snap = state.live.load_full();
+    let result = async {
+        authorize(&snap, &headers)?;
+        check_content_type(&headers)?;
+        let body = read_body(body, snap.config.server.body_limit, &headers).await?;
+        let req = ParsedRequest::parse(&body)?;
+        let route = snap
+            .routes
+            .resolve(&req.model)
+            .ok_or_else(|| ProxyError::ModelNotFound {
+                model: req.model.clone(),
+                known: snap.routes.known(),
+            })?;
+        let alias = &route.alias;
+        let spec: &GuardSpec = alias.guard.as_ref().ok_or_else(|| {
+            ProxyError::InvalidRequest(format!(
+                "alias {} has no context_window configured, so its tokens are not counted",
+                alias.name
+            ))
+        })?;
+        let body = req.upstream_body(&body, &alias.upstream_model, false);
+        match shape {
+            Shape::Vllm => guard::tokenize_response(spec, &state.client, &body).await,
+            Shape::Anthropic => guard::count_tokens_response(spec, &state.client, &body).await,
+        }
+    }
+    .await;
+    match result {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /tokenize` `{model, messages, tools?}` → `{count, max_model_len, method}`.
+pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    answer(state, headers, body, Shape::Vllm).await
+}
+
+/// `POST /v1/messages/count_tokens` in Anthropic's shape → `{input_tokens}`.
+pub async fn count_tokens(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    answer(state, headers, body, Shape::Anthropic).await
+}

@@ -1,0 +1,73 @@
+//! Request intake shared by the handlers: request id, client auth, content type, size-limited body.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap};
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use crate::error::ProxyError;
+use crate::state::Snapshot;
+
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The request id: the client's `x-request-id` when it sent a sane one, else a new one.
+pub fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(String::from)
+        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()))
+}
+
+/// Clients must present one of the configured keys, when keys are configured.
+pub fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError> {
+    let Some(keys) = &snap.config.server.api_keys else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(k) if keys.iter().any(|key| key == k) => Ok(()),
+        _ => Err(ProxyError::Unauthorized),
+    }
+}
+
+pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
+    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let ct = ct.to_str().unwrap_or_default();
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json" || essence.ends_with("+json") {
+        Ok(())
+    } else {
+        Err(ProxyError::UnsupportedContentType(ct.to_string()))
+    }
+}
+
+pub async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Bytes, ProxyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ProxyError::PayloadTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ProxyError::PayloadTooLarge { limit })
+        }
+        Err(e) => Err(ProxyError::InvalidRequest(format!(
+            "failed to read the request body: {e}"
+        ))),
+    }
+}

@@ -1,0 +1,108 @@
+//! HTTP handlers: the routed POST flow, the counting endpoints, `/v1/models`, `/metrics`, `/health`.
+
+mod count;
+mod intake;
+mod routed;
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::config::Alias;
+use crate::error::ProxyError;
+use crate::health::state_name;
+use crate::state::AppState;
+
+pub use count::{count_tokens, tokenize};
+pub use routed::routed;
+
+fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
+    let mut v = json!({
+        "id": alias.name,
+        "object": "model",
+        "created": state.started,
+        "owned_by": "switchboard",
+        "backend": alias.backend.name,
+        "flavor": alias.backend.flavor.as_str(),
+        "status": state_name(state.health.get(&alias.backend.name)),
+    });
+    if let Some(w) = alias.context_window {
+        v["context_length"] = json!(w.get());
+        v["max_model_len"] = json!(w.get());
+    }
+    if let Some(d) = &alias.description {
+        v["description"] = json!(d);
+    }
+    v
+}
+
+/// `GET /v1/models`: every alias (old names are not listed).
+pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let snap = state.live.load_full();
+    if let Err(e) = intake::authorize(&snap, &headers) {
+        return e.into_response();
+    }
+    let data: Vec<_> = snap
+        .routes
+        .aliases()
+        .iter()
+        .map(|a| model_entry(&state, a))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `GET /v1/models/{id}`: one alias, by its name or an old name.
+pub async fn model(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let snap = state.live.load_full();
+    if let Err(e) = intake::authorize(&snap, &headers) {
+        return e.into_response();
+    }
+    match snap.routes.resolve(&id) {
+        Some(r) => Json(model_entry(&state, &r.alias)).into_response(),
+        None => ProxyError::ModelNotFound {
+            model: id,
+            known: snap.routes.known(),
+        }
+        .into_response(),
+    }
+}
+
+/// `GET /metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
+pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let (ct, body) = if openmetrics {
+        (
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            state.metrics.render(true),
+        )
+    } else {
+        (
+            "text/plain; version=0.0.4; charset=utf-8",
+            state.metrics.render(false),
+        )
+    };
+    ([(header::CONTENT_TYPE, ct)], body).into_response()
+}
+
+/// `GET /health`: the proxy itself is up.
+pub async fn health() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+/// Any other path or method.
+pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method) -> Response {
+    ProxyError::NotFound {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+    .into_response()
+}
