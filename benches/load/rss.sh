@@ -54,7 +54,8 @@ BIN=$(switchboard_bin)
 # Enough tokens that no stream ends while held open.
 tokens=$((HOLD_MAX * 1000 / TOKEN_DELAY_MS + 60))
 spawn simulator "$WORK/sim.log" "$BIN" simulate --flavor vllm --port "$SIM_PORT" \
-  --model slow --completion-tokens "$tokens" --ttft-ms 0 --token-delay-ms "$TOKEN_DELAY_MS"
+  --model slow --slots $((STREAMS + 16)) --completion-tokens "$tokens" --ttft-ms 0 \
+  --token-delay-ms "$TOKEN_DELAY_MS"
 SIM_PID=$SPAWNED
 wait_http "http://127.0.0.1:$SIM_PORT/health" "$SIM_PID" simulator
 
@@ -120,10 +121,23 @@ settle_rss() {
 }
 
 noop() { :; }
+inflight() {
+  curl -s --max-time 5 "http://127.0.0.1:$SB_PORT/metrics" |
+    awk '/^switchboard_inflight_requests\{alias="slow"\}/ { print $2 }'
+}
 read_open_rss() {
   RSS_OPEN=$(rss_kib "$SB_PID")
-  INFLIGHT=$(curl -s --max-time 5 "http://127.0.0.1:$SB_PORT/metrics" |
-    awk '/^switchboard_inflight_requests\{alias="slow"\}/ { print $2 }')
+  INFLIGHT=$(inflight)
+}
+# wait_drained: until the proxy has dropped every closed stream (at most 10 s).
+wait_drained() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    INFLIGHT_AFTER=$(inflight)
+    [[ $INFLIGHT_AFTER == 0 ]] && return 0
+    sleep 0.1
+  done
+  log "warning: $INFLIGHT_AFTER requests still in flight 10 s after the clients closed"
 }
 
 RSS_START=$(rss_kib "$SB_PID")
@@ -132,19 +146,20 @@ if ((WARMUP > 0)); then
 fi
 RSS_IDLE=$(settle_rss "$SB_PID")
 READY_HOOK=read_open_rss hold "$STREAMS" main
+wait_drained
 RSS_AFTER=$(settle_rss "$SB_PID")
 
 echo
 echo "## Switchboard RSS with $STREAMS open streams ($(date -u +%Y-%m-%dT%H:%MZ))"
 echo
-echo "$(nproc) CPUs, commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); simulator token delay ${TOKEN_DELAY_MS} ms; in-flight gauge while open: ${INFLIGHT:-n/a}"
+echo "$(nproc) CPUs, commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); simulator token delay ${TOKEN_DELAY_MS} ms; in-flight gauge while open: ${INFLIGHT:-n/a}, after close: ${INFLIGHT_AFTER:-n/a}"
 echo
 echo "| state | RSS KiB |"
 echo "|---|---:|"
 echo "| started | $RSS_START |"
 echo "| idle (after $WARMUP warm-up streams) | $RSS_IDLE |"
 echo "| $STREAMS streams open | $RSS_OPEN |"
-echo "| after they closed | $RSS_AFTER |"
+echo "| after they closed (allocator may keep freed pages) | $RSS_AFTER |"
 echo
 awk -v idle="$RSS_IDLE" -v open="$RSS_OPEN" -v n="$STREAMS" \
   'BEGIN { printf "Growth with streams open: %d KiB, %.1f KiB per stream.\n", open - idle, (open - idle) / n }'

@@ -7,9 +7,10 @@
 #   - two simulated backends with zero delays (`switchboard simulate`):
 #       chat   llama.cpp flavour, non-streaming answers of CHAT_TOKENS tokens
 #       stream vLLM flavour with --reasoning, streams of 200 token events; the wrk
-#              script mixes bodies so a quarter of the requests think (vLLM's
-#              `reasoning` field, which Switchboard renames to `reasoning_content`)
-#              and three quarters turn thinking off
+#              script mixes bodies so a quarter of the requests think (their first
+#              REASONING_TOKENS events carry vLLM's `reasoning` field, which
+#              Switchboard renames to `reasoning_content`) and three quarters turn
+#              thinking off (`chat_template_kwargs.enable_thinking: false`)
 #   - nginx: one worker, keepalive upstream (64), HTTP/1.1 upstream, no buffering,
 #     no access log; generated config, pid and logs in a temp dir; a foreground child
 #   - switchboard serve, aliases `bench` and `bench-stream` on those backends
@@ -29,6 +30,7 @@
 #   CONNS="8 64"     concurrent connections of the throughput runs
 #   WRK_THREADS=1    wrk threads of the throughput runs (the machine has few cores)
 #   CHAT_TOKENS=16   completion tokens of each non-streaming answer
+#   REASONING_TOKENS=50  of the 200 tokens of a thinking stream, how many are reasoning
 #   SKIP_BUILD=0     1: use the existing binary (SWITCHBOARD_BIN, default target/release)
 #   DRY_RUN=0        1: no Switchboard; the backend is a second nginx serving fixed
 #                    answers (tests the harness itself: direct and nginx paths only)
@@ -48,6 +50,7 @@ CONNS=${CONNS:-8 64}
 WRK_THREADS=${WRK_THREADS:-1}
 CHAT_TOKENS=${CHAT_TOKENS:-16}
 STREAM_TOKENS=200
+REASONING_TOKENS=${REASONING_TOKENS:-50}
 DRY_RUN=${DRY_RUN:-0}
 SB_PORT=${SB_PORT:-17700}
 NGINX_PORT=${NGINX_PORT:-17780}
@@ -148,10 +151,11 @@ if [[ $DRY_RUN == 1 ]]; then
 else
   BIN=$(switchboard_bin)
   spawn "chat simulator" "$WORK/sim-chat.log" "$BIN" simulate --flavor llamacpp \
-    --port "$SIM_PORT" --model bench --completion-tokens "$CHAT_TOKENS"
+    --port "$SIM_PORT" --model bench --slots 4096 --completion-tokens "$CHAT_TOKENS"
   SIM_PID=$SPAWNED
   spawn "stream simulator" "$WORK/sim-stream.log" "$BIN" simulate --flavor vllm \
-    --port "$SIM_STREAM_PORT" --model bench-stream --completion-tokens "$STREAM_TOKENS" --reasoning
+    --port "$SIM_STREAM_PORT" --model bench-stream --slots 4096 --completion-tokens "$STREAM_TOKENS" \
+    --reasoning --reasoning-tokens "$REASONING_TOKENS"
   SIM_STREAM_PID=$SPAWNED
   wait_http "http://127.0.0.1:$SIM_PORT/health" "$SIM_PID" "chat simulator"
   wait_http "http://127.0.0.1:$SIM_STREAM_PORT/health" "$SIM_STREAM_PID" "stream simulator"
