@@ -11,6 +11,7 @@ use std::time::Instant;
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{BoxStream, StreamExt};
+use futures_util::FutureExt;
 use memchr::memmem;
 use serde::Deserialize;
 
@@ -64,7 +65,7 @@ enum Action {
 }
 
 /// Length of the first complete event in `buf` (including its blank-line terminator).
-fn event_len(buf: &[u8]) -> Option<usize> {
+pub(crate) fn event_len(buf: &[u8]) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
         let i = from + i;
@@ -79,7 +80,7 @@ fn event_len(buf: &[u8]) -> Option<usize> {
 }
 
 /// The payload of a single-line `data:` event, or `None` for anything else.
-fn data_payload(ev: &[u8]) -> Option<&[u8]> {
+pub(crate) fn data_payload(ev: &[u8]) -> Option<&[u8]> {
     let rest = ev.strip_prefix(b"data:")?;
     let rest = rest.strip_prefix(b" ").unwrap_or(rest);
     let end = memchr::memchr(b'\n', rest)?;
@@ -219,8 +220,13 @@ struct Relay {
     buf: BytesMut,
     t: Tracker,
     _permit: Option<SlotPermit>,
+    /// An upstream item read while coalescing, to be handled next.
+    pending: Option<Option<reqwest::Result<Bytes>>>,
     done: bool,
 }
+
+/// Most bytes gathered into one write to the client.
+const COALESCE_LIMIT: usize = 64 * 1024;
 
 impl Tracker {
     /// Transform the complete events at the start of `data`: how many bytes they span, and
@@ -269,47 +275,92 @@ impl Relay {
         out.unwrap_or(events).freeze()
     }
 
+    /// The next upstream item: one held back by coalescing first, else wait for the backend.
+    async fn pull(&mut self) -> Option<reqwest::Result<Bytes>> {
+        match self.pending.take() {
+            Some(item) => item,
+            None => self.upstream.next().await,
+        }
+    }
+
     async fn next_output(&mut self) -> Option<Bytes> {
         loop {
             if self.done {
                 return None;
             }
-            match self.upstream.next().await {
+            match self.pull().await {
                 Some(Ok(chunk)) => {
                     let out = self.take_events(chunk);
+                    let out = self.coalesce(out);
                     if !out.is_empty() {
                         return Some(out);
                     }
                 }
-                Some(Err(e)) => {
-                    self.done = true;
-                    self.t
-                        .ex
-                        .metrics()
-                        .upstream_error(UpstreamReason::stream_broken);
-                    let backend = self.t.ex.backend.clone().unwrap_or_default();
-                    let err = ProxyError::UpstreamProtocol {
-                        backend,
-                        detail: format!("stream broken: {}", crate::proxy::without_url(&e)),
-                    };
-                    self.t.ex.error = Some(err.to_string());
-                    self.t.ex.completed = true;
-                    return Some(Bytes::from(frame(&err.envelope_json())));
-                }
-                None => {
-                    self.done = true;
-                    self.t.ex.completed = true;
-                    let mut rest = std::mem::take(&mut self.buf);
-                    if !self.t.saw_done {
-                        if let Some(held) = self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
-                            rest.extend_from_slice(&frame(&held));
-                        }
-                    }
-                    return (!rest.is_empty()).then(|| rest.freeze());
-                }
+                Some(Err(e)) => return Some(self.broken(&e)),
+                None => return self.end(),
             }
         }
     }
+
+    /// Append what the backend has already sent (without waiting), so one write to the
+    /// client carries every event that is ready.
+    fn coalesce(&mut self, first: Bytes) -> Bytes {
+        let mut out: Option<BytesMut> = None;
+        while out.as_ref().map_or(first.len(), |o| o.len()) < COALESCE_LIMIT {
+            match self.upstream.next().now_or_never() {
+                Some(Some(Ok(chunk))) => {
+                    let more = self.take_events(chunk);
+                    if !more.is_empty() {
+                        let o = out.get_or_insert_with(|| {
+                            let mut o = BytesMut::with_capacity(first.len() * 4);
+                            o.extend_from_slice(&first);
+                            o
+                        });
+                        o.extend_from_slice(&more);
+                    }
+                }
+                Some(item) => {
+                    self.pending = Some(item);
+                    break;
+                }
+                None => break,
+            }
+        }
+        out.map_or(first, BytesMut::freeze)
+    }
+
+    fn broken(&mut self, e: &reqwest::Error) -> Bytes {
+        self.done = true;
+        self.t
+            .ex
+            .metrics()
+            .upstream_error(UpstreamReason::stream_broken);
+        let backend = self.t.ex.backend.clone().unwrap_or_default();
+        let err = ProxyError::UpstreamProtocol {
+            backend,
+            detail: format!("stream broken: {}", crate::proxy::without_url(e)),
+        };
+        self.t.ex.error = Some(err.to_string());
+        self.t.ex.completed = true;
+        Bytes::from(frame(&err.envelope_json()))
+    }
+
+    fn end(&mut self) -> Option<Bytes> {
+        self.done = true;
+        self.t.ex.completed = true;
+        let mut rest = std::mem::take(&mut self.buf);
+        if !self.t.saw_done {
+            if let Some(held) = self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
+                rest.extend_from_slice(&frame(&held));
+            }
+        }
+        (!rest.is_empty()).then(|| rest.freeze())
+    }
+}
+
+/// The `data:` payload of the first complete event in `chunk`.
+pub fn first_payload(chunk: &[u8]) -> Option<&[u8]> {
+    data_payload(&chunk[..event_len(chunk)?])
 }
 
 /// The client's response body for an upstream SSE response.
@@ -329,6 +380,7 @@ pub fn relay(
             finder_usage: memmem::Finder::new(br#""usage":{"#),
         },
         _permit: permit,
+        pending: None,
         done: false,
     };
     let stream = futures_util::stream::unfold(relay, |mut r| async move {

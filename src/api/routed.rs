@@ -162,10 +162,9 @@ async fn forward(
             if let Ok(chunk) = tokio::time::timeout(server.stream_peek, upstream.next()).await {
                 match chunk {
                     Some(Ok(c)) => {
-                        let data = c.strip_prefix(b"data: ").unwrap_or(&c);
-                        if let Some(e) =
-                            guard::canonical::from_sse_event(data.trim_ascii_end(), window)
-                        {
+                        let error = stream::first_payload(&c)
+                            .and_then(|data| guard::canonical::from_sse_event(data, window));
+                        if let Some(e) = error {
                             m.rejection(CountMethodLabel::backend);
                             return Err(e);
                         }
