@@ -165,6 +165,7 @@ fn num_after(s: &str, pat: &str) -> Option<u32> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -193,7 +194,8 @@ mod tests {
         let wrap = |m: &str| {
             serde_json::to_vec(&serde_json::json!({"error": {"message": m, "type": "BadRequestError", "param": "input_tokens", "code": 400}})).unwrap()
         };
-        let cases: [(&str, (u32, u32, Option<u32>)); 7] = [
+        type Case = (&'static str, (u32, u32, Option<u32>));
+        let cases: [Case; 7] = [
             ("This model's maximum context length is 8192 tokens. However, you requested 8554 tokens (7554 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.", (8192, 7554, Some(1000))),
             ("This model's maximum context length is 8192 tokens. However, your messages resulted in 8554 tokens. Please reduce the length of the messages.", (8192, 8554, None)),
             ("This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce the length of the input messages.", (4096, 5000, None)),

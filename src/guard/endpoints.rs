@@ -183,6 +183,7 @@ fn convert_blocks(role: &str, blocks: &[Value], out: &mut Vec<Value>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -212,6 +212,7 @@ pub fn count_error(e: CountError) -> ProxyError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

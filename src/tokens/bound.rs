@@ -195,6 +195,7 @@ fn limit(raw: Option<&RawValue>, param: &'static str) -> Result<Option<u32>, Vie
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,9 @@
 //! The estimate strategy: prompt bytes over a learned bytes-per-token ratio, erring low.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::bound::RequestView;
 use super::{saturate, CountError, MediaCosts};
@@ -51,8 +54,9 @@ impl Estimator {
 
     pub fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
         let view = RequestView::parse(body).map_err(|e| CountError::Invalid(e.to_string()))?;
+        let text = text_bytes(body).unwrap_or(body.len());
         Ok(saturate(
-            u64::from(self.tokens(view.text_bytes())) + media.cost(view.media),
+            u64::from(self.tokens(text)) + media.cost(view.media),
         ))
     }
 
@@ -73,7 +77,99 @@ impl Estimator {
     }
 }
 
+/// Bytes of the string values (object keys excluded) under `messages` and `tools`, media
+/// parts excluded: the text a backend tokenizes, without the JSON around it.
+pub fn text_bytes(body: &[u8]) -> Option<usize> {
+    #[derive(serde::Deserialize)]
+    struct Top {
+        #[serde(default)]
+        messages: Option<Acc>,
+        #[serde(default)]
+        tools: Option<Acc>,
+    }
+    let top: Top = serde_json::from_slice(body).ok()?;
+    let total = top.messages.map_or(0, |a| a.bytes) + top.tools.map_or(0, |a| a.bytes);
+    usize::try_from(total).ok()
+}
+
+/// String bytes of a JSON value; `media` marks a string naming a media part type.
+struct Acc {
+    bytes: u64,
+    media: bool,
+}
+
+impl<'de> Deserialize<'de> for Acc {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Acc, D::Error> {
+        d.deserialize_any(AccVisitor)
+    }
+}
+
+struct AccVisitor;
+
+const EMPTY: Acc = Acc {
+    bytes: 0,
+    media: false,
+};
+
+impl<'de> Visitor<'de> for AccVisitor {
+    type Value = Acc;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Acc, E> {
+        Ok(Acc {
+            bytes: u64::try_from(v.len()).unwrap_or(u64::MAX),
+            media: matches!(
+                v,
+                "image_url" | "input_image" | "image" | "video_url" | "input_audio" | "audio_url"
+            ),
+        })
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Acc, E> {
+        Ok(EMPTY)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Acc, E> {
+        Ok(EMPTY)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Acc, E> {
+        Ok(EMPTY)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Acc, E> {
+        Ok(EMPTY)
+    }
+    fn visit_unit<E>(self) -> Result<Acc, E> {
+        Ok(EMPTY)
+    }
+    fn visit_none<E>(self) -> Result<Acc, E> {
+        Ok(EMPTY)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Acc, A::Error> {
+        let mut bytes = 0u64;
+        while let Some(a) = seq.next_element::<Acc>()? {
+            bytes = bytes.saturating_add(a.bytes);
+        }
+        Ok(Acc {
+            bytes,
+            media: false,
+        })
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Acc, A::Error> {
+        let (mut bytes, mut media) = (0u64, false);
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let a: Acc = map.next_value()?;
+            media |= key == "type" && a.media;
+            bytes = bytes.saturating_add(a.bytes);
+        }
+        Ok(Acc {
+            bytes: if media { 0 } else { bytes },
+            media: false,
+        })
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

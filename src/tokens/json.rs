@@ -229,6 +229,7 @@ fn dedup(pairs: Vec<(Arc<str>, J)>) -> JMap {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -20,8 +20,8 @@ use rayon::prelude::*;
 use tokenizers::{NormalizerWrapper, Tokenizer};
 
 use super::cache::{SegmentCache, DEFAULT_ENTRIES};
-use super::json::J;
-use super::preprocess::{prepare, Media};
+use super::json::{JMap, J};
+use super::preprocess::{prepare, Media, Post};
 use super::special::{Piece, Specials};
 use super::template::{ChatTemplate, FloatStyle};
 use super::{saturate, CountError, MediaCosts, TokenizerFiles};
@@ -97,18 +97,52 @@ impl LocalCounter {
     pub fn render(&self, body: &[u8]) -> Result<Rendered, CountError> {
         let body = J::parse(body).map_err(|e| CountError::Invalid(format!("invalid JSON: {e}")))?;
         let prep = prepare(&body, self.flavor, &self.template)?;
-        let mut prompt = self
-            .template
-            .render(Arc::new(prep.vars), prep.tool_use)
-            .map_err(|e| CountError::Template(format!("{e:#}")))?;
-        if let Some(final_text) = &prep.continue_final {
-            if let Some(at) = prompt.rfind(&**final_text) {
-                prompt.truncate(at + final_text.len());
+        let render = |vars: JMap| {
+            self.template
+                .render(Arc::new(vars), prep.tool_use)
+                .map_err(|e| CountError::Template(format!("{e:#}")))
+        };
+        let prompt = match prep.post {
+            Post::None => render(prep.vars)?,
+            Post::TruncateAfter(text) => {
+                let mut prompt = render(prep.vars)?;
+                if let Some(at) = prompt.rfind(&*text) {
+                    prompt.truncate(at + text.len());
+                }
+                prompt
             }
-        }
-        if let Some(suffix) = &prep.suffix {
-            prompt.push_str(suffix);
-        }
+            Post::Append(text) => render(prep.vars)? + &text,
+            Post::Prefill { reasoning, content } => {
+                // llama.cpp: the rendering without the last message, then the generation
+                // prompt (what `add_generation_prompt` adds), the thinking tags around the
+                // message's reasoning, and its content.
+                let mut with_gen = prep.vars.clone();
+                with_gen.insert("add_generation_prompt", J::Bool(true));
+                let base = render(prep.vars)?;
+                let full = render(with_gen)?;
+                let common = base
+                    .bytes()
+                    .zip(full.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let mut gen = String::from_utf8_lossy(&full.as_bytes()[common..]).into_owned();
+                let content_mode = !content.is_empty() || reasoning.is_empty();
+                if let Some((start, end)) = self.template.think_tags {
+                    if let Some(at) = gen.find(start) {
+                        gen.truncate(at);
+                    }
+                    gen.push_str(start);
+                    gen.push_str(&reasoning);
+                    if content_mode {
+                        gen.push_str(end);
+                    }
+                }
+                if content_mode {
+                    gen.push_str(&content);
+                }
+                base + &gen
+            }
+        };
         Ok(Rendered {
             prompt,
             media: prep.media,

@@ -216,12 +216,10 @@ impl Counter {
     }
 }
 
-/// The measure the estimator learns from: bytes of the messages and tools, media parts
-/// excluded (the body length when the body is not a chat request).
+/// The measure the estimator learns from: bytes of the string values under `messages` and
+/// `tools`, media parts excluded (the body length when the body is not a chat request).
 pub fn prompt_bytes(body: &[u8]) -> usize {
-    bound::RequestView::parse(body)
-        .map(|v| v.text_bytes())
-        .unwrap_or(body.len())
+    estimate::text_bytes(body).unwrap_or(body.len())
 }
 
 fn saturate(n: u64) -> u32 {

@@ -35,12 +35,15 @@ pub struct ChatTemplate {
     has_tool_use: bool,
     /// Whether the template looks like gpt-oss's (llama.cpp keeps `developer` for it).
     pub harmony: bool,
+    /// The thinking tags llama.cpp's template analysis finds for `<think>` templates
+    /// (Qwen3, DeepSeek-R1), used when it continues a final assistant message.
+    pub think_tags: Option<(&'static str, &'static str)>,
     pub caps: Caps,
     /// `bos_token`, `eos_token`, ... as HF passes them to the template.
     pub specials: Vec<(Arc<str>, J)>,
 }
 
-const MARK: &str = "\u{1}sbmark";
+const MARK: &str = "sb_probe_7391";
 
 impl ChatTemplate {
     /// Compiles the `chat_template` of a parsed `tokenizer_config.json`.
@@ -117,6 +120,8 @@ impl ChatTemplate {
         });
         env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
         let harmony = default.contains("<|channel|>");
+        let think_tags = (default.contains("<think>") && default.contains("</think>"))
+            .then_some(("<think>\n", "\n</think>\n\n"));
         env.add_template_owned("default", default)
             .map_err(|e| format!("chat template does not compile: {e}"))?;
         let has_tool_use = tool_use.is_some();
@@ -128,6 +133,7 @@ impl ChatTemplate {
             env,
             has_tool_use,
             harmony,
+            think_tags,
             caps: Caps::default(),
             specials,
         };
@@ -561,6 +567,7 @@ pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -595,7 +602,7 @@ mod tests {
             (0.0001, "0.0001", "0.0001"),
             (0.00001, "1e-05", "1e-05"),
             (-2.5, "-2.5", "-2.5"),
-            (3.141592653589793, "3.141592653589793", "3.14159"),
+            (std::f64::consts::PI, "3.141592653589793", "3.14159"),
         ] {
             assert_eq!(python_float(f), py, "python {f}");
             assert_eq!(cpp_float(f), cpp, "cpp {f}");

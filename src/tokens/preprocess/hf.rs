@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{add_kwargs, add_specials, classify, invalid, parse_arguments, Media, Part, Prepared};
+use super::{
+    add_kwargs, add_specials, classify, invalid, parse_arguments, Media, Part, Post, Prepared,
+};
 use crate::tokens::json::{JMap, J};
 use crate::tokens::template::ChatTemplate;
 use crate::tokens::CountError;
@@ -100,8 +102,7 @@ pub(super) fn prepare_vllm(
     Ok(Prepared {
         vars,
         tool_use,
-        continue_final: final_text,
-        suffix: None,
+        post: final_text.map_or(Post::None, Post::TruncateAfter),
         media,
     })
 }
@@ -155,13 +156,13 @@ pub(super) fn prepare_sglang(
         out.push(J::Obj(Arc::new(msg)));
     }
     let continue_final = matches!(req.get("continue_final_message"), Some(J::Bool(true)));
-    let mut suffix = None;
+    let mut post = Post::None;
     if let Some(J::Obj(last)) = out.last() {
         if last.get("role").and_then(J::as_str) == Some("assistant") {
             if let Some(J::Str(text)) = last.get("content") {
                 let text = text.clone();
                 if continue_final {
-                    suffix = Some(text.to_string());
+                    post = Post::Append(text.to_string());
                     out.pop();
                 } else if let Some(slot) = out.last_mut() {
                     *slot = J::obj([("role", J::str("user")), ("content", J::Str(text))]);
@@ -193,8 +194,7 @@ pub(super) fn prepare_sglang(
     Ok(Prepared {
         vars,
         tool_use,
-        continue_final: None,
-        suffix,
+        post,
         media,
     })
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{add_kwargs, classify, invalid, parse_arguments, Media, Part, Prepared};
+use super::{add_kwargs, classify, invalid, parse_arguments, Media, Part, Post, Prepared};
 use crate::tokens::json::{JMap, J};
 use crate::tokens::template::ChatTemplate;
 use crate::tokens::CountError;
@@ -71,20 +71,28 @@ pub(super) fn prepare(
     }
 
     let mut vars = JMap::default();
-    let continues = matches!(out.last().and_then(|m| m.as_obj()?.get("role")?.as_str().map(str::to_owned)), Some(r) if r == "assistant")
-        && !matches!(req.get("continue_final_message"), Some(J::Bool(false)));
+    let last_is_assistant = out
+        .last()
+        .and_then(|m| m.as_obj()?.get("role")?.as_str().map(|r| r == "assistant"))
+        .unwrap_or(false);
     let mut add_gen = !matches!(req.get("add_generation_prompt"), Some(J::Bool(false)));
-    let mut suffix = None;
-    if continues {
+    let mut post = Post::None;
+    if last_is_assistant && !matches!(req.get("continue_final_message"), Some(J::Bool(false))) {
         // `--prefill-assistant` (on by default): the last assistant message is continued.
         if let Some(J::Obj(last)) = out.pop() {
-            suffix = Some(match last.get("content") {
+            let content = match last.get("content") {
                 Some(J::Str(s)) => s.to_string(),
                 Some(J::Arr(parts)) => join_typed(&parts.0),
                 _ => String::new(),
-            });
+            };
+            let reasoning = last
+                .get("reasoning_content")
+                .and_then(J::as_str)
+                .unwrap_or("")
+                .to_string();
+            post = Post::Prefill { reasoning, content };
         }
-        add_gen = true;
+        add_gen = false;
     }
     vars.insert("messages", J::arr(out));
     vars.insert(
@@ -132,8 +140,7 @@ pub(super) fn prepare(
     Ok(Prepared {
         vars,
         tool_use,
-        continue_final: None,
-        suffix,
+        post,
         media,
     })
 }

@@ -23,12 +23,24 @@ pub struct Prepared {
     pub vars: JMap,
     /// Whether the `tool_use` variant of the template applies.
     pub tool_use: bool,
-    /// vLLM/HF `continue_final_message`: the rendering ends right after this text.
-    pub continue_final: Option<Arc<str>>,
-    /// Text the backend appends after the rendering (a continued assistant message).
-    pub suffix: Option<String>,
+    /// What happens to the rendering afterwards.
+    pub post: Post,
     /// Media parts taken out of the text.
     pub media: Media,
+}
+
+/// A step after rendering, for requests that continue a final assistant message.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub enum Post {
+    #[default]
+    None,
+    /// HF `continue_final_message` (vLLM): the rendering ends right after this text.
+    TruncateAfter(Arc<str>),
+    /// SGLang `continue_final_message`: this text is appended to the rendering.
+    Append(String),
+    /// llama.cpp `--prefill-assistant`: the last assistant message (left out of `messages`)
+    /// continues after the generation prompt, inside the template's thinking tags.
+    Prefill { reasoning: String, content: String },
 }
 
 /// Media parts found in the messages.
