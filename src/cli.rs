@@ -43,6 +43,16 @@ pub enum Command {
         #[arg(long, default_value = "routes.toml")]
         config: PathBuf,
     },
+    /// Count a chat request's prompt tokens for an alias, as the context guard would.
+    Tokens {
+        #[arg(long, default_value = "routes.toml")]
+        config: PathBuf,
+        /// The alias (or old name) whose window and counting method apply.
+        #[arg(long)]
+        alias: String,
+        /// A chat completions request body (JSON); `-` reads standard input.
+        request: PathBuf,
+    },
     /// Print the alias table with each backend's health.
     Routes {
         #[arg(long, default_value = "routes.toml")]

@@ -128,6 +128,79 @@ async fn routes(cfg: Config) -> Result<(), String> {
     Ok(())
 }
 
+/// `switchboard tokens`: the free bound, the exact count and the verdict for one request.
+async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(), String> {
+    use switchboard::guard::{self, Verdict};
+    use switchboard::tokens::bound::RequestView;
+
+    let body = if request.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|e| e.to_string())?;
+        buf
+    } else {
+        std::fs::read(request).map_err(|e| format!("{}: {e}", request.display()))?
+    };
+    let state = AppState::new(cfg, None);
+    let snap = state.live.load_full();
+    let route = snap
+        .routes
+        .resolve(alias)
+        .ok_or_else(|| format!("unknown alias {alias:?}; known: {}", snap.routes.known()))?;
+    let a = &route.alias;
+    let spec = a.guard.as_ref().ok_or_else(|| {
+        format!(
+            "alias {} has no context_window: nothing to count against",
+            a.name
+        )
+    })?;
+    let req = switchboard::openai::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
+    let body = req.upstream_body(&body, &a.upstream_model, false);
+    let view = RequestView::parse(&body).map_err(|e| format!("invalid request: {e:?}"))?;
+    let output = view.requested_output();
+    println!("alias:        {} (window {} tokens)", a.name, spec.window);
+    println!(
+        "bound:        <= {} prompt tokens (free: bytes of the rendered prompt)",
+        view.prompt_bound(&spec.media)
+    );
+    let prompt = spec
+        .counter
+        .count_prompt(&state.client, &body, &spec.media)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "count:        {prompt} prompt tokens ({})",
+        spec.counter.kind().as_str()
+    );
+    println!(
+        "output:       {}",
+        output.map_or("not requested (max_tokens absent)".into(), |o| format!(
+            "{o} tokens"
+        ))
+    );
+    let verdict = guard::check(spec, &state.client, &body)
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = match verdict {
+        Verdict::Pass { method } => format!("fits (decided by {})", method.as_str()),
+        Verdict::Clamp { max_tokens, method } => {
+            format!(
+                "fits with max_tokens lowered to {max_tokens} (decided by {})",
+                method.as_str()
+            )
+        }
+        Verdict::Over { method, .. } => format!(
+            "over the window (decided by {}): {}",
+            method.as_str(),
+            verdict
+                .into_error(spec.window)
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        ),
+    };
+    println!("verdict:      {text}");
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve { config } => serve(load(&config)?, Some(config)).await,
@@ -158,6 +231,11 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Routes { config } => routes(load(&config)?).await,
+        Command::Tokens {
+            config,
+            alias,
+            request,
+        } => tokens(load(&config)?, &alias, &request).await,
     }
 }
 

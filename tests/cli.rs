@@ -98,3 +98,55 @@ fn r2_missing_config_file_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
 }
+
+#[test]
+fn r4_tokens_cli_prints_count_method_and_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/qwen3");
+    let p = write(
+        &dir,
+        &format!(
+            r#"
+[backends.b]
+url = "http://127.0.0.1:9"
+flavor = "llamacpp"
+[aliases.q]
+backend = "b"
+context_window = 20
+count = "local"
+tokenizer = {{ file = "{fx}/tokenizer.json.gz", config = "{fx}/tokenizer_config.json.gz" }}
+"#
+        ),
+    );
+    let req = dir.path().join("req.json");
+    // `single_user` of tests/fixtures/conversations.json: 13 tokens by llama-server.
+    std::fs::write(
+        &req,
+        r#"{"model":"q","messages":[{"role":"user","content":"Hello! Say hi."}],"max_tokens":8}"#,
+    )
+    .unwrap();
+    let out = switchboard()
+        .args(["tokens", "--alias", "q", "--config"])
+        .arg(&p)
+        .arg(&req)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("count:        13 prompt tokens (local)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("verdict:      over the window (decided by local)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("you requested 21 tokens (13 in the messages, 8 in the completion)"),
+        "{stdout}"
+    );
+}
