@@ -20,3 +20,4 @@ pub mod slots;
 pub mod state;
 pub mod stream;
 pub mod tokens;
+pub mod workers;

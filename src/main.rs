@@ -72,15 +72,14 @@ async fn wait_signal() {
     }
 }
 
-/// Bind, spawn health probing and reload, serve until signalled.
+/// Spawn health probing, reload and the workers; serve until signalled.
 async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), String> {
+    use switchboard::workers::{self, Stop};
     let listen = cfg.server.listen;
     let grace = cfg.server.shutdown_grace;
+    let n = cfg.server.workers;
     let metrics_listen = cfg.server.metrics_listen;
     let state = AppState::new(cfg, path);
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     if let Some(addr) = metrics_listen {
         let l = TcpListener::bind(addr)
             .await
@@ -93,11 +92,15 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     }
     tokio::spawn(switchboard::health::run(state.clone()));
     tokio::spawn(switchboard::reload::on_sighup(state.clone()));
-    tracing::info!(addr = %listen, "switchboard listening");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(Stop::Serve);
     let (first, second) = shutdown_signals();
-    switchboard::server::run(listener, state, first, grace, second)
-        .await
-        .map_err(|e| format!("server error: {e}"))
+    tokio::spawn(async move {
+        first.await;
+        let _ = stop_tx.send(Stop::Drain);
+        second.await;
+        let _ = stop_tx.send(Stop::Now);
+    });
+    workers::serve(state, listen, n, grace, stop_rx).await
 }
 
 fn load(path: &std::path::Path) -> Result<Config, String> {

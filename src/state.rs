@@ -94,6 +94,15 @@ impl AppState {
         }
     }
 
+    /// The same shared state with an upstream client of its own (one per worker thread, so
+    /// each worker's connection pool lives on its own runtime).
+    pub fn with_own_client(&self) -> AppState {
+        AppState {
+            client: upstream_client(&self.live.load().config),
+            ..self.clone()
+        }
+    }
+
     /// Swap in a new config; requests in flight keep the snapshot they started with.
     pub fn swap(&self, config: Config) {
         self.live

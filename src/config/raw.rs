@@ -32,6 +32,7 @@ pub struct RawServer {
     pub health_interval_secs: Option<u64>,
     pub queue_timeout_secs: Option<u64>,
     pub stream_peek_ms: Option<u64>,
+    pub workers: Option<usize>,
     pub api_keys_env: Option<String>,
 }
 

@@ -33,6 +33,8 @@ pub struct Server {
     pub shutdown_grace: Duration,
     pub health_interval: Duration,
     pub queue_timeout: Duration,
+    /// Worker threads, each with its own runtime and listener.
+    pub workers: usize,
     /// How long to wait for the first event of an SGLang stream (which may be a context error).
     pub stream_peek: Duration,
     /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
@@ -308,6 +310,14 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             errs,
         ),
         stream_peek: Duration::from_millis(raw.stream_peek_ms.unwrap_or(2000)),
+        workers: nonzero(
+            "server.workers",
+            raw.workers.map_or_else(
+                || std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+                |w| w as u64,
+            ),
+            errs,
+        ) as usize,
         api_keys,
     }
 }

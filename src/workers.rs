@@ -1,0 +1,111 @@
+//! Thread-per-core serving: one current-thread runtime and one `SO_REUSEPORT` listener per worker.
+//!
+//! The kernel spreads connections over the workers' listeners; a request is then served start
+//! to end on one thread (its upstream connection pool included), with no work stealing and no
+//! cross-thread wake-ups on the hot path. Config snapshots, metrics, slots and health are shared.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::state::AppState;
+
+/// What the control loop tells the workers: keep serving, drain, or stop now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stop {
+    Serve,
+    Drain,
+    Now,
+}
+
+/// Bind `addr` so that several listeners (one per worker) can share it.
+pub fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Resolves once `stop` reaches `level`.
+fn reached(
+    mut stop: watch::Receiver<Stop>,
+    level: Stop,
+) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let _ = stop.wait_for(|s| *s >= level).await;
+    }
+}
+
+/// Run `workers` threads serving `state` on `addr` until `stop` says so. Returns once every
+/// worker has finished; the first error (e.g. the address is taken) ends it early.
+pub async fn serve(
+    state: AppState,
+    addr: SocketAddr,
+    workers: usize,
+    grace: Duration,
+    stop: watch::Receiver<Stop>,
+) -> Result<(), String> {
+    let (ready_tx, mut ready_rx) = mpsc::channel::<Result<(), String>>(workers);
+    let mut done = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let state = state.with_own_client();
+        let stop = stop.clone();
+        let ready = ready_tx.clone();
+        let failed = ready_tx.clone();
+        let (done_tx, done_rx) = oneshot::channel::<Result<(), String>>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("switchboard-{i}"))
+            .spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start worker {i}: {e}"))
+                    .and_then(|rt| {
+                        rt.block_on(async move {
+                            let listener = bind_shared(addr)
+                                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+                            let _ = ready.send(Ok(())).await;
+                            crate::server::run(
+                                listener,
+                                state,
+                                reached(stop.clone(), Stop::Drain),
+                                grace,
+                                reached(stop, Stop::Now),
+                            )
+                            .await
+                            .map_err(|e| format!("worker {i}: {e}"))
+                        })
+                    });
+                if let Err(e) = &result {
+                    let _ = failed.try_send(Err(e.clone()));
+                }
+                let _ = done_tx.send(result);
+            });
+        if let Err(e) = spawned {
+            return Err(format!("cannot spawn worker {i}: {e}"));
+        }
+        done.push(done_rx);
+    }
+    drop(ready_tx);
+    for _ in 0..workers {
+        match ready_rx.recv().await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(e),
+            None => return Err("a worker exited before listening".into()),
+        }
+    }
+    tracing::info!(%addr, workers, "switchboard listening");
+    for d in done {
+        d.await.map_err(|_| "a worker panicked".to_string())??;
+    }
+    Ok(())
+}
