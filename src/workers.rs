@@ -4,7 +4,6 @@
 //! to end on one thread (its upstream connection pool included), with no work stealing and no
 //! cross-thread wake-ups on the hot path. Config snapshots, metrics, slots and health are shared.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -36,13 +35,8 @@ pub fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Resolves once `stop` reaches `level`.
-fn reached(
-    mut stop: watch::Receiver<Stop>,
-    level: Stop,
-) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        let _ = stop.wait_for(|s| *s >= level).await;
-    }
+async fn reached(mut stop: watch::Receiver<Stop>, level: Stop) {
+    let _ = stop.wait_for(|s| *s >= level).await;
 }
 
 /// Run `workers` threads serving `state` on `addr` until `stop` says so. Returns once every
