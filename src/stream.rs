@@ -6,6 +6,7 @@
 //! backend connection so the backend frees its slot.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -55,7 +56,6 @@ struct Tracker {
     ex: Exchange,
     opts: RelayOptions,
     saw_done: bool,
-    finder_usage: memmem::Finder<'static>,
 }
 
 enum Action {
@@ -102,20 +102,34 @@ fn frame(payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Searchers built once: building one per event costs more than the search.
+static CONTENT: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(br#""content":""#));
+static REASONING_CONTENT: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(br#""reasoning_content":""#));
+static REASONING: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(br#""reasoning":""#));
+static TOOL_CALLS: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(br#""tool_calls":["#));
+static USAGE: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(br#""usage":{"#));
+
 /// A non-empty string value follows `key` somewhere in `data`.
-fn has_text(data: &[u8], key: &[u8]) -> bool {
-    memmem::find_iter(data, key).any(|i| data.get(i + key.len()).is_some_and(|b| *b != b'"'))
+fn has_text(data: &[u8], key: &memmem::Finder<'static>) -> bool {
+    let len = key.needle().len();
+    key.find_iter(data)
+        .any(|i| data.get(i + len).is_some_and(|b| *b != b'"'))
 }
 
 fn has_content(data: &[u8]) -> bool {
-    has_text(data, br#""content":""#)
+    has_text(data, &CONTENT)
 }
 
 fn has_token(data: &[u8]) -> bool {
     has_content(data)
-        || has_text(data, br#""reasoning_content":""#)
-        || has_text(data, br#""reasoning":""#)
-        || memmem::find(data, br#""tool_calls":["#).is_some()
+        || has_text(data, &REASONING_CONTENT)
+        || has_text(data, &REASONING)
+        || TOOL_CALLS.find(data).is_some()
 }
 
 #[derive(Deserialize)]
@@ -194,7 +208,7 @@ impl Tracker {
                 self.ex.first_content = Some(now);
             }
         }
-        if self.finder_usage.find(data).is_some() {
+        if USAGE.find(data).is_some() {
             if let Some((usage, usage_only)) = parse_usage(data) {
                 self.ex.usage = Some(usage);
                 if usage_only && self.opts.drop_usage_chunk {
@@ -291,7 +305,7 @@ impl Relay {
             match self.pull().await {
                 Some(Ok(chunk)) => {
                     let out = self.take_events(chunk);
-                    let out = self.coalesce(out);
+                    let out = self.coalesce(out).await;
                     if !out.is_empty() {
                         return Some(out);
                     }
@@ -302,17 +316,21 @@ impl Relay {
         }
     }
 
-    /// Append what the backend has already sent (without waiting), so one write to the
-    /// client carries every event that is ready.
-    fn coalesce(&mut self, first: Bytes) -> Bytes {
+    /// Append what the backend has already sent, so one write to the client carries every
+    /// event that is ready. When nothing is ready, yield once so the upstream connection task
+    /// can decode what its socket buffer already holds (a burst arrives as many small chunks,
+    /// handed over one at a time); a yield is far cheaper than a write per event.
+    async fn coalesce(&mut self, first: Bytes) -> Bytes {
         let mut out: Option<BytesMut> = None;
+        let mut yielded = 0u8;
         while out.as_ref().map_or(first.len(), |o| o.len()) < COALESCE_LIMIT {
             match self.upstream.next().now_or_never() {
                 Some(Some(Ok(chunk))) => {
+                    yielded = 0;
                     let more = self.take_events(chunk);
                     if !more.is_empty() {
                         let o = out.get_or_insert_with(|| {
-                            let mut o = BytesMut::with_capacity(first.len() * 4);
+                            let mut o = BytesMut::with_capacity(first.len() * 8);
                             o.extend_from_slice(&first);
                             o
                         });
@@ -323,7 +341,11 @@ impl Relay {
                     self.pending = Some(item);
                     break;
                 }
-                None => break,
+                None if yielded >= 3 => break,
+                None => {
+                    tokio::task::yield_now().await;
+                    yielded += 1;
+                }
             }
         }
         out.map_or(first, BytesMut::freeze)
@@ -377,7 +399,6 @@ pub fn relay(
             ex,
             opts,
             saw_done: false,
-            finder_usage: memmem::Finder::new(br#""usage":{"#),
         },
         _permit: permit,
         pending: None,

@@ -51,6 +51,36 @@ pub(crate) fn needs_rename(data: &[u8], output: OutputField) -> bool {
     }
 }
 
+/// The payload with its one reasoning key renamed to what `output` writes, byte for byte, when
+/// that is the whole rewrite: exactly one `"reasoning"` (or `"reasoning_content"`) key with a
+/// string value and no key of the target name anywhere. `None` when the event needs the
+/// parsing path (both names, several choices, `Both`).
+pub(crate) fn rename_key(data: &[u8], output: OutputField) -> Option<Vec<u8>> {
+    let (from, to, target): (&Finder<'static>, &[u8], &Finder<'static>) = match output {
+        OutputField::ReasoningContent => (&REASONING, b"\"reasoning_content\"", &REASONING_CONTENT),
+        OutputField::Reasoning => (&REASONING_CONTENT, b"\"reasoning\"", &REASONING),
+        OutputField::Both => return None,
+    };
+    if target.find(data).is_some() {
+        return None;
+    }
+    let mut keys = from.find_iter(data);
+    let at = keys.next()?;
+    if keys.next().is_some() {
+        return None;
+    }
+    let rest = skip_ws(data.get(at + from.needle().len()..)?);
+    let value = skip_ws(rest.strip_prefix(b":")?);
+    if value.first() != Some(&b'"') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(data.len() + to.len());
+    out.extend_from_slice(&data[..at]);
+    out.extend_from_slice(to);
+    out.extend_from_slice(&data[at + from.needle().len()..]);
+    Some(out)
+}
+
 /// Whether the payload has reasoning text under `name` (`reasoning` or `reasoning_content`).
 pub(crate) fn has_reasoning_named(data: &[u8], name: &str) -> bool {
     if name == "reasoning" {
@@ -162,5 +192,35 @@ mod tests {
         let wide = TagStart::new("«r»");
         assert!(wide.maybe_in(br#""\u00abr""#));
         assert!(!wide.maybe_in(b"plain"));
+    }
+}
+
+#[cfg(test)]
+mod rename_tests {
+    use super::*;
+
+    #[test]
+    fn renames_one_string_key_in_place() {
+        let data = br#"{"id":"x","choices":[{"index":0,"delta":{"reasoning":"a \"reasoning\": b"},"finish_reason":null}]}"#;
+        let out = rename_key(data, OutputField::ReasoningContent).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"id":"x","choices":[{"index":0,"delta":{"reasoning_content":"a \"reasoning\": b"},"finish_reason":null}]}"#
+        );
+        let back = br#"{"delta":{"reasoning_content" : "t"}}"#;
+        let out = rename_key(back, OutputField::Reasoning).unwrap();
+        assert_eq!(out, br#"{"delta":{"reasoning" : "t"}}"#.to_vec());
+    }
+
+    #[test]
+    fn leaves_the_parsing_path_for_anything_else() {
+        let both = br#"{"delta":{"reasoning":"a","reasoning_content":"a"}}"#;
+        assert!(rename_key(both, OutputField::ReasoningContent).is_none());
+        let two = br#"{"choices":[{"delta":{"reasoning":"a"}},{"delta":{"reasoning":"b"}}]}"#;
+        assert!(rename_key(two, OutputField::ReasoningContent).is_none());
+        let null = br#"{"delta":{"reasoning":null,"content":"x"}}"#;
+        assert!(rename_key(null, OutputField::ReasoningContent).is_none());
+        let one = br#"{"delta":{"reasoning":"a"}}"#;
+        assert!(rename_key(one, OutputField::Both).is_none());
     }
 }

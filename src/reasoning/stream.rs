@@ -47,6 +47,13 @@ impl StreamRewriter {
         if !self.may_rewrite(data) {
             return Cow::Borrowed(data);
         }
+        if self.tags.is_none() {
+            // The common case (vLLM's `reasoning` to `reasoning_content`): a key rename in the
+            // bytes, no parse.
+            if let Some(renamed) = scan::rename_key(data, self.output) {
+                return Cow::Owned(renamed);
+            }
+        }
         let Ok(mut event) = serde_json::from_slice::<Value>(data) else {
             return Cow::Borrowed(data);
         };
