@@ -174,6 +174,60 @@ fn warm_count_of_a_grown_conversation_equals_a_cold_one() {
 }
 
 #[test]
+fn cutting_long_fragments_keeps_counts_exact() {
+    for flavor in [Flavor::Llamacpp, Flavor::Vllm] {
+        let whole = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(usize::MAX);
+        let cut = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(64);
+        assert!(
+            cut.chunks(),
+            "{flavor}: the Qwen3 tokenizer should allow cuts"
+        );
+        for rec in recorded() {
+            let name = rec["name"].as_str().unwrap();
+            if name == "long_100k" {
+                continue;
+            }
+            let body = body_of(name);
+            let want = whole.count(&body, &MediaCosts::default()).unwrap();
+            assert_eq!(
+                cut.count(&body, &MediaCosts::default()).unwrap(),
+                want,
+                "{flavor} {name}"
+            );
+        }
+        let mut text = String::new();
+        for i in 0..2000 {
+            text.push_str(
+                [
+                    "line ",
+                    "  indented ",
+                    "\n",
+                    "e\u{301} ",
+                    "<b>",
+                    "x = 1;\n",
+                    "Über ",
+                    "\r\n",
+                ][i % 8],
+            );
+            text.push_str(&format!("{i}\nWord{} ", i * 7));
+        }
+        let body =
+            serde_json::to_vec(&json!({"messages": [{"role": "tool", "content": text}]})).unwrap();
+        let want = whole.count(&body, &MediaCosts::default()).unwrap();
+        assert_eq!(
+            cut.count(&body, &MediaCosts::default()).unwrap(),
+            want,
+            "{flavor}"
+        );
+        assert!(cut.cached() > 100, "{flavor}: {} fragments", cut.cached());
+    }
+}
+
+#[test]
 fn llamacpp_and_hf_differ_where_the_backends_do() {
     // `e` + U+0301: llama.cpp skips tokenizer.json's NFC normalizer, HF applies it.
     let body = br#"{"messages":[{"role":"user","content":"e\u0301"}]}"#;

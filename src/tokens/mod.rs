@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod bound;
 pub mod cache;
+pub mod chunk;
 pub mod estimate;
 pub mod json;
 pub mod local;
