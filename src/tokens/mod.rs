@@ -10,6 +10,7 @@ pub mod local;
 pub mod preprocess;
 pub mod special;
 pub mod template;
+pub mod tojson;
 
 use std::path::PathBuf;
 use std::sync::Arc;
