@@ -159,6 +159,7 @@ impl LocalCounter {
                 base + &gen
             }
         };
+        rayon::spawn(move || drop(body));
         Ok(Rendered {
             prompt,
             media: prep.media,
@@ -168,8 +169,11 @@ impl LocalCounter {
     /// The token count of a chat body: its rendered prompt plus its media parts.
     pub fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
         let rendered = self.render(body)?;
-        let text = self.count_text(&rendered.prompt)?;
-        Ok(saturate(u64::from(text) + media.cost(rendered.media)))
+        let text = self.count_text(&rendered.prompt);
+        let media_tokens = media.cost(rendered.media);
+        // Freeing a megabyte-sized prompt is off the answer's path.
+        rayon::spawn(move || drop(rendered));
+        Ok(saturate(u64::from(text?) + media_tokens))
     }
 
     /// The prompt's token count without media.
