@@ -116,7 +116,7 @@ impl LocalCounter {
         let render = |vars: JMap| {
             self.template
                 .render(Arc::new(vars), prep.tool_use)
-                .map_err(|e| CountError::Template(format!("{e:#}")))
+                .map_err(|e| CountError::Template(e.to_string()))
         };
         let prompt = match prep.post {
             Post::None => render(prep.vars)?,
