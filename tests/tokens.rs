@@ -4,7 +4,10 @@
 //! `tests/fixtures/conversations.json`, the `usage.prompt_tokens` of a real llama-server and
 //! the count of vLLM's preprocessing + HF transformers (`scripts/record_counts.py`). The local
 //! counter must equal them exactly. Tests that need a live llama-server run only when
-//! `SWITCHBOARD_LLAMA_URL` is set (e.g. `http://127.0.0.1:18080`).
+//! `SWITCHBOARD_LLAMA_URL` is set (e.g. `http://127.0.0.1:18080`); one of them also compares
+//! 200 random conversations. The same random conversations are checked against the vLLM
+//! reference with `TOKENS_DUMP=file cargo test --test tokens dump_random -- --ignored` and
+//! `scripts/check_random_vllm.py`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "fixtures/conversation_gen.rs"]
@@ -171,6 +174,60 @@ fn warm_count_of_a_grown_conversation_equals_a_cold_one() {
     );
     let fresh = LocalCounter::load(&files(), Flavor::Vllm).unwrap();
     assert_eq!(fresh.count(&bytes, &MediaCosts::default()).unwrap(), warm);
+}
+
+#[test]
+fn cutting_long_fragments_keeps_counts_exact() {
+    for flavor in [Flavor::Llamacpp, Flavor::Vllm] {
+        let whole = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(usize::MAX);
+        let cut = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(64);
+        assert!(
+            cut.chunks(),
+            "{flavor}: the Qwen3 tokenizer should allow cuts"
+        );
+        for rec in recorded() {
+            let name = rec["name"].as_str().unwrap();
+            if name == "long_100k" {
+                continue;
+            }
+            let body = body_of(name);
+            let want = whole.count(&body, &MediaCosts::default()).unwrap();
+            assert_eq!(
+                cut.count(&body, &MediaCosts::default()).unwrap(),
+                want,
+                "{flavor} {name}"
+            );
+        }
+        let mut text = String::new();
+        for i in 0..2000 {
+            text.push_str(
+                [
+                    "line ",
+                    "  indented ",
+                    "\n",
+                    "e\u{301} ",
+                    "<b>",
+                    "x = 1;\n",
+                    "Über ",
+                    "\r\n",
+                ][i % 8],
+            );
+            text.push_str(&format!("{i}\nWord{} ", i * 7));
+        }
+        let body =
+            serde_json::to_vec(&json!({"messages": [{"role": "tool", "content": text}]})).unwrap();
+        let want = whole.count(&body, &MediaCosts::default()).unwrap();
+        assert_eq!(
+            cut.count(&body, &MediaCosts::default()).unwrap(),
+            want,
+            "{flavor}"
+        );
+        assert!(cut.cached() > 100, "{flavor}: {} fragments", cut.cached());
+    }
 }
 
 #[test]
@@ -634,4 +691,149 @@ async fn live_llama_server_context_error_is_canonicalised() {
         .count(&serde_json::to_vec(&body).unwrap(), &MediaCosts::default())
         .unwrap();
     assert_eq!(prompt, local);
+}
+
+/// Random conversations for differential checks against a live backend.
+fn random_conversation(seed: u64) -> Value {
+    let mut state = seed;
+    let mut rnd = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    const PIECES: [&str; 40] = [
+        "hello",
+        " world",
+        "\n",
+        "\n\n",
+        "  ",
+        "\t",
+        "\r\n",
+        "e\u{301}",
+        "A\u{30a}",
+        "東京",
+        "한글",
+        "\u{1112}\u{1161}\u{11ab}",
+        "👨\u{200d}👩\u{200d}👧",
+        "🇳🇴",
+        "<|im_end|>",
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "{\"a\": 1}",
+        "1234567",
+        "3.14159",
+        "don't",
+        "'ll",
+        "x=y+z;",
+        "```",
+        "#",
+        "---",
+        "ça",
+        "naïve",
+        "\u{a0}",
+        "\u{2028}",
+        "\\",
+        "\"",
+        "<b>",
+        "Ω",
+        "ß",
+        "İ",
+        "ﬁ",
+        "①",
+        "\u{feff}",
+    ];
+    let text = |n: u64, rnd: &mut dyn FnMut() -> u64| {
+        let mut s = String::new();
+        for _ in 0..(rnd() % n) {
+            s.push_str(PIECES[(rnd() % PIECES.len() as u64) as usize]);
+        }
+        s
+    };
+    let mut messages = Vec::new();
+    if rnd() % 2 == 0 {
+        messages.push(json!({"role": "system", "content": text(20, &mut rnd)}));
+    }
+    let turns = 1 + rnd() % 6;
+    let mut call = 0;
+    for _ in 0..turns {
+        messages.push(match rnd() % 3 {
+            0 => json!({"role": "user", "content": [{"type": "text", "text": text(10, &mut rnd)}, {"type": "text", "text": text(10, &mut rnd)}]}),
+            _ => json!({"role": "user", "content": text(30, &mut rnd)}),
+        });
+        if rnd() % 2 == 0 {
+            call += 1;
+            let args = json!({"q": text(8, &mut rnd), "n": rnd() % 1000, "f": (rnd() % 100_000) as f64 / 64.0, "big": 1.5e20, "small": 2.5e-6, "list": [true, null, 0.1]});
+            messages.push(json!({"role": "assistant", "content": text(5, &mut rnd), "reasoning_content": text(6, &mut rnd),
+                "tool_calls": [{"id": format!("c{call}"), "type": "function", "function": {"name": "search_docs", "arguments": args.to_string()}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": format!("c{call}"), "content": text(12, &mut rnd)}));
+        }
+        messages.push(json!({"role": "assistant", "content": text(30, &mut rnd)}));
+    }
+    messages.push(json!({"role": "user", "content": text(20, &mut rnd)}));
+    let tools = conversations()
+        .iter()
+        .find(|(n, _)| n == "tools_multiple_nonascii")
+        .unwrap()
+        .1["tools"]
+        .clone();
+    if rnd() % 2 == 0 {
+        json!({"model": "tiny-qwen3", "messages": messages, "tools": tools})
+    } else {
+        json!({"model": "tiny-qwen3", "messages": messages})
+    }
+}
+
+/// Opt-in: random conversations counted locally equal a live llama-server's count.
+#[tokio::test]
+async fn live_llama_server_random_conversations_match_local() {
+    let Some(url) = llama_url() else {
+        eprintln!("SWITCHBOARD_LLAMA_URL not set: skipped");
+        return;
+    };
+    let client = reqwest::Client::new();
+    let backend = Counter::new(
+        Some(CountKind::Backend),
+        None,
+        Flavor::Llamacpp,
+        &url,
+        "tiny-qwen3",
+    )
+    .unwrap();
+    let mut mismatches = Vec::new();
+    for seed in 0..200u64 {
+        let body = serde_json::to_vec(&random_conversation(seed)).unwrap();
+        let want = backend
+            .count_prompt(&client, &body, &MediaCosts::default())
+            .await
+            .unwrap();
+        let got = local(Flavor::Llamacpp)
+            .count(&body, &MediaCosts::default())
+            .unwrap();
+        if got != want {
+            mismatches.push(format!("seed {seed}: local {got}, llama-server {want}"));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+#[ignore = "writes random conversations and local vLLM counts for an external cross-check"]
+fn dump_random_for_vllm_check() {
+    let out: Vec<Value> = (0..200u64)
+        .map(|seed| {
+            let body = random_conversation(seed);
+            let n = local(Flavor::Vllm)
+                .count(&serde_json::to_vec(&body).unwrap(), &MediaCosts::default())
+                .unwrap();
+            json!({"seed": seed, "body": body, "local": n})
+        })
+        .collect();
+    std::fs::write(
+        std::env::var("TOKENS_DUMP").unwrap(),
+        serde_json::to_vec(&out).unwrap(),
+    )
+    .unwrap();
 }

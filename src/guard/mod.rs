@@ -281,6 +281,33 @@ mod tests {
     }
 
     #[test]
+    fn counting_failures_map_to_client_or_upstream_errors() {
+        let code = |e: CountError| count_error(e).parts().3;
+        assert_eq!(
+            code(CountError::Template("boom".into())),
+            Some("invalid_request")
+        );
+        assert_eq!(
+            code(CountError::Invalid("no role".into())),
+            Some("invalid_request")
+        );
+        let backend = |status| CountError::Backend {
+            url: "http://10.0.0.1:8000/tokenize".into(),
+            status,
+            detail: "x".into(),
+        };
+        assert_eq!(code(backend(Some(400))), Some("invalid_request"));
+        let e = count_error(backend(Some(500)));
+        assert_eq!(e.parts().3, Some("bad_gateway"));
+        assert!(e.to_string().contains("10.0.0.1:8000"), "{e}");
+        assert!(!e.to_string().contains("/tokenize"), "{e}");
+        assert!(matches!(
+            count_error(backend(None)),
+            ProxyError::UpstreamConnect { .. }
+        ));
+    }
+
+    #[test]
     fn clamp_rewrites_only_the_limits() {
         let body = br#"{"model":"m", "max_tokens" : 5000,"messages":[{"role":"user","content":"max_tokens: 5000"}],"max_completion_tokens":6000}"#;
         let out = clamp_body(body, 123).unwrap();

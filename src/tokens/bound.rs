@@ -53,7 +53,7 @@ pub enum ViewError {
 #[derive(Deserialize)]
 struct Top<'a> {
     #[serde(borrow, default)]
-    messages: Option<&'a RawValue>,
+    messages: Option<Spans<'a>>,
     #[serde(borrow, default)]
     tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -62,6 +62,58 @@ struct Top<'a> {
     max_tokens: Option<&'a RawValue>,
     #[serde(borrow, default)]
     max_completion_tokens: Option<&'a RawValue>,
+}
+
+/// The raw JSON of each element of an array, read in the same pass as the body; `None`
+/// when the value is not an array.
+struct Spans<'a>(Option<Vec<&'a RawValue>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Spans<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SpansVisitor(std::marker::PhantomData))
+    }
+}
+
+struct SpansVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for SpansVisitor<'a> {
+    type Value = Spans<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Spans<'a>, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+        while let Some(raw) = seq.next_element::<&'de RawValue>()? {
+            out.push(raw);
+        }
+        Ok(Spans(Some(out)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Spans<'a>, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Spans(None))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Spans<'a>, E> {
+        Ok(Spans(None))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Spans<'a>, E> {
+        Ok(Spans(None))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Spans<'a>, E> {
+        Ok(Spans(None))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Spans<'a>, E> {
+        Ok(Spans(None))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Spans<'a>, E> {
+        Ok(Spans(None))
+    }
+    fn visit_unit<E>(self) -> Result<Spans<'a>, E> {
+        Ok(Spans(None))
+    }
 }
 
 #[derive(Deserialize)]
@@ -85,9 +137,9 @@ impl RequestView {
             kwargs_bytes: top.chat_template_kwargs.map_or(0, |k| len(k.get())),
             ..RequestView::default()
         };
-        let raw = top.messages.ok_or(ViewError::Messages)?;
-        let messages: Vec<&RawValue> =
-            serde_json::from_str(raw.get()).map_err(|_| ViewError::Messages)?;
+        let Some(Spans(Some(messages))) = top.messages else {
+            return Err(ViewError::Messages);
+        };
         view.messages = messages.len();
         for m in messages {
             view.add_message(m.get())?;

@@ -200,10 +200,54 @@ impl<'de> Visitor<'de> for JVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<J, A::Error> {
         let mut pairs: Vec<(Arc<str>, J)> = Vec::new();
-        while let Some((k, v)) = map.next_entry::<std::borrow::Cow<'de, str>, J>()? {
-            pairs.push((Arc::from(&*k), v));
+        while let Some((Key(k), v)) = map.next_entry::<Key, J>()? {
+            pairs.push((k, v));
         }
         Ok(J::Obj(Arc::new(dedup(pairs))))
+    }
+}
+
+/// An object key, read without an intermediate `String`.
+struct Key(Arc<str>);
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+                Ok(Key(intern(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Keys every chat message carries, shared instead of allocated per message.
+const COMMON_KEYS: [&str; 12] = [
+    "role",
+    "content",
+    "type",
+    "text",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "function",
+    "arguments",
+    "id",
+    "reasoning_content",
+    "reasoning",
+];
+
+fn intern(key: &str) -> Arc<str> {
+    static SHARED: std::sync::OnceLock<Vec<Arc<str>>> = std::sync::OnceLock::new();
+    let shared = SHARED.get_or_init(|| COMMON_KEYS.iter().map(|k| Arc::from(*k)).collect());
+    match COMMON_KEYS.iter().position(|k| *k == key) {
+        Some(i) => shared[i].clone(),
+        None => Arc::from(key),
     }
 }
 

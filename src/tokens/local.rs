@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use tokenizers::{NormalizerWrapper, Tokenizer};
 
 use super::cache::{SegmentCache, DEFAULT_ENTRIES};
+use super::chunk::{self, Chunker};
 use super::json::{JMap, J};
 use super::preprocess::{prepare, Media, Post};
 use super::special::{Piece, Specials};
@@ -33,6 +34,8 @@ pub struct LocalCounter {
     template: ChatTemplate,
     /// `None` when fragments cannot be counted independently.
     specials: Option<Specials>,
+    /// `Some` when long fragments may be cut further (see [`Chunker`]).
+    chunker: Option<Chunker>,
     cache: SegmentCache,
     flavor: Flavor,
 }
@@ -80,13 +83,26 @@ impl LocalCounter {
                     .map(|t| t.content.clone()),
             )
         });
+        let chunker = Chunker::for_tokenizer(&tokenizer, chunk::DEFAULT_MAX_BYTES);
         LocalCounter {
             tokenizer,
             template,
             specials,
+            chunker,
             cache: SegmentCache::new(DEFAULT_ENTRIES),
             flavor,
         }
+    }
+
+    /// Cuts fragments longer than `max` bytes (when the tokenizer allows it); for tests.
+    pub fn with_chunk_bytes(mut self, max: usize) -> Self {
+        self.chunker = Chunker::for_tokenizer(&self.tokenizer, max);
+        self
+    }
+
+    /// Whether long fragments are cut for parallel counting.
+    pub fn chunks(&self) -> bool {
+        self.chunker.is_some()
     }
 
     pub fn template(&self) -> &ChatTemplate {
@@ -100,7 +116,7 @@ impl LocalCounter {
         let render = |vars: JMap| {
             self.template
                 .render(Arc::new(vars), prep.tool_use)
-                .map_err(|e| CountError::Template(format!("{e:#}")))
+                .map_err(|e| CountError::Template(e.to_string()))
         };
         let prompt = match prep.post {
             Post::None => render(prep.vars)?,
@@ -143,6 +159,7 @@ impl LocalCounter {
                 base + &gen
             }
         };
+        rayon::spawn(move || drop(body));
         Ok(Rendered {
             prompt,
             media: prep.media,
@@ -152,8 +169,11 @@ impl LocalCounter {
     /// The token count of a chat body: its rendered prompt plus its media parts.
     pub fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
         let rendered = self.render(body)?;
-        let text = self.count_text(&rendered.prompt)?;
-        Ok(saturate(u64::from(text) + media.cost(rendered.media)))
+        let text = self.count_text(&rendered.prompt);
+        let media_tokens = media.cost(rendered.media);
+        // Freeing a megabyte-sized prompt is off the answer's path.
+        rayon::spawn(move || drop(rendered));
+        Ok(saturate(u64::from(text?) + media_tokens))
     }
 
     /// The prompt's token count without media.
@@ -164,12 +184,15 @@ impl LocalCounter {
         let mut pieces: Vec<&str> = Vec::new();
         let mut total: u64 = 0;
         specials.split(text, |p| match p {
-            Piece::Text(t) => pieces.push(t),
+            Piece::Text(t) => match self.chunker {
+                Some(c) => c.split(t, &mut pieces),
+                None => pieces.push(t),
+            },
             Piece::Special => total += 1,
         });
+        let keys: Vec<u128> = pieces.par_iter().map(|p| self.cache.key(p)).collect();
         let mut misses: HashMap<u128, (&str, u32)> = HashMap::new();
-        for piece in pieces {
-            let key = self.cache.key(piece);
+        for (piece, key) in pieces.into_iter().zip(keys) {
             match self.cache.get(key) {
                 Some(n) => total += u64::from(n),
                 None => misses.entry(key).or_insert((piece, 0)).1 += 1,

@@ -3,12 +3,14 @@
 pub mod backend;
 pub mod bound;
 pub mod cache;
+pub mod chunk;
 pub mod estimate;
 pub mod json;
 pub mod local;
 pub mod preprocess;
 pub mod special;
 pub mod template;
+pub mod tojson;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -224,4 +226,43 @@ pub fn prompt_bytes(body: &[u8]) -> usize {
 
 fn saturate(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_is_shareable_and_methods_label() {
+        fn shareable<T: Send + Sync + 'static>() {}
+        shareable::<Counter>();
+        let labels: Vec<&str> = [
+            Method::Bound,
+            Method::Local,
+            Method::Backend,
+            Method::Estimate,
+        ]
+        .iter()
+        .map(|m| m.as_str())
+        .collect();
+        assert_eq!(labels, ["bound", "local", "backend", "estimate"]);
+    }
+
+    #[test]
+    fn config_keys_deserialize() {
+        let media: MediaCosts = serde_json::from_str(r#"{"image": 256}"#).unwrap_or_default();
+        assert_eq!(
+            media,
+            MediaCosts {
+                image: 256,
+                audio: 1024
+            }
+        );
+        assert!(serde_json::from_str::<MediaCosts>(r#"{"video": 1}"#).is_err());
+        let kind: Result<CountKind, _> = serde_json::from_str(r#""backend""#);
+        assert_eq!(kind.ok(), Some(CountKind::Backend));
+        let files: Result<TokenizerFiles, _> =
+            serde_json::from_str(r#"{"file": "t.json", "config": "c.json", "x": 1}"#);
+        assert!(files.is_err());
+    }
 }

@@ -1,0 +1,110 @@
+//! Token counting hot paths: the free bound on 1 MB, a cold exact count of a 200k-token
+//! conversation, and the same conversation warm with one new turn.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/fixtures/conversation_gen.rs"]
+mod conversation_gen;
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use serde_json::{json, Value};
+use switchboard::flavor::Flavor;
+use switchboard::tokens::bound::RequestView;
+use switchboard::tokens::local::LocalCounter;
+use switchboard::tokens::{MediaCosts, TokenizerFiles};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn files() -> TokenizerFiles {
+    TokenizerFiles {
+        file: fixtures().join("qwen3/tokenizer.json.gz"),
+        config: fixtures().join("qwen3/tokenizer_config.json.gz"),
+    }
+}
+
+/// The recorded 100k-token spec, doubled: about 200k Qwen3 tokens.
+fn conversation_200k() -> Value {
+    let raw = std::fs::read(fixtures().join("conversations.json")).unwrap();
+    let list: Vec<Value> = serde_json::from_slice(&raw).unwrap();
+    let spec = list.iter().find(|c| c["name"] == "long_100k").unwrap();
+    let mut spec = conversation_gen::Spec::from_json(&spec["generate"]);
+    spec.turns = spec.turns * 2 + 1;
+    conversation_gen::body(&spec)
+}
+
+/// The conversation with one more exchange appended, spliced into the serialized body the
+/// way a client resends its history (the body ends with the `messages` array).
+fn with_turn(body: &[u8], i: u64) -> Vec<u8> {
+    assert!(body.ends_with(b"]}"));
+    let turn = json!([
+        {"role": "assistant", "content": format!("Answer number {i}: the count is exact.")},
+        {"role": "user", "content": format!("Follow-up question {i}, with a few more words.")}
+    ]);
+    let turn = serde_json::to_vec(&turn).unwrap();
+    let mut out = Vec::with_capacity(body.len() + turn.len());
+    out.extend_from_slice(&body[..body.len() - 2]);
+    out.push(b',');
+    out.extend_from_slice(&turn[1..turn.len() - 1]);
+    out.extend_from_slice(b"]}");
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let media = MediaCosts::default();
+    let conv = conversation_200k();
+    let bytes = serde_json::to_vec(&conv).unwrap();
+
+    // A 1 MB request: the 200k-token conversation grown to 1 MiB.
+    let mut big = conv.clone();
+    let mut n = 0;
+    while serde_json::to_vec(&big).unwrap().len() < 1 << 20 {
+        let extra = conv["messages"][1 + n % 500].clone();
+        big["messages"].as_array_mut().unwrap().push(extra);
+        n += 1;
+    }
+    let big = serde_json::to_vec(&big).unwrap();
+    c.bench_function("bound_check_1MiB", |b| {
+        b.iter(|| {
+            let view = RequestView::parse(black_box(&big)).unwrap();
+            black_box(view.prompt_bound(&media))
+        })
+    });
+
+    let mut group = c.benchmark_group("exact_200k");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    for flavor in [Flavor::Llamacpp, Flavor::Vllm] {
+        let lc = LocalCounter::load(&files(), flavor).unwrap();
+        let tokens = lc.count(&bytes, &media).unwrap();
+        eprintln!("{flavor}: {tokens} tokens in {} bytes", bytes.len());
+        group.bench_function(format!("cold_{flavor}"), |b| {
+            b.iter_batched(
+                || lc.clear_cache(),
+                |()| black_box(lc.count(black_box(&bytes), &media).unwrap()),
+                BatchSize::PerIteration,
+            )
+        });
+        lc.count(&bytes, &media).unwrap();
+        let mut i = 0u64;
+        group.bench_function(format!("warm_one_new_turn_{flavor}"), |b| {
+            b.iter_batched(
+                || {
+                    i += 1;
+                    with_turn(&bytes, i)
+                },
+                |body| black_box(lc.count(black_box(&body), &media).unwrap()),
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
