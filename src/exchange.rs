@@ -1,6 +1,9 @@
 //! One request's bookkeeping: in-flight gauge, request counter, latency and token metrics, the log line.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::tokens::Counter;
 
 use crate::metrics::{AliasMetrics, Endpoint};
 
@@ -34,6 +37,8 @@ pub struct Exchange {
     /// Set once the answer reached its end (or an error was answered); unset at drop = client gone.
     pub completed: bool,
     pub error: Option<String>,
+    /// An estimating counter and the prompt's byte measure: fed the reported prompt tokens.
+    pub estimator: Option<(Arc<Counter>, usize)>,
     sent_at: Option<Instant>,
     headers_at: Option<Instant>,
     post_headers: Duration,
@@ -57,6 +62,7 @@ impl Exchange {
             last_token: None,
             completed: false,
             error: None,
+            estimator: None,
             sent_at: None,
             headers_at: None,
             post_headers: Duration::ZERO,
@@ -111,6 +117,7 @@ impl Exchange {
             last_token: None,
             completed: true,
             error: None,
+            estimator: None,
             sent_at: None,
             headers_at: None,
             post_headers: Duration::ZERO,
@@ -140,6 +147,9 @@ impl Exchange {
             m.ttfc.observe((t - self.started).as_secs_f64());
         }
         if let Some(u) = self.usage {
+            if let Some((counter, bytes)) = &self.estimator {
+                counter.observe(*bytes, u32::try_from(u.prompt).unwrap_or(u32::MAX));
+            }
             m.prompt_tokens.inc_by(u.prompt);
             m.completion_tokens.inc_by(u.completion);
             if let Some(r) = u.reasoning {

@@ -20,6 +20,7 @@ use crate::openai::ParsedRequest;
 use crate::reasoning::{self, InputField, OutputField, StreamRewriter};
 use crate::state::{AppState, Snapshot};
 use crate::stream::{self, RelayOptions};
+use crate::tokens::Method;
 
 const SERVED_ALIAS: &str = "x-switchboard-alias";
 const REASONING_FIELD: &str = "x-reasoning-field";
@@ -106,6 +107,16 @@ async fn forward(
     let backend = &alias.backend;
     let m = snap.metrics(Some(&alias.name));
     let output = output_field(&headers, alias, snap)?;
+    if let Some(spec) = alias
+        .guard
+        .as_ref()
+        .filter(|s| s.counter.kind() == Method::Estimate)
+    {
+        ex.estimator = Some((
+            Arc::clone(&spec.counter),
+            crate::tokens::prompt_bytes(&upstream_body),
+        ));
+    }
     let permit = match snap.slots(&backend.name) {
         Some(slots) => Some(slots.acquire(&alias.name, server.queue_timeout, m).await?),
         None => None,

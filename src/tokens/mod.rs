@@ -132,6 +132,14 @@ enum Inner {
     Estimate(Estimator),
 }
 
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counter")
+            .field("method", &self.kind())
+            .finish()
+    }
+}
+
 impl Counter {
     /// Built at config validation. `kind` `None` means local when a tokenizer is given, else
     /// estimate. The error names what is wrong (missing file, template fails to compile, ...).
