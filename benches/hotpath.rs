@@ -1,0 +1,78 @@
+//! Hot paths of every request: the request view and `model` rewrite, and the per-request
+//! metrics recording. (Event transforms: `benches/reasoning.rs`; the guard: `benches/tokens.rs`.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use serde_json::json;
+use switchboard::exchange::{Exchange, Usage};
+use switchboard::metrics::{Endpoint, Metrics};
+use switchboard::openai::ParsedRequest;
+
+/// A chat request of about `size` bytes: a system prompt and alternating turns.
+fn body(size: usize) -> Vec<u8> {
+    let turn = "The quick brown fox jumps over the lazy dog, \\\"quoted\\\" and naïve. ".repeat(8);
+    let mut messages = vec![json!({"role": "system", "content": "You are a careful assistant."})];
+    let mut i = 0;
+    while serde_json::to_vec(&messages).map_or(0, |v| v.len()) < size {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        messages.push(json!({"role": role, "content": turn}));
+        i += 1;
+    }
+    serde_json::to_vec(&json!({
+        "model": "frank-zealot",
+        "messages": messages,
+        "stream": true,
+        "max_tokens": 512,
+        "temperature": 0.2,
+    }))
+    .unwrap()
+}
+
+fn request_view(c: &mut Criterion) {
+    let mut g = c.benchmark_group("request_view_and_model_rewrite");
+    for (name, size) in [("1KB", 1 << 10), ("100KB", 100 << 10), ("1MB", 1 << 20)] {
+        let b = body(size);
+        g.throughput(Throughput::Bytes(b.len() as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(name), &b, |bench, b| {
+            bench.iter(|| {
+                let req = ParsedRequest::parse(b).unwrap();
+                req.upstream_body(b, "gemma-4-12b-qat", true)
+            })
+        });
+    }
+    g.finish();
+}
+
+fn metrics_per_request(c: &mut Criterion) {
+    let metrics = Metrics::new();
+    let unknown = metrics.alias("unknown");
+    let alias = metrics.alias("frank-zealot");
+    c.bench_function("metrics_record_per_request", |bench| {
+        bench.iter(|| {
+            let mut ex = Exchange::start(&unknown, Endpoint::chat_completions, String::new());
+            ex.route(&alias, "dankclaw-7771");
+            ex.stream = true;
+            ex.sending();
+            ex.headers_received();
+            let now = Instant::now();
+            ex.first_token = Some(now);
+            ex.first_content = Some(now);
+            ex.last_token = Some(now);
+            ex.usage = Some(Usage {
+                prompt: 1200,
+                completion: 200,
+                reasoning: Some(50),
+                prefill_tps: Some(2500.0),
+                decode_tps: Some(80.0),
+            });
+            ex.status = 200;
+            ex.completed = true;
+            drop(ex);
+        })
+    });
+}
+
+criterion_group!(benches, request_view, metrics_per_request);
+criterion_main!(benches);
