@@ -56,8 +56,6 @@ pub enum ProxyError {
     },
     #[error("invalid or missing API key")]
     Unauthorized,
-    #[error("the server is shutting down")]
-    ShuttingDown,
 }
 
 /// OpenAI's exact context-length wording, with an estimate marker where the count is one.
@@ -189,12 +187,6 @@ impl ProxyError {
                 None,
                 Some("invalid_api_key"),
             ),
-            ShuttingDown => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                None,
-                Some("shutting_down"),
-            ),
         }
     }
 
@@ -235,10 +227,6 @@ impl ProxyError {
     }
 }
 
-/// Marker put in response extensions so the logging layer can see which error was sent.
-#[derive(Clone, Debug)]
-pub struct ErrorLogged(pub String);
-
 impl IntoResponse for ProxyError {
     fn into_response(self) -> Response {
         let (status, ..) = self.parts();
@@ -251,7 +239,6 @@ impl IntoResponse for ProxyError {
         if let Some(secs) = self.retry_after() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        resp.extensions_mut().insert(ErrorLogged(self.to_string()));
         resp
     }
 }

@@ -155,8 +155,10 @@ impl Exchange {
             if let Some(r) = u.reasoning {
                 m.reasoning_tokens.inc_by(r);
             }
+            // Prompt tokens over the time from sending to the first token; a non-streamed
+            // answer without the backend's own timings has no first token to time.
             let prefill = u.prefill_tps.or_else(|| {
-                let t = ttft.or_else(|| self.headers_at.map(|h| h - self.started))?;
+                let t = self.first_token? - self.sent_at?;
                 (u.prompt > 0 && t > Duration::ZERO).then(|| u.prompt as f64 / t.as_secs_f64())
             });
             if let Some(v) = prefill {

@@ -19,10 +19,6 @@ pub struct RequestView<'a> {
     pub stream: Option<bool>,
     #[serde(borrow, default)]
     stream_options: Option<&'a RawValue>,
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
-    #[serde(default)]
-    pub max_completion_tokens: Option<u64>,
 }
 
 /// A parsed request: the view plus where its editable fields sit in the body.

@@ -46,15 +46,17 @@ fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
-/// The client's headers as they go to the backend.
-pub fn upstream_headers(client: &HeaderMap, backend: &Backend) -> HeaderMap {
+/// The client's headers as they go to the backend. `own_auth`: Switchboard checked the
+/// client's key itself, so that key is not passed on.
+pub fn upstream_headers(client: &HeaderMap, backend: &Backend, own_auth: bool) -> HeaderMap {
     let listed = connection_listed(client);
     let mut out = HeaderMap::with_capacity(client.len());
     for (name, value) in client {
         if DROPPED_REQUEST.contains(name) || listed.contains(name) {
             continue;
         }
-        if backend.api_key.is_some() && name == header::AUTHORIZATION {
+        let credential = name == header::AUTHORIZATION || name.as_str() == "x-api-key";
+        if credential && (own_auth || backend.api_key.is_some()) {
             continue;
         }
         out.append(name.clone(), value.clone());
@@ -188,16 +190,18 @@ mod tests {
         );
         h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
         h.insert("x-request-id", HeaderValue::from_static("abc"));
-        let out = upstream_headers(&h, &backend(None));
+        let out = upstream_headers(&h, &backend(None), false);
         assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer client");
         assert!(out.get("x-secret-hop").is_none());
         assert!(out.get(header::CONNECTION).is_none());
         assert!(out.get(header::ACCEPT_ENCODING).is_none());
         assert_eq!(out.get("x-request-id").unwrap(), "abc");
-        let out = upstream_headers(&h, &backend(Some("backend-key")));
+        let out = upstream_headers(&h, &backend(Some("backend-key")), false);
         assert_eq!(
             out.get(header::AUTHORIZATION).unwrap(),
             "Bearer backend-key"
         );
+        let out = upstream_headers(&h, &backend(None), true);
+        assert!(out.get(header::AUTHORIZATION).is_none());
     }
 }

@@ -10,9 +10,26 @@ pub fn reload(state: &AppState) -> Result<(), String> {
     };
     match crate::config::load(path) {
         Ok(cfg) => {
-            let old = state.live.load();
-            if cfg.server.listen != old.config.server.listen {
-                tracing::warn!("server.listen changed; the new address takes effect at restart");
+            let old = &state.live.load().config.server;
+            let new = &cfg.server;
+            let at_restart = [
+                ("server.listen", old.listen != new.listen),
+                (
+                    "server.metrics_listen",
+                    old.metrics_listen != new.metrics_listen,
+                ),
+                ("server.workers", old.workers != new.workers),
+                (
+                    "server.connect_timeout_ms",
+                    old.connect_timeout != new.connect_timeout,
+                ),
+                (
+                    "server.shutdown_grace_secs",
+                    old.shutdown_grace != new.shutdown_grace,
+                ),
+            ];
+            for (key, _) in at_restart.iter().filter(|(_, changed)| *changed) {
+                tracing::warn!("{key} changed; the new value takes effect at restart");
             }
             state.swap(cfg);
             state.metrics.config_reload(ReloadResult::success);

@@ -45,6 +45,10 @@ impl Slots {
         }
     }
 
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
     pub fn queue_limit(&self) -> u32 {
         self.queue
     }

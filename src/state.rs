@@ -24,12 +24,22 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn new(config: Config, metrics: &Metrics) -> Snapshot {
+    /// `previous`: the snapshot being replaced. A backend whose slots and queue did not change
+    /// keeps its `Slots`, so requests in flight still count against the same limit.
+    pub fn new(config: Config, metrics: &Metrics, previous: Option<&Snapshot>) -> Snapshot {
         let routes = RouteTable::new(&config);
         let slots: HashMap<String, Arc<Slots>> = config
             .backends
             .values()
-            .map(|b| (b.name.clone(), Arc::new(Slots::new(b.slots.get(), b.queue))))
+            .map(|b| {
+                let kept = previous
+                    .and_then(|p| p.slots.get(&b.name))
+                    .filter(|s| s.slots() == b.slots.get() && s.queue_limit() == b.queue);
+                let s = kept
+                    .map(Arc::clone)
+                    .unwrap_or_else(|| Arc::new(Slots::new(b.slots.get(), b.queue)));
+                (b.name.clone(), s)
+            })
             .collect();
         let alias_metrics = config
             .aliases
@@ -80,7 +90,7 @@ impl AppState {
     pub fn new(config: Config, config_path: Option<PathBuf>) -> AppState {
         let metrics = Arc::new(Metrics::new());
         let client = upstream_client(&config);
-        let snap = Snapshot::new(config, &metrics);
+        let snap = Snapshot::new(config, &metrics, None);
         AppState {
             live: Arc::new(ArcSwap::from_pointee(snap)),
             client,
@@ -105,8 +115,12 @@ impl AppState {
 
     /// Swap in a new config; requests in flight keep the snapshot they started with.
     pub fn swap(&self, config: Config) {
-        self.live
-            .store(Arc::new(Snapshot::new(config, &self.metrics)));
+        let previous = self.live.load_full();
+        self.live.store(Arc::new(Snapshot::new(
+            config,
+            &self.metrics,
+            Some(&previous),
+        )));
     }
 }
 

@@ -39,16 +39,11 @@ impl EventTransform for crate::reasoning::StreamRewriter {
     }
 }
 
-/// Recognises an error event of the backend and returns the error to send instead.
-pub type ErrorEventFn = Box<dyn Fn(&[u8]) -> Option<ProxyError> + Send>;
-
 /// What the relay does besides forwarding.
 pub struct RelayOptions {
     /// Drop the usage-only chunk: the proxy asked for it, the client did not.
     pub drop_usage_chunk: bool,
     pub transform: Option<Box<dyn EventTransform>>,
-    /// Recognise an error event (SGLang's in-stream errors) and rewrite it; `None` = keep.
-    pub error_event: Option<ErrorEventFn>,
 }
 
 /// Everything the relay tracks apart from the byte buffer.
@@ -195,10 +190,6 @@ impl Tracker {
         }
         if data.starts_with(b"{\"error\"") {
             self.ex.error = Some("error event from backend".into());
-            if let Some(err) = self.opts.error_event.as_ref().and_then(|f| f(data)) {
-                self.ex.error = Some(err.to_string());
-                return Action::Replace(frame(&err.envelope_json()));
-            }
             return Action::Keep;
         }
         if has_token(data) {
@@ -241,6 +232,10 @@ struct Relay {
 
 /// Most bytes gathered into one write to the client.
 const COALESCE_LIMIT: usize = 64 * 1024;
+/// Most time spent gathering them.
+const COALESCE_BUDGET: std::time::Duration = std::time::Duration::from_millis(2);
+/// Yields in a row with nothing new before writing what there is.
+const COALESCE_YIELDS: u8 = 3;
 
 impl Tracker {
     /// Transform the complete events at the start of `data`: how many bytes they span, and
@@ -317,13 +312,18 @@ impl Relay {
     }
 
     /// Append what the backend has already sent, so one write to the client carries every
-    /// event that is ready. When nothing is ready, yield once so the upstream connection task
-    /// can decode what its socket buffer already holds (a burst arrives as many small chunks,
-    /// handed over one at a time); a yield is far cheaper than a write per event.
+    /// event that is ready. When nothing is ready, yield (up to `COALESCE_YIELDS` times in a
+    /// row) so the upstream connection task can decode what its socket buffer already holds:
+    /// a burst arrives as many small chunks handed over one at a time, and a yield is far
+    /// cheaper than a write per event. Bounded by `COALESCE_LIMIT` bytes and
+    /// `COALESCE_BUDGET` of time, so a busy worker never holds events back for long.
     async fn coalesce(&mut self, first: Bytes) -> Bytes {
         let mut out: Option<BytesMut> = None;
         let mut yielded = 0u8;
-        while out.as_ref().map_or(first.len(), |o| o.len()) < COALESCE_LIMIT {
+        let started = Instant::now();
+        while out.as_ref().map_or(first.len(), |o| o.len()) < COALESCE_LIMIT
+            && started.elapsed() < COALESCE_BUDGET
+        {
             match self.upstream.next().now_or_never() {
                 Some(Some(Ok(chunk))) => {
                     yielded = 0;
@@ -341,7 +341,7 @@ impl Relay {
                     self.pending = Some(item);
                     break;
                 }
-                None if yielded >= 3 => break,
+                None if yielded >= COALESCE_YIELDS => break,
                 None => {
                     tokio::task::yield_now().await;
                     yielded += 1;
@@ -353,6 +353,11 @@ impl Relay {
 
     fn broken(&mut self, e: &reqwest::Error) -> Bytes {
         self.done = true;
+        // Text held back by the splitter goes out before the error, not lost with it.
+        let mut out = match self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
+            Some(held) => frame(&held),
+            None => Vec::new(),
+        };
         self.t
             .ex
             .metrics()
@@ -364,20 +369,38 @@ impl Relay {
         };
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
-        Bytes::from(frame(&err.envelope_json()))
+        out.extend_from_slice(&frame(&err.envelope_json()));
+        Bytes::from(out)
     }
 
     fn end(&mut self) -> Option<Bytes> {
         self.done = true;
         self.t.ex.completed = true;
-        let mut rest = std::mem::take(&mut self.buf);
-        if !self.t.saw_done {
-            if let Some(held) = self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
-                rest.extend_from_slice(&frame(&held));
+        let mut out = BytesMut::new();
+        if !self.buf.iter().all(u8::is_ascii_whitespace) {
+            // A last event without its blank line: terminate it and treat it like the others.
+            let mut last = std::mem::take(&mut self.buf);
+            last.extend_from_slice(b"\n\n");
+            let (len, replaced) = self.t.scan(&last);
+            match replaced {
+                Some(r) => out.extend_from_slice(&r),
+                None => out.extend_from_slice(&last[..len]),
             }
         }
-        (!rest.is_empty()).then(|| rest.freeze())
+        if !self.t.saw_done {
+            if let Some(held) = self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
+                let mut with_held = BytesMut::from(&frame(&held)[..]);
+                with_held.extend_from_slice(&out);
+                out = with_held;
+            }
+        }
+        (!out.is_empty()).then(|| out.freeze())
     }
+}
+
+/// Whether `buf` holds a complete event.
+pub fn has_complete_event(buf: &[u8]) -> bool {
+    event_len(buf).is_some()
 }
 
 /// The `data:` payload of the first complete event in `chunk`.

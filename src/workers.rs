@@ -48,6 +48,9 @@ pub async fn serve(
     grace: Duration,
     stop: watch::Receiver<Stop>,
 ) -> Result<(), String> {
+    // SO_REUSEPORT would let a second instance share the port silently: make sure it is
+    // free first with an exclusive bind.
+    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
     let (ready_tx, mut ready_rx) = mpsc::channel::<Result<(), String>>(workers);
     let mut done = Vec::with_capacity(workers);
     for i in 0..workers {

@@ -439,3 +439,122 @@ async fn r2_graceful_shutdown_lets_running_stream_finish() {
     assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
     within("server exits", &mut p.task).await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn r2_dot_segments_never_reach_backend_paths() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    // A raw TCP request: HTTP clients normalise `..` away before sending.
+    for path in [
+        "/v1/../slots/0?action=erase",
+        "/v1/%2e%2e/slots/0",
+        "/v1/x%2F..%2Fslots",
+    ] {
+        let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        let body = r#"{"model":"a"}"#;
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        within(
+            "answer",
+            tokio::io::AsyncReadExt::read_to_string(&mut s, &mut out),
+        )
+        .await
+        .unwrap();
+        assert!(out.starts_with("HTTP/1.1 404"), "{path}: {out}");
+        assert!(out.contains("unknown_url"), "{path}: {out}");
+    }
+    assert!(sim.recorder().requests().is_empty());
+}
+
+#[tokio::test]
+async fn r2_limits_the_backends_accept_pass_unchanged() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let p = proxy(
+        &one_alias("llamacpp", "", "").replace("context_window = 4096", ""),
+        &[("b", sim.url())],
+    )
+    .await;
+    for body in [
+        r#"{"model":"a","max_tokens":-1,"messages":[{"role":"user","content":"x"}]}"#,
+        r#"{"model":"a","max_tokens":5.0,"messages":[{"role":"user","content":"x"}]}"#,
+    ] {
+        let r = client()
+            .post(p.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(r.status(), 400, "{body}");
+        let seen = sim.recorder().last().unwrap();
+        assert_eq!(
+            std::str::from_utf8(&seen.body).unwrap(),
+            body.replace("\"a\"", "\"up-model\"")
+        );
+    }
+}
+
+#[tokio::test]
+async fn r2_client_keys_are_checked_and_not_forwarded() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let mut cfg =
+        switchboard::config::from_toml(&fill(&one_alias("llamacpp", "", ""), &[("b", sim.url())]))
+            .unwrap();
+    cfg.server.api_keys = Some(vec!["sk-team".into()]);
+    let p = start(switchboard::state::AppState::new(cfg, None)).await;
+    let url = p.url("/v1/chat/completions");
+    let c = client();
+    let r = c.post(&url).json(&chat("a", false)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .post(&url)
+        .header("authorization", "Bearer nope")
+        .json(&chat("a", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    for (name, value) in [
+        ("authorization", "Bearer sk-team"),
+        ("authorization", "bearer sk-team"),
+        ("x-api-key", "sk-team"),
+    ] {
+        let r = c
+            .post(&url)
+            .header(name, value)
+            .json(&chat("a", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{name}: {value}");
+        let seen = sim.recorder().last().unwrap();
+        assert!(
+            seen.headers.get("authorization").is_none() && seen.headers.get("x-api-key").is_none()
+        );
+    }
+}
+
+#[tokio::test]
+async fn r2_reload_keeps_the_backend_slots_of_unchanged_backends() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let text = fill(&one_alias("llamacpp", "", ""), &[("b", sim.url())]);
+    let state =
+        switchboard::state::AppState::new(switchboard::config::from_toml(&text).unwrap(), None);
+    let before = std::sync::Arc::clone(state.live.load().slots("b").unwrap());
+    state.swap(switchboard::config::from_toml(&text).unwrap());
+    assert!(std::sync::Arc::ptr_eq(
+        &before,
+        state.live.load().slots("b").unwrap()
+    ));
+    state.swap(switchboard::config::from_toml(&text.replace("slots = 8", "slots = 2")).unwrap());
+    assert!(!std::sync::Arc::ptr_eq(
+        &before,
+        state.live.load().slots("b").unwrap()
+    ));
+}

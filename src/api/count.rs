@@ -2,14 +2,15 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::intake::{authorize, check_content_type, read_body};
+use super::intake::{request_id, routed_request, REQUEST_ID};
 use crate::error::ProxyError;
+use crate::exchange::Exchange;
 use crate::guard::{self, GuardSpec};
-use crate::openai::ParsedRequest;
+use crate::metrics::Endpoint;
 use crate::state::AppState;
 
 /// Which counting answer to give.
@@ -21,19 +22,16 @@ enum Shape {
 
 async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -> Response {
     let snap = state.live.load_full();
+    let endpoint = match shape {
+        Shape::Vllm => Endpoint::tokenize,
+        Shape::Anthropic => Endpoint::count_tokens,
+    };
+    let rid = request_id(&headers);
+    let mut ex = Exchange::start(snap.metrics(None), endpoint, rid.clone());
     let result = async {
-        authorize(&snap, &headers)?;
-        check_content_type(&headers)?;
-        let body = read_body(body, snap.config.server.body_limit, &headers).await?;
-        let req = ParsedRequest::parse(&body)?;
-        let route = snap
-            .routes
-            .resolve(&req.model)
-            .ok_or_else(|| ProxyError::ModelNotFound {
-                model: req.model.clone(),
-                known: snap.routes.known(),
-            })?;
+        let (body, req, route) = routed_request(&snap, &headers, body).await?;
         let alias = &route.alias;
+        ex.route(snap.metrics(Some(&alias.name)), &alias.backend.name);
         let spec: &GuardSpec = alias.guard.as_ref().ok_or_else(|| {
             ProxyError::InvalidRequest(format!(
                 "alias {} has no context_window configured, so its tokens are not counted",
@@ -47,10 +45,19 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         }
     }
     .await;
-    match result {
+    let mut resp = match result {
         Ok(v) => Json(v).into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => {
+            ex.error = Some(e.to_string());
+            e.into_response()
+        }
+    };
+    ex.status = resp.status().as_u16();
+    ex.completed = true;
+    if let Ok(v) = HeaderValue::from_str(&rid) {
+        resp.headers_mut().insert(REQUEST_ID, v);
     }
+    resp
 }
 
 /// `POST /tokenize` `{model, messages, tools?}` → `{count, max_model_len, method}`.

@@ -6,6 +6,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::ProxyError;
+use crate::openai::ParsedRequest;
+use crate::routes::Route;
 use crate::state::Snapshot;
 
 pub const REQUEST_ID: &str = "x-request-id";
@@ -25,10 +27,14 @@ pub fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError>
     let Some(keys) = &snap.config.server.api_keys else {
         return Ok(());
     };
-    let given = headers
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim());
+    // Anthropic-style clients send `x-api-key`.
+    let given = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
     match given {
         Some(k) if keys.iter().any(|key| key == k) => Ok(()),
         _ => Err(ProxyError::Unauthorized),
@@ -70,4 +76,25 @@ pub async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<
             "failed to read the request body: {e}"
         ))),
     }
+}
+
+/// The intake every model-routed endpoint shares: client auth, content type, the size-limited
+/// body, its request view, and the route of its `model`.
+pub async fn routed_request(
+    snap: &Snapshot,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Bytes, ParsedRequest, Route), ProxyError> {
+    authorize(snap, headers)?;
+    check_content_type(headers)?;
+    let body = read_body(body, snap.config.server.body_limit, headers).await?;
+    let req = ParsedRequest::parse(&body)?;
+    let route = snap
+        .routes
+        .resolve(&req.model)
+        .ok_or_else(|| ProxyError::ModelNotFound {
+            model: req.model.clone(),
+            known: snap.routes.known(),
+        })?;
+    Ok((body, req, route))
 }

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::intake::{authorize, check_content_type, read_body, request_id, REQUEST_ID};
+use super::intake::{request_id, routed_request, REQUEST_ID};
 use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::exchange::Exchange;
@@ -83,26 +83,21 @@ async fn forward(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ProxyError> {
-    authorize(snap, &headers)?;
-    check_content_type(&headers)?;
+    if has_dot_segment(path) {
+        return Err(ProxyError::NotFound {
+            method: "POST".into(),
+            path: path.to_string(),
+        });
+    }
     let server = &snap.config.server;
-    let body = read_body(body, server.body_limit, &headers).await?;
-    let req = ParsedRequest::parse(&body)?;
+    let (body, req, route) = routed_request(snap, &headers, body).await?;
     ex.stream = req.stream;
-    let route = snap
-        .routes
-        .resolve(&req.model)
-        .ok_or_else(|| ProxyError::ModelNotFound {
-            model: req.model.clone(),
-            known: snap.routes.known(),
-        })?;
     ex.route(
         snap.metrics(Some(&route.alias.name)),
         &route.alias.backend.name,
     );
     let is_chat = endpoint_is_chat(path);
-    let (alias, upstream_body) =
-        guarded(state, snap, ex, &req, &body, &route.alias, is_chat).await?;
+    let (alias, upstream_body) = guarded(state, snap, ex, &req, &body, &route.alias, path).await?;
     let alias: &Alias = &alias;
     let backend = &alias.backend;
     let m = snap.metrics(Some(&alias.name));
@@ -121,7 +116,7 @@ async fn forward(
         Some(slots) => Some(slots.acquire(&alias.name, server.queue_timeout, m).await?),
         None => None,
     };
-    let up_headers = crate::proxy::upstream_headers(&headers, backend);
+    let up_headers = crate::proxy::upstream_headers(&headers, backend, server.api_keys.is_some());
     ex.sending();
     let resp = crate::proxy::send(
         &state.client,
@@ -136,12 +131,6 @@ async fn forward(
     ex.headers_received();
     let status = resp.status();
     let window = alias.context_window.map_or(0, |w| w.get());
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        return Err(ProxyError::UpstreamLoading {
-            backend: backend.name.clone(),
-            retry_after: crate::proxy::retry_after(resp.headers()),
-        });
-    }
     if status.is_server_error() {
         m.upstream_error(UpstreamReason::status_5xx);
     }
@@ -166,42 +155,32 @@ async fn forward(
 
     if is_sse && status.is_success() {
         let mut upstream = resp.bytes_stream().boxed();
-        let mut first = None;
+        let mut read = Vec::new();
         if backend.flavor == Flavor::Sglang {
             // SGLang reports a context overflow inside an HTTP 200 stream: look at the first
             // event before the client's headers are committed.
-            if let Ok(chunk) = tokio::time::timeout(server.stream_peek, upstream.next()).await {
-                match chunk {
-                    Some(Ok(c)) => {
-                        let error = stream::first_payload(&c)
-                            .and_then(|data| guard::canonical::from_sse_event(data, window));
-                        if let Some(e) = error {
-                            m.rejection(CountMethodLabel::backend);
-                            return Err(e);
-                        }
-                        first = Some(Ok(c));
-                    }
-                    other => first = other,
-                }
+            let (chunks, error) = peek_first_event(&mut upstream, server.stream_peek, window).await;
+            if let Some(e) = error {
+                m.rejection(CountMethodLabel::backend);
+                return Err(e);
             }
+            read = chunks;
         }
         out_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
         out_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         ex.status = status.as_u16();
         ex.responding();
         let opts = RelayOptions {
-            drop_usage_chunk: req.stream && !req.client_wants_usage(),
+            drop_usage_chunk: req.stream && !req.client_wants_usage() && endpoint_takes_usage(path),
             transform: is_chat.then(|| {
                 Box::new(StreamRewriter::new(output, alias.think_tags.clone()))
                     as Box<dyn stream::EventTransform>
             }),
-            error_event: None,
         };
-        let upstream = match first {
-            Some(c) => futures_util::stream::once(async move { c })
-                .chain(upstream)
-                .boxed(),
-            None => upstream,
+        let upstream = if read.is_empty() {
+            upstream
+        } else {
+            futures_util::stream::iter(read).chain(upstream).boxed()
         };
         let body = stream::relay(upstream, ex.take(), permit, opts);
         let mut r = Response::new(body);
@@ -221,6 +200,12 @@ async fn forward(
         }
     };
     drop(permit);
+    if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
+        return Err(ProxyError::UpstreamLoading {
+            backend: backend.name.clone(),
+            retry_after: crate::proxy::retry_after(&out_headers),
+        });
+    }
     if status.is_client_error() {
         if let Some(e) = guard::canonical::from_backend_error(status.as_u16(), &bytes, window) {
             m.rejection(CountMethodLabel::backend);
@@ -256,11 +241,13 @@ async fn guarded(
     req: &ParsedRequest,
     body: &[u8],
     first: &Arc<Alias>,
-    is_chat: bool,
+    path: &str,
 ) -> Result<(Arc<Alias>, Vec<u8>), ProxyError> {
+    let is_chat = endpoint_is_chat(path);
     let mut alias = Arc::clone(first);
     loop {
-        let mut upstream = req.upstream_body(body, &alias.upstream_model, true);
+        let mut upstream =
+            req.upstream_body(body, &alias.upstream_model, endpoint_takes_usage(path));
         if !is_chat {
             return Ok((alias, upstream));
         }
@@ -299,6 +286,61 @@ async fn guarded(
             }
         }
     }
+}
+
+/// A backend 503 that means "still loading": llama.cpp's "Loading model", or the empty 503 of
+/// SGLang starting up. Other 503s (overload, an unhealthy engine) pass through as they are.
+fn is_loading(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
+        || memchr::memmem::find(&body.to_ascii_lowercase(), b"loading").is_some()
+}
+
+/// Read the stream until its first complete event (or `limit` passes) and say whether that
+/// event is a context error. Returns what was read, to be sent on unchanged otherwise.
+async fn peek_first_event(
+    upstream: &mut futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    limit: std::time::Duration,
+    window: u32,
+) -> (Vec<reqwest::Result<Bytes>>, Option<ProxyError>) {
+    let mut read = Vec::new();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while let Ok(Some(item)) = tokio::time::timeout_at(deadline, upstream.next()).await {
+        let chunk = match &item {
+            Ok(c) => c.clone(),
+            Err(_) => {
+                read.push(item);
+                break;
+            }
+        };
+        read.push(item);
+        seen.extend_from_slice(&chunk);
+        if let Some(data) = stream::first_payload(&seen) {
+            return (read, guard::canonical::from_sse_event(data, window));
+        }
+        if stream::has_complete_event(&seen) {
+            break;
+        }
+    }
+    (read, None)
+}
+
+/// `.` or `..` path segments, raw or percent-encoded: they would resolve to backend paths
+/// outside the API (llama.cpp `/slots`, SGLang admin endpoints) and are refused.
+fn has_dot_segment(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or_default();
+    path.split('/').any(|seg| {
+        let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+        seg == "." || seg == ".."
+    }) || path.to_ascii_lowercase().contains("%2f")
+}
+
+/// Whether the endpoint's streams take `stream_options.include_usage`.
+fn endpoint_takes_usage(path: &str) -> bool {
+    matches!(
+        path.split('?').next(),
+        Some("/v1/chat/completions" | "/v1/completions")
+    )
 }
 
 fn endpoint_is_chat(path: &str) -> bool {

@@ -12,7 +12,7 @@ use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
 use crate::flavor::Flavor;
 use crate::guard::GuardSpec;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
-use crate::tokens::Counter;
+use crate::tokens::{CountKind, Counter};
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -257,13 +257,22 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         .api_keys_env
         .as_deref()
         .and_then(|var| match std::env::var(var) {
-            Ok(v) => Some(
-                v.split(',')
+            Ok(v) => {
+                let keys: Vec<String> = v
+                    .split(',')
                     .map(str::trim)
                     .filter(|k| !k.is_empty())
                     .map(String::from)
-                    .collect(),
-            ),
+                    .collect();
+                if keys.is_empty() {
+                    errs.push(ConfigError::BadValue {
+                        key: "server.api_keys_env".into(),
+                        value: var.into(),
+                        reason: "holds no keys".into(),
+                    });
+                }
+                Some(keys)
+            }
             Err(_) => {
                 errs.push(ConfigError::BadValue {
                     key: "server.api_keys_env".into(),
@@ -332,6 +341,10 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         Ok(u) if u.query().is_some() || u.fragment().is_some() => {
             Err("a base URL takes no query or fragment".to_string())
         }
+        Ok(u) if u.path().trim_end_matches('/').ends_with("/v1") => Err(
+            "the base URL is the server root: leave out /v1 (requests keep their own /v1/... path)"
+                .to_string(),
+        ),
         Ok(u) => Ok(u),
         Err(e) => Err(e.to_string()),
     };
@@ -453,19 +466,34 @@ fn alias(
             &backend.url,
             &upstream_model,
         ) {
-            Ok(counter) => Some(GuardSpec {
+            Ok(mut counter) => Some(GuardSpec {
                 window: window.get(),
-                counter: Arc::new(counter),
+                counter: Arc::new({
+                    counter.identify_backend(&backend.name, backend.api_key.as_deref());
+                    counter
+                }),
                 media: raw.media_tokens.unwrap_or_default(),
                 clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
             }),
             Err(reason) => {
+                let (key, value) = match &raw.tokenizer {
+                    Some(t) if raw.count != Some(CountKind::Backend) => {
+                        ("tokenizer", t.file.display().to_string())
+                    }
+                    _ => (
+                        "count",
+                        raw.count
+                            .map_or("local", |c| match c {
+                                CountKind::Local => "local",
+                                CountKind::Backend => "backend",
+                                CountKind::Estimate => "estimate",
+                            })
+                            .to_string(),
+                    ),
+                };
                 errs.push(ConfigError::BadValue {
-                    key: format!("aliases.{name}.tokenizer"),
-                    value: raw
-                        .tokenizer
-                        .as_ref()
-                        .map_or("-".into(), |t| t.file.display().to_string()),
+                    key: format!("aliases.{name}.{key}"),
+                    value,
                     reason,
                 });
                 None
@@ -476,6 +504,7 @@ fn alias(
                 ("count", raw.count.is_some()),
                 ("tokenizer", raw.tokenizer.is_some()),
                 ("clamp_max_tokens", raw.clamp_max_tokens.is_some()),
+                ("media_tokens", raw.media_tokens.is_some()),
             ];
             for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
                 errs.push(ConfigError::BadValue {

@@ -185,25 +185,22 @@ pub fn count_error(e: CountError) -> ProxyError {
         CountError::Invalid(_) | CountError::Template(_) | CountError::Tokenizer(_) => {
             ProxyError::InvalidRequest(e.to_string())
         }
+        // The backend refused the request itself (a bad message); its auth failing is ours.
         CountError::Backend {
             status: Some(status),
             detail,
             ..
-        } if (400..500).contains(&status) => ProxyError::InvalidRequest(detail),
+        } if (400..500).contains(&status) && status != 401 && status != 403 => {
+            ProxyError::InvalidRequest(detail)
+        }
         CountError::Backend {
-            url,
+            backend,
             status,
             detail,
-        } => {
-            let backend = url::Url::parse(&url)
-                .ok()
-                .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
-                .unwrap_or(url);
-            match status {
-                None => ProxyError::UpstreamConnect { backend },
-                Some(_) => ProxyError::UpstreamProtocol { backend, detail },
-            }
-        }
+        } => match status {
+            None => ProxyError::UpstreamConnect { backend },
+            Some(_) => ProxyError::UpstreamProtocol { backend, detail },
+        },
         CountError::Task(detail) => ProxyError::UpstreamProtocol {
             backend: "token counter".into(),
             detail,
@@ -292,15 +289,15 @@ mod tests {
             Some("invalid_request")
         );
         let backend = |status| CountError::Backend {
-            url: "http://10.0.0.1:8000/tokenize".into(),
+            backend: "gpu-box".into(),
             status,
             detail: "x".into(),
         };
         assert_eq!(code(backend(Some(400))), Some("invalid_request"));
+        assert_eq!(code(backend(Some(401))), Some("bad_gateway"));
         let e = count_error(backend(Some(500)));
         assert_eq!(e.parts().3, Some("bad_gateway"));
-        assert!(e.to_string().contains("10.0.0.1:8000"), "{e}");
-        assert!(!e.to_string().contains("/tokenize"), "{e}");
+        assert!(e.to_string().contains("gpu-box"), "{e}");
         assert!(matches!(
             count_error(backend(None)),
             ProxyError::UpstreamConnect { .. }

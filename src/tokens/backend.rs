@@ -18,6 +18,10 @@ pub struct BackendCounter {
     flavor: Flavor,
     base: String,
     upstream_model: String,
+    /// The backend's config name: what errors show clients (never its address).
+    name: String,
+    /// The backend's own key, sent as `Authorization: Bearer`.
+    api_key: Option<String>,
 }
 
 impl BackendCounter {
@@ -36,7 +40,15 @@ impl BackendCounter {
             flavor,
             base: url.trim_end_matches('/').to_string(),
             upstream_model: upstream_model.to_string(),
+            name: parsed.host_str().unwrap_or("backend").to_string(),
+            api_key: None,
         })
+    }
+
+    /// Name the backend in errors and authenticate with its key.
+    pub fn identify(&mut self, name: &str, api_key: Option<&str>) {
+        self.name = name.to_string();
+        self.api_key = api_key.map(String::from);
     }
 
     pub async fn count(
@@ -119,24 +131,28 @@ impl BackendCounter {
     ) -> Result<Value, CountError> {
         let url = format!("{}{}", self.base, path);
         let fail = |status: Option<u16>, detail: String| CountError::Backend {
-            url: url.clone(),
+            backend: self.name.clone(),
             status,
             detail,
         };
         let bytes = serde_json::to_vec(body).map_err(|e| fail(None, e.to_string()))?;
-        let resp = client
+        let mut req = client
             .post(&url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .timeout(TIMEOUT)
-            .body(bytes)
+            .body(bytes);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req
             .send()
             .await
-            .map_err(|e| fail(None, e.to_string()))?;
+            .map_err(|e| fail(None, crate::proxy::without_url(&e)))?;
         let status = resp.status().as_u16();
         let text = resp
             .bytes()
             .await
-            .map_err(|e| fail(Some(status), e.to_string()))?;
+            .map_err(|e| fail(Some(status), crate::proxy::without_url(&e)))?;
         if !(200..300).contains(&status) {
             let detail = String::from_utf8_lossy(&text[..text.len().min(300)]).into_owned();
             return Err(fail(Some(status), detail));
@@ -146,7 +162,7 @@ impl BackendCounter {
 
     fn shape(&self, detail: &str) -> CountError {
         CountError::Backend {
-            url: self.base.clone(),
+            backend: self.name.clone(),
             status: Some(200),
             detail: detail.into(),
         }

@@ -111,9 +111,10 @@ pub enum CountError {
     #[error("tokenizer failed: {0}")]
     Tokenizer(String),
     /// The backend's tokenize endpoints failed; `status` when it answered.
-    #[error("token counting at {url} failed: {detail}")]
+    #[error("token counting at {backend} failed: {detail}")]
     Backend {
-        url: String,
+        /// The backend's config name (never its address).
+        backend: String,
         status: Option<u16>,
         detail: String,
     },
@@ -168,6 +169,13 @@ impl Counter {
             CountKind::Estimate => Inner::Estimate(Estimator::new()),
         };
         Ok(Counter { inner })
+    }
+
+    /// Name the backend in errors and authenticate with its key (backend counting only).
+    pub fn identify_backend(&mut self, name: &str, api_key: Option<&str>) {
+        if let Inner::Backend(b) = &mut self.inner {
+            b.identify(name, api_key);
+        }
     }
 
     /// A local counter over an already loaded tokenizer and template (tests, benches, CLI).
