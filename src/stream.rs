@@ -89,6 +89,22 @@ pub(crate) fn data_payload(ev: &[u8]) -> Option<&[u8]> {
     Some(line)
 }
 
+/// The one `data:` line of an event that also has other fields (`event:`, `id:`, comments),
+/// as the Responses and Messages APIs send; `None` when there is no or more than one.
+fn tagged_data(ev: &[u8]) -> Option<&[u8]> {
+    let mut data = None;
+    for line in ev.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            if data.is_some() {
+                return None;
+            }
+            data = Some(rest.strip_prefix(b" ").unwrap_or(rest));
+        }
+    }
+    data
+}
+
 fn frame(payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(payload.len() + 8);
     v.extend_from_slice(b"data: ");
@@ -106,6 +122,10 @@ static REASONING: LazyLock<memmem::Finder<'static>> =
     LazyLock::new(|| memmem::Finder::new(br#""reasoning":""#));
 static TOOL_CALLS: LazyLock<memmem::Finder<'static>> =
     LazyLock::new(|| memmem::Finder::new(br#""tool_calls":["#));
+static TEXT_DELTA: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(br#""delta":""#));
+static TEXT: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(br#""text":""#));
 static USAGE: LazyLock<memmem::Finder<'static>> =
     LazyLock::new(|| memmem::Finder::new(br#""usage":{"#));
 
@@ -173,8 +193,35 @@ pub fn parse_usage(data: &[u8]) -> Option<(Usage, bool)> {
 }
 
 impl Tracker {
+    /// First and last token times of one event's data.
+    fn track(&mut self, data: &[u8], now: Instant) {
+        if has_token(data) {
+            self.ex.first_token.get_or_insert(now);
+            self.ex.last_token = Some(now);
+            if self.ex.first_content.is_none() && has_content(data) {
+                self.ex.first_content = Some(now);
+            }
+        }
+    }
+
     fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
         let Some(data) = data_payload(ev) else {
+            // An event with more fields is forwarded as it is; its data still counts for
+            // TTFT and usage.
+            if let Some(data) = tagged_data(ev) {
+                // Responses (`"delta":"…"`) and Messages (`"text":"…"`) carry text this way.
+                if has_text(data, &TEXT_DELTA) || has_text(data, &TEXT) {
+                    self.ex.first_token.get_or_insert(now);
+                    self.ex.first_content.get_or_insert(now);
+                    self.ex.last_token = Some(now);
+                }
+                self.track(data, now);
+                if USAGE.find(data).is_some() {
+                    if let Some((usage, _)) = parse_usage(data) {
+                        self.ex.usage = Some(usage);
+                    }
+                }
+            }
             return Action::Keep;
         };
         if data == b"[DONE]" {
@@ -192,13 +239,7 @@ impl Tracker {
             self.ex.error = Some("error event from backend".into());
             return Action::Keep;
         }
-        if has_token(data) {
-            self.ex.first_token.get_or_insert(now);
-            self.ex.last_token = Some(now);
-            if self.ex.first_content.is_none() && has_content(data) {
-                self.ex.first_content = Some(now);
-            }
-        }
+        self.track(data, now);
         if USAGE.find(data).is_some() {
             if let Some((usage, usage_only)) = parse_usage(data) {
                 self.ex.usage = Some(usage);
@@ -444,6 +485,15 @@ mod tests {
         assert_eq!(event_len(b"data: x\r\n\r\n"), Some(11));
         assert_eq!(event_len(b"data: x\n"), None);
         assert_eq!(event_len(b"event: a\ndata: x\n\n"), Some(18));
+    }
+
+    #[test]
+    fn finds_the_data_of_events_with_more_fields() {
+        let ev = b"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n";
+        assert_eq!(data_payload(ev), None);
+        assert_eq!(tagged_data(ev), Some(&b"{\"delta\":\"Hi\"}"[..]));
+        assert_eq!(tagged_data(b"data: a\ndata: b\n\n"), None);
+        assert_eq!(tagged_data(b": keep-alive\n\n"), None);
     }
 
     #[test]
