@@ -30,7 +30,8 @@ pub struct ParsedRequest {
     stream_options: Option<(Range<usize>, bool)>,
 }
 
-fn span_of(body: &[u8], raw: &RawValue) -> Range<usize> {
+/// Where a borrowed raw value sits in the body it was parsed from.
+pub fn span_of(body: &[u8], raw: &RawValue) -> Range<usize> {
     let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
     start..start + raw.get().len()
 }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::error::ProxyError;
+use crate::openai::{apply_edits, span_of};
 use crate::tokens::bound::{RequestView, ViewError};
 use crate::tokens::{CountError, Counter, MediaCosts, Method};
 
@@ -147,28 +148,13 @@ struct Limits<'a> {
 pub fn clamp_body(body: &[u8], max_tokens: u32) -> Result<Vec<u8>, ProxyError> {
     let limits: Limits =
         serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
-    let base = body.as_ptr() as usize;
-    let mut spans: Vec<(usize, usize)> = [limits.max_tokens, limits.max_completion_tokens]
+    let value = max_tokens.to_string().into_bytes();
+    let edits = [limits.max_tokens, limits.max_completion_tokens]
         .into_iter()
         .flatten()
-        .map(|raw| {
-            let s = raw.get();
-            let start = (s.as_ptr() as usize).wrapping_sub(base);
-            (start, start + s.len())
-        })
-        .filter(|&(start, end)| end <= body.len() && start <= end)
+        .map(|raw| (span_of(body, raw), value.clone()))
         .collect();
-    spans.sort_unstable();
-    let value = max_tokens.to_string();
-    let mut out = Vec::with_capacity(body.len() + 16);
-    let mut at = 0;
-    for (start, end) in spans {
-        out.extend_from_slice(&body[at..start]);
-        out.extend_from_slice(value.as_bytes());
-        at = end;
-    }
-    out.extend_from_slice(&body[at..]);
-    Ok(out)
+    Ok(apply_edits(body, edits))
 }
 
 pub(crate) fn view_error(e: ViewError) -> ProxyError {
