@@ -2,11 +2,11 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::intake::{request_id, routed_request, REQUEST_ID};
+use super::intake::{request_id, respond, routed_request};
 use crate::error::ProxyError;
 use crate::exchange::Exchange;
 use crate::guard::{self, GuardSpec};
@@ -26,8 +26,7 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         Shape::Vllm => Endpoint::tokenize,
         Shape::Anthropic => Endpoint::count_tokens,
     };
-    let rid = request_id(&headers);
-    let mut ex = Exchange::start(snap.metrics(None), endpoint, rid.clone());
+    let mut ex = Exchange::start(snap.metrics(None), endpoint, request_id(&headers));
     let result = async {
         let (body, req, route) = routed_request(&snap, &headers, body).await?;
         let alias = &route.alias;
@@ -45,19 +44,7 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         }
     }
     .await;
-    let mut resp = match result {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => {
-            ex.error = Some(e.to_string());
-            e.into_response()
-        }
-    };
-    ex.status = resp.status().as_u16();
-    ex.completed = true;
-    if let Ok(v) = HeaderValue::from_str(&rid) {
-        resp.headers_mut().insert(REQUEST_ID, v);
-    }
-    resp
+    respond(&mut ex, result.map(|v| Json(v).into_response()))
 }
 
 /// `POST /tokenize` `{model, messages, tools?}` → `{count, max_model_len, method}`.

@@ -1,11 +1,13 @@
 //! Request intake shared by the handlers: request id, client auth, content type, size-limited body.
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::ProxyError;
+use crate::exchange::Exchange;
 use crate::openai::ParsedRequest;
 use crate::routes::Route;
 use crate::state::Snapshot;
@@ -97,4 +99,22 @@ pub async fn routed_request(
             known: snap.routes.known(),
         })?;
     Ok((body, req, route))
+}
+
+/// The answer to the client: the error rendered if there is one, the exchange marked complete
+/// with its status, and the request id echoed.
+pub fn respond(ex: &mut Exchange, result: Result<Response, ProxyError>) -> Response {
+    let mut resp = match result {
+        Ok(resp) => resp,
+        Err(e) => {
+            ex.error = Some(e.to_string());
+            e.into_response()
+        }
+    };
+    ex.status = resp.status().as_u16();
+    ex.completed = true;
+    if let Ok(v) = HeaderValue::from_str(&ex.request_id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
 }

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{OriginalUri, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::intake::{request_id, routed_request, REQUEST_ID};
+use super::intake::{request_id, respond, routed_request};
 use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::exchange::Exchange;
@@ -57,22 +57,10 @@ pub async fn routed(
 ) -> Response {
     let snap = state.live.load_full();
     let endpoint = Endpoint::from_path(uri.path());
-    let rid = request_id(&headers);
-    let mut ex = Exchange::start(snap.metrics(None), endpoint, rid.clone());
+    let mut ex = Exchange::start(snap.metrics(None), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let mut resp = match forward(&state, &snap, &mut ex, path, headers, body).await {
-        Ok(resp) => resp,
-        Err(e) => {
-            ex.error = Some(e.to_string());
-            e.into_response()
-        }
-    };
-    ex.status = resp.status().as_u16();
-    ex.completed = true;
-    if let Ok(v) = HeaderValue::from_str(&rid) {
-        resp.headers_mut().insert(REQUEST_ID, v);
-    }
-    resp
+    let result = forward(&state, &snap, &mut ex, path, headers, body).await;
+    respond(&mut ex, result)
 }
 
 async fn forward(

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use super::{
-    add_kwargs, add_specials, classify, invalid, parse_arguments, Media, Part, Post, Prepared,
+    add_kwargs, add_specials, classify, invalid, message_role, parse_arguments, Media, Part, Post,
+    Prepared,
 };
 use crate::tokens::json::{JMap, J};
 use crate::tokens::template::ChatTemplate;
@@ -29,13 +30,7 @@ pub(super) fn prepare_vllm(
     let mut media = Media::default();
     let mut out = Vec::with_capacity(messages.len());
     for m in messages {
-        let m = m
-            .as_obj()
-            .ok_or_else(|| invalid("each message must be an object"))?;
-        let role = m
-            .get("role")
-            .and_then(J::as_str)
-            .ok_or_else(|| invalid("every message needs a string role"))?;
+        let (m, role) = message_role(m)?;
         let texts = texts(m.get("content"), VLLM_TEXT, &mut media)?;
         let mut msg = JMap::default();
         msg.insert("role", J::str(role));
@@ -117,14 +112,8 @@ pub(super) fn prepare_sglang(
     let mut media = Media::default();
     let mut out = Vec::with_capacity(messages.len());
     for m in messages {
-        let m = m
-            .as_obj()
-            .ok_or_else(|| invalid("each message must be an object"))?;
-        let role = m
-            .get("role")
-            .and_then(J::as_str)
-            .ok_or_else(|| invalid("every message needs a string role"))?
-            .to_lowercase();
+        let (m, role) = message_role(m)?;
+        let role = role.to_lowercase();
         let mut msg = JMap::default();
         msg.insert("role", J::str(&role));
         let content = match m.get("content") {

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{add_kwargs, classify, invalid, parse_arguments, Media, Part, Post, Prepared};
+use super::{
+    add_kwargs, classify, invalid, message_role, parse_arguments, Media, Part, Post, Prepared,
+};
 use crate::tokens::json::{JMap, J};
 use crate::tokens::template::ChatTemplate;
 use crate::tokens::CountError;
@@ -18,13 +20,7 @@ pub(super) fn prepare(
     let mut media = Media::default();
     let mut out: Vec<J> = Vec::with_capacity(messages.len());
     for m in messages {
-        let m = m
-            .as_obj()
-            .ok_or_else(|| invalid("each message must be an object"))?;
-        let role = m
-            .get("role")
-            .and_then(J::as_str)
-            .ok_or_else(|| invalid("every message needs a string role"))?;
+        let (m, role) = message_role(m)?;
         if m.get("content").is_none() && m.get("tool_calls").is_none() {
             return Err(invalid("a message needs content or tool_calls"));
         }

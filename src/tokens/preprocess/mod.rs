@@ -66,6 +66,18 @@ pub fn prepare(body: &J, flavor: Flavor, tmpl: &ChatTemplate) -> Result<Prepared
     }
 }
 
+/// A message as an object, and its role.
+pub(super) fn message_role(m: &J) -> Result<(&JMap, &str), CountError> {
+    let m = m
+        .as_obj()
+        .ok_or_else(|| invalid("each message must be an object"))?;
+    let role = m
+        .get("role")
+        .and_then(J::as_str)
+        .ok_or_else(|| invalid("every message needs a string role"))?;
+    Ok((m, role))
+}
+
 pub(super) fn invalid(msg: impl Into<String>) -> CountError {
     CountError::Invalid(msg.into())
 }
