@@ -81,10 +81,6 @@ impl Exchange {
         &self.m
     }
 
-    pub fn started(&self) -> Instant {
-        self.started
-    }
-
     pub fn sending(&mut self) {
         self.sent_at = Some(Instant::now());
     }

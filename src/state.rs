@@ -132,5 +132,9 @@ fn upstream_client(config: &Config) -> reqwest::Client {
         .pool_max_idle_per_host(1024)
         .no_proxy()
         .build()
-        .unwrap_or_default()
+        .unwrap_or_else(|e| {
+            // Only a TLS back end failing to initialise gets here.
+            tracing::error!("cannot build the upstream client ({e}); using defaults");
+            reqwest::Client::default()
+        })
 }
