@@ -20,4 +20,5 @@ pub mod slots;
 pub mod state;
 pub mod stream;
 pub mod tokens;
+pub mod upstream;
 pub mod workers;

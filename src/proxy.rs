@@ -2,12 +2,16 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
+use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
 
 use crate::config::Backend;
 use crate::error::ProxyError;
 use crate::metrics::{AliasMetrics, UpstreamReason};
+use crate::upstream::{BoxError, Pool, SendError};
 
 /// Hop-by-hop and framing headers that never cross the proxy (RFC 9110 §7.6.1), plus
 /// `accept-encoding`: answers are relayed uncompressed so events are never held in an encoder.
@@ -89,8 +93,29 @@ pub fn client_headers(upstream: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// A backend's answer: status, headers and the body as a stream of chunks.
+pub struct Answer {
+    pub status: reqwest::StatusCode,
+    pub headers: HeaderMap,
+    pub body: BoxStream<'static, Result<Bytes, BoxError>>,
+}
+
+/// The whole body of an answer.
+pub async fn read_all(
+    mut body: BoxStream<'static, Result<Bytes, BoxError>>,
+) -> Result<Bytes, BoxError> {
+    let mut out = bytes::BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        out.extend_from_slice(&chunk?);
+    }
+    Ok(out.freeze())
+}
+
 /// POST `body` to `backend` at `path_and_query`; errors mapped to what the client is told.
+/// Plain-http backends go through the in-task pool; https ones through reqwest.
+#[allow(clippy::too_many_arguments)]
 pub async fn send(
+    pool: &Arc<Pool>,
     client: &reqwest::Client,
     backend: &Backend,
     path_and_query: &str,
@@ -98,25 +123,54 @@ pub async fn send(
     body: Bytes,
     header_timeout: Duration,
     m: &AliasMetrics,
-) -> Result<reqwest::Response, ProxyError> {
-    let url = format!("{}{}", backend.url, path_and_query);
+) -> Result<Answer, ProxyError> {
     let started = Instant::now();
+    let timed_out = || {
+        m.upstream_error(UpstreamReason::timeout);
+        ProxyError::UpstreamTimeout {
+            backend: backend.name.clone(),
+            elapsed: started.elapsed(),
+        }
+    };
+    let connect = || {
+        m.upstream_error(UpstreamReason::connect);
+        ProxyError::UpstreamConnect {
+            backend: backend.name.clone(),
+        }
+    };
+    if let Some(authority) = &backend.authority {
+        let path = format!("{}{}", backend.path_prefix, path_and_query);
+        let sent = pool.post(authority, &path, headers, body);
+        return match tokio::time::timeout(header_timeout, sent).await {
+            Ok(Ok(r)) => Ok(Answer {
+                status: r.status,
+                headers: r.headers,
+                body: r.body.boxed(),
+            }),
+            Ok(Err(SendError::Connect(_))) => Err(connect()),
+            Ok(Err(SendError::Protocol(detail))) => {
+                m.upstream_error(UpstreamReason::connect);
+                Err(ProxyError::UpstreamProtocol {
+                    backend: backend.name.clone(),
+                    detail,
+                })
+            }
+            Err(_) => Err(timed_out()),
+        };
+    }
+    let url = format!("{}{}", backend.url, path_and_query);
     let req = client.post(url).headers(headers).body(body);
     match tokio::time::timeout(header_timeout, req.send()).await {
-        Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(e)) if e.is_connect() => {
-            m.upstream_error(UpstreamReason::connect);
-            Err(ProxyError::UpstreamConnect {
-                backend: backend.name.clone(),
-            })
-        }
-        Ok(Err(e)) if e.is_timeout() => {
-            m.upstream_error(UpstreamReason::timeout);
-            Err(ProxyError::UpstreamTimeout {
-                backend: backend.name.clone(),
-                elapsed: started.elapsed(),
-            })
-        }
+        Ok(Ok(resp)) => Ok(Answer {
+            status: resp.status(),
+            headers: resp.headers().clone(),
+            body: resp
+                .bytes_stream()
+                .map_err(|e| BoxError::from(without_url(&e)))
+                .boxed(),
+        }),
+        Ok(Err(e)) if e.is_connect() => Err(connect()),
+        Ok(Err(e)) if e.is_timeout() => Err(timed_out()),
         Ok(Err(e)) => {
             m.upstream_error(UpstreamReason::connect);
             Err(ProxyError::UpstreamProtocol {
@@ -124,13 +178,7 @@ pub async fn send(
                 detail: without_url(&e),
             })
         }
-        Err(_) => {
-            m.upstream_error(UpstreamReason::timeout);
-            Err(ProxyError::UpstreamTimeout {
-                backend: backend.name.clone(),
-                elapsed: header_timeout,
-            })
-        }
+        Err(_) => Err(timed_out()),
     }
 }
 
@@ -170,6 +218,8 @@ mod tests {
             name: "b".into(),
             url: "http://127.0.0.1:1".into(),
             flavor: crate::flavor::Flavor::Llamacpp,
+            authority: Some("127.0.0.1:1".into()),
+            path_prefix: String::new(),
             slots: NonZeroU32::MIN,
             queue: 1,
             api_key: key.map(String::from),

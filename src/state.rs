@@ -12,6 +12,7 @@ use crate::health::Health;
 use crate::metrics::{AliasMetrics, Metrics};
 use crate::routes::RouteTable;
 use crate::slots::Slots;
+use crate::upstream::Pool;
 
 /// Everything derived from one config; a request uses one snapshot from start to end.
 #[derive(Debug)]
@@ -78,6 +79,8 @@ impl Snapshot {
 pub struct AppState {
     pub live: Arc<ArcSwap<Snapshot>>,
     pub client: reqwest::Client,
+    /// Plain-http backend connections, driven in the request's task (one pool per worker).
+    pub pool: Arc<Pool>,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     /// Unix time the process started: the `created` of `/v1/models` entries.
@@ -90,10 +93,12 @@ impl AppState {
     pub fn new(config: Config, config_path: Option<PathBuf>) -> AppState {
         let metrics = Arc::new(Metrics::new());
         let client = upstream_client(&config);
+        let pool = Arc::new(Pool::new(config.server.connect_timeout));
         let snap = Snapshot::new(config, &metrics, None);
         AppState {
             live: Arc::new(ArcSwap::from_pointee(snap)),
             client,
+            pool,
             metrics,
             health: Arc::new(Health::default()),
             started: SystemTime::now()
@@ -107,8 +112,10 @@ impl AppState {
     /// The same shared state with an upstream client of its own (one per worker thread, so
     /// each worker's connection pool lives on its own runtime).
     pub fn with_own_client(&self) -> AppState {
+        let config = &self.live.load().config;
         AppState {
-            client: upstream_client(&self.live.load().config),
+            client: upstream_client(config),
+            pool: Arc::new(Pool::new(config.server.connect_timeout)),
             ..self.clone()
         }
     }

@@ -20,6 +20,7 @@ use crate::error::ProxyError;
 use crate::exchange::{Exchange, Usage};
 use crate::metrics::UpstreamReason;
 use crate::slots::SlotPermit;
+use crate::upstream::BoxError;
 
 /// Per-stream event transform (reasoning normalization); `None` output means "unchanged".
 pub trait EventTransform: Send {
@@ -262,12 +263,12 @@ impl Tracker {
 }
 
 struct Relay {
-    upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+    upstream: BoxStream<'static, Result<Bytes, BoxError>>,
     buf: BytesMut,
     t: Tracker,
     _permit: Option<SlotPermit>,
     /// An upstream item read while coalescing, to be handled next.
-    pending: Option<Option<reqwest::Result<Bytes>>>,
+    pending: Option<Option<Result<Bytes, BoxError>>>,
     done: bool,
 }
 
@@ -281,8 +282,7 @@ const COALESCE_YIELDS: u8 = 3;
 impl Tracker {
     /// Transform the complete events at the start of `data`: how many bytes they span, and
     /// their replacement when any event changed (`None`: forward `data[..len]` as it is).
-    fn scan(&mut self, data: &[u8]) -> (usize, Option<BytesMut>) {
-        let now = Instant::now();
+    fn scan(&mut self, data: &[u8], now: Instant) -> (usize, Option<BytesMut>) {
         let mut out: Option<BytesMut> = None;
         let mut pos = 0;
         let mut copied = 0;
@@ -309,10 +309,10 @@ impl Tracker {
 
 impl Relay {
     /// Take the complete events of `chunk` (after what is buffered), transformed.
-    fn take_events(&mut self, chunk: Bytes) -> Bytes {
+    fn take_events(&mut self, chunk: Bytes, now: Instant) -> Bytes {
         if self.buf.is_empty() {
             // Nothing pending: unchanged events go out as slices of the chunk itself.
-            let (len, out) = self.t.scan(&chunk);
+            let (len, out) = self.t.scan(&chunk, now);
             self.buf.extend_from_slice(&chunk[len..]);
             return match out {
                 Some(o) => o.freeze(),
@@ -320,13 +320,13 @@ impl Relay {
             };
         }
         self.buf.extend_from_slice(&chunk);
-        let (len, out) = self.t.scan(&self.buf);
+        let (len, out) = self.t.scan(&self.buf, now);
         let events = self.buf.split_to(len);
         out.unwrap_or(events).freeze()
     }
 
     /// The next upstream item: one held back by coalescing first, else wait for the backend.
-    async fn pull(&mut self) -> Option<reqwest::Result<Bytes>> {
+    async fn pull(&mut self) -> Option<Result<Bytes, BoxError>> {
         match self.pending.take() {
             Some(item) => item,
             None => self.upstream.next().await,
@@ -340,7 +340,7 @@ impl Relay {
             }
             match self.pull().await {
                 Some(Ok(chunk)) => {
-                    let out = self.take_events(chunk);
+                    let out = self.take_events(chunk, Instant::now());
                     let out = self.coalesce(out).await;
                     if !out.is_empty() {
                         return Some(out);
@@ -362,13 +362,16 @@ impl Relay {
         let mut out: Option<BytesMut> = None;
         let mut yielded = 0u8;
         let started = Instant::now();
+        let mut gathered = 0u32;
         while out.as_ref().map_or(first.len(), |o| o.len()) < COALESCE_LIMIT
-            && started.elapsed() < COALESCE_BUDGET
+            && (gathered % 16 != 15 || started.elapsed() < COALESCE_BUDGET)
         {
             match self.upstream.next().now_or_never() {
                 Some(Some(Ok(chunk))) => {
                     yielded = 0;
-                    let more = self.take_events(chunk);
+                    // Events gathered in one batch share its timestamp (within the budget).
+                    gathered += 1;
+                    let more = self.take_events(chunk, started);
                     if !more.is_empty() {
                         let o = out.get_or_insert_with(|| {
                             let mut o = BytesMut::with_capacity(first.len() * 8);
@@ -392,7 +395,7 @@ impl Relay {
         out.map_or(first, BytesMut::freeze)
     }
 
-    fn broken(&mut self, e: &reqwest::Error) -> Bytes {
+    fn broken(&mut self, e: &BoxError) -> Bytes {
         self.done = true;
         // Text held back by the splitter goes out before the error, not lost with it.
         let mut out = match self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
@@ -406,7 +409,7 @@ impl Relay {
         let backend = self.t.ex.backend.clone().unwrap_or_default();
         let err = ProxyError::UpstreamProtocol {
             backend,
-            detail: format!("stream broken: {}", crate::proxy::without_url(e)),
+            detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
         };
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
@@ -422,7 +425,7 @@ impl Relay {
             // A last event without its blank line: terminate it and treat it like the others.
             let mut last = std::mem::take(&mut self.buf);
             last.extend_from_slice(b"\n\n");
-            let (len, replaced) = self.t.scan(&last);
+            let (len, replaced) = self.t.scan(&last, Instant::now());
             match replaced {
                 Some(r) => out.extend_from_slice(&r),
                 None => out.extend_from_slice(&last[..len]),
@@ -451,7 +454,7 @@ pub fn first_payload(chunk: &[u8]) -> Option<&[u8]> {
 
 /// The client's response body for an upstream SSE response.
 pub fn relay(
-    upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+    upstream: BoxStream<'static, Result<Bytes, BoxError>>,
     ex: Exchange,
     permit: Option<SlotPermit>,
     opts: RelayOptions,

@@ -21,6 +21,7 @@ use crate::reasoning::{self, InputField, OutputField, StreamRewriter};
 use crate::state::{AppState, Snapshot};
 use crate::stream::{self, RelayOptions};
 use crate::tokens::Method;
+use crate::upstream::BoxError;
 
 const SERVED_ALIAS: &str = "x-switchboard-alias";
 const REASONING_FIELD: &str = "x-reasoning-field";
@@ -107,6 +108,7 @@ async fn forward(
     let up_headers = crate::proxy::upstream_headers(&headers, backend, server.api_keys.is_some());
     ex.sending();
     let resp = crate::proxy::send(
+        &state.pool,
         &state.client,
         backend,
         path,
@@ -117,12 +119,12 @@ async fn forward(
     )
     .await?;
     ex.headers_received();
-    let status = resp.status();
+    let status = resp.status;
     let window = alias.context_window.map_or(0, |w| w.get());
     if status.is_server_error() {
         m.upstream_error(UpstreamReason::status_5xx);
     }
-    let mut out_headers = crate::proxy::client_headers(resp.headers());
+    let mut out_headers = crate::proxy::client_headers(&resp.headers);
     out_headers.insert(
         SERVED_ALIAS,
         HeaderValue::from_str(&alias.name).unwrap_or(HeaderValue::from_static("invalid")),
@@ -136,13 +138,13 @@ async fn forward(
         tracing::debug!(old = %old, alias = %alias.name, "request used an old model name");
     }
     let is_sse = resp
-        .headers()
+        .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
 
     if is_sse && status.is_success() {
-        let mut upstream = resp.bytes_stream().boxed();
+        let mut upstream = resp.body;
         let mut read = Vec::new();
         if backend.flavor == Flavor::Sglang {
             // SGLang reports a context overflow inside an HTTP 200 stream: look at the first
@@ -177,13 +179,13 @@ async fn forward(
         return Ok(r);
     }
 
-    let bytes = match resp.bytes().await {
+    let bytes = match crate::proxy::read_all(resp.body).await {
         Ok(b) => b,
         Err(e) => {
             m.upstream_error(UpstreamReason::stream_broken);
             return Err(ProxyError::UpstreamProtocol {
                 backend: backend.name.clone(),
-                detail: crate::proxy::without_url(&e),
+                detail: crate::upstream::chain(e.as_ref()),
             });
         }
     };
@@ -286,10 +288,10 @@ fn is_loading(body: &[u8]) -> bool {
 /// Read the stream until its first complete event (or `limit` passes) and say whether that
 /// event is a context error. Returns what was read, to be sent on unchanged otherwise.
 async fn peek_first_event(
-    upstream: &mut futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    upstream: &mut futures_util::stream::BoxStream<'static, Result<Bytes, BoxError>>,
     limit: std::time::Duration,
     window: u32,
-) -> (Vec<reqwest::Result<Bytes>>, Option<ProxyError>) {
+) -> (Vec<Result<Bytes, BoxError>>, Option<ProxyError>) {
     let mut read = Vec::new();
     let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + limit;

@@ -47,6 +47,10 @@ pub struct Backend {
     /// Base URL without a trailing slash, e.g. `http://dankclaw:7771`.
     pub url: String,
     pub flavor: Flavor,
+    /// `host:port` of a plain-http backend (served by the in-task pool); `None` for https.
+    pub authority: Option<String>,
+    /// The URL's path, put before every request path (empty for a server root).
+    pub path_prefix: String,
     pub slots: NonZeroU32,
     pub queue: u32,
     /// The backend's own key; replaces the client's Authorization when set. Never logged.
@@ -349,7 +353,7 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         Err(e) => Err(e.to_string()),
     };
     let url = match url {
-        Ok(u) => u.as_str().trim_end_matches('/').to_string(),
+        Ok(u) => u,
         Err(reason) => {
             errs.push(ConfigError::BadUrl {
                 key,
@@ -380,9 +384,21 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         },
         None => None,
     };
+    let authority = (url.scheme() == "http")
+        .then(|| {
+            Some(format!(
+                "{}:{}",
+                url.host_str()?,
+                url.port_or_known_default()?
+            ))
+        })
+        .flatten();
+    let path_prefix = url.path().trim_end_matches('/').to_string();
     Some(Backend {
         name: name.to_string(),
-        url,
+        url: url.as_str().trim_end_matches('/').to_string(),
+        authority,
+        path_prefix,
         flavor: raw.flavor,
         slots,
         queue: raw.queue.unwrap_or(64),
