@@ -133,14 +133,13 @@ impl Pool {
         if let Ok(host) = HeaderValue::from_str(authority) {
             headers.insert(header::HOST, host);
         }
-        let build = |headers: HeaderMap, body: Bytes| {
-            let mut req = Request::new(Full::new(body));
-            *req.method_mut() = http::Method::POST;
-            *req.uri_mut() = path.parse().unwrap_or_default();
-            *req.headers_mut() = headers;
-            req
-        };
-        let mut req = build(headers, body);
+        let uri: http::Uri = path
+            .parse()
+            .map_err(|e| SendError::Protocol(format!("invalid request path: {e}")))?;
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers;
         // A pooled connection may have been closed by the backend just now: then the request
         // comes back unsent and goes on a new connection.
         for attempt in 0..2 {
