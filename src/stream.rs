@@ -196,6 +196,11 @@ pub fn parse_usage(data: &[u8]) -> Option<(Usage, bool)> {
 impl Tracker {
     /// First and last token times of one event's data.
     fn track(&mut self, data: &[u8], now: Instant) {
+        if self.ex.first_content.is_some() {
+            // Both first times are known: every later event only moves the last one.
+            self.ex.last_token = Some(now);
+            return;
+        }
         if has_token(data) {
             self.ex.first_token.get_or_insert(now);
             self.ex.last_token = Some(now);
