@@ -266,18 +266,22 @@ pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// Render `src` with the JSON object `vars` (the template tests of this and other modules).
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn render_for_test(src: &str, vars: &str) -> String {
+    let t = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python).unwrap();
+    let J::Obj(m) = J::parse(vars.as_bytes()).unwrap() else {
+        panic!("vars must be a JSON object")
+    };
+    t.render(m, false).unwrap()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use super::render_for_test as render;
     use super::*;
-
-    fn render(src: &str, vars: &str) -> String {
-        let t = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python).unwrap();
-        let J::Obj(m) = J::parse(vars.as_bytes()).unwrap() else {
-            panic!()
-        };
-        t.render(m, false).unwrap()
-    }
 
     #[test]
     fn pycompat_methods_and_slicing() {

@@ -311,16 +311,7 @@ fn fixed(digits: &str, exp: i32) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::tokens::json::J;
-    use crate::tokens::template::ChatTemplate;
-
-    fn render(src: &str, vars: &str) -> String {
-        let t = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python).unwrap();
-        let J::Obj(m) = J::parse(vars.as_bytes()).unwrap() else {
-            panic!()
-        };
-        t.render(m, false).unwrap()
-    }
+    use crate::tokens::template::render_for_test as render;
 
     #[test]
     fn tojson_is_python_style() {
