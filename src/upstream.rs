@@ -244,3 +244,88 @@ impl UpstreamBody {
         Ok(out.freeze())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use hyper::service::service_fn;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A backend answering "ok" that counts its TCP connections; `close` answers with
+    /// `connection: close`.
+    async fn backend(close: bool) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req| async move {
+                        let mut resp = hyper::Response::new(Full::new(Bytes::from_static(b"ok")));
+                        if close {
+                            resp.headers_mut()
+                                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        }
+                        Ok::<_, Infallible>(resp)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn post(pool: &Arc<Pool>, addr: &str) -> Bytes {
+        let r = pool
+            .post(
+                addr,
+                "/v1/chat/completions",
+                HeaderMap::new(),
+                Bytes::from_static(b"{}"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        r.body.bytes().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn reuses_a_connection_read_to_the_end() {
+        let (addr, accepted) = backend(false).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_replaced() {
+        let (addr, accepted) = backend(true).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn refused_connections_are_connect_errors() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        let r = pool.post(&addr, "/", HeaderMap::new(), Bytes::new()).await;
+        assert!(matches!(r, Err(SendError::Connect(_))));
+    }
+}
