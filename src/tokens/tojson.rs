@@ -235,16 +235,7 @@ pub fn python_float(f: f64) -> String {
             s.push_str(".0");
         }
     } else {
-        s.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            s.push('.');
-            s.push_str(&digits[1..]);
-        }
-        s.push_str(&format!(
-            "e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.abs()
-        ));
+        push_scientific(&mut s, &digits, exp);
     }
     s
 }
@@ -267,18 +258,23 @@ pub fn cpp_float(f: f64) -> String {
     if (-4..6).contains(&exp) {
         s.push_str(&fixed(digits, exp));
     } else {
-        s.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            s.push('.');
-            s.push_str(&digits[1..]);
-        }
-        s.push_str(&format!(
-            "e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.abs()
-        ));
+        push_scientific(&mut s, digits, exp);
     }
     s
+}
+
+/// `d.ddde±XX`, the exponent form Python and C++ share.
+fn push_scientific(s: &mut String, digits: &str, exp: i32) {
+    s.push_str(&digits[..1]);
+    if digits.len() > 1 {
+        s.push('.');
+        s.push_str(&digits[1..]);
+    }
+    s.push_str(&format!(
+        "e{}{:02}",
+        if exp < 0 { '-' } else { '+' },
+        exp.abs()
+    ));
 }
 
 /// Splits Rust's `{:e}` output into sign, significant digits and decimal exponent.
