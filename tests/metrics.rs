@@ -183,27 +183,11 @@ backend = "dead"
     let c = client();
     let url = p.url("/v1/chat/completions");
     // Backend unreachable.
-    assert_eq!(
-        c.post(&url)
-            .json(&chat("d", false))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        502
-    );
+    assert_eq!(status(&c, &url, &chat("d", false)).await, 502);
     // Rejections.
-    assert_eq!(
-        c.post(&url)
-            .json(&chat("x", false))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        404
-    );
+    assert_eq!(status(&c, &url, &chat("x", false)).await, 404);
     let big = json!({"model": "a", "messages": [{"role": "user", "content": "y".repeat(2000)}]});
-    assert_eq!(c.post(&url).json(&big).send().await.unwrap().status(), 413);
+    assert_eq!(status(&c, &url, &big).await, 413);
     // Client disconnect mid-stream.
     let r = c.post(&url).json(&chat("a", true)).send().await.unwrap();
     let mut body = r.bytes_stream();

@@ -29,50 +29,18 @@ async fn r5_reload_swaps_config_and_keeps_it_on_error() {
     let p = start(AppState::new(cfg, Some(path.clone()))).await;
     let c = client();
     let url = p.url("/v1/chat/completions");
-    assert_eq!(
-        c.post(&url)
-            .json(&chat("a", false))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(status(&c, &url, &chat("a", false)).await, 200);
 
     let renamed = one_alias("llamacpp", "", "").replace("[aliases.a]", "[aliases.z]");
     std::fs::write(&path, fill(&renamed, &[("b", sim.url())])).unwrap();
     switchboard::reload::reload(&p.state).unwrap();
-    assert_eq!(
-        c.post(&url)
-            .json(&chat("z", false))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        c.post(&url)
-            .json(&chat("a", false))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        404
-    );
+    assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
+    assert_eq!(status(&c, &url, &chat("a", false)).await, 404);
 
     std::fs::write(&path, "[aliases.broken]\nbackend = \"nope\"\n").unwrap();
     let err = switchboard::reload::reload(&p.state).unwrap_err();
     assert!(err.contains("aliases.broken.backend"), "{err}");
-    assert_eq!(
-        c.post(&url)
-            .json(&chat("z", false))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
 
     let m = p.metrics().await;
     assert_eq!(

@@ -128,6 +128,17 @@ pub fn chat(model: &str, stream: bool) -> serde_json::Value {
     })
 }
 
+/// POST `body` as JSON and return the status.
+pub async fn status(c: &reqwest::Client, url: &str, body: &serde_json::Value) -> u16 {
+    c.post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 /// Read an SSE body to its end, returning each `data:` payload.
 pub async fn sse_payloads(resp: reqwest::Response) -> Vec<String> {
     let text = within("stream end", resp.text()).await.unwrap();
