@@ -319,6 +319,10 @@ async fn peek_first_event(
 /// outside the API (llama.cpp `/slots`, SGLang admin endpoints) and are refused.
 fn has_dot_segment(path: &str) -> bool {
     let path = path.split('?').next().unwrap_or_default();
+    // Nearly every path has neither: skip the per-segment work for them.
+    if !path.bytes().any(|b| b == b'.' || b == b'%') {
+        return false;
+    }
     path.split('/').any(|seg| {
         let seg = seg.to_ascii_lowercase().replace("%2e", ".");
         seg == "." || seg == ".."
