@@ -104,7 +104,7 @@ impl Exchange {
             endpoint: self.endpoint,
             stream: self.stream,
             started: self.started,
-            request_id: String::new(),
+            request_id: self.request_id.clone(),
             backend: None,
             status: self.status,
             usage: None,

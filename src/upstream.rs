@@ -220,10 +220,10 @@ impl Stream for UpstreamBody {
                     return Poll::Ready(Some(Err(e.into())));
                 }
                 Poll::Ready(None) => {
+                    // The body ended cleanly (an error would have come as one): whatever its
+                    // framing, length or chunked, the connection is free for the next request.
                     if let Some(c) = this.conn.take() {
-                        if this.incoming.is_end_stream() {
-                            this.pool.checkin(&this.authority, c);
-                        }
+                        this.pool.checkin(&this.authority, c);
                     }
                     return Poll::Ready(None);
                 }
@@ -257,9 +257,19 @@ mod tests {
 
     use super::*;
 
-    /// A backend answering "ok" that counts its TCP connections; `close` answers with
-    /// `connection: close`.
-    async fn backend(close: bool) -> (String, Arc<AtomicUsize>) {
+    /// How the test backend frames its "ok".
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// `content-length: 2`.
+        Length,
+        /// `content-length: 2` and `connection: close`.
+        Close,
+        /// `transfer-encoding: chunked`, in two chunks, as an SSE stream is sent.
+        Chunked,
+    }
+
+    /// A backend answering "ok" that counts its TCP connections.
+    async fn backend(answer: Answer) -> (String, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -269,8 +279,24 @@ mod tests {
                 count.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let svc = service_fn(move |_req| async move {
-                        let mut resp = hyper::Response::new(Full::new(Bytes::from_static(b"ok")));
-                        if close {
+                        let chunks = match answer {
+                            Answer::Chunked => {
+                                vec![Bytes::from_static(b"o"), Bytes::from_static(b"k")]
+                            }
+                            _ => vec![Bytes::from_static(b"ok")],
+                        };
+                        let frames: Vec<Result<_, Infallible>> = chunks
+                            .into_iter()
+                            .map(|b| Ok(hyper::body::Frame::data(b)))
+                            .collect();
+                        let body =
+                            http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+                        let mut resp = hyper::Response::new(body);
+                        if !matches!(answer, Answer::Chunked) {
+                            resp.headers_mut()
+                                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("2"));
+                        }
+                        if matches!(answer, Answer::Close) {
                             resp.headers_mut()
                                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
                         }
@@ -301,7 +327,19 @@ mod tests {
 
     #[tokio::test]
     async fn reuses_a_connection_read_to_the_end() {
-        let (addr, accepted) = backend(false).await;
+        let (addr, accepted) = backend(Answer::Length).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    /// Regression: a chunked body (every SSE stream) read to its end used to close its
+    /// connection, so each stream paid for a new TCP connection to the backend.
+    #[tokio::test]
+    async fn reuses_a_connection_after_a_chunked_body() {
+        let (addr, accepted) = backend(Answer::Chunked).await;
         let pool = Arc::new(Pool::new(Duration::from_secs(5)));
         for _ in 0..3 {
             assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
@@ -311,7 +349,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_connection_is_replaced() {
-        let (addr, accepted) = backend(true).await;
+        let (addr, accepted) = backend(Answer::Close).await;
         let pool = Arc::new(Pool::new(Duration::from_secs(5)));
         for _ in 0..3 {
             assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));

@@ -71,6 +71,44 @@ async fn r2_routes_by_alias_and_old_name_rewriting_model() {
     }
 }
 
+/// Regression: a stream's answer carried an empty `x-request-id` (the id left with the
+/// exchange when the stream body took it over).
+#[tokio::test]
+async fn r2_stream_answers_echo_the_request_id() {
+    let sim = sim(sim_cfg(Flavor::Vllm)).await;
+    let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
+    let c = client();
+    let r = c
+        .post(p.url("/v1/chat/completions"))
+        .header("x-request-id", "req-stream-7")
+        .json(&chat("a", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-request-id"], "req-stream-7");
+    assert!(sse_payloads(r).await.last().is_some_and(|d| d == "[DONE]"));
+
+    // Without one from the client, a fresh id: 32 hex digits, different each time.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = c
+            .post(p.url("/v1/chat/completions"))
+            .json(&chat("a", true))
+            .send()
+            .await
+            .unwrap();
+        let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id:?}"
+        );
+        ids.push(id);
+        sse_payloads(r).await;
+    }
+    assert_ne!(ids[0], ids[1]);
+}
+
 #[tokio::test]
 async fn r2_other_endpoints_are_routed_by_model() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
