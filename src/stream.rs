@@ -274,6 +274,11 @@ struct Relay {
     _permit: Option<SlotPermit>,
     /// An upstream item read while coalescing, to be handled next.
     pending: Option<Option<Result<Bytes, BoxError>>>,
+    /// Events have gone out; until then nothing is gathered and the first are flushed alone.
+    started: bool,
+    /// The first events were given a write of their own (one yield, so the server flushes
+    /// them before the relay reads on).
+    flushed: bool,
     done: bool,
 }
 
@@ -339,6 +344,10 @@ impl Relay {
     }
 
     async fn next_output(&mut self) -> Option<Bytes> {
+        if self.started && !self.flushed {
+            self.flushed = true;
+            tokio::task::yield_now().await;
+        }
         loop {
             if self.done {
                 return None;
@@ -346,10 +355,16 @@ impl Relay {
             match self.pull().await {
                 Some(Ok(chunk)) => {
                     let out = self.take_events(chunk, Instant::now());
-                    let out = self.coalesce(out).await;
-                    if !out.is_empty() {
+                    if out.is_empty() {
+                        continue;
+                    }
+                    if !self.started {
+                        // The first events go out at once: time to first token is what a
+                        // client waits on, and a burst behind them is gathered next time.
+                        self.started = true;
                         return Some(out);
                     }
+                    return Some(self.coalesce(out).await);
                 }
                 Some(Err(e)) => return Some(self.broken(&e)),
                 None => return self.end(),
@@ -474,6 +489,8 @@ pub fn relay(
         },
         _permit: permit,
         pending: None,
+        started: false,
+        flushed: false,
         done: false,
     };
     let stream = futures_util::stream::unfold(relay, |mut r| async move {
@@ -485,7 +502,54 @@ pub fn relay(
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
     use super::*;
+    use crate::metrics::Endpoint;
+
+    /// The relay's body, fed `chunks` that are all ready at once (a burst in the socket).
+    fn burst(chunks: &[&'static str]) -> Body {
+        let metrics = crate::metrics::Metrics::new();
+        let ex = Exchange::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into());
+        let items: Vec<Result<Bytes, BoxError>> = chunks
+            .iter()
+            .map(|c| Ok(Bytes::from_static(c.as_bytes())))
+            .collect();
+        let opts = RelayOptions {
+            drop_usage_chunk: false,
+            transform: None,
+        };
+        relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
+    }
+
+    /// The first events of a burst get a write of their own: the relay hands them over alone
+    /// and then yields once (the server flushes on a pending body) before gathering the rest.
+    #[tokio::test]
+    async fn first_events_are_flushed_before_the_burst_behind_them() {
+        use http_body::Body as _;
+        let mut body = burst(&[
+            "data: 1\n\n",
+            "data: 2\n\n",
+            "data: 3\n\n",
+            "data: [DONE]\n\n",
+        ]);
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut poll = |body: &mut Body| match Pin::new(body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(f))) => Some(f.into_data().unwrap_or_default()),
+            Poll::Ready(None) => None,
+            Poll::Ready(Some(Err(e))) => panic!("{e}"),
+            Poll::Pending => Some(Bytes::from_static(b"<pending>")),
+        };
+        assert_eq!(poll(&mut body).as_deref(), Some(&b"data: 1\n\n"[..]));
+        assert_eq!(poll(&mut body).as_deref(), Some(&b"<pending>"[..]));
+        assert_eq!(
+            poll(&mut body).as_deref(),
+            Some(&b"data: 2\n\ndata: 3\n\ndata: [DONE]\n\n"[..])
+        );
+        assert_eq!(poll(&mut body), None);
+    }
 
     #[test]
     fn finds_event_ends() {
