@@ -1,7 +1,8 @@
 //! Every metric family, registered once, with typed bounded labels; per-alias handles for the hot path.
 
+use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -26,6 +27,9 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// How many endpoints there are (for tables indexed by `self as usize`).
+    const COUNT: usize = Endpoint::other as usize + 1;
+
     pub fn from_path(path: &str) -> Endpoint {
         match path {
             "/v1/chat/completions" => Endpoint::chat_completions,
@@ -376,7 +380,7 @@ impl Metrics {
                 reason,
             });
         }
-        AliasMetrics {
+        AliasMetrics(Arc::new(AliasHandles {
             duration: self.duration.get_or_create_owned(&l),
             ttft: self.ttft.get_or_create_owned(&l),
             ttfc: self.ttfc.get_or_create_owned(&l),
@@ -392,10 +396,11 @@ impl Metrics {
             cancels: self.cancels.get_or_create_owned(&l),
             overhead: self.overhead.get_or_create_owned(&l),
             requests: self.requests.clone(),
+            ok: Default::default(),
             rejections: self.rejections.clone(),
             upstream_errors: self.upstream_errors.clone(),
             name,
-        }
+        }))
     }
 
     /// Record a backend's health state.
@@ -472,9 +477,21 @@ fn to_prometheus_text(om: &str) -> String {
     out
 }
 
-/// Pre-resolved metric handles for one alias.
+/// Pre-resolved metric handles for one alias, shared: a clone is one reference count.
 #[derive(Clone, Debug)]
-pub struct AliasMetrics {
+pub struct AliasMetrics(Arc<AliasHandles>);
+
+impl Deref for AliasMetrics {
+    type Target = AliasHandles;
+
+    fn deref(&self) -> &AliasHandles {
+        &self.0
+    }
+}
+
+/// The handles behind [`AliasMetrics`].
+#[derive(Debug)]
+pub struct AliasHandles {
     name: Name,
     pub duration: Histogram,
     pub ttft: Histogram,
@@ -491,24 +508,34 @@ pub struct AliasMetrics {
     pub cancels: Counter<u64, AtomicU64>,
     pub overhead: Histogram,
     requests: Family<RequestLabels, Counter>,
+    /// The `requests_total` series of status 200 by endpoint and `stream`, looked up in the
+    /// family once (a lock and a hash) and then kept.
+    ok: [[OnceLock<Counter>; 2]; Endpoint::COUNT],
     rejections: Family<RejectionLabels, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
 }
 
-impl AliasMetrics {
+impl AliasHandles {
     pub fn name(&self) -> &str {
         &self.name
     }
 
     pub fn request(&self, endpoint: Endpoint, status: u16, stream: bool) {
-        self.requests
-            .get_or_create(&RequestLabels {
+        let series = || {
+            self.requests.get_or_create_owned(&RequestLabels {
                 alias: Arc::clone(&self.name),
                 endpoint,
                 status,
                 stream,
             })
-            .inc();
+        };
+        if status == 200 {
+            self.ok[endpoint as usize][usize::from(stream)]
+                .get_or_init(series)
+                .inc();
+        } else {
+            series().inc();
+        }
     }
 
     pub fn rejection(&self, method: CountMethodLabel) {
@@ -533,6 +560,47 @@ impl AliasMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kept status-200 series and the family's are the same series; other statuses and
+    /// clones of the handles count into the same place.
+    #[test]
+    fn kept_request_series_count_with_the_family() {
+        let m = Metrics::new();
+        let a = m.alias("frank");
+        let b = a.clone();
+        a.request(Endpoint::chat_completions, 200, true);
+        b.request(Endpoint::chat_completions, 200, true);
+        a.request(Endpoint::chat_completions, 200, false);
+        a.request(Endpoint::chat_completions, 502, true);
+        let text = m.render(false);
+        let line = |labels: &str| format!("switchboard_requests_total{{alias=\"frank\",{labels}}}");
+        for (labels, n) in [
+            (
+                r#"endpoint="chat_completions",status="200",stream="true""#,
+                2,
+            ),
+            (
+                r#"endpoint="chat_completions",status="200",stream="false""#,
+                1,
+            ),
+            (
+                r#"endpoint="chat_completions",status="502",stream="true""#,
+                1,
+            ),
+        ] {
+            assert!(
+                text.contains(&format!("{} {n}\n", line(labels))),
+                "{labels}\n{text}"
+            );
+        }
+        // A fresh set of handles for the same alias (a reloaded config) shares the series.
+        m.alias("frank")
+            .request(Endpoint::chat_completions, 200, true);
+        assert!(m.render(false).contains(&format!(
+            "{} 3\n",
+            line(r#"endpoint="chat_completions",status="200",stream="true""#)
+        )));
+    }
 
     #[test]
     fn renders_both_formats() {

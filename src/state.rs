@@ -1,7 +1,7 @@
 //! Shared state: the live config snapshot (swapped atomically on reload), the upstream client, metrics.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -86,7 +86,7 @@ pub struct AppState {
     /// Unix time the process started: the `created` of `/v1/models` entries.
     pub started: u64,
     /// Where the config came from, for reloads.
-    pub config_path: Option<PathBuf>,
+    pub config_path: Option<Arc<Path>>,
 }
 
 impl AppState {
@@ -105,7 +105,7 @@ impl AppState {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
-            config_path,
+            config_path: config_path.map(Arc::from),
         }
     }
 
