@@ -1,0 +1,399 @@
+//! HTTP/1.1 response framing for the upstream client: the head (parsed by `httparse`), then the
+//! body by its length, its chunks or the end of the connection (RFC 9112 §6).
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+/// Largest response head accepted.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Most header fields in a response head.
+const MAX_HEADERS: usize = 128;
+
+/// How a response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (204, 304).
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the backend closes the connection.
+    Close,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub framing: Framing,
+    /// The connection may carry another request once this body has been read.
+    pub keep_alive: bool,
+}
+
+/// The final response head at the start of `buf` and the bytes it spans, skipping interim
+/// (1xx) responses; `None` while it is incomplete.
+pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
+    let mut start = 0;
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut fields);
+        let len = match resp.parse(&buf[start..]) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                return Err(format!("response head larger than {MAX_HEAD} bytes"))
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => return Err(format!("invalid response head: {e}")),
+        };
+        let code = resp.code.unwrap_or_default();
+        let status =
+            StatusCode::from_u16(code).map_err(|_| format!("invalid response status {code}"))?;
+        if status.is_informational() {
+            if status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err("backend switched protocols".into());
+            }
+            start += len;
+            continue;
+        }
+        let mut headers = HeaderMap::with_capacity(resp.headers.len());
+        for f in resp.headers.iter() {
+            let name = HeaderName::from_bytes(f.name.as_bytes())
+                .map_err(|_| format!("invalid header name {:?}", f.name))?;
+            let value = HeaderValue::from_bytes(f.value)
+                .map_err(|_| format!("invalid value of header {}", f.name))?;
+            headers.append(name, value);
+        }
+        let framing = framing(status, &headers)?;
+        let keep_alive = framing != Framing::Close && keeps_alive(resp.version, &headers);
+        let head = Head {
+            status,
+            headers,
+            framing,
+            keep_alive,
+        };
+        return Ok(Some((head, start + len)));
+    }
+}
+
+/// RFC 9112 §6.3, for the answer to a POST.
+fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
+    if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        return Ok(Framing::Empty);
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        let last = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .rfind(|c| !c.is_empty());
+        return Ok(match last {
+            Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
+            _ => Framing::Close,
+        });
+    }
+    let mut length = None;
+    for v in headers.get_all(header::CONTENT_LENGTH) {
+        for part in v.to_str().unwrap_or("x").split(',') {
+            let n: u64 = part
+                .trim()
+                .parse()
+                .map_err(|_| format!("invalid content-length {v:?}"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err("conflicting content-length values".into());
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length.map_or(Framing::Close, Framing::Length))
+}
+
+fn keeps_alive(version: Option<u8>, headers: &HeaderMap) -> bool {
+    let has = |token: &str| {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    match version {
+        Some(1) => !has("close"),
+        _ => has("keep-alive") && !has("close"),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Length(u64),
+    ChunkSize,
+    ChunkData(u64),
+    /// The line break after a chunk's data.
+    ChunkEnd,
+    Trailers,
+    Close,
+    Done,
+}
+
+/// Turns the bytes read after the head into body data.
+#[derive(Debug)]
+pub struct Decoder {
+    state: State,
+}
+
+impl Decoder {
+    pub fn new(framing: Framing) -> Decoder {
+        let state = match framing {
+            Framing::Empty | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::ChunkSize,
+            Framing::Close => State::Close,
+        };
+        Decoder { state }
+    }
+
+    /// The whole body has been decoded.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Take the body data `buf` holds, removing what it consumed (framing included); bytes
+    /// after the body's end stay in `buf`. A length-delimited or close-delimited body comes out
+    /// as a slice of `buf`; the data of every complete chunk in `buf` comes out in one piece.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+        match self.state {
+            State::Done => return Ok(None),
+            State::Length(n) => {
+                let take = usize::try_from(n).unwrap_or(usize::MAX).min(buf.len());
+                if take == 0 {
+                    return Ok(None);
+                }
+                let left = n - take as u64;
+                self.state = if left == 0 {
+                    State::Done
+                } else {
+                    State::Length(left)
+                };
+                return Ok(Some(buf.split_to(take).freeze()));
+            }
+            State::Close => {
+                return Ok((!buf.is_empty()).then(|| buf.split().freeze()));
+            }
+            _ => {}
+        }
+        let mut out: Option<BytesMut> = None;
+        loop {
+            match self.state {
+                State::ChunkSize => match httparse::parse_chunk_size(buf) {
+                    Ok(httparse::Status::Complete((len, size))) => {
+                        buf.advance(len);
+                        self.state = if size == 0 {
+                            State::Trailers
+                        } else {
+                            State::ChunkData(size)
+                        };
+                    }
+                    Ok(httparse::Status::Partial) => break,
+                    Err(_) => return Err("invalid chunk size line".into()),
+                },
+                State::ChunkData(n) => {
+                    let take = usize::try_from(n).unwrap_or(usize::MAX).min(buf.len());
+                    if take == 0 {
+                        break;
+                    }
+                    out.get_or_insert_with(|| BytesMut::with_capacity(buf.len()))
+                        .extend_from_slice(&buf[..take]);
+                    buf.advance(take);
+                    let left = n - take as u64;
+                    self.state = if left == 0 {
+                        State::ChunkEnd
+                    } else {
+                        State::ChunkData(left)
+                    };
+                }
+                State::ChunkEnd => match buf.first() {
+                    None => break,
+                    Some(b'\n') => {
+                        buf.advance(1);
+                        self.state = State::ChunkSize;
+                    }
+                    Some(b'\r') if buf.len() < 2 => break,
+                    Some(b'\r') if buf[1] == b'\n' => {
+                        buf.advance(2);
+                        self.state = State::ChunkSize;
+                    }
+                    Some(_) => return Err("chunk data longer than its size".into()),
+                },
+                State::Trailers => {
+                    // Trailer fields are read and dropped; an empty line ends the body.
+                    let Some(eol) = memchr::memchr(b'\n', buf) else {
+                        if buf.len() > MAX_HEAD {
+                            return Err("trailers too large".into());
+                        }
+                        break;
+                    };
+                    let empty = buf[..eol].iter().all(|&b| b == b'\r');
+                    buf.advance(eol + 1);
+                    if empty {
+                        self.state = State::Done;
+                        break;
+                    }
+                }
+                State::Length(_) | State::Close | State::Done => break,
+            }
+        }
+        Ok(out.map(BytesMut::freeze))
+    }
+
+    /// The connection ended: fine for a close-delimited body (which is then complete), an
+    /// error for any other body not yet complete.
+    pub fn eof(&mut self) -> Result<(), String> {
+        match self.state {
+            State::Done => Ok(()),
+            State::Close => {
+                self.state = State::Done;
+                Ok(())
+            }
+            _ => Err("connection closed before the body was complete".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Head {
+        let (h, len) = parse_head(text.as_bytes()).unwrap().unwrap();
+        assert_eq!(len, text.len());
+        h
+    }
+
+    #[test]
+    fn heads_and_their_framing() {
+        let h = head("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(h.status, 200);
+        assert_eq!(h.framing, Framing::Chunked);
+        assert!(h.keep_alive);
+        assert_eq!(h.headers["content-type"], "text/event-stream");
+
+        let h = head("HTTP/1.1 400 Bad Request\r\ncontent-length: 12\r\nconnection: close\r\n\r\n");
+        assert_eq!(
+            (h.status.as_u16(), h.framing, h.keep_alive),
+            (400, Framing::Length(12), false)
+        );
+
+        let h = head("HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n");
+        assert!(!h.keep_alive);
+        let h = head("HTTP/1.0 200 OK\r\ncontent-length: 2\r\nConnection: Keep-Alive\r\n\r\n");
+        assert!(h.keep_alive);
+
+        let h = head("HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n");
+        assert_eq!(h.framing, Framing::Close);
+        let h = head("HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n");
+        assert_eq!(h.framing, Framing::Empty);
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\n");
+        assert_eq!(h.framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn interim_responses_are_skipped() {
+        let h = head("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: x\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!((h.status.as_u16(), h.framing), (200, Framing::Length(0)));
+        assert!(!h.headers.contains_key("link"));
+    }
+
+    #[test]
+    fn bad_heads_are_errors() {
+        for bad in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            "SSH-2.0-OpenSSH\r\n\r\n",
+        ] {
+            assert!(parse_head(bad.as_bytes()).is_err(), "{bad}");
+        }
+        assert!(parse_head(&vec![b'a'; MAX_HEAD + 1]).is_err());
+    }
+
+    #[test]
+    fn a_head_arriving_in_pieces_is_incomplete_until_its_end() {
+        let text = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        for cut in 0..text.len() - 2 {
+            assert!(parse_head(&text[..cut]).unwrap().is_none(), "{cut}");
+        }
+        let (_, len) = parse_head(text).unwrap().unwrap();
+        assert_eq!(&text[len..], b"ok");
+    }
+
+    /// Feed `wire` to a decoder in pieces of `step` bytes; the body and what was left over.
+    fn decode_in_steps(framing: Framing, wire: &[u8], step: usize) -> (Vec<u8>, Vec<u8>, bool) {
+        let mut d = Decoder::new(framing);
+        let mut buf = BytesMut::new();
+        let mut body = Vec::new();
+        for piece in wire.chunks(step) {
+            buf.extend_from_slice(piece);
+            while let Some(data) = d.decode(&mut buf).unwrap() {
+                body.extend_from_slice(&data);
+            }
+        }
+        (body, buf.to_vec(), d.is_done())
+    }
+
+    #[test]
+    fn chunked_bodies_decode_whatever_the_read_boundaries() {
+        let wire = b"7\r\ndata: 1\r\n10;ext=\"a b\"\r\n\n\ndata: 22222222\r\n2\r\n\n\n\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+        let want = b"data: 1\n\ndata: 22222222\n\n";
+        for step in 1..=wire.len() {
+            let (body, rest, done) = decode_in_steps(Framing::Chunked, wire, step);
+            assert_eq!(body, want, "step {step}");
+            assert_eq!(rest, b"NEXT", "step {step}");
+            assert!(done);
+        }
+    }
+
+    #[test]
+    fn every_complete_chunk_in_the_buffer_comes_out_in_one_piece() {
+        let mut d = Decoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(&b"3\r\nabc\r\n3\r\ndef\r\n3\r\ngh"[..]);
+        assert_eq!(d.decode(&mut buf).unwrap().unwrap(), "abcdefgh");
+        assert!(buf.is_empty());
+        assert_eq!(d.decode(&mut buf).unwrap(), None);
+        assert!(d.eof().is_err());
+    }
+
+    #[test]
+    fn length_and_close_bodies() {
+        for step in 1..8 {
+            let (body, rest, done) = decode_in_steps(Framing::Length(5), b"hello!!", step);
+            assert_eq!(
+                (body.as_slice(), rest.as_slice(), done),
+                (&b"hello"[..], &b"!!"[..], true)
+            );
+        }
+        let (body, _, done) = decode_in_steps(Framing::Close, b"until the end", 3);
+        assert_eq!((body.as_slice(), done), (&b"until the end"[..], false));
+        let mut d = Decoder::new(Framing::Close);
+        assert!(d.eof().is_ok() && d.is_done());
+        assert!(Decoder::new(Framing::Empty).is_done());
+        assert!(Decoder::new(Framing::Length(0)).is_done());
+        assert!(Decoder::new(Framing::Length(3)).eof().is_err());
+    }
+
+    #[test]
+    fn bad_chunks_are_errors() {
+        for bad in [&b"zz\r\n"[..], b"3\r\nabcd\r\n", b"3\r\nabcX"] {
+            let mut d = Decoder::new(Framing::Chunked);
+            let mut buf = BytesMut::from(bad);
+            let mut r = d.decode(&mut buf);
+            if r.is_ok() {
+                r = d.decode(&mut buf);
+            }
+            assert!(r.is_err(), "{bad:?}");
+        }
+    }
+}

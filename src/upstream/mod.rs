@@ -1,0 +1,530 @@
+//! The upstream HTTP/1.1 client for plain-http backends: a pool of keep-alive connections,
+//! each used by one request at a time inside that request's own task. The response head is
+//! parsed by `httparse`; the body is decoded straight from the socket buffer, so every event the
+//! backend has already sent comes out of one read as one piece (no per-chunk hand-off). One
+//! pool per worker thread.
+
+mod framing;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_util::Stream;
+use http::{header, HeaderMap, StatusCode};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use framing::{parse_head, Decoder};
+
+/// Any error of the exchange with a backend, as the relay sees it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What went wrong before a response head arrived.
+#[derive(Debug)]
+pub enum SendError {
+    /// No TCP connection could be made (refused, unreachable, connect timeout).
+    Connect(String),
+    /// The connection failed while sending or reading the head.
+    Protocol(String),
+}
+
+/// Keep-alive connections by authority (`host:port`).
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pool")
+    }
+}
+
+/// Most idle connections kept per backend.
+const MAX_IDLE: usize = 256;
+/// First read buffer of a response; it doubles while reads fill it, up to `MAX_READ`.
+const FIRST_READ: usize = 8 * 1024;
+const MAX_READ: usize = 128 * 1024;
+
+/// The chain of an error's messages.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(err) = source {
+        s.push_str(": ");
+        s.push_str(&err.to_string());
+        source = err.source();
+    }
+    s
+}
+
+/// An idle connection is still usable: the backend has neither closed it nor sent anything.
+fn still_open(tcp: &TcpStream) -> bool {
+    let waker = futures_util::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    match tcp.poll_read_ready(&mut cx) {
+        // Not readable: open and quiet (the common case, no system call).
+        Poll::Pending => true,
+        // Readable, or a readiness left from the last read: look without consuming.
+        Poll::Ready(Ok(())) => {
+            let mut probe = [0u8; 1];
+            matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        }
+        Poll::Ready(Err(_)) => false,
+    }
+}
+
+/// The request head: `POST path HTTP/1.1`, the headers (framing ones replaced), the length.
+fn request_head(authority: &str, path: &str, headers: &HeaderMap, body_len: usize) -> Bytes {
+    let mut head = BytesMut::with_capacity(128 + path.len() + headers.len() * 48);
+    head.put_slice(b"POST ");
+    head.put_slice(path.as_bytes());
+    head.put_slice(b" HTTP/1.1\r\nhost: ");
+    head.put_slice(authority.as_bytes());
+    head.put_slice(b"\r\n");
+    for (name, value) in headers {
+        if matches!(
+            *name,
+            header::HOST | header::CONTENT_LENGTH | header::TRANSFER_ENCODING | header::CONNECTION
+        ) {
+            continue;
+        }
+        head.put_slice(name.as_str().as_bytes());
+        head.put_slice(b": ");
+        head.put_slice(value.as_bytes());
+        head.put_slice(b"\r\n");
+    }
+    head.put_slice(b"content-length: ");
+    let _ = write!(head, "{body_len}");
+    head.put_slice(b"\r\n\r\n");
+    head.freeze()
+}
+
+/// Read from `tcp` into `buf` (growing it by `want` when full); `Ok(0)` at the end.
+async fn read_more(tcp: &TcpStream, buf: &mut BytesMut, want: usize) -> std::io::Result<usize> {
+    loop {
+        tcp.readable().await?;
+        if buf.capacity() == buf.len() {
+            buf.reserve(want);
+        }
+        match tcp.try_read_buf(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
+}
+
+impl Pool {
+    pub fn new(connect_timeout: Duration) -> Pool {
+        Pool {
+            idle: Mutex::default(),
+            connect_timeout,
+        }
+    }
+
+    /// An idle connection that is still open, if there is one.
+    fn checkout(&self, authority: &str) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().ok()?;
+        let list = idle.get_mut(authority)?;
+        while let Some(tcp) = list.pop() {
+            if still_open(&tcp) {
+                return Some(tcp);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, authority: &str, tcp: TcpStream) {
+        if let Ok(mut idle) = self.idle.lock() {
+            let list = idle.entry(authority.to_string()).or_default();
+            if list.len() < MAX_IDLE {
+                list.push(tcp);
+            }
+        }
+    }
+
+    async fn connect(&self, authority: &str) -> Result<TcpStream, SendError> {
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(authority))
+            .await
+            .map_err(|_| SendError::Connect("connect timed out".into()))?
+            .map_err(|e| SendError::Connect(e.to_string()))?;
+        let _ = tcp.set_nodelay(true);
+        Ok(tcp)
+    }
+
+    /// POST `body` to `http://{authority}{path}`; resolves with the response head. The body
+    /// reads from the connection as it is polled and returns it to the pool at its end.
+    pub async fn post(
+        self: &Arc<Self>,
+        authority: &str,
+        path: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, SendError> {
+        let head = request_head(authority, path, &headers, body.len());
+        // A pooled connection may have been closed by the backend just now: if it ends before
+        // a byte of the answer, the request goes again on a new connection.
+        for attempt in 0..2 {
+            let (mut tcp, reused) = match self.checkout(authority).filter(|_| attempt == 0) {
+                Some(tcp) => (tcp, true),
+                None => (self.connect(authority).await?, false),
+            };
+            let mut out = head.clone().chain(body.clone());
+            if let Err(e) = tcp.write_all_buf(&mut out).await {
+                if reused {
+                    continue;
+                }
+                return Err(SendError::Protocol(format!("sending the request: {e}")));
+            }
+            let mut buf = BytesMut::with_capacity(FIRST_READ);
+            let parsed = loop {
+                match parse_head(&buf) {
+                    Ok(Some(parsed)) => break Some(parsed),
+                    Ok(None) => {}
+                    Err(e) => return Err(SendError::Protocol(e)),
+                }
+                match read_more(&tcp, &mut buf, FIRST_READ).await {
+                    Ok(0) if reused && buf.is_empty() => break None,
+                    Ok(0) => {
+                        return Err(SendError::Protocol(
+                            "connection closed before the response head".into(),
+                        ))
+                    }
+                    Ok(_) => {}
+                    Err(e) if reused && buf.is_empty() => {
+                        tracing::debug!(error = %e, "pooled connection failed; retrying");
+                        break None;
+                    }
+                    Err(e) => {
+                        return Err(SendError::Protocol(format!("reading the response: {e}")))
+                    }
+                }
+            };
+            let Some((parsed, len)) = parsed else {
+                continue;
+            };
+            buf.advance(len);
+            return Ok(UpstreamResponse {
+                status: parsed.status,
+                headers: parsed.headers,
+                body: UpstreamBody {
+                    conn: Some(tcp),
+                    buf,
+                    read: FIRST_READ,
+                    decoder: Decoder::new(parsed.framing),
+                    keep_alive: parsed.keep_alive,
+                    pool: Arc::clone(self),
+                    authority: authority.to_string(),
+                },
+            });
+        }
+        Err(SendError::Protocol("connection closed".into()))
+    }
+}
+
+/// A backend's response: head, and a body that reads its connection.
+pub struct UpstreamResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: UpstreamBody,
+}
+
+/// The body of a backend response. Dropped before its end, it closes the connection (the
+/// backend sees the client go away); read to the end, it returns the connection to the pool.
+pub struct UpstreamBody {
+    conn: Option<TcpStream>,
+    /// Bytes read and not yet decoded.
+    buf: BytesMut,
+    /// How much room the next read gets.
+    read: usize,
+    decoder: Decoder,
+    keep_alive: bool,
+    pool: Arc<Pool>,
+    authority: String,
+}
+
+impl UpstreamBody {
+    fn fail(&mut self, e: String) -> Poll<Option<Result<Bytes, BoxError>>> {
+        self.conn = None;
+        Poll::Ready(Some(Err(e.into())))
+    }
+
+    /// The whole body.
+    pub async fn bytes(mut self) -> Result<Bytes, BoxError> {
+        use futures_util::StreamExt;
+        let mut out = BytesMut::new();
+        while let Some(chunk) = self.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(out.freeze())
+    }
+}
+
+impl Stream for UpstreamBody {
+    type Item = Result<Bytes, BoxError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            match this.decoder.decode(&mut this.buf) {
+                Ok(Some(data)) => return Poll::Ready(Some(Ok(data))),
+                Ok(None) => {}
+                Err(e) => return this.fail(e),
+            }
+            if this.decoder.is_done() {
+                if let Some(tcp) = this.conn.take() {
+                    // Bytes after the body would be the start of nothing we asked for.
+                    if this.keep_alive && this.buf.is_empty() {
+                        this.pool.checkin(&this.authority, tcp);
+                    }
+                }
+                return Poll::Ready(None);
+            }
+            let Some(tcp) = this.conn.as_ref() else {
+                return Poll::Ready(None);
+            };
+            if this.buf.capacity() - this.buf.len() < this.read / 2 {
+                this.buf.reserve(this.read);
+            }
+            let room = this.buf.capacity() - this.buf.len();
+            match tcp.try_read_buf(&mut this.buf) {
+                Ok(0) => {
+                    if let Err(e) = this.decoder.eof() {
+                        return this.fail(e);
+                    }
+                    this.conn = None;
+                }
+                Ok(n) => {
+                    if n == room {
+                        this.read = (this.read * 2).min(MAX_READ);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    match tcp.poll_read_ready(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => return this.fail(e.to_string()),
+                    }
+                }
+                Err(e) => return this.fail(e.to_string()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use http::HeaderValue;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// How the test backend frames its "ok".
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// `content-length: 2`.
+        Length,
+        /// `content-length: 2` and `connection: close`.
+        Close,
+        /// `transfer-encoding: chunked`, in two chunks, as an SSE stream is sent.
+        Chunked,
+    }
+
+    /// A backend answering "ok" that counts its TCP connections.
+    async fn backend(answer: Answer) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req| async move {
+                        let chunks = match answer {
+                            Answer::Chunked => {
+                                vec![Bytes::from_static(b"o"), Bytes::from_static(b"k")]
+                            }
+                            _ => vec![Bytes::from_static(b"ok")],
+                        };
+                        let frames: Vec<Result<_, Infallible>> = chunks
+                            .into_iter()
+                            .map(|b| Ok(hyper::body::Frame::data(b)))
+                            .collect();
+                        let body =
+                            http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+                        let mut resp = hyper::Response::new(body);
+                        if !matches!(answer, Answer::Chunked) {
+                            resp.headers_mut()
+                                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("2"));
+                        }
+                        if matches!(answer, Answer::Close) {
+                            resp.headers_mut()
+                                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        }
+                        Ok::<_, Infallible>(resp)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn post(pool: &Arc<Pool>, addr: &str) -> Bytes {
+        let r = pool
+            .post(
+                addr,
+                "/v1/chat/completions",
+                HeaderMap::new(),
+                Bytes::from_static(b"{}"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        r.body.bytes().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn reuses_a_connection_read_to_the_end() {
+        let (addr, accepted) = backend(Answer::Length).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    /// Regression: a chunked body (every SSE stream) read to its end used to close its
+    /// connection, so each stream paid for a new TCP connection to the backend.
+    #[tokio::test]
+    async fn reuses_a_connection_after_a_chunked_body() {
+        let (addr, accepted) = backend(Answer::Chunked).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_replaced() {
+        let (addr, accepted) = backend(Answer::Close).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    /// A backend that answers each connection's first request with `answer`, byte for byte,
+    /// then closes it; counts connections.
+    async fn raw_backend(answer: &'static [u8]) -> (String, Arc<AtomicUsize>) {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // The request: a head and a 2-byte body.
+                    while !req.windows(4).any(|w| w == b"\r\n\r\n") || !req.ends_with(b"{}") {
+                        match tcp.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = tcp.write_all(answer).await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// A backend that drops a kept-alive connection without a word: the next request finds
+    /// out at checkout or on its first read, and goes again on a new connection.
+    #[tokio::test]
+    async fn a_connection_closed_silently_is_replaced() {
+        let (addr, accepted) = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    /// A body cut short is an error at its end, never a clean end of stream.
+    #[tokio::test]
+    async fn a_body_cut_short_is_an_error() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\ndata:"[..],
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\ndata:\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+        ] {
+            let (addr, _) = raw_backend(answer).await;
+            let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+            let r = pool
+                .post(&addr, "/", HeaderMap::new(), Bytes::from_static(b"{}"))
+                .await
+                .unwrap();
+            let e = r.body.bytes().await.unwrap_err().to_string();
+            assert!(e.contains("before the body was complete"), "{e}");
+        }
+    }
+
+    /// A body delimited by the end of the connection is complete at that end.
+    #[tokio::test]
+    async fn a_close_delimited_body_ends_with_the_connection() {
+        let (addr, accepted) = raw_backend(b"HTTP/1.1 200 OK\r\n\r\nall of it").await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..2 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"all of it"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// What the backend receives: the path, a host, the caller's headers but the framing ones,
+    /// and the body's real length.
+    #[tokio::test]
+    async fn the_request_head_is_well_formed() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        let head = request_head("b:1", "/v1/chat/completions?x=1", &h, 42);
+        let head = std::str::from_utf8(&head).unwrap();
+        assert!(head.starts_with("POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: b:1\r\n"));
+        assert!(head.contains("\r\nauthorization: Bearer k\r\n"));
+        assert!(head.ends_with("\r\ncontent-length: 42\r\n\r\n"));
+        assert!(!head.contains("999") && !head.contains("close"));
+    }
+
+    #[tokio::test]
+    async fn refused_connections_are_connect_errors() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        let r = pool.post(&addr, "/", HeaderMap::new(), Bytes::new()).await;
+        assert!(matches!(r, Err(SendError::Connect(_))));
+    }
+}
