@@ -13,7 +13,8 @@
 #              thinking off (`chat_template_kwargs.enable_thinking: false`)
 #   - nginx: one worker, keepalive upstream (64), HTTP/1.1 upstream, no buffering,
 #     no access log; generated config, pid and logs in a temp dir; a foreground child
-#   - switchboard serve, aliases `bench` and `bench-stream` on those backends
+#   - switchboard serve, aliases `bench` and `bench-stream` on those backends, with
+#     SB_WORKERS workers (default 1, as nginx's one worker: both proxies get one core)
 # and checks each path answers correctly. Then, for ROUNDS rounds, interleaved
 # (direct → nginx → switchboard for every setting): wrk at each of CONNS connections
 # and a sequential run (1 connection, 1 thread), for non-streaming chat and for
@@ -37,6 +38,7 @@
 #   KEEP_TMP=0       1: keep the temp dir (configs, logs, raw wrk output)
 #   SB_PORT=17700 NGINX_PORT=17780 NGINX_STREAM_PORT=17781 SIM_PORT=17801
 #   SIM_STREAM_PORT=17802                                loopback ports used
+#   SB_WORKERS=1     Switchboard's `server.workers` (nginx runs `worker_processes 1`)
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
 set -euo pipefail
@@ -57,6 +59,7 @@ NGINX_PORT=${NGINX_PORT:-17780}
 NGINX_STREAM_PORT=${NGINX_STREAM_PORT:-17781}
 SIM_PORT=${SIM_PORT:-17801}
 SIM_STREAM_PORT=${SIM_STREAM_PORT:-17802}
+SB_WORKERS=${SB_WORKERS:-1}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
 
@@ -171,6 +174,7 @@ if [[ $DRY_RUN != 1 ]]; then
   cat >"$WORK/bench.toml" <<EOF
 [server]
 listen = "127.0.0.1:$SB_PORT"
+workers = $SB_WORKERS
 
 [backends.sim]
 url = "http://127.0.0.1:$SIM_PORT"
@@ -365,7 +369,7 @@ report() {
 echo
 echo "## Switchboard loopback load ($(date -u +%Y-%m-%dT%H:%MZ))"
 echo
-echo "$(nproc) CPUs, $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(nginx -v 2>&1 | sed 's/.*: //'), commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); DURATION=$DURATION, WRK_THREADS=$WRK_THREADS$([[ $DRY_RUN == 1 ]] && echo ', DRY_RUN (static nginx backend)')"
+echo "$(nproc) CPUs, $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(nginx -v 2>&1 | sed 's/.*: //'), commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); DURATION=$DURATION, WRK_THREADS=$WRK_THREADS, SB_WORKERS=$SB_WORKERS$([[ $DRY_RUN == 1 ]] && echo ', DRY_RUN (static nginx backend)')"
 report
 
 total_errors=$(awk -F'\t' '{ s += $9 + $10 } END { print s + 0 }' "$RESULTS")
