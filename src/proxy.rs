@@ -39,58 +39,53 @@ const DROPPED_RESPONSE: [HeaderName; 8] = [
     HeaderName::from_static("access-control-allow-origin"),
 ];
 
-/// Headers named in the `Connection` header are hop-by-hop too.
-fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect()
+/// Remove the hop-by-hop headers from `headers`: those of `fixed`, and those named in its
+/// `Connection` header (RFC 9110 §7.6.1). Works in place: nothing is copied.
+fn drop_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
+    if headers.contains_key(header::CONNECTION) {
+        let listed: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for name in &listed {
+            headers.remove(name);
+        }
+    }
+    for name in fixed {
+        headers.remove(name);
+    }
 }
 
 /// The client's headers as they go to the backend. `own_auth`: Switchboard checked the
 /// client's key itself, so that key is not passed on.
-pub fn upstream_headers(client: &HeaderMap, backend: &Backend, own_auth: bool) -> HeaderMap {
-    let listed = connection_listed(client);
-    let mut out = HeaderMap::with_capacity(client.len());
-    for (name, value) in client {
-        if DROPPED_REQUEST.contains(name) || listed.contains(name) {
-            continue;
-        }
-        let credential = name == header::AUTHORIZATION || name.as_str() == "x-api-key";
-        if credential && (own_auth || backend.api_key.is_some()) {
-            continue;
-        }
-        out.append(name.clone(), value.clone());
+pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: bool) -> HeaderMap {
+    drop_hop_by_hop(&mut headers, &DROPPED_REQUEST);
+    if own_auth || backend.api_key.is_some() {
+        headers.remove(header::AUTHORIZATION);
+        headers.remove("x-api-key");
     }
     if let Some(key) = &backend.api_key {
         if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
             v.set_sensitive(true);
-            out.insert(header::AUTHORIZATION, v);
+            headers.insert(header::AUTHORIZATION, v);
         }
     }
-    if !out.contains_key(header::CONTENT_TYPE) {
-        out.insert(
+    if !headers.contains_key(header::CONTENT_TYPE) {
+        headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
     }
-    out
+    headers
 }
 
 /// The backend's response headers as they go to the client.
-pub fn client_headers(upstream: &HeaderMap) -> HeaderMap {
-    let listed = connection_listed(upstream);
-    let mut out = HeaderMap::with_capacity(upstream.len() + 4);
-    for (name, value) in upstream {
-        if DROPPED_RESPONSE.contains(name) || listed.contains(name) {
-            continue;
-        }
-        out.append(name.clone(), value.clone());
-    }
-    out
+pub fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
+    drop_hop_by_hop(&mut upstream, &DROPPED_RESPONSE);
+    upstream
 }
 
 /// A backend's answer: status, headers and the body as a stream of chunks.
@@ -240,18 +235,18 @@ mod tests {
         );
         h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
         h.insert("x-request-id", HeaderValue::from_static("abc"));
-        let out = upstream_headers(&h, &backend(None), false);
+        let out = upstream_headers(h.clone(), &backend(None), false);
         assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer client");
         assert!(out.get("x-secret-hop").is_none());
         assert!(out.get(header::CONNECTION).is_none());
         assert!(out.get(header::ACCEPT_ENCODING).is_none());
         assert_eq!(out.get("x-request-id").unwrap(), "abc");
-        let out = upstream_headers(&h, &backend(Some("backend-key")), false);
+        let out = upstream_headers(h.clone(), &backend(Some("backend-key")), false);
         assert_eq!(
             out.get(header::AUTHORIZATION).unwrap(),
             "Bearer backend-key"
         );
-        let out = upstream_headers(&h, &backend(None), true);
+        let out = upstream_headers(h.clone(), &backend(None), true);
         assert!(out.get(header::AUTHORIZATION).is_none());
     }
 }

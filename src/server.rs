@@ -18,10 +18,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models/{*id}", get(api::model))
         .route("/v1/messages/count_tokens", post(api::count_tokens))
         .route("/tokenize", post(api::tokenize))
-        .route("/v1/{*rest}", post(api::routed))
         .route("/metrics", get(api::metrics))
         .route("/health", get(api::health))
-        .fallback(api::not_found)
+        // Every other POST under /v1/ is routed by its model (see `api::routed_or_not_found`).
+        .fallback(api::routed_or_not_found)
         .method_not_allowed_fallback(api::not_found)
         .with_state(state)
 }

@@ -99,6 +99,15 @@ pub async fn health() -> Response {
 }
 
 /// Any other path or method.
+/// POSTs under `/v1/` that no fixed route took go to [`routed`]; anything else is a 404.
+/// (A fallback rather than a `/v1/{*rest}` route: no path parameters to store per request.)
+pub async fn routed_or_not_found(state: State<AppState>, req: axum::extract::Request) -> Response {
+    if req.method() == axum::http::Method::POST && req.uri().path().starts_with("/v1/") {
+        return routed(state, req).await;
+    }
+    not_found(OriginalUri(req.uri().clone()), req.method().clone()).await
+}
+
 pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method) -> Response {
     ProxyError::NotFound {
         method: method.to_string(),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{OriginalUri, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
@@ -50,12 +50,10 @@ fn output_field(
 }
 
 /// Every JSON POST routed by its `model`: chat, completions, embeddings, responses, messages, …
-pub async fn routed(
-    State(state): State<AppState>,
-    OriginalUri(uri): OriginalUri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+pub async fn routed(State(state): State<AppState>, req: Request) -> Response {
+    // The request taken whole: its headers move along instead of being copied.
+    let (parts, body) = req.into_parts();
+    let (uri, headers) = (parts.uri, parts.headers);
     let snap = state.live.load_full();
     let endpoint = Endpoint::from_path(uri.path());
     let mut ex = Exchange::start(snap.metrics(None), endpoint, request_id(&headers));
@@ -105,7 +103,7 @@ async fn forward(
         Some(slots) => Some(slots.acquire(&alias.name, server.queue_timeout, m).await?),
         None => None,
     };
-    let up_headers = crate::proxy::upstream_headers(&headers, backend, server.api_keys.is_some());
+    let up_headers = crate::proxy::upstream_headers(headers, backend, server.api_keys.is_some());
     ex.sending();
     let resp = crate::proxy::send(
         &state.pool,
@@ -124,7 +122,12 @@ async fn forward(
     if status.is_server_error() {
         m.upstream_error(UpstreamReason::status_5xx);
     }
-    let mut out_headers = crate::proxy::client_headers(&resp.headers);
+    let is_sse = resp
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let mut out_headers = crate::proxy::client_headers(resp.headers);
     out_headers.insert(
         SERVED_ALIAS,
         HeaderValue::from_str(&alias.name).unwrap_or(HeaderValue::from_static("invalid")),
@@ -137,11 +140,6 @@ async fn forward(
         }
         tracing::debug!(old = %old, alias = %alias.name, "request used an old model name");
     }
-    let is_sse = resp
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
 
     if is_sse && status.is_success() {
         let mut upstream = resp.body;

@@ -30,14 +30,14 @@ pub struct Head {
     pub keep_alive: bool,
 }
 
-/// The final response head at the start of `buf` and the bytes it spans, skipping interim
-/// (1xx) responses; `None` while it is incomplete.
-pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
-    let mut start = 0;
+/// The final response head at the start of `buf`, skipping interim (1xx) responses; `None`
+/// while it is incomplete. A complete head is split off `buf`, and header values are slices of
+/// it (no copy).
+pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
     loop {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut fields);
-        let len = match resp.parse(&buf[start..]) {
+        let len = match resp.parse(buf) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(format!("response head larger than {MAX_HEAD} bytes"))
@@ -52,26 +52,39 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             if status == StatusCode::SWITCHING_PROTOCOLS {
                 return Err("backend switched protocols".into());
             }
-            start += len;
+            buf.advance(len);
             continue;
         }
-        let mut headers = HeaderMap::with_capacity(resp.headers.len());
-        for f in resp.headers.iter() {
-            let name = HeaderName::from_bytes(f.name.as_bytes())
-                .map_err(|_| format!("invalid header name {:?}", f.name))?;
-            let value = HeaderValue::from_bytes(f.value)
-                .map_err(|_| format!("invalid value of header {}", f.name))?;
+        let version = resp.version;
+        // Where each field's name and value sit in `buf`, to slice them once it is frozen.
+        let base = buf.as_ptr() as usize;
+        let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+        let spans: Vec<_> = resp
+            .headers
+            .iter()
+            .map(|f| (at(f.name.as_bytes()), at(f.value)))
+            .collect();
+        let raw = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        for ((n, nl), (v, vl)) in spans {
+            let name = HeaderName::from_bytes(&raw[n..n + nl]).map_err(|_| {
+                format!(
+                    "invalid header name {:?}",
+                    String::from_utf8_lossy(&raw[n..n + nl])
+                )
+            })?;
+            let value = HeaderValue::from_maybe_shared(raw.slice(v..v + vl))
+                .map_err(|_| format!("invalid value of header {name}"))?;
             headers.append(name, value);
         }
         let framing = framing(status, &headers)?;
-        let keep_alive = framing != Framing::Close && keeps_alive(resp.version, &headers);
-        let head = Head {
+        let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
+        return Ok(Some(Head {
             status,
             headers,
             framing,
             keep_alive,
-        };
-        return Ok(Some((head, start + len)));
+        }));
     }
 }
 
@@ -266,8 +279,9 @@ mod tests {
     use super::*;
 
     fn head(text: &str) -> Head {
-        let (h, len) = parse_head(text.as_bytes()).unwrap().unwrap();
-        assert_eq!(len, text.len());
+        let mut buf = BytesMut::from(text);
+        let h = parse_head(&mut buf).unwrap().unwrap();
+        assert!(buf.is_empty(), "{buf:?} left of {text}");
         h
     }
 
@@ -315,19 +329,23 @@ mod tests {
             "HTTP/1.1 101 Switching Protocols\r\n\r\n",
             "SSH-2.0-OpenSSH\r\n\r\n",
         ] {
-            assert!(parse_head(bad.as_bytes()).is_err(), "{bad}");
+            assert!(parse_head(&mut BytesMut::from(bad)).is_err(), "{bad}");
         }
-        assert!(parse_head(&vec![b'a'; MAX_HEAD + 1]).is_err());
+        assert!(parse_head(&mut BytesMut::from(&vec![b'a'; MAX_HEAD + 1][..])).is_err());
     }
 
     #[test]
     fn a_head_arriving_in_pieces_is_incomplete_until_its_end() {
         let text = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         for cut in 0..text.len() - 2 {
-            assert!(parse_head(&text[..cut]).unwrap().is_none(), "{cut}");
+            let mut part = BytesMut::from(&text[..cut]);
+            assert!(parse_head(&mut part).unwrap().is_none(), "{cut}");
+            assert_eq!(part.len(), cut, "an incomplete head stays in the buffer");
         }
-        let (_, len) = parse_head(text).unwrap().unwrap();
-        assert_eq!(&text[len..], b"ok");
+        let mut buf = BytesMut::from(&text[..]);
+        let h = parse_head(&mut buf).unwrap().unwrap();
+        assert_eq!((h.status.as_u16(), &buf[..]), (200, &b"ok"[..]));
+        assert_eq!(h.headers["content-length"], "2");
     }
 
     /// Feed `wire` to a decoder in pieces of `step` bytes; the body and what was left over.

@@ -142,9 +142,12 @@ impl Pool {
 
     fn checkin(&self, authority: &str, tcp: TcpStream) {
         if let Ok(mut idle) = self.idle.lock() {
-            let list = idle.entry(authority.to_string()).or_default();
-            if list.len() < MAX_IDLE {
-                list.push(tcp);
+            match idle.get_mut(authority) {
+                Some(list) if list.len() < MAX_IDLE => list.push(tcp),
+                Some(_) => {}
+                None => {
+                    idle.insert(authority.to_string(), vec![tcp]);
+                }
             }
         }
     }
@@ -184,7 +187,7 @@ impl Pool {
             }
             let mut buf = BytesMut::with_capacity(FIRST_READ);
             let parsed = loop {
-                match parse_head(&buf) {
+                match parse_head(&mut buf) {
                     Ok(Some(parsed)) => break Some(parsed),
                     Ok(None) => {}
                     Err(e) => return Err(SendError::Protocol(e)),
@@ -206,10 +209,9 @@ impl Pool {
                     }
                 }
             };
-            let Some((parsed, len)) = parsed else {
+            let Some(parsed) = parsed else {
                 continue;
             };
-            buf.advance(len);
             return Ok(UpstreamResponse {
                 status: parsed.status,
                 headers: parsed.headers,
