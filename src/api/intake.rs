@@ -48,13 +48,10 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
         return Ok(());
     };
     let ct = ct.to_str().unwrap_or_default();
-    let essence = ct
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json" || essence.ends_with("+json") {
+    let essence = ct.split(';').next().unwrap_or_default().trim();
+    let b = essence.as_bytes();
+    let json_suffix = b.len() >= 5 && b[b.len() - 5..].eq_ignore_ascii_case(b"+json");
+    if essence.eq_ignore_ascii_case("application/json") || json_suffix {
         Ok(())
     } else {
         Err(ProxyError::UnsupportedContentType(ct.to_string()))
@@ -117,4 +114,46 @@ pub fn respond(ex: &mut Exchange, result: Result<Response, ProxyError>) -> Respo
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn with_type(ct: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(ct).unwrap_or(HeaderValue::from_static("x")),
+        );
+        h
+    }
+
+    #[test]
+    fn json_content_types_are_accepted_and_others_refused() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            " application/json ;charset=UTF-8",
+            "application/vnd.api+json",
+            "application/merge-patch+JSON",
+        ] {
+            assert!(check_content_type(&with_type(ok)).is_ok(), "{ok}");
+        }
+        assert!(
+            check_content_type(&HeaderMap::new()).is_ok(),
+            "no content type"
+        );
+        for bad in [
+            "text/plain",
+            "json",
+            "+jso",
+            "application/jsonx",
+            "multipart/form-data",
+        ] {
+            assert!(check_content_type(&with_type(bad)).is_err(), "{bad}");
+        }
+    }
 }

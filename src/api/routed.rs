@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -23,7 +23,7 @@ use crate::stream::{self, RelayOptions};
 use crate::tokens::Method;
 use crate::upstream::BoxError;
 
-const SERVED_ALIAS: &str = "x-switchboard-alias";
+const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
 const REASONING_FIELD: &str = "x-reasoning-field";
 
 /// The reasoning field this client gets: its header, else the alias's setting, else the server's.
