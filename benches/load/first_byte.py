@@ -1,12 +1,13 @@
 """Time to the first SSE byte, direct to a backend and through Switchboard, interleaved.
 
-usage: python3 benches/load/first_byte.py DIRECT_PORT PROXY_PORT MODEL [N]
+usage: python3 benches/load/first_byte.py DIRECT_PORT PROXY_PORT[,PROXY_PORT...] MODEL [N]
 
-Both ports are on 127.0.0.1 and must serve the same streaming chat model (e.g. a zero-delay
-`switchboard simulate` and `switchboard serve` in front of it, as benches/load/run.sh starts
-them). Each sample opens a new connection, sends one streaming request and measures the time
-until the first `data:` bytes arrive; prints the medians and the difference. Standard
-library only; loopback only; N (default 400) bounded samples per path.
+All ports are on 127.0.0.1 and must serve the same streaming chat model (e.g. a zero-delay
+`switchboard simulate`, and `switchboard serve` and nginx in front of it, as
+benches/load/run.sh starts them). Each sample opens a new connection, sends one streaming
+request and measures the time until the first `data:` bytes arrive; the paths take turns.
+Prints the median of each path and its difference to direct. Standard library only;
+loopback only; N (default 400) bounded samples per path.
 """
 
 import json
@@ -47,17 +48,18 @@ def first_byte(port: int, model: str) -> float:
 
 
 def main() -> None:
-    direct, proxy, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    direct, model = int(sys.argv[1]), sys.argv[3]
+    proxies = [int(p) for p in sys.argv[2].split(",")]
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 400
-    a, b = [], []
+    samples = {port: [] for port in [direct] + proxies}
     for _ in range(n):
-        a.append(first_byte(direct, model))
-        b.append(first_byte(proxy, model))
-    da, db = statistics.median(a) * 1e6, statistics.median(b) * 1e6
-    print(
-        f"time to first SSE byte, median of {n} interleaved: direct {da:.0f} us, "
-        f"through the proxy {db:.0f} us, added {db - da:.0f} us"
-    )
+        for port, got in samples.items():
+            got.append(first_byte(port, model))
+    base = statistics.median(samples[direct]) * 1e6
+    print(f"time to first SSE byte, median of {n} interleaved: direct (:{direct}) {base:.0f} us")
+    for port in proxies:
+        m = statistics.median(samples[port]) * 1e6
+        print(f"  through :{port} {m:.0f} us, added {m - base:.0f} us")
 
 
 if __name__ == "__main__":
