@@ -21,8 +21,10 @@
 # streams. Each run records requests/s, p50/p99 latency (wrk --latency) and the CPU
 # time of the proxy process per request (utime+stime from /proc/PID/stat, nginx
 # master and worker summed, before and after the run, divided by the requests wrk
-# completed). Prints markdown tables of medians over the rounds, and the added p50
-# latency of each proxy over direct in sequential runs. Exits 1 if any wrk run saw
+# completed). Then the time to the first SSE byte on new connections, the paths
+# taking turns (first_byte.py, needs python3). Prints markdown tables of medians over
+# the rounds, and the added p50 latency of each proxy over direct in sequential runs
+# and to the first SSE byte. Exits 1 if any wrk run saw
 # a non-2xx answer or a socket error. Everything it started is stopped on exit.
 #
 # Environment (defaults):
@@ -39,6 +41,7 @@
 #   SB_PORT=17700 NGINX_PORT=17780 NGINX_STREAM_PORT=17781 SIM_PORT=17801
 #   SIM_STREAM_PORT=17802                                loopback ports used
 #   SB_WORKERS=1     Switchboard's `server.workers` (nginx runs `worker_processes 1`)
+#   FIRST_BYTE_SAMPLES=400  samples per path of the time to the first SSE byte (0: skip)
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
 set -euo pipefail
@@ -60,6 +63,7 @@ NGINX_STREAM_PORT=${NGINX_STREAM_PORT:-17781}
 SIM_PORT=${SIM_PORT:-17801}
 SIM_STREAM_PORT=${SIM_STREAM_PORT:-17802}
 SB_WORKERS=${SB_WORKERS:-1}
+FIRST_BYTE_SAMPLES=${FIRST_BYTE_SAMPLES:-400}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
 
@@ -307,6 +311,18 @@ for ((round = 1; round <= ROUNDS; round++)); do
   done
 done
 
+# ---------------------------------------------------------------- first SSE byte
+# Fresh connections, one streaming request each, the paths taking turns (first_byte.py).
+FIRST_BYTE=""
+if [[ $FIRST_BYTE_SAMPLES != 0 ]] && command -v python3 >/dev/null; then
+  log "time to first SSE byte: $FIRST_BYTE_SAMPLES samples per path"
+  proxies=$NGINX_STREAM_PORT
+  [[ $DRY_RUN == 1 ]] || proxies="$SB_PORT,$NGINX_STREAM_PORT"
+  FIRST_BYTE=$(timeout 600 python3 "$(dirname "${BASH_SOURCE[0]}")/first_byte.py" \
+    "$SIM_STREAM_PORT" "$proxies" bench-stream "$FIRST_BYTE_SAMPLES") ||
+    die "first_byte.py failed"
+fi
+
 # ---------------------------------------------------------------- report
 report() {
   awk -F'\t' -v conns_list="$CONNS" -v rounds="$ROUNDS" -v paths="${PATHS[*]}" \
@@ -371,6 +387,10 @@ echo "## Switchboard loopback load ($(date -u +%Y-%m-%dT%H:%MZ))"
 echo
 echo "$(nproc) CPUs, $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(nginx -v 2>&1 | sed 's/.*: //'), commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); DURATION=$DURATION, WRK_THREADS=$WRK_THREADS, SB_WORKERS=$SB_WORKERS$([[ $DRY_RUN == 1 ]] && echo ', DRY_RUN (static nginx backend)')"
 report
+if [[ -n $FIRST_BYTE ]]; then
+  printf '\n### Time to the first SSE byte (new connection per request)\n\n'
+  printf '%s\n' "$FIRST_BYTE" | sed "s/:$SB_PORT/:$SB_PORT (switchboard)/; s/:$NGINX_STREAM_PORT/:$NGINX_STREAM_PORT (nginx)/"
+fi
 
 total_errors=$(awk -F'\t' '{ s += $9 + $10 } END { print s + 0 }' "$RESULTS")
 if ((total_errors > 0)); then
