@@ -402,36 +402,31 @@ mod tests {
         r.body.bytes().await.unwrap()
     }
 
-    #[tokio::test]
-    async fn reuses_a_connection_read_to_the_end() {
-        let (addr, accepted) = backend(Answer::Length).await;
+    /// How many connections three requests in a row took, each body read to its end.
+    async fn connections_for(answer: Answer) -> usize {
+        let (addr, accepted) = backend(answer).await;
         let pool = Arc::new(Pool::new(Duration::from_secs(5)));
         for _ in 0..3 {
             assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        accepted.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn reuses_a_connection_read_to_the_end() {
+        assert_eq!(connections_for(Answer::Length).await, 1);
     }
 
     /// Regression: a chunked body (every SSE stream) read to its end used to close its
     /// connection, so each stream paid for a new TCP connection to the backend.
     #[tokio::test]
     async fn reuses_a_connection_after_a_chunked_body() {
-        let (addr, accepted) = backend(Answer::Chunked).await;
-        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
-        for _ in 0..3 {
-            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(connections_for(Answer::Chunked).await, 1);
     }
 
     #[tokio::test]
     async fn a_closed_connection_is_replaced() {
-        let (addr, accepted) = backend(Answer::Close).await;
-        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
-        for _ in 0..3 {
-            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(connections_for(Answer::Close).await, 3);
     }
 
     /// A backend that answers each connection's first request with `answer`, byte for byte,
@@ -466,12 +461,19 @@ mod tests {
     /// out at checkout or on its first read, and goes again on a new connection.
     #[tokio::test]
     async fn a_connection_closed_silently_is_replaced() {
-        let (addr, accepted) = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        assert_eq!(raw_connections(answer, b"ok", 3).await, 3);
+    }
+
+    /// How many connections `rounds` requests in a row took from a `raw_backend`, each
+    /// answer read to its end and equal to `body`.
+    async fn raw_connections(answer: &'static [u8], body: &'static [u8], rounds: usize) -> usize {
+        let (addr, accepted) = raw_backend(answer).await;
         let pool = Arc::new(Pool::new(Duration::from_secs(5)));
-        for _ in 0..3 {
-            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        for _ in 0..rounds {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(body));
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        accepted.load(Ordering::SeqCst)
     }
 
     /// A body cut short is an error at its end, never a clean end of stream.
@@ -496,12 +498,8 @@ mod tests {
     /// A body delimited by the end of the connection is complete at that end.
     #[tokio::test]
     async fn a_close_delimited_body_ends_with_the_connection() {
-        let (addr, accepted) = raw_backend(b"HTTP/1.1 200 OK\r\n\r\nall of it").await;
-        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
-        for _ in 0..2 {
-            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"all of it"));
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        let answer = b"HTTP/1.1 200 OK\r\n\r\nall of it";
+        assert_eq!(raw_connections(answer, b"all of it", 2).await, 2);
     }
 
     /// What the backend receives: the path, a host, the caller's headers but the framing ones,
