@@ -8,6 +8,8 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 pub const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields in a response head.
 const MAX_HEADERS: usize = 128;
+/// Longest chunk-size line (size and extensions) accepted.
+const MAX_CHUNK_LINE: usize = 4 * 1024;
 
 /// How a response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +80,11 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
             headers.append(name, value);
         }
         let framing = framing(status, &headers)?;
-        let keep_alive = framing != Framing::Close && keeps_alive(version, &headers);
+        // A message framed by Transfer-Encoding in HTTP/1.0, or carrying both framings, is
+        // read by its chunks and the connection is not reused (RFC 9112 §6.1, §6.3).
+        let te = headers.contains_key(header::TRANSFER_ENCODING);
+        let ambiguous = te && (version != Some(1) || headers.contains_key(header::CONTENT_LENGTH));
+        let keep_alive = framing != Framing::Close && !ambiguous && keeps_alive(version, &headers);
         return Ok(Some(Head {
             status,
             headers,
@@ -109,10 +115,12 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
     let mut length = None;
     for v in headers.get_all(header::CONTENT_LENGTH) {
         for part in v.to_str().unwrap_or("x").split(',') {
+            let part = part.trim();
             let n: u64 = part
-                .trim()
                 .parse()
-                .map_err(|_| format!("invalid content-length {v:?}"))?;
+                .ok()
+                .filter(|_| part.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| format!("invalid content-length {v:?}"))?;
             if length.is_some_and(|l| l != n) {
                 return Err("conflicting content-length values".into());
             }
@@ -147,6 +155,29 @@ enum State {
     Trailers,
     Close,
     Done,
+}
+
+/// The size of the chunk whose size line starts `buf`, the line removed; `None` while the line
+/// is incomplete. The line must start with a hex digit and end in CRLF where `httparse` says
+/// it ends; extensions are skipped.
+fn chunk_size(buf: &mut BytesMut) -> Result<Option<u64>, String> {
+    let invalid = || "invalid chunk size line".to_string();
+    let Some(eol) = memchr::memchr(b'\n', buf) else {
+        if buf.len() > MAX_CHUNK_LINE {
+            return Err(invalid());
+        }
+        return Ok(None);
+    };
+    if eol >= MAX_CHUNK_LINE || !buf[0].is_ascii_hexdigit() {
+        return Err(invalid());
+    }
+    match httparse::parse_chunk_size(&buf[..=eol]) {
+        Ok(httparse::Status::Complete((len, size))) if len == eol + 1 => {
+            buf.advance(len);
+            Ok(Some(size))
+        }
+        _ => Err(invalid()),
+    }
 }
 
 /// Turns the bytes read after the head into body data.
@@ -198,18 +229,16 @@ impl Decoder {
         let mut out: Option<BytesMut> = None;
         loop {
             match self.state {
-                State::ChunkSize => match httparse::parse_chunk_size(buf) {
-                    Ok(httparse::Status::Complete((len, size))) => {
-                        buf.advance(len);
-                        self.state = if size == 0 {
-                            State::Trailers
-                        } else {
-                            State::ChunkData(size)
-                        };
-                    }
-                    Ok(httparse::Status::Partial) => break,
-                    Err(_) => return Err("invalid chunk size line".into()),
-                },
+                State::ChunkSize => {
+                    let Some(size) = chunk_size(buf)? else {
+                        break;
+                    };
+                    self.state = if size == 0 {
+                        State::Trailers
+                    } else {
+                        State::ChunkData(size)
+                    };
+                }
                 State::ChunkData(n) => {
                     let take = usize::try_from(n).unwrap_or(usize::MAX).min(buf.len());
                     if take == 0 {
@@ -312,6 +341,13 @@ mod tests {
         assert_eq!(h.framing, Framing::Empty);
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\n");
         assert_eq!(h.framing, Framing::Length(3));
+
+        // Chunked in HTTP/1.0, or chunked with a length too: read by chunks, not reused.
+        let h =
+            head("HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
     }
 
     #[test]
@@ -326,6 +362,7 @@ mod tests {
         for bad in [
             "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n",
             "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n",
             "HTTP/1.1 101 Switching Protocols\r\n\r\n",
             "SSH-2.0-OpenSSH\r\n\r\n",
         ] {
@@ -404,7 +441,16 @@ mod tests {
 
     #[test]
     fn bad_chunks_are_errors() {
-        for bad in [&b"zz\r\n"[..], b"3\r\nabcd\r\n", b"3\r\nabcX"] {
+        for bad in [
+            &b"zz\r\n"[..],
+            b"3\r\nabcd\r\n",
+            b"3\r\nabcX",
+            // a size line without digits is not a last chunk
+            b"3\r\nabc\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"3\r\nabc\r\n;x\r\n",
+            // a bare LF inside the extensions does not end the line somewhere later
+            b"5;a\nhello\r\n0\r\n\r\n",
+        ] {
             let mut d = Decoder::new(Framing::Chunked);
             let mut buf = BytesMut::from(bad);
             let mut r = d.decode(&mut buf);
@@ -413,5 +459,10 @@ mod tests {
             }
             assert!(r.is_err(), "{bad:?}");
         }
+        // A size line that never ends is refused once it is longer than any real one.
+        let mut d = Decoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(&b"5;"[..]);
+        buf.extend_from_slice(&vec![b'x'; MAX_CHUNK_LINE]);
+        assert!(d.decode(&mut buf).is_err());
     }
 }

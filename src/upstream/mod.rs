@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::Stream;
@@ -33,10 +33,11 @@ pub enum SendError {
     Protocol(String),
 }
 
-/// Keep-alive connections by authority (`host:port`).
+/// Keep-alive connections by authority (`host:port`), each with the time it went idle (the
+/// newest last).
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
     connect_timeout: Duration,
 }
 
@@ -48,6 +49,11 @@ impl std::fmt::Debug for Pool {
 
 /// Most idle connections kept per backend.
 const MAX_IDLE: usize = 256;
+/// How long a connection may sit idle in the pool. Below the keep-alive timeout of the
+/// backends' HTTP servers (5 s in uvicorn as vLLM and SGLang run it, and in llama.cpp's), so
+/// a request seldom meets a connection the backend is closing at that very moment: once the
+/// request is written it is never sent again (RFC 9112 §9.3.1), so that race is an error.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// First read buffer of a response; it doubles while reads fill it, up to `MAX_READ`.
 const FIRST_READ: usize = 8 * 1024;
 const MAX_READ: usize = 128 * 1024;
@@ -65,19 +71,20 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// An idle connection is still usable: the backend has neither closed it nor sent anything.
+/// (`try_read` makes no system call while the socket is known not to be readable; a byte it
+/// does read means the connection is dropped anyway.)
 fn still_open(tcp: &TcpStream) -> bool {
-    let waker = futures_util::task::noop_waker();
-    let mut cx = Context::from_waker(&waker);
-    match tcp.poll_read_ready(&mut cx) {
-        // Not readable: open and quiet (the common case, no system call).
-        Poll::Pending => true,
-        // Readable, or a readiness left from the last read: look without consuming.
-        Poll::Ready(Ok(())) => {
-            let mut probe = [0u8; 1];
-            matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-        }
-        Poll::Ready(Err(_)) => false,
-    }
+    let mut probe = [0u8; 1];
+    matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Drop the connections of `list` idle since before `now - IDLE_TIMEOUT` (oldest first).
+fn prune<C>(list: &mut Vec<(C, Instant)>, now: Instant) {
+    let fresh = list
+        .iter()
+        .position(|(_, since)| now.saturating_duration_since(*since) < IDLE_TIMEOUT)
+        .unwrap_or(list.len());
+    list.drain(..fresh);
 }
 
 /// The request head: `POST path HTTP/1.1`, the headers (framing ones replaced), the length.
@@ -132,7 +139,8 @@ impl Pool {
     fn checkout(&self, authority: &str) -> Option<TcpStream> {
         let mut idle = self.idle.lock().ok()?;
         let list = idle.get_mut(authority)?;
-        while let Some(tcp) = list.pop() {
+        prune(list, Instant::now());
+        while let Some((tcp, _)) = list.pop() {
             if still_open(&tcp) {
                 return Some(tcp);
             }
@@ -141,15 +149,28 @@ impl Pool {
     }
 
     fn checkin(&self, authority: &str, tcp: TcpStream) {
+        let now = Instant::now();
         if let Ok(mut idle) = self.idle.lock() {
             match idle.get_mut(authority) {
-                Some(list) if list.len() < MAX_IDLE => list.push(tcp),
-                Some(_) => {}
+                Some(list) => {
+                    prune(list, now);
+                    if list.len() < MAX_IDLE {
+                        list.push((tcp, now));
+                    }
+                }
                 None => {
-                    idle.insert(authority.to_string(), vec![tcp]);
+                    idle.insert(authority.to_string(), vec![(tcp, now)]);
                 }
             }
         }
+    }
+
+    /// Idle connections kept for `authority` (for tests).
+    #[cfg(test)]
+    fn idle_count(&self, authority: &str) -> usize {
+        self.idle
+            .lock()
+            .map_or(0, |idle| idle.get(authority).map_or(0, Vec::len))
     }
 
     async fn connect(&self, authority: &str) -> Result<TcpStream, SendError> {
@@ -171,62 +192,66 @@ impl Pool {
         body: Bytes,
     ) -> Result<UpstreamResponse, SendError> {
         let head = request_head(authority, path, &headers, body.len());
-        // A pooled connection may have been closed by the backend just now: if it ends before
-        // a byte of the answer, the request goes again on a new connection.
-        for attempt in 0..2 {
-            let (mut tcp, reused) = match self.checkout(authority).filter(|_| attempt == 0) {
-                Some(tcp) => (tcp, true),
-                None => (self.connect(authority).await?, false),
-            };
-            let mut out = head.clone().chain(body.clone());
-            if let Err(e) = tcp.write_all_buf(&mut out).await {
-                if reused {
-                    continue;
+        // A pooled connection the backend closed after the check-out check fails the write;
+        // then (and only then: the backend cannot have seen the request) it goes again on a
+        // new connection. Once written, a request is never sent twice.
+        let tcp = match self.checkout(authority) {
+            Some(mut tcp) => match tcp
+                .write_all_buf(&mut head.clone().chain(body.clone()))
+                .await
+            {
+                Ok(()) => tcp,
+                Err(e) => {
+                    tracing::debug!(error = %e, "pooled connection failed; using a new one");
+                    self.send_on_new(authority, &head, &body).await?
                 }
-                return Err(SendError::Protocol(format!("sending the request: {e}")));
+            },
+            None => self.send_on_new(authority, &head, &body).await?,
+        };
+        let mut buf = BytesMut::with_capacity(FIRST_READ);
+        let parsed = loop {
+            match parse_head(&mut buf) {
+                Ok(Some(parsed)) => break parsed,
+                Ok(None) => {}
+                Err(e) => return Err(SendError::Protocol(e)),
             }
-            let mut buf = BytesMut::with_capacity(FIRST_READ);
-            let parsed = loop {
-                match parse_head(&mut buf) {
-                    Ok(Some(parsed)) => break Some(parsed),
-                    Ok(None) => {}
-                    Err(e) => return Err(SendError::Protocol(e)),
+            match read_more(&tcp, &mut buf, FIRST_READ).await {
+                Ok(0) => {
+                    return Err(SendError::Protocol(
+                        "connection closed before the response head".into(),
+                    ))
                 }
-                match read_more(&tcp, &mut buf, FIRST_READ).await {
-                    Ok(0) if reused && buf.is_empty() => break None,
-                    Ok(0) => {
-                        return Err(SendError::Protocol(
-                            "connection closed before the response head".into(),
-                        ))
-                    }
-                    Ok(_) => {}
-                    Err(e) if reused && buf.is_empty() => {
-                        tracing::debug!(error = %e, "pooled connection failed; retrying");
-                        break None;
-                    }
-                    Err(e) => {
-                        return Err(SendError::Protocol(format!("reading the response: {e}")))
-                    }
-                }
-            };
-            let Some(parsed) = parsed else {
-                continue;
-            };
-            return Ok(UpstreamResponse {
-                status: parsed.status,
-                headers: parsed.headers,
-                body: UpstreamBody {
-                    conn: Some(tcp),
-                    buf,
-                    read: FIRST_READ,
-                    decoder: Decoder::new(parsed.framing),
-                    keep_alive: parsed.keep_alive,
-                    pool: Arc::clone(self),
-                    authority: authority.to_string(),
-                },
-            });
-        }
-        Err(SendError::Protocol("connection closed".into()))
+                Ok(_) => {}
+                Err(e) => return Err(SendError::Protocol(format!("reading the response: {e}"))),
+            }
+        };
+        Ok(UpstreamResponse {
+            status: parsed.status,
+            headers: parsed.headers,
+            body: UpstreamBody {
+                conn: Some(tcp),
+                buf,
+                read: FIRST_READ,
+                decoder: Decoder::new(parsed.framing),
+                keep_alive: parsed.keep_alive,
+                pool: Arc::clone(self),
+                authority: authority.to_string(),
+            },
+        })
+    }
+
+    /// A new connection with the request written on it.
+    async fn send_on_new(
+        &self,
+        authority: &str,
+        head: &Bytes,
+        body: &Bytes,
+    ) -> Result<TcpStream, SendError> {
+        let mut tcp = self.connect(authority).await?;
+        tcp.write_all_buf(&mut head.clone().chain(body.clone()))
+            .await
+            .map_err(|e| SendError::Protocol(format!("sending the request: {e}")))?;
+        Ok(tcp)
     }
 }
 
@@ -252,8 +277,10 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
+    /// End the body with `e`: the connection is closed and the stream ends after the error.
     fn fail(&mut self, e: String) -> Poll<Option<Result<Bytes, BoxError>>> {
         self.conn = None;
+        self.decoder = Decoder::new(framing::Framing::Empty);
         Poll::Ready(Some(Err(e.into())))
     }
 
@@ -432,29 +459,76 @@ mod tests {
     /// A backend that answers each connection's first request with `answer`, byte for byte,
     /// then closes it; counts connections.
     async fn raw_backend(answer: &'static [u8]) -> (String, Arc<AtomicUsize>) {
+        let (addr, accepted, _) = scripted_backend(vec![answer]).await;
+        (addr, accepted)
+    }
+
+    /// A backend that reads requests on each connection and answers the n-th with
+    /// `answers[n]` byte for byte; an empty answer, or running out of them, closes the
+    /// connection. Counts connections and requests received.
+    async fn scripted_backend(
+        answers: Vec<&'static [u8]>,
+    ) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
         use tokio::io::AsyncReadExt;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = Arc::clone(&accepted);
+        let (accepted, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (conns, reqs) = (Arc::clone(&accepted), Arc::clone(&requests));
         tokio::spawn(async move {
             while let Ok((mut tcp, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
+                conns.fetch_add(1, Ordering::SeqCst);
+                let reqs = Arc::clone(&reqs);
+                let answers = answers.clone();
                 tokio::spawn(async move {
-                    let mut req = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    // The request: a head and a 2-byte body.
-                    while !req.windows(4).any(|w| w == b"\r\n\r\n") || !req.ends_with(b"{}") {
-                        match tcp.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                    for answer in answers {
+                        let mut req = Vec::new();
+                        let mut buf = [0u8; 4096];
+                        // A request: a head and a 2-byte body.
+                        while !req.windows(4).any(|w| w == b"\r\n\r\n") || !req.ends_with(b"{}") {
+                            match tcp.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => req.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        reqs.fetch_add(1, Ordering::SeqCst);
+                        if answer.is_empty() || tcp.write_all(answer).await.is_err() {
+                            return;
                         }
                     }
-                    let _ = tcp.write_all(answer).await;
                 });
             }
         });
-        (addr, accepted)
+        (addr, accepted, requests)
+    }
+
+    /// A request written on a kept-alive connection that then closes without an answer is an
+    /// error: it is not sent again (the backend may be running it).
+    #[tokio::test]
+    async fn a_written_request_is_never_sent_twice() {
+        const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (addr, accepted, requests) = scripted_backend(vec![OK, b""]).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        assert_eq!(pool.idle_count(&addr), 1);
+        let second = pool
+            .post(&addr, "/", HeaderMap::new(), Bytes::from_static(b"{}"))
+            .await;
+        assert!(matches!(second, Err(SendError::Protocol(_))));
+        assert_eq!(requests.load(Ordering::SeqCst), 2);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(pool.idle_count(&addr), 0);
+    }
+
+    /// Connections idle for longer than `IDLE_TIMEOUT` are dropped, oldest first.
+    #[test]
+    fn idle_connections_expire() {
+        let now = Instant::now();
+        let ago = |s: u64| now.checked_sub(Duration::from_secs(s)).unwrap();
+        let mut list = vec![(1, ago(10)), (2, ago(4)), (3, ago(2)), (4, now)];
+        prune(&mut list, now);
+        assert_eq!(list.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [3, 4]);
+        prune(&mut list, now + IDLE_TIMEOUT);
+        assert!(list.is_empty());
     }
 
     /// A backend that drops a kept-alive connection without a word: the next request finds
@@ -490,8 +564,17 @@ mod tests {
                 .post(&addr, "/", HeaderMap::new(), Bytes::from_static(b"{}"))
                 .await
                 .unwrap();
-            let e = r.body.bytes().await.unwrap_err().to_string();
+            let mut body = r.body;
+            let e = loop {
+                match futures_util::StreamExt::next(&mut body).await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => break e.to_string(),
+                    None => panic!("a clean end for a body cut short"),
+                }
+            };
             assert!(e.contains("before the body was complete"), "{e}");
+            // The error is the body's last word.
+            assert!(futures_util::StreamExt::next(&mut body).await.is_none());
         }
     }
 
