@@ -98,7 +98,6 @@ pub async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// Any other path or method.
 /// POSTs under `/v1/` that no fixed route took go to [`routed`]; anything else is a 404.
 /// (A fallback rather than a `/v1/{*rest}` route: no path parameters to store per request.)
 pub async fn routed_or_not_found(state: State<AppState>, req: axum::extract::Request) -> Response {
@@ -108,6 +107,7 @@ pub async fn routed_or_not_found(state: State<AppState>, req: axum::extract::Req
     not_found(OriginalUri(req.uri().clone()), req.method().clone()).await
 }
 
+/// Any other path or method.
 pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method) -> Response {
     ProxyError::NotFound {
         method: method.to_string(),
