@@ -86,6 +86,14 @@ wait_http() {
   die "$name did not answer $url within 15 s"
 }
 
+# start_switchboard BIN CONFIG: `BIN serve --config CONFIG` as a tracked child, logging to
+# $WORK/switchboard.log; waits for its /health on $SB_PORT and sets SB_PID.
+start_switchboard() {
+  spawn switchboard "$WORK/switchboard.log" "$1" serve --config "$2"
+  SB_PID=$SPAWNED
+  wait_http "http://127.0.0.1:$SB_PORT/health" "$SB_PID" switchboard
+}
+
 # proc_ticks PID...: utime+stime (clock ticks) of the processes and their direct children.
 proc_ticks() {
   local pid child all=() total=0 stat rest

@@ -72,9 +72,7 @@ slots = $((STREAMS + 16))
 backend = "sim"
 upstream_model = "slow"
 EOF
-spawn switchboard "$WORK/switchboard.log" "$BIN" serve --config "$WORK/rss.toml"
-SB_PID=$SPAWNED
-wait_http "http://127.0.0.1:$SB_PORT/health" "$SB_PID" switchboard
+start_switchboard "$BIN" "$WORK/rss.toml"
 
 # hold N NAME: open N streams through the proxy, run READY_HOOK while all are open,
 # then release them; bounded by the client's own timeouts and HOLD_MAX.

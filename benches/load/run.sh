@@ -198,9 +198,7 @@ upstream_model = "bench"
 backend = "sim-stream"
 upstream_model = "bench-stream"
 EOF
-  spawn switchboard "$WORK/switchboard.log" "$BIN" serve --config "$WORK/bench.toml"
-  SB_PID=$SPAWNED
-  wait_http "http://127.0.0.1:$SB_PORT/health" "$SB_PID" switchboard
+  start_switchboard "$BIN" "$WORK/bench.toml"
 fi
 
 # url_of PATH KIND
