@@ -5,8 +5,9 @@
 #[path = "../tests/fixtures/conversation_gen.rs"]
 mod conversation_gen;
 
+use conversation_gen::{files, fixtures};
+
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
@@ -14,18 +15,7 @@ use serde_json::{json, Value};
 use switchboard::flavor::Flavor;
 use switchboard::tokens::bound::RequestView;
 use switchboard::tokens::local::LocalCounter;
-use switchboard::tokens::{MediaCosts, TokenizerFiles};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn files() -> TokenizerFiles {
-    TokenizerFiles {
-        file: fixtures().join("qwen3/tokenizer.json.gz"),
-        config: fixtures().join("qwen3/tokenizer_config.json.gz"),
-    }
-}
+use switchboard::tokens::MediaCosts;
 
 /// The recorded 100k-token spec, doubled: about 200k Qwen3 tokens.
 fn conversation_200k() -> Value {

@@ -13,8 +13,9 @@
 #[path = "fixtures/conversation_gen.rs"]
 mod conversation_gen;
 
+use conversation_gen::{files, fixtures};
+
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -26,17 +27,6 @@ use switchboard::guard::{self, GuardSpec, Verdict};
 use switchboard::tokens::bound::RequestView;
 use switchboard::tokens::local::LocalCounter;
 use switchboard::tokens::{CountKind, Counter, MediaCosts, Method, TokenizerFiles};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn files() -> TokenizerFiles {
-    TokenizerFiles {
-        file: fixtures().join("qwen3/tokenizer.json.gz"),
-        config: fixtures().join("qwen3/tokenizer_config.json.gz"),
-    }
-}
 
 fn counter(flavor: Flavor) -> &'static Arc<Counter> {
     static LLAMA: OnceLock<Arc<Counter>> = OnceLock::new();
