@@ -160,9 +160,7 @@ async fn r5_inflight_returns_to_zero_after_failures_rejections_and_disconnects()
         ..sim_cfg()
     })
     .await;
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dead_url = format!("http://{}", dead.local_addr().unwrap());
-    drop(dead);
+    let dead_url = dead_url().await;
     let toml = r#"
 [server]
 body_limit_bytes = 1024

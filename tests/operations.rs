@@ -73,9 +73,7 @@ async fn r5_health_probes_tell_up_loading_and_down() {
         ..SimConfig::default()
     })
     .await;
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dead_url = format!("http://{}", dead.local_addr().unwrap());
-    drop(dead);
+    let dead_url = dead_url().await;
     let toml = r#"
 [server]
 health_interval_secs = 1

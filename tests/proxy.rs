@@ -251,9 +251,7 @@ async fn r2_client_errors_get_the_envelope() {
 
 #[tokio::test]
 async fn r2_backend_unreachable_is_502() {
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", dead.local_addr().unwrap());
-    drop(dead);
+    let url = dead_url().await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
     let (s, e) = error_of(
         client()

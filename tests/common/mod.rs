@@ -115,6 +115,12 @@ old_names = ["old-a"]
     )
 }
 
+/// The URL of a loopback port nothing listens on (bound, then let go): connections are refused.
+pub async fn dead_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    format!("http://{}", l.local_addr().unwrap())
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
