@@ -12,6 +12,12 @@ use cli::{Cli, Command, LogFormat};
 use switchboard::config::{self, Config};
 use switchboard::state::AppState;
 
+/// mimalloc rather than glibc's malloc: the request path allocates and frees a few dozen small
+/// buffers per request, where glibc spends about a tenth of the proxy's CPU (see
+/// docs/PERFORMANCE.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
