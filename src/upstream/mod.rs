@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::Stream;
 use http::{header, HeaderMap, StatusCode};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use framing::{parse_head, Decoder};
@@ -71,8 +71,12 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// An idle connection is still usable: the backend has neither closed it nor sent anything.
-/// (`try_read` makes no system call while the socket is known not to be readable; a byte it
-/// does read means the connection is dropped anyway.)
+/// Every read of a connection goes through `AsyncRead::poll_read`, which forgets the socket's
+/// read readiness when a read comes back short (the socket is drained), so here `try_read`
+/// makes a system call only if the backend has written or closed since: a FIN or a stray byte
+/// sets the readiness again once the runtime has polled the OS for events (at once when
+/// idle; a close the runtime has not yet seen is caught by the write, or ends that one
+/// request in a 502). A byte it does read means the connection is dropped anyway.
 fn still_open(tcp: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
@@ -114,17 +118,11 @@ fn request_head(authority: &str, path: &str, headers: &HeaderMap, body_len: usiz
 }
 
 /// Read from `tcp` into `buf` (growing it by `want` when full); `Ok(0)` at the end.
-async fn read_more(tcp: &TcpStream, buf: &mut BytesMut, want: usize) -> std::io::Result<usize> {
-    loop {
-        tcp.readable().await?;
-        if buf.capacity() == buf.len() {
-            buf.reserve(want);
-        }
-        match tcp.try_read_buf(buf) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            r => return r,
-        }
+async fn read_more(tcp: &mut TcpStream, buf: &mut BytesMut, want: usize) -> std::io::Result<usize> {
+    if buf.capacity() == buf.len() {
+        buf.reserve(want);
     }
+    tcp.read_buf(buf).await
 }
 
 impl Pool {
@@ -195,7 +193,7 @@ impl Pool {
         // A pooled connection the backend closed after the check-out check fails the write;
         // then (and only then: the backend cannot have seen the request) it goes again on a
         // new connection. Once written, a request is never sent twice.
-        let tcp = match self.checkout(authority) {
+        let mut tcp = match self.checkout(authority) {
             Some(mut tcp) => match tcp
                 .write_all_buf(&mut head.clone().chain(body.clone()))
                 .await
@@ -215,7 +213,7 @@ impl Pool {
                 Ok(None) => {}
                 Err(e) => return Err(SendError::Protocol(e)),
             }
-            match read_more(&tcp, &mut buf, FIRST_READ).await {
+            match read_more(&mut tcp, &mut buf, FIRST_READ).await {
                 Ok(0) => {
                     return Err(SendError::Protocol(
                         "connection closed before the response head".into(),
@@ -315,33 +313,27 @@ impl Stream for UpstreamBody {
                 }
                 return Poll::Ready(None);
             }
-            let Some(tcp) = this.conn.as_ref() else {
+            let Some(tcp) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
             if this.buf.capacity() - this.buf.len() < this.read / 2 {
                 this.buf.reserve(this.read);
             }
             let room = this.buf.capacity() - this.buf.len();
-            match tcp.try_read_buf(&mut this.buf) {
-                Ok(0) => {
+            match tokio_util::io::poll_read_buf(Pin::new(tcp), cx, &mut this.buf) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => {
                     if let Err(e) = this.decoder.eof() {
                         return this.fail(e);
                     }
                     this.conn = None;
                 }
-                Ok(n) => {
+                Poll::Ready(Ok(n)) => {
                     if n == room {
                         this.read = (this.read * 2).min(MAX_READ);
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    match tcp.poll_read_ready(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(e)) => return this.fail(e.to_string()),
-                    }
-                }
-                Err(e) => return this.fail(e.to_string()),
+                Poll::Ready(Err(e)) => return this.fail(e.to_string()),
             }
         }
     }
