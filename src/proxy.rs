@@ -42,6 +42,18 @@ const DROPPED_RESPONSE: [HeaderName; 8] = [
 /// Remove the hop-by-hop headers from `headers`: those of `fixed`, and those named in its
 /// `Connection` header (RFC 9110 §7.6.1). Works in place: nothing is copied.
 fn drop_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
+    // Which of `fixed` are present, in one pass over the names: a removal hashes its name, and
+    // most messages carry two or three of these at most.
+    debug_assert!(fixed.len() <= 32);
+    let mut present = 0u32;
+    for name in headers.keys() {
+        if let Some(i) = fixed.iter().position(|f| f == name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let listed: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -54,8 +66,10 @@ fn drop_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
             headers.remove(name);
         }
     }
-    for name in fixed {
-        headers.remove(name);
+    for (i, name) in fixed.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
     }
 }
 
@@ -95,11 +109,19 @@ pub struct Answer {
     pub body: BoxStream<'static, Result<Bytes, BoxError>>,
 }
 
-/// The whole body of an answer.
+/// The whole body of an answer (a body that came in one piece is not copied).
 pub async fn read_all(
     mut body: BoxStream<'static, Result<Bytes, BoxError>>,
 ) -> Result<Bytes, BoxError> {
-    let mut out = bytes::BytesMut::new();
+    let Some(first) = body.next().await.transpose()? else {
+        return Ok(Bytes::new());
+    };
+    let Some(second) = body.next().await.transpose()? else {
+        return Ok(first);
+    };
+    let mut out = bytes::BytesMut::with_capacity(first.len() + second.len());
+    out.extend_from_slice(&first);
+    out.extend_from_slice(&second);
     while let Some(chunk) = body.next().await {
         out.extend_from_slice(&chunk?);
     }
@@ -134,7 +156,11 @@ pub async fn send(
         }
     };
     if let Some(authority) = &backend.authority {
-        let path = format!("{}{}", backend.path_prefix, path_and_query);
+        let path = if backend.path_prefix.is_empty() {
+            std::borrow::Cow::Borrowed(path_and_query)
+        } else {
+            std::borrow::Cow::Owned(format!("{}{}", backend.path_prefix, path_and_query))
+        };
         let sent = pool.post(authority, &path, headers, body);
         return match tokio::time::timeout(header_timeout, sent).await {
             Ok(Ok(r)) => Ok(Answer {
@@ -248,5 +274,33 @@ mod tests {
         );
         let out = upstream_headers(h.clone(), &backend(None), true);
         assert!(out.get(header::AUTHORIZATION).is_none());
+    }
+
+    fn chunks(
+        parts: Vec<Result<&'static str, &'static str>>,
+    ) -> BoxStream<'static, Result<Bytes, BoxError>> {
+        futures_util::stream::iter(
+            parts
+                .into_iter()
+                .map(|p| p.map(Bytes::from).map_err(BoxError::from)),
+        )
+        .boxed()
+    }
+
+    #[tokio::test]
+    async fn read_all_joins_chunks_and_keeps_a_single_one_as_it_is() {
+        assert_eq!(read_all(chunks(vec![])).await.unwrap(), "");
+        let one = read_all(chunks(vec![Ok("{\"a\":1}")])).await.unwrap();
+        assert_eq!(one, "{\"a\":1}");
+        let three = read_all(chunks(vec![Ok("ab"), Ok("c"), Ok("def")])).await;
+        assert_eq!(three.unwrap(), "abcdef");
+        for broken in [
+            vec![Err("cut")],
+            vec![Ok("ab"), Err("cut")],
+            vec![Ok("ab"), Ok("c"), Err("cut"), Ok("never")],
+        ] {
+            let e = read_all(chunks(broken)).await.unwrap_err();
+            assert_eq!(e.to_string(), "cut");
+        }
     }
 }
