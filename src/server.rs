@@ -1,12 +1,20 @@
-//! Builds the Router and runs it: routes, layer order, graceful shutdown. No business logic.
+//! The HTTP surface: the Router, the accept loop that serves it, graceful shutdown. No business logic.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tower::ServiceExt;
 
 use crate::api;
 use crate::state::AppState;
@@ -34,8 +42,12 @@ pub fn metrics_app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serve `app` on `listener` until `shutdown` resolves, then stop accepting and let requests in
-/// flight (streams included) finish for up to `grace`; `force` resolving ends the wait at once.
+/// Serve the proxy on `listener` until `shutdown` resolves, then stop accepting and let requests
+/// in flight (streams included) finish for up to `grace`; `force` resolving ends the wait at once.
+///
+/// Model-routed POSTs go straight from hyper to [`api::routed_with`]; everything else through
+/// the [`app`] Router. The routed path is every request's path and needs none of the Router's
+/// matching, extractors or boxed request body.
 pub async fn run(
     listener: TcpListener,
     state: AppState,
@@ -43,26 +55,60 @@ pub async fn run(
     grace: Duration,
     force: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (began_tx, began_rx) = tokio::sync::oneshot::channel::<()>();
-    let signal = async move {
-        shutdown.await;
-        let _ = began_tx.send(());
-    };
-    let listener = listener.tap_io(|tcp| {
+    let router = app(state.clone());
+    let state = Arc::new(state);
+    let http = hyper::server::conn::http1::Builder::new();
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
         let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(signal);
-    let deadline = async move {
-        if began_rx.await.is_err() {
-            return std::future::pending::<()>().await;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(grace) => tracing::warn!("shutdown grace of {grace:?} is over; closing open streams"),
-            _ = force => tracing::warn!("second signal: exiting now"),
-        }
-    };
-    tokio::select! {
-        r = server => r,
-        _ = deadline => Ok(()),
+        let (state, router) = (Arc::clone(&state), router.clone());
+        let service = service_fn(move |req: Request<Incoming>| {
+            let (state, router) = (Arc::clone(&state), router.clone());
+            async move {
+                if api::is_routed(req.method(), req.uri().path()) {
+                    Ok::<_, Infallible>(api::routed_with(&state, req).await)
+                } else {
+                    router.oneshot(req.map(Body::new)).await
+                }
+            }
+        });
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "client connection ended with an error");
+            }
+        });
     }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(grace) => tracing::warn!("shutdown grace of {grace:?} is over; closing open streams"),
+        () = force => tracing::warn!("second signal: exiting now"),
+    }
+    Ok(())
+}
+
+/// An `accept` error: one connection's trouble is skipped; anything else (out of file
+/// descriptors, say) is waited out for a second rather than spun on.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accept failed; retrying in a second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }

@@ -16,7 +16,7 @@ use crate::health::state_name;
 use crate::state::AppState;
 
 pub use count::{count_tokens, tokenize};
-pub use routed::routed;
+pub use routed::routed_with;
 
 fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
     let mut v = json!({
@@ -98,11 +98,22 @@ pub async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// POSTs under `/v1/` that no fixed route took go to [`routed`]; anything else is a 404.
-/// (A fallback rather than a `/v1/{*rest}` route: no path parameters to store per request.)
-pub async fn routed_or_not_found(state: State<AppState>, req: axum::extract::Request) -> Response {
-    if req.method() == axum::http::Method::POST && req.uri().path().starts_with("/v1/") {
-        return routed(state, req).await;
+/// Whether a request is model-routed: a POST under `/v1/` other than the fixed
+/// `/v1/messages/count_tokens` (chat, completions, embeddings, responses, messages, …).
+pub fn is_routed(method: &axum::http::Method, path: &str) -> bool {
+    method == axum::http::Method::POST
+        && path.starts_with("/v1/")
+        && path != "/v1/messages/count_tokens"
+}
+
+/// Requests no fixed route took: model-routed ones go to [`routed_with`] (the server sends
+/// those there directly; this serves the Router on its own), anything else is a 404.
+pub async fn routed_or_not_found(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+) -> Response {
+    if is_routed(req.method(), req.uri().path()) {
+        return routed_with(&state, req).await;
     }
     not_found(OriginalUri(req.uri().clone()), req.method().clone()).await
 }

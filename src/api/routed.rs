@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::http::Request;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
@@ -50,7 +50,11 @@ fn output_field(
 }
 
 /// Every JSON POST routed by its `model`: chat, completions, embeddings, responses, messages, …
-pub async fn routed(State(state): State<AppState>, req: Request) -> Response {
+pub async fn routed_with<B>(state: &AppState, req: Request<B>) -> Response
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     // The request taken whole: its headers move along instead of being copied.
     let (parts, body) = req.into_parts();
     let (uri, headers) = (parts.uri, parts.headers);
@@ -58,18 +62,22 @@ pub async fn routed(State(state): State<AppState>, req: Request) -> Response {
     let endpoint = Endpoint::from_path(uri.path());
     let mut ex = Exchange::start(snap.metrics(None), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let result = forward(&state, &snap, &mut ex, path, headers, body).await;
+    let result = forward(state, &snap, &mut ex, path, headers, body).await;
     respond(&mut ex, result)
 }
 
-async fn forward(
+async fn forward<B>(
     state: &AppState,
     snap: &Arc<Snapshot>,
     ex: &mut Exchange,
     path: &str,
     headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ProxyError> {
+    body: B,
+) -> Result<Response, ProxyError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     if has_dot_segment(path) {
         return Err(ProxyError::NotFound {
             method: "POST".into(),
