@@ -37,9 +37,17 @@ pub struct Head {
 /// it (no copy).
 pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
     loop {
-        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut fields);
-        let len = match resp.parse(buf) {
+        // Left uninitialised: httparse writes the fields it finds (no 4 KiB of zeroes per
+        // response).
+        let mut fields =
+            [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut resp,
+            buf,
+            &mut fields,
+        );
+        let len = match parsed {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(format!("response head larger than {MAX_HEAD} bytes"))
