@@ -126,3 +126,34 @@ pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method
     }
     .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::is_routed;
+
+    #[test]
+    fn routed_requests_are_the_posts_under_v1_but_count_tokens() {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/embeddings",
+            "/v1/responses",
+            "/v1/messages",
+            "/v1/anything/else",
+        ] {
+            assert!(is_routed(&Method::POST, path), "{path}");
+            assert!(!is_routed(&Method::GET, path), "GET {path}");
+        }
+        for path in [
+            "/v1/messages/count_tokens",
+            "/tokenize",
+            "/v1",
+            "/v2/chat",
+            "/metrics",
+        ] {
+            assert!(!is_routed(&Method::POST, path), "{path}");
+        }
+    }
+}
