@@ -84,9 +84,9 @@ for bin in "$@"; do
   status=$(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary "@$BODY" "$URL")
   [[ $status == 200 ]] || die "$bin: a chat through the proxy answered $status"
   wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$LOAD_DIR/post.lua" "$URL" -- "$BODY" >/dev/null
-  callgrind_control -z "$sb" >/dev/null
+  callgrind_control -z "$sb" >/dev/null 2>&1
   wrk -t1 -c"$CONNS" -d"$DURATION" -s "$LOAD_DIR/post.lua" "$URL" -- "$BODY" >"$WORK/wrk-$n.txt"
-  callgrind_control -d "$sb" >/dev/null
+  callgrind_control -d "$sb" >/dev/null 2>&1
   stop_pid "$sb" switchboard
   stop_pid "$sim" simulator
   requests=$(awk '/requests in/ { print $1 }' "$WORK/wrk-$n.txt")
