@@ -21,8 +21,8 @@
 # streams. Each run records requests/s, p50/p99 latency (wrk --latency) and the CPU
 # time of the proxy process per request (utime+stime from /proc/PID/stat, nginx
 # master and worker summed, before and after the run, divided by the requests wrk
-# completed). Then the time to the first SSE byte on new connections, the paths
-# taking turns (first_byte.py, needs python3). Prints markdown tables of medians over
+# completed). Then the time to the first SSE byte, on new connections and on kept-alive
+# ones, the paths taking turns (first_byte.py, needs python3). Prints markdown tables of medians over
 # the rounds, and the added p50 latency of each proxy over direct in sequential runs
 # and to the first SSE byte. Exits 1 if any wrk run saw
 # a non-2xx answer or a socket error. Everything it started is stopped on exit.
@@ -310,7 +310,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 
 # ---------------------------------------------------------------- first SSE byte
-# Fresh connections, one streaming request each, the paths taking turns (first_byte.py).
+# New and kept-alive connections, one streaming request each, the paths taking turns
+# (first_byte.py).
 FIRST_BYTE=""
 if [[ $FIRST_BYTE_SAMPLES != 0 ]] && command -v python3 >/dev/null; then
   log "time to first SSE byte: $FIRST_BYTE_SAMPLES samples per path"
