@@ -39,6 +39,9 @@ pub enum SendError {
 pub struct Pool {
     idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
     connect_timeout: Duration,
+    /// Connections idle at least this long are checked by asking the kernel (see
+    /// [`open_by_the_kernel`]); `PROBE_AFTER` but in tests.
+    probe_after: Duration,
 }
 
 impl std::fmt::Debug for Pool {
@@ -54,6 +57,9 @@ const MAX_IDLE: usize = 256;
 /// a request seldom meets a connection the backend is closing at that very moment: once the
 /// request is written it is never sent again (RFC 9112 §9.3.1), so that race is an error.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+/// A connection idle this long or longer is checked with a system call at checkout; one
+/// reused sooner, by the readiness tokio last saw (no system call under load).
+const PROBE_AFTER: Duration = Duration::from_millis(100);
 /// First read buffer of a response; it doubles while reads fill it, up to `MAX_READ`.
 const FIRST_READ: usize = 8 * 1024;
 const MAX_READ: usize = 128 * 1024;
@@ -73,13 +79,25 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// An idle connection is still usable: the backend has neither closed it nor sent anything.
 /// Every read of a connection goes through `AsyncRead::poll_read`, which forgets the socket's
 /// read readiness when a read comes back short (the socket is drained), so here `try_read`
-/// makes a system call only if the backend has written or closed since: a FIN or a stray byte
-/// sets the readiness again once the runtime has polled the OS for events (at once when
-/// idle; a close the runtime has not yet seen is caught by the write, or ends that one
-/// request in a 502). A byte it does read means the connection is dropped anyway.
+/// makes a system call only if the backend has written or closed since and the runtime has
+/// polled the OS for events after that. A close the runtime has not seen yet would go
+/// unnoticed (the write succeeds, the answer never comes), so this check is used only for
+/// connections back in the pool for less than `PROBE_AFTER`; older ones, which is where a
+/// backend's keep-alive timeout strikes, are asked with [`open_by_the_kernel`]. A byte it
+/// does read means the connection is dropped anyway.
 fn still_open(tcp: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// The kernel's word that `tcp` is still open and has nothing to read: a peek that would
+/// block (it sees a FIN the runtime has not yet been told of).
+fn open_by_the_kernel(tcp: &TcpStream) -> bool {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    matches!(
+        socket2::SockRef::from(tcp).peek(&mut probe),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+    )
 }
 
 /// Drop the connections of `list` idle since before `now - IDLE_TIMEOUT` (oldest first).
@@ -130,6 +148,7 @@ impl Pool {
         Pool {
             idle: Mutex::default(),
             connect_timeout,
+            probe_after: PROBE_AFTER,
         }
     }
 
@@ -137,9 +156,15 @@ impl Pool {
     fn checkout(&self, authority: &str) -> Option<TcpStream> {
         let mut idle = self.idle.lock().ok()?;
         let list = idle.get_mut(authority)?;
-        prune(list, Instant::now());
-        while let Some((tcp, _)) = list.pop() {
-            if still_open(&tcp) {
+        let now = Instant::now();
+        prune(list, now);
+        while let Some((tcp, since)) = list.pop() {
+            let open = if now.saturating_duration_since(since) < self.probe_after {
+                still_open(&tcp)
+            } else {
+                open_by_the_kernel(&tcp)
+            };
+            if open {
                 return Some(tcp);
             }
         }
@@ -529,6 +554,50 @@ mod tests {
     async fn a_connection_closed_silently_is_replaced() {
         let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         assert_eq!(raw_connections(answer, b"ok", 3).await, 3);
+    }
+
+    /// A backend closes a kept-alive connection (its keep-alive timeout, say) while the
+    /// runtime is busy: the FIN is in the kernel, not yet in tokio's readiness. Checked out
+    /// after `probe_after`, the connection is asked of the kernel and replaced; trusting the
+    /// readiness alone, the request would be written into the closed connection and fail.
+    #[tokio::test]
+    async fn a_connection_closed_while_the_runtime_was_busy_is_replaced() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
+        let (closed_tx, closed_rx) = std::sync::mpsc::channel::<()>();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for (i, conn) in listener.incoming().take(2).enumerate() {
+                let mut tcp = conn.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                let (mut req, mut buf) = (Vec::new(), [0u8; 4096]);
+                while !(req.windows(4).any(|w| w == b"\r\n\r\n") && req.ends_with(b"{}")) {
+                    match tcp.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .unwrap();
+                if i == 0 {
+                    close_rx.recv().unwrap();
+                    drop(tcp);
+                    closed_tx.send(()).unwrap();
+                }
+            }
+        });
+        let mut pool = Pool::new(Duration::from_secs(5));
+        pool.probe_after = Duration::ZERO;
+        let pool = Arc::new(pool);
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        close_tx.send(()).unwrap();
+        // Blocks the runtime's only thread: tokio polls no events until the close is done.
+        closed_rx.recv().unwrap();
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     /// How many connections `rounds` requests in a row took from a `raw_backend`, each
