@@ -231,6 +231,16 @@ async fn r2_client_errors_get_the_envelope() {
 
     let (s, e) = error_of(c.get(p.url("/nope")).send().await.unwrap()).await;
     assert_eq!((s, e["code"].as_str()), (404, Some("unknown_url")));
+    // The fixed GET routes under /v1/ are not model-routed when POSTed to.
+    for path in ["/v1/models", "/v1/models/a"] {
+        let r = c.post(p.url(path)).json(&json!({"model": "a"})).send();
+        let (s, e) = error_of(r.await.unwrap()).await;
+        assert_eq!(
+            (s, e["code"].as_str()),
+            (404, Some("unknown_url")),
+            "{path}"
+        );
+    }
     let (s, _) = error_of(c.get(&url).send().await.unwrap()).await;
     assert_eq!(s, 404);
 

@@ -98,12 +98,15 @@ pub async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// Whether a request is model-routed: a POST under `/v1/` other than the fixed
-/// `/v1/messages/count_tokens` (chat, completions, embeddings, responses, messages, …).
+/// Whether a request is model-routed: a POST under `/v1/` other than the fixed routes
+/// `/v1/messages/count_tokens` and `/v1/models[/…]` (chat, completions, embeddings,
+/// responses, messages, …).
 pub fn is_routed(method: &axum::http::Method, path: &str) -> bool {
     method == axum::http::Method::POST
         && path.starts_with("/v1/")
         && path != "/v1/messages/count_tokens"
+        && path != "/v1/models"
+        && !path.starts_with("/v1/models/")
 }
 
 /// Requests no fixed route took: model-routed ones go to [`routed_with`] (the server sends
@@ -142,12 +145,15 @@ mod tests {
             "/v1/responses",
             "/v1/messages",
             "/v1/anything/else",
+            "/v1/modelsx",
         ] {
             assert!(is_routed(&Method::POST, path), "{path}");
             assert!(!is_routed(&Method::GET, path), "GET {path}");
         }
         for path in [
             "/v1/messages/count_tokens",
+            "/v1/models",
+            "/v1/models/frank-zealot",
             "/tokenize",
             "/v1",
             "/v2/chat",
