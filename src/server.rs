@@ -65,8 +65,10 @@ pub async fn run(
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => tcp,
                 Err(e) => {
-                    accept_failed(e).await;
-                    continue;
+                    tokio::select! {
+                        () = accept_failed(e) => continue,
+                        () = &mut shutdown => break,
+                    }
                 }
             },
             () = &mut shutdown => break,
