@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::Request;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
