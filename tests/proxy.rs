@@ -163,6 +163,33 @@ async fn r2_models_lists_aliases_only() {
     assert_eq!((status, e["code"].as_str()), (404, Some("model_not_found")));
 }
 
+/// The accept loop sends model-routed POSTs to their handler itself; the fixed routes under
+/// `/v1/` stay the Router's: POSTed to, `/v1/models` is a 404 that never reaches a backend.
+#[tokio::test]
+async fn r6_fixed_v1_routes_are_not_model_routed() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    let c = client();
+    for path in ["/v1/models", "/v1/models/a"] {
+        let r = c.post(p.url(path)).json(&json!({"model": "a"})).send();
+        let (s, e) = error_of(r.await.unwrap()).await;
+        assert_eq!(
+            (s, e["code"].as_str()),
+            (404, Some("unknown_url")),
+            "{path}"
+        );
+    }
+    assert!(sim.recorder().requests().is_empty());
+    let r = c
+        .post(p.url("/v1/chat/completions"))
+        .json(&json!({"model": "a", "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(sim.recorder().requests().len(), 1);
+}
+
 #[tokio::test]
 async fn r2_client_errors_get_the_envelope() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
@@ -231,16 +258,6 @@ async fn r2_client_errors_get_the_envelope() {
 
     let (s, e) = error_of(c.get(p.url("/nope")).send().await.unwrap()).await;
     assert_eq!((s, e["code"].as_str()), (404, Some("unknown_url")));
-    // The fixed GET routes under /v1/ are not model-routed when POSTed to.
-    for path in ["/v1/models", "/v1/models/a"] {
-        let r = c.post(p.url(path)).json(&json!({"model": "a"})).send();
-        let (s, e) = error_of(r.await.unwrap()).await;
-        assert_eq!(
-            (s, e["code"].as_str()),
-            (404, Some("unknown_url")),
-            "{path}"
-        );
-    }
     let (s, _) = error_of(c.get(&url).send().await.unwrap()).await;
     assert_eq!(s, 404);
 
