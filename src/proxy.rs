@@ -110,9 +110,10 @@ pub struct Answer {
 }
 
 /// The whole body of an answer (a body that came in one piece is not copied).
-pub async fn read_all(
-    mut body: BoxStream<'static, Result<Bytes, BoxError>>,
-) -> Result<Bytes, BoxError> {
+pub async fn read_all<S>(mut body: S) -> Result<Bytes, BoxError>
+where
+    S: futures_util::Stream<Item = Result<Bytes, BoxError>> + Unpin,
+{
     let Some(first) = body.next().await.transpose()? else {
         return Ok(Bytes::new());
     };

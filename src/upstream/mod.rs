@@ -306,16 +306,6 @@ impl UpstreamBody {
         self.decoder = Decoder::new(framing::Framing::Empty);
         Poll::Ready(Some(Err(e.into())))
     }
-
-    /// The whole body.
-    pub async fn bytes(mut self) -> Result<Bytes, BoxError> {
-        use futures_util::StreamExt;
-        let mut out = BytesMut::new();
-        while let Some(chunk) = self.next().await {
-            out.extend_from_slice(&chunk?);
-        }
-        Ok(out.freeze())
-    }
 }
 
 impl Stream for UpstreamBody {
@@ -443,7 +433,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.status, StatusCode::OK);
-        r.body.bytes().await.unwrap()
+        crate::proxy::read_all(r.body).await.unwrap()
     }
 
     /// How many connections three requests in a row took, each body read to its end.
@@ -480,6 +470,11 @@ mod tests {
         (addr, accepted)
     }
 
+    /// The test backends' requests are complete: a head and the 2-byte body `{}`.
+    fn whole_request(req: &[u8]) -> bool {
+        req.windows(4).any(|w| w == b"\r\n\r\n") && req.ends_with(b"{}")
+    }
+
     /// A backend that reads requests on each connection and answers the n-th with
     /// `answers[n]` byte for byte; an empty answer, or running out of them, closes the
     /// connection. Counts connections and requests received.
@@ -500,8 +495,7 @@ mod tests {
                     for answer in answers {
                         let mut req = Vec::new();
                         let mut buf = [0u8; 4096];
-                        // A request: a head and a 2-byte body.
-                        while !req.windows(4).any(|w| w == b"\r\n\r\n") || !req.ends_with(b"{}") {
+                        while !whole_request(&req) {
                             match tcp.read(&mut buf).await {
                                 Ok(0) | Err(_) => return,
                                 Ok(n) => req.extend_from_slice(&buf[..n]),
@@ -574,7 +568,7 @@ mod tests {
                 let mut tcp = conn.unwrap();
                 count.fetch_add(1, Ordering::SeqCst);
                 let (mut req, mut buf) = (Vec::new(), [0u8; 4096]);
-                while !(req.windows(4).any(|w| w == b"\r\n\r\n") && req.ends_with(b"{}")) {
+                while !whole_request(&req) {
                     match tcp.read(&mut buf) {
                         Ok(0) | Err(_) => return,
                         Ok(n) => req.extend_from_slice(&buf[..n]),
