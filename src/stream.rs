@@ -14,10 +14,9 @@ use bytes::{Bytes, BytesMut};
 use futures_util::stream::{BoxStream, StreamExt};
 use futures_util::FutureExt;
 use memchr::memmem;
-use serde::Deserialize;
 
 use crate::error::ProxyError;
-use crate::exchange::{Exchange, Usage};
+use crate::exchange::Exchange;
 use crate::metrics::UpstreamReason;
 use crate::slots::SlotPermit;
 use crate::upstream::BoxError;
@@ -148,51 +147,6 @@ fn has_token(data: &[u8]) -> bool {
         || TOOL_CALLS.find(data).is_some()
 }
 
-#[derive(Deserialize)]
-struct UsageChunk {
-    choices: Option<Vec<serde::de::IgnoredAny>>,
-    usage: Option<WireUsage>,
-    timings: Option<Timings>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct WireUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    completion_tokens_details: Option<Details>,
-}
-
-#[derive(Deserialize)]
-struct Details {
-    reasoning_tokens: Option<u64>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct Timings {
-    prompt_per_second: Option<f64>,
-    predicted_per_second: Option<f64>,
-}
-
-/// Usage and timings of a non-streamed body or one event; `None` when it has no usage.
-pub fn parse_usage(data: &[u8]) -> Option<(Usage, bool)> {
-    let c: UsageChunk = serde_json::from_slice(data).ok()?;
-    let u = c.usage?;
-    let usage_only = c.choices.is_some_and(|ch| ch.is_empty());
-    let timings = c.timings;
-    Some((
-        Usage {
-            prompt: u.prompt_tokens,
-            completion: u.completion_tokens,
-            reasoning: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
-            prefill_tps: timings.as_ref().and_then(|t| t.prompt_per_second),
-            decode_tps: timings.as_ref().and_then(|t| t.predicted_per_second),
-        },
-        usage_only,
-    ))
-}
-
 impl Tracker {
     /// First and last token times of one event's data.
     fn track(&mut self, data: &[u8], now: Instant) {
@@ -223,7 +177,7 @@ impl Tracker {
                 }
                 self.track(data, now);
                 if USAGE.find(data).is_some() {
-                    if let Some((usage, _)) = parse_usage(data) {
+                    if let Some((usage, _)) = crate::usage::of_event(data) {
                         self.ex.usage = Some(usage);
                     }
                 }
@@ -247,7 +201,7 @@ impl Tracker {
         }
         self.track(data, now);
         if USAGE.find(data).is_some() {
-            if let Some((usage, usage_only)) = parse_usage(data) {
+            if let Some((usage, usage_only)) = crate::usage::of_event(data) {
                 self.ex.usage = Some(usage);
                 if usage_only && self.opts.drop_usage_chunk {
                     return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
@@ -595,18 +549,5 @@ mod tests {
         assert!(has_token(
             br#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#
         ));
-    }
-
-    #[test]
-    fn parses_usage_chunk() {
-        let (u, only) = parse_usage(br#"{"choices":[],"usage":{"completion_tokens":6,"prompt_tokens":23,"total_tokens":29},"timings":{"prompt_per_second":428.4,"predicted_per_second":678.3}}"#).unwrap();
-        assert!(only);
-        assert_eq!((u.prompt, u.completion), (23, 6));
-        assert_eq!(u.decode_tps, Some(678.3));
-        let (_, only) = parse_usage(
-            br#"{"choices":[{"index":0}],"usage":{"completion_tokens":1,"prompt_tokens":2}}"#,
-        )
-        .unwrap();
-        assert!(!only);
     }
 }

@@ -209,7 +209,7 @@ where
     }
     let mut bytes = bytes;
     if status.is_success() {
-        if let Some((usage, _)) = stream::parse_usage(&bytes) {
+        if let Some(usage) = crate::usage::of_body(&bytes) {
             ex.usage = Some(usage);
         }
         if is_chat {

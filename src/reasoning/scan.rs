@@ -11,6 +11,7 @@ use memchr::memmem::Finder;
 
 use super::field::OutputField;
 use super::tags::ThinkTags;
+use crate::json_scan::{skip_ws, values};
 
 static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"reasoning\""));
 static REASONING_CONTENT: LazyLock<Finder<'static>> =
@@ -19,23 +20,6 @@ static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"con
 static INDEX: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"index\""));
 static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"tool_calls\""));
 static UNICODE_ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
-
-/// Where the value of each `"key":` occurrence starts.
-fn values<'d>(data: &'d [u8], key: &'d Finder<'static>) -> impl Iterator<Item = &'d [u8]> + 'd {
-    key.find_iter(data).filter_map(move |at| {
-        let rest = skip_ws(data.get(at + key.needle().len()..)?);
-        let rest = rest.strip_prefix(b":")?;
-        Some(skip_ws(rest))
-    })
-}
-
-fn skip_ws(bytes: &[u8]) -> &[u8] {
-    let n = bytes
-        .iter()
-        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-        .count();
-    bytes.get(n..).unwrap_or_default()
-}
 
 fn has_string(data: &[u8], key: &Finder<'static>) -> bool {
     values(data, key).any(|v| v.first() == Some(&b'"'))

@@ -1,0 +1,216 @@
+//! Token usage and timings as a backend reports them: in one stream event or a whole answer.
+//!
+//! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
+//! A whole answer is mostly text the proxy does not need: its `usage` and `timings` objects are
+//! found by their keys (see `json_scan`), and only the wanted numbers in them are parsed.
+//! OpenAI-style answers carry both at the top level, after `choices`; the last occurrence is
+//! the one read.
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+use serde::Deserialize;
+
+use crate::exchange::Usage;
+use crate::json_scan::values;
+
+#[derive(Deserialize)]
+struct UsageChunk {
+    choices: Option<Vec<serde::de::IgnoredAny>>,
+    usage: Option<WireUsage>,
+    timings: Option<Timings>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    completion_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    reasoning_tokens: Option<u64>,
+}
+
+/// llama.cpp's `timings`: prompt and generation speed as the backend measured them.
+#[derive(Deserialize, Default)]
+struct Timings {
+    prompt_per_second: Option<f64>,
+    predicted_per_second: Option<f64>,
+}
+
+fn usage_with(u: WireUsage, timings: Timings) -> Usage {
+    Usage {
+        prompt: u.prompt_tokens,
+        completion: u.completion_tokens,
+        reasoning: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        prefill_tps: timings.prompt_per_second,
+        decode_tps: timings.predicted_per_second,
+    }
+}
+
+/// Usage and timings of one stream event, and whether it is the usage-only chunk (empty
+/// `choices`); `None` when it has no usage.
+pub fn of_event(data: &[u8]) -> Option<(Usage, bool)> {
+    let c: UsageChunk = serde_json::from_slice(data).ok()?;
+    let usage_only = c.choices.as_ref().is_some_and(|ch| ch.is_empty());
+    Some((
+        usage_with(c.usage?, c.timings.unwrap_or_default()),
+        usage_only,
+    ))
+}
+
+static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+static TIMINGS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"timings\""));
+static PROMPT_PER_SECOND: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"prompt_per_second\""));
+static PREDICTED_PER_SECOND: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"predicted_per_second\""));
+
+/// Usage and timings of a whole (non-streamed) answer; `None` when it has no usage object.
+///
+/// Reads the same numbers as [`of_event`] for a fraction of its cost: the last `usage` object
+/// is found by its key and parsed alone; the two speeds are the numbers under their keys
+/// after the last `timings` key (llama.cpp's names, found nowhere else).
+pub fn of_body(body: &[u8]) -> Option<Usage> {
+    let usage = last_object(body, &USAGE)?;
+    let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?;
+    let timings = last_object(body, &TIMINGS).unwrap_or_default();
+    Some(usage_with(
+        u,
+        Timings {
+            prompt_per_second: number(timings, &PROMPT_PER_SECOND),
+            predicted_per_second: number(timings, &PREDICTED_PER_SECOND),
+        },
+    ))
+}
+
+/// `body` from the start of the object under the last `key` on.
+fn last_object<'b>(body: &'b [u8], key: &'b Finder<'static>) -> Option<&'b [u8]> {
+    values(body, key)
+        .filter(|v| v.first() == Some(&b'{'))
+        .last()
+}
+
+/// The number under the first `key` in `bytes`.
+fn number(bytes: &[u8], key: &Finder<'static>) -> Option<f64> {
+    values(bytes, key)
+        .find_map(|v| f64::deserialize(&mut serde_json::Deserializer::from_slice(v)).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A real llama-server's non-streamed answer (tiny Qwen3 model), verbatim.
+    const LLAMACPP: &str = r#"{"choices":[{"finish_reason":"length","index":0,"message":{"role":"assistant","content":"fontStyle Bamboocome zoningفرنس.lists estaba guid㎧职业生涯mir隍"}}],"created":1796026244,"model":"tiny-qwen3","system_fingerprint":"b0-unknown","object":"chat.completion","usage":{"completion_tokens":12,"prompt_tokens":23,"total_tokens":35,"prompt_tokens_details":{"cached_tokens":0}},"id":"chatcmpl-ZVIsHc0s4nZ04oU9pEI0kGJxIRFA37lJ","timings":{"cache_n":0,"prompt_n":23,"prompt_ms":3.426,"prompt_per_token_ms":0.14895652173913043,"prompt_per_second":6713.368359603036,"predicted_n":12,"predicted_ms":15.79,"predicted_per_token_ms":1.4354545454545453,"predicted_per_second":696.6434452184927}}"#;
+
+    #[test]
+    fn parses_usage_chunk() {
+        let (u, only) = of_event(br#"{"choices":[],"usage":{"completion_tokens":6,"prompt_tokens":23,"total_tokens":29},"timings":{"prompt_per_second":428.4,"predicted_per_second":678.3}}"#).unwrap();
+        assert!(only);
+        assert_eq!((u.prompt, u.completion), (23, 6));
+        assert_eq!(u.decode_tps, Some(678.3));
+        let (_, only) = of_event(
+            br#"{"choices":[{"index":0}],"usage":{"completion_tokens":1,"prompt_tokens":2}}"#,
+        )
+        .unwrap();
+        assert!(!only);
+        assert!(of_event(br#"{"choices":[{"index":0}]}"#).is_none());
+    }
+
+    #[test]
+    fn a_body_reads_as_its_full_parse_does() {
+        let u = of_body(LLAMACPP.as_bytes()).unwrap();
+        assert_eq!((u.prompt, u.completion, u.reasoning), (23, 12, None));
+        assert_eq!(
+            (u.prefill_tps, u.decode_tps),
+            (Some(6713.368359603036), Some(696.6434452184927))
+        );
+        assert_eq!(Some(u), of_event(LLAMACPP.as_bytes()).map(|(u, _)| u));
+
+        // vLLM: spaces around the colon, reasoning tokens, no timings.
+        let vllm = br#"{"id":"x","choices":[{"message":{"content":"ok"}}], "usage" : {"prompt_tokens":5,"completion_tokens":7,"completion_tokens_details":{"reasoning_tokens":3}}}"#;
+        let u = of_body(vllm).unwrap();
+        assert_eq!((u.prompt, u.completion, u.reasoning), (5, 7, Some(3)));
+        assert_eq!((u.prefill_tps, u.decode_tps), (None, None));
+
+        assert!(of_body(br#"{"choices":[{"message":{"content":"ok"}}]}"#).is_none());
+        assert!(of_body(br#"{"usage":null}"#).is_none());
+        // The last usage object is the answer's; keys outside it are not read.
+        let body = br#"{"choices":[{"message":{"usage":{"prompt_tokens":99}}}],"usage":{"completion_tokens":2},"extra":{"prompt_tokens":98}}"#;
+        let u = of_body(body).unwrap();
+        assert_eq!((u.prompt, u.completion), (0, 2));
+        assert_eq!(Some(u), of_event(body).map(|(u, _)| u));
+        assert!(of_body(b"").is_none());
+    }
+
+    #[test]
+    fn usage_written_as_text_is_not_read() {
+        // The model wrote a usage object into its answer; the real one follows.
+        let body = br#"{"choices":[{"message":{"content":"{\"usage\":{\"prompt_tokens\":99}}"}}],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
+        let u = of_body(body).unwrap();
+        assert_eq!((u.prompt, u.completion), (1, 2));
+        // Only text mentions usage: nothing is read.
+        let body = br#"{"choices":[{"message":{"content":"\"usage\": {\"prompt_tokens\":99}"}}]}"#;
+        assert!(of_body(body).is_none());
+        // A key that ends in `\"usage` is not the usage key.
+        let body = br#"{"usage":{"prompt_tokens":1,"completion_tokens":2},"note \"usage":{"prompt_tokens":99}}"#;
+        assert_eq!(of_body(body).map(|u| u.prompt), Some(1));
+    }
+
+    proptest! {
+        /// Whatever the model wrote and however the backend laid the answer out, the key
+        /// search reads what a full parse reads.
+        #[test]
+        fn of_body_agrees_with_the_full_parse(
+            content in r#"[a-z "\\{}\[\]:,]{0,40}|.*"usage":\{"prompt_tokens":[0-9]\}.*"#,
+            prompt in 0u64..1_000_000,
+            completion in 0u64..1_000_000,
+            reasoning in proptest::option::of(0u64..1000),
+            timings in proptest::option::of((0.0f64..1e7, 0.0f64..1e7)),
+            details_first: bool,
+            pretty: bool,
+        ) {
+            let message = serde_json::json!({"role": "assistant", "content": content});
+            let mut usage = serde_json::Map::new();
+            if details_first {
+                usage.insert("prompt_tokens_details".into(), serde_json::json!({"cached_tokens": 3}));
+            }
+            if let Some(r) = reasoning {
+                usage.insert("completion_tokens_details".into(), serde_json::json!({"reasoning_tokens": r}));
+            }
+            usage.insert("completion_tokens".into(), completion.into());
+            usage.insert("prompt_tokens".into(), prompt.into());
+            usage.insert("total_tokens".into(), (prompt + completion).into());
+            let mut body = serde_json::json!({
+                "choices": [{"index": 0, "message": message}],
+                "usage": usage,
+                "id": "chatcmpl-1",
+            });
+            if let Some((prefill, decode)) = timings {
+                body["timings"] = serde_json::json!({
+                    "prompt_n": 17, "prompt_per_token_ms": 4.9e-6, "prompt_per_second": prefill,
+                    "predicted_n": 16, "predicted_per_second": decode,
+                });
+            }
+            let bytes = if pretty {
+                serde_json::to_vec_pretty(&body).unwrap()
+            } else {
+                serde_json::to_vec(&body).unwrap()
+            };
+            let read = of_body(&bytes);
+            prop_assert_eq!(read, of_event(&bytes).map(|(u, _)| u));
+            let read = read.unwrap();
+            prop_assert_eq!((read.prompt, read.completion, read.reasoning), (prompt, completion, reasoning));
+            // serde_json reads floats to within an ulp or so.
+            let decode_error = read.decode_tps.zip(timings).map(|(r, t)| (r - t.1).abs() / t.1.max(1.0));
+            prop_assert!(decode_error.is_none_or(|e| e < 1e-12), "decode_tps {:?}", read.decode_tps);
+            prop_assert_eq!(read.decode_tps.is_some(), timings.is_some());
+        }
+    }
+}
