@@ -1,6 +1,7 @@
 //! The alias table: a model name (alias or old name) resolves to the route that serves it.
 
-use std::collections::HashMap;
+// foldhash: read on every request, keyed by names from the config (no untrusted keys).
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use crate::config::{Alias, Config};
@@ -22,7 +23,7 @@ pub struct RouteTable {
 
 impl RouteTable {
     pub fn new(config: &Config) -> Self {
-        let mut by_name = HashMap::new();
+        let mut by_name = HashMap::default();
         let mut aliases = Vec::new();
         for alias in config.aliases.values() {
             by_name.insert(alias.name.clone(), (Arc::clone(alias), false));

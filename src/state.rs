@@ -1,6 +1,7 @@
 //! Shared state: the live config snapshot (swapped atomically on reload), the upstream client, metrics.
 
-use std::collections::HashMap;
+// foldhash: read on every request, keyed by names from the config (no untrusted keys).
+use foldhash::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -6,7 +6,8 @@
 
 mod framing;
 
-use std::collections::HashMap;
+// foldhash: read on every request, keyed by names from the config (no untrusted keys).
+use foldhash::HashMap;
 use std::fmt::Write as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
