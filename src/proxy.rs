@@ -13,6 +13,9 @@ use crate::error::ProxyError;
 use crate::metrics::{AliasMetrics, UpstreamReason};
 use crate::upstream::{BoxError, Pool, SendError};
 
+/// Anthropic-style clients send their key here instead of `Authorization`.
+pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
 /// Hop-by-hop and framing headers that never cross the proxy (RFC 9110 §7.6.1), plus
 /// `accept-encoding`: answers are relayed uncompressed so events are never held in an encoder.
 const DROPPED_REQUEST: [HeaderName; 10] = [
@@ -79,7 +82,7 @@ pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: boo
     drop_hop_by_hop(&mut headers, &DROPPED_REQUEST);
     if own_auth || backend.api_key.is_some() {
         headers.remove(header::AUTHORIZATION);
-        headers.remove("x-api-key");
+        headers.remove(X_API_KEY);
     }
     if let Some(key) = &backend.api_key {
         if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {

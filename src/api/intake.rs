@@ -1,6 +1,6 @@
 //! Request intake shared by the handlers: request id, client auth, content type, size-limited body.
 
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -8,10 +8,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use crate::error::ProxyError;
 use crate::exchange::Exchange;
 use crate::openai::ParsedRequest;
+use crate::proxy::X_API_KEY;
 use crate::routes::Route;
 use crate::state::Snapshot;
 
-pub const REQUEST_ID: &str = "x-request-id";
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The request id: the client's `x-request-id` when it sent a sane one, else a new one.
 pub fn request_id(headers: &HeaderMap) -> String {
@@ -26,11 +27,13 @@ pub fn request_id(headers: &HeaderMap) -> String {
 /// 32 random hex digits (without `format!`, which costs more than the rest of the id).
 fn new_request_id() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let n = rand::random::<u128>();
-    (0..32)
-        .rev()
-        .map(|i| char::from(HEX[((n >> (i * 4)) & 0xf) as usize]))
-        .collect()
+    let mut n = rand::random::<u128>();
+    let mut id = [0u8; 32];
+    for digit in id.iter_mut().rev() {
+        *digit = HEX[(n & 0xf) as usize];
+        n >>= 4;
+    }
+    String::from_utf8_lossy(&id).into_owned()
 }
 
 /// Clients must present one of the configured keys, when keys are configured.
@@ -45,7 +48,7 @@ pub fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError>
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, key)| key.trim());
     // Anthropic-style clients send `x-api-key`.
-    let given = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+    let given = bearer.or_else(|| headers.get(X_API_KEY).and_then(|v| v.to_str().ok()));
     match given {
         Some(k) if keys.iter().any(|key| key == k) => Ok(()),
         _ => Err(ProxyError::Unauthorized),

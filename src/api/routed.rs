@@ -22,8 +22,9 @@ use crate::stream::{self, RelayOptions};
 use crate::tokens::Method;
 use crate::upstream::BoxError;
 
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
-const REASONING_FIELD: &str = "x-reasoning-field";
+const REASONING_FIELD: HeaderName = HeaderName::from_static("x-reasoning-field");
 
 /// The reasoning field this client gets: its header, else the alias's setting, else the server's.
 fn output_field(
@@ -61,7 +62,14 @@ where
     let endpoint = Endpoint::from_path(uri.path());
     let mut ex = Exchange::start(snap.metrics(None), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let result = forward(state, &snap, &mut ex, path, headers, body).await;
+    let result = if has_dot_segment(uri.path()) {
+        Err(ProxyError::NotFound {
+            method: "POST".into(),
+            path: path.to_string(),
+        })
+    } else {
+        forward(state, &snap, &mut ex, endpoint, path, headers, body).await
+    };
     respond(&mut ex, result)
 }
 
@@ -69,6 +77,7 @@ async fn forward<B>(
     state: &AppState,
     snap: &Arc<Snapshot>,
     ex: &mut Exchange,
+    endpoint: Endpoint,
     path: &str,
     headers: HeaderMap,
     body: B,
@@ -77,12 +86,6 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    if has_dot_segment(path) {
-        return Err(ProxyError::NotFound {
-            method: "POST".into(),
-            path: path.to_string(),
-        });
-    }
     let server = &snap.config.server;
     let (body, req, route) = routed_request(snap, &headers, body).await?;
     ex.stream = req.stream;
@@ -90,8 +93,9 @@ where
         snap.metrics(Some(&route.alias.name)),
         &route.alias.backend.name,
     );
-    let is_chat = endpoint_is_chat(path);
-    let (alias, upstream_body) = guarded(state, snap, ex, &req, &body, &route.alias, path).await?;
+    let is_chat = endpoint == Endpoint::chat_completions;
+    let (alias, upstream_body) =
+        guarded(state, snap, ex, &req, &body, &route.alias, endpoint).await?;
     let alias: &Alias = &alias;
     let backend = &alias.backend;
     let m = snap.metrics(Some(&alias.name));
@@ -161,12 +165,12 @@ where
             }
             read = chunks;
         }
-        out_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        out_headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
         out_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         ex.status = status.as_u16();
         ex.responding();
         let opts = RelayOptions {
-            drop_usage_chunk: req.stream && !req.client_wants_usage() && endpoint_takes_usage(path),
+            drop_usage_chunk: req.stream && !req.client_wants_usage() && takes_usage(endpoint),
             transform: is_chat.then(|| {
                 Box::new(StreamRewriter::new(output, alias.think_tags.clone()))
                     as Box<dyn stream::EventTransform>
@@ -236,13 +240,12 @@ async fn guarded(
     req: &ParsedRequest,
     body: &[u8],
     first: &Arc<Alias>,
-    path: &str,
+    endpoint: Endpoint,
 ) -> Result<(Arc<Alias>, Vec<u8>), ProxyError> {
-    let is_chat = endpoint_is_chat(path);
+    let is_chat = endpoint == Endpoint::chat_completions;
     let mut alias = Arc::clone(first);
     loop {
-        let mut upstream =
-            req.upstream_body(body, &alias.upstream_model, endpoint_takes_usage(path));
+        let mut upstream = req.upstream_body(body, &alias.upstream_model, takes_usage(endpoint));
         if !is_chat {
             return Ok((alias, upstream));
         }
@@ -320,10 +323,10 @@ async fn peek_first_event(
     (read, None)
 }
 
-/// `.` or `..` path segments, raw or percent-encoded: they would resolve to backend paths
-/// outside the API (llama.cpp `/slots`, SGLang admin endpoints) and are refused.
+/// `.` or `..` segments in a path (its query aside), raw or percent-encoded: they would
+/// resolve to backend paths outside the API (llama.cpp `/slots`, SGLang admin endpoints) and
+/// are refused.
 fn has_dot_segment(path: &str) -> bool {
-    let path = path.split('?').next().unwrap_or_default();
     // Nearly every path has neither: skip the per-segment work for them.
     if !path.bytes().any(|b| b == b'.' || b == b'%') {
         return false;
@@ -335,13 +338,6 @@ fn has_dot_segment(path: &str) -> bool {
 }
 
 /// Whether the endpoint's streams take `stream_options.include_usage`.
-fn endpoint_takes_usage(path: &str) -> bool {
-    matches!(
-        path.split('?').next(),
-        Some("/v1/chat/completions" | "/v1/completions")
-    )
-}
-
-fn endpoint_is_chat(path: &str) -> bool {
-    path.split('?').next() == Some("/v1/chat/completions")
+fn takes_usage(endpoint: Endpoint) -> bool {
+    matches!(endpoint, Endpoint::chat_completions | Endpoint::completions)
 }
