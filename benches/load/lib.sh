@@ -94,9 +94,9 @@ start_switchboard() {
   wait_http "http://127.0.0.1:$SB_PORT/health" "$SB_PID" switchboard
 }
 
-# proc_ticks PID...: utime+stime (clock ticks) of the processes and their direct children.
+# proc_ticks PID...: "utime stime" (clock ticks) of the processes and their direct children.
 proc_ticks() {
-  local pid child all=() total=0 stat rest
+  local pid child all=() user=0 sys=0 stat rest
   local -a f
   for pid in "$@"; do
     all+=("$pid")
@@ -108,9 +108,10 @@ proc_ticks() {
     stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
     rest=${stat##*) } # fields from 3 (state) on; comm may hold spaces
     read -r -a f <<<"$rest"
-    total=$((total + f[11] + f[12])) # utime (14) and stime (15)
+    user=$((user + f[11])) # utime (field 14)
+    sys=$((sys + f[12]))   # stime (field 15)
   done
-  echo "$total"
+  echo "$user $sys"
 }
 
 # rss_kib PID: resident set size of the process in KiB.

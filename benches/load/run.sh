@@ -16,9 +16,9 @@
 #   - switchboard serve, aliases `bench` and `bench-stream` on those backends, with
 #     SB_WORKERS workers (default 1, as nginx's one worker: both proxies get one core)
 # and checks each path answers correctly. Then, for ROUNDS rounds, interleaved
-# (direct → nginx → switchboard for every setting): wrk at each of CONNS connections
-# and a sequential run (1 connection, 1 thread), for non-streaming chat and for
-# streams. Each run records requests/s, p50/p99 latency (wrk --latency) and the CPU
+# (direct → nginx → switchboard for every setting, the order turned by one each
+# round): wrk at each of CONNS connections and a sequential run (1 connection,
+# 1 thread), for non-streaming chat and for streams. Each run records requests/s, p50/p99 latency (wrk --latency) and the CPU
 # time of the proxy process per request (utime+stime from /proc/PID/stat, nginx
 # master and worker summed, before and after the run, divided by the requests wrk
 # completed). Then the time to the first SSE byte, on new connections and on kept-alive
@@ -280,7 +280,7 @@ measure() {
     -s "$LOAD_DIR/post.lua" "$url" -- "${bodies[@]}" >"$out" 2>&1 ||
     die "wrk failed or overran for $kind c$conns $path: $(tail -3 "$out")"
   [[ -n $pid ]] && t1=$(proc_ticks "$pid")
-  local requests rps p50 p99 non2xx sockerr cpu
+  local requests rps p50 p99 non2xx sockerr cpu user
   requests=$(awk '/ requests in / { print $1 }' "$out")
   rps=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
   p50=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
@@ -289,20 +289,31 @@ measure() {
   sockerr=$(awk '/Socket errors:/ { gsub(/,/, ""); print $4 + $6 + $8 + $10 }' "$out")
   [[ -n $requests && -n $rps ]] || die "cannot parse wrk output $out"
   if [[ -n $pid ]] && ((requests > 0)); then
-    cpu=$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN { printf "%.2f", d / hz * 1e6 / n }')
+    read -r cpu user < <(awk -v t0="$t0" -v t1="$t1" -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {
+      split(t0, a, " "); split(t1, b, " ")
+      per = 1e6 / hz / n
+      printf "%.2f %.2f\n", (b[1] + b[2] - a[1] - a[2]) * per, (b[1] - a[1]) * per
+    }')
   else
-    cpu=-
+    cpu=- user=-
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$kind" "$conns" "$path" \
-    "$rps" "$p50" "$p99" "$requests" "${non2xx:-0}" "${sockerr:-0}" "$cpu" >>"$RESULTS"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$kind" "$conns" "$path" \
+    "$rps" "$p50" "$p99" "$requests" "${non2xx:-0}" "${sockerr:-0}" "$cpu" "$user" >>"$RESULTS"
   log "round $round $kind c$conns $path: $rps req/s, p50 ${p50} us, p99 ${p99} us, cpu ${cpu} us/req, errors ${non2xx:-0}+${sockerr:-0}"
 }
 
 log "measuring: ROUNDS=$ROUNDS DURATION=$DURATION CONNS=\"$CONNS\" paths: ${PATHS[*]}"
 for ((round = 1; round <= ROUNDS; round++)); do
+  # The order of the paths turns by one each round: a run's place in the sequence moves
+  # its CPU figure (what ran just before it warms or cools the machine), so each path
+  # takes each place equally often over as many rounds as there are paths.
+  order=()
+  for ((i = 0; i < ${#PATHS[@]}; i++)); do
+    order+=("${PATHS[(i + round - 1) % ${#PATHS[@]}]}")
+  done
   for kind in chat stream; do
     for conns in $CONNS 1; do
-      for path in "${PATHS[@]}"; do
+      for path in "${order[@]}"; do
         measure "$round" "$kind" "$conns" "$path"
       done
     done
@@ -343,6 +354,7 @@ report() {
       add(k SUBSEP c SUBSEP p SUBSEP "p50", $6)
       add(k SUBSEP c SUBSEP p SUBSEP "p99", $7)
       add(k SUBSEP c SUBSEP p SUBSEP "cpu", $11)
+      add(k SUBSEP c SUBSEP p SUBSEP "user", $12)
       err[k SUBSEP c SUBSEP p] += $9 + $10
       p50[r SUBSEP k SUBSEP c SUBSEP p] = $6
     }
@@ -353,12 +365,13 @@ report() {
         k = (ki == 1) ? "chat" : "stream"
         if (k == "chat") printf "\n### Non-streaming chat (%d-token answers)\n\n", chat_tokens
         else printf "\n### Streaming chat (%d token events%s)\n\n", stream_tokens, (dry == 1) ? ", fixed file" : ", a quarter with reasoning"
-        print "| conns | path | req/s | p50 | p99 | proxy CPU µs/req | errors |"
-        print "|---:|---|---:|---:|---:|---:|---:|"
+        print "| conns | path | req/s | p50 | p99 | proxy CPU µs/req | of it user space | errors |"
+        print "|---:|---|---:|---:|---:|---:|---:|---:|"
         for (ci = 1; ci <= nc; ci++) for (pi = 1; pi <= np; pi++) {
           c = C[ci]; p = P[pi]; key = k SUBSEP c SUBSEP p
-          printf "| %s | %s | %s | %s | %s | %s | %d |\n", c, p, num(median(key SUBSEP "rps"), "%.0f"),
-            us(median(key SUBSEP "p50")), us(median(key SUBSEP "p99")), num(median(key SUBSEP "cpu"), "%.1f"), err[key]
+          printf "| %s | %s | %s | %s | %s | %s | %s | %d |\n", c, p, num(median(key SUBSEP "rps"), "%.0f"),
+            us(median(key SUBSEP "p50")), us(median(key SUBSEP "p99")), num(median(key SUBSEP "cpu"), "%.1f"),
+            num(median(key SUBSEP "user"), "%.1f"), err[key]
         }
       }
       print "\n### Sequential (1 connection, 1 wrk thread)\n"
