@@ -1,5 +1,5 @@
-//! Hot paths of every request: the request view and `model` rewrite, and the per-request
-//! metrics recording. (Event transforms: `benches/reasoning.rs`; the guard: `benches/tokens.rs`.)
+//! Hot paths of every request: the request view and `model` rewrite, the usage read of an
+//! answer, and the per-request metrics recording. (Event transforms: `benches/reasoning.rs`; the guard: `benches/tokens.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -9,6 +9,7 @@ use serde_json::json;
 use switchboard::exchange::{Exchange, Usage};
 use switchboard::metrics::{Endpoint, Metrics};
 use switchboard::openai::ParsedRequest;
+use switchboard::usage;
 
 /// A chat request of about `size` bytes: a system prompt and alternating turns.
 fn body(size: usize) -> Vec<u8> {
@@ -45,6 +46,31 @@ fn request_view(c: &mut Criterion) {
     g.finish();
 }
 
+/// A real llama-server's non-streamed answer (tiny Qwen3 model), verbatim.
+const LLAMACPP_ANSWER: &str = r#"{"choices":[{"finish_reason":"length","index":0,"message":{"role":"assistant","content":"fontStyle Bamboocome zoningفرنس.lists estaba guid㎧职业生涯mir隍"}}],"created":1796026244,"model":"tiny-qwen3","system_fingerprint":"b0-unknown","object":"chat.completion","usage":{"completion_tokens":12,"prompt_tokens":23,"total_tokens":35,"prompt_tokens_details":{"cached_tokens":0}},"id":"chatcmpl-ZVIsHc0s4nZ04oU9pEI0kGJxIRFA37lJ","timings":{"cache_n":0,"prompt_n":23,"prompt_ms":3.426,"prompt_per_token_ms":0.14895652173913043,"prompt_per_second":6713.368359603036,"predicted_n":12,"predicted_ms":15.79,"predicted_per_token_ms":1.4354545454545453,"predicted_per_second":696.6434452184927}}"#;
+
+/// Usage and timings of a non-streamed answer: the key search the proxy uses against a full
+/// parse of the body (what stream events get), on the real answer and on one whose content
+/// is 4 KB longer.
+fn usage_of_answer(c: &mut Criterion) {
+    let mut g = c.benchmark_group("usage_of_answer");
+    let long = LLAMACPP_ANSWER.replace(
+        "\"content\":\"",
+        &format!("\"content\":\"{}", "All work and no play. ".repeat(186)),
+    );
+    for (name, answer) in [("real", LLAMACPP_ANSWER.to_string()), ("4KB_longer", long)] {
+        let answer = answer.into_bytes();
+        g.throughput(Throughput::Bytes(answer.len() as u64));
+        g.bench_with_input(BenchmarkId::new("key_search", name), &answer, |bench, a| {
+            bench.iter(|| usage::of_body(a).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("full_parse", name), &answer, |bench, a| {
+            bench.iter(|| usage::of_event(a).unwrap())
+        });
+    }
+    g.finish();
+}
+
 fn metrics_per_request(c: &mut Criterion) {
     let metrics = Metrics::new();
     let unknown = metrics.alias("unknown");
@@ -74,5 +100,5 @@ fn metrics_per_request(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, request_view, metrics_per_request);
+criterion_group!(benches, request_view, usage_of_answer, metrics_per_request);
 criterion_main!(benches);
