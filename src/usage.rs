@@ -1,10 +1,11 @@
 //! Token usage and timings as a backend reports them: in one stream event or a whole answer.
 //!
 //! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
-//! A whole answer is mostly text the proxy does not need: its `usage` and `timings` objects are
-//! found by their keys (see `json_scan`), and only the wanted numbers in them are parsed.
-//! OpenAI-style answers carry both at the top level, after `choices`; the last occurrence is
-//! the one read.
+//! A whole answer is mostly text the proxy does not need: its `usage` object is found by its
+//! key (see `json_scan`) and parsed alone, and llama.cpp's two speeds are read as the numbers
+//! under their keys in `timings`. Every backend's answer carries `usage` (and llama.cpp's
+//! `timings`) at the top level after `choices`, and no such object after it: the last
+//! occurrence is the one read.
 
 use std::sync::LazyLock;
 
@@ -12,7 +13,7 @@ use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::exchange::Usage;
-use crate::json_scan::values;
+use crate::json_scan::{skip_ws, values};
 
 #[derive(Deserialize)]
 struct UsageChunk {
@@ -70,12 +71,18 @@ static PROMPT_PER_SECOND: LazyLock<Finder<'static>> =
 static PREDICTED_PER_SECOND: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"predicted_per_second\""));
 
-/// Usage and timings of a whole (non-streamed) answer; `None` when it has no usage object.
+/// Usage and timings of a whole (non-streamed) answer; `None` when it is not a JSON object
+/// or has no usage object.
 ///
-/// Reads the same numbers as [`of_event`] for a fraction of its cost: the last `usage` object
-/// is found by its key and parsed alone; the two speeds are the numbers under their keys
-/// after the last `timings` key (llama.cpp's names, found nowhere else).
+/// Reads what [`of_event`] reads, for a fraction of its cost, when the top-level `usage` is
+/// the last `usage` object of the answer (as in every backend's layout): that object is
+/// found by its key and parsed alone; the two speeds are the numbers under their keys after
+/// the last `timings` key (llama.cpp's names, found nowhere else).
 pub fn of_body(body: &[u8]) -> Option<Usage> {
+    // An array (llama.cpp's answer to several prompts at once) holds a usage per prompt.
+    if skip_ws(body).first() != Some(&b'{') {
+        return None;
+    }
     let usage = last_object(body, &USAGE)?;
     let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?;
     let timings = last_object(body, &TIMINGS).unwrap_or_default();
@@ -95,10 +102,10 @@ fn last_object<'b>(body: &'b [u8], key: &'b Finder<'static>) -> Option<&'b [u8]>
         .last()
 }
 
-/// The number under the first `key` in `bytes`.
+/// The number under the first `key` in `bytes`; `None` when its value is not a number.
 fn number(bytes: &[u8], key: &Finder<'static>) -> Option<f64> {
-    values(bytes, key)
-        .find_map(|v| f64::deserialize(&mut serde_json::Deserializer::from_slice(v)).ok())
+    let value = values(bytes, key).next()?;
+    f64::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
 }
 
 #[cfg(test)]
@@ -147,15 +154,25 @@ mod tests {
         assert_eq!((u.prompt, u.completion), (0, 2));
         assert_eq!(Some(u), of_event(body).map(|(u, _)| u));
         assert!(of_body(b"").is_none());
+        // llama.cpp answers several prompts with an array, a usage each: not one answer's.
+        let several = br#"[{"content":"a","usage":{"prompt_tokens":3}},{"content":"b","usage":{"prompt_tokens":4}}]"#;
+        assert!(of_body(several).is_none());
+        assert!(of_event(several).is_none());
+        // A speed that is not a number is none (llama.cpp writes an infinite one as null).
+        let body = br#"{"usage":{"prompt_tokens":1},"timings":{"prompt_per_second":null,"predicted_per_second":2.5}}"#;
+        let u = of_body(body).unwrap();
+        assert_eq!((u.prefill_tps, u.decode_tps), (None, Some(2.5)));
+        assert_eq!(Some(u), of_event(body).map(|(u, _)| u));
     }
 
     #[test]
     fn usage_written_as_text_is_not_read() {
-        // The model wrote a usage object into its answer; the real one follows.
+        // Text is written with its quotes escaped, so `"usage"` never matches in it: a usage
+        // object the model wrote into its answer before the real one,
         let body = br#"{"choices":[{"message":{"content":"{\"usage\":{\"prompt_tokens\":99}}"}}],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
         let u = of_body(body).unwrap();
         assert_eq!((u.prompt, u.completion), (1, 2));
-        // Only text mentions usage: nothing is read.
+        // or as the only one.
         let body = br#"{"choices":[{"message":{"content":"\"usage\": {\"prompt_tokens\":99}"}}]}"#;
         assert!(of_body(body).is_none());
         // A key that ends in `\"usage` is not the usage key.
@@ -165,10 +182,12 @@ mod tests {
 
     proptest! {
         /// Whatever the model wrote and however the backend laid the answer out, the key
-        /// search reads what a full parse reads.
+        /// search reads what a full parse reads. The model's text also appears as a key after
+        /// `usage` (a key's quotes are escaped as a string's are): only a key that is exactly
+        /// `usage` or `timings` there would be read, which no backend's layout has.
         #[test]
         fn of_body_agrees_with_the_full_parse(
-            content in r#"[a-z "\\{}\[\]:,]{0,40}|.*"usage":\{"prompt_tokens":[0-9]\}.*"#,
+            content in r#"[a-z "\\{}\[\]:,]{0,40}|.*"usage":\{"prompt_tokens":[0-9]\}.*|[a-z ]*"(usage|timings)"#,
             prompt in 0u64..1_000_000,
             completion in 0u64..1_000_000,
             reasoning in proptest::option::of(0u64..1000),
@@ -198,6 +217,8 @@ mod tests {
                     "predicted_n": 16, "predicted_per_second": decode,
                 });
             }
+            prop_assume!(content != "usage" && content != "timings");
+            body["metadata"] = serde_json::json!({ content.clone(): {"prompt_tokens": 99, "prompt_per_second": 9.5} });
             let bytes = if pretty {
                 serde_json::to_vec_pretty(&body).unwrap()
             } else {
