@@ -323,9 +323,9 @@ async fn peek_first_event(
     (read, None)
 }
 
-/// `.` or `..` segments in a path (its query aside), raw or percent-encoded: they would
-/// resolve to backend paths outside the API (llama.cpp `/slots`, SGLang admin endpoints) and
-/// are refused.
+/// `.` or `..` segments in `path` (the URI's path, without its query), raw or percent-encoded,
+/// or an encoded `/`: they would resolve to backend paths outside the API (llama.cpp
+/// `/slots`, SGLang admin endpoints) and are refused.
 fn has_dot_segment(path: &str) -> bool {
     // Nearly every path has neither: skip the per-segment work for them.
     if !path.bytes().any(|b| b == b'.' || b == b'%') {
@@ -340,4 +340,27 @@ fn has_dot_segment(path: &str) -> bool {
 /// Whether the endpoint's streams take `stream_options.include_usage`.
 fn takes_usage(endpoint: Endpoint) -> bool {
     matches!(endpoint, Endpoint::chat_completions | Endpoint::completions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_segments_are_found_raw_and_encoded() {
+        for refused in [
+            "/v1/../slots",
+            "/v1/./chat/completions",
+            "/v1/%2e%2e/slots",
+            "/v1/%2E%2E/slots",
+            "/v1/.%2e/slots",
+            "/v1/chat%2fcompletions",
+            "/v1/..",
+        ] {
+            assert!(has_dot_segment(refused), "{refused}");
+        }
+        for passed in ["/v1/chat/completions", "/v1/models/qwen3.5-27b", "/v1/a..b"] {
+            assert!(!has_dot_segment(passed), "{passed}");
+        }
+    }
 }
