@@ -18,14 +18,16 @@
 # and checks each path answers correctly. Then, for ROUNDS rounds, interleaved
 # (direct → nginx → switchboard for every setting, the order turned by one each
 # round): wrk at each of CONNS connections and a sequential run (1 connection,
-# 1 thread), for non-streaming chat and for streams. Each run records requests/s, p50/p99 latency (wrk --latency) and the CPU
-# time of the proxy process per request (utime+stime from /proc/PID/stat, nginx
-# master and worker summed, before and after the run, divided by the requests wrk
-# completed). Then the time to the first SSE byte, on new connections and on kept-alive
-# ones, the paths taking turns (first_byte.py, needs python3). Prints markdown tables of medians over
-# the rounds, and the added p50 latency of each proxy over direct in sequential runs
-# and to the first SSE byte. Exits 1 if any wrk run saw
-# a non-2xx answer or a socket error. Everything it started is stopped on exit.
+# 1 thread), for non-streaming chat and for streams. Each run records requests/s,
+# p50/p99 latency (wrk --latency) and the CPU time of the proxy process per request,
+# with its user-space part (utime+stime and utime from /proc/PID/stat, nginx master
+# and worker summed, before and after the run, divided by the requests wrk
+# completed). Then the time to the first SSE byte, on new connections and on
+# kept-alive ones, the paths taking turns (first_byte.py, needs python3). Prints
+# markdown tables of medians over the rounds, and the added p50 latency of each
+# proxy over direct in sequential runs and to the first SSE byte. Exits 1 if any
+# wrk run saw a non-2xx answer or a socket error. Everything it started is stopped
+# on exit.
 #
 # Environment (defaults):
 #   DURATION=5s      length of each wrk run
@@ -299,7 +301,7 @@ measure() {
   fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$kind" "$conns" "$path" \
     "$rps" "$p50" "$p99" "$requests" "${non2xx:-0}" "${sockerr:-0}" "$cpu" "$user" >>"$RESULTS"
-  log "round $round $kind c$conns $path: $rps req/s, p50 ${p50} us, p99 ${p99} us, cpu ${cpu} us/req, errors ${non2xx:-0}+${sockerr:-0}"
+  log "round $round $kind c$conns $path: $rps req/s, p50 ${p50} us, p99 ${p99} us, cpu ${cpu} us/req (user ${user}), errors ${non2xx:-0}+${sockerr:-0}"
 }
 
 log "measuring: ROUNDS=$ROUNDS DURATION=$DURATION CONNS=\"$CONNS\" paths: ${PATHS[*]}"
@@ -375,8 +377,8 @@ report() {
         }
       }
       print "\n### Sequential (1 connection, 1 wrk thread)\n"
-      print "| kind | path | p50 | added p50 over direct | proxy CPU µs/req | errors |"
-      print "|---|---|---:|---:|---:|---:|"
+      print "| kind | path | p50 | added p50 over direct | proxy CPU µs/req | of it user space | errors |"
+      print "|---|---|---:|---:|---:|---:|---:|"
       for (ki = 1; ki <= 2; ki++) {
         k = (ki == 1) ? "chat" : "stream"
         for (pi = 1; pi <= np; pi++) {
@@ -385,8 +387,9 @@ report() {
             a = r SUBSEP k SUBSEP 1
             if ((a SUBSEP p) in p50 && (a SUBSEP "direct") in p50) add(key SUBSEP "added", p50[a SUBSEP p] - p50[a SUBSEP "direct"])
           }
-          printf "| %s | %s | %s | %s | %s | %d |\n", k, p, us(median(key SUBSEP "p50")),
-            (p == "direct") ? "-" : signed_us(median(key SUBSEP "added")), num(median(key SUBSEP "cpu"), "%.1f"), err[key]
+          printf "| %s | %s | %s | %s | %s | %s | %d |\n", k, p, us(median(key SUBSEP "p50")),
+            (p == "direct") ? "-" : signed_us(median(key SUBSEP "added")), num(median(key SUBSEP "cpu"), "%.1f"),
+            num(median(key SUBSEP "user"), "%.1f"), err[key]
         }
       }
       printf "\nMedians over %d round(s). Errors: non-2xx answers plus socket errors, summed over rounds.\n", rounds
