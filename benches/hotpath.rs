@@ -1,5 +1,6 @@
 //! Hot paths of every request: the request view and `model` rewrite, the usage read of an
-//! answer, and the per-request metrics recording. (Event transforms: `benches/reasoning.rs`; the guard: `benches/tokens.rs`.)
+//! answer, and the per-request metrics recording. (Event transforms: `benches/reasoning.rs`;
+//! the guard: `benches/tokens.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;

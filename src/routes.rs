@@ -1,8 +1,9 @@
 //! The alias table: a model name (alias or old name) resolves to the route that serves it.
 
+use std::sync::Arc;
+
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
-use std::sync::Arc;
 
 use crate::config::{Alias, Config};
 

@@ -1,12 +1,12 @@
 //! Shared state: the live config snapshot (swapped atomically on reload), the upstream client, metrics.
 
-// foldhash: read on every request, keyed by names from the config (no untrusted keys).
-use foldhash::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
+// foldhash: read on every request, keyed by names from the config (no untrusted keys).
+use foldhash::HashMap;
 
 use crate::config::Config;
 use crate::health::Health;

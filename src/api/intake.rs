@@ -33,7 +33,7 @@ fn new_request_id() -> String {
         *digit = HEX[(n & 0xf) as usize];
         n >>= 4;
     }
-    String::from_utf8_lossy(&id).into_owned()
+    id.iter().map(|&digit| char::from(digit)).collect()
 }
 
 /// Clients must present one of the configured keys, when keys are configured.

@@ -1,7 +1,7 @@
 //! Byte searches that decide, without a JSON parse, whether a payload may need rewriting.
 //!
-//! They look for `"key"` followed by `:` and a value; a quote inside a JSON string is
-//! always escaped, so a match is a real key (or a string value, which the `:` rules out).
+//! They look for `"key"` followed by `:` and a value (`json_scan::values`: a quote inside a
+//! JSON string is always escaped, so such a match is a real key).
 //! They may answer "maybe" for a payload that needs nothing (a parse then finds nothing to
 //! do), never "no" for one that needs a rewrite.
 

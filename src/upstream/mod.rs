@@ -6,8 +6,6 @@
 
 mod framing;
 
-// foldhash: read on every request, keyed by names from the config (no untrusted keys).
-use foldhash::HashMap;
 use std::fmt::Write as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,6 +13,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+// foldhash: read on every request, keyed by names from the config (no untrusted keys).
+use foldhash::HashMap;
 use futures_util::Stream;
 use http::{header, HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
