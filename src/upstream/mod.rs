@@ -220,10 +220,7 @@ impl Pool {
         // then (and only then: the backend cannot have seen the request) it goes again on a
         // new connection. Once written, a request is never sent twice.
         let mut tcp = match self.checkout(authority) {
-            Some(mut tcp) => match tcp
-                .write_all_buf(&mut head.clone().chain(body.clone()))
-                .await
-            {
+            Some(mut tcp) => match write_request(&mut tcp, &head, &body).await {
                 Ok(()) => tcp,
                 Err(e) => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
@@ -272,11 +269,17 @@ impl Pool {
         body: &Bytes,
     ) -> Result<TcpStream, SendError> {
         let mut tcp = self.connect(authority).await?;
-        tcp.write_all_buf(&mut head.clone().chain(body.clone()))
+        write_request(&mut tcp, head, body)
             .await
             .map_err(|e| SendError::Protocol(format!("sending the request: {e}")))?;
         Ok(tcp)
     }
+}
+
+/// Write the request (head, then body) on `tcp`, in one `writev` where the socket takes it.
+async fn write_request(tcp: &mut TcpStream, head: &Bytes, body: &Bytes) -> std::io::Result<()> {
+    tcp.write_all_buf(&mut head.clone().chain(body.clone()))
+        .await
 }
 
 /// A backend's response: head, and a body that reads its connection.
