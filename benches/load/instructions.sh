@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# User-space instructions per proxied non-streaming request, under valgrind's callgrind.
+# User-space instructions per proxied request, under valgrind's callgrind.
 #
 # usage: benches/load/instructions.sh [BIN...]     (from any directory)
 #
 # CPU time on a shared VM moves by a quarter between runs; the instructions the proxy
 # executes per request barely move, so this is the figure to compare two builds by. For
-# each binary (default: the release build, built unless SKIP_BUILD=1) it starts the
-# zero-delay llama.cpp simulator as the backend (that binary's own), `BIN serve` under
+# each binary (default: the release build, built unless SKIP_BUILD=1) it starts a
+# zero-delay simulator as the backend (that binary's own: llama.cpp answering 16-token
+# chats, or with KIND=stream vLLM streaming 200 token events, a quarter of the streams with
+# 50 events of reasoning to rename, as in run.sh), `BIN serve` under
 # callgrind in front of it, warms up with wrk for WARMUP, zeroes the counters, drives
 # DURATION of wrk at CONNS connections, dumps the counters, and prints the instructions
 # (Ir) of the proxy process divided by the requests wrk completed. Kernel work (system
@@ -14,7 +16,7 @@
 # `callgrind_annotate --inclusive=yes FILE`.
 #
 # Environment (defaults):
-#   DURATION=10s  WARMUP=3s  CONNS=8  CHAT_TOKENS=16
+#   KIND=chat (or stream)  DURATION=10s  WARMUP=3s  CONNS=8  CHAT_TOKENS=16
 #   SKIP_BUILD=0  KEEP_TMP=0  SB_PORT=17720 SIM_PORT=17821
 # Needs: valgrind (callgrind_control, callgrind_annotate), wrk, curl, awk.
 set -euo pipefail
@@ -22,6 +24,7 @@ set -euo pipefail
 # shellcheck source=benches/load/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+KIND=${KIND:-chat}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-3s}
 CONNS=${CONNS:-8}
@@ -49,15 +52,27 @@ workers = 1
 
 [backends.sim]
 url = "http://127.0.0.1:$SIM_PORT"
-flavor = "llamacpp"
+flavor = "$([[ $KIND == stream ]] && echo vllm || echo llamacpp)"
 slots = 4096
 
 [aliases.bench]
 backend = "sim"
 upstream_model = "bench"
 EOF
-BODY=$WORK/chat.json
-printf '%s' '{"model":"bench","messages":[{"role":"system","content":"You are a terse assistant."},{"role":"user","content":"Name three primary colours."}],"max_tokens":16,"temperature":0}' >"$BODY"
+case $KIND in
+  chat)
+    SIM_ARGS=(--flavor llamacpp --completion-tokens "$CHAT_TOKENS")
+    printf '%s' '{"model":"bench","messages":[{"role":"system","content":"You are a terse assistant."},{"role":"user","content":"Name three primary colours."}],"max_tokens":16,"temperature":0}' >"$WORK/chat.json"
+    BODIES=("$WORK/chat.json")
+    ;;
+  stream)
+    SIM_ARGS=(--flavor vllm --completion-tokens 200 --reasoning --reasoning-tokens 50)
+    printf '%s' '{"model":"bench","stream":true,"messages":[{"role":"user","content":"Count to two hundred."}],"max_tokens":200}' >"$WORK/think.json"
+    printf '%s' '{"model":"bench","stream":true,"messages":[{"role":"user","content":"Count to two hundred."}],"max_tokens":200,"chat_template_kwargs":{"enable_thinking":false}}' >"$WORK/plain.json"
+    BODIES=("$WORK/think.json" "$WORK/plain.json" "$WORK/plain.json" "$WORK/plain.json")
+    ;;
+  *) die "KIND must be chat or stream, not $KIND" ;;
+esac
 URL=http://127.0.0.1:$SB_PORT/v1/chat/completions
 
 echo "| binary | requests | instructions | instructions/request |"
@@ -67,8 +82,8 @@ for bin in "$@"; do
   n=$((n + 1))
   [[ -x $bin ]] || die "no binary at $bin"
   require_free_ports "$SB_PORT" "$SIM_PORT"
-  spawn simulator "$WORK/sim-$n.log" "$bin" simulate --flavor llamacpp --port "$SIM_PORT" \
-    --model bench --slots 4096 --completion-tokens "$CHAT_TOKENS"
+  spawn simulator "$WORK/sim-$n.log" "$bin" simulate "${SIM_ARGS[@]}" --port "$SIM_PORT" \
+    --model bench --slots 4096
   sim=$SPAWNED
   wait_http "http://127.0.0.1:$SIM_PORT/health" "$sim" simulator
   out=$WORK/callgrind-$n.out
@@ -81,11 +96,11 @@ for bin in "$@"; do
     kill -0 "$sb" 2>/dev/null || die "switchboard exited under callgrind (see $WORK/switchboard-$n.log)"
     sleep 0.1
   done
-  status=$(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary "@$BODY" "$URL")
-  [[ $status == 200 ]] || die "$bin: a chat through the proxy answered $status"
-  wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$LOAD_DIR/post.lua" "$URL" -- "$BODY" >/dev/null
+  status=$(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary "@${BODIES[0]}" "$URL")
+  [[ $status == 200 ]] || die "$bin: a request through the proxy answered $status"
+  wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$LOAD_DIR/post.lua" "$URL" -- "${BODIES[@]}" >/dev/null
   callgrind_control -z "$sb" >/dev/null 2>&1
-  wrk -t1 -c"$CONNS" -d"$DURATION" -s "$LOAD_DIR/post.lua" "$URL" -- "$BODY" >"$WORK/wrk-$n.txt"
+  wrk -t1 -c"$CONNS" -d"$DURATION" -s "$LOAD_DIR/post.lua" "$URL" -- "${BODIES[@]}" >"$WORK/wrk-$n.txt"
   callgrind_control -d "$sb" >/dev/null 2>&1
   stop_pid "$sb" switchboard
   stop_pid "$sim" simulator
