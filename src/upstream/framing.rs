@@ -2,7 +2,7 @@
 //! body by its length, its chunks or the end of the connection (RFC 9112 §6).
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 /// Largest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -26,11 +26,26 @@ pub enum Framing {
 #[derive(Debug)]
 pub struct Head {
     pub status: StatusCode,
+    /// The end-to-end fields: those of the connection and the framing are consumed here
+    /// (see [`CONSUMED`]).
     pub headers: HeaderMap,
     pub framing: Framing,
     /// The connection may carry another request once this body has been read.
     pub keep_alive: bool,
 }
+
+/// Fields of a response that describe its connection or its framing (RFC 9110 §7.6.1, RFC
+/// 9112 §6), read here and never handed on; so are the fields `Connection` names.
+const CONSUMED: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "content-length",
+    "te",
+    "trailer",
+    "upgrade",
+];
 
 /// The final response head at the start of `buf`, skipping interim (1xx) responses; `None`
 /// while it is incomplete. A complete head is split off `buf`, and header values are slices of
@@ -66,12 +81,21 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
             continue;
         }
         let version = resp.version;
-        // Where each field's name and value sit in `buf`, to slice them once it is frozen.
+        let fields = Fields(resp.headers);
+        let framing = framing(status, &fields)?;
+        // A message framed by Transfer-Encoding in HTTP/1.0, or carrying both framings, is
+        // read by its chunks and the connection is not reused (RFC 9112 §6.1, §6.3).
+        let te = fields.has("transfer-encoding");
+        let ambiguous = te && (version != Some(1) || fields.has("content-length"));
+        let keep_alive = framing != Framing::Close && !ambiguous && keeps_alive(version, &fields);
+        // Where each end-to-end field's name and value sit in `buf`, to slice them once it is
+        // frozen.
         let base = buf.as_ptr() as usize;
         let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
-        let spans: Vec<_> = resp
-            .headers
+        let spans: Vec<_> = fields
+            .0
             .iter()
+            .filter(|f| !fields.consumed(f.name))
             .map(|f| (at(f.name.as_bytes()), at(f.value)))
             .collect();
         let raw = buf.split_to(len).freeze();
@@ -87,12 +111,6 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
                 .map_err(|_| format!("invalid value of header {name}"))?;
             headers.append(name, value);
         }
-        let framing = framing(status, &headers)?;
-        // A message framed by Transfer-Encoding in HTTP/1.0, or carrying both framings, is
-        // read by its chunks and the connection is not reused (RFC 9112 §6.1, §6.3).
-        let te = headers.contains_key(header::TRANSFER_ENCODING);
-        let ambiguous = te && (version != Some(1) || headers.contains_key(header::CONTENT_LENGTH));
-        let keep_alive = framing != Framing::Close && !ambiguous && keeps_alive(version, &headers);
         return Ok(Some(Head {
             status,
             headers,
@@ -102,50 +120,68 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
     }
 }
 
+/// The fields of a head as `httparse` found them.
+struct Fields<'h, 'b>(&'h [httparse::Header<'b>]);
+
+impl Fields<'_, '_> {
+    /// The comma-separated elements of every field called `name` (ASCII case ignored).
+    fn elements<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |f| f.name.eq_ignore_ascii_case(name))
+            .map(|f| std::str::from_utf8(f.value).unwrap_or("\u{fffd}"))
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|f| f.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Whether the field `name` belongs to the connection, not to the message.
+    fn consumed(&self, name: &str) -> bool {
+        CONSUMED.iter().any(|c| c.eq_ignore_ascii_case(name))
+            || self
+                .elements("connection")
+                .any(|listed| listed.eq_ignore_ascii_case(name))
+    }
+}
+
 /// RFC 9112 §6.3, for the answer to a POST.
-fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
+fn framing(status: StatusCode, fields: &Fields<'_, '_>) -> Result<Framing, String> {
     if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok(Framing::Empty);
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        let last = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .rfind(|c| !c.is_empty());
+    if fields.has("transfer-encoding") {
+        let last = fields
+            .elements("transfer-encoding")
+            .filter(|c| !c.is_empty())
+            .last();
         return Ok(match last {
             Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
             _ => Framing::Close,
         });
     }
     let mut length = None;
-    for v in headers.get_all(header::CONTENT_LENGTH) {
-        for part in v.to_str().unwrap_or("x").split(',') {
-            let part = part.trim();
-            let n: u64 = part
-                .parse()
-                .ok()
-                .filter(|_| part.bytes().all(|b| b.is_ascii_digit()))
-                .ok_or_else(|| format!("invalid content-length {v:?}"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err("conflicting content-length values".into());
-            }
-            length = Some(n);
+    for part in fields.elements("content-length") {
+        let n: u64 = part
+            .parse()
+            .ok()
+            .filter(|_| part.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| format!("invalid content-length {part:?}"))?;
+        if length.is_some_and(|l| l != n) {
+            return Err("conflicting content-length values".into());
         }
+        length = Some(n);
     }
     Ok(length.map_or(Framing::Close, Framing::Length))
 }
 
-fn keeps_alive(version: Option<u8>, headers: &HeaderMap) -> bool {
+fn keeps_alive(version: Option<u8>, fields: &Fields<'_, '_>) -> bool {
     let has = |token: &str| {
-        headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
+        fields
+            .elements("connection")
+            .any(|t| t.eq_ignore_ascii_case(token))
     };
     match version {
         Some(1) => !has("close"),
@@ -390,7 +426,25 @@ mod tests {
         let mut buf = BytesMut::from(&text[..]);
         let h = parse_head(&mut buf).unwrap().unwrap();
         assert_eq!((h.status.as_u16(), &buf[..]), (200, &b"ok"[..]));
-        assert_eq!(h.headers["content-length"], "2");
+        assert!(!h.headers.contains_key("content-length"));
+    }
+
+    #[test]
+    fn fields_of_the_connection_are_consumed() {
+        // A real llama-server's head (../shared/realworld capture), then fields that
+        // `Connection` names.
+        let h = head("HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 693\r\nKeep-Alive: timeout=5, max=100\r\n\r\n");
+        let names: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["server", "access-control-allow-origin", "content-type"]
+        );
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(693), true));
+
+        let h = head("HTTP/1.1 200 OK\r\nConnection: X-Trace, keep-alive\r\nx-trace: 1\r\nTE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\nProxy-Connection: keep-alive\r\nX-Kept: yes\r\ntransfer-encoding: chunked\r\n\r\n");
+        let names: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-kept"]);
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, true));
     }
 
     /// Feed `wire` to a decoder in pieces of `step` bytes; the body and what was left over.
