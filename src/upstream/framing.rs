@@ -27,7 +27,7 @@ pub enum Framing {
 pub struct Head {
     pub status: StatusCode,
     /// The end-to-end fields: those of the connection and the framing are consumed here
-    /// (see [`CONSUMED`]).
+    /// (`CONSUMED`, and the fields `Connection` names).
     pub headers: HeaderMap,
     pub framing: Framing,
     /// The connection may carry another request once this body has been read.
