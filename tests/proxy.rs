@@ -621,3 +621,101 @@ async fn r2_reload_keeps_the_backend_slots_of_unchanged_backends() {
         state.live.load().slots("b").unwrap()
     ));
 }
+
+/// A backend that answers every request on a connection with `head` and a chat body, over
+/// raw TCP; counts the connections it accepted.
+async fn raw_backend(
+    head: &'static str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+                let mut buf = Vec::new();
+                loop {
+                    // One request: its head, then as many bytes as its content-length says.
+                    let end = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let text = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len: usize = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    while buf.len() < end + len {
+                        let mut chunk = [0u8; 4096];
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..end + len);
+                    let answer = format!("{head}Content-Length: {}\r\n\r\n{body}", body.len());
+                    if tcp.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, accepted)
+}
+
+/// The fields of a backend's connection (and the ones its `Connection` names) stay between the
+/// proxy and the backend; the connection itself is reused.
+#[tokio::test]
+async fn r6_backend_connection_fields_are_not_relayed() {
+    // A real llama-server's head (../shared/realworld captures), plus a field `Connection`
+    // names and one that is the message's own.
+    let (url, accepted) = raw_backend(
+        "HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nContent-Type: application/json; charset=utf-8\r\nKeep-Alive: timeout=5, max=100\r\nConnection: X-Trace\r\nX-Trace: 7\r\nProxy-Connection: keep-alive\r\nX-Backend-Build: b1\r\n",
+    )
+    .await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
+    let c = client();
+    for _ in 0..2 {
+        let resp = within(
+            "answer",
+            c.post(p.url("/v1/chat/completions"))
+                .json(&chat("a", false))
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(resp.status(), 200);
+        let h = resp.headers().clone();
+        for gone in [
+            "keep-alive",
+            "connection",
+            "x-trace",
+            "proxy-connection",
+            "access-control-allow-origin",
+        ] {
+            assert!(!h.contains_key(gone), "{gone} was relayed: {h:?}");
+        }
+        assert_eq!(h["server"], "llama.cpp");
+        assert_eq!(h["x-backend-build"], "b1");
+        assert_eq!(h["content-type"], "application/json; charset=utf-8");
+        let v: Value = within("body", resp.json()).await.unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "hi");
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the backend connection is reused"
+    );
+}
