@@ -641,9 +641,17 @@ async fn raw_backend(
                 let mut buf = Vec::new();
                 loop {
                     // One request: its head, then as many bytes as its content-length says.
-                    let end = loop {
-                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break at + 4;
+                    let request_len = loop {
+                        let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n");
+                        if let Some(end) = head_end.map(|at| at + 4) {
+                            let request = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                            let len: usize = request
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map_or(0, |v| v.trim().parse().unwrap());
+                            if buf.len() >= end + len {
+                                break end + len;
+                            }
                         }
                         let mut chunk = [0u8; 4096];
                         match tcp.read(&mut chunk).await {
@@ -651,19 +659,7 @@ async fn raw_backend(
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
                     };
-                    let text = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let len: usize = text
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse().unwrap());
-                    while buf.len() < end + len {
-                        let mut chunk = [0u8; 4096];
-                        match tcp.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    buf.drain(..end + len);
+                    buf.drain(..request_len);
                     let answer = format!("{head}Content-Length: {}\r\n\r\n{body}", body.len());
                     if tcp.write_all(answer.as_bytes()).await.is_err() {
                         return;
