@@ -26,18 +26,18 @@ pub enum Framing {
 #[derive(Debug)]
 pub struct Head {
     pub status: StatusCode,
-    /// The end-to-end fields: those of the connection and the framing are consumed here
-    /// (`CONSUMED`, and the fields `Connection` names).
+    /// The fields but those of the framing and the connection options (`CONSUMED`).
+    /// `Connection` stays, for the proxy to drop it and the fields it names once it has read
+    /// what it needs of them.
     pub headers: HeaderMap,
     pub framing: Framing,
     /// The connection may carry another request once this body has been read.
     pub keep_alive: bool,
 }
 
-/// Fields of a response that describe its connection or its framing (RFC 9110 §7.6.1, RFC
-/// 9112 §6), read here and never handed on; so are the fields `Connection` names.
-const CONSUMED: [&str; 8] = [
-    "connection",
+/// Fields of a response that describe its framing or its connection (RFC 9110 §7.6.1, RFC
+/// 9112 §6), read here and never handed on.
+const CONSUMED: [&str; 7] = [
     "keep-alive",
     "proxy-connection",
     "transfer-encoding",
@@ -95,7 +95,7 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
         let spans: Vec<_> = fields
             .0
             .iter()
-            .filter(|f| !fields.consumed(f.name))
+            .filter(|f| !Fields::consumed(f.name))
             .map(|f| (at(f.name.as_bytes()), at(f.value)))
             .collect();
         let raw = buf.split_to(len).freeze();
@@ -124,26 +124,24 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
 struct Fields<'h, 'b>(&'h [httparse::Header<'b>]);
 
 impl Fields<'_, '_> {
-    /// The comma-separated elements of every field called `name` (ASCII case ignored).
-    fn elements<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    /// The comma-separated elements of every field called `name` (ASCII case ignored), as
+    /// bytes without the whitespace around them: a byte that is not ASCII never matches a
+    /// token or a digit.
+    fn elements<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.0
             .iter()
             .filter(move |f| f.name.eq_ignore_ascii_case(name))
-            .map(|f| std::str::from_utf8(f.value).unwrap_or("\u{fffd}"))
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
+            .flat_map(|f| f.value.split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
     }
 
     fn has(&self, name: &str) -> bool {
         self.0.iter().any(|f| f.name.eq_ignore_ascii_case(name))
     }
 
-    /// Whether the field `name` belongs to the connection, not to the message.
-    fn consumed(&self, name: &str) -> bool {
+    /// Whether the field `name` is one this head's reader consumes.
+    fn consumed(name: &str) -> bool {
         CONSUMED.iter().any(|c| c.eq_ignore_ascii_case(name))
-            || self
-                .elements("connection")
-                .any(|listed| listed.eq_ignore_ascii_case(name))
     }
 }
 
@@ -158,17 +156,16 @@ fn framing(status: StatusCode, fields: &Fields<'_, '_>) -> Result<Framing, Strin
             .filter(|c| !c.is_empty())
             .last();
         return Ok(match last {
-            Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
+            Some(c) if c.eq_ignore_ascii_case(b"chunked") => Framing::Chunked,
             _ => Framing::Close,
         });
     }
     let mut length = None;
     for part in fields.elements("content-length") {
-        let n: u64 = part
-            .parse()
-            .ok()
-            .filter(|_| part.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| format!("invalid content-length {part:?}"))?;
+        let n: u64 = Some(part)
+            .filter(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
+            .and_then(|p| std::str::from_utf8(p).ok()?.parse().ok())
+            .ok_or_else(|| format!("invalid content-length {:?}", String::from_utf8_lossy(part)))?;
         if length.is_some_and(|l| l != n) {
             return Err("conflicting content-length values".into());
         }
@@ -181,7 +178,7 @@ fn keeps_alive(version: Option<u8>, fields: &Fields<'_, '_>) -> bool {
     let has = |token: &str| {
         fields
             .elements("connection")
-            .any(|t| t.eq_ignore_ascii_case(token))
+            .any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
     };
     match version {
         Some(1) => !has("close"),
@@ -430,9 +427,8 @@ mod tests {
     }
 
     #[test]
-    fn fields_of_the_connection_are_consumed() {
-        // A real llama-server's head (../shared/realworld capture), then fields that
-        // `Connection` names.
+    fn fields_of_the_framing_and_the_connection_are_consumed() {
+        // A real llama-server's head (../shared/realworld capture).
         let h = head("HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 693\r\nKeep-Alive: timeout=5, max=100\r\n\r\n");
         let names: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
         assert_eq!(
@@ -441,10 +437,30 @@ mod tests {
         );
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(693), true));
 
+        // `Connection` and the fields it names stay, for the proxy to read and then drop.
         let h = head("HTTP/1.1 200 OK\r\nConnection: X-Trace, keep-alive\r\nx-trace: 1\r\nTE: trailers\r\nTrailer: x\r\nUpgrade: h2c\r\nProxy-Connection: keep-alive\r\nX-Kept: yes\r\ntransfer-encoding: chunked\r\n\r\n");
         let names: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
-        assert_eq!(names, ["x-kept"]);
+        assert_eq!(names, ["connection", "x-trace", "x-kept"]);
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, true));
+    }
+
+    #[test]
+    fn framing_values_are_ascii_tokens_and_digits() {
+        let parse = |wire: &[u8]| parse_head(&mut BytesMut::from(wire)).map(|h| h.unwrap());
+        // A space that is not ASCII is not whitespace around a length or a coding.
+        assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: 2\xC2\xA0\r\n\r\n").is_err());
+        assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: \xE3\x80\x802\r\n\r\n").is_err());
+        let h = parse(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\xC2\x85\r\n\r\n").unwrap();
+        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
+        // The last coding decides, whatever bytes it holds.
+        let h = parse(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: gzip\xFF\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
+        // Tabs and spaces around elements, empty elements, any ASCII case.
+        let h = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip ,\t CHUNKED\t,\r\nconnection: ,Close\r\n\r\n").unwrap();
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
     }
 
     /// Feed `wire` to a decoder in pieces of `step` bytes; the body and what was left over.
