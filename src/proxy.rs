@@ -16,9 +16,12 @@ use crate::upstream::{BoxError, Pool, SendError};
 /// Anthropic-style clients send their key here instead of `Authorization`.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
+/// The non-standard `Proxy-Connection`, hop-by-hop wherever it is sent (RFC 9110 §7.6.1).
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
 /// Hop-by-hop and framing headers that never cross the proxy (RFC 9110 §7.6.1), plus
 /// `accept-encoding`: answers are relayed uncompressed so events are never held in an encoder.
-const DROPPED_REQUEST: [HeaderName; 10] = [
+const DROPPED_REQUEST: [HeaderName; 11] = [
     header::CONNECTION,
     header::HOST,
     header::CONTENT_LENGTH,
@@ -29,9 +32,10 @@ const DROPPED_REQUEST: [HeaderName; 10] = [
     header::PROXY_AUTHORIZATION,
     header::ACCEPT_ENCODING,
     HeaderName::from_static("keep-alive"),
+    PROXY_CONNECTION,
 ];
 
-const DROPPED_RESPONSE: [HeaderName; 8] = [
+const DROPPED_RESPONSE: [HeaderName; 9] = [
     header::CONNECTION,
     header::CONTENT_LENGTH,
     header::TRANSFER_ENCODING,
@@ -40,6 +44,7 @@ const DROPPED_RESPONSE: [HeaderName; 8] = [
     header::PROXY_AUTHENTICATE,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("access-control-allow-origin"),
+    PROXY_CONNECTION,
 ];
 
 /// Remove the hop-by-hop headers from `headers`: those of `fixed`, and those named in its
@@ -264,8 +269,13 @@ mod tests {
             HeaderValue::from_static("Bearer client"),
         );
         h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        h.insert(PROXY_CONNECTION, HeaderValue::from_static("keep-alive"));
         h.insert("x-request-id", HeaderValue::from_static("abc"));
         let out = upstream_headers(h.clone(), &backend(None), false);
+        assert!(out.get(PROXY_CONNECTION).is_none());
+        let answer = client_headers(h.clone());
+        assert!(answer.get(PROXY_CONNECTION).is_none());
+        assert!(answer.get("x-secret-hop").is_none());
         assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer client");
         assert!(out.get("x-secret-hop").is_none());
         assert!(out.get(header::CONNECTION).is_none());
