@@ -622,22 +622,21 @@ async fn r2_reload_keeps_the_backend_slots_of_unchanged_backends() {
     ));
 }
 
-/// A backend that answers every request on a connection with `head` and a chat body, over
-/// raw TCP; counts the connections it accepted.
-async fn raw_backend(
-    head: &'static str,
-) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+/// A backend that answers every request on a connection with `answer`, over raw TCP; counts
+/// the connections it accepted.
+async fn raw_backend(answer: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let accepted = std::sync::Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
+    let answer = std::sync::Arc::new(answer);
     tokio::spawn(async move {
         while let Ok((mut tcp, _)) = listener.accept().await {
             count.fetch_add(1, Ordering::SeqCst);
+            let answer = answer.clone();
             tokio::spawn(async move {
-                let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
                 let mut buf = Vec::new();
                 loop {
                     // One request: its head, then as many bytes as its content-length says.
@@ -660,7 +659,6 @@ async fn raw_backend(
                         }
                     };
                     buf.drain(..request_len);
-                    let answer = format!("{head}Content-Length: {}\r\n\r\n{body}", body.len());
                     if tcp.write_all(answer.as_bytes()).await.is_err() {
                         return;
                     }
@@ -677,10 +675,12 @@ async fn raw_backend(
 async fn r6_backend_connection_fields_are_not_relayed() {
     // A real llama-server's head (../shared/realworld captures), plus a field `Connection`
     // names and one that is the message's own.
-    let (url, accepted) = raw_backend(
-        "HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nContent-Type: application/json; charset=utf-8\r\nKeep-Alive: timeout=5, max=100\r\nConnection: X-Trace\r\nX-Trace: 7\r\nProxy-Connection: keep-alive\r\nX-Backend-Build: b1\r\n",
-    )
-    .await;
+    let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nContent-Type: application/json; charset=utf-8\r\nKeep-Alive: timeout=5, max=100\r\nConnection: X-Trace\r\nX-Trace: 7\r\nProxy-Connection: keep-alive\r\nX-Backend-Build: b1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (url, accepted) = raw_backend(answer).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
     let c = client();
     for _ in 0..2 {
@@ -714,4 +714,36 @@ async fn r6_backend_connection_fields_are_not_relayed() {
         1,
         "the backend connection is reused"
     );
+}
+
+/// A stream stays a stream when the backend's `Connection` names its `Content-Type`: the proxy
+/// reads the type before it drops the fields `Connection` names.
+#[tokio::test]
+async fn r6_a_stream_whose_content_type_connection_names_is_relayed_as_a_stream() {
+    let events = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nConnection: Content-Type\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n0\r\n\r\n",
+        events.len()
+    );
+    let (url, _) = raw_backend(answer).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
+    let resp = within(
+        "answer",
+        client()
+            .post(p.url("/v1/chat/completions"))
+            .json(&chat("a", true))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Set by the stream relay only.
+    assert_eq!(resp.headers()["cache-control"], "no-cache");
+    assert!(!resp.headers().contains_key("content-type"));
+    let payloads = sse_payloads(resp).await;
+    assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"));
+    assert!(payloads[0].contains("\"hi\""), "{payloads:?}");
 }
