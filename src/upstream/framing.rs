@@ -88,14 +88,14 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
         let te = fields.has("transfer-encoding");
         let ambiguous = te && (version != Some(1) || fields.has("content-length"));
         let keep_alive = framing != Framing::Close && !ambiguous && keeps_alive(version, &fields);
-        // Where each end-to-end field's name and value sit in `buf`, to slice them once it is
-        // frozen.
+        // Where each field handed on has its name and value in `buf`, to slice them once it
+        // is frozen.
         let base = buf.as_ptr() as usize;
         let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
         let spans: Vec<_> = fields
             .0
             .iter()
-            .filter(|f| !Fields::consumed(f.name))
+            .filter(|f| !consumed(f.name))
             .map(|f| (at(f.name.as_bytes()), at(f.value)))
             .collect();
         let raw = buf.split_to(len).freeze();
@@ -138,11 +138,11 @@ impl Fields<'_, '_> {
     fn has(&self, name: &str) -> bool {
         self.0.iter().any(|f| f.name.eq_ignore_ascii_case(name))
     }
+}
 
-    /// Whether the field `name` is one this head's reader consumes.
-    fn consumed(name: &str) -> bool {
-        CONSUMED.iter().any(|c| c.eq_ignore_ascii_case(name))
-    }
+/// Whether the field `name` is one of `CONSUMED`.
+fn consumed(name: &str) -> bool {
+    CONSUMED.iter().any(|c| c.eq_ignore_ascii_case(name))
 }
 
 /// RFC 9112 §6.3, for the answer to a POST.
