@@ -58,12 +58,7 @@ async fn r2_routes_by_alias_and_old_name_rewriting_model() {
         );
         assert_eq!(seen.headers["x-request-id"], "req-123");
 
-        let r = c
-            .post(p.url("/v1/chat/completions"))
-            .json(&chat("old-a", false))
-            .send()
-            .await
-            .unwrap();
+        let r = p.post_chat(&c, &chat("old-a", false)).await;
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()["deprecation"], "true");
         let link = r.headers()["link"].to_str().unwrap();
@@ -92,12 +87,7 @@ async fn r2_stream_answers_echo_the_request_id() {
     // Without one from the client, a fresh id: 32 hex digits, different each time.
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let r = c
-            .post(p.url("/v1/chat/completions"))
-            .json(&chat("a", true))
-            .send()
-            .await
-            .unwrap();
+        let r = p.post_chat(&c, &chat("a", true)).await;
         let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
         assert!(
             id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -180,12 +170,12 @@ async fn r6_fixed_v1_routes_are_not_model_routed() {
         );
     }
     assert!(sim.recorder().requests().is_empty());
-    let r = c
-        .post(p.url("/v1/chat/completions"))
-        .json(&json!({"model": "a", "messages": [{"role": "user", "content": "x"}]}))
-        .send()
-        .await
-        .unwrap();
+    let r = p
+        .post_chat(
+            &c,
+            &json!({"model": "a", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     assert_eq!(sim.recorder().requests().len(), 1);
 }
@@ -280,15 +270,7 @@ async fn r2_client_errors_get_the_envelope() {
 async fn r2_backend_unreachable_is_502() {
     let url = dead_url().await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
-    let (s, e) = error_of(
-        client()
-            .post(p.url("/v1/chat/completions"))
-            .json(&chat("a", false))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (s, e) = error_of(p.post_chat(&client(), &chat("a", false)).await).await;
     assert_eq!((s, e["code"].as_str()), (502, Some("bad_gateway")));
     assert!(
         !e["message"].as_str().unwrap().contains("127.0.0.1"),
@@ -309,18 +291,7 @@ async fn r2_backend_too_slow_for_headers_is_504() {
         &[("b", sim.url())],
     )
     .await;
-    let (s, e) = error_of(
-        within(
-            "504",
-            client()
-                .post(p.url("/v1/chat/completions"))
-                .json(&chat("a", false))
-                .send(),
-        )
-        .await
-        .unwrap(),
-    )
-    .await;
+    let (s, e) = error_of(p.post_chat(&client(), &chat("a", false)).await).await;
     assert_eq!((s, e["code"].as_str()), (504, Some("upstream_timeout")));
 }
 
@@ -332,12 +303,7 @@ async fn r2_backend_loading_is_503_with_retry_after() {
     })
     .await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(&chat("a", false))
-        .send()
-        .await
-        .unwrap();
+    let r = p.post_chat(&client(), &chat("a", false)).await;
     assert!(r.headers().get("retry-after").is_some());
     let (s, e) = error_of(r).await;
     assert_eq!((s, e["code"].as_str()), (503, Some("model_loading")));
@@ -352,12 +318,7 @@ async fn r2_stream_events_arrive_while_backend_still_generating() {
         })
         .await;
         let p = proxy(&one_alias(flavor.as_str(), "", ""), &[("b", sim.url())]).await;
-        let r = client()
-            .post(p.url("/v1/chat/completions"))
-            .json(&chat("a", true))
-            .send()
-            .await
-            .unwrap();
+        let r = p.post_chat(&client(), &chat("a", true)).await;
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()["content-type"], "text/event-stream");
         assert_eq!(r.headers()["x-accel-buffering"], "no");
@@ -474,12 +435,7 @@ async fn r2_graceful_shutdown_lets_running_stream_finish() {
     })
     .await;
     let mut p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(&chat("a", true))
-        .send()
-        .await
-        .unwrap();
+    let r = p.post_chat(&client(), &chat("a", true)).await;
     let mut body = r.bytes_stream();
     within("first event", body.next()).await.unwrap().unwrap();
     p.shutdown();
@@ -684,14 +640,7 @@ async fn r6_backend_connection_fields_are_not_relayed() {
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
     let c = client();
     for _ in 0..2 {
-        let resp = within(
-            "answer",
-            c.post(p.url("/v1/chat/completions"))
-                .json(&chat("a", false))
-                .send(),
-        )
-        .await
-        .unwrap();
+        let resp = p.post_chat(&c, &chat("a", false)).await;
         assert_eq!(resp.status(), 200);
         let h = resp.headers().clone();
         for gone in [
@@ -730,15 +679,7 @@ async fn r6_a_stream_whose_content_type_connection_names_is_relayed_as_a_stream(
     );
     let (url, _) = raw_backend(answer).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
-    let resp = within(
-        "answer",
-        client()
-            .post(p.url("/v1/chat/completions"))
-            .json(&chat("a", true))
-            .send(),
-    )
-    .await
-    .unwrap();
+    let resp = p.post_chat(&client(), &chat("a", true)).await;
     assert_eq!(resp.status(), 200);
     // Set by the stream relay only.
     assert_eq!(resp.headers()["cache-control"], "no-cache");

@@ -39,6 +39,20 @@ impl Proxy {
         }
     }
 
+    /// POST `body` as JSON to the proxy's chat completions; the answer's head, within `WAIT`.
+    pub async fn post_chat(
+        &self,
+        c: &reqwest::Client,
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
+        within(
+            "the answer's head",
+            c.post(self.url("/v1/chat/completions")).json(body).send(),
+        )
+        .await
+        .unwrap()
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(self.url("/metrics"))
             .await
