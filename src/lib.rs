@@ -1,5 +1,6 @@
 //! Switchboard: an OpenAI-compatible reverse proxy and alias router for a self-hosted LLM fleet.
 
+pub mod alloc;
 pub mod api;
 pub mod config;
 pub mod demo;

@@ -17,7 +17,7 @@ use switchboard::state::AppState;
 /// docs/PERFORMANCE.md). Built without transparent huge pages (`no_thp`), which would add
 /// some 10 MB of resident memory to an idle proxy.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: switchboard::alloc::MiMalloc = switchboard::alloc::MiMalloc;
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
