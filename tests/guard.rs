@@ -111,21 +111,11 @@ async fn r4_exactly_at_the_window_passes_one_token_over_is_rejected() {
 
         // With max_tokens: prompt + output may equal the window.
         let fits = guarded(flavor, &sim.url(), n + 4, "").await;
-        let r = c
-            .post(fits.url("/v1/chat/completions"))
-            .json(&request(Some(4), false))
-            .send()
-            .await
-            .unwrap();
+        let r = fits.post_chat(&c, &request(Some(4), false)).await;
         assert_eq!(r.status(), 200, "{flavor}");
         let before = chat_posts(&sim);
         let over = guarded(flavor, &sim.url(), n + 3, "").await;
-        let r = c
-            .post(over.url("/v1/chat/completions"))
-            .json(&request(Some(4), false))
-            .send()
-            .await
-            .unwrap();
+        let r = over.post_chat(&c, &request(Some(4), false)).await;
         let e = context_error(r).await;
         assert_eq!(
             e["message"],
@@ -142,20 +132,10 @@ async fn r4_exactly_at_the_window_passes_one_token_over_is_rejected() {
 
         // Without max_tokens: the prompt alone must stay below the window.
         let fits = guarded(flavor, &sim.url(), n + 1, "").await;
-        let r = c
-            .post(fits.url("/v1/chat/completions"))
-            .json(&request(None, false))
-            .send()
-            .await
-            .unwrap();
+        let r = fits.post_chat(&c, &request(None, false)).await;
         assert_eq!(r.status(), 200, "{flavor}");
         let over = guarded(flavor, &sim.url(), n, "").await;
-        let r = c
-            .post(over.url("/v1/chat/completions"))
-            .json(&request(None, false))
-            .send()
-            .await
-            .unwrap();
+        let r = over.post_chat(&c, &request(None, false)).await;
         let e = context_error(r).await;
         assert_eq!(
             e["message"],
@@ -176,12 +156,7 @@ async fn r4_exactly_at_the_window_passes_one_token_over_is_rejected() {
 async fn r4_stream_requests_get_the_400_before_any_sse_byte() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = guarded(Flavor::Llamacpp, &sim.url(), 12, "").await;
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(&request(Some(100), true))
-        .send()
-        .await
-        .unwrap();
+    let r = p.post_chat(&client(), &request(Some(100), true)).await;
     assert_ne!(r.headers()["content-type"], "text/event-stream");
     context_error(r).await;
     assert_eq!(chat_posts(&sim), 0);
@@ -235,12 +210,7 @@ async fn r4_backend_context_errors_are_canonicalised() {
         )
         .await;
         for stream in [false, true] {
-            let r = client()
-                .post(p.url("/v1/chat/completions"))
-                .json(&request(Some(4), stream))
-                .send()
-                .await
-                .unwrap();
+            let r = p.post_chat(&client(), &request(Some(4), stream)).await;
             assert_eq!(r.status(), 400, "{flavor} stream={stream}");
             let e = context_error(r).await;
             let msg = e["message"].as_str().unwrap();
@@ -289,12 +259,7 @@ context_window = 100000
 count = "backend"
 "#;
     let p = proxy(toml, &[("small", small.url()), ("big", big.url())]).await;
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(&request(Some(4), false))
-        .send()
-        .await
-        .unwrap();
+    let r = p.post_chat(&client(), &request(Some(4), false)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-switchboard-alias"], "huge");
     assert_eq!(chat_posts(&small), 0);
@@ -303,12 +268,7 @@ count = "backend"
     // A request that fits stays on its own alias.
     let mut tiny = request(Some(1), false);
     tiny["messages"] = json!([{"role": "user", "content": "hi"}]);
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(&tiny)
-        .send()
-        .await
-        .unwrap();
+    let r = p.post_chat(&client(), &tiny).await;
     assert_eq!(r.headers()["x-switchboard-alias"], "a");
 }
 
@@ -326,24 +286,14 @@ async fn r4_clamp_lowers_max_tokens_when_the_prompt_fits() {
     for key in ["max_tokens", "max_completion_tokens"] {
         let mut body = request(None, false);
         body[key] = json!(1000);
-        let r = client()
-            .post(p.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = p.post_chat(&client(), &body).await;
         assert_eq!(r.status(), 200);
         let seen: Value = serde_json::from_slice(&sim.recorder().last().unwrap().body).unwrap();
         assert_eq!(seen[key], 10, "{key}");
     }
     // A prompt that alone fills the window is still rejected.
     let p = guarded(Flavor::Sglang, &sim.url(), n, "clamp_max_tokens = true").await;
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(&request(Some(5), false))
-        .send()
-        .await
-        .unwrap();
+    let r = p.post_chat(&client(), &request(Some(5), false)).await;
     context_error(r).await;
 }
 
@@ -370,12 +320,7 @@ async fn r4_local_tokenizer_count_through_the_server_matches_llama_server() {
         v,
         json!({"count": 13, "max_model_len": 13, "method": "local"})
     );
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = p.post_chat(&client(), &body).await;
     let e = context_error(r).await;
     assert_eq!(e["n_prompt_tokens"], 13);
     let v: Value = client()

@@ -397,14 +397,12 @@ async fn r2_backend_death_mid_stream_ends_with_error_not_done() {
     })
     .await;
     let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
-    let r = client()
-        .post(p.url("/v1/chat/completions"))
-        .json(
+    let r = p
+        .post_chat(
+            &client(),
             &json!({"model": "a", "messages": [{"role": "user", "content": "x"}], "stream": true}),
         )
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.status(), 200);
     let events = sse_payloads(r).await;
     let last = events.last().unwrap();

@@ -113,12 +113,7 @@ async fn r3_every_flavour_every_field_stream_and_not() {
                 };
                 for stream in [false, true] {
                     let body = json!({"model": "a", "messages": [{"role": "user", "content": "q"}], "max_tokens": 12, "stream": stream});
-                    let resp = client()
-                        .post(p.url("/v1/chat/completions"))
-                        .json(&body)
-                        .send()
-                        .await
-                        .unwrap();
+                    let resp = p.post_chat(&client(), &body).await;
                     let objs = parts(resp, stream).await;
                     let (r, c) = collect(&objs, fields, absent);
                     let case = format!("{flavor} inline={inline} field={setting} stream={stream}");
@@ -197,12 +192,7 @@ async fn r3_history_reasoning_reaches_backend_under_its_own_name() {
                 {"role": "user", "content": "second"}
             ]
         });
-        let r = client()
-            .post(p.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = p.post_chat(&client(), &body).await;
         assert_eq!(r.status(), 200);
         let seen: Value = serde_json::from_slice(&sim.recorder().last().unwrap().body).unwrap();
         let msgs = seen["messages"].as_array().unwrap();
