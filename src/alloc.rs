@@ -1,13 +1,13 @@
-//! The binary's global allocator: mimalloc, asked for plain blocks wherever they are aligned enough.
+//! The binary's global allocator: mimalloc, asked for plain blocks where they are aligned enough.
 //!
 //! mimalloc's own Rust adapter asks `mi_malloc_aligned` for every layout. mimalloc 3 serves that
-//! from its fast path only for blocks of at most 1 KiB or of a power-of-two size; any other
-//! block (a 1.5 KiB body, an 8 KiB read buffer) goes through the generic aligned path, which
-//! allocates `size + align - 1` bytes and marks the page as holding interior pointers, even for
-//! an alignment of 1. Every mimalloc block of `size` bytes is aligned to 16 bytes, or to the
-//! size when it is smaller: so a layout whose alignment is at most 16 and at most its size (the
-//! rule of std's own `System` allocator) takes plain `mi_malloc`, and only the others the
-//! aligned calls. On the proxy's request path this saves some 700 instructions per request
+//! as a plain allocation only for blocks of at most 1 KiB or of a power-of-two size up to
+//! 4 KiB; any other block (a 1.5 KiB body, a 12 KiB buffer) goes through its over-allocating
+//! path, which allocates `size + align - 1` bytes and marks the page as holding interior
+//! pointers, even for an alignment of 1. Every mimalloc block is aligned to 8 bytes, and to 16
+//! when it is larger than 8 bytes: so a layout whose alignment is at most 16 and at most its
+//! size (the rule of std's own `System` allocator) takes plain `mi_malloc`, and only the others
+//! the aligned calls. On the proxy's request path this saves some 700 instructions per request
 //! (docs/PERFORMANCE.md).
 #![allow(unsafe_code)]
 
@@ -16,7 +16,7 @@ use std::ffi::c_void;
 
 use libmimalloc_sys as mi;
 
-/// The alignment every mimalloc block of at least that size has (`MI_MAX_ALIGN_SIZE`).
+/// The alignment every mimalloc block of more than 8 bytes has (`MI_MAX_ALIGN_SIZE`).
 const PLAIN_ALIGN: usize = 16;
 
 /// mimalloc as the global allocator; see the module's text.
