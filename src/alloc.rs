@@ -28,34 +28,44 @@ fn plain(align: usize, size: usize) -> bool {
     align <= PLAIN_ALIGN && align <= size
 }
 
+/// A new block for `layout`: from `plain_call` when such a block is aligned enough, else from
+/// `aligned_call` (`mi_malloc` and `mi_malloc_aligned`, or their zeroing twins).
+///
+/// # Safety
+///
+/// `layout` has a non-zero size, as `GlobalAlloc::alloc` requires.
+#[inline(always)]
+unsafe fn new_block(
+    layout: Layout,
+    plain_call: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned_call: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    let (size, align) = (layout.size(), layout.align());
+    // SAFETY: both calls take any size and a power-of-two alignment (a `Layout`'s).
+    let block = unsafe {
+        if plain(align, size) {
+            plain_call(size)
+        } else {
+            aligned_call(size, align)
+        }
+    };
+    block.cast()
+}
+
 // SAFETY: every call hands mimalloc the layout's size, and its alignment unless a plain block
 // of that size is already aligned to it (see `plain`); every pointer freed or resized came from
 // mimalloc, as `GlobalAlloc`'s contract guarantees.
 unsafe impl GlobalAlloc for MiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
         // SAFETY: see the impl.
-        unsafe {
-            if plain(align, size) {
-                mi::mi_malloc(size).cast()
-            } else {
-                mi::mi_malloc_aligned(size, align).cast()
-            }
-        }
+        unsafe { new_block(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
         // SAFETY: see the impl.
-        unsafe {
-            if plain(align, size) {
-                mi::mi_zalloc(size).cast()
-            } else {
-                mi::mi_zalloc_aligned(size, align).cast()
-            }
-        }
+        unsafe { new_block(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
