@@ -33,8 +33,9 @@ fn new_request_id() -> String {
         *digit = HEX[(n & 0xf) as usize];
         n >>= 4;
     }
-    // Hex digits are ASCII: nothing is replaced, and one copy costs less than 32 pushes.
-    String::from_utf8_lossy(&id).into_owned()
+    // Hex digits are ASCII, so this is never empty; one copy costs less than 32 pushes, and
+    // the plain check less than the lossy one.
+    String::from_utf8(id.to_vec()).unwrap_or_default()
 }
 
 /// Clients must present one of the configured keys, when keys are configured.
@@ -60,14 +61,18 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
     let Some(ct) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());
     };
-    let ct = ct.to_str().unwrap_or_default();
-    let essence = ct.split(';').next().unwrap_or_default().trim();
-    let b = essence.as_bytes();
-    let json_suffix = b.len() >= 5 && b[b.len() - 5..].eq_ignore_ascii_case(b"+json");
-    if essence.eq_ignore_ascii_case("application/json") || json_suffix {
+    // Compared as bytes: a value that is not text is no JSON type either.
+    let value = ct.as_bytes();
+    let end = memchr::memchr(b';', value).unwrap_or(value.len());
+    let essence = value[..end].trim_ascii();
+    let json_suffix =
+        essence.len() >= 5 && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json");
+    if essence.eq_ignore_ascii_case(b"application/json") || json_suffix {
         Ok(())
     } else {
-        Err(ProxyError::UnsupportedContentType(ct.to_string()))
+        Err(ProxyError::UnsupportedContentType(
+            String::from_utf8_lossy(value).into_owned(),
+        ))
     }
 }
 
@@ -190,6 +195,18 @@ mod tests {
             "multipart/form-data",
         ] {
             assert!(check_content_type(&with_type(bad)).is_err(), "{bad}");
+        }
+        // A value that is not text is named in the error, not dropped.
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_bytes(b"application/json\xff").unwrap(),
+        );
+        match check_content_type(&h) {
+            Err(ProxyError::UnsupportedContentType(ct)) => {
+                assert_eq!(ct, "application/json\u{fffd}")
+            }
+            other => panic!("{other:?}"),
         }
     }
 }
