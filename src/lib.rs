@@ -9,6 +9,7 @@ pub mod exchange;
 pub mod flavor;
 pub mod guard;
 pub mod health;
+pub mod hop;
 mod json_scan;
 pub mod metrics;
 pub mod openai;

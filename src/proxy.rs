@@ -10,81 +10,18 @@ use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
 
 use crate::config::Backend;
 use crate::error::ProxyError;
+use crate::hop;
 use crate::metrics::{AliasMetrics, UpstreamReason};
 use crate::upstream::{BoxError, Pool, SendError};
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
-/// The non-standard `Proxy-Connection`, hop-by-hop wherever it is sent (RFC 9110 §7.6.1).
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// Hop-by-hop and framing headers that never cross the proxy (RFC 9110 §7.6.1), plus
-/// `accept-encoding`: answers are relayed uncompressed so events are never held in an encoder.
-const DROPPED_REQUEST: [HeaderName; 11] = [
-    header::CONNECTION,
-    header::HOST,
-    header::CONTENT_LENGTH,
-    header::TRANSFER_ENCODING,
-    header::TE,
-    header::TRAILER,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-    header::ACCEPT_ENCODING,
-    HeaderName::from_static("keep-alive"),
-    PROXY_CONNECTION,
-];
-
-const DROPPED_RESPONSE: [HeaderName; 9] = [
-    header::CONNECTION,
-    header::CONTENT_LENGTH,
-    header::TRANSFER_ENCODING,
-    header::TRAILER,
-    header::UPGRADE,
-    header::PROXY_AUTHENTICATE,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("access-control-allow-origin"),
-    PROXY_CONNECTION,
-];
-
-/// Remove the hop-by-hop headers from `headers`: those of `fixed`, and those named in its
-/// `Connection` header (RFC 9110 §7.6.1). Works in place: nothing is copied.
-fn drop_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
-    // Which of `fixed` are present, in one pass over the names: a removal hashes its name, and
-    // most messages carry two or three of these at most.
-    debug_assert!(fixed.len() <= 32);
-    let mut present = 0u32;
-    for name in headers.keys() {
-        if let Some(i) = fixed.iter().position(|f| f == name) {
-            present |= 1 << i;
-        }
-    }
-    if present == 0 {
-        return;
-    }
-    if headers.contains_key(header::CONNECTION) {
-        let listed: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-            .collect();
-        for name in &listed {
-            headers.remove(name);
-        }
-    }
-    for (i, name) in fixed.iter().enumerate() {
-        if present & (1 << i) != 0 {
-            headers.remove(name);
-        }
-    }
-}
-
 /// The client's headers as they go to the backend. `own_auth`: Switchboard checked the
-/// client's key itself, so that key is not passed on.
+/// client's key itself, so that key is not passed on. The fields `Connection` names are
+/// removed; the fixed hop-by-hop ones are left out as the request is sent ([`send`]).
 pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: bool) -> HeaderMap {
-    drop_hop_by_hop(&mut headers, &DROPPED_REQUEST);
+    hop::drop_named(&mut headers);
     if own_auth || backend.api_key.is_some() {
         headers.remove(header::AUTHORIZATION);
         headers.remove(X_API_KEY);
@@ -104,9 +41,11 @@ pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: boo
     headers
 }
 
-/// The backend's response headers as they go to the client.
+/// The backend's response headers as they go to the client: without `Connection` and the
+/// fields it names. The other hop-by-hop fields were left out as the answer was received
+/// ([`send`]).
 pub fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
-    drop_hop_by_hop(&mut upstream, &DROPPED_RESPONSE);
+    hop::drop_connection(&mut upstream);
     upstream
 }
 
@@ -138,14 +77,17 @@ where
 }
 
 /// POST `body` to `backend` at `path_and_query`; errors mapped to what the client is told.
-/// Plain-http backends go through the in-task pool; https ones through reqwest.
+/// Plain-http backends go through the in-task pool, which leaves the hop-by-hop fields out as
+/// it writes the request's head and reads the answer's; https ones through reqwest, which is
+/// handed the request's map without them and whose answer's map is cleared of them here.
+/// `Connection` and the fields it names stay in the answer's map ([`client_headers`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn send(
     pool: &Arc<Pool>,
     client: &reqwest::Client,
     backend: &Backend,
     path_and_query: &str,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     body: Bytes,
     header_timeout: Duration,
     m: &AliasMetrics,
@@ -188,12 +130,17 @@ pub async fn send(
             Err(_) => Err(timed_out()),
         };
     }
+    hop::drop_request(&mut headers);
     let url = format!("{}{}", backend.url, path_and_query);
     let req = client.post(url).headers(headers).body(body);
     match tokio::time::timeout(header_timeout, req.send()).await {
         Ok(Ok(resp)) => Ok(Answer {
             status: resp.status(),
-            headers: resp.headers().clone(),
+            headers: {
+                let mut h = resp.headers().clone();
+                hop::drop_response(&mut h);
+                h
+            },
             body: resp
                 .bytes_stream()
                 .map_err(|e| BoxError::from(without_url(&e)))
@@ -257,7 +204,7 @@ mod tests {
     }
 
     #[test]
-    fn drops_hop_by_hop_and_replaces_auth() {
+    fn drops_what_connection_names_and_replaces_auth() {
         let mut h = HeaderMap::new();
         h.insert(
             header::CONNECTION,
@@ -268,19 +215,22 @@ mod tests {
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer client"),
         );
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
-        h.insert(PROXY_CONNECTION, HeaderValue::from_static("keep-alive"));
+        h.insert(
+            hop::PROXY_CONNECTION,
+            HeaderValue::from_static("keep-alive"),
+        );
         h.insert("x-request-id", HeaderValue::from_static("abc"));
         let out = upstream_headers(h.clone(), &backend(None), false);
-        assert!(out.get(PROXY_CONNECTION).is_none());
-        let answer = client_headers(h.clone());
-        assert!(answer.get(PROXY_CONNECTION).is_none());
-        assert!(answer.get("x-secret-hop").is_none());
-        assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer client");
         assert!(out.get("x-secret-hop").is_none());
-        assert!(out.get(header::CONNECTION).is_none());
-        assert!(out.get(header::ACCEPT_ENCODING).is_none());
+        // The fixed hop-by-hop fields are left out as the request is written.
+        assert!(out.contains_key(header::CONNECTION) && out.contains_key(hop::PROXY_CONNECTION));
+        assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer client");
         assert_eq!(out.get("x-request-id").unwrap(), "abc");
+        assert_eq!(out.get(header::CONTENT_TYPE).unwrap(), "application/json");
+        // The answer's other hop-by-hop fields are left out as it is received.
+        let answer = client_headers(h.clone());
+        assert!(answer.get("x-secret-hop").is_none());
+        assert!(answer.get(header::CONNECTION).is_none());
         let out = upstream_headers(h.clone(), &backend(Some("backend-key")), false);
         assert_eq!(
             out.get(header::AUTHORIZATION).unwrap(),

@@ -489,6 +489,59 @@ async fn r2_dot_segments_never_reach_backend_paths() {
     assert!(sim.recorder().requests().is_empty());
 }
 
+/// The hop-by-hop fields of a client's request (and the ones its `Connection` names) stay
+/// between the client and the proxy: the backend's head is written without them.
+#[tokio::test]
+async fn r6_hop_by_hop_request_fields_never_reach_the_backend() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
+    // A raw TCP request: HTTP clients set some of these fields themselves.
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let body = r#"{"model":"a","messages":[{"role":"user","content":"Hi"}]}"#;
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: switchboard.example\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nTE: trailers\r\nTrailer: x-after\r\nKeep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic cDpw\r\nAccept-Encoding: gzip\r\nX-Kept: yes\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    within(
+        "answer",
+        tokio::io::AsyncReadExt::read_to_string(&mut s, &mut out),
+    )
+    .await
+    .unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let seen = sim.recorder().last().unwrap();
+    for gone in [
+        "connection",
+        "x-secret-hop",
+        "te",
+        "trailer",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "accept-encoding",
+    ] {
+        assert!(
+            !seen.headers.contains_key(gone),
+            "{gone} reached the backend: {:?}",
+            seen.headers
+        );
+    }
+    assert_eq!(seen.headers["x-kept"], "yes");
+    assert_eq!(seen.headers["content-type"], "application/json");
+    assert_ne!(seen.headers["host"], "switchboard.example");
+    assert_eq!(seen.headers.get_all("host").iter().count(), 1);
+    let upstream_len: usize = seen.headers["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(upstream_len, seen.body.len());
+}
+
 #[tokio::test]
 async fn r2_limits_the_backends_accept_pass_unchanged() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;

@@ -4,6 +4,8 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
+use crate::hop;
+
 /// Largest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields in a response head.
@@ -26,7 +28,8 @@ pub enum Framing {
 #[derive(Debug)]
 pub struct Head {
     pub status: StatusCode,
-    /// The fields but those of the framing and the connection options (`CONSUMED`).
+    /// The fields but the hop-by-hop ones ([`hop::response`]: framing, connection options,
+    /// and the like).
     /// `Connection` stays, for the proxy to drop it and the fields it names once it has read
     /// what it needs of them.
     pub headers: HeaderMap,
@@ -34,18 +37,6 @@ pub struct Head {
     /// The connection may carry another request once this body has been read.
     pub keep_alive: bool,
 }
-
-/// Fields of a response that describe its framing or its connection (RFC 9110 §7.6.1, RFC
-/// 9112 §6), read here and never handed on.
-const CONSUMED: [&str; 7] = [
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "content-length",
-    "te",
-    "trailer",
-    "upgrade",
-];
 
 /// The final response head at the start of `buf`, skipping interim (1xx) responses; `None`
 /// while it is incomplete. A complete head is split off `buf`, and header values are slices of
@@ -95,7 +86,7 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
         let spans: Vec<_> = fields
             .0
             .iter()
-            .filter(|f| !consumed(f.name))
+            .filter(|f| !hop::response(f.name))
             .map(|f| (at(f.name.as_bytes()), at(f.value)))
             .collect();
         let raw = buf.split_to(len).freeze();
@@ -138,11 +129,6 @@ impl Fields<'_, '_> {
     fn has(&self, name: &str) -> bool {
         self.0.iter().any(|f| f.name.eq_ignore_ascii_case(name))
     }
-}
-
-/// Whether the field `name` is one of `CONSUMED`.
-fn consumed(name: &str) -> bool {
-    CONSUMED.iter().any(|c| c.eq_ignore_ascii_case(name))
 }
 
 /// RFC 9112 §6.3, for the answer to a POST.
@@ -427,14 +413,11 @@ mod tests {
     }
 
     #[test]
-    fn fields_of_the_framing_and_the_connection_are_consumed() {
+    fn hop_by_hop_fields_are_consumed() {
         // A real llama-server's head (../shared/realworld capture).
         let h = head("HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 693\r\nKeep-Alive: timeout=5, max=100\r\n\r\n");
         let names: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
-        assert_eq!(
-            names,
-            ["server", "access-control-allow-origin", "content-type"]
-        );
+        assert_eq!(names, ["server", "content-type"]);
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(693), true));
 
         // `Connection` and the fields it names stay, for the proxy to read and then drop.

@@ -16,11 +16,13 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 use futures_util::Stream;
-use http::{header, HeaderMap, StatusCode};
+use http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use framing::{parse_head, Decoder};
+
+use crate::hop;
 
 /// Any error of the exchange with a backend, as the relay sees it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -110,7 +112,8 @@ fn prune<C>(list: &mut Vec<(C, Instant)>, now: Instant) {
     list.drain(..fresh);
 }
 
-/// The request head: `POST path HTTP/1.1`, the headers (framing ones replaced), the length.
+/// The request head: `POST path HTTP/1.1`, the headers but the hop-by-hop ones (`Host` and
+/// the length written anew), the length.
 fn request_head(authority: &str, path: &str, headers: &HeaderMap, body_len: usize) -> Bytes {
     let mut head = BytesMut::with_capacity(128 + path.len() + headers.len() * 48);
     head.put_slice(b"POST ");
@@ -119,10 +122,7 @@ fn request_head(authority: &str, path: &str, headers: &HeaderMap, body_len: usiz
     head.put_slice(authority.as_bytes());
     head.put_slice(b"\r\n");
     for (name, value) in headers {
-        if matches!(
-            *name,
-            header::HOST | header::CONTENT_LENGTH | header::TRANSFER_ENCODING | header::CONNECTION
-        ) {
+        if hop::request(name) {
             continue;
         }
         head.put_slice(name.as_str().as_bytes());
@@ -365,7 +365,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    use http::HeaderValue;
+    use http::{header, HeaderValue};
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
     use tokio::net::TcpListener;
@@ -644,20 +644,28 @@ mod tests {
         assert_eq!(raw_connections(answer, b"all of it", 2).await, 2);
     }
 
-    /// What the backend receives: the path, a host, the caller's headers but the framing ones,
-    /// and the body's real length.
+    /// What the backend receives: the path, a host, the caller's headers but the hop-by-hop
+    /// ones, and the body's real length.
     #[tokio::test]
     async fn the_request_head_is_well_formed() {
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        h.insert(header::HOST, HeaderValue::from_static("proxy:1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(
+            hop::PROXY_CONNECTION,
+            HeaderValue::from_static("keep-alive"),
+        );
         let head = request_head("b:1", "/v1/chat/completions?x=1", &h, 42);
         let head = std::str::from_utf8(&head).unwrap();
         assert!(head.starts_with("POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: b:1\r\n"));
         assert!(head.contains("\r\nauthorization: Bearer k\r\n"));
         assert!(head.ends_with("\r\ncontent-length: 42\r\n\r\n"));
         assert!(!head.contains("999") && !head.contains("close"));
+        assert!(!head.contains("proxy:1") && !head.contains("trailers"));
+        assert!(!head.contains("keep-alive"));
     }
 
     #[tokio::test]
