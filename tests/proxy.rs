@@ -457,6 +457,23 @@ async fn r2_graceful_shutdown_lets_running_stream_finish() {
     within("server exits", &mut p.task).await.unwrap().unwrap();
 }
 
+/// Write `request` (which asks for `connection: close`) to the proxy as raw bytes and read
+/// the whole answer.
+async fn raw_exchange(p: &Proxy, request: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, request.as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    within(
+        "answer",
+        tokio::io::AsyncReadExt::read_to_string(&mut s, &mut out),
+    )
+    .await
+    .unwrap();
+    out
+}
+
 #[tokio::test]
 async fn r2_dot_segments_never_reach_backend_paths() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
@@ -467,22 +484,12 @@ async fn r2_dot_segments_never_reach_backend_paths() {
         "/v1/%2e%2e/slots/0",
         "/v1/x%2F..%2Fslots",
     ] {
-        let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
         let body = r#"{"model":"a"}"#;
         let req = format!(
             "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );
-        tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes())
-            .await
-            .unwrap();
-        let mut out = String::new();
-        within(
-            "answer",
-            tokio::io::AsyncReadExt::read_to_string(&mut s, &mut out),
-        )
-        .await
-        .unwrap();
+        let out = raw_exchange(&p, &req).await;
         assert!(out.starts_with("HTTP/1.1 404"), "{path}: {out}");
         assert!(out.contains("unknown_url"), "{path}: {out}");
     }
@@ -496,22 +503,12 @@ async fn r6_hop_by_hop_request_fields_never_reach_the_backend() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     // A raw TCP request: HTTP clients set some of these fields themselves.
-    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
     let body = r#"{"model":"a","messages":[{"role":"user","content":"Hi"}]}"#;
     let req = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: switchboard.example\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nTE: trailers\r\nTrailer: x-after\r\nKeep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic cDpw\r\nAccept-Encoding: gzip\r\nX-Kept: yes\r\n\r\n{body}",
         body.len()
     );
-    tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    within(
-        "answer",
-        tokio::io::AsyncReadExt::read_to_string(&mut s, &mut out),
-    )
-    .await
-    .unwrap();
+    let out = raw_exchange(&p, &req).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     let seen = sim.recorder().last().unwrap();
     for gone in [
