@@ -70,21 +70,19 @@ pub fn drop_connection(headers: &mut HeaderMap) {
 /// writes all of the map.
 pub fn drop_request(headers: &mut HeaderMap) {
     drop_named(headers);
-    let present: Vec<HeaderName> = headers.keys().filter(|n| request(n)).cloned().collect();
-    for name in &present {
-        headers.remove(name);
-    }
+    remove_where(headers, request);
 }
 
 /// Remove the hop-by-hop fields of a backend's answer from `headers` but `Connection` and the
 /// fields it names ([`drop_connection`]), for an answer whose head was read into a map whole.
 pub fn drop_response(headers: &mut HeaderMap) {
-    let present: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| response(n.as_str()))
-        .cloned()
-        .collect();
-    for name in &present {
+    remove_where(headers, |name| response(name.as_str()));
+}
+
+/// Remove the fields of `headers` whose name `hop` picks.
+fn remove_where(headers: &mut HeaderMap, hop: impl Fn(&HeaderName) -> bool) {
+    let picked: Vec<HeaderName> = headers.keys().filter(|n| hop(n)).cloned().collect();
+    for name in &picked {
         headers.remove(name);
     }
 }
@@ -98,9 +96,7 @@ fn remove_named(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for name in &named {
-        headers.remove(name);
-    }
+    remove_where(headers, |name| named.contains(name));
 }
 
 #[cfg(test)]
