@@ -134,18 +134,19 @@ pub async fn send(
     let url = format!("{}{}", backend.url, path_and_query);
     let req = client.post(url).headers(headers).body(body);
     match tokio::time::timeout(header_timeout, req.send()).await {
-        Ok(Ok(resp)) => Ok(Answer {
-            status: resp.status(),
-            headers: {
-                let mut h = resp.headers().clone();
-                hop::drop_response(&mut h);
-                h
-            },
-            body: resp
-                .bytes_stream()
-                .map_err(|e| BoxError::from(without_url(&e)))
-                .boxed(),
-        }),
+        Ok(Ok(mut resp)) => {
+            // The map is taken, not copied: the body stream needs nothing else of it.
+            let mut headers = std::mem::take(resp.headers_mut());
+            hop::drop_response(&mut headers);
+            Ok(Answer {
+                status: resp.status(),
+                headers,
+                body: resp
+                    .bytes_stream()
+                    .map_err(|e| BoxError::from(without_url(&e)))
+                    .boxed(),
+            })
+        }
         Ok(Err(e)) if e.is_connect() => Err(connect()),
         Ok(Err(e)) if e.is_timeout() => Err(timed_out()),
         Ok(Err(e)) => {
