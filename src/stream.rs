@@ -17,6 +17,7 @@ use memchr::memmem;
 
 use crate::error::ProxyError;
 use crate::exchange::Exchange;
+use crate::json_scan::finder;
 use crate::metrics::UpstreamReason;
 use crate::slots::SlotPermit;
 use crate::upstream::BoxError;
@@ -114,20 +115,15 @@ fn frame(payload: &[u8]) -> Vec<u8> {
 }
 
 /// Searchers built once: building one per event costs more than the search.
-static CONTENT: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| memmem::Finder::new(br#""content":""#));
+static CONTENT: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""content":""#));
 static REASONING_CONTENT: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| memmem::Finder::new(br#""reasoning_content":""#));
-static REASONING: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| memmem::Finder::new(br#""reasoning":""#));
+    LazyLock::new(|| finder(br#""reasoning_content":""#));
+static REASONING: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""reasoning":""#));
 static TOOL_CALLS: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| memmem::Finder::new(br#""tool_calls":["#));
-static TEXT_DELTA: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| memmem::Finder::new(br#""delta":""#));
-static TEXT: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| memmem::Finder::new(br#""text":""#));
-static USAGE: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| memmem::Finder::new(br#""usage":{"#));
+    LazyLock::new(|| finder(br#""tool_calls":["#));
+static TEXT_DELTA: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""delta":""#));
+static TEXT: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""text":""#));
+static USAGE: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""usage":{"#));
 
 /// A non-empty string value follows `key` somewhere in `data`.
 fn has_text(data: &[u8], key: &memmem::Finder<'static>) -> bool {

@@ -13,7 +13,7 @@ use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::exchange::Usage;
-use crate::json_scan::{skip_ws, values};
+use crate::json_scan::{finder, skip_ws, values};
 
 #[derive(Deserialize)]
 struct UsageChunk {
@@ -64,12 +64,12 @@ pub fn of_event(data: &[u8]) -> Option<(Usage, bool)> {
     ))
 }
 
-static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
-static TIMINGS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"timings\""));
+static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"usage\""));
+static TIMINGS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"timings\""));
 static PROMPT_PER_SECOND: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"\"prompt_per_second\""));
+    LazyLock::new(|| finder(b"\"prompt_per_second\""));
 static PREDICTED_PER_SECOND: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"\"predicted_per_second\""));
+    LazyLock::new(|| finder(b"\"predicted_per_second\""));
 
 /// Usage and timings of a whole (non-streamed) answer; `None` when it is not a JSON object
 /// or has no usage object.

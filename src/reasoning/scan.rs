@@ -11,15 +11,15 @@ use memchr::memmem::Finder;
 
 use super::field::OutputField;
 use super::tags::ThinkTags;
-use crate::json_scan::{skip_ws, values};
+use crate::json_scan::{finder, skip_ws, values};
 
-static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"reasoning\""));
+static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"reasoning\""));
 static REASONING_CONTENT: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"\"reasoning_content\""));
-static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"content\""));
-static INDEX: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"index\""));
-static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"tool_calls\""));
-static UNICODE_ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    LazyLock::new(|| finder(b"\"reasoning_content\""));
+static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"content\""));
+static INDEX: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"index\""));
+static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"tool_calls\""));
+static UNICODE_ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\\u"));
 
 fn has_string(data: &[u8], key: &Finder<'static>) -> bool {
     values(data, key).any(|v| v.first() == Some(&b'"'))
