@@ -12,6 +12,10 @@ pub const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 128;
 /// Longest chunk-size line (size and extensions) accepted.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// Room in an answer's header map for the fields added to it before it goes to a client
+/// (the served alias, the request id, and a stream's `X-Accel-Buffering` and
+/// `Cache-Control`), so that adding them does not grow the map.
+const ADDED_FIELDS: usize = 4;
 
 /// How a response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +94,7 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
             .map(|f| (at(f.name.as_bytes()), at(f.value)))
             .collect();
         let raw = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
+        let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
         for ((n, nl), (v, vl)) in spans {
             let name = HeaderName::from_bytes(&raw[n..n + nl]).map_err(|_| {
                 format!(
@@ -425,6 +429,14 @@ mod tests {
         let names: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
         assert_eq!(names, ["connection", "x-trace", "x-kept"]);
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, true));
+    }
+
+    #[test]
+    fn the_map_has_room_for_the_fields_the_proxy_adds() {
+        // The simulator's head: three fields handed on.
+        let h = head("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nserver: sim\r\ndate: x\r\ncontent-length: 2\r\n\r\n");
+        assert_eq!(h.headers.len(), 3);
+        assert!(h.headers.capacity() >= 3 + ADDED_FIELDS);
     }
 
     #[test]
