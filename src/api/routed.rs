@@ -139,10 +139,7 @@ where
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let mut out_headers = crate::proxy::client_headers(resp.headers);
-    out_headers.insert(
-        SERVED_ALIAS,
-        HeaderValue::from_str(&alias.name).unwrap_or(HeaderValue::from_static("invalid")),
-    );
+    out_headers.insert(SERVED_ALIAS, alias.served_as.clone());
     if let Some(old) = &route.deprecated_name {
         out_headers.insert("deprecation", HeaderValue::from_static("true"));
         let link = format!("</v1/models/{}>; rel=\"successor-version\"", alias.name);

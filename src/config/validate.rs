@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderValue;
 use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
@@ -67,6 +68,8 @@ pub struct Input {
 #[derive(Debug)]
 pub struct Alias {
     pub name: String,
+    /// `name` as the `X-Switchboard-Alias` value of every answer (made once, here).
+    pub served_as: HeaderValue,
     pub backend: Arc<Backend>,
     pub upstream_model: String,
     pub context_window: Option<NonZeroU32>,
@@ -534,6 +537,7 @@ fn alias(
     };
     Some(Alias {
         name: name.to_string(),
+        served_as: HeaderValue::from_str(name).unwrap_or(HeaderValue::from_static("invalid")),
         backend: Arc::clone(backend),
         upstream_model,
         context_window,
