@@ -42,8 +42,10 @@ impl HeuristicFrequencyRank for JsonRank {
 }
 
 /// A searcher for `needle` in JSON text (see [`JsonRank`]).
-pub(crate) fn finder(needle: &'static [u8]) -> Finder<'static> {
-    FinderBuilder::new().build_forward_with_ranker(JsonRank, needle)
+pub(crate) fn finder(needle: &[u8]) -> Finder<'static> {
+    FinderBuilder::new()
+        .build_forward_with_ranker(JsonRank, needle)
+        .into_owned()
 }
 
 /// Where the value of each `"key":` occurrence in `data` starts (after any whitespace).

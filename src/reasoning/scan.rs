@@ -107,8 +107,8 @@ impl TagStart {
         let escapes = first.is_ascii().then(|| {
             let code = u32::from(first);
             [
-                Finder::new(format!("\\u{code:04x}").as_bytes()).into_owned(),
-                Finder::new(format!("\\u{code:04X}").as_bytes()).into_owned(),
+                finder(format!("\\u{code:04x}").as_bytes()),
+                finder(format!("\\u{code:04X}").as_bytes()),
             ]
         });
         TagStart {
