@@ -7,10 +7,12 @@ use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::json;
-use switchboard::exchange::{Exchange, Usage};
-use switchboard::metrics::{Endpoint, Metrics};
-use switchboard::openai::ParsedRequest;
-use switchboard::usage;
+use switchboard::observe::metrics::Metrics;
+use switchboard::observe::record::Record;
+use switchboard::wire::request::ParsedRequest;
+use switchboard::wire::usage;
+use switchboard::wire::usage::Usage;
+use switchboard::wire::Endpoint;
 
 /// A chat request of about `size` bytes: a system prompt and alternating turns.
 fn body(size: usize) -> Vec<u8> {
@@ -78,7 +80,7 @@ fn metrics_per_request(c: &mut Criterion) {
     let alias = metrics.alias("frank-zealot");
     c.bench_function("metrics_record_per_request", |bench| {
         bench.iter(|| {
-            let mut ex = Exchange::start(&unknown, Endpoint::chat_completions, String::new());
+            let mut ex = Record::start(&unknown, Endpoint::chat_completions, String::new());
             ex.route(&alias, "dankclaw-7771");
             ex.stream = true;
             ex.sending();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::{json, Value};
 use switchboard::flavor::Flavor;
-use switchboard::tokens::bound::RequestView;
+use switchboard::tokens::bound::PromptView;
 use switchboard::tokens::local::LocalCounter;
 use switchboard::tokens::MediaCosts;
 
@@ -60,7 +60,7 @@ fn bench(c: &mut Criterion) {
     let big = serde_json::to_vec(&big).unwrap();
     c.bench_function("bound_check_1MiB", |b| {
         b.iter(|| {
-            let view = RequestView::parse(black_box(&big)).unwrap();
+            let view = PromptView::parse(black_box(&big)).unwrap();
             black_box(view.prompt_bound(&media))
         })
     });

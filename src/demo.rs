@@ -4,8 +4,8 @@ use std::path::Path;
 
 use tokio::net::TcpListener;
 
+use crate::live::AppState;
 use crate::sim::{Sim, SimConfig};
-use crate::state::AppState;
 
 /// Start a simulator for every backend of the config (on loopback ports), point the backends
 /// at them, and serve the proxy on the configured address until ctrl-c.
@@ -53,11 +53,12 @@ pub async fn run(path: &Path) -> Result<(), String> {
     let cfg = crate::config::validate(raw)
         .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     let listen = cfg.server.listen;
-    let state = AppState::new(cfg, None);
+    let state =
+        AppState::new(cfg, None).map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    tokio::spawn(crate::health::run(state.clone()));
+    tokio::spawn(crate::live::probes::run(state.clone()));
     eprintln!(
         "demo: switchboard listening on http://{listen}  (try: curl localhost:{}/v1/models)",
         listen.port()
@@ -66,7 +67,7 @@ pub async fn run(path: &Path) -> Result<(), String> {
         let _ = tokio::signal::ctrl_c().await;
     };
     let grace = state.live.load().config.server.shutdown_grace;
-    crate::server::run(listener, state, shutdown, grace, std::future::pending())
+    crate::http::server::run(listener, state, shutdown, grace, std::future::pending())
         .await
         .map_err(|e| format!("server error: {e}"))?;
     for sim in sims {

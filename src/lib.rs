@@ -1,28 +1,25 @@
 //! Switchboard: an OpenAI-compatible reverse proxy and alias router for a self-hosted LLM fleet.
+//!
+//! Layers, each using only the ones listed after it: `http` (the surface) → `pipeline` (one
+//! routed request, step by step) → `live` (the config snapshot in force) → `observe`
+//! (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the one HTTP
+//! client) → `wire` (one adapter per API) → `guard` → `config` → `tokens`, `reasoning` →
+//! `error`, `flavor`, `json_scan`. `.ci/module-cycles.py` fails the build on a cycle.
 
 pub mod alloc;
-pub mod api;
 pub mod config;
 pub mod demo;
 pub mod error;
-pub mod exchange;
 pub mod flavor;
+pub mod fleet;
 pub mod guard;
-pub mod health;
-pub mod hop;
+pub mod http;
 mod json_scan;
-pub mod metrics;
-pub mod openai;
-pub mod proxy;
+pub mod live;
+pub mod observe;
+pub mod pipeline;
 pub mod reasoning;
-pub mod reload;
-pub mod routes;
-pub mod server;
 pub mod sim;
-pub mod slots;
-pub mod state;
-pub mod stream;
 pub mod tokens;
 pub mod upstream;
-pub mod usage;
-pub mod workers;
+pub mod wire;

@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use cli::{Cli, Command, LogFormat};
 use switchboard::config::{self, Config};
-use switchboard::state::AppState;
+use switchboard::live::AppState;
 
 /// mimalloc rather than glibc's malloc: the request path allocates and frees a few dozen small
 /// buffers per request, where glibc spends about a tenth of the proxy's CPU (see
@@ -81,24 +81,24 @@ async fn wait_signal() {
 
 /// Spawn health probing, reload and the workers; serve until signalled.
 async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), String> {
-    use switchboard::workers::{self, Stop};
+    use switchboard::http::workers::{self, Stop};
     let listen = cfg.server.listen;
     let grace = cfg.server.shutdown_grace;
     let n = cfg.server.workers;
     let metrics_listen = cfg.server.metrics_listen;
-    let state = AppState::new(cfg, path);
+    let state = AppState::new(cfg, path).map_err(|e| format!("invalid config:\n{e}"))?;
     if let Some(addr) = metrics_listen {
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on {addr} for metrics: {e}"))?;
-        let app = switchboard::server::metrics_app(state.clone());
+        let app = switchboard::http::router::metrics_app(state.clone());
         tokio::spawn(async move {
             let _ = axum::serve(l, app).await;
         });
         tracing::info!(%addr, "metrics listening");
     }
-    tokio::spawn(switchboard::health::run(state.clone()));
-    tokio::spawn(switchboard::reload::on_sighup(state.clone()));
+    tokio::spawn(switchboard::live::probes::run(state.clone()));
+    tokio::spawn(switchboard::live::reload::on_sighup(state.clone()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(Stop::Serve);
     let (first, second) = shutdown_signals();
     tokio::spawn(async move {
@@ -115,8 +115,8 @@ fn load(path: &std::path::Path) -> Result<Config, String> {
 }
 
 async fn routes(cfg: Config) -> Result<(), String> {
-    let state = AppState::new(cfg, None);
-    switchboard::health::probe_all(&state).await;
+    let state = AppState::new(cfg, None).map_err(|e| format!("invalid config:\n{e}"))?;
+    switchboard::live::probes::probe_all(&state).await;
     let snap = state.live.load_full();
     println!(
         "{:<24} {:<20} {:<9} {:<32} {:>10}  {:<8} old names",
@@ -131,7 +131,7 @@ async fn routes(cfg: Config) -> Result<(), String> {
             b.flavor.as_str(),
             b.url,
             a.context_window.map_or("-".into(), |w| w.get().to_string()),
-            switchboard::health::state_name(state.health.get(&b.name)),
+            switchboard::fleet::health::state_name(state.health.get(&b.name)),
             a.old_names.join(", ")
         );
     }
@@ -141,7 +141,7 @@ async fn routes(cfg: Config) -> Result<(), String> {
 /// `switchboard tokens`: the free bound, the exact count and the verdict for one request.
 async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(), String> {
     use switchboard::guard::{self, Verdict};
-    use switchboard::tokens::bound::RequestView;
+    use switchboard::tokens::bound::PromptView;
 
     let body = if request.as_os_str() == "-" {
         let mut buf = Vec::new();
@@ -150,22 +150,22 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
     } else {
         std::fs::read(request).map_err(|e| format!("{}: {e}", request.display()))?
     };
-    let state = AppState::new(cfg, None);
+    let state = AppState::new(cfg, None).map_err(|e| format!("invalid config:\n{e}"))?;
     let snap = state.live.load_full();
     let route = snap
         .routes
         .resolve(alias)
         .ok_or_else(|| format!("unknown alias {alias:?}; known: {}", snap.routes.known()))?;
     let a = &route.alias;
-    let spec = a.guard.as_ref().ok_or_else(|| {
+    let spec = snap.guard(&a.name).ok_or_else(|| {
         format!(
             "alias {} has no context_window: nothing to count against",
             a.name
         )
     })?;
-    let req = switchboard::openai::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
+    let req = switchboard::wire::request::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
     let body = req.upstream_body(&body, &a.upstream_model, false);
-    let view = RequestView::parse(&body).map_err(|e| format!("invalid request: {e:?}"))?;
+    let view = PromptView::parse(&body).map_err(|e| format!("invalid request: {e:?}"))?;
     let output = view.requested_output();
     println!("alias:        {} (window {} tokens)", a.name, spec.window);
     println!(
@@ -232,6 +232,9 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Check { config } => {
             let cfg = load(&config)?;
+            // The guards' tokenizers are loaded as a snapshot would load them.
+            switchboard::live::guards(&cfg, None)
+                .map_err(|e| format!("invalid config {}:\n{e}", config.display()))?;
             println!(
                 "{}: ok ({} backends, {} aliases)",
                 config.display(),

@@ -249,10 +249,10 @@ async fn r5_metrics_negotiates_openmetrics() {
 fn r5_exported_families_match_the_documented_contract() {
     let contract = include_str!("../deploy/metrics.txt");
     // One alias, one request and one probed backend: every family has a series.
-    let m = switchboard::metrics::Metrics::new();
+    let m = switchboard::observe::metrics::Metrics::new();
     m.alias("a")
-        .request(switchboard::metrics::Endpoint::chat_completions, 200, false);
-    m.backend_state("b", switchboard::metrics::BackendState::up);
+        .request(switchboard::wire::Endpoint::chat_completions, 200, false);
+    m.backend_state("b", switchboard::fleet::health::BackendState::up);
     let text = m.render(false);
     for name in contract
         .lines()

@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 use switchboard::flavor::Flavor;
+use switchboard::live::AppState;
 use switchboard::sim::SimConfig;
-use switchboard::state::AppState;
 
 #[tokio::test]
 async fn r5_reload_swaps_config_and_keeps_it_on_error() {
@@ -26,19 +26,19 @@ async fn r5_reload_swaps_config_and_keeps_it_on_error() {
     )
     .unwrap();
     let cfg = switchboard::config::load(&path).unwrap();
-    let p = start(AppState::new(cfg, Some(path.clone()))).await;
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
     let c = client();
     let url = p.url("/v1/chat/completions");
     assert_eq!(status(&c, &url, &chat("a", false)).await, 200);
 
     let renamed = one_alias("llamacpp", "", "").replace("[aliases.a]", "[aliases.z]");
     std::fs::write(&path, fill(&renamed, &[("b", sim.url())])).unwrap();
-    switchboard::reload::reload(&p.state).unwrap();
+    switchboard::live::reload::reload(&p.state).unwrap();
     assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
     assert_eq!(status(&c, &url, &chat("a", false)).await, 404);
 
     std::fs::write(&path, "[aliases.broken]\nbackend = \"nope\"\n").unwrap();
-    let err = switchboard::reload::reload(&p.state).unwrap_err();
+    let err = switchboard::live::reload::reload(&p.state).unwrap_err();
     assert!(err.contains("aliases.broken.backend"), "{err}");
     assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
 
@@ -108,7 +108,7 @@ backend = "dead"
         ],
     )
     .await;
-    within("probes", switchboard::health::probe_all(&p.state)).await;
+    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
     let m = p.metrics().await;
     for (backend, state) in [
         ("up", "up"),

@@ -574,7 +574,7 @@ async fn r2_client_keys_are_checked_and_not_forwarded() {
         switchboard::config::from_toml(&fill(&one_alias("llamacpp", "", ""), &[("b", sim.url())]))
             .unwrap();
     cfg.server.api_keys = Some(vec!["sk-team".into()]);
-    let p = start(switchboard::state::AppState::new(cfg, None)).await;
+    let p = start(switchboard::live::AppState::new(cfg, None).unwrap()).await;
     let url = p.url("/v1/chat/completions");
     let c = client();
     let r = c.post(&url).json(&chat("a", false)).send().await.unwrap();
@@ -612,14 +612,19 @@ async fn r2_reload_keeps_the_backend_slots_of_unchanged_backends() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let text = fill(&one_alias("llamacpp", "", ""), &[("b", sim.url())]);
     let state =
-        switchboard::state::AppState::new(switchboard::config::from_toml(&text).unwrap(), None);
+        switchboard::live::AppState::new(switchboard::config::from_toml(&text).unwrap(), None)
+            .unwrap();
     let before = std::sync::Arc::clone(state.live.load().slots("b").unwrap());
-    state.swap(switchboard::config::from_toml(&text).unwrap());
+    state
+        .swap(switchboard::config::from_toml(&text).unwrap())
+        .unwrap();
     assert!(std::sync::Arc::ptr_eq(
         &before,
         state.live.load().slots("b").unwrap()
     ));
-    state.swap(switchboard::config::from_toml(&text.replace("slots = 8", "slots = 2")).unwrap());
+    state
+        .swap(switchboard::config::from_toml(&text.replace("slots = 8", "slots = 2")).unwrap())
+        .unwrap();
     assert!(!std::sync::Arc::ptr_eq(
         &before,
         state.live.load().slots("b").unwrap()

@@ -24,7 +24,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use switchboard::flavor::Flavor;
 use switchboard::guard::{self, GuardSpec, Verdict};
-use switchboard::tokens::bound::RequestView;
+use switchboard::tokens::bound::PromptView;
 use switchboard::tokens::local::LocalCounter;
 use switchboard::tokens::{CountKind, Counter, MediaCosts, Method, TokenizerFiles};
 
@@ -131,7 +131,7 @@ fn recordings_cover_every_conversation_and_the_100k_one() {
 fn bound_is_never_below_the_recorded_counts() {
     for rec in recorded() {
         let name = rec["name"].as_str().unwrap();
-        let view = RequestView::parse(&body_of(name)).unwrap();
+        let view = PromptView::parse(&body_of(name)).unwrap();
         let bound = view.prompt_bound(&MediaCosts::default());
         for key in ["llamacpp", "vllm"] {
             if let Some(n) = rec[key].as_u64() {

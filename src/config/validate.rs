@@ -11,9 +11,8 @@ use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
 use crate::flavor::Flavor;
-use crate::guard::GuardSpec;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
-use crate::tokens::{CountKind, Counter};
+use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -73,8 +72,9 @@ pub struct Alias {
     pub backend: Arc<Backend>,
     pub upstream_model: String,
     pub context_window: Option<NonZeroU32>,
-    /// The context guard; present when `context_window` is set.
-    pub guard: Option<GuardSpec>,
+    /// The context guard's settings; present when `context_window` is set. Its counter is
+    /// built with the snapshot (`crate::live`), which loads the tokenizer.
+    pub guard: Option<GuardConfig>,
     /// Where over-window requests go instead of being rejected (an alias with a larger window).
     pub context_fallback: Option<String>,
     pub inputs: Input,
@@ -83,6 +83,30 @@ pub struct Alias {
     /// Inline reasoning markers to split out of `content` (opt-in per alias).
     pub think_tags: Option<Arc<ThinkTags>>,
     pub description: Option<String>,
+}
+
+/// How an alias's prompts are counted and judged (`context_window`, `count`, `tokenizer`,
+/// `media_tokens`, `clamp_max_tokens`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardConfig {
+    pub window: u32,
+    /// The counting strategy (the default resolved: local with a tokenizer, else estimate).
+    pub count: CountKind,
+    pub tokenizer: Option<TokenizerFiles>,
+    pub media: MediaCosts,
+    pub clamp_max_tokens: bool,
+}
+
+impl GuardConfig {
+    /// The key and value to name when the counter of this guard cannot be built.
+    pub fn counter_key(&self) -> (&'static str, String) {
+        match &self.tokenizer {
+            Some(t) if self.count != CountKind::Backend => {
+                ("tokenizer", t.file.display().to_string())
+            }
+            _ => ("count", self.count.as_str().to_string()),
+        }
+    }
 }
 
 /// One problem in the config, naming the key and the bad value.
@@ -131,17 +155,6 @@ impl std::fmt::Display for ConfigErrors {
 }
 
 impl std::error::Error for ConfigErrors {}
-
-impl std::fmt::Debug for GuardSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GuardSpec")
-            .field("window", &self.window)
-            .field("method", &self.counter.kind())
-            .field("media", &self.media)
-            .field("clamp_max_tokens", &self.clamp_max_tokens)
-            .finish()
-    }
-}
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
 
@@ -478,46 +491,27 @@ fn alias(
     }
     let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
     let guard = match context_window {
-        Some(window) => match Counter::new(
-            raw.count,
-            raw.tokenizer.as_ref(),
-            backend.flavor,
-            &backend.url,
-            &upstream_model,
-        ) {
-            Ok(mut counter) => Some(GuardSpec {
+        Some(window) => {
+            let count = raw.count.unwrap_or(if raw.tokenizer.is_some() {
+                CountKind::Local
+            } else {
+                CountKind::Estimate
+            });
+            if count == CountKind::Local && raw.tokenizer.is_none() {
+                errs.push(ConfigError::BadValue {
+                    key: format!("aliases.{name}.count"),
+                    value: "local".into(),
+                    reason: "needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)".into(),
+                });
+            }
+            Some(GuardConfig {
                 window: window.get(),
-                counter: Arc::new({
-                    counter.identify_backend(&backend.name, backend.api_key.as_deref());
-                    counter
-                }),
+                count,
+                tokenizer: raw.tokenizer,
                 media: raw.media_tokens.unwrap_or_default(),
                 clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
-            }),
-            Err(reason) => {
-                let (key, value) = match &raw.tokenizer {
-                    Some(t) if raw.count != Some(CountKind::Backend) => {
-                        ("tokenizer", t.file.display().to_string())
-                    }
-                    _ => (
-                        "count",
-                        raw.count
-                            .map_or("local", |c| match c {
-                                CountKind::Local => "local",
-                                CountKind::Backend => "backend",
-                                CountKind::Estimate => "estimate",
-                            })
-                            .to_string(),
-                    ),
-                };
-                errs.push(ConfigError::BadValue {
-                    key: format!("aliases.{name}.{key}"),
-                    value,
-                    reason,
-                });
-                None
-            }
-        },
+            })
+        }
         None => {
             let set = [
                 ("count", raw.count.is_some()),

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::config::{Alias, GuardConfig};
 use crate::error::ProxyError;
-use crate::openai::{apply_edits, span_of};
-use crate::tokens::bound::{RequestView, ViewError};
+use crate::tokens::bound::{PromptView, ViewError};
 use crate::tokens::{CountError, Counter, MediaCosts, Method};
+use crate::wire::request::{apply_edits, span_of};
 
 pub use endpoints::{anthropic_to_chat, count_tokens_response, tokenize_response};
 
@@ -25,6 +26,38 @@ pub struct GuardSpec {
     pub media: MediaCosts,
     /// Lower an over-large `max_tokens` to fit instead of rejecting, when the prompt fits.
     pub clamp_max_tokens: bool,
+}
+
+impl GuardSpec {
+    /// The guard of `alias`, its counter built: this loads the tokenizer of a local count.
+    pub fn build(cfg: &GuardConfig, alias: &Alias) -> Result<GuardSpec, String> {
+        let backend = &alias.backend;
+        let mut counter = Counter::new(
+            Some(cfg.count),
+            cfg.tokenizer.as_ref(),
+            backend.flavor,
+            &backend.url,
+            &alias.upstream_model,
+        )?;
+        counter.identify_backend(&backend.name, backend.api_key.as_deref());
+        Ok(GuardSpec {
+            window: cfg.window,
+            counter: Arc::new(counter),
+            media: cfg.media,
+            clamp_max_tokens: cfg.clamp_max_tokens,
+        })
+    }
+}
+
+impl std::fmt::Debug for GuardSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardSpec")
+            .field("window", &self.window)
+            .field("method", &self.counter.kind())
+            .field("media", &self.media)
+            .field("clamp_max_tokens", &self.clamp_max_tokens)
+            .finish()
+    }
 }
 
 /// What the guard decided about a request.
@@ -82,7 +115,7 @@ pub async fn check(
     client: &reqwest::Client,
     body: &[u8],
 ) -> Result<Verdict, ProxyError> {
-    let view = RequestView::parse(body).map_err(view_error)?;
+    let view = PromptView::parse(body).map_err(view_error)?;
     let output = view.requested_output();
     if fits(view.prompt_bound(&spec.media), output, spec.window) {
         return Ok(Verdict::Pass {

@@ -15,14 +15,14 @@
 
 mod body;
 mod field;
+mod rewriter;
 mod scan;
 mod splitter;
-mod stream;
 mod tags;
 
 pub use body::{rewrite_request_history, rewrite_response_body};
 pub use field::{InputField, OutputField, UnknownOutputField};
-pub use stream::StreamRewriter;
+pub use rewriter::StreamRewriter;
 pub use tags::{ThinkTags, ThinkTagsSpec, PRESETS};
 
 #[cfg(test)]

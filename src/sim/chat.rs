@@ -8,13 +8,13 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::StatusCode;
 
+use super::frame::{dialect, Answer, Counts, Failure, Kind};
+use super::generation::{End, Generation};
+use super::plan::{self, GenRequest, Plan};
 use super::reply;
-use super::request::{self, GenRequest, Plan};
 use super::sglang;
-use super::shape::{dialect, Answer, Counts, Failure, Kind};
-use super::slots::{End, Generation};
+use super::sse_body::{self, millis};
 use super::state::Shared;
-use super::stream::{self, millis};
 use crate::flavor::Flavor;
 
 pub(crate) async fn chat(State(sh): State<Arc<Shared>>, body: Bytes) -> Response {
@@ -28,7 +28,7 @@ pub(crate) async fn completions(State(sh): State<Arc<Shared>>, body: Bytes) -> R
 async fn generate(sh: Arc<Shared>, kind: Kind, raw: &[u8]) -> Response {
     let flavor = sh.flavor();
     let d = dialect(flavor);
-    let req = match request::parse(flavor, d, kind, raw) {
+    let req = match plan::parse(flavor, d, kind, raw) {
         Ok(r) => r,
         Err(f) => return reply::failure(&sh, &f),
     };
@@ -45,7 +45,7 @@ async fn generate(sh: Arc<Shared>, kind: Kind, raw: &[u8]) -> Response {
         return reply::empty(flavor, StatusCode::SERVICE_UNAVAILABLE);
     }
     if req.stream {
-        stream::respond(sh, &req, plan, gen)
+        sse_body::respond(sh, &req, plan, gen)
     } else {
         answer(&sh, &req, plan, gen).await
     }

@@ -9,9 +9,9 @@ use axum::response::Response;
 use http::{Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
+use super::frame::dialect;
 use super::llamacpp::{self, FINGERPRINT};
 use super::reply;
-use super::shape::dialect;
 use super::state::Shared;
 use super::tokenize::SPECIALS;
 use crate::flavor::Flavor;

@@ -3,7 +3,7 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::shape::{per_second, push_json_str, Answer, Counts, Dialect, Failure, Field, Kind};
+use super::frame::{per_second, push_json_str, Answer, Counts, Dialect, Failure, Field, Kind};
 
 /// Reported as `system_fingerprint` (llama.cpp puts its build id there).
 pub(crate) const FINGERPRINT: &str = "b0-sim";

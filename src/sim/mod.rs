@@ -8,17 +8,17 @@ mod chat;
 pub mod cli;
 mod config;
 mod embed;
+mod frame;
+mod generation;
 mod info;
+mod listener;
 mod llamacpp;
+mod plan;
 mod recorder;
 mod reply;
-mod request;
-mod server;
 mod sglang;
-mod shape;
-mod slots;
+mod sse_body;
 mod state;
-mod stream;
 pub mod tokenize;
 mod tokens_api;
 mod vllm;
@@ -58,7 +58,7 @@ impl Sim {
         let addr = listener.local_addr()?;
         let shared = Shared::new(cfg);
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server::run(Arc::clone(&shared), listener, async move {
+        let task = tokio::spawn(listener::run(Arc::clone(&shared), listener, async move {
             // A dropped sender stops the server too.
             let _ = stopped.await;
         }));
@@ -114,5 +114,5 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    server::run(Shared::new(cfg), listener, shutdown).await
+    listener::run(Shared::new(cfg), listener, shutdown).await
 }

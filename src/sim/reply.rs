@@ -8,7 +8,7 @@ use axum::response::Response;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::Value;
 
-use super::shape::{dialect, Counts, Failure};
+use super::frame::{dialect, Counts, Failure};
 use super::state::Shared;
 use crate::flavor::Flavor;
 

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::shape::{push_json_str, Answer, Counts, Dialect, Failure, Field, Kind};
+use super::frame::{push_json_str, Answer, Counts, Dialect, Failure, Field, Kind};
 
 /// The end-of-sequence id SGLang reports as `matched_stop` when a generation stops.
 const EOS: u32 = 151_645;

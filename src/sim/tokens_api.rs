@@ -8,8 +8,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{json, Value};
 
+use super::frame::Failure;
 use super::reply;
-use super::shape::Failure;
 use super::state::Shared;
 use super::tokenize::{count_prompt_tokens, pieces, render_chat};
 

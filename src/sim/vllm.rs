@@ -3,7 +3,7 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::shape::{push_json_str, Answer, Counts, Dialect, Failure, Field, Kind};
+use super::frame::{push_json_str, Answer, Counts, Dialect, Failure, Field, Kind};
 
 /// vLLM's dialect; `openai` keeps its shapes but speaks OpenAI's own errors.
 pub(crate) struct Vllm {

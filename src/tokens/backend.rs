@@ -147,12 +147,12 @@ impl BackendCounter {
         let resp = req
             .send()
             .await
-            .map_err(|e| fail(None, crate::proxy::without_url(&e)))?;
+            .map_err(|e| fail(None, crate::upstream::exchange::without_url(&e)))?;
         let status = resp.status().as_u16();
         let text = resp
             .bytes()
             .await
-            .map_err(|e| fail(Some(status), crate::proxy::without_url(&e)))?;
+            .map_err(|e| fail(Some(status), crate::upstream::exchange::without_url(&e)))?;
         if !(200..300).contains(&status) {
             let detail = String::from_utf8_lossy(&text[..text.len().min(300)]).into_owned();
             return Err(fail(Some(status), detail));

@@ -22,7 +22,7 @@ pub const PER_ITEM_BYTES: u64 = 64;
 
 /// What the bound and the guard need from a chat body, read without building a JSON tree.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct RequestView {
+pub struct PromptView {
     pub max_tokens: Option<u32>,
     pub max_completion_tokens: Option<u32>,
     pub messages: usize,
@@ -128,14 +128,14 @@ struct PartType<'a> {
     kind: Option<std::borrow::Cow<'a, str>>,
 }
 
-impl RequestView {
-    pub fn parse(body: &[u8]) -> Result<RequestView, ViewError> {
+impl PromptView {
+    pub fn parse(body: &[u8]) -> Result<PromptView, ViewError> {
         let top: Top = serde_json::from_slice(body).map_err(|e| ViewError::Json(e.to_string()))?;
-        let mut view = RequestView {
+        let mut view = PromptView {
             max_tokens: limit(top.max_tokens, "max_tokens")?,
             max_completion_tokens: limit(top.max_completion_tokens, "max_completion_tokens")?,
             kwargs_bytes: top.chat_template_kwargs.map_or(0, |k| len(k.get())),
-            ..RequestView::default()
+            ..PromptView::default()
         };
         let Some(Spans(Some(messages))) = top.messages else {
             return Err(ViewError::Messages);
@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn reads_limits_and_sizes() {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":100,"tools":[{"type":"function","function":{"name":"f"}}]}"#;
-        let v = RequestView::parse(body).unwrap();
+        let v = PromptView::parse(body).unwrap();
         assert_eq!(v.max_tokens, Some(100));
         assert_eq!(v.requested_output(), Some(100));
         assert_eq!(v.messages, 1);
@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn media_parts_cost_their_configured_tokens() {
         let body = br#"{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}},{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]}]}"#;
-        let v = RequestView::parse(body).unwrap();
+        let v = PromptView::parse(body).unwrap();
         assert_eq!(
             v.media,
             Media {
@@ -278,7 +278,7 @@ mod tests {
             image: 10,
             audio: 20,
         };
-        let without = RequestView {
+        let without = PromptView {
             media: Media::default(),
             ..v.clone()
         }
@@ -289,7 +289,7 @@ mod tests {
 
     #[test]
     fn limits_validate() {
-        let p = |s: &str| RequestView::parse(s.as_bytes());
+        let p = |s: &str| PromptView::parse(s.as_bytes());
         assert_eq!(
             p(r#"{"messages":[],"max_completion_tokens":5.0,"max_tokens":null}"#)
                 .unwrap()

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::bound::RequestView;
+use super::bound::PromptView;
 use super::{saturate, CountError, MediaCosts};
 
 /// Bytes per token assumed before the backend has reported any usage. BPE tokenizers
@@ -53,7 +53,7 @@ impl Estimator {
     }
 
     pub fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
-        let view = RequestView::parse(body).map_err(|e| CountError::Invalid(e.to_string()))?;
+        let view = PromptView::parse(body).map_err(|e| CountError::Invalid(e.to_string()))?;
         let text = text_bytes(body).unwrap_or(body.len());
         Ok(saturate(
             u64::from(self.tokens(text)) + media.cost(view.media),

@@ -46,6 +46,16 @@ impl Method {
     }
 }
 
+/// The method as a metric label value (`switchboard_context_rejections_total{method}`).
+impl prometheus_client::encoding::EncodeLabelValue for Method {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
 /// Tokens charged per media part (config key `media_tokens = { image, audio }`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +107,17 @@ pub enum CountKind {
     Local,
     Backend,
     Estimate,
+}
+
+impl CountKind {
+    /// The config value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CountKind::Local => "local",
+            CountKind::Backend => "backend",
+            CountKind::Estimate => "estimate",
+        }
+    }
 }
 
 /// Why a count could not be made.

@@ -4,7 +4,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-use crate::hop;
+use crate::upstream::hop;
 
 /// Largest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;

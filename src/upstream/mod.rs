@@ -4,7 +4,9 @@
 //! backend has already sent comes out of one read as one piece (no per-chunk hand-off). One
 //! pool per worker thread.
 
+pub mod exchange;
 mod framing;
+pub mod hop;
 
 use std::fmt::Write as _;
 use std::pin::Pin;
@@ -21,8 +23,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use framing::{parse_head, Decoder};
-
-use crate::hop;
 
 /// Any error of the exchange with a backend, as the relay sees it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -437,7 +437,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.status, StatusCode::OK);
-        crate::proxy::read_all(r.body).await.unwrap()
+        crate::upstream::exchange::read_all(r.body).await.unwrap()
     }
 
     /// How many connections three requests in a row took, each body read to its end.

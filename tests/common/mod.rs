@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use switchboard::live::AppState;
 use switchboard::sim::{Sim, SimConfig};
-use switchboard::state::AppState;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -75,7 +75,7 @@ pub fn fill(toml: &str, urls: &[(&str, String)]) -> String {
 /// Start the proxy with a TOML config; `{name}` placeholders in it are replaced by `urls`.
 pub async fn proxy(toml: &str, urls: &[(&str, String)]) -> Proxy {
     let cfg = switchboard::config::from_toml(&fill(toml, urls)).expect("valid test config");
-    start(AppState::new(cfg, None)).await
+    start(AppState::new(cfg, None).expect("test config loads")).await
 }
 
 /// Start the proxy on an already built state.
@@ -86,7 +86,7 @@ pub async fn start(state: AppState) -> Proxy {
     let (tx, rx) = oneshot::channel();
     let st = state.clone();
     let task = tokio::spawn(async move {
-        switchboard::server::run(
+        switchboard::http::server::run(
             listener,
             st,
             async move {

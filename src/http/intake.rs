@@ -1,16 +1,15 @@
 //! Request intake shared by the handlers: request id, client auth, content type, size-limited body.
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::ProxyError;
-use crate::exchange::Exchange;
-use crate::openai::ParsedRequest;
-use crate::proxy::X_API_KEY;
-use crate::routes::Route;
-use crate::state::Snapshot;
+use crate::live::Snapshot;
+use crate::observe::record::Record;
+use crate::upstream::exchange::X_API_KEY;
+use crate::wire::Adapter;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -99,39 +98,33 @@ where
     }
 }
 
-/// The intake every model-routed endpoint shares: client auth, content type, the size-limited
-/// body, its request view, and the route of its `model`.
-pub async fn routed_request<B>(
+/// The intake every model-routed endpoint shares: client auth, content type, the size-limited body.
+pub async fn routed_body<B>(
     snap: &Snapshot,
     headers: &HeaderMap,
     body: B,
-) -> Result<(Bytes, ParsedRequest, Route), ProxyError>
+) -> Result<Bytes, ProxyError>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     authorize(snap, headers)?;
     check_content_type(headers)?;
-    let body = read_body(body, snap.config.server.body_limit, headers).await?;
-    let req = ParsedRequest::parse(&body)?;
-    let route = snap
-        .routes
-        .resolve(&req.model)
-        .ok_or_else(|| ProxyError::ModelNotFound {
-            model: req.model.clone(),
-            known: snap.routes.known(),
-        })?;
-    Ok((body, req, route))
+    read_body(body, snap.config.server.body_limit, headers).await
 }
 
-/// The answer to the client: the error rendered if there is one, the exchange marked complete
-/// with its status, and the request id echoed.
-pub fn respond(ex: &mut Exchange, result: Result<Response, ProxyError>) -> Response {
+/// The answer to the client: the error rendered in the API's envelope if there is one, the
+/// record marked complete with its status, and the request id echoed.
+pub fn respond(
+    ex: &mut Record,
+    adapter: &dyn Adapter,
+    result: Result<Response, ProxyError>,
+) -> Response {
     let mut resp = match result {
         Ok(resp) => resp,
         Err(e) => {
             ex.error = Some(e.to_string());
-            e.into_response()
+            adapter.error_response(e)
         }
     };
     ex.status = resp.status().as_u16();

@@ -15,11 +15,11 @@ use axum::response::Response;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use super::frame::Kind;
+use super::frame::{dialect, Counts, Frame, DONE};
+use super::generation::{End, Generation};
+use super::plan::{GenRequest, Plan};
 use super::reply;
-use super::request::{GenRequest, Plan};
-use super::shape::Kind;
-use super::shape::{dialect, Counts, Frame, DONE};
-use super::slots::{End, Generation};
 use super::state::Shared;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

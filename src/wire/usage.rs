@@ -12,8 +12,18 @@ use std::sync::LazyLock;
 use memchr::memmem::Finder;
 use serde::Deserialize;
 
-use crate::exchange::Usage;
 use crate::json_scan::{finder, skip_ws, values};
+
+/// Token usage as a backend reported it.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Usage {
+    pub prompt: u64,
+    pub completion: u64,
+    pub reasoning: Option<u64>,
+    /// llama.cpp `timings`: prompt and generation speed as the backend measured them.
+    pub prefill_tps: Option<f64>,
+    pub decode_tps: Option<f64>,
+}
 
 #[derive(Deserialize)]
 struct UsageChunk {

@@ -16,40 +16,25 @@ use futures_util::FutureExt;
 use memchr::memmem;
 
 use crate::error::ProxyError;
-use crate::exchange::Exchange;
+use crate::fleet::slots::SlotPermit;
 use crate::json_scan::finder;
-use crate::metrics::UpstreamReason;
-use crate::slots::SlotPermit;
+use crate::observe::record::Record;
+use crate::upstream::exchange::UpstreamReason;
 use crate::upstream::BoxError;
-
-/// Per-stream event transform (reasoning normalization); `None` output means "unchanged".
-pub trait EventTransform: Send {
-    /// Rewrite one event's `data:` payload.
-    fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]>;
-    /// Payload to send before the final events (text still held back), if any.
-    fn flush(&mut self) -> Option<Vec<u8>>;
-}
-
-impl EventTransform for crate::reasoning::StreamRewriter {
-    fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {
-        crate::reasoning::StreamRewriter::rewrite(self, data)
-    }
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        crate::reasoning::StreamRewriter::flush(self)
-    }
-}
+use crate::wire::{Adapter, EventTransform};
 
 /// What the relay does besides forwarding.
 pub struct RelayOptions {
     /// Drop the usage-only chunk: the proxy asked for it, the client did not.
     pub drop_usage_chunk: bool,
     pub transform: Option<Box<dyn EventTransform>>,
+    /// The API of the stream: how an error event is written.
+    pub adapter: &'static dyn Adapter,
 }
 
 /// Everything the relay tracks apart from the byte buffer.
 struct Tracker {
-    ex: Exchange,
+    ex: Record,
     opts: RelayOptions,
     saw_done: bool,
 }
@@ -104,14 +89,6 @@ fn tagged_data(ev: &[u8]) -> Option<&[u8]> {
         }
     }
     data
-}
-
-fn frame(payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(payload.len() + 8);
-    v.extend_from_slice(b"data: ");
-    v.extend_from_slice(payload);
-    v.extend_from_slice(b"\n\n");
-    v
 }
 
 /// Searchers built once: building one per event costs more than the search.
@@ -173,7 +150,7 @@ impl Tracker {
                 }
                 self.track(data, now);
                 if USAGE.find(data).is_some() {
-                    if let Some((usage, _)) = crate::usage::of_event(data) {
+                    if let Some((usage, _)) = crate::wire::usage::of_event(data) {
                         self.ex.usage = Some(usage);
                     }
                 }
@@ -184,7 +161,7 @@ impl Tracker {
             self.saw_done = true;
             return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
                 Some(held) => {
-                    let mut out = frame(&held);
+                    let mut out = crate::wire::data_event(&held);
                     out.extend_from_slice(ev);
                     Action::Replace(out)
                 }
@@ -197,11 +174,11 @@ impl Tracker {
         }
         self.track(data, now);
         if USAGE.find(data).is_some() {
-            if let Some((usage, usage_only)) = crate::usage::of_event(data) {
+            if let Some((usage, usage_only)) = crate::wire::usage::of_event(data) {
                 self.ex.usage = Some(usage);
                 if usage_only && self.opts.drop_usage_chunk {
                     return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
-                        Some(held) => Action::Replace(frame(&held)),
+                        Some(held) => Action::Replace(crate::wire::data_event(&held)),
                         None => Action::Drop,
                     };
                 }
@@ -212,7 +189,7 @@ impl Tracker {
         };
         match t.rewrite(data) {
             Cow::Borrowed(_) => Action::Keep,
-            Cow::Owned(rewritten) => Action::Replace(frame(&rewritten)),
+            Cow::Owned(rewritten) => Action::Replace(crate::wire::data_event(&rewritten)),
         }
     }
 }
@@ -369,7 +346,7 @@ impl Relay {
         self.done = true;
         // Text held back by the splitter goes out before the error, not lost with it.
         let mut out = match self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
-            Some(held) => frame(&held),
+            Some(held) => crate::wire::data_event(&held),
             None => Vec::new(),
         };
         self.t
@@ -383,7 +360,7 @@ impl Relay {
         };
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
-        out.extend_from_slice(&frame(&err.envelope_json()));
+        out.extend_from_slice(&self.t.opts.adapter.stream_error(&err));
         Bytes::from(out)
     }
 
@@ -403,7 +380,7 @@ impl Relay {
         }
         if !self.t.saw_done {
             if let Some(held) = self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
-                let mut with_held = BytesMut::from(&frame(&held)[..]);
+                let mut with_held = BytesMut::from(&crate::wire::data_event(&held)[..]);
                 with_held.extend_from_slice(&out);
                 out = with_held;
             }
@@ -425,7 +402,7 @@ pub fn first_payload(chunk: &[u8]) -> Option<&[u8]> {
 /// The client's response body for an upstream SSE response.
 pub fn relay(
     upstream: BoxStream<'static, Result<Bytes, BoxError>>,
-    ex: Exchange,
+    ex: Record,
     permit: Option<SlotPermit>,
     opts: RelayOptions,
 ) -> Body {
@@ -456,12 +433,12 @@ mod tests {
     use std::task::{Context, Poll};
 
     use super::*;
-    use crate::metrics::Endpoint;
+    use crate::wire::Endpoint;
 
     /// The relay's body, fed `chunks` that are all ready at once (a burst in the socket).
     fn burst(chunks: &[&'static str]) -> Body {
-        let metrics = crate::metrics::Metrics::new();
-        let ex = Exchange::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into());
+        let metrics = crate::observe::metrics::Metrics::new();
+        let ex = Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into());
         let items: Vec<Result<Bytes, BoxError>> = chunks
             .iter()
             .map(|c| Ok(Bytes::from_static(c.as_bytes())))
@@ -469,6 +446,7 @@ mod tests {
         let opts = RelayOptions {
             drop_usage_chunk: false,
             transform: None,
+            adapter: crate::wire::adapter(Endpoint::chat_completions),
         };
         relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
     }

@@ -6,12 +6,13 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::intake::{request_id, respond, routed_request};
+use super::intake::{request_id, respond, routed_body};
 use crate::error::ProxyError;
-use crate::exchange::Exchange;
 use crate::guard::{self, GuardSpec};
-use crate::metrics::Endpoint;
-use crate::state::AppState;
+use crate::live::AppState;
+use crate::observe::record::Record;
+use crate::pipeline::{resolve, Incoming};
+use crate::wire::{self, Endpoint};
 
 /// Which counting answer to give.
 #[derive(Clone, Copy)]
@@ -26,25 +27,34 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         Shape::Vllm => Endpoint::tokenize,
         Shape::Anthropic => Endpoint::count_tokens,
     };
-    let mut ex = Exchange::start(snap.metrics(None), endpoint, request_id(&headers));
+    let adapter = wire::adapter(endpoint);
+    let mut ex = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     let result = async {
-        let (body, req, route) = routed_request(&snap, &headers, body).await?;
-        let alias = &route.alias;
-        ex.route(snap.metrics(Some(&alias.name)), &alias.backend.name);
-        let spec: &GuardSpec = alias.guard.as_ref().ok_or_else(|| {
+        let body = routed_body(&snap, &headers, body).await?;
+        let req = Incoming {
+            adapter,
+            path: String::new(),
+            headers,
+            body,
+        };
+        let routed = resolve(&snap, &mut ex, &req)?;
+        let alias = &routed.route.alias;
+        let spec: &GuardSpec = snap.guard(&alias.name).ok_or_else(|| {
             ProxyError::InvalidRequest(format!(
                 "alias {} has no context_window configured, so its tokens are not counted",
                 alias.name
             ))
         })?;
-        let body = req.upstream_body(&body, &alias.upstream_model, false);
+        let body = routed
+            .view
+            .upstream_body(&req.body, &alias.upstream_model, false);
         match shape {
             Shape::Vllm => guard::tokenize_response(spec, &state.client, &body).await,
             Shape::Anthropic => guard::count_tokens_response(spec, &state.client, &body).await,
         }
     }
     .await;
-    respond(&mut ex, result.map(|v| Json(v).into_response()))
+    respond(&mut ex, adapter, result.map(|v| Json(v).into_response()))
 }
 
 /// `POST /tokenize` `{model, messages, tools?}` → `{count, max_model_len, method}`.

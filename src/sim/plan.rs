@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::config::SimConfig;
-use super::shape::{Dialect, Failure, Field, Kind};
+use super::frame::{Dialect, Failure, Field, Kind};
 use super::tokenize::{count_prompt_tokens, thinking_enabled};
 use crate::flavor::Flavor;
 
@@ -171,7 +171,7 @@ impl Plan {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::sim::shape::dialect;
+    use crate::sim::frame::dialect;
 
     fn req(max_tokens: Option<u32>, prompt_tokens: u32) -> GenRequest {
         GenRequest {

@@ -1,13 +1,21 @@
 //! Backend health: flavour-aware probes on an interval, and the state (up, loading, down) they give.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 use std::time::Duration;
 
 use crate::config::Backend;
 use crate::flavor::Flavor;
-use crate::metrics::BackendState;
-use crate::state::AppState;
+use prometheus_client::encoding::EncodeLabelValue;
+
+/// A backend's health state.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum BackendState {
+    up,
+    loading,
+    down,
+}
 
 /// The last probed state of every backend, by name.
 #[derive(Debug, Default)]
@@ -59,33 +67,5 @@ pub async fn probe(client: &reqwest::Client, backend: &Backend, timeout: Duratio
         Ok(_) => BackendState::down,
         Err(e) if e.is_timeout() && !e.is_connect() => BackendState::loading,
         Err(_) => BackendState::down,
-    }
-}
-
-/// Probe every backend of the live config now, and record the results.
-pub async fn probe_all(state: &AppState) {
-    let snap = state.live.load_full();
-    let timeout = snap
-        .config
-        .server
-        .health_interval
-        .min(Duration::from_secs(5));
-    let probes = snap.config.backends.values().map(|b| {
-        let client = state.client.clone();
-        let b = Arc::clone(b);
-        async move { (b.name.clone(), probe(&client, &b, timeout).await) }
-    });
-    for (name, st) in futures_util::future::join_all(probes).await {
-        state.health.set(&name, st);
-        state.metrics.backend_state(&name, st);
-    }
-}
-
-/// Probe forever on the configured interval (spawned by `serve`).
-pub async fn run(state: AppState) {
-    loop {
-        probe_all(&state).await;
-        let every = state.live.load().config.server.health_interval;
-        tokio::time::sleep(every).await;
     }
 }

@@ -7,12 +7,33 @@ use std::sync::Arc;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
+use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
 use crate::error::ProxyError;
-use crate::hop;
-use crate::metrics::{AliasMetrics, UpstreamReason};
+use crate::upstream::hop;
 use crate::upstream::{BoxError, Pool, SendError};
+
+/// Why an upstream exchange failed.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum UpstreamReason {
+    connect,
+    timeout,
+    status_5xx,
+    stream_broken,
+}
+
+/// The metric reason of an error [`send`] returned.
+pub fn reason_of(e: &ProxyError) -> Option<UpstreamReason> {
+    match e {
+        ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamProtocol { .. } => {
+            Some(UpstreamReason::connect)
+        }
+        ProxyError::UpstreamTimeout { .. } => Some(UpstreamReason::timeout),
+        _ => None,
+    }
+}
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
@@ -90,21 +111,14 @@ pub async fn send(
     mut headers: HeaderMap,
     body: Bytes,
     header_timeout: Duration,
-    m: &AliasMetrics,
 ) -> Result<Answer, ProxyError> {
     let started = Instant::now();
-    let timed_out = || {
-        m.upstream_error(UpstreamReason::timeout);
-        ProxyError::UpstreamTimeout {
-            backend: backend.name.clone(),
-            elapsed: started.elapsed(),
-        }
+    let timed_out = || ProxyError::UpstreamTimeout {
+        backend: backend.name.clone(),
+        elapsed: started.elapsed(),
     };
-    let connect = || {
-        m.upstream_error(UpstreamReason::connect);
-        ProxyError::UpstreamConnect {
-            backend: backend.name.clone(),
-        }
+    let connect = || ProxyError::UpstreamConnect {
+        backend: backend.name.clone(),
     };
     if let Some(authority) = &backend.authority {
         let path = if backend.path_prefix.is_empty() {
@@ -120,13 +134,10 @@ pub async fn send(
                 body: r.body.boxed(),
             }),
             Ok(Err(SendError::Connect(_))) => Err(connect()),
-            Ok(Err(SendError::Protocol(detail))) => {
-                m.upstream_error(UpstreamReason::connect);
-                Err(ProxyError::UpstreamProtocol {
-                    backend: backend.name.clone(),
-                    detail,
-                })
-            }
+            Ok(Err(SendError::Protocol(detail))) => Err(ProxyError::UpstreamProtocol {
+                backend: backend.name.clone(),
+                detail,
+            }),
             Err(_) => Err(timed_out()),
         };
     }
@@ -149,13 +160,10 @@ pub async fn send(
         }
         Ok(Err(e)) if e.is_connect() => Err(connect()),
         Ok(Err(e)) if e.is_timeout() => Err(timed_out()),
-        Ok(Err(e)) => {
-            m.upstream_error(UpstreamReason::connect);
-            Err(ProxyError::UpstreamProtocol {
-                backend: backend.name.clone(),
-                detail: without_url(&e),
-            })
-        }
+        Ok(Err(e)) => Err(ProxyError::UpstreamProtocol {
+            backend: backend.name.clone(),
+            detail: without_url(&e),
+        }),
         Err(_) => Err(timed_out()),
     }
 }

@@ -5,23 +5,14 @@ use std::time::{Duration, Instant};
 
 use crate::tokens::Counter;
 
-use crate::metrics::{AliasMetrics, Endpoint};
-
-/// Token usage as a backend reported it.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Usage {
-    pub prompt: u64,
-    pub completion: u64,
-    pub reasoning: Option<u64>,
-    /// llama.cpp `timings`: prompt and generation speed as the backend measured them.
-    pub prefill_tps: Option<f64>,
-    pub decode_tps: Option<f64>,
-}
+use crate::observe::metrics::AliasMetrics;
+use crate::wire::usage::Usage;
+use crate::wire::Endpoint;
 
 /// Lives as long as the request: dropped when the answer is complete or the client is gone.
 /// Dropping records every metric of the request once and writes its log line.
 #[derive(Debug)]
-pub struct Exchange {
+pub struct Record {
     armed: bool,
     m: AliasMetrics,
     endpoint: Endpoint,
@@ -44,10 +35,10 @@ pub struct Exchange {
     post_headers: Duration,
 }
 
-impl Exchange {
-    pub fn start(m: &AliasMetrics, endpoint: Endpoint, request_id: String) -> Exchange {
+impl Record {
+    pub fn start(m: &AliasMetrics, endpoint: Endpoint, request_id: String) -> Record {
         m.inflight.inc();
-        Exchange {
+        Record {
             armed: true,
             m: m.clone(),
             endpoint,
@@ -97,8 +88,8 @@ impl Exchange {
     }
 
     /// Move the bookkeeping out (into a stream body), leaving a disarmed husk here.
-    pub fn take(&mut self) -> Exchange {
-        let husk = Exchange {
+    pub fn take(&mut self) -> Record {
+        let husk = Record {
             armed: false,
             m: self.m.clone(),
             endpoint: self.endpoint,
@@ -187,7 +178,7 @@ impl Exchange {
     }
 }
 
-impl Drop for Exchange {
+impl Drop for Record {
     fn drop(&mut self) {
         if self.armed {
             self.record();

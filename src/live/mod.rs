@@ -1,5 +1,8 @@
 //! Shared state: the live config snapshot (swapped atomically on reload), the upstream client, metrics.
 
+pub mod probes;
+pub mod reload;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -8,11 +11,12 @@ use arc_swap::ArcSwap;
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 
-use crate::config::Config;
-use crate::health::Health;
-use crate::metrics::{AliasMetrics, Metrics};
-use crate::routes::RouteTable;
-use crate::slots::Slots;
+use crate::config::{Config, ConfigError, ConfigErrors};
+use crate::fleet::health::Health;
+use crate::fleet::routes::RouteTable;
+use crate::fleet::slots::Slots;
+use crate::guard::GuardSpec;
+use crate::observe::metrics::{AliasMetrics, Metrics};
 use crate::upstream::Pool;
 
 /// Everything derived from one config; a request uses one snapshot from start to end.
@@ -23,12 +27,21 @@ pub struct Snapshot {
     alias_metrics: HashMap<String, AliasMetrics>,
     unknown: AliasMetrics,
     slots: HashMap<String, Arc<Slots>>,
+    /// The context guard of every alias that has one, its counter built.
+    guards: HashMap<String, Arc<GuardSpec>>,
 }
 
 impl Snapshot {
     /// `previous`: the snapshot being replaced. A backend whose slots and queue did not change
-    /// keeps its `Slots`, so requests in flight still count against the same limit.
-    pub fn new(config: Config, metrics: &Metrics, previous: Option<&Snapshot>) -> Snapshot {
+    /// keeps its `Slots`, so requests in flight still count against the same limit; an alias
+    /// whose guard did not change keeps its counter (and the counts it has cached). Building a
+    /// guard's counter loads its tokenizer: a file that cannot be loaded fails the snapshot.
+    pub fn new(
+        config: Config,
+        metrics: &Metrics,
+        previous: Option<&Snapshot>,
+    ) -> Result<Snapshot, ConfigErrors> {
+        let guards = guards(&config, previous)?;
         let routes = RouteTable::new(&config);
         let slots: HashMap<String, Arc<Slots>> = config
             .backends
@@ -54,13 +67,19 @@ impl Snapshot {
                 (a.name.clone(), m)
             })
             .collect();
-        Snapshot {
+        Ok(Snapshot {
             config,
             routes,
             alias_metrics,
             unknown: metrics.alias("unknown"),
             slots,
-        }
+            guards,
+        })
+    }
+
+    /// The context guard of an alias, if it has one.
+    pub fn guard(&self, alias: &str) -> Option<&Arc<GuardSpec>> {
+        self.guards.get(alias)
     }
 
     /// Metric handles of an alias, or of `unknown`.
@@ -91,12 +110,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(config: Config, config_path: Option<PathBuf>) -> AppState {
+    /// The state of a proxy serving `config`; fails when a guard's tokenizer cannot be loaded.
+    pub fn new(config: Config, config_path: Option<PathBuf>) -> Result<AppState, ConfigErrors> {
         let metrics = Arc::new(Metrics::new());
         let client = upstream_client(&config);
         let pool = Arc::new(Pool::new(config.server.connect_timeout));
-        let snap = Snapshot::new(config, &metrics, None);
-        AppState {
+        let snap = Snapshot::new(config, &metrics, None)?;
+        Ok(AppState {
             live: Arc::new(ArcSwap::from_pointee(snap)),
             client,
             pool,
@@ -107,7 +127,7 @@ impl AppState {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             config_path: config_path.map(Arc::from),
-        }
+        })
     }
 
     /// The same shared state with an upstream client of its own (one per worker thread, so
@@ -121,14 +141,62 @@ impl AppState {
         }
     }
 
-    /// Swap in a new config; requests in flight keep the snapshot they started with.
-    pub fn swap(&self, config: Config) {
+    /// Swap in a new config; requests in flight keep the snapshot they started with. A config
+    /// whose snapshot cannot be built is refused and the running one kept.
+    pub fn swap(&self, config: Config) -> Result<(), ConfigErrors> {
         let previous = self.live.load_full();
-        self.live.store(Arc::new(Snapshot::new(
-            config,
-            &self.metrics,
-            Some(&previous),
-        )));
+        let next = Snapshot::new(config, &self.metrics, Some(&previous))?;
+        self.live.store(Arc::new(next));
+        Ok(())
+    }
+}
+
+/// Every alias's guard with its counter: kept from `previous` where the guard and the alias's
+/// backend and model are unchanged, built (tokenizer loaded) otherwise.
+pub fn guards(
+    config: &Config,
+    previous: Option<&Snapshot>,
+) -> Result<HashMap<String, Arc<GuardSpec>>, ConfigErrors> {
+    let mut guards = HashMap::default();
+    let mut errs = Vec::new();
+    for alias in config.aliases.values() {
+        let Some(cfg) = &alias.guard else { continue };
+        let same = |old: &&Arc<crate::config::Alias>| {
+            old.guard.as_ref() == Some(cfg)
+                && old.upstream_model == alias.upstream_model
+                && old.backend.url == alias.backend.url
+                && old.backend.flavor == alias.backend.flavor
+                && old.backend.api_key == alias.backend.api_key
+        };
+        let kept = previous.and_then(|p| {
+            p.routes
+                .alias(&alias.name)
+                .filter(same)
+                .and_then(|_| p.guard(&alias.name))
+        });
+        match kept {
+            Some(g) => {
+                guards.insert(alias.name.clone(), Arc::clone(g));
+            }
+            None => match GuardSpec::build(cfg, alias) {
+                Ok(g) => {
+                    guards.insert(alias.name.clone(), Arc::new(g));
+                }
+                Err(reason) => {
+                    let (key, value) = cfg.counter_key();
+                    errs.push(ConfigError::BadValue {
+                        key: format!("aliases.{}.{key}", alias.name),
+                        value,
+                        reason,
+                    });
+                }
+            },
+        }
+    }
+    if errs.is_empty() {
+        Ok(guards)
+    } else {
+        Err(ConfigErrors(errs))
     }
 }
 

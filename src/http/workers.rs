@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::state::AppState;
+use crate::live::AppState;
 
 /// What the control loop tells the workers: keep serving, drain, or stop now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -85,7 +85,7 @@ pub async fn serve(
                             let listener = bind_shared(addr)
                                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
                             let _ = ready.send(Ok(())).await;
-                            crate::server::run(
+                            crate::http::server::run(
                                 listener,
                                 state,
                                 reached(stop.clone(), Stop::Drain),

@@ -1,8 +1,4 @@
-//! HTTP handlers: the routed POST flow, the counting endpoints, `/v1/models`, `/metrics`, `/health`.
-
-mod count;
-mod intake;
-mod routed;
+//! Handlers of the fixed routes: `/v1/models`, `/metrics`, `/health`, and the 404 of the rest.
 
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::{header, HeaderMap};
@@ -12,11 +8,11 @@ use serde_json::json;
 
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::health::state_name;
-use crate::state::AppState;
+use crate::fleet::health::state_name;
+use crate::live::AppState;
 
-pub use count::{count_tokens, tokenize};
-pub use routed::routed_with;
+use super::intake;
+use super::routed::{is_routed, routed_with};
 
 fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
     let mut v = json!({
@@ -98,17 +94,6 @@ pub async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// Whether a request is model-routed: a POST under `/v1/` other than the fixed routes
-/// `/v1/messages/count_tokens` and `/v1/models[/…]` (chat, completions, embeddings,
-/// responses, messages, …).
-pub fn is_routed(method: &axum::http::Method, path: &str) -> bool {
-    method == axum::http::Method::POST
-        && path.starts_with("/v1/")
-        && path != "/v1/messages/count_tokens"
-        && path != "/v1/models"
-        && !path.starts_with("/v1/models/")
-}
-
 /// Requests no fixed route took: model-routed ones go to [`routed_with`] (the server sends
 /// those there directly; this serves the Router on its own), anything else is a 404.
 pub async fn routed_or_not_found(
@@ -128,38 +113,4 @@ pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method
         path: uri.path().to_string(),
     }
     .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::http::Method;
-
-    use super::is_routed;
-
-    #[test]
-    fn routed_requests_are_the_posts_under_v1_but_count_tokens() {
-        for path in [
-            "/v1/chat/completions",
-            "/v1/completions",
-            "/v1/embeddings",
-            "/v1/responses",
-            "/v1/messages",
-            "/v1/anything/else",
-            "/v1/modelsx",
-        ] {
-            assert!(is_routed(&Method::POST, path), "{path}");
-            assert!(!is_routed(&Method::GET, path), "GET {path}");
-        }
-        for path in [
-            "/v1/messages/count_tokens",
-            "/v1/models",
-            "/v1/models/frank-zealot",
-            "/tokenize",
-            "/v1",
-            "/v2/chat",
-            "/metrics",
-        ] {
-            assert!(!is_routed(&Method::POST, path), "{path}");
-        }
-    }
 }

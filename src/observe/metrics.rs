@@ -11,85 +11,17 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-/// Which API a request was for (a closed set).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Endpoint {
-    chat_completions,
-    completions,
-    embeddings,
-    responses,
-    messages,
-    tokenize,
-    count_tokens,
-    models,
-    other,
-}
-
-impl Endpoint {
-    /// How many endpoints there are (for tables indexed by `self as usize`).
-    const COUNT: usize = Endpoint::other as usize + 1;
-
-    pub fn from_path(path: &str) -> Endpoint {
-        match path {
-            "/v1/chat/completions" => Endpoint::chat_completions,
-            "/v1/completions" => Endpoint::completions,
-            "/v1/embeddings" => Endpoint::embeddings,
-            "/v1/responses" => Endpoint::responses,
-            "/v1/messages" => Endpoint::messages,
-            "/tokenize" | "/v1/tokenize" => Endpoint::tokenize,
-            "/v1/messages/count_tokens" => Endpoint::count_tokens,
-            "/v1/models" => Endpoint::models,
-            _ => Endpoint::other,
-        }
-    }
-}
-
-/// Why an upstream exchange failed.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum UpstreamReason {
-    connect,
-    timeout,
-    status_5xx,
-    stream_broken,
-}
-
-/// A backend's health state.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum BackendState {
-    up,
-    loading,
-    down,
-}
+use crate::fleet::health::BackendState;
+use crate::fleet::slots::QueueWatch;
+use crate::tokens::Method;
+use crate::upstream::exchange::UpstreamReason;
+use crate::wire::Endpoint;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum ReloadResult {
+enum ReloadResult {
     success,
     failure,
-}
-
-/// A token-counting method, as a label.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum CountMethodLabel {
-    bound,
-    local,
-    backend,
-    estimate,
-}
-
-impl From<crate::tokens::Method> for CountMethodLabel {
-    fn from(m: crate::tokens::Method) -> Self {
-        match m {
-            crate::tokens::Method::Bound => CountMethodLabel::bound,
-            crate::tokens::Method::Local => CountMethodLabel::local,
-            crate::tokens::Method::Backend => CountMethodLabel::backend,
-            crate::tokens::Method::Estimate => CountMethodLabel::estimate,
-        }
-    }
 }
 
 type Name = Arc<String>;
@@ -110,7 +42,7 @@ struct AliasLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RejectionLabels {
     alias: Name,
-    method: CountMethodLabel,
+    method: Method,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -359,10 +291,10 @@ impl Metrics {
             alias: Arc::clone(&name),
         };
         for method in [
-            CountMethodLabel::bound,
-            CountMethodLabel::local,
-            CountMethodLabel::backend,
-            CountMethodLabel::estimate,
+            Method::Bound,
+            Method::Local,
+            Method::Backend,
+            Method::Estimate,
         ] {
             let _ = self.rejections.get_or_create(&RejectionLabels {
                 alias: Arc::clone(&name),
@@ -421,7 +353,13 @@ impl Metrics {
         }
     }
 
-    pub fn config_reload(&self, result: ReloadResult) {
+    /// A config reload ended: `succeeded` when the new config took effect.
+    pub fn config_reload(&self, succeeded: bool) {
+        let result = if succeeded {
+            ReloadResult::success
+        } else {
+            ReloadResult::failure
+        };
         self.reloads.get_or_create(&ReloadLabel { result }).inc();
     }
 
@@ -538,7 +476,7 @@ impl AliasHandles {
         }
     }
 
-    pub fn rejection(&self, method: CountMethodLabel) {
+    pub fn rejection(&self, method: Method) {
         self.rejections
             .get_or_create(&RejectionLabels {
                 alias: Arc::clone(&self.name),
@@ -554,6 +492,18 @@ impl AliasHandles {
                 reason,
             })
             .inc();
+    }
+}
+
+/// The queue gauge and wait histogram of the alias whose request waits for a slot.
+impl QueueWatch for AliasHandles {
+    fn entered(&self) {
+        self.queued.inc();
+    }
+
+    fn left(&self, waited: std::time::Duration) {
+        self.queued.dec();
+        self.queue_wait.observe(waited.as_secs_f64());
     }
 }
 

@@ -1,4 +1,5 @@
-//! The HTTP surface: the Router, the accept loop that serves it, graceful shutdown. No business logic.
+//! The accept loop: model-routed POSTs straight to their handler, the rest through the Router;
+//! graceful shutdown. No business logic.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -6,8 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::routing::{get, post};
-use axum::Router;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::Request;
@@ -16,36 +15,14 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::api;
-use crate::state::AppState;
-
-/// The whole HTTP surface of the proxy.
-pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/models", get(api::models))
-        .route("/v1/models/{*id}", get(api::model))
-        .route("/v1/messages/count_tokens", post(api::count_tokens))
-        .route("/tokenize", post(api::tokenize))
-        .route("/metrics", get(api::metrics))
-        .route("/health", get(api::health))
-        // Every other POST under /v1/ is routed by its model (see `api::routed_or_not_found`).
-        .fallback(api::routed_or_not_found)
-        .method_not_allowed_fallback(api::not_found)
-        .with_state(state)
-}
-
-/// Only `/metrics`, for a separate metrics listener.
-pub fn metrics_app(state: AppState) -> Router {
-    Router::new()
-        .route("/metrics", get(api::metrics))
-        .fallback(api::not_found)
-        .with_state(state)
-}
+use super::routed::{is_routed, routed_with};
+use super::router::app;
+use crate::live::AppState;
 
 /// Serve the proxy on `listener` until `shutdown` resolves, then stop accepting and let requests
 /// in flight (streams included) finish for up to `grace`; `force` resolving ends the wait at once.
 ///
-/// Model-routed POSTs go straight from hyper to [`api::routed_with`]; everything else through
+/// Model-routed POSTs go straight from hyper to [`routed_with`]; everything else through
 /// the [`app`] Router. The routed path is every request's path and needs none of the Router's
 /// matching, extractors or boxed request body.
 pub async fn run(
@@ -78,8 +55,8 @@ pub async fn run(
         let service = service_fn(move |req: Request<Incoming>| {
             let (state, router) = (Arc::clone(&state), router.clone());
             async move {
-                if api::is_routed(req.method(), req.uri().path()) {
-                    Ok::<_, Infallible>(api::routed_with(&state, req).await)
+                if is_routed(req.method(), req.uri().path()) {
+                    Ok::<_, Infallible>(routed_with(&state, req).await)
                 } else {
                     router.oneshot(req.map(Body::new)).await
                 }

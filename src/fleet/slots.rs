@@ -7,7 +7,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ProxyError;
-use crate::metrics::AliasMetrics;
+
+/// Told of a request's time in the queue (the per-alias queue metrics).
+pub trait QueueWatch: Sync {
+    /// A request starts waiting.
+    fn entered(&self);
+    /// It stopped waiting, after `waited`, whether it got a slot or not.
+    fn left(&self, waited: Duration);
+}
 
 /// The slots of one backend.
 #[derive(Debug)]
@@ -25,13 +32,14 @@ pub struct SlotPermit(#[allow(dead_code)] OwnedSemaphorePermit);
 /// Undoes the queue bookkeeping however the wait ends (granted, timed out, or client gone).
 struct Waiting<'a> {
     slots: &'a Slots,
-    metrics: &'a AliasMetrics,
+    watch: &'a dyn QueueWatch,
+    since: Instant,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.slots.waiting.fetch_sub(1, Ordering::AcqRel);
-        self.metrics.queued.dec();
+        self.watch.left(self.since.elapsed());
     }
 }
 
@@ -58,7 +66,7 @@ impl Slots {
         &self,
         alias: &str,
         timeout: Duration,
-        metrics: &AliasMetrics,
+        watch: &dyn QueueWatch,
     ) -> Result<SlotPermit, ProxyError> {
         if let Ok(p) = Arc::clone(&self.sem).try_acquire_owned() {
             return Ok(SlotPermit(p));
@@ -72,14 +80,13 @@ impl Slots {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
             return Err(overloaded());
         }
-        metrics.queued.inc();
+        watch.entered();
         let _waiting = Waiting {
             slots: self,
-            metrics,
+            watch,
+            since: Instant::now(),
         };
-        let started = Instant::now();
         let permit = tokio::time::timeout(timeout, Arc::clone(&self.sem).acquire_owned()).await;
-        metrics.queue_wait.observe(started.elapsed().as_secs_f64());
         match permit {
             Ok(Ok(p)) => Ok(SlotPermit(p)),
             _ => Err(overloaded()),
@@ -89,12 +96,26 @@ impl Slots {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicI64;
+
     use super::*;
-    use crate::metrics::Metrics;
+
+    /// Counts the requests waiting, as the queue gauge does.
+    #[derive(Default)]
+    struct Queued(AtomicI64);
+
+    impl QueueWatch for Queued {
+        fn entered(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn left(&self, _waited: Duration) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 
     #[tokio::test]
     async fn queues_then_rejects_when_full() {
-        let m = Metrics::new().alias("a");
+        let m = Queued::default();
         let slots = Slots::new(1, 1);
         let first = slots
             .acquire("a", Duration::from_secs(5), &m)
@@ -104,11 +125,11 @@ mod tests {
         tokio::pin!(waiter);
         // Poll once so the waiter enters the queue.
         assert!(futures_util::poll!(waiter.as_mut()).is_pending());
-        assert_eq!(m.queued.get(), 1);
+        assert_eq!(m.0.load(Ordering::SeqCst), 1);
         let third = slots.acquire("a", Duration::from_secs(5), &m).await;
         assert!(matches!(third, Err(ProxyError::Overloaded { .. })));
         drop(first);
         let _second = waiter.await.unwrap();
-        assert_eq!(m.queued.get(), 0);
+        assert_eq!(m.0.load(Ordering::SeqCst), 0);
     }
 }

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Fails when the crate's modules depend on each other in a cycle.
+
+Reads every `src/**/*.rs` of the library (not `main.rs`, `cli.rs` or tests), collects the
+`crate::a::b` paths each file names (in `use` lines, `use crate::{…}` groups and inline paths),
+and builds two graphs: one between the top-level modules (`http`, `pipeline`, `fleet`, …)
+and, inside every folder, one between its sibling modules. A strongly connected component of
+more than one module in either is a cycle; each is printed with one path per edge that makes it.
+Exit code 1 on a cycle, 0 otherwise.
+"""
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "src"
+SKIP = {"main.rs", "cli.rs"}
+
+
+def module_of(path: Path) -> list[str]:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] in ("mod", "lib"):
+        parts = parts[:-1]
+    return parts
+
+
+def strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+
+
+def expand_use_groups(text: str) -> list[str]:
+    """`crate::{a::b, c::{d, e}}` -> ["crate::a::b", "crate::c::d", "crate::c::e"]."""
+    out = []
+    for m in re.finditer(r"crate::\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        out.extend(_flatten("crate", text[m.end() : i - 1]))
+    return out
+
+
+def _flatten(prefix: str, body: str) -> list[str]:
+    items, depth, cur = [], 0, ""
+    for ch in body:
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+            continue
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        cur += ch
+    items.append(cur)
+    out = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        if "{" in item:
+            head, rest = item.split("{", 1)
+            out.extend(_flatten(f"{prefix}::{head.strip().rstrip(':')}", rest.rsplit("}", 1)[0]))
+        else:
+            out.append(f"{prefix}::{item.split(' as ')[0].strip()}")
+    return out
+
+
+def referenced(text: str) -> list[list[str]]:
+    text = strip_comments(text)
+    paths = expand_use_groups(text)
+    paths += re.findall(r"\bcrate(?:::[A-Za-z_][A-Za-z0-9_]*)+", text)
+    return [p.split("::")[1:] for p in paths]
+
+
+def sccs(graph: dict[str, set[str]]) -> list[list[str]]:
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main() -> int:
+    modules = {tuple(module_of(p)) for p in ROOT.rglob("*.rs") if p.name not in SKIP}
+    graphs: dict[tuple, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    why: dict[tuple, str] = {}
+    for path in sorted(ROOT.rglob("*.rs")):
+        if path.name in SKIP or path.parent == ROOT and path.name == "lib.rs":
+            continue
+        me = module_of(path)
+        for target in referenced(path.read_text()):
+            # The longest prefix of the path that is a module.
+            while target and tuple(target) not in modules:
+                target = target[:-1]
+            if not target:
+                continue
+            # The deepest level at which the two modules are siblings.
+            depth = 0
+            while depth < min(len(me), len(target)) and me[depth] == target[depth]:
+                depth += 1
+            if depth >= len(me) or depth >= len(target):
+                continue  # a module and its own ancestor or descendant
+            parent, a, b = tuple(me[:depth]), me[depth], target[depth]
+            graphs[parent][a].add(b)
+            why.setdefault((parent, a, b), f"{path.relative_to(ROOT.parent)} names crate::{'::'.join(target)}")
+    found = 0
+    for parent, graph in sorted(graphs.items()):
+        for comp in sccs(graph):
+            found += 1
+            where = "crate" if not parent else "crate::" + "::".join(parent)
+            print(f"cycle among {where}::{{{', '.join(comp)}}}:")
+            for a in comp:
+                for b in sorted(graph[a]):
+                    if b in comp:
+                        print(f"  {a} -> {b}: {why[(parent, a, b)]}")
+    if found:
+        print(f"{found} module cycle(s)")
+        return 1
+    print(f"no module cycles ({len(modules)} modules)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+//! The fleet as the proxy sees it: the alias table, each backend's slots and queue, its health.
+
+pub mod health;
+pub mod routes;
+pub mod slots;

@@ -1,0 +1,9 @@
+//! The HTTP surface: workers and the accept loop, the Router, intake, the fixed routes' handlers.
+
+pub mod count;
+pub mod handlers;
+pub mod intake;
+pub mod routed;
+pub mod router;
+pub mod server;
+pub mod workers;

@@ -1,0 +1,68 @@
+//! Config reload on SIGHUP: load, validate, build the snapshot, swap; on any error the running
+//! config stays.
+
+use crate::live::AppState;
+
+/// Reload the config file now. Returns the error text when the new config was refused.
+pub fn reload(state: &AppState) -> Result<(), String> {
+    let Some(path) = &state.config_path else {
+        return Err("no config file to reload".into());
+    };
+    let loaded = crate::config::load(path).and_then(|cfg| {
+        warn_at_restart(state, &cfg);
+        state.swap(cfg)
+    });
+    match loaded {
+        Ok(()) => {
+            state.metrics.config_reload(true);
+            tracing::info!(path = %path.display(), "config reloaded");
+            Ok(())
+        }
+        Err(e) => {
+            state.metrics.config_reload(false);
+            tracing::error!(path = %path.display(), "config reload refused, keeping the running config:\n{e}");
+            Err(e.to_string())
+        }
+    }
+}
+
+/// Server keys that only a restart applies, logged when a reload changes them.
+fn warn_at_restart(state: &AppState, cfg: &crate::config::Config) {
+    let old = &state.live.load().config.server;
+    let new = &cfg.server;
+    let at_restart = [
+        ("server.listen", old.listen != new.listen),
+        (
+            "server.metrics_listen",
+            old.metrics_listen != new.metrics_listen,
+        ),
+        ("server.workers", old.workers != new.workers),
+        (
+            "server.connect_timeout_ms",
+            old.connect_timeout != new.connect_timeout,
+        ),
+        (
+            "server.shutdown_grace_secs",
+            old.shutdown_grace != new.shutdown_grace,
+        ),
+    ];
+    for (key, _) in at_restart.iter().filter(|(_, changed)| *changed) {
+        tracing::warn!("{key} changed; the new value takes effect at restart");
+    }
+}
+
+/// Reload on every SIGHUP, forever (spawned by `serve`).
+#[cfg(unix)]
+pub async fn on_sighup(state: AppState) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload disabled");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let _ = reload(&state);
+    }
+}
+
+#[cfg(not(unix))]
+pub async fn on_sighup(_state: AppState) {}

@@ -1,0 +1,43 @@
+//! SGLang reports a context overflow inside an HTTP 200 stream: its first event is read before
+//! the client's headers are committed.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+
+use super::relay;
+use crate::error::ProxyError;
+use crate::guard;
+use crate::upstream::BoxError;
+
+/// Read the stream until its first complete event (or `limit` passes) and say whether that
+/// event is a context error. Returns what was read, to be sent on unchanged otherwise.
+pub async fn first_event(
+    upstream: &mut BoxStream<'static, Result<Bytes, BoxError>>,
+    limit: Duration,
+    window: u32,
+) -> (Vec<Result<Bytes, BoxError>>, Option<ProxyError>) {
+    let mut read = Vec::new();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while let Ok(Some(item)) = tokio::time::timeout_at(deadline, upstream.next()).await {
+        let chunk = match &item {
+            Ok(c) => c.clone(),
+            Err(_) => {
+                read.push(item);
+                break;
+            }
+        };
+        read.push(item);
+        seen.extend_from_slice(&chunk);
+        if let Some(data) = relay::first_payload(&seen) {
+            return (read, guard::canonical::from_sse_event(data, window));
+        }
+        if relay::has_complete_event(&seen) {
+            break;
+        }
+    }
+    (read, None)
+}

@@ -1,0 +1,182 @@
+//! Respond: the backend's answer made the client's — a stream relayed event by event, or a whole
+//! answer read, its context and loading errors made canonical, its reasoning normalized.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use super::peek;
+use super::relay::{self, RelayOptions};
+use super::resolve::Routed;
+use crate::config::Alias;
+use crate::error::ProxyError;
+use crate::flavor::Flavor;
+use crate::fleet::slots::SlotPermit;
+use crate::guard;
+use crate::live::Snapshot;
+use crate::observe::record::Record;
+use crate::tokens::Method;
+use crate::upstream::exchange::{self, Answer, UpstreamReason};
+use crate::wire::Adapter;
+
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
+
+/// What the answer is for: the API, the request, the alias that served it, its slot.
+pub struct Served<'a> {
+    pub adapter: &'static dyn Adapter,
+    pub routed: &'a Routed,
+    pub alias: &'a Alias,
+    pub slot: Option<SlotPermit>,
+}
+
+/// The client's answer to `answer`.
+pub async fn respond(
+    snap: &Snapshot,
+    rec: &mut Record,
+    served: Served<'_>,
+    answer: Answer,
+) -> Result<Response, ProxyError> {
+    let is_sse = answer
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let status = answer.status;
+    let headers = answer_headers(answer.headers, served.alias, served.routed);
+    if is_sse && status.is_success() {
+        stream(snap, rec, served, status, headers, answer.body).await
+    } else {
+        whole(snap, rec, served, status, headers, answer.body).await
+    }
+}
+
+/// The backend's headers without hop-by-hop fields, plus the alias that served the answer
+/// and, for an old name, `Deprecation` and the successor's `Link`.
+fn answer_headers(upstream: HeaderMap, alias: &Alias, routed: &Routed) -> HeaderMap {
+    let mut headers = exchange::client_headers(upstream);
+    headers.insert(SERVED_ALIAS, alias.served_as.clone());
+    if let Some(old) = &routed.route.deprecated_name {
+        headers.insert("deprecation", HeaderValue::from_static("true"));
+        let link = format!("</v1/models/{}>; rel=\"successor-version\"", alias.name);
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            headers.insert(header::LINK, v);
+        }
+        tracing::debug!(old = %old, alias = %alias.name, "request used an old model name");
+    }
+    headers
+}
+
+/// A stream: relayed event by event; the slot is held until it ends or the client goes away.
+async fn stream(
+    snap: &Snapshot,
+    rec: &mut Record,
+    served: Served<'_>,
+    status: StatusCode,
+    mut headers: HeaderMap,
+    mut upstream: futures_util::stream::BoxStream<
+        'static,
+        Result<Bytes, crate::upstream::BoxError>,
+    >,
+) -> Result<Response, ProxyError> {
+    let Served {
+        adapter,
+        routed,
+        alias,
+        slot,
+    } = served;
+    let mut read = Vec::new();
+    if alias.backend.flavor == Flavor::Sglang {
+        let window = alias.context_window.map_or(0, |w| w.get());
+        let (chunks, error) =
+            peek::first_event(&mut upstream, snap.config.server.stream_peek, window).await;
+        if let Some(e) = error {
+            snap.metrics(Some(&alias.name)).rejection(Method::Backend);
+            return Err(e);
+        }
+        read = chunks;
+    }
+    headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    rec.status = status.as_u16();
+    rec.responding();
+    let view = &routed.view;
+    let opts = RelayOptions {
+        drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
+        transform: adapter.stream_transform(routed.output, alias.think_tags.clone()),
+        adapter,
+    };
+    let upstream = if read.is_empty() {
+        upstream
+    } else {
+        futures_util::stream::iter(read).chain(upstream).boxed()
+    };
+    let body = relay::relay(upstream, rec.take(), slot, opts);
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
+    Ok(r)
+}
+
+/// A whole answer: read, the slot freed, then checked and rewritten.
+async fn whole(
+    snap: &Snapshot,
+    rec: &mut Record,
+    served: Served<'_>,
+    status: StatusCode,
+    headers: HeaderMap,
+    body: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
+) -> Result<Response, ProxyError> {
+    let alias = served.alias;
+    let m = snap.metrics(Some(&alias.name));
+    let mut bytes = match exchange::read_all(body).await {
+        Ok(b) => b,
+        Err(e) => {
+            m.upstream_error(UpstreamReason::stream_broken);
+            return Err(ProxyError::UpstreamProtocol {
+                backend: alias.backend.name.clone(),
+                detail: crate::upstream::chain(e.as_ref()),
+            });
+        }
+    };
+    drop(served.slot);
+    if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
+        return Err(ProxyError::UpstreamLoading {
+            backend: alias.backend.name.clone(),
+            retry_after: exchange::retry_after(&headers),
+        });
+    }
+    if status.is_client_error() {
+        let window = alias.context_window.map_or(0, |w| w.get());
+        if let Some(e) = guard::canonical::from_backend_error(status.as_u16(), &bytes, window) {
+            m.rejection(Method::Backend);
+            return Err(e);
+        }
+    }
+    if status.is_success() {
+        if let Some(usage) = served.adapter.usage_of_answer(&bytes) {
+            rec.usage = Some(usage);
+        }
+        let tags = alias.think_tags.as_deref();
+        if let Some(b) = served
+            .adapter
+            .rewrite_answer(&bytes, served.routed.output, tags)
+        {
+            bytes = Bytes::from(b);
+        }
+    }
+    rec.responding();
+    let mut r = Response::new(Body::from(bytes));
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
+    Ok(r)
+}
+
+/// A backend 503 that means "still loading": llama.cpp's "Loading model", or the empty 503 of
+/// SGLang starting up. Other 503s (overload, an unhealthy engine) pass through as they are.
+fn is_loading(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
+        || memchr::memmem::find(&body.to_ascii_lowercase(), b"loading").is_some()
+}

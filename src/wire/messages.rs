@@ -1,0 +1,109 @@
+//! Anthropic Messages (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's error envelope,
+//! whole and as the stream's `error` event.
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::Adapter;
+use crate::error::ProxyError;
+
+/// The Messages adapter.
+pub struct Messages;
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: Detail<'a>,
+}
+
+#[derive(Serialize)]
+struct Detail<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: &'a str,
+}
+
+/// Anthropic's error `type` for a status.
+fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// `{"type":"error","error":{"type","message"}}` for `e`.
+pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
+    let (status, ..) = e.parts();
+    let message = e.to_string();
+    let env = Envelope {
+        kind: "error",
+        error: Detail {
+            kind: error_type(status),
+            message: &message,
+        },
+    };
+    serde_json::to_vec(&env).unwrap_or_else(|_| {
+        br#"{"type":"error","error":{"type":"api_error","message":"internal error"}}"#.to_vec()
+    })
+}
+
+impl Adapter for Messages {
+    fn name(&self) -> &'static str {
+        "messages"
+    }
+
+    /// The status and headers (`Retry-After` among them) are those of the OpenAI rendering; the
+    /// body is Anthropic's.
+    fn error_response(&self, e: ProxyError) -> Response {
+        let body = envelope_json(&e);
+        let (parts, _) = e.into_response().into_parts();
+        Response::from_parts(parts, Body::from(body))
+    }
+
+    fn stream_error(&self, e: &ProxyError) -> Vec<u8> {
+        let payload = envelope_json(e);
+        let mut v = Vec::with_capacity(payload.len() + 24);
+        v.extend_from_slice(b"event: error\ndata: ");
+        v.extend_from_slice(&payload);
+        v.extend_from_slice(b"\n\n");
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_come_in_anthropics_envelope_with_the_status_of_the_error() {
+        let e = ProxyError::ModelNotFound {
+            model: "x".into(),
+            known: "a".into(),
+        };
+        let v: serde_json::Value = serde_json::from_slice(&envelope_json(&e)).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "not_found_error");
+        assert!(v["error"]["message"].as_str().unwrap().contains("`x`"));
+        let r = Messages.error_response(ProxyError::Overloaded {
+            alias: "a".into(),
+            slots: 1,
+            retry_after: 1,
+        });
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()["retry-after"], "1");
+        let event = Messages.stream_error(&ProxyError::UpstreamConnect {
+            backend: "b".into(),
+        });
+        assert!(event.starts_with(b"event: error\ndata: {\"type\":\"error\""));
+        assert!(event.ends_with(b"\n\n"));
+    }
+}
