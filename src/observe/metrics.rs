@@ -166,106 +166,125 @@ impl Metrics {
             reloads: Family::default(),
             registry: Registry::default(),
         };
-        let secs = Unit::Seconds;
+        m.register_traffic(&mut r);
+        m.register_load(&mut r);
+        m.register_process(&mut r);
+        // Counters start at 0 so rate() and alerts see them before the first event.
+        for result in [ReloadResult::success, ReloadResult::failure] {
+            let _ = m.reloads.get_or_create(&ReloadLabel { result });
+        }
+        Metrics { registry: r, ..m }
+    }
+
+    /// Requests, their timing and tokens.
+    fn register_traffic(&self, r: &mut Registry) {
         r.register(
             "requests",
             "Requests answered, by alias, endpoint, HTTP status and streaming",
-            m.requests.clone(),
+            self.requests.clone(),
         );
         r.register_with_unit(
             "request_duration",
             "Time from request to the last byte of the answer",
-            secs.clone(),
-            m.duration.clone(),
+            Unit::Seconds,
+            self.duration.clone(),
         );
-        r.register_with_unit("time_to_first_token", "Time from request to the first generated token of any kind (reasoning, content or tool call)", secs.clone(), m.ttft.clone());
+        r.register_with_unit("time_to_first_token", "Time from request to the first generated token of any kind (reasoning, content or tool call)", Unit::Seconds, self.ttft.clone());
         r.register_with_unit(
             "time_to_first_content",
             "Time from request to the first content token after any reasoning",
-            secs.clone(),
-            m.ttfc.clone(),
+            Unit::Seconds,
+            self.ttfc.clone(),
         );
         r.register(
             "prompt_tokens",
             "Prompt tokens reported by backends",
-            m.prompt_tokens.clone(),
+            self.prompt_tokens.clone(),
         );
         r.register(
             "completion_tokens",
             "Completion tokens reported by backends",
-            m.completion_tokens.clone(),
+            self.completion_tokens.clone(),
         );
         r.register(
             "reasoning_tokens",
             "Reasoning tokens reported by backends (part of completion tokens)",
-            m.reasoning_tokens.clone(),
+            self.reasoning_tokens.clone(),
         );
         r.register(
             "prefill_tokens_per_second",
             "Prompt tokens divided by time to first token, or the backend's own prompt timing",
-            m.prefill_tps.clone(),
+            self.prefill_tps.clone(),
         );
         r.register(
             "decode_tokens_per_second",
             "Completion tokens per second from first to last token, or the backend's own timing",
-            m.decode_tps.clone(),
+            self.decode_tps.clone(),
         );
+    }
+
+    /// Load on the fleet: in flight, queued, rejected, failed.
+    fn register_load(&self, r: &mut Registry) {
         r.register(
             "inflight_requests",
             "Requests being served now",
-            m.inflight.clone(),
+            self.inflight.clone(),
         );
         r.register(
             "queued_requests",
             "Requests waiting for a backend slot",
-            m.queued.clone(),
+            self.queued.clone(),
         );
         r.register(
             "queue_limit",
             "Most requests that may wait for a backend slot",
-            m.queue_limit.clone(),
+            self.queue_limit.clone(),
         );
         r.register_with_unit(
             "queue_wait",
             "Time spent waiting for a backend slot",
-            secs.clone(),
-            m.queue_wait.clone(),
+            Unit::Seconds,
+            self.queue_wait.clone(),
         );
         r.register(
             "client_cancels",
             "Requests whose client went away before the answer was complete",
-            m.cancels.clone(),
+            self.cancels.clone(),
         );
         r.register(
             "context_rejections",
             "Requests rejected as over the context window, by counting method",
-            m.rejections.clone(),
+            self.rejections.clone(),
         );
         r.register(
             "upstream_errors",
             "Failed exchanges with backends, by reason",
-            m.upstream_errors.clone(),
+            self.upstream_errors.clone(),
         );
+    }
+
+    /// Backends' health, the proxy's own overhead, reloads, the build.
+    fn register_process(&self, r: &mut Registry) {
         r.register(
             "backend_up",
             "1 when the backend answers its health probe, else 0",
-            m.backend_up.clone(),
+            self.backend_up.clone(),
         );
         r.register(
             "backend_state",
             "1 for the backend's current state (up, loading, down)",
-            m.backend_state.clone(),
+            self.backend_state.clone(),
         );
         r.register_with_unit(
             "proxy_overhead",
             "Time spent in Switchboard itself, upstream wait excluded",
-            secs,
-            m.overhead.clone(),
+            Unit::Seconds,
+            self.overhead.clone(),
         );
         r.register(
             "config_reloads",
             "Configuration reloads by result",
-            m.reloads.clone(),
+            self.reloads.clone(),
         );
         let info: Family<VersionLabel, Gauge> = Family::default();
         info.get_or_create(&VersionLabel {
@@ -277,11 +296,6 @@ impl Metrics {
             "Build information; the value is always 1",
             info,
         );
-        // Counters start at 0 so rate() and alerts see them before the first event.
-        for result in [ReloadResult::success, ReloadResult::failure] {
-            let _ = m.reloads.get_or_create(&ReloadLabel { result });
-        }
-        Metrics { registry: r, ..m }
     }
 
     /// Handles for one alias; created per config snapshot so the hot path takes no lock.

@@ -157,135 +157,175 @@ pub(crate) async fn slots(State(sh): State<Arc<Shared>>) -> Response {
     reply::json(sh.flavor(), StatusCode::OK, &Value::Array(list))
 }
 
+/// What a flavour's `/metrics` reads from: slot use, token and request counts.
+struct Readings {
+    running: u64,
+    queued: u64,
+    prompt: u64,
+    predicted: u64,
+    requests: u64,
+    kv_usage: f64,
+}
+
+/// A family: name, type, help, value.
+type Family = (&'static str, &'static str, &'static str, String);
+
+fn llamacpp_families(r: &Readings) -> Vec<Family> {
+    let Readings {
+        running,
+        queued,
+        prompt,
+        predicted,
+        ..
+    } = r;
+    vec![
+        (
+            "llamacpp:prompt_tokens_total",
+            "counter",
+            "Number of prompt tokens processed, excluding cached tokens",
+            prompt.to_string(),
+        ),
+        (
+            "llamacpp:tokens_predicted_total",
+            "counter",
+            "Number of generation tokens processed",
+            predicted.to_string(),
+        ),
+        (
+            "llamacpp:requests_processing",
+            "gauge",
+            "Number of requests processing",
+            running.to_string(),
+        ),
+        (
+            "llamacpp:requests_deferred",
+            "gauge",
+            "Number of requests deferred",
+            queued.to_string(),
+        ),
+    ]
+}
+
+fn vllm_families(r: &Readings) -> Vec<Family> {
+    let Readings {
+        running,
+        queued,
+        prompt,
+        predicted,
+        requests,
+        kv_usage,
+    } = r;
+    vec![
+        (
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests in model execution batches.",
+            running.to_string(),
+        ),
+        (
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Number of requests waiting to be processed.",
+            queued.to_string(),
+        ),
+        (
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            kv_usage.to_string(),
+        ),
+        (
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            prompt.to_string(),
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            predicted.to_string(),
+        ),
+        (
+            "vllm:request_success_total",
+            "counter",
+            "Count of successfully processed requests.",
+            requests.to_string(),
+        ),
+    ]
+}
+
+fn sglang_families(r: &Readings) -> Vec<Family> {
+    let Readings {
+        running,
+        queued,
+        prompt,
+        predicted,
+        requests,
+        ..
+    } = r;
+    vec![
+        (
+            "sglang:num_running_reqs",
+            "gauge",
+            "The number of running requests.",
+            running.to_string(),
+        ),
+        (
+            "sglang:num_queue_reqs",
+            "gauge",
+            "The number of requests in the waiting queue.",
+            queued.to_string(),
+        ),
+        (
+            "sglang:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            prompt.to_string(),
+        ),
+        (
+            "sglang:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            predicted.to_string(),
+        ),
+        (
+            "sglang:num_requests_total",
+            "counter",
+            "Number of requests processed.",
+            requests.to_string(),
+        ),
+    ]
+}
+
 pub(crate) async fn metrics(State(sh): State<Arc<Shared>>) -> Response {
-    let (running, queued) = (sh.recorder.running(), sh.recorder.queued());
-    let prompt = sh.stats.prompt_tokens.load(Ordering::Relaxed);
-    let predicted = sh.stats.predicted_tokens.load(Ordering::Relaxed);
-    let requests = sh.stats.requests.load(Ordering::Relaxed);
+    let running = u64::from(sh.recorder.running());
+    let r = Readings {
+        running,
+        queued: u64::from(sh.recorder.queued()),
+        prompt: sh.stats.prompt_tokens.load(Ordering::Relaxed),
+        predicted: sh.stats.predicted_tokens.load(Ordering::Relaxed),
+        requests: sh.stats.requests.load(Ordering::Relaxed),
+        kv_usage: running as f64 / f64::from(sh.cfg.slots.max(1)),
+    };
+    let (families, labels) = match sh.flavor() {
+        // llama.cpp's families carry no labels; vLLM's and SGLang's the model name.
+        Flavor::Llamacpp => (llamacpp_families(&r), String::new()),
+        Flavor::Vllm | Flavor::Openai => (vllm_families(&r), model_label(&sh)),
+        Flavor::Sglang => (sglang_families(&r), model_label(&sh)),
+    };
     let mut out = String::with_capacity(1024);
-    let mut family = |name: &str, kind: &str, help: &str, labels: &str, value: String| {
+    for (name, kind, help, value) in families {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{labels} {value}"
         );
-    };
-    match sh.flavor() {
-        Flavor::Llamacpp => {
-            family(
-                "llamacpp:prompt_tokens_total",
-                "counter",
-                "Number of prompt tokens processed, excluding cached tokens",
-                "",
-                prompt.to_string(),
-            );
-            family(
-                "llamacpp:tokens_predicted_total",
-                "counter",
-                "Number of generation tokens processed",
-                "",
-                predicted.to_string(),
-            );
-            family(
-                "llamacpp:requests_processing",
-                "gauge",
-                "Number of requests processing",
-                "",
-                running.to_string(),
-            );
-            family(
-                "llamacpp:requests_deferred",
-                "gauge",
-                "Number of requests deferred",
-                "",
-                queued.to_string(),
-            );
-        }
-        Flavor::Vllm | Flavor::Openai => {
-            let labels = format!("{{model_name={}}}", sh.model_json);
-            let usage = f64::from(running) / f64::from(sh.cfg.slots.max(1));
-            family(
-                "vllm:num_requests_running",
-                "gauge",
-                "Number of requests in model execution batches.",
-                &labels,
-                running.to_string(),
-            );
-            family(
-                "vllm:num_requests_waiting",
-                "gauge",
-                "Number of requests waiting to be processed.",
-                &labels,
-                queued.to_string(),
-            );
-            family(
-                "vllm:kv_cache_usage_perc",
-                "gauge",
-                "KV-cache usage. 1 means 100 percent usage.",
-                &labels,
-                usage.to_string(),
-            );
-            family(
-                "vllm:prompt_tokens_total",
-                "counter",
-                "Number of prefill tokens processed.",
-                &labels,
-                prompt.to_string(),
-            );
-            family(
-                "vllm:generation_tokens_total",
-                "counter",
-                "Number of generation tokens processed.",
-                &labels,
-                predicted.to_string(),
-            );
-            family(
-                "vllm:request_success_total",
-                "counter",
-                "Count of successfully processed requests.",
-                &labels,
-                requests.to_string(),
-            );
-        }
-        Flavor::Sglang => {
-            let labels = format!("{{model_name={}}}", sh.model_json);
-            family(
-                "sglang:num_running_reqs",
-                "gauge",
-                "The number of running requests.",
-                &labels,
-                running.to_string(),
-            );
-            family(
-                "sglang:num_queue_reqs",
-                "gauge",
-                "The number of requests in the waiting queue.",
-                &labels,
-                queued.to_string(),
-            );
-            family(
-                "sglang:prompt_tokens_total",
-                "counter",
-                "Number of prefill tokens processed.",
-                &labels,
-                prompt.to_string(),
-            );
-            family(
-                "sglang:generation_tokens_total",
-                "counter",
-                "Number of generation tokens processed.",
-                &labels,
-                predicted.to_string(),
-            );
-            family(
-                "sglang:num_requests_total",
-                "counter",
-                "Number of requests processed.",
-                &labels,
-                requests.to_string(),
-            );
-        }
     }
     reply::text(sh.flavor(), out)
+}
+
+fn model_label(sh: &Shared) -> String {
+    format!("{{model_name={}}}", sh.model_json)
 }
 
 /// Unknown routes and methods, in the flavour's own shape.

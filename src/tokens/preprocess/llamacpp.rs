@@ -14,59 +14,14 @@ pub(super) fn prepare(
     messages: &[J],
     tmpl: &ChatTemplate,
 ) -> Result<Prepared, CountError> {
-    let caps = tmpl.caps;
-    let only_string = caps.string_content && !caps.typed_content;
-    let only_typed = !caps.string_content && caps.typed_content;
     let mut media = Media::default();
-    let mut out: Vec<J> = Vec::with_capacity(messages.len());
-    for m in messages {
-        let (m, role) = message_role(m)?;
-        if m.get("content").is_none() && m.get("tool_calls").is_none() {
-            return Err(invalid("a message needs content or tool_calls"));
-        }
-        let mut msg = JMap::default();
-        let role = if role == "developer" && !tmpl.harmony {
-            "system"
-        } else {
-            role
-        };
-        msg.insert("role", J::str(role));
-        let content = match m.get("content") {
-            Some(J::Str(s)) => J::Str(s.clone()),
-            Some(J::Arr(parts)) => content_parts(&parts.0, only_string, &mut media)?,
-            Some(J::Null) | None => J::str(""),
-            Some(_) => return Err(invalid("content must be a string or an array")),
-        };
-        let content = match content {
-            J::Str(s) if only_typed => J::arr(vec![text_part(s)]),
-            J::Arr(parts) if only_string => J::Str(Arc::from(join_typed(&parts.0))),
-            other => other,
-        };
-        msg.insert("content", content);
-        for key in ["reasoning_content", "name", "tool_call_id"] {
-            if let Some(J::Str(s)) = m.get(key) {
-                if !s.is_empty() {
-                    msg.insert(key, J::Str(s.clone()));
-                }
-            }
-        }
-        if let Some(J::Arr(calls)) = m.get("tool_calls") {
-            let calls = calls
-                .0
-                .iter()
-                .map(|c| tool_call(c, caps.object_arguments))
-                .collect::<Result<Vec<_>, _>>()?;
-            if !calls.is_empty() {
-                msg.insert("tool_calls", J::arr(calls));
-            }
-        }
-        out.push(J::Obj(Arc::new(msg)));
-    }
-    if !caps.system_role {
+    let mut out: Vec<J> = messages
+        .iter()
+        .map(|m| message(m, tmpl, &mut media))
+        .collect::<Result<_, _>>()?;
+    if !tmpl.caps.system_role {
         merge_system(&mut out);
     }
-
-    let mut vars = JMap::default();
     let last_is_assistant = out
         .last()
         .and_then(|m| m.as_obj()?.get("role")?.as_str().map(|r| r == "assistant"))
@@ -76,21 +31,93 @@ pub(super) fn prepare(
     if last_is_assistant && !matches!(req.get("continue_final_message"), Some(J::Bool(false))) {
         // `--prefill-assistant` (on by default): the last assistant message is continued.
         if let Some(J::Obj(last)) = out.pop() {
-            let content = match last.get("content") {
-                Some(J::Str(s)) => s.to_string(),
-                Some(J::Arr(parts)) => join_typed(&parts.0),
-                _ => String::new(),
-            };
-            let reasoning = last
-                .get("reasoning_content")
-                .and_then(J::as_str)
-                .unwrap_or("")
-                .to_string();
-            post = Post::Prefill { reasoning, content };
+            post = prefill(&last);
         }
         add_gen = false;
     }
-    vars.insert("messages", J::arr(out));
+    let (vars, tool_use) = template_vars(req, tmpl, out, add_gen)?;
+    Ok(Prepared {
+        vars,
+        tool_use,
+        post,
+        media,
+    })
+}
+
+/// One message as llama.cpp hands it to the template: role, content in the form the template
+/// takes (string or typed parts), reasoning, name, tool call id and calls.
+fn message(m: &J, tmpl: &ChatTemplate, media: &mut Media) -> Result<J, CountError> {
+    let caps = tmpl.caps;
+    let only_string = caps.string_content && !caps.typed_content;
+    let only_typed = !caps.string_content && caps.typed_content;
+    let (m, role) = message_role(m)?;
+    if m.get("content").is_none() && m.get("tool_calls").is_none() {
+        return Err(invalid("a message needs content or tool_calls"));
+    }
+    let mut msg = JMap::default();
+    let role = if role == "developer" && !tmpl.harmony {
+        "system"
+    } else {
+        role
+    };
+    msg.insert("role", J::str(role));
+    let content = match m.get("content") {
+        Some(J::Str(s)) => J::Str(s.clone()),
+        Some(J::Arr(parts)) => content_parts(&parts.0, only_string, media)?,
+        Some(J::Null) | None => J::str(""),
+        Some(_) => return Err(invalid("content must be a string or an array")),
+    };
+    let content = match content {
+        J::Str(s) if only_typed => J::arr(vec![text_part(s)]),
+        J::Arr(parts) if only_string => J::Str(Arc::from(join_typed(&parts.0))),
+        other => other,
+    };
+    msg.insert("content", content);
+    for key in ["reasoning_content", "name", "tool_call_id"] {
+        if let Some(J::Str(s)) = m.get(key) {
+            if !s.is_empty() {
+                msg.insert(key, J::Str(s.clone()));
+            }
+        }
+    }
+    if let Some(J::Arr(calls)) = m.get("tool_calls") {
+        let calls = calls
+            .0
+            .iter()
+            .map(|c| tool_call(c, caps.object_arguments))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !calls.is_empty() {
+            msg.insert("tool_calls", J::arr(calls));
+        }
+    }
+    Ok(J::Obj(Arc::new(msg)))
+}
+
+/// The last assistant message, continued rather than templated: its text and reasoning.
+fn prefill(last: &JMap) -> Post {
+    let content = match last.get("content") {
+        Some(J::Str(s)) => s.to_string(),
+        Some(J::Arr(parts)) => join_typed(&parts.0),
+        _ => String::new(),
+    };
+    let reasoning = last
+        .get("reasoning_content")
+        .and_then(J::as_str)
+        .unwrap_or("")
+        .to_string();
+    Post::Prefill { reasoning, content }
+}
+
+/// The template's variables: messages, special tokens, thinking switch, tools, dates, the
+/// request's `chat_template_kwargs` and reasoning effort. Also whether tools are in use.
+fn template_vars(
+    req: &JMap,
+    tmpl: &ChatTemplate,
+    messages: Vec<J>,
+    add_gen: bool,
+) -> Result<(JMap, bool), CountError> {
+    let mut vars = JMap::default();
+    vars.insert("messages", J::arr(messages));
     vars.insert(
         "bos_token",
         special(tmpl, "bos_token").unwrap_or_else(|| J::str("")),
@@ -133,12 +160,7 @@ pub(super) fn prepare(
     if add_gen {
         vars.insert("add_generation_prompt", J::Bool(true));
     }
-    Ok(Prepared {
-        vars,
-        tool_use,
-        post,
-        media,
-    })
+    Ok((vars, tool_use))
 }
 
 fn special(tmpl: &ChatTemplate, key: &str) -> Option<J> {
