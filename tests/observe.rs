@@ -1,4 +1,4 @@
-//! Issue 5: per-alias metrics from known traffic, read back from a live scrape.
+//! Per-alias metrics from known traffic, read back from a live scrape.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

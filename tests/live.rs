@@ -1,4 +1,4 @@
-//! Issue 5: config reload and backend health, as metrics, `/v1/models` and routing show them.
+//! The live state: config reload and backend health, as metrics, `/v1/models` and routing show them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,4 @@
-//! Issue 2 (core proxy): routing, rewrite, errors, streaming, cancellation, shutdown, through the real server.
+//! The routed pipeline through the real server: routing, rewrite, errors, streaming, cancellation, shutdown.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
