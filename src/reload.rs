@@ -8,8 +8,10 @@ pub fn reload(state: &AppState) -> Result<(), String> {
     let Some(path) = &state.config_path else {
         return Err("no config file to reload".into());
     };
-    match crate::config::load(path) {
-        Ok(cfg) => {
+    match crate::config::load(path)
+        .and_then(|cfg| crate::state::load_tls(&cfg).map(|tls| (cfg, tls)))
+    {
+        Ok((cfg, tls)) => {
             let old = &state.live.load().config.server;
             let new = &cfg.server;
             let at_restart = [
@@ -31,7 +33,7 @@ pub fn reload(state: &AppState) -> Result<(), String> {
             for (key, _) in at_restart.iter().filter(|(_, changed)| *changed) {
                 tracing::warn!("{key} changed; the new value takes effect at restart");
             }
-            state.swap(cfg);
+            state.swap_loaded(cfg, tls);
             state.metrics.config_reload(ReloadResult::success);
             tracing::info!(path = %path.display(), "config reloaded");
             Ok(())

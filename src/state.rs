@@ -8,12 +8,13 @@ use arc_swap::ArcSwap;
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError, ConfigErrors};
 use crate::health::Health;
 use crate::metrics::{AliasMetrics, Metrics};
 use crate::routes::RouteTable;
 use crate::slots::Slots;
-use crate::upstream::Pool;
+use crate::upstream::tls::TlsSettings;
+use crate::upstream::Client;
 
 /// Everything derived from one config; a request uses one snapshot from start to end.
 #[derive(Debug)]
@@ -79,9 +80,9 @@ impl Snapshot {
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub live: Arc<ArcSwap<Snapshot>>,
-    pub client: reqwest::Client,
-    /// Plain-http backend connections, driven in the request's task (one pool per worker).
-    pub pool: Arc<Pool>,
+    /// Backend connections (http and https), driven in the request's task (one pool per
+    /// worker), with the TLS settings of the live config.
+    pub client: Client,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     /// Unix time the process started: the `created` of `/v1/models` entries.
@@ -91,15 +92,27 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state of `config`; fails when an https backend's TLS settings cannot be loaded
+    /// (its `ca_file` missing or not a CA), naming the key.
+    pub fn try_new(config: Config, config_path: Option<PathBuf>) -> Result<AppState, ConfigErrors> {
+        let tls = load_tls(&config)?;
+        Ok(AppState::with_tls(config, config_path, tls))
+    }
+
+    /// [`AppState::try_new`] for configs whose CA files are not in question (tests, the
+    /// demo): a backend whose TLS settings fail to load is logged, and its connections fail.
     pub fn new(config: Config, config_path: Option<PathBuf>) -> AppState {
+        let tls = load_tls_or_log(&config);
+        AppState::with_tls(config, config_path, tls)
+    }
+
+    fn with_tls(config: Config, config_path: Option<PathBuf>, tls: TlsSettings) -> AppState {
         let metrics = Arc::new(Metrics::new());
-        let client = upstream_client(&config);
-        let pool = Arc::new(Pool::new(config.server.connect_timeout));
+        let client = Client::new(config.server.connect_timeout, tls);
         let snap = Snapshot::new(config, &metrics, None);
         AppState {
             live: Arc::new(ArcSwap::from_pointee(snap)),
             client,
-            pool,
             metrics,
             health: Arc::new(Health::default()),
             started: SystemTime::now()
@@ -110,20 +123,27 @@ impl AppState {
         }
     }
 
-    /// The same shared state with an upstream client of its own (one per worker thread, so
-    /// each worker's connection pool lives on its own runtime).
+    /// The same shared state with an upstream pool of its own (one per worker thread, so
+    /// each worker's connections live on its own runtime).
     pub fn with_own_client(&self) -> AppState {
-        let config = &self.live.load().config;
         AppState {
-            client: upstream_client(config),
-            pool: Arc::new(Pool::new(config.server.connect_timeout)),
+            client: self.client.for_worker(),
             ..self.clone()
         }
     }
 
-    /// Swap in a new config; requests in flight keep the snapshot they started with.
+    /// Swap in a new config; requests in flight keep the snapshot they started with. For
+    /// configs whose CA files are not in question (tests): a backend whose TLS settings fail
+    /// to load is logged, and its connections fail. Reload uses [`AppState::swap_loaded`].
     pub fn swap(&self, config: Config) {
+        let tls = load_tls_or_log(&config);
+        self.swap_loaded(config, tls);
+    }
+
+    /// Swap in a new config with its TLS settings, as [`load_tls`] made them.
+    pub fn swap_loaded(&self, config: Config, tls: TlsSettings) {
         let previous = self.live.load_full();
+        self.client.set_tls(tls);
         self.live.store(Arc::new(Snapshot::new(
             config,
             &self.metrics,
@@ -132,17 +152,38 @@ impl AppState {
     }
 }
 
-/// The pooled HTTP client used for every backend.
-fn upstream_client(config: &Config) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(config.server.connect_timeout)
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(1024)
-        .no_proxy()
-        .build()
-        .unwrap_or_else(|e| {
-            // Only a TLS back end failing to initialise gets here.
-            tracing::error!("cannot build the upstream client ({e}); using defaults");
-            reqwest::Client::default()
+/// Read the CA files of `config`'s https backends and make their TLS settings; the errors
+/// name the key (`backends.NAME.ca_file`). `switchboard check`, start-up and reload use it.
+pub fn load_tls(config: &Config) -> Result<TlsSettings, ConfigErrors> {
+    let (tls, errors) = tls_settings(config);
+    if errors.is_empty() {
+        Ok(tls)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn load_tls_or_log(config: &Config) -> TlsSettings {
+    let (tls, errors) = tls_settings(config);
+    for e in errors {
+        tracing::error!("{e}");
+    }
+    tls
+}
+
+fn tls_settings(config: &Config) -> (TlsSettings, Vec<ConfigError>) {
+    let https = config.backends.values().filter_map(|b| {
+        let spec = b.tls.as_ref()?;
+        Some((b.name.as_str(), b.authority.as_str(), spec))
+    });
+    let (tls, errors) = TlsSettings::load(https);
+    let errors = errors
+        .into_iter()
+        .map(|e| ConfigError::BadValue {
+            key: format!("backends.{}.{}", e.backend, e.key),
+            value: e.value,
+            reason: e.reason,
         })
+        .collect();
+    (tls, errors)
 }

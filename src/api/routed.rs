@@ -117,7 +117,6 @@ where
     let up_headers = crate::proxy::upstream_headers(headers, backend, server.api_keys.is_some());
     ex.sending();
     let resp = crate::proxy::send(
-        &state.pool,
         &state.client,
         backend,
         path,

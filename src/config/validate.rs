@@ -14,6 +14,8 @@ use crate::flavor::Flavor;
 use crate::guard::GuardSpec;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::tokens::{CountKind, Counter};
+use crate::upstream::tls::TlsSpec;
+use crate::upstream::Origin;
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -48,14 +50,27 @@ pub struct Backend {
     /// Base URL without a trailing slash, e.g. `http://dankclaw:7771`.
     pub url: String,
     pub flavor: Flavor,
-    /// `host:port` of a plain-http backend (served by the in-task pool); `None` for https.
-    pub authority: Option<String>,
+    /// `host:port` the backend is reached at (the URL's port, or its scheme's default).
+    pub authority: String,
     /// The URL's path, put before every request path (empty for a server root).
     pub path_prefix: String,
+    /// For an https backend: the name its certificate must show, and its `ca_file`.
+    pub tls: Option<TlsSpec>,
     pub slots: NonZeroU32,
     pub queue: u32,
     /// The backend's own key; replaces the client's Authorization when set. Never logged.
     pub api_key: Option<String>,
+}
+
+impl Backend {
+    /// The backend as the upstream client reaches it.
+    pub fn origin(&self) -> Origin<'_> {
+        Origin {
+            name: &self.name,
+            authority: &self.authority,
+            tls: self.tls.is_some(),
+        }
+    }
 }
 
 /// Input kinds an alias accepts.
@@ -355,8 +370,9 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         Ok(u) => Ok(u),
         Err(e) => Err(e.to_string()),
     };
-    let url = match url {
-        Ok(u) => u,
+    let address = url.and_then(|u| crate::upstream::address(&u).map(|a| (u, a)));
+    let (url, address) = match address {
+        Ok(ua) => ua,
         Err(reason) => {
             errs.push(ConfigError::BadUrl {
                 key,
@@ -365,6 +381,21 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
             });
             return None;
         }
+    };
+    let tls = match (address.server_name, raw.ca_file) {
+        (Some(server_name), ca_file) => Some(TlsSpec {
+            server_name,
+            ca_file,
+        }),
+        (None, Some(ca_file)) => {
+            errs.push(ConfigError::BadValue {
+                key: format!("backends.{name}.ca_file"),
+                value: ca_file.display().to_string(),
+                reason: "is only for an https url".into(),
+            });
+            None
+        }
+        (None, None) => None,
     };
     let slots = raw.slots.unwrap_or(1);
     let Some(slots) = NonZeroU32::new(slots) else {
@@ -387,21 +418,12 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         },
         None => None,
     };
-    let authority = (url.scheme() == "http")
-        .then(|| {
-            Some(format!(
-                "{}:{}",
-                url.host_str()?,
-                url.port_or_known_default()?
-            ))
-        })
-        .flatten();
-    let path_prefix = url.path().trim_end_matches('/').to_string();
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),
-        authority,
-        path_prefix,
+        authority: address.authority,
+        path_prefix: address.path_prefix,
+        tls,
         flavor: raw.flavor,
         slots,
         queue: raw.queue.unwrap_or(64),

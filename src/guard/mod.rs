@@ -79,7 +79,7 @@ impl Verdict {
 /// the window (a prompt that fills the window leaves no room to answer).
 pub async fn check(
     spec: &GuardSpec,
-    client: &reqwest::Client,
+    client: &crate::upstream::Client,
     body: &[u8],
 ) -> Result<Verdict, ProxyError> {
     let view = RequestView::parse(body).map_err(view_error)?;

@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue};
 use serde_json::{json, Map, Value};
 
 use super::{saturate, CountError, MediaCosts};
 use crate::flavor::Flavor;
+use crate::upstream::{Client, Origin};
 
 /// How long one counting round trip may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -16,7 +19,12 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct BackendCounter {
     flavor: Flavor,
-    base: String,
+    /// `host:port` of the backend.
+    authority: String,
+    /// The base URL's path, put before the endpoints' paths.
+    path_prefix: String,
+    /// https: the TLS session is made with the backend's settings, found by `name`.
+    tls: bool,
     upstream_model: String,
     /// The backend's config name: what errors show clients (never its address).
     name: String,
@@ -33,12 +41,13 @@ impl BackendCounter {
             );
         }
         let parsed = url::Url::parse(url).map_err(|e| format!("backend url {url:?}: {e}"))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(format!("backend url {url:?}: must be http or https"));
-        }
+        let address =
+            crate::upstream::address(&parsed).map_err(|e| format!("backend url {url:?}: {e}"))?;
         Ok(BackendCounter {
             flavor,
-            base: url.trim_end_matches('/').to_string(),
+            authority: address.authority,
+            path_prefix: address.path_prefix,
+            tls: address.server_name.is_some(),
             upstream_model: upstream_model.to_string(),
             name: parsed.host_str().unwrap_or("backend").to_string(),
             api_key: None,
@@ -53,7 +62,7 @@ impl BackendCounter {
 
     pub async fn count(
         &self,
-        client: &reqwest::Client,
+        client: &Client,
         body: &[u8],
         media: &MediaCosts,
     ) -> Result<u32, CountError> {
@@ -123,36 +132,44 @@ impl BackendCounter {
         ))
     }
 
-    async fn post(
-        &self,
-        client: &reqwest::Client,
-        path: &str,
-        body: &Value,
-    ) -> Result<Value, CountError> {
-        let url = format!("{}{}", self.base, path);
+    async fn post(&self, client: &Client, path: &str, body: &Value) -> Result<Value, CountError> {
         let fail = |status: Option<u16>, detail: String| CountError::Backend {
             backend: self.name.clone(),
             status,
             detail,
         };
         let bytes = serde_json::to_vec(body).map_err(|e| fail(None, e.to_string()))?;
-        let mut req = client
-            .post(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .timeout(TIMEOUT)
-            .body(bytes);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
+            if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
+                v.set_sensitive(true);
+                headers.insert(header::AUTHORIZATION, v);
+            }
         }
-        let resp = req
-            .send()
+        let to = Origin {
+            name: &self.name,
+            authority: &self.authority,
+            tls: self.tls,
+        };
+        let path = format!("{}{path}", self.path_prefix);
+        let exchange = async {
+            let resp = client
+                .post(to, &path, headers, Bytes::from(bytes))
+                .await
+                .map_err(|e| fail(None, e.to_string()))?;
+            let status = resp.status.as_u16();
+            let text = crate::upstream::read_all(resp.body)
+                .await
+                .map_err(|e| fail(Some(status), crate::upstream::chain(e.as_ref())))?;
+            Ok((status, text))
+        };
+        let (status, text) = tokio::time::timeout(TIMEOUT, exchange)
             .await
-            .map_err(|e| fail(None, crate::proxy::without_url(&e)))?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .bytes()
-            .await
-            .map_err(|e| fail(Some(status), crate::proxy::without_url(&e)))?;
+            .map_err(|_| fail(None, format!("no answer within {TIMEOUT:?}")))??;
         if !(200..300).contains(&status) {
             let detail = String::from_utf8_lossy(&text[..text.len().min(300)]).into_owned();
             return Err(fail(Some(status), detail));

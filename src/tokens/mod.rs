@@ -206,7 +206,7 @@ impl Counter {
     /// blocking pool (and its fragments on rayon), never on the async workers.
     pub async fn count_prompt(
         &self,
-        client: &reqwest::Client,
+        client: &crate::upstream::Client,
         body: &[u8],
         media: &MediaCosts,
     ) -> Result<u32, CountError> {
