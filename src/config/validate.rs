@@ -632,6 +632,38 @@ mod tests {
         assert!(e.contains("backends.b3.url: \"not a url\""), "{e}");
     }
 
+    /// Both schemes get an authority and a path prefix; https a server name and its
+    /// `ca_file`, which validation does not read; `ca_file` on an http URL is refused.
+    #[test]
+    fn backends_of_both_schemes_have_an_address() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[backends.s]\nurl = \"https://gpu-box.fleet/llm/\"\nflavor = \"vllm\"\nca_file = \"/nowhere/ca.pem\""
+        ))
+        .unwrap();
+        let (http, https) = (&cfg.backends["gpu"], &cfg.backends["s"]);
+        assert_eq!(
+            (http.authority.as_str(), http.path_prefix.as_str()),
+            ("dankclaw:7771", "")
+        );
+        assert!(http.tls.is_none());
+        assert_eq!(
+            (https.authority.as_str(), https.path_prefix.as_str()),
+            ("gpu-box.fleet:443", "/llm")
+        );
+        let tls = https.tls.as_ref().unwrap();
+        assert_eq!(tls.server_name.to_str(), "gpu-box.fleet");
+        assert_eq!(
+            tls.ca_file.as_deref(),
+            Some(std::path::Path::new("/nowhere/ca.pem"))
+        );
+        let e =
+            errors("[backends.p]\nurl = \"http://h:1\"\nflavor = \"vllm\"\nca_file = \"ca.pem\"");
+        assert!(
+            e.contains("backends.p.ca_file: \"ca.pem\" is only for an https url"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn zero_window_and_zero_slots_are_refused() {
         let e = errors("[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0");
