@@ -48,6 +48,9 @@ pub enum ProxyError {
     UpstreamLoading { backend: String, retry_after: u64 },
     #[error("upstream {backend} failed: {detail}")]
     UpstreamProtocol { backend: String, detail: String },
+    /// The TLS handshake with an https backend failed; `detail` says why, naming no address.
+    #[error("upstream {backend} is unreachable: {detail}")]
+    UpstreamTls { backend: String, detail: String },
     #[error("all {slots} slots of {alias} are busy and its queue is full")]
     Overloaded {
         alias: String,
@@ -157,7 +160,7 @@ impl ProxyError {
                 None,
                 Some("bad_gateway"),
             ),
-            UpstreamProtocol { .. } => (
+            UpstreamProtocol { .. } | UpstreamTls { .. } => (
                 StatusCode::BAD_GATEWAY,
                 "server_error",
                 None,

@@ -10,6 +10,7 @@ use http::HeaderValue;
 use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
+use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
@@ -47,10 +48,12 @@ pub struct Backend {
     /// Base URL without a trailing slash, e.g. `http://dankclaw:7771`.
     pub url: String,
     pub flavor: Flavor,
-    /// `host:port` of a plain-http backend (served by the in-task pool); `None` for https.
-    pub authority: Option<String>,
+    /// `host:port` the backend is reached at (the URL's port, or its scheme's default).
+    pub authority: String,
     /// The URL's path, put before every request path (empty for a server root).
     pub path_prefix: String,
+    /// For an https backend: the name its certificate must show, and its `ca_file`.
+    pub tls: Option<TlsSpec>,
     pub slots: NonZeroU32,
     pub queue: u32,
     /// The backend's own key; replaces the client's Authorization when set. Never logged.
@@ -368,8 +371,9 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         Ok(u) => Ok(u),
         Err(e) => Err(e.to_string()),
     };
-    let url = match url {
-        Ok(u) => u,
+    let address = url.and_then(|u| crate::address::address(&u).map(|a| (u, a)));
+    let (url, address) = match address {
+        Ok(ua) => ua,
         Err(reason) => {
             errs.push(ConfigError::BadUrl {
                 key,
@@ -378,6 +382,21 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
             });
             return None;
         }
+    };
+    let tls = match (address.server_name, raw.ca_file) {
+        (Some(server_name), ca_file) => Some(TlsSpec {
+            server_name,
+            ca_file,
+        }),
+        (None, Some(ca_file)) => {
+            errs.push(ConfigError::BadValue {
+                key: format!("backends.{name}.ca_file"),
+                value: ca_file.display().to_string(),
+                reason: "is only for an https url".into(),
+            });
+            None
+        }
+        (None, None) => None,
     };
     let slots = raw.slots.unwrap_or(1);
     let Some(slots) = NonZeroU32::new(slots) else {
@@ -400,21 +419,12 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         },
         None => None,
     };
-    let authority = (url.scheme() == "http")
-        .then(|| {
-            Some(format!(
-                "{}:{}",
-                url.host_str()?,
-                url.port_or_known_default()?
-            ))
-        })
-        .flatten();
-    let path_prefix = url.path().trim_end_matches('/').to_string();
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),
-        authority,
-        path_prefix,
+        authority: address.authority,
+        path_prefix: address.path_prefix,
+        tls,
         flavor: raw.flavor,
         slots,
         queue: raw.queue.unwrap_or(64),
@@ -602,6 +612,38 @@ mod tests {
         );
         let e = errors("[backends.b3]\nurl = \"not a url\"\nflavor = \"vllm\"");
         assert!(e.contains("backends.b3.url: \"not a url\""), "{e}");
+    }
+
+    /// Both schemes get an authority and a path prefix; https a server name and its
+    /// `ca_file`, which validation does not read; `ca_file` on an http URL is refused.
+    #[test]
+    fn backends_of_both_schemes_have_an_address() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[backends.s]\nurl = \"https://gpu-box.fleet/llm/\"\nflavor = \"vllm\"\nca_file = \"/nowhere/ca.pem\""
+        ))
+        .unwrap();
+        let (http, https) = (&cfg.backends["gpu"], &cfg.backends["s"]);
+        assert_eq!(
+            (http.authority.as_str(), http.path_prefix.as_str()),
+            ("dankclaw:7771", "")
+        );
+        assert!(http.tls.is_none());
+        assert_eq!(
+            (https.authority.as_str(), https.path_prefix.as_str()),
+            ("gpu-box.fleet:443", "/llm")
+        );
+        let tls = https.tls.as_ref().unwrap();
+        assert_eq!(tls.server_name.to_str(), "gpu-box.fleet");
+        assert_eq!(
+            tls.ca_file.as_deref(),
+            Some(std::path::Path::new("/nowhere/ca.pem"))
+        );
+        let e =
+            errors("[backends.p]\nurl = \"http://h:1\"\nflavor = \"vllm\"\nca_file = \"ca.pem\"");
+        assert!(
+            e.contains("backends.p.ca_file: \"ca.pem\" is only for an https url"),
+            "{e}"
+        );
     }
 
     #[test]

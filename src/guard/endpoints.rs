@@ -9,7 +9,7 @@ use crate::error::ProxyError;
 /// the prompt's count as the guard would make it exactly (media parts at their cost).
 pub async fn tokenize_response(
     spec: &GuardSpec,
-    client: &reqwest::Client,
+    client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Value, ProxyError> {
     let count = spec
@@ -28,7 +28,7 @@ pub async fn tokenize_response(
 /// → `{input_tokens}`, counted as the equivalent chat request.
 pub async fn count_tokens_response(
     spec: &GuardSpec,
-    client: &reqwest::Client,
+    client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Value, ProxyError> {
     let req: Value =

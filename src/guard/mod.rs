@@ -112,7 +112,7 @@ impl Verdict {
 /// the window (a prompt that fills the window leaves no room to answer).
 pub async fn check(
     spec: &GuardSpec,
-    client: &reqwest::Client,
+    client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Verdict, ProxyError> {
     let view = PromptView::parse(body).map_err(view_error)?;

@@ -25,7 +25,6 @@ pub async fn send(
     let headers = exchange::upstream_headers(headers, backend, server.api_keys.is_some());
     rec.sending();
     let sent = exchange::send(
-        &state.pool,
         &state.client,
         backend,
         path,

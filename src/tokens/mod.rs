@@ -227,7 +227,7 @@ impl Counter {
     /// blocking pool (and its fragments on rayon), never on the async workers.
     pub async fn count_prompt(
         &self,
-        client: &reqwest::Client,
+        client: &dyn crate::tokens::backend::Transport,
         body: &[u8],
         media: &MediaCosts,
     ) -> Result<u32, CountError> {
