@@ -18,6 +18,7 @@ pub mod reasoning;
 pub mod reload;
 pub mod routes;
 pub mod server;
+pub mod shape;
 pub mod sim;
 pub mod slots;
 pub mod state;
