@@ -243,6 +243,9 @@ async fn guarded(
     let mut alias = Arc::clone(first);
     loop {
         let mut upstream = req.upstream_body(body, &alias.upstream_model, takes_usage(endpoint));
+        if let Some(b) = crate::shape::shape(&upstream, &alias.shape, endpoint.into())? {
+            upstream = b;
+        }
         if !is_chat {
             return Ok((alias, upstream));
         }
