@@ -73,14 +73,15 @@ pub(crate) fn values<'d>(
 /// a string: both spell the same text as the plain characters). `false` means every key
 /// and string made of those characters is written plainly.
 pub(crate) fn may_escape_word(data: &[u8]) -> bool {
-    static ESCAPE: std::sync::LazyLock<Finder<'static>> =
-        std::sync::LazyLock::new(|| finder(b"\\u00"));
-    ESCAPE.find_iter(data).any(|at| {
-        let code = data
-            .get(at + 4..at + 6)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        code.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
+    // Most payloads hold no backslash at all, and the rest few: a one-byte search finds them.
+    memchr::memchr_iter(b'\\', data).any(|at| {
+        let Some([b'u', b'0', b'0', hi, lo]) = data.get(at + 1..at + 6) else {
+            return false;
+        };
+        let hex = |b: u8| char::from(b).to_digit(16);
+        let code = hex(*hi).zip(hex(*lo)).map(|(h, l)| h * 16 + l);
+        code.and_then(char::from_u32)
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
     })
 }
 
