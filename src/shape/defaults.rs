@@ -38,8 +38,9 @@ const ONLY_ON: &[(&str, &[Api])] = &[
     ("best_of", &[Completions]),
 ];
 
-/// Members that make up the request itself: never defaulted, never stripped.
-const REQUEST: &[&str] = &["model", "messages", "input", "prompt", "stream"];
+/// Members that make up the request itself: never defaulted, never stripped (a stripped
+/// `images` would be the silent drop the shaping exists to prevent).
+const REQUEST: &[&str] = &["model", "messages", "input", "prompt", "stream", "images"];
 
 /// Whether requests of `api` have a field named `key`.
 pub fn has_field(api: Api, key: &str) -> bool {
@@ -50,7 +51,7 @@ pub fn has_field(api: Api, key: &str) -> bool {
 }
 
 /// Whether `key` is part of the request itself (`model`, `messages`, `input`, `prompt`,
-/// `stream`) rather than a setting.
+/// `stream`, `images`) rather than a setting.
 pub fn is_request_field(key: &str) -> bool {
     REQUEST.contains(&key)
 }
@@ -146,7 +147,8 @@ mod tests {
         assert!(has_field(Responses, "max_output_tokens") && !has_field(Chat, "max_output_tokens"));
         assert!(!has_field(Responses, "max_tokens") && has_field(Messages, "max_tokens"));
         assert!(!has_field(Api::Other, "temperature"));
-        assert!(is_request_field("model") && !is_request_field("temperature"));
+        assert!(is_request_field("model") && is_request_field("images"));
+        assert!(!is_request_field("temperature"));
     }
 
     #[test]
