@@ -588,18 +588,18 @@ fn shape(
     };
     for (key, value) in &defaults {
         let at = format!("aliases.{name}.defaults.{key}");
+        let shown = match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
         if crate::shape::is_request_field(key) {
-            bad(
-                at,
-                value.to_string(),
-                "is part of each request, not a default",
-            );
+            bad(at, shown, "is part of each request, not a default");
         } else if strip.contains(key) {
-            bad(at, value.to_string(), "is also in strip_params");
+            bad(at, shown, "is also in strip_params");
         } else if NUMERIC.contains(&key.as_str())
             && !value.as_f64().is_some_and(|v| v >= 0.0 && v.is_finite())
         {
-            bad(at, value.to_string(), "is not a number of zero or more");
+            bad(at, shown, "is not a number of zero or more");
         }
     }
     for (i, key) in strip.iter().enumerate() {
@@ -761,15 +761,11 @@ mod tests {
     fn bad_shaping_keys_name_the_key_and_value() {
         let e = errors("[aliases.s]\nbackend = \"gpu\"\ndefaults = { model = \"x\", temperature = \"hot\", top_p = 0.5 }");
         assert!(
-            e.contains(
-                "aliases.s.defaults.model: \"\\\"x\\\"\" is part of each request, not a default"
-            ),
+            e.contains("aliases.s.defaults.model: \"x\" is part of each request, not a default"),
             "{e}"
         );
         assert!(
-            e.contains(
-                "aliases.s.defaults.temperature: \"\\\"hot\\\"\" is not a number of zero or more"
-            ),
+            e.contains("aliases.s.defaults.temperature: \"hot\" is not a number of zero or more"),
             "{e}"
         );
         assert_eq!(e.lines().count(), 2, "{e}");
