@@ -27,6 +27,19 @@ pub enum ProxyError {
         param: &'static str,
         message: String,
     },
+    #[error(
+        "model {alias} does not accept {kind} input, and the request has a part of type {part:?}"
+    )]
+    UnsupportedInput {
+        alias: String,
+        kind: &'static str,
+        /// The part's `type`.
+        part: String,
+        /// Where the part is: `messages` or `input`.
+        param: &'static str,
+    },
+    #[error("model {alias} does not accept image input, and the request has a top-level \"images\" field (backends ignore it, so it is not passed on)")]
+    LegacyImages { alias: String },
     #[error("unsupported content type {0:?}: send application/json")]
     UnsupportedContentType(String),
     #[error("request body is larger than the limit of {limit} bytes")]
@@ -129,6 +142,18 @@ impl ProxyError {
                 "invalid_request_error",
                 Some(param),
                 Some("invalid_value"),
+            ),
+            UnsupportedInput { param, .. } => (
+                BAD,
+                "invalid_request_error",
+                Some(param),
+                Some("unsupported_input"),
+            ),
+            LegacyImages { .. } => (
+                BAD,
+                "invalid_request_error",
+                Some("images"),
+                Some("unsupported_input"),
             ),
             UnsupportedContentType(_) => (
                 BAD,
@@ -266,6 +291,35 @@ mod tests {
             estimate: false,
         };
         assert_eq!(e.to_string(), "This model's maximum context length is 8192 tokens. However, your messages resulted in 8554 tokens. Please reduce the length of the messages.");
+    }
+
+    #[test]
+    fn unsupported_input_names_the_alias_and_the_part() {
+        let e = ProxyError::UnsupportedInput {
+            alias: "frank-dragoon".into(),
+            kind: "image",
+            part: "image_url".into(),
+            param: "messages",
+        };
+        assert_eq!(
+            e.to_string(),
+            "model frank-dragoon does not accept image input, and the request has a part of type \"image_url\""
+        );
+        let (status, kind, param, code) = e.parts();
+        assert_eq!(
+            (status.as_u16(), kind, param, code),
+            (
+                400,
+                "invalid_request_error",
+                Some("messages"),
+                Some("unsupported_input")
+            )
+        );
+        let e = ProxyError::LegacyImages {
+            alias: "frank-dragoon".into(),
+        };
+        assert!(e.to_string().contains("\"images\""), "{e}");
+        assert_eq!(e.parts().2, Some("images"));
     }
 
     #[test]

@@ -29,7 +29,7 @@ fn r2_check_accepts_the_repo_config() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("ok (2 backends, 2 aliases)"), "{stdout}");
+    assert!(stdout.contains("ok (2 backends, 3 aliases)"), "{stdout}");
 }
 
 #[test]

@@ -14,6 +14,7 @@ use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
+use crate::wire::shape::ShapeSpec;
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -60,12 +61,7 @@ pub struct Backend {
     pub api_key: Option<String>,
 }
 
-/// Input kinds an alias accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Input {
-    pub image: bool,
-    pub audio: bool,
-}
+pub use crate::wire::shape::Input;
 
 #[derive(Debug)]
 pub struct Alias {
@@ -80,7 +76,8 @@ pub struct Alias {
     pub guard: Option<GuardConfig>,
     /// Where over-window requests go instead of being rejected (an alias with a larger window).
     pub context_fallback: Option<String>,
-    pub inputs: Input,
+    /// Defaults, stripped fields, the output cap and the input kinds taken.
+    pub shape: ShapeSpec,
     pub old_names: Vec<String>,
     pub reasoning_field: Option<OutputField>,
     /// Inline reasoning markers to split out of `content` (opt-in per alias).
@@ -499,6 +496,15 @@ fn alias(
             reason: "needs think_tags".into(),
         });
     }
+    let shape = shape(
+        name,
+        inputs,
+        raw.defaults,
+        raw.strip_params,
+        raw.max_output_tokens,
+        context_window,
+        errs,
+    );
     let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
     let guard = match context_window {
         Some(window) => {
@@ -547,12 +553,97 @@ fn alias(
         context_window,
         guard,
         context_fallback: raw.context_fallback,
-        inputs,
+        shape,
         old_names: raw.old_names,
         reasoning_field: reasoning,
         think_tags,
         description: raw.description,
     })
+}
+
+/// Sampling fields whose value must be a number that is not negative.
+const NUMERIC: [&str; 6] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+];
+
+/// The keys `defaults`, `strip_params` and `max_output_tokens` of one alias.
+fn shape(
+    name: &str,
+    inputs: Input,
+    defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    strip: Option<Vec<String>>,
+    max_output_tokens: Option<u32>,
+    context_window: Option<NonZeroU32>,
+    errs: &mut Vec<ConfigError>,
+) -> ShapeSpec {
+    let strip = strip.unwrap_or_default();
+    let defaults = defaults.unwrap_or_default();
+    let mut bad = |key: String, value: String, reason: &str| {
+        errs.push(ConfigError::BadValue {
+            key,
+            value,
+            reason: reason.into(),
+        })
+    };
+    for (key, value) in &defaults {
+        let at = format!("aliases.{name}.defaults.{key}");
+        let shown = match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if crate::wire::shape::is_request_field(key) {
+            bad(at, shown, "is part of each request, not a default");
+        } else if strip.contains(key) {
+            bad(at, shown, "is also in strip_params");
+        } else if NUMERIC.contains(&key.as_str())
+            && !value.as_f64().is_some_and(|v| v >= 0.0 && v.is_finite())
+        {
+            bad(at, shown, "is not a number of zero or more");
+        }
+    }
+    for (i, key) in strip.iter().enumerate() {
+        let at = format!("aliases.{name}.strip_params[{i}]");
+        if key.is_empty() {
+            bad(at, key.clone(), "is empty");
+        } else if crate::wire::shape::is_request_field(key) {
+            bad(
+                at,
+                key.clone(),
+                "is part of each request and cannot be removed",
+            );
+        } else if strip[..i].contains(key) {
+            bad(at, key.clone(), "is listed twice");
+        }
+    }
+    let max_output_tokens = match (max_output_tokens, context_window) {
+        (Some(0), _) => {
+            errs.push(ConfigError::Zero {
+                key: format!("aliases.{name}.max_output_tokens"),
+            });
+            None
+        }
+        (Some(cap), Some(window)) if cap >= window.get() => {
+            bad(
+                format!("aliases.{name}.max_output_tokens"),
+                cap.to_string(),
+                &format!("leaves no room for a prompt in context_window {window}"),
+            );
+            None
+        }
+        (cap, _) => cap.and_then(NonZeroU32::new),
+    };
+    ShapeSpec {
+        alias: name.to_string(),
+        inputs,
+        defaults,
+        strip,
+        max_output_tokens,
+    }
 }
 
 #[cfg(test)]
@@ -676,6 +767,66 @@ mod tests {
         assert!(e.contains("server.listen: \"nowhere\""), "{e}");
         assert!(
             e.contains("server.reasoning_field: \"thoughts\" is not one of"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn shaping_keys_are_typed() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[aliases.s]\nbackend = \"gpu\"\ncontext_window = 8192\ninputs = [\"text\", \"image\"]\n\
+             defaults = {{ temperature = 0.0, chat_template_kwargs = {{ enable_thinking = false }} }}\n\
+             strip_params = [\"logprobs\"]\nmax_output_tokens = 1024"
+        ))
+        .unwrap();
+        let s = &cfg.aliases["s"].shape;
+        assert_eq!(s.alias, "s");
+        assert!(s.inputs.image && !s.inputs.audio);
+        assert_eq!(
+            serde_json::Value::Object(s.defaults.clone()),
+            serde_json::json!({"temperature": 0.0, "chat_template_kwargs": {"enable_thinking": false}})
+        );
+        assert_eq!(s.strip, ["logprobs"]);
+        assert_eq!(s.max_output_tokens.map(|c| c.get()), Some(1024));
+        let plain = &cfg.aliases["frank-zealot"].shape;
+        assert!(plain.defaults.is_empty() && plain.strip.is_empty());
+        assert_eq!(plain.inputs, crate::wire::shape::Input::default());
+    }
+
+    #[test]
+    fn bad_shaping_keys_name_the_key_and_value() {
+        let e = errors("[aliases.s]\nbackend = \"gpu\"\ndefaults = { model = \"x\", temperature = \"hot\", top_p = 0.5 }");
+        assert!(
+            e.contains("aliases.s.defaults.model: \"x\" is part of each request, not a default"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.s.defaults.temperature: \"hot\" is not a number of zero or more"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 2, "{e}");
+        let e = errors("[aliases.s]\nbackend = \"gpu\"\nstrip_params = [\"stream\", \"seed\", \"seed\"]\ndefaults = { seed = 1 }");
+        assert!(
+            e.contains("aliases.s.strip_params[0]: \"stream\" is part of each request"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.s.strip_params[2]: \"seed\" is listed twice"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.s.defaults.seed: \"1\" is also in strip_params"),
+            "{e}"
+        );
+        let e = errors("[aliases.s]\nbackend = \"gpu\"\nmax_output_tokens = 0");
+        assert!(
+            e.contains("aliases.s.max_output_tokens: must be greater than zero"),
+            "{e}"
+        );
+        let e =
+            errors("[aliases.s]\nbackend = \"gpu\"\ncontext_window = 100\nmax_output_tokens = 100");
+        assert!(
+            e.contains("aliases.s.max_output_tokens: \"100\" leaves no room for a prompt in context_window 100"),
             "{e}"
         );
     }

@@ -23,6 +23,7 @@ fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
         "backend": alias.backend.name,
         "flavor": alias.backend.flavor.as_str(),
         "status": state_name(state.health.get(&alias.backend.name)),
+        "inputs": alias.shape.inputs.names(),
     });
     if let Some(w) = alias.context_window {
         v["context_length"] = json!(w.get());

@@ -31,7 +31,7 @@ pub async fn admit(
 ) -> Result<Admitted, ProxyError> {
     let mut alias = Arc::clone(&routed.route.alias);
     let admitted = loop {
-        let body = shape(req, &routed.view, &alias);
+        let body = shape(req, &routed.view, &alias)?;
         let spec = match snap.guard(&alias.name) {
             Some(spec) if req.adapter.guarded() => spec,
             _ => break Admitted { alias, body },

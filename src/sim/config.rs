@@ -33,6 +33,9 @@ pub struct SimConfig {
     pub reasoning_tokens: u32,
     /// Streams send their first event, then wait for [`super::Sim::release`].
     pub gate: bool,
+    /// Write stream events as Python's `json.dumps` does, a space after every `,` and `:`
+    /// (`"usage": {…}`), as any OpenAI-compatible server may.
+    pub spaced_json: bool,
 }
 
 impl Default for SimConfig {
@@ -51,6 +54,7 @@ impl Default for SimConfig {
             completion_tokens: 16,
             reasoning_tokens: 8,
             gate: false,
+            spaced_json: false,
         }
     }
 }

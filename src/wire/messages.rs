@@ -57,6 +57,10 @@ pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
 }
 
 impl Adapter for Messages {
+    fn shaping(&self) -> super::shape::Api {
+        super::shape::Api::Messages
+    }
+
     fn name(&self) -> &'static str {
         "messages"
     }
