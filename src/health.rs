@@ -50,8 +50,8 @@ pub async fn probe(client: &reqwest::Client, backend: &Backend, timeout: Duratio
     let mut req = client
         .get(format!("{}{}", backend.url, path))
         .timeout(timeout);
-    if let Some(key) = &backend.api_key {
-        req = req.bearer_auth(key);
+    if let Some(auth) = &backend.api_key {
+        req = req.header(reqwest::header::AUTHORIZATION, auth.clone());
     }
     match req.send().await {
         Ok(r) if r.status().is_success() => BackendState::up,

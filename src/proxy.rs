@@ -26,11 +26,8 @@ pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: boo
         headers.remove(header::AUTHORIZATION);
         headers.remove(X_API_KEY);
     }
-    if let Some(key) = &backend.api_key {
-        if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
-            v.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, v);
-        }
+    if let Some(auth) = &backend.api_key {
+        headers.insert(header::AUTHORIZATION, auth.clone());
     }
     if !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(
@@ -200,7 +197,7 @@ mod tests {
             path_prefix: String::new(),
             slots: NonZeroU32::MIN,
             queue: 1,
-            api_key: key.map(String::from),
+            api_key: key.map(|k| crate::config::bearer(k).unwrap()),
         }
     }
 

@@ -9,7 +9,9 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
 pub use raw::RawConfig;
-pub use validate::{validate, Alias, Backend, Config, ConfigError, ConfigErrors, Input, Server};
+pub use validate::{
+    bearer, validate, Alias, Backend, Config, ConfigError, ConfigErrors, Input, Server,
+};
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.
 pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {

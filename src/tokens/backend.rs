@@ -20,8 +20,8 @@ pub struct BackendCounter {
     upstream_model: String,
     /// The backend's config name: what errors show clients (never its address).
     name: String,
-    /// The backend's own key, sent as `Authorization: Bearer`.
-    api_key: Option<String>,
+    /// The backend's own `Authorization: Bearer` value (marked sensitive).
+    authorization: Option<http::HeaderValue>,
 }
 
 impl BackendCounter {
@@ -41,14 +41,14 @@ impl BackendCounter {
             base: url.trim_end_matches('/').to_string(),
             upstream_model: upstream_model.to_string(),
             name: parsed.host_str().unwrap_or("backend").to_string(),
-            api_key: None,
+            authorization: None,
         })
     }
 
     /// Name the backend in errors and authenticate with its key.
-    pub fn identify(&mut self, name: &str, api_key: Option<&str>) {
+    pub fn identify(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
         self.name = name.to_string();
-        self.api_key = api_key.map(String::from);
+        self.authorization = authorization.cloned();
     }
 
     pub async fn count(
@@ -141,8 +141,8 @@ impl BackendCounter {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .timeout(TIMEOUT)
             .body(bytes);
-        if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
+        if let Some(auth) = &self.authorization {
+            req = req.header(reqwest::header::AUTHORIZATION, auth.clone());
         }
         let resp = req
             .send()
