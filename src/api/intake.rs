@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::error::ProxyError;
+use crate::error::{Echo, ProxyError};
 use crate::exchange::Exchange;
 use crate::openai::ParsedRequest;
 use crate::proxy::X_API_KEY;
@@ -70,9 +70,9 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
     if essence.eq_ignore_ascii_case(b"application/json") || json_suffix {
         Ok(())
     } else {
-        Err(ProxyError::UnsupportedContentType(
-            String::from_utf8_lossy(value).into_owned(),
-        ))
+        Err(ProxyError::UnsupportedContentType(Echo::new(
+            &String::from_utf8_lossy(value),
+        )))
     }
 }
 
@@ -118,7 +118,7 @@ where
         .routes
         .resolve(&req.model)
         .ok_or_else(|| ProxyError::ModelNotFound {
-            model: req.model.clone(),
+            model: Echo::new(&req.model),
             known: snap.routes.known(),
         })?;
     Ok((body, req, route))
@@ -204,7 +204,7 @@ mod tests {
         );
         match check_content_type(&h) {
             Err(ProxyError::UnsupportedContentType(ct)) => {
-                assert_eq!(ct, "application/json\u{fffd}")
+                assert_eq!(ct.to_string(), "application/json\u{fffd}")
             }
             other => panic!("{other:?}"),
         }

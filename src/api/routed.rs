@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 
 use super::intake::{request_id, respond, routed_request};
 use crate::config::Alias;
-use crate::error::ProxyError;
+use crate::error::{Echo, ProxyError};
 use crate::exchange::Exchange;
 use crate::flavor::Flavor;
 use crate::guard::{self, Verdict};
@@ -40,7 +40,7 @@ fn output_field(
             .ok_or_else(|| {
                 ProxyError::InvalidRequest(format!(
                     "invalid X-Reasoning-Field header {:?}: expected reasoning_content, reasoning or both",
-                    String::from_utf8_lossy(v.as_bytes())
+                    Echo::new(&String::from_utf8_lossy(v.as_bytes()))
                 ))
             }),
         None => Ok(alias
@@ -64,8 +64,8 @@ where
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let result = if has_dot_segment(uri.path()) {
         Err(ProxyError::NotFound {
-            method: "POST".into(),
-            path: path.to_string(),
+            method: Echo::new("POST"),
+            path: Echo::new(path),
         })
     } else {
         forward(state, &snap, &mut ex, endpoint, path, headers, body).await

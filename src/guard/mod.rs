@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::error::ProxyError;
+use crate::error::{bounded, ProxyError};
 use crate::openai::{apply_edits, span_of};
 use crate::tokens::bound::{RequestView, ViewError};
 use crate::tokens::{CountError, Counter, MediaCosts, Method};
@@ -147,7 +147,7 @@ struct Limits<'a> {
 /// both were sent) to `max_tokens`, leaving every other byte of the body as it was.
 pub fn clamp_body(body: &[u8], max_tokens: u32) -> Result<Vec<u8>, ProxyError> {
     let limits: Limits =
-        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
     let value = max_tokens.to_string().into_bytes();
     let edits = [limits.max_tokens, limits.max_completion_tokens]
         .into_iter()
