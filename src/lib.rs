@@ -13,6 +13,7 @@ pub mod hop;
 mod json_scan;
 pub mod metrics;
 pub mod openai;
+pub mod path;
 pub mod proxy;
 pub mod reasoning;
 pub mod reload;

@@ -1,4 +1,5 @@
-//! Issue 17: client input is echoed bounded.
+//! Issue 17: paths spelled another way are refused before they are classified, and client
+//! input is echoed bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -7,6 +8,7 @@ use common::*;
 use serde_json::{json, Value};
 use switchboard::flavor::Flavor;
 use switchboard::sim::SimConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One alias `a` with a 4096-token window, counted by estimate (no backend call), on `{b}`.
 fn config() -> String {
@@ -90,5 +92,142 @@ async fn r17_a_huge_model_value_is_echoed_truncated() {
         (400, Some("unsupported_content_type"))
     );
     assert!(len < 1024, "a {len}-byte error body");
+    assert!(sim.recorder().requests().is_empty());
+}
+
+/// A prompt far over alias `a`'s window, in the shape of the API at `path`.
+fn over_window(path: &str) -> String {
+    let text = "many words ".repeat(20_000);
+    let body = if path.contains("messages") {
+        json!({"model": "a", "max_tokens": 16, "messages": [{"role": "user", "content": text}]})
+    } else if path.contains("responses") {
+        json!({"model": "a", "input": text})
+    } else if path.contains("chat") {
+        json!({"model": "a", "messages": [{"role": "user", "content": text}]})
+    } else {
+        json!({"model": "a", "prompt": text})
+    };
+    body.to_string()
+}
+
+/// POST `body` to `path` over a raw connection (HTTP clients rewrite some paths before
+/// sending); the whole answer.
+async fn raw_post(p: &Proxy, path: &str, body: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    within("answer", s.read_to_end(&mut out)).await.unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// Each path is refused with 404 `unknown_url`, and its over-window prompt never reaches the
+/// backend; its canonical spelling does reach it (or is refused by the guard, for chat).
+async fn refused_everywhere(paths: &[(&str, &str)]) {
+    let sim = backend().await;
+    let p = proxy(&config(), &[("b", sim.url())]).await;
+    for (path, _) in paths {
+        let out = raw_post(&p, path, &over_window(path)).await;
+        assert!(out.starts_with("HTTP/1.1 404"), "{path}: {out}");
+        assert!(out.contains("\"unknown_url\""), "{path}: {out}");
+    }
+    assert!(
+        sim.recorder().requests().is_empty(),
+        "{:?}",
+        sim.recorder()
+            .requests()
+            .iter()
+            .map(|r| &r.path)
+            .collect::<Vec<_>>()
+    );
+    // Spelled canonically, the same requests are classified as their API: the guard refuses
+    // the chat prompt; the other APIs' requests go to the backend (which has no such route).
+    let mut forwarded = Vec::new();
+    for (_, canonical) in paths {
+        let out = raw_post(&p, canonical, &over_window(canonical)).await;
+        if *canonical == "/v1/chat/completions" {
+            assert!(out.starts_with("HTTP/1.1 400"), "{canonical}: {out}");
+            assert!(out.contains("context_length_exceeded"), "{out}");
+        } else {
+            forwarded.push(canonical.to_string());
+        }
+    }
+    let seen: Vec<String> = sim
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(seen, forwarded);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            "switchboard_requests_total{alias=\"unknown\",endpoint=\"other\",status=\"404\",stream=\"false\"}"
+        ),
+        paths.len() as f64,
+        "{m}"
+    );
+}
+
+/// Regression (issue 17): `POST /v1/ch%61t/completions` with an over-window prompt was
+/// forwarded unguarded, without the usage request and under another endpoint label, and
+/// llama.cpp and vLLM decode it to their chat handler.
+#[tokio::test]
+async fn r17_percent_encoded_chat_path_is_guarded() {
+    refused_everywhere(&[
+        ("/v1/ch%61t/completions", "/v1/chat/completions"),
+        ("/v1/%63hat/completions", "/v1/chat/completions"),
+        ("/v1/chat/c%6Fmpletions", "/v1/chat/completions"),
+        ("/v1/chat/completions/", "/v1/chat/completions"),
+        ("/v1//chat/completions", "/v1/chat/completions"),
+        ("/v1/chat%2Fcompletions", "/v1/chat/completions"),
+        ("/v1/chat/completions%", "/v1/chat/completions"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn r17_percent_encoded_responses_path_is_refused() {
+    refused_everywhere(&[
+        ("/v1/re%73ponses", "/v1/responses"),
+        ("/v1/%72esponses", "/v1/responses"),
+        ("/v1/responses/", "/v1/responses"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn r17_percent_encoded_messages_path_is_refused() {
+    refused_everywhere(&[
+        ("/v1/me%73sages", "/v1/messages"),
+        ("/v1/messages%2F", "/v1/messages"),
+        ("/v1/./messages", "/v1/messages"),
+    ])
+    .await;
+}
+
+/// The fixed routes under `/v1/` and the other routed APIs: another spelling is not a way
+/// around their own handling (count_tokens counts, it does not forward).
+#[tokio::test]
+async fn r17_other_spellings_of_v1_paths_are_refused() {
+    let sim = backend().await;
+    let p = proxy(&config(), &[("b", sim.url())]).await;
+    for path in [
+        "/v1/messages/count%5Ftokens",
+        "/v1/messages/count%5ftokens",
+        "/v1/m%6Fdels",
+        "/v1/c%6Fmpletions",
+        "/v1/embedding%73",
+        "/v1/completions/",
+    ] {
+        let out = raw_post(&p, path, &over_window(path)).await;
+        assert!(out.starts_with("HTTP/1.1 404"), "{path}: {out}");
+        assert!(out.contains("\"unknown_url\""), "{path}: {out}");
+    }
     assert!(sim.recorder().requests().is_empty());
 }

@@ -100,7 +100,8 @@ pub async fn health() -> Response {
 
 /// Whether a request is model-routed: a POST under `/v1/` other than the fixed routes
 /// `/v1/messages/count_tokens` and `/v1/models[/…]` (chat, completions, embeddings,
-/// responses, messages, …).
+/// responses, messages, …). A path spelled in a non-canonical way is routed too, and refused
+/// there ([`crate::path`]).
 pub fn is_routed(method: &axum::http::Method, path: &str) -> bool {
     method == axum::http::Method::POST
         && path.starts_with("/v1/")
