@@ -49,10 +49,14 @@ impl Endpoint {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 pub enum UpstreamReason {
+    /// No connection, or it failed before the answer's head was read.
     connect,
     timeout,
     status_5xx,
+    /// The answer's body broke off (the connection cut or reset).
     stream_broken,
+    /// The backend's answer breaks HTTP/1.1: a malformed head, chunk or trailer.
+    protocol,
 }
 
 /// A backend's health state.
@@ -374,6 +378,7 @@ impl Metrics {
             UpstreamReason::timeout,
             UpstreamReason::status_5xx,
             UpstreamReason::stream_broken,
+            UpstreamReason::protocol,
         ] {
             let _ = self.upstream_errors.get_or_create(&UpstreamLabels {
                 alias: Arc::clone(&name),

@@ -124,6 +124,13 @@ pub async fn send(
                     detail,
                 })
             }
+            Ok(Err(SendError::Malformed(detail))) => {
+                m.upstream_error(UpstreamReason::protocol);
+                Err(ProxyError::UpstreamProtocol {
+                    backend: backend.name.clone(),
+                    detail,
+                })
+            }
             Err(_) => Err(timed_out()),
         };
     }

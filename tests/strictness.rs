@@ -1,8 +1,11 @@
-//! Issue 17: paths spelled another way are refused before they are classified, and client
-//! input is echoed bounded.
+//! Issue 17: paths spelled another way are refused before they are classified, client input
+//! is echoed bounded, and a backend answer that breaks HTTP/1.1 is counted as `protocol`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use common::*;
 use serde_json::{json, Value};
@@ -230,4 +233,144 @@ async fn r17_other_spellings_of_v1_paths_are_refused() {
         assert!(out.contains("\"unknown_url\""), "{path}: {out}");
     }
     assert!(sim.recorder().requests().is_empty());
+}
+
+/// A backend that reads each request (head and content-length body) and answers it with
+/// `answer`, byte for byte, then closes the connection; counts the requests.
+async fn raw_backend(answer: impl Into<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
+    let answer = Arc::new(answer.into());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&requests);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let (count, answer) = (Arc::clone(&count), Arc::clone(&answer));
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                    let mut chunk = [0u8; 4096];
+                    match tcp.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = tcp.write_all(&answer).await;
+            });
+        }
+    });
+    (url, requests)
+}
+
+fn reason(m: &str, reason: &str) -> f64 {
+    sample(
+        m,
+        &format!("switchboard_upstream_errors_total{{alias=\"a\",reason=\"{reason}\"}}"),
+    )
+}
+
+/// Regression (issue 17): malformed backend heads were counted as `connect` errors.
+#[tokio::test]
+async fn r17_a_malformed_backend_head_counts_as_protocol() {
+    let c = client();
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabc"[..],
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nabc",
+        b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+    ] {
+        let (url, requests) = raw_backend(answer.to_vec()).await;
+        let p = proxy(&config(), &[("b", url)]).await;
+        let resp = p.post_chat(&c, &chat("a", false)).await;
+        let (status, _, e) = error_of(resp).await;
+        assert_eq!((status, e["code"].as_str()), (502, Some("bad_gateway")));
+        assert_eq!(requests.load(Ordering::SeqCst), 1, "the request went once");
+        let m = p.metrics().await;
+        let text = String::from_utf8_lossy(answer);
+        assert_eq!(reason(&m, "protocol"), 1.0, "{text}");
+        assert_eq!(reason(&m, "connect"), 0.0, "{text}");
+        assert_eq!(reason(&m, "stream_broken"), 0.0, "{text}");
+    }
+}
+
+/// A connection closed before any head is a connection failure, not the backend's protocol.
+#[tokio::test]
+async fn r17_a_backend_closing_before_its_head_counts_as_connect() {
+    let (url, _) = raw_backend(Vec::new()).await;
+    let p = proxy(&config(), &[("b", url)]).await;
+    let resp = p.post_chat(&client(), &chat("a", false)).await;
+    assert_eq!(resp.status(), 502);
+    let m = p.metrics().await;
+    assert_eq!((reason(&m, "connect"), reason(&m, "protocol")), (1.0, 0.0));
+}
+
+/// A malformed chunked body of a non-streamed answer: 502, counted as `protocol`.
+#[tokio::test]
+async fn r17_a_malformed_chunked_body_counts_as_protocol() {
+    let c = client();
+    const HEAD: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    let json = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}"#;
+    for answer in [
+        // A bare LF after the chunk's data.
+        format!("{HEAD}{:x}\r\n{json}\n0\r\n\r\n", json.len()),
+        // A size line that is no size.
+        format!("{HEAD}2\r\n{{}}\r\nzz\r\n"),
+        // A trailer line of only a CR does not end the body.
+        format!("{HEAD}{:x}\r\n{json}\r\n0\r\n\r\r\n", json.len()),
+    ] {
+        let (url, _) = raw_backend(answer.clone()).await;
+        let p = proxy(&config(), &[("b", url)]).await;
+        let resp = p.post_chat(&c, &chat("a", false)).await;
+        let (status, _, e) = error_of(resp).await;
+        assert_eq!(
+            (status, e["code"].as_str()),
+            (502, Some("bad_gateway")),
+            "{answer:?}"
+        );
+        let m = p.metrics().await;
+        assert_eq!(reason(&m, "protocol"), 1.0, "{answer:?}");
+        assert_eq!(reason(&m, "stream_broken") + reason(&m, "connect"), 0.0);
+    }
+}
+
+/// A stream whose chunked body turns malformed after its first event: the client gets the
+/// event, then the error event; counted as `protocol`. Cut instead, it is `stream_broken`.
+#[tokio::test]
+async fn r17_a_stream_malformed_mid_way_counts_as_protocol_and_a_cut_one_as_broken() {
+    let c = client();
+    const HEAD: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    const EVENT: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    let first = format!("{HEAD}{:x}\r\n{EVENT}\r\n", EVENT.len());
+    for (rest, counted, not) in [
+        // Five bytes of data, then a CR that is not a CRLF.
+        ("5\r\ndata:\r\r\n", "protocol", "stream_broken"),
+        // A chunk of 0x40 bytes of which five arrive, then the connection closes.
+        ("40\r\ndata:", "stream_broken", "protocol"),
+    ] {
+        let (url, _) = raw_backend(format!("{first}{rest}")).await;
+        let p = proxy(&config(), &[("b", url)]).await;
+        let resp = p.post_chat(&c, &chat("a", true)).await;
+        assert_eq!(resp.status(), 200);
+        let events = sse_payloads(resp).await;
+        assert!(events[0].contains("\"hi\""), "{events:?}");
+        let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+        assert_eq!(last["error"]["code"], "bad_gateway", "{events:?}");
+        assert!(!events.iter().any(|e| e == "[DONE]"));
+        let m = p.metrics().await;
+        assert_eq!(reason(&m, counted), 1.0, "{counted}");
+        assert_eq!(reason(&m, not), 0.0, "{counted}");
+    }
 }

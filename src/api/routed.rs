@@ -195,7 +195,11 @@ where
     let bytes = match crate::proxy::read_all(resp.body).await {
         Ok(b) => b,
         Err(e) => {
-            m.upstream_error(UpstreamReason::stream_broken);
+            m.upstream_error(if crate::upstream::is_malformed(e.as_ref()) {
+                UpstreamReason::protocol
+            } else {
+                UpstreamReason::stream_broken
+            });
             return Err(ProxyError::UpstreamProtocol {
                 backend: backend.name.clone(),
                 detail: crate::upstream::chain(e.as_ref()),

@@ -34,6 +34,33 @@ pub enum SendError {
     Connect(String),
     /// The connection failed while sending or reading the head.
     Protocol(String),
+    /// The backend's head breaks HTTP/1.1 ([`Malformed`]).
+    Malformed(String),
+}
+
+/// A backend's answer that breaks HTTP/1.1 framing: a malformed head, chunk or trailer. A
+/// body error of this type is the backend's fault; any other is the connection's.
+#[derive(Debug)]
+pub struct Malformed(pub String);
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+/// Whether a body error is the backend breaking HTTP/1.1 rather than the connection failing.
+pub fn is_malformed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut err = Some(e);
+    while let Some(e) = err {
+        if e.is::<Malformed>() {
+            return true;
+        }
+        err = e.source();
+    }
+    false
 }
 
 /// Keep-alive connections by authority (`host:port`), each with the time it went idle (the
@@ -234,7 +261,7 @@ impl Pool {
             match parse_head(&mut buf) {
                 Ok(Some(parsed)) => break parsed,
                 Ok(None) => {}
-                Err(e) => return Err(SendError::Protocol(e)),
+                Err(e) => return Err(SendError::Malformed(e)),
             }
             match read_more(&mut tcp, &mut buf, FIRST_READ).await {
                 Ok(0) => {
@@ -305,10 +332,10 @@ pub struct UpstreamBody {
 
 impl UpstreamBody {
     /// End the body with `e`: the connection is closed and the stream ends after the error.
-    fn fail(&mut self, e: String) -> Poll<Option<Result<Bytes, BoxError>>> {
+    fn fail(&mut self, e: BoxError) -> Poll<Option<Result<Bytes, BoxError>>> {
         self.conn = None;
         self.decoder = Decoder::new(framing::Framing::Empty);
-        Poll::Ready(Some(Err(e.into())))
+        Poll::Ready(Some(Err(e)))
     }
 }
 
@@ -321,7 +348,7 @@ impl Stream for UpstreamBody {
             match this.decoder.decode(&mut this.buf) {
                 Ok(Some(data)) => return Poll::Ready(Some(Ok(data))),
                 Ok(None) => {}
-                Err(e) => return this.fail(e),
+                Err(e) => return this.fail(Malformed(e).into()),
             }
             if this.decoder.is_done() {
                 if let Some(tcp) = this.conn.take() {
@@ -343,7 +370,7 @@ impl Stream for UpstreamBody {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => {
                     if let Err(e) = this.decoder.eof() {
-                        return this.fail(e);
+                        return this.fail(e.into());
                     }
                     this.conn = None;
                 }
@@ -352,7 +379,7 @@ impl Stream for UpstreamBody {
                         this.read = (this.read * 2).min(MAX_READ);
                     }
                 }
-                Poll::Ready(Err(e)) => return this.fail(e.to_string()),
+                Poll::Ready(Err(e)) => return this.fail(e.into()),
             }
         }
     }
