@@ -18,6 +18,7 @@ pub mod http;
 mod json_scan;
 pub mod live;
 pub mod observe;
+pub mod path;
 pub mod pipeline;
 pub mod reasoning;
 pub mod sim;

@@ -57,8 +57,9 @@ pub struct Backend {
     pub tls: Option<TlsSpec>,
     pub slots: NonZeroU32,
     pub queue: u32,
-    /// The backend's own key; replaces the client's Authorization when set. Never logged.
-    pub api_key: Option<String>,
+    /// The backend's own key as the `Authorization: Bearer …` value that replaces the
+    /// client's, made and checked once here (marked sensitive: never logged or shown).
+    pub api_key: Option<HeaderValue>,
 }
 
 pub use crate::wire::shape::Input;
@@ -291,6 +292,16 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
                         reason: "holds no keys".into(),
                     });
                 }
+                // A key no header can carry would never match what a client sends.
+                for (i, k) in keys.iter().enumerate() {
+                    if let Err(reason) = sendable(k) {
+                        errs.push(ConfigError::BadValue {
+                            key: "server.api_keys_env".into(),
+                            value: var.into(),
+                            reason: format!("key {} of {}: {reason}", i + 1, keys.len()),
+                        });
+                    }
+                }
                 Some(keys)
             }
             Err(_) => {
@@ -351,6 +362,36 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
     }
 }
 
+/// Why `key` cannot be sent as a header value as it is (nothing if it can): an API key is
+/// visible ASCII with no space. The reason never quotes the key.
+fn sendable(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("is empty".into());
+    }
+    let Some(at) = key.bytes().position(|b| !b.is_ascii_graphic()) else {
+        return Ok(());
+    };
+    let what = match key.as_bytes()[at] {
+        b'\r' | b'\n' => "a line break (CR or LF)",
+        b' ' | b'\t' => "a space or tab",
+        b if b.is_ascii_control() => "a control character",
+        _ => "a character that is not ASCII",
+    };
+    Err(format!(
+        "holds {what} at byte {at}, which cannot be sent in a header (the key is not shown)"
+    ))
+}
+
+/// A backend key as the sensitive `Authorization: Bearer …` value it is sent in, or why it
+/// cannot be one.
+pub fn bearer(key: &str) -> Result<HeaderValue, String> {
+    sendable(key)?;
+    let mut v =
+        HeaderValue::try_from(format!("Bearer {key}")).map_err(|_| "is not a header value")?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
 fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<Backend> {
     let key = format!("backends.{name}.url");
     let url = match Url::parse(&raw.url) {
@@ -404,7 +445,17 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
     };
     let api_key = match raw.api_key_env {
         Some(var) => match std::env::var(&var) {
-            Ok(k) => Some(k),
+            Ok(k) => match bearer(&k) {
+                Ok(v) => Some(v),
+                Err(reason) => {
+                    errs.push(ConfigError::BadValue {
+                        key: format!("backends.{name}.api_key_env"),
+                        value: var,
+                        reason,
+                    });
+                    None
+                }
+            },
             Err(_) => {
                 errs.push(ConfigError::BadValue {
                     key: format!("backends.{name}.api_key_env"),
@@ -665,6 +716,28 @@ mod tests {
         match from_toml(&format!("{BASE}\n{extra}")) {
             Ok(_) => panic!("config with {extra:?} was accepted"),
             Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn r17_keys_that_cannot_be_sent_are_refused_without_being_shown() {
+        let v = super::bearer("sk-backend_1.x~/+=").unwrap();
+        assert_eq!(v, "Bearer sk-backend_1.x~/+=");
+        assert!(v.is_sensitive());
+        assert!(!format!("{v:?}").contains("sk-backend"));
+        for (key, what) in [
+            ("sk-secret\r", "a line break (CR or LF) at byte 9"),
+            ("sk-secret\n", "a line break (CR or LF) at byte 9"),
+            ("sk-se cret", "a space or tab at byte 5"),
+            ("sk-\tsecret", "a space or tab at byte 3"),
+            ("sk-\x7fsecret", "a control character at byte 3"),
+            ("sk-\0secret", "a control character at byte 3"),
+            ("sk-sécret", "a character that is not ASCII at byte 4"),
+            ("", "is empty"),
+        ] {
+            let e = super::bearer(key).unwrap_err();
+            assert!(e.contains(what), "{key:?}: {e}");
+            assert!(!e.contains("secret"), "{e}");
         }
     }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http::{header, HeaderMap, StatusCode};
 use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
@@ -60,11 +60,8 @@ pub async fn probe(client: &Client, backend: &Backend, timeout: Duration) -> Bac
     };
     let path = format!("{}{path}", backend.path_prefix);
     let mut headers = HeaderMap::new();
-    if let Some(key) = &backend.api_key {
-        if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
-            v.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, v);
-        }
+    if let Some(auth) = &backend.api_key {
+        headers.insert(header::AUTHORIZATION, auth.clone());
     }
     match client.get(backend.origin(), &path, &headers, timeout).await {
         Ok(r) if r.status.is_success() => BackendState::up,

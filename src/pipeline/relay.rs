@@ -431,10 +431,16 @@ impl Relay {
             Some(held) => crate::wire::data_event(&held),
             None => Vec::new(),
         };
+        // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure is
+        // the stream breaking off (the connection cut or reset).
         self.t
             .ex
             .metrics()
-            .upstream_error(UpstreamReason::stream_broken);
+            .upstream_error(if crate::upstream::is_malformed(e.as_ref()) {
+                UpstreamReason::protocol
+            } else {
+                UpstreamReason::stream_broken
+            });
         let backend = self.t.ex.backend.clone().unwrap_or_default();
         let err = ProxyError::UpstreamProtocol {
             backend,

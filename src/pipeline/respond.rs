@@ -134,10 +134,16 @@ async fn whole(
     let mut bytes = match exchange::read_all(body).await {
         Ok(b) => b,
         Err(e) => {
-            m.upstream_error(UpstreamReason::stream_broken);
-            return Err(ProxyError::UpstreamProtocol {
-                backend: alias.backend.name.clone(),
-                detail: crate::upstream::chain(e.as_ref()),
+            let backend = alias.backend.name.clone();
+            let detail = crate::upstream::chain(e.as_ref());
+            // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
+            // is the answer breaking off.
+            return Err(if crate::upstream::is_malformed(e.as_ref()) {
+                m.upstream_error(UpstreamReason::protocol);
+                ProxyError::UpstreamMalformed { backend, detail }
+            } else {
+                m.upstream_error(UpstreamReason::stream_broken);
+                ProxyError::UpstreamProtocol { backend, detail }
             });
         }
     };

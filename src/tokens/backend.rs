@@ -20,7 +20,8 @@ pub struct CountTarget {
     pub authority: String,
     pub path_prefix: String,
     pub tls: bool,
-    pub api_key: Option<String>,
+    /// The backend's own `Authorization: Bearer` value (marked sensitive).
+    pub authorization: Option<http::HeaderValue>,
 }
 
 /// How counting reaches a backend: POST a JSON `body` to `path` (the prefix added) and give the
@@ -64,16 +65,16 @@ impl BackendCounter {
                 authority: address.authority,
                 path_prefix: address.path_prefix,
                 tls: address.server_name.is_some(),
-                api_key: None,
+                authorization: None,
             },
             upstream_model: upstream_model.to_string(),
         })
     }
 
     /// Name the backend in errors and authenticate with its key.
-    pub fn identify(&mut self, name: &str, api_key: Option<&str>) {
+    pub fn identify(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
         self.to.name = name.to_string();
-        self.to.api_key = api_key.map(String::from);
+        self.to.authorization = authorization.cloned();
     }
 
     pub async fn count(

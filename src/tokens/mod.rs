@@ -193,9 +193,9 @@ impl Counter {
     }
 
     /// Name the backend in errors and authenticate with its key (backend counting only).
-    pub fn identify_backend(&mut self, name: &str, api_key: Option<&str>) {
+    pub fn identify_backend(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
         if let Inner::Backend(b) = &mut self.inner {
-            b.identify(name, api_key);
+            b.identify(name, authorization);
         }
     }
 

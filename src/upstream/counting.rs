@@ -23,11 +23,8 @@ impl Transport for Client {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            if let Some(key) = &to.api_key {
-                if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
-                    v.set_sensitive(true);
-                    headers.insert(header::AUTHORIZATION, v);
-                }
+            if let Some(auth) = &to.authorization {
+                headers.insert(header::AUTHORIZATION, auth.clone());
             }
             let origin = Origin {
                 name: &to.name,

@@ -20,7 +20,10 @@ pub enum UpstreamReason {
     connect,
     timeout,
     status_5xx,
+    /// The answer's body broke off (the connection cut or reset).
     stream_broken,
+    /// The backend's answer breaks HTTP/1.1: a malformed head, chunk or trailer.
+    protocol,
 }
 
 /// The metric reason of an error [`send`] returned.
@@ -29,6 +32,7 @@ pub fn reason_of(e: &ProxyError) -> Option<UpstreamReason> {
         ProxyError::UpstreamConnect { .. }
         | ProxyError::UpstreamTls { .. }
         | ProxyError::UpstreamProtocol { .. } => Some(UpstreamReason::connect),
+        ProxyError::UpstreamMalformed { .. } => Some(UpstreamReason::protocol),
         ProxyError::UpstreamTimeout { .. } => Some(UpstreamReason::timeout),
         _ => None,
     }
@@ -46,11 +50,8 @@ pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: boo
         headers.remove(header::AUTHORIZATION);
         headers.remove(X_API_KEY);
     }
-    if let Some(key) = &backend.api_key {
-        if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
-            v.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, v);
-        }
+    if let Some(auth) = &backend.api_key {
+        headers.insert(header::AUTHORIZATION, auth.clone());
     }
     if !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(
@@ -111,6 +112,7 @@ pub async fn send(
         SendError::Connect(_) => ProxyError::UpstreamConnect { backend },
         SendError::Tls(detail) => ProxyError::UpstreamTls { backend, detail },
         SendError::Protocol(detail) => ProxyError::UpstreamProtocol { backend, detail },
+        SendError::Malformed(detail) => ProxyError::UpstreamMalformed { backend, detail },
         SendError::Timeout => ProxyError::UpstreamTimeout {
             backend,
             elapsed: started.elapsed(),
@@ -142,7 +144,7 @@ mod tests {
             tls: None,
             slots: NonZeroU32::MIN,
             queue: 1,
-            api_key: key.map(String::from),
+            api_key: key.map(|k| crate::config::bearer(k).unwrap()),
         }
     }
 

@@ -45,13 +45,40 @@ pub enum SendError {
     Protocol(String),
     /// Connected, but no response head within the time the caller gave ([`Client::get`]).
     Timeout,
+    /// The backend's head breaks HTTP/1.1 ([`Malformed`]).
+    Malformed(String),
+}
+
+/// A backend's answer that breaks HTTP/1.1 framing: a malformed head, chunk or trailer. A
+/// body error of this type is the backend's fault; any other is the connection's.
+#[derive(Debug)]
+pub struct Malformed(pub String);
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+/// Whether a body error is the backend breaking HTTP/1.1 rather than the connection failing.
+pub fn is_malformed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut err = Some(e);
+    while let Some(e) = err {
+        if e.is::<Malformed>() {
+            return true;
+        }
+        err = e.source();
+    }
+    false
 }
 
 impl std::fmt::Display for SendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SendError::Connect(e) => write!(f, "cannot connect: {e}"),
-            SendError::Tls(e) | SendError::Protocol(e) => f.write_str(e),
+            SendError::Tls(e) | SendError::Protocol(e) | SendError::Malformed(e) => f.write_str(e),
             SendError::Timeout => f.write_str("no answer in time"),
         }
     }
@@ -332,7 +359,7 @@ async fn read_head(conn: &mut Conn) -> Result<(Head, BytesMut), SendError> {
         match parse_head(&mut buf) {
             Ok(Some(parsed)) => return Ok((parsed, buf)),
             Ok(None) => {}
-            Err(e) => return Err(SendError::Protocol(e)),
+            Err(e) => return Err(SendError::Malformed(e)),
         }
         match read_more(conn, &mut buf, FIRST_READ).await {
             Ok(0) => {
@@ -544,10 +571,10 @@ pub struct UpstreamBody {
 
 impl UpstreamBody {
     /// End the body with `e`: the connection is closed and the stream ends after the error.
-    fn fail(&mut self, e: String) -> Poll<Option<Result<Bytes, BoxError>>> {
+    fn fail(&mut self, e: BoxError) -> Poll<Option<Result<Bytes, BoxError>>> {
         self.conn = None;
         self.decoder = Decoder::new(framing::Framing::Empty);
-        Poll::Ready(Some(Err(e.into())))
+        Poll::Ready(Some(Err(e)))
     }
 }
 
@@ -560,7 +587,7 @@ impl Stream for UpstreamBody {
             match this.decoder.decode(&mut this.buf) {
                 Ok(Some(data)) => return Poll::Ready(Some(Ok(data))),
                 Ok(None) => {}
-                Err(e) => return this.fail(e),
+                Err(e) => return this.fail(Malformed(e).into()),
             }
             if this.decoder.is_done() {
                 if let Some(conn) = this.conn.take() {
@@ -582,7 +609,7 @@ impl Stream for UpstreamBody {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => {
                     if let Err(e) = this.decoder.eof() {
-                        return this.fail(e);
+                        return this.fail(e.into());
                     }
                     this.conn = None;
                 }
@@ -591,7 +618,7 @@ impl Stream for UpstreamBody {
                         this.read = (this.read * 2).min(MAX_READ);
                     }
                 }
-                Poll::Ready(Err(e)) => return this.fail(e.to_string()),
+                Poll::Ready(Err(e)) => return this.fail(e.into()),
             }
         }
     }

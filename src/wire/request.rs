@@ -8,7 +8,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::error::ProxyError;
+use crate::error::{bounded, ProxyError};
 
 /// The fields of an OpenAI-style request body the proxy looks at; the rest are skipped.
 #[derive(Debug, Deserialize)]
@@ -53,7 +53,7 @@ impl ParsedRequest {
             ));
         }
         let view: RequestView<'_> =
-            serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+            serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
         let raw_model = view.model.ok_or(ProxyError::MissingModel)?;
         let model: String = match serde_json::from_str::<Option<String>>(raw_model.get()) {
             Ok(Some(m)) if !m.is_empty() => m,
