@@ -207,6 +207,7 @@ mod tests {
             authority: Some("127.0.0.1:1".into()),
             path_prefix: String::new(),
             slots: NonZeroU32::MIN,
+            slots_setting: crate::config::Sizing::Fixed(NonZeroU32::MIN),
             queue: 1,
             api_key: key.map(String::from),
         }
