@@ -558,22 +558,17 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
     })
 }
 
-fn alias(
+/// An alias's `context_window` (a number, or "auto" where its backend reports one) and
+/// `max_output_tokens` (below a numeric window).
+fn window_and_cap(
     name: &str,
-    raw: RawAlias,
-    backends: &BTreeMap<String, Arc<Backend>>,
+    raw: &mut RawAlias,
+    backend: &Backend,
     errs: &mut Vec<ConfigError>,
-) -> Option<Alias> {
-    let Some(backend) = backends.get(&raw.backend) else {
-        errs.push(ConfigError::UnknownBackend {
-            alias: name.to_string(),
-            name: raw.backend,
-        });
-        return None;
-    };
+) -> (Option<Sizing>, Option<NonZeroU32>) {
     let window_auto_refused = (backend.flavor == Flavor::Openai)
         .then_some("needs a number: an openai backend reports no context window");
-    let window_setting = raw.context_window.and_then(|w| {
+    let window_setting = raw.context_window.take().and_then(|w| {
         sizing(
             &format!("aliases.{name}.context_window"),
             w,
@@ -599,6 +594,69 @@ fn alias(
             });
         }
     }
+    (window_setting, max_output_tokens)
+}
+
+/// The guard settings of an alias with a `context_window`; without one, each guard key set
+/// is an error.
+fn guard_config(
+    name: &str,
+    window_setting: Option<Sizing>,
+    raw: &mut RawAlias,
+    errs: &mut Vec<ConfigError>,
+) -> Option<GuardConfig> {
+    let Some(_) = window_setting else {
+        let set = [
+            ("count", raw.count.is_some()),
+            ("tokenizer", raw.tokenizer.is_some()),
+            ("clamp_max_tokens", raw.clamp_max_tokens.is_some()),
+            ("media_tokens", raw.media_tokens.is_some()),
+        ];
+        for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
+            errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.{key}"),
+                value: "set".into(),
+                reason: "needs context_window".into(),
+            });
+        }
+        return None;
+    };
+    let count = raw.count.unwrap_or(if raw.tokenizer.is_some() {
+        CountKind::Local
+    } else {
+        CountKind::Estimate
+    });
+    if count == CountKind::Local && raw.tokenizer.is_none() {
+        errs.push(ConfigError::BadValue {
+            key: format!("aliases.{name}.count"),
+            value: "local".into(),
+            reason: "needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)"
+                .into(),
+        });
+    }
+    Some(GuardConfig {
+        count,
+        tokenizer: raw.tokenizer.take(),
+        media: raw.media_tokens.unwrap_or_default(),
+        clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
+    })
+}
+
+fn alias(
+    name: &str,
+    mut raw: RawAlias,
+    backends: &BTreeMap<String, Arc<Backend>>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Alias> {
+    let Some(backend) = backends.get(&raw.backend) else {
+        errs.push(ConfigError::UnknownBackend {
+            alias: name.to_string(),
+            name: raw.backend,
+        });
+        return None;
+    };
+    let (window_setting, max_output_tokens) = window_and_cap(name, &mut raw, backend, errs);
+    let guard = guard_config(name, window_setting, &mut raw, errs);
     let mut inputs = Input::default();
     for (i, kind) in raw
         .inputs
@@ -645,44 +703,6 @@ fn alias(
         });
     }
     let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
-    let guard = match window_setting {
-        Some(_) => {
-            let count = raw.count.unwrap_or(if raw.tokenizer.is_some() {
-                CountKind::Local
-            } else {
-                CountKind::Estimate
-            });
-            if count == CountKind::Local && raw.tokenizer.is_none() {
-                errs.push(ConfigError::BadValue {
-                    key: format!("aliases.{name}.count"),
-                    value: "local".into(),
-                    reason: "needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)".into(),
-                });
-            }
-            Some(GuardConfig {
-                count,
-                tokenizer: raw.tokenizer,
-                media: raw.media_tokens.unwrap_or_default(),
-                clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
-            })
-        }
-        None => {
-            let set = [
-                ("count", raw.count.is_some()),
-                ("tokenizer", raw.tokenizer.is_some()),
-                ("clamp_max_tokens", raw.clamp_max_tokens.is_some()),
-                ("media_tokens", raw.media_tokens.is_some()),
-            ];
-            for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
-                errs.push(ConfigError::BadValue {
-                    key: format!("aliases.{name}.{key}"),
-                    value: "set".into(),
-                    reason: "needs context_window".into(),
-                });
-            }
-            None
-        }
-    };
     Some(Alias {
         name: name.to_string(),
         served_as: HeaderValue::from_str(name).unwrap_or(HeaderValue::from_static("invalid")),
