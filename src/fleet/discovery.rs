@@ -48,12 +48,13 @@ impl Discovered {
     /// The window a request for `model` gets: the server's per-slot window, else the listed
     /// model's, else (a server listing one model) that model's.
     pub fn window_for(&self, model: &str) -> Option<u32> {
+        let only = match self.models.as_slice() {
+            [only] => only.window,
+            _ => None,
+        };
         self.window_per_slot
             .or_else(|| self.models.iter().find(|m| m.id == model)?.window)
-            .or_else(|| match self.models.as_slice() {
-                [only] => only.window,
-                _ => None,
-            })
+            .or(only)
             .filter(|w| *w > 0)
     }
 
@@ -66,6 +67,32 @@ impl Discovered {
     pub fn model_names(&self) -> String {
         let names: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
         names.join(", ")
+    }
+
+    /// Every figure on one line, for logs: `window 4096 per slot, 2 slots, inputs text+image,
+    /// models m (4096)`.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(w) = self.window_per_slot {
+            parts.push(format!("window {w} per slot"));
+        }
+        parts.push(
+            self.slots
+                .map_or("slots not reported".into(), |s| format!("{s} slots")),
+        );
+        parts.push(self.inputs.map_or("inputs not reported".into(), |i| {
+            format!("inputs {}", i.kinds().join("+"))
+        }));
+        let models: Vec<String> = self
+            .models
+            .iter()
+            .map(|m| match m.window {
+                Some(w) => format!("{} ({w})", m.id),
+                None => m.id.clone(),
+            })
+            .collect();
+        parts.push(format!("models {}", models.join(", ")));
+        parts.join(", ")
     }
 }
 

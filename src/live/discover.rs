@@ -43,13 +43,7 @@ pub async fn ask(client: &reqwest::Client, backends: &[Arc<Backend>], timeout: D
     for (b, answer) in futures_util::future::join_all(asks).await {
         match answer {
             Ok(d) => {
-                tracing::info!(
-                    backend = %b.name,
-                    window = ?d.window_per_slot,
-                    slots = ?d.slots,
-                    models = %d.model_names(),
-                    "discovered the backend's figures"
-                );
+                tracing::info!(backend = %b.name, "discovered: {}", d.summary());
                 found.push((Arc::clone(b), Arc::new(d)));
             }
             Err(e) => {
