@@ -3,8 +3,9 @@
 //! pi-style agent harnesses; `--format json` is the same document as JSON).
 //!
 //! From the config, or (`--probe`) with the figures the fleet will honour: the smaller of the
-//! configured and the discovered window (the discovered one for `"auto"`), and the input
-//! kinds that both the alias and the model take.
+//! configured and the discovered window (the discovered one where the config says `"auto"` or
+//! nothing), and the input kinds that both the alias and the model take. `maxTokens` is the
+//! alias's `max_output_tokens` either way.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -47,7 +48,7 @@ pub fn model(alias: &Alias, found: Option<&Discovered>) -> Model {
             let discovered = d.window_for(&alias.upstream_model);
             let window = match (configured, discovered) {
                 (Some(c), Some(d)) => Some(c.min(d)),
-                (c, d) => c.or(d).filter(|_| alias.window_setting.is_some()),
+                (c, d) => c.or(d),
             };
             (
                 window,

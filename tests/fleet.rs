@@ -271,6 +271,9 @@ max_output_tokens = 2000
 [aliases.ghost]
 backend = "gone"
 context_window = 1000
+[aliases.plain]
+backend = "gpu"
+upstream_model = "zealot"
 "#,
             &[
                 ("gpu", self.llama.url()),
@@ -303,7 +306,12 @@ async fn r21_check_probe_reports_every_disagreement_and_exits_1() {
     ] {
         assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
     }
-    assert!(stdout.contains("5 disagreement(s)"), "{stdout}");
+    // plain shares zealot's backend, and so its slots.
+    assert!(
+        stdout.contains("alias plain: backends.gpu.slots: configured 4, discovered 2"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("6 disagreement(s)"), "{stdout}");
     // The window SGLang reported fills dragoon's "auto"; its slots are SGLang's own.
     assert!(
         !stdout.contains("alias dragoon: context_window"),
@@ -425,6 +433,10 @@ async fn r21_export_parses_back_and_matches_the_config() {
         models["dragoon"].get("contextWindow").is_none(),
         "auto: known only by probing"
     );
+    assert!(
+        models["plain"].get("contextWindow").is_none(),
+        "no window configured"
+    );
     let stderr = String::from_utf8_lossy(&yml.stderr);
     assert!(
         stderr.contains("alias dragoon: context_window = \"auto\""),
@@ -463,6 +475,8 @@ async fn r21_export_probe_takes_the_simulators_figures() {
     // The SGLang simulator's max_model_len fills the "auto" window.
     assert_eq!(models["dragoon"]["contextWindow"], 8192);
     assert_eq!(models["dragoon"]["input"], json!(["text"]));
+    // No window in the config: the backend's.
+    assert_eq!(models["plain"]["contextWindow"], 2048);
     // An unreachable backend: its alias from the config, and a warning.
     assert_eq!(models["ghost"]["contextWindow"], 1000);
     let stderr = String::from_utf8_lossy(&out.stderr);
