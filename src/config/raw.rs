@@ -41,7 +41,7 @@ pub struct RawServer {
 pub struct RawBackend {
     pub url: String,
     pub flavor: Flavor,
-    pub slots: Option<u32>,
+    pub slots: Option<RawSizing>,
     pub queue: Option<u32>,
     pub api_key_env: Option<String>,
     pub ca_file: Option<std::path::PathBuf>,
@@ -52,7 +52,7 @@ pub struct RawBackend {
 pub struct RawAlias {
     pub backend: String,
     pub upstream_model: Option<String>,
-    pub context_window: Option<u32>,
+    pub context_window: Option<RawSizing>,
     pub count: Option<CountKind>,
     pub tokenizer: Option<TokenizerFiles>,
     pub media_tokens: Option<MediaCosts>,
@@ -72,4 +72,23 @@ pub struct RawAlias {
     pub think_tags: Option<ThinkTagsSpec>,
     pub think_tags_start_open: Option<bool>,
     pub description: Option<String>,
+}
+
+/// `context_window` / `slots` as written: a number, or the word `"auto"` (the backend's own
+/// figure). A number written as a string (as environment overrides may give) is a number.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RawSizing {
+    Number(u64),
+    Word(String),
+}
+
+impl RawSizing {
+    /// The number written, if it is one.
+    pub fn number(&self) -> Option<u64> {
+        match self {
+            RawSizing::Number(n) => Some(*n),
+            RawSizing::Word(w) => w.trim().parse().ok(),
+        }
+    }
 }

@@ -143,6 +143,7 @@ mod tests {
             path_prefix: String::new(),
             tls: None,
             slots: NonZeroU32::MIN,
+            slots_setting: crate::config::Sizing::Fixed(NonZeroU32::MIN),
             queue: 1,
             api_key: key.map(|k| crate::config::bearer(k).unwrap()),
         }
