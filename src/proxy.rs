@@ -11,7 +11,7 @@ use crate::error::ProxyError;
 use crate::hop;
 use crate::metrics::{AliasMetrics, UpstreamReason};
 pub use crate::upstream::read_all;
-use crate::upstream::{BoxError, Client, SendError};
+use crate::upstream::{BoxError, Client, SendError, Target};
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
@@ -74,17 +74,28 @@ pub async fn send(
     } else {
         std::borrow::Cow::Owned(format!("{}{}", backend.path_prefix, path_and_query))
     };
-    let sent = client.post(backend.origin(), &path, headers, body);
-    let failed = match tokio::time::timeout(header_timeout, sent).await {
-        Ok(Ok(r)) => {
-            return Ok(Answer {
-                status: r.status,
-                headers: r.headers,
-                body: r.body.boxed(),
-            })
+    // The pool is called here, not through `Client::post`: one future less on the way of
+    // every proxied request.
+    let failed = match client.tls_for(backend.origin()) {
+        Err(e) => e,
+        Ok(tls) => {
+            let to = Target {
+                authority: &backend.authority,
+                tls: tls.as_deref(),
+            };
+            let sent = client.pool().post(to, &path, headers, body);
+            match tokio::time::timeout(header_timeout, sent).await {
+                Ok(Ok(r)) => {
+                    return Ok(Answer {
+                        status: r.status,
+                        headers: r.headers,
+                        body: r.body.boxed(),
+                    })
+                }
+                Ok(Err(e)) => e,
+                Err(_) => SendError::Timeout,
+            }
         }
-        Ok(Err(e)) => e,
-        Err(_) => SendError::Timeout,
     };
     let backend = backend.name.clone();
     Err(match failed {
