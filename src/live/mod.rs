@@ -107,6 +107,8 @@ pub struct AppState {
     pub started: u64,
     /// Where the config came from, for reloads.
     pub config_path: Option<Arc<Path>>,
+    /// The last reload's result and time.
+    pub reloads: Arc<reload::ReloadLog>,
 }
 
 impl AppState {
@@ -127,6 +129,7 @@ impl AppState {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             config_path: config_path.map(Arc::from),
+            reloads: Arc::default(),
         })
     }
 
