@@ -115,13 +115,13 @@ impl Browser {
     }
 }
 
-/// One WebDriver command; its `value`, or a panic naming the error.
-async fn call(
+/// One WebDriver command: its `value`, or the error WebDriver answered (`{error, message}`).
+async fn try_call(
     http: &reqwest::Client,
     method: reqwest::Method,
     url: &str,
     body: Option<Value>,
-) -> Value {
+) -> Result<Value, Value> {
     let mut req = http.request(method.clone(), url);
     if let Some(b) = body {
         req = req.json(&b);
@@ -132,8 +132,24 @@ async fn call(
         .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
     let ok = resp.status().is_success();
     let v: Value = resp.json().await.unwrap();
-    assert!(ok, "{method} {url}: {v}");
-    v["value"].clone()
+    if ok {
+        Ok(v["value"].clone())
+    } else {
+        Err(v["value"].clone())
+    }
+}
+
+/// One WebDriver command; its `value`, or a panic naming the error.
+async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<Value>,
+) -> Value {
+    match try_call(http, method.clone(), url, body).await {
+        Ok(v) => v,
+        Err(e) => panic!("{method} {url}: {e}"),
+    }
 }
 
 impl Session {
@@ -162,21 +178,41 @@ impl Session {
         self.post("/url", json!({"url": url})).await;
     }
 
-    /// The element a CSS selector finds first.
-    async fn element(&self, css: &str) -> String {
-        let v = self
-            .post("/element", json!({"using": "css selector", "value": css}))
+    /// A property of the element a CSS selector finds first (`/text`, `/attribute/NAME`).
+    /// The page's script swaps its `#status` part in on every refresh, so an element found
+    /// just before a swap can be stale when it is read: then it is found again (bounded).
+    async fn read(&self, css: &str, what: &str) -> Value {
+        let find = json!({"using": "css selector", "value": css});
+        let mut last = Value::Null;
+        for _ in 0..10 {
+            let found = try_call(
+                &self.http,
+                reqwest::Method::POST,
+                &format!("{}/element", self.base),
+                Some(find.clone()),
+            )
             .await;
-        v[ELEMENT]
-            .as_str()
-            .unwrap_or_else(|| panic!("{css}: {v}"))
-            .to_string()
+            let id = match found {
+                Ok(v) => v[ELEMENT]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{css}: {v}"))
+                    .to_string(),
+                Err(e) => panic!("{css}: {e}"),
+            };
+            let url = format!("{}/element/{id}{what}", self.base);
+            match try_call(&self.http, reqwest::Method::GET, &url, None).await {
+                Ok(v) => return v,
+                Err(e) if e["error"] == "stale element reference" => last = e,
+                Err(e) => panic!("{css} {what}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{css} {what}: still stale after 10 tries: {last}")
     }
 
     /// The rendered text of an element.
     pub async fn text(&self, css: &str) -> String {
-        let id = self.element(css).await;
-        self.get(&format!("/element/{id}/text"))
+        self.read(css, "/text")
             .await
             .as_str()
             .unwrap_or_default()
@@ -185,8 +221,7 @@ impl Session {
 
     /// An attribute of an element; empty when it has none.
     pub async fn attribute(&self, css: &str, name: &str) -> String {
-        let id = self.element(css).await;
-        let v = self.get(&format!("/element/{id}/attribute/{name}")).await;
+        let v = self.read(css, &format!("/attribute/{name}")).await;
         v.as_str().unwrap_or_default().to_string()
     }
 
