@@ -19,18 +19,37 @@ pub const STEPS: usize = 30;
 /// last one everything larger.
 struct Scale {
     low: f64,
+    /// `1 / low`, so the hot path multiplies.
+    inv_low: f64,
 }
+
+/// `2^(1/4)`, `2^(1/2)`, `2^(3/4)`: the quarter-octave steps inside one octave.
+const QUARTERS: [f64; 3] = [
+    1.189_207_115_002_721,
+    std::f64::consts::SQRT_2,
+    1.681_792_830_507_429,
+];
 
 impl Scale {
     const PER_OCTAVE: f64 = 4.0;
 
+    /// `ceil(4 · log2(v / low))`, bounded to the bins, from the float's exponent and three
+    /// comparisons of its mantissa (no logarithm on the hot path).
     fn bin<const N: usize>(&self, v: f64) -> usize {
         // NaN and anything up to `low` (zero, negative) go to the first bin.
         if v.partial_cmp(&self.low) != Some(std::cmp::Ordering::Greater) {
             return 0;
         }
-        let i = ((v / self.low).log2() * Self::PER_OCTAVE).ceil();
-        (i as usize).min(N - 1)
+        let x = v * self.inv_low;
+        if !x.is_finite() {
+            return N - 1;
+        }
+        // x = m · 2^e with m in [1, 2); ceil(4·log2 x) = 4e + the steps m is past.
+        let bits = x.to_bits();
+        let e = ((bits >> 52) & 0x7ff) as i64 - 1023;
+        let m = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
+        let q = i64::from(m > 1.0) + QUARTERS.iter().map(|&r| i64::from(m > r)).sum::<i64>();
+        usize::try_from(4 * e + q).map_or(0, |i| i.min(N - 1))
     }
 
     fn upper(&self, i: usize) -> f64 {
@@ -63,10 +82,16 @@ impl Scale {
 }
 
 /// Time to first token: 1 ms up to 35 minutes.
-const TTFT: Scale = Scale { low: 0.001 };
+const TTFT: Scale = Scale {
+    low: 0.001,
+    inv_low: 1000.0,
+};
 const TTFT_BINS: usize = 86;
 /// Decode speed: 0.5 up to 131,072 tokens per second.
-const TPS: Scale = Scale { low: 0.5 };
+const TPS: Scale = Scale {
+    low: 0.5,
+    inv_low: 2.0,
+};
 const TPS_BINS: usize = 74;
 
 /// What one finished request adds to its alias's window.
@@ -221,6 +246,20 @@ mod tests {
         assert_eq!(TTFT.bin::<TTFT_BINS>(0.002), 4);
         assert_eq!(TTFT.bin::<TTFT_BINS>(0.0021), 5);
         assert_eq!(TTFT.bin::<TTFT_BINS>(1e9), TTFT_BINS - 1);
+        assert_eq!(TTFT.bin::<TTFT_BINS>(f64::INFINITY), TTFT_BINS - 1);
+        // The exponent-and-mantissa bin is ceil(4·log2(v / low)), checked across the range.
+        let mut v = 0.000_9;
+        while v < 5000.0 {
+            let by_log = ((v / 0.001_f64).log2() * 4.0).ceil().max(0.0) as usize;
+            let by_log = by_log.min(TTFT_BINS - 1);
+            let bin = TTFT.bin::<TTFT_BINS>(v);
+            // Equal, or one off exactly at a bin edge where the two roundings differ.
+            assert!(
+                bin == by_log || (TTFT.upper(bin) - v).abs() < 1e-9 * v,
+                "{v}: {bin} vs {by_log}"
+            );
+            v *= 1.013;
+        }
         assert_eq!(TTFT.upper(TTFT_BINS - 2), 2097.152);
         assert_eq!(TPS.upper(TPS_BINS - 2), 131_072.0);
     }
