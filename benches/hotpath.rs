@@ -1,14 +1,15 @@
 //! Hot paths of every request: the request view and `model` rewrite, the usage read of an
-//! answer, and the per-request metrics recording. (Event transforms: `benches/reasoning.rs`;
-//! the guard: `benches/tokens.rs`.)
+//! answer, the per-request metrics recording, and the status page's window. (Event
+//! transforms: `benches/reasoning.rs`; the guard: `benches/tokens.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::json;
 use switchboard::observe::metrics::Metrics;
 use switchboard::observe::record::Record;
+use switchboard::observe::window::{Sample, Window};
 use switchboard::wire::request::ParsedRequest;
 use switchboard::wire::usage;
 use switchboard::wire::usage::Usage;
@@ -103,5 +104,25 @@ fn metrics_per_request(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, request_view, usage_of_answer, metrics_per_request);
+/// The status page's five-minute window: what one finished request adds to it (inside the
+/// record's drop above, which has its time already), and the summary the page reads.
+fn status_window(c: &mut Criterion) {
+    let w = Window::new(Instant::now());
+    let at = Instant::now();
+    let sample = Sample {
+        error: false,
+        ttft: Some(Duration::from_millis(180)),
+        decode_tps: Some(42.0),
+    };
+    c.bench_function("status_window_record", |b| b.iter(|| w.record(at, sample)));
+    c.bench_function("status_window_summary", |b| b.iter(|| w.summary(at)));
+}
+
+criterion_group!(
+    benches,
+    request_view,
+    usage_of_answer,
+    metrics_per_request,
+    status_window
+);
 criterion_main!(benches);
