@@ -1,14 +1,16 @@
 //! Hot paths of every request: the request view and `model` rewrite, the shaping step, the
-//! usage read of an answer, the relay of a stream's events, and the per-request metrics
-//! recording. (Event transforms alone: `benches/reasoning.rs`; the guard: `benches/tokens.rs`.)
+//! usage read of an answer, the relay of a stream's events, the per-request metrics
+//! recording, and the status page's window. (Event transforms alone: `benches/reasoning.rs`;
+//! the guard: `benches/tokens.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::json;
 use switchboard::observe::metrics::Metrics;
 use switchboard::observe::record::Record;
+use switchboard::observe::window::{Sample, Window};
 use switchboard::wire::request::ParsedRequest;
 use switchboard::wire::usage;
 use switchboard::wire::usage::Usage;
@@ -190,12 +192,27 @@ fn relay_stream(c: &mut Criterion) {
     g.finish();
 }
 
+/// The status page's five-minute window: what one finished request adds to it (inside the
+/// record's drop above, which has its time already), and the summary the page reads.
+fn status_window(c: &mut Criterion) {
+    let w = Window::new(Instant::now());
+    let at = Instant::now();
+    let sample = Sample {
+        error: false,
+        ttft: Some(Duration::from_millis(180)),
+        decode_tps: Some(42.0),
+    };
+    c.bench_function("status_window_record", |b| b.iter(|| w.record(at, sample)));
+    c.bench_function("status_window_summary", |b| b.iter(|| w.summary(at)));
+}
+
 criterion_group!(
     benches,
     request_view,
     shape_request,
     usage_of_answer,
     relay_stream,
-    metrics_per_request
+    metrics_per_request,
+    status_window
 );
 criterion_main!(benches);

@@ -4,12 +4,13 @@ use std::path::Path;
 
 use tokio::net::TcpListener;
 
+use crate::config::Config;
 use crate::live::AppState;
 use crate::sim::{Sim, SimConfig};
 
-/// Start a simulator for every backend of the config (on loopback ports), point the backends
-/// at them, and serve the proxy on the configured address until ctrl-c.
-pub async fn run(path: &Path) -> Result<(), String> {
+/// The config at `path` with every backend pointed at a simulator started for it (on a
+/// loopback port), and the simulators by backend name. Dropping a simulator stops it.
+pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), String> {
     let mut raw = crate::config::load_raw(path)
         .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     let mut sims = Vec::new();
@@ -59,18 +60,24 @@ pub async fn run(path: &Path) -> Result<(), String> {
         let sim = Sim::spawn(cfg)
             .await
             .map_err(|e| format!("cannot start a simulator for {name}: {e}"))?;
-        eprintln!(
-            "demo: backend {name} ({}) simulated at {}",
-            backend.flavor,
-            sim.url()
-        );
         backend.url = sim.url();
         backend.api_key_env = None;
         backend.ca_file = None;
-        sims.push(sim);
+        sims.push((name.clone(), sim));
     }
     let cfg = crate::config::validate(raw)
         .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    Ok((cfg, sims))
+}
+
+/// Start a simulator for every backend of the config, point the backends at them, and serve
+/// the proxy on the configured address until ctrl-c.
+pub async fn run(path: &Path) -> Result<(), String> {
+    let (cfg, sims) = simulated(path).await?;
+    for (name, sim) in &sims {
+        let flavor = cfg.backends.get(name).map_or("", |b| b.flavor.as_str());
+        eprintln!("demo: backend {name} ({flavor}) simulated at {}", sim.url());
+    }
     let listen = cfg.server.listen;
     let state =
         AppState::new(cfg, None).map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
@@ -79,8 +86,9 @@ pub async fn run(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     tokio::spawn(crate::live::probes::run(state.clone()));
     eprintln!(
-        "demo: switchboard listening on http://{listen}  (try: curl localhost:{}/v1/models)",
-        listen.port()
+        "demo: switchboard listening on http://{listen}  (status page: http://localhost:{port}/, \
+         try: curl localhost:{port}/v1/models)",
+        port = listen.port()
     );
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -89,7 +97,7 @@ pub async fn run(path: &Path) -> Result<(), String> {
     crate::http::server::run(listener, state, shutdown, grace, std::future::pending())
         .await
         .map_err(|e| format!("server error: {e}"))?;
-    for sim in sims {
+    for (_, sim) in sims {
         sim.shutdown().await;
     }
     Ok(())

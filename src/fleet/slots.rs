@@ -61,6 +61,12 @@ impl Slots {
         self.queue
     }
 
+    /// Slots taken now.
+    pub fn busy(&self) -> u32 {
+        let free = u32::try_from(self.sem.available_permits()).unwrap_or(u32::MAX);
+        self.slots.saturating_sub(free)
+    }
+
     /// Take a slot, waiting in the queue up to `timeout`.
     pub async fn acquire(
         &self,
@@ -121,6 +127,7 @@ mod tests {
             .acquire("a", Duration::from_secs(5), &m)
             .await
             .unwrap();
+        assert_eq!(slots.busy(), 1);
         let waiter = slots.acquire("a", Duration::from_secs(5), &m);
         tokio::pin!(waiter);
         // Poll once so the waiter enters the queue.
@@ -129,7 +136,9 @@ mod tests {
         let third = slots.acquire("a", Duration::from_secs(5), &m).await;
         assert!(matches!(third, Err(ProxyError::Overloaded { .. })));
         drop(first);
-        let _second = waiter.await.unwrap();
+        let second = waiter.await.unwrap();
         assert_eq!(m.0.load(Ordering::SeqCst), 0);
+        drop(second);
+        assert_eq!(slots.busy(), 0);
     }
 }

@@ -1,4 +1,5 @@
-//! The HTTP surface: workers and the accept loop, the Router, intake, the fixed routes' handlers.
+//! The HTTP surface: workers and the accept loop, the Router, intake, the fixed routes' handlers,
+//! the status page.
 
 pub mod count;
 pub mod handlers;
@@ -6,4 +7,5 @@ pub mod intake;
 pub mod routed;
 pub mod router;
 pub mod server;
+pub mod status;
 pub mod workers;

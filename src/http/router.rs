@@ -3,12 +3,13 @@
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::{count, handlers};
+use super::{count, handlers, status};
 use crate::live::AppState;
 
 /// The whole HTTP surface of the proxy.
 pub fn app(state: AppState) -> Router {
     Router::new()
+        .route("/", get(status::page))
         .route("/v1/models", get(handlers::models))
         .route("/v1/models/{*id}", get(handlers::model))
         .route("/v1/messages/count_tokens", post(count::count_tokens))

@@ -146,6 +146,8 @@ pub struct AppState {
     /// Held while a snapshot is built and stored, so a reload and a discovery that finish
     /// together do not lose one another.
     rebuild: Arc<Mutex<()>>,
+    /// The last reload's result and time.
+    pub reloads: Arc<reload::ReloadLog>,
 }
 
 impl AppState {
@@ -167,6 +169,7 @@ impl AppState {
                 .unwrap_or(0),
             config_path: config_path.map(Arc::from),
             rebuild: Arc::default(),
+            reloads: Arc::default(),
         })
     }
 

@@ -1,13 +1,50 @@
 //! Config reload on SIGHUP: load, validate, ask the backends with `"auto"` figures what they
-//! serve, build the snapshot, swap; on any error the running config stays.
+//! serve, build the snapshot, swap; on any error the running config stays. The last reload's
+//! result and time are kept for the status page.
+
+use std::sync::Mutex;
+use std::time::SystemTime;
 
 use crate::live::{discover, AppState};
+
+/// How the last reload ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// The new config is in force.
+    Applied,
+    /// The new config was refused with this many errors (they are in the log); the running
+    /// config stays.
+    Refused { errors: usize },
+}
+
+/// The last reload: when it ended and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastReload {
+    pub at: SystemTime,
+    pub outcome: ReloadOutcome,
+}
+
+/// The last reload of this process, if any (shared by every worker's state).
+#[derive(Debug, Default)]
+pub struct ReloadLog(Mutex<Option<LastReload>>);
+
+impl ReloadLog {
+    pub fn last(&self) -> Option<LastReload> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, outcome: ReloadOutcome) {
+        let at = SystemTime::now();
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(LastReload { at, outcome });
+    }
+}
 
 /// Reload the config file now. Returns the error text when the new config was refused.
 /// Backends with figures left to them (`"auto"`) are asked anew before the swap; one that
 /// cannot be asked keeps the figures it had, if it is the same backend (URL and flavour).
 pub async fn reload(state: &AppState) -> Result<(), String> {
     let Some(path) = &state.config_path else {
+        state.reloads.set(ReloadOutcome::Refused { errors: 1 });
         return Err("no config file to reload".into());
     };
     let loaded = match crate::config::load(path) {
@@ -23,11 +60,15 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
     match loaded {
         Ok(()) => {
             state.metrics.config_reload(true);
+            state.reloads.set(ReloadOutcome::Applied);
             tracing::info!(path = %path.display(), "config reloaded");
             Ok(())
         }
         Err(e) => {
             state.metrics.config_reload(false);
+            state
+                .reloads
+                .set(ReloadOutcome::Refused { errors: e.0.len() });
             tracing::error!(path = %path.display(), "config reload refused, keeping the running config:\n{e}");
             Err(e.to_string())
         }

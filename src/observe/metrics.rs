@@ -1,8 +1,10 @@
 //! Every metric family, registered once, with typed bounded labels; per-alias handles for the hot path.
 
+use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -11,6 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::window::Window;
 use crate::fleet::health::BackendState;
 use crate::fleet::slots::QueueWatch;
 use crate::tokens::Method;
@@ -126,6 +129,10 @@ pub struct Metrics {
     backend_state: Family<BackendStateLabels, Gauge>,
     overhead: Hist,
     reloads: Family<ReloadLabel, Counter>,
+    /// The status page's rolling window of every alias, kept across reloads like the series.
+    windows: Mutex<HashMap<String, Arc<Window>>>,
+    /// Where every window counts its steps from.
+    origin: Instant,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -164,6 +171,8 @@ impl Metrics {
             backend_state: Family::default(),
             overhead: Family::new_with_constructor(overhead_hist),
             reloads: Family::default(),
+            windows: Mutex::default(),
+            origin: Instant::now(),
             registry: Registry::default(),
         };
         m.register_traffic(&mut r);
@@ -327,7 +336,15 @@ impl Metrics {
                 reason,
             });
         }
+        let window = {
+            let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            let w = windows
+                .entry(name.to_string())
+                .or_insert_with(|| Arc::new(Window::new(self.origin)));
+            Arc::clone(w)
+        };
         AliasMetrics(Arc::new(AliasHandles {
+            window,
             duration: self.duration.get_or_create_owned(&l),
             ttft: self.ttft.get_or_create_owned(&l),
             ttfc: self.ttfc.get_or_create_owned(&l),
@@ -446,6 +463,8 @@ impl Deref for AliasMetrics {
 #[derive(Debug)]
 pub struct AliasHandles {
     name: Name,
+    /// The last five minutes, for the status page.
+    pub window: Arc<Window>,
     pub duration: Histogram,
     pub ttft: Histogram,
     pub ttfc: Histogram,
@@ -492,6 +511,7 @@ impl AliasHandles {
     }
 
     pub fn rejection(&self, method: Method) {
+        self.window.rejection(Instant::now());
         self.rejections
             .get_or_create(&RejectionLabels {
                 alias: Arc::clone(&self.name),

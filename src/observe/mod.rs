@@ -1,4 +1,6 @@
-//! What the proxy tells about itself: metric families registered once, one record per request.
+//! What the proxy tells about itself: metric families registered once, one record per request,
+//! the rolling five-minute window the status page shows.
 
 pub mod metrics;
 pub mod record;
+pub mod window;

@@ -1,4 +1,5 @@
-//! One request's bookkeeping: in-flight gauge, request counter, latency and token metrics, the log line.
+//! One request's bookkeeping: in-flight gauge, request counter, latency and token metrics, the
+//! status page's window, the log line.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -6,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::tokens::Counter;
 
 use crate::observe::metrics::AliasMetrics;
+use crate::observe::window::Sample;
 use crate::wire::usage::Usage;
 use crate::wire::Endpoint;
 
@@ -133,33 +135,17 @@ impl Record {
         if let Some(t) = self.first_content {
             m.ttfc.observe((t - self.started).as_secs_f64());
         }
-        if let Some(u) = self.usage {
-            if let Some((counter, bytes)) = &self.estimator {
-                counter.observe(*bytes, u32::try_from(u.prompt).unwrap_or(u32::MAX));
-            }
-            m.prompt_tokens.inc_by(u.prompt);
-            m.completion_tokens.inc_by(u.completion);
-            if let Some(r) = u.reasoning {
-                m.reasoning_tokens.inc_by(r);
-            }
-            // Prompt tokens over the time from sending to the first token; a non-streamed
-            // answer without the backend's own timings has no first token to time.
-            let prefill = u.prefill_tps.or_else(|| {
-                let t = self.first_token? - self.sent_at?;
-                (u.prompt > 0 && t > Duration::ZERO).then(|| u.prompt as f64 / t.as_secs_f64())
-            });
-            if let Some(v) = prefill {
-                m.prefill_tps.observe(v);
-            }
-            let decode = u.decode_tps.or_else(|| {
-                let span = self.last_token? - self.first_token?;
-                (u.completion > 1 && span > Duration::ZERO)
-                    .then(|| (u.completion - 1) as f64 / span.as_secs_f64())
-            });
-            if let Some(v) = decode {
-                m.decode_tps.observe(v);
-            }
-        }
+        let decode = self.usage.and_then(|u| self.tokens(u));
+        m.window.record(
+            now,
+            Sample {
+                // As the error-ratio rule counts them: 5xx answers, and streams that ended in
+                // an error after their 200 (client errors and cancels are not failures).
+                error: self.status >= 500 || (self.status < 400 && self.error.is_some()),
+                ttft,
+                decode_tps: decode,
+            },
+        );
         let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
         tracing::info!(
             target: "switchboard::request",
@@ -175,6 +161,37 @@ impl Record {
             cancelled = !self.completed,
             error = self.error.as_deref(),
         );
+    }
+
+    /// Token counters and speeds of a request with reported usage; returns its decode speed.
+    fn tokens(&self, u: Usage) -> Option<f64> {
+        let m = &self.m;
+        if let Some((counter, bytes)) = &self.estimator {
+            counter.observe(*bytes, u32::try_from(u.prompt).unwrap_or(u32::MAX));
+        }
+        m.prompt_tokens.inc_by(u.prompt);
+        m.completion_tokens.inc_by(u.completion);
+        if let Some(r) = u.reasoning {
+            m.reasoning_tokens.inc_by(r);
+        }
+        // Prompt tokens over the time from sending to the first token; a non-streamed
+        // answer without the backend's own timings has no first token to time.
+        let prefill = u.prefill_tps.or_else(|| {
+            let t = self.first_token? - self.sent_at?;
+            (u.prompt > 0 && t > Duration::ZERO).then(|| u.prompt as f64 / t.as_secs_f64())
+        });
+        if let Some(v) = prefill {
+            m.prefill_tps.observe(v);
+        }
+        let decode = u.decode_tps.or_else(|| {
+            let span = self.last_token? - self.first_token?;
+            (u.completion > 1 && span > Duration::ZERO)
+                .then(|| (u.completion - 1) as f64 / span.as_secs_f64())
+        });
+        if let Some(v) = decode {
+            m.decode_tps.observe(v);
+        }
+        decode
     }
 }
 

@@ -1,0 +1,108 @@
+//! `GET /`: the status page. Server-rendered HTML from the live snapshot, readable without
+//! JavaScript; client auth as `/v1/models` has it, plus HTTP Basic for browsers.
+
+mod html;
+mod view;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+
+use super::intake;
+use crate::error::ProxyError;
+use crate::live::{AppState, Snapshot};
+
+pub use html::REFRESH_SECS;
+
+/// `GET /`: aliases, their backends and health, load and the last five minutes.
+pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let snap = state.live.load_full();
+    if authorize(&snap, &headers).is_err() {
+        let mut resp = ProxyError::Unauthorized.into_response();
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"switchboard\", charset=\"UTF-8\""),
+        );
+        return resp;
+    }
+    let nonce = format!("{:032x}", rand::random::<u128>());
+    let body = html::render(&view::collect(&state, &snap), &nonce);
+    let csp = format!(
+        "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
+         connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+         frame-ancestors 'none'"
+    );
+    let mut resp = body.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&csp) {
+        h.insert(HeaderName::from_static("content-security-policy"), v);
+    }
+    resp
+}
+
+/// The page shows no secrets but does show the fleet's layout, so it takes the keys
+/// `/v1/models` takes. A browser cannot send a bearer token when it opens a page, so a key
+/// is also accepted as the password of HTTP Basic auth (any user name), which browsers ask
+/// for after the 401's `WWW-Authenticate` and then send with the page's own refreshes.
+fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError> {
+    let Err(e) = intake::authorize(snap, headers) else {
+        return Ok(());
+    };
+    let keys = snap.config.server.api_keys.as_deref().unwrap_or_default();
+    match basic_password(headers) {
+        Some(p) if keys.contains(&p) => Ok(()),
+        _ => Err(e),
+    }
+}
+
+/// The password of an `Authorization: Basic` header.
+fn basic_password(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, creds) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(creds.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_user, password) = text.split_once(':')?;
+    Some(password.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_auth_gives_its_password() {
+        let mut h = HeaderMap::new();
+        // "anyone:sk-1"
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic YW55b25lOnNrLTE="),
+        );
+        assert_eq!(basic_password(&h).as_deref(), Some("sk-1"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer sk-1"),
+        );
+        assert_eq!(basic_password(&h), None);
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic !!"));
+        assert_eq!(basic_password(&h), None);
+    }
+}

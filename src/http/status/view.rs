@@ -1,0 +1,119 @@
+//! What the status page shows, gathered from the live snapshot, backend health, the slots,
+//! the gauges and the rolling window: plain data, rendered by `html`.
+
+use std::time::{Instant, SystemTime};
+
+use crate::fleet::health::BackendState;
+use crate::live::reload::LastReload;
+use crate::live::{AppState, Snapshot};
+use crate::observe::window::Summary;
+
+/// The whole page.
+#[derive(Clone, Debug)]
+pub struct Fleet {
+    pub version: &'static str,
+    pub now: SystemTime,
+    /// Unix time the process started.
+    pub started: u64,
+    pub reload: Option<LastReload>,
+    pub aliases: Vec<AliasView>,
+}
+
+/// One alias's row.
+#[derive(Clone, Debug)]
+pub struct AliasView {
+    pub name: String,
+    pub description: Option<String>,
+    pub old_names: Vec<String>,
+    pub context_window: Option<u32>,
+    pub backends: Vec<BackendView>,
+    pub inflight: i64,
+    pub queued: i64,
+    pub last_5m: Summary,
+}
+
+/// A backend serving an alias.
+#[derive(Clone, Debug)]
+pub struct BackendView {
+    pub name: String,
+    pub flavor: &'static str,
+    /// The configured URL without any user name or password in it.
+    pub url: String,
+    /// `None` before the first probe.
+    pub state: Option<BackendState>,
+    pub busy: u32,
+    pub slots: u32,
+    pub queue_limit: u32,
+}
+
+/// Gather the page's data from one snapshot.
+pub fn collect(state: &AppState, snap: &Snapshot) -> Fleet {
+    let now = Instant::now();
+    let aliases = snap
+        .routes
+        .aliases()
+        .iter()
+        .map(|a| {
+            let m = snap.metrics(Some(&a.name));
+            let b = &a.backend;
+            let slots = snap.slots(&b.name);
+            let backend = BackendView {
+                name: b.name.clone(),
+                flavor: b.flavor.as_str(),
+                url: without_userinfo(&b.url),
+                state: state.health.get(&b.name),
+                busy: slots.map_or(0, |s| s.busy()),
+                slots: b.slots.get(),
+                queue_limit: b.queue,
+            };
+            AliasView {
+                name: a.name.clone(),
+                description: a.description.clone(),
+                old_names: a.old_names.clone(),
+                context_window: a.context_window.map(|w| w.get()),
+                backends: vec![backend],
+                inflight: m.inflight.get(),
+                queued: m.queued.get(),
+                last_5m: m.window.summary(now),
+            }
+        })
+        .collect();
+    Fleet {
+        version: env!("CARGO_PKG_VERSION"),
+        now: SystemTime::now(),
+        started: state.started,
+        reload: state.reloads.last(),
+        aliases,
+    }
+}
+
+/// A backend URL as the page prints it: a user name or password in it (a backend's basic
+/// auth) is left out.
+pub fn without_userinfo(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.as_str().trim_end_matches('/').to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_printed_without_credentials() {
+        assert_eq!(
+            without_userinfo("http://user:secret@gpu1:8000/prefix"),
+            "http://gpu1:8000/prefix"
+        );
+        assert_eq!(
+            without_userinfo("http://token@gpu1:8000"),
+            "http://gpu1:8000"
+        );
+        assert_eq!(without_userinfo("http://gpu1:8000"), "http://gpu1:8000");
+    }
+}

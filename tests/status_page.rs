@@ -1,0 +1,310 @@
+//! The status page at `GET /`: what it lists, its client auth, the five-minute window and the
+//! last reload, over HTTP; and in headless Chromium against the demo's fleet (ignored unless
+//! run with `--ignored`: it needs the Debian packages `chromium` and `chromium-driver`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod webdriver;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use switchboard::live::AppState;
+use switchboard::sim::SimConfig;
+use webdriver::{Browser, Session};
+
+async fn page(p: &Proxy, auth: Option<(&str, &str)>) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut req = client().get(p.url("/"));
+    if let Some((scheme, value)) = auth {
+        req = req.header("authorization", format!("{scheme} {value}"));
+    }
+    let resp = within("the status page", req.send()).await.unwrap();
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    (status, headers, resp.text().await.unwrap())
+}
+
+/// The `<tr>` of one alias.
+fn row<'a>(html: &'a str, alias: &str) -> &'a str {
+    let start = html
+        .find(&format!("<tr data-alias=\"{alias}\">"))
+        .unwrap_or_else(|| panic!("no row for {alias} in {html}"));
+    let end = start + html[start..].find("</tr>").unwrap();
+    &html[start..end]
+}
+
+#[tokio::test]
+async fn r21_status_page_lists_every_alias_with_values_escaped() {
+    let sim = sim(SimConfig {
+        model: "up-model".into(),
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = one_alias(
+        "llamacpp",
+        "",
+        "description = \"<script>alert('x')</script> big & slow\"",
+    ) + "[aliases.second]\nbackend = \"b\"\n";
+    let p = proxy(&toml, &[("b", sim.url())]).await;
+    switchboard::live::probes::probe_all(&p.state).await;
+    let (status, headers, html) = page(&p, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("script-src 'nonce-"), "{csp}");
+    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; big &amp; slow"));
+    assert_eq!(
+        html.matches("<script").count(),
+        1,
+        "only the page's own script"
+    );
+    for alias in ["a", "second"] {
+        let r = row(&html, alias);
+        assert!(r.contains("<span class=\"state up\">up</span>"), "{r}");
+        assert!(
+            r.contains(&format!("<div class=\"url\">{}</div>", sim.url())),
+            "{r}"
+        );
+    }
+    assert!(row(&html, "a").contains("also answers to old-a"));
+}
+
+#[tokio::test]
+async fn r21_status_page_takes_the_keys_models_takes_and_basic_auth() {
+    std::env::set_var("R21_STATUS_KEYS", "sk-one,sk-two");
+    let toml = one_alias("llamacpp", "api_keys_env = \"R21_STATUS_KEYS\"", "");
+    let p = proxy(&toml, &[("b", dead_url().await)]).await;
+    let (status, headers, body) = page(&p, None).await;
+    assert_eq!(status, 401);
+    assert!(headers["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Basic realm=\"switchboard\""));
+    assert!(body.contains("invalid_api_key"), "{body}");
+    // "anyone:sk-two" and "anyone:wrong"
+    for (auth, expected) in [
+        (("Bearer", "sk-one"), 200),
+        (("Basic", "YW55b25lOnNrLXR3bw=="), 200),
+        (("Basic", "YW55b25lOndyb25n"), 401),
+        (("Bearer", "wrong"), 401),
+    ] {
+        assert_eq!(page(&p, Some(auth)).await.0, expected, "{auth:?}");
+    }
+    // /v1/models answers the same way.
+    let models = client().get(p.url("/v1/models")).send().await.unwrap();
+    assert_eq!(models.status(), 401);
+}
+
+#[tokio::test]
+async fn r21_window_counts_requests_errors_and_context_rejections() {
+    let up = sim(SimConfig {
+        model: "up-model".into(),
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = one_alias("llamacpp", "", "")
+        + "[backends.gone]\nurl = \"{gone}\"\n\
+        flavor = \"llamacpp\"\n[aliases.lost]\nbackend = \"gone\"\n";
+    let p = proxy(&toml, &[("b", up.url()), ("gone", dead_url().await)]).await;
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+    assert_eq!(status(&c, &url, &chat("a", false)).await, 200);
+    let texts = sse_payloads(p.post_chat(&c, &chat("a", true)).await).await;
+    assert!(texts.last().is_some_and(|t| t == "[DONE]"));
+    let mut over = chat("a", false);
+    over["max_tokens"] = serde_json::json!(100_000);
+    assert_eq!(status(&c, &url, &over).await, 400);
+    assert_eq!(status(&c, &url, &chat("lost", false)).await, 502);
+
+    let snap = p.state.live.load_full();
+    let a = snap.metrics(Some("a")).window.summary(Instant::now());
+    assert_eq!((a.requests, a.errors, a.rejections), (3, 0, 1), "{a:?}");
+    assert!(a.ttft_p50.is_some(), "the stream timed its first token");
+    let lost = snap.metrics(Some("lost")).window.summary(Instant::now());
+    assert_eq!((lost.requests, lost.errors), (1, 1), "{lost:?}");
+
+    let (_, _, html) = page(&p, None).await;
+    let cells = |r: &str| -> Vec<String> {
+        r.split("<td class=\"n")
+            .skip(1)
+            .map(|c| c[c.find('>').unwrap() + 1..c.find("</td>").unwrap()].to_string())
+            .collect()
+    };
+    // in flight, queued, requests, errors, TTFT, decode, rejections, window
+    let a = cells(row(&html, "a"));
+    assert_eq!(&a[..4], ["0", "0", "3", "0"], "{a:?}");
+    assert_eq!((a[6].as_str(), a[7].as_str()), ("1", "4096"), "{a:?}");
+    let lost = cells(row(&html, "lost"));
+    assert_eq!(&lost[2..4], ["1", "1"], "{lost:?}");
+    assert!(row(&html, "lost").contains("<td class=\"n bad\">1</td>"));
+}
+
+#[tokio::test]
+async fn r21_status_page_shows_the_last_reload() {
+    let sim = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.toml");
+    let good = fill(&one_alias("llamacpp", "", ""), &[("b", sim.url())]);
+    std::fs::write(&path, &good).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    assert!(page(&p, None).await.2.contains("config as loaded at start"));
+
+    switchboard::live::reload::reload(&p.state).await.unwrap();
+    assert!(page(&p, None)
+        .await
+        .2
+        .contains("last reload: <span class=\"ok\">applied</span>"));
+
+    std::fs::write(&path, "[aliases.x]\nbackend = \"nope\"\n").unwrap();
+    switchboard::live::reload::reload(&p.state)
+        .await
+        .unwrap_err();
+    let html = page(&p, None).await.2;
+    assert!(
+        html.contains("<span class=\"bad\">refused</span>"),
+        "{html}"
+    );
+    assert!(html.contains("1 error in the log"), "{html}");
+    // The config before it is still the one shown.
+    row(&html, "a");
+}
+
+/// Where the screenshots go: the target directory (`CARGO_TARGET_DIR` if set).
+fn artifact(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    std::fs::create_dir_all(&target).unwrap();
+    target.join(name)
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The demo's fleet (the repository's routes.toml, one simulator per backend) behind the proxy,
+/// probed once, with some traffic on every alias so the window has figures.
+async fn demo_fleet() -> (Proxy, Vec<(String, switchboard::sim::Sim)>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("routes.toml");
+    let (cfg, sims) = switchboard::demo::simulated(&path).await.unwrap();
+    let p = start(AppState::new(cfg, None).unwrap()).await;
+    switchboard::live::probes::probe_all(&p.state).await;
+    let c = client();
+    let aliases: Vec<String> = p.state.live.load().config.aliases.keys().cloned().collect();
+    for alias in &aliases {
+        for stream in [true, true, false] {
+            let resp = p.post_chat(&c, &chat(alias, stream)).await;
+            assert_eq!(resp.status(), 200, "{alias}");
+            within("the answer", resp.bytes()).await.unwrap();
+        }
+    }
+    (p, sims)
+}
+
+/// Every alias has its row, and each backend of the fleet the state `expected` gives it.
+async fn assert_rows(s: &Session, p: &Proxy, expected: impl Fn(&str) -> &'static str) {
+    let snap = p.state.live.load_full();
+    for a in snap.routes.aliases() {
+        let cell = format!(
+            "tr[data-alias=\"{}\"] [data-backend=\"{}\"] .state",
+            a.name, a.backend.name
+        );
+        let text = s.text(&cell).await;
+        assert_eq!(text, expected(&a.backend.name), "{cell}");
+        assert!(s
+            .text(&format!("tr[data-alias=\"{}\"] .alias", a.name))
+            .await
+            .contains(&a.name));
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromedriver (Debian packages chromium, chromium-driver); .ci/run installs them and runs it with --ignored"]
+async fn r21_browser_status_page_shows_a_killed_backend_down_within_one_refresh() {
+    let (p, mut sims) = demo_fleet().await;
+    let browser = Browser::start().await;
+    let s = browser.session(true).await;
+    s.open(&p.url("/")).await;
+    assert_rows(&s, &p, |_| "up").await;
+    assert_eq!(s.attribute("html", "class").await, "js", "the script runs");
+    assert!(s.text("footer").await.contains("Refreshes every"));
+
+    // Kill one backend's simulator and probe now, as the health loop would on its interval.
+    let (victim, sim) = sims.pop().unwrap();
+    sim.shutdown().await;
+    switchboard::live::probes::probe_all(&p.state).await;
+    assert_eq!(
+        switchboard::fleet::health::state_name(p.state.health.get(&victim)),
+        "down"
+    );
+    let probed = unix_ms();
+    // One failed request, so the errors column has something to show.
+    let alias = p
+        .state
+        .live
+        .load()
+        .config
+        .aliases
+        .values()
+        .find(|a| a.backend.name == victim)
+        .unwrap()
+        .name
+        .clone();
+    assert_eq!(
+        status(
+            &client(),
+            &p.url("/v1/chat/completions"),
+            &chat(&alias, false)
+        )
+        .await,
+        502
+    );
+
+    // The page is not reloaded: its script swaps in a fresh #status. The first one rendered
+    // after the probe must show the backend down.
+    let before = s.refreshes().await;
+    let every = Duration::from_secs(switchboard::http::status::REFRESH_SECS);
+    let bound = 2 * every + WAIT;
+    let deadline = Instant::now() + bound;
+    loop {
+        let generated: u64 = s
+            .attribute("#status", "data-generated")
+            .await
+            .parse()
+            .unwrap();
+        if generated >= probed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no refresh rendered after the probe within {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // One refresh, or two when one was already on its way as the probe ended.
+    let took = s.refreshes().await - before;
+    assert!((1..=2).contains(&took), "{took} refreshes");
+    assert_rows(&s, &p, |b| if b == victim { "down" } else { "up" }).await;
+    let png = artifact("status-page.png");
+    s.screenshot(&png).await;
+    eprintln!("screenshot: {}", png.display());
+    s.close().await;
+
+    // JavaScript off: the same content, server-rendered, and the page says it reloads itself.
+    let s = browser.session(false).await;
+    s.open(&p.url("/")).await;
+    assert_rows(&s, &p, |b| if b == victim { "down" } else { "up" }).await;
+    // The script did not run: it would have marked <html> and shown the refresh note.
+    // (WebDriver reads no <noscript> text, which the screenshot shows.)
+    let class = s.attribute("html", "class").await;
+    assert!(!class.contains("js"), "the script ran: class {class:?}");
+    assert!(!s.text("footer").await.contains("Refreshes every"));
+    let png = artifact("status-page-nojs.png");
+    s.screenshot(&png).await;
+    s.close().await;
+}
