@@ -17,13 +17,13 @@ pub async fn run(path: &Path) -> Result<(), String> {
         let model = raw
             .aliases
             .iter()
-            .find(|(_, a)| &a.backend == name)
+            .find(|(_, a)| a.backend_names().any(|b| b == name))
             .map(|(alias, a)| a.upstream_model.clone().unwrap_or_else(|| alias.clone()))
             .unwrap_or_else(|| name.clone());
         let slot_ctx = raw
             .aliases
             .values()
-            .filter(|a| &a.backend == name)
+            .filter(|a| a.backend_names().any(|b| b == name))
             .filter_map(|a| a.context_window)
             .max()
             .unwrap_or(32768);

@@ -39,6 +39,39 @@ pub struct Server {
     pub stream_peek: Duration,
     /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
     pub api_keys: Option<Vec<String>>,
+    /// The backend-side timeouts of a backend that sets none of its own.
+    pub timeouts: Timeouts,
+    /// Time a client has to send a request's whole head, from its first byte.
+    pub client_header_timeout: Duration,
+    /// Time a client connection may sit idle between requests (or before the first).
+    pub client_idle_timeout: Duration,
+    pub breaker: BreakerConfig,
+    /// Reload when the config file changes (besides SIGHUP).
+    pub watch_config: bool,
+    /// Changes to the file closer together than this are one reload.
+    pub reload_debounce: Duration,
+}
+
+/// The limits of one exchange with a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To open the TCP connection.
+    pub connect: Duration,
+    /// From sending the request to the answer's head (a long prefill counts here).
+    pub first_byte: Duration,
+    /// Between two pieces of an answer's body (two events of a stream).
+    pub idle: Duration,
+    /// The whole exchange, head and body.
+    pub total: Duration,
+}
+
+/// When a backend's circuit breaker opens, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open it.
+    pub failures: NonZeroU32,
+    /// How long it stays open before one request (or probe) is let through.
+    pub open_for: Duration,
 }
 
 #[derive(Debug)]
@@ -55,6 +88,7 @@ pub struct Backend {
     pub queue: u32,
     /// The backend's own key; replaces the client's Authorization when set. Never logged.
     pub api_key: Option<String>,
+    pub timeouts: Timeouts,
 }
 
 /// Input kinds an alias accepts.
@@ -69,7 +103,13 @@ pub struct Alias {
     pub name: String,
     /// `name` as the `X-Switchboard-Alias` value of every answer (made once, here).
     pub served_as: HeaderValue,
+    /// The first of `backends`: the one whose flavour shapes the body and whose endpoints
+    /// count tokens (`count = "backend"`).
     pub backend: Arc<Backend>,
+    /// Every replica, `backend` first; requests go to the least loaded usable one.
+    pub backends: Vec<Arc<Backend>>,
+    /// Aliases tried in order when no backend of this one can take a request.
+    pub fallbacks: Vec<String>,
     pub upstream_model: String,
     pub context_window: Option<NonZeroU32>,
     /// The context guard's settings; present when `context_window` is set. Its counter is
@@ -164,7 +204,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let server = server(raw.server, &mut errs);
     let mut backends = BTreeMap::new();
     for (name, b) in raw.backends {
-        if let Some(b) = backend(&name, b, &mut errs) {
+        if let Some(b) = backend(&name, b, &server.timeouts, &mut errs) {
             backends.insert(name, Arc::new(b));
         }
     }
@@ -191,6 +231,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             aliases.insert(name, Arc::new(a));
         }
     }
+    context_fallbacks(&aliases, &mut errs);
     fallbacks(&aliases, &mut errs);
     if errs.is_empty() {
         Ok(Config {
@@ -203,8 +244,69 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 }
 
-/// A fallback must be another alias whose window is larger.
+/// Each of `fallbacks` names another alias, and following them never comes back.
 fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
+    for a in aliases.values() {
+        for (i, fb) in a.fallbacks.iter().enumerate() {
+            let reason = if fb == &a.name {
+                "is the alias itself"
+            } else if !aliases.contains_key(fb) {
+                "is not a defined alias"
+            } else if a.fallbacks[..i].contains(fb) {
+                "is named twice"
+            } else {
+                continue;
+            };
+            errs.push(ConfigError::BadValue {
+                key: format!("aliases.{}.fallbacks[{i}]", a.name),
+                value: fb.clone(),
+                reason: reason.into(),
+            });
+        }
+    }
+    // A cycle: depth-first from every alias, over the fallbacks that exist.
+    let mut reported: Vec<String> = Vec::new();
+    for start in aliases.keys() {
+        let mut path = vec![start.clone()];
+        if let Some(cycle) = cycle_from(aliases, &mut path) {
+            let mut key: Vec<String> = cycle.clone();
+            key.sort();
+            let key = key.join(",");
+            if !reported.contains(&key) {
+                reported.push(key);
+                errs.push(ConfigError::BadValue {
+                    key: format!("aliases.{}.fallbacks", cycle[0]),
+                    value: cycle.join(" -> "),
+                    reason: "is a cycle".into(),
+                });
+            }
+        }
+    }
+}
+
+/// A path of fallbacks from the last alias of `path` that comes back to an alias on it.
+fn cycle_from(aliases: &BTreeMap<String, Arc<Alias>>, path: &mut Vec<String>) -> Option<Vec<String>> {
+    let last = path.last().and_then(|n| aliases.get(n))?;
+    for fb in &last.fallbacks {
+        if fb == &last.name || !aliases.contains_key(fb) {
+            continue;
+        }
+        if let Some(at) = path.iter().position(|p| p == fb) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(fb.clone());
+            return Some(cycle);
+        }
+        path.push(fb.clone());
+        if let Some(c) = cycle_from(aliases, path) {
+            return Some(c);
+        }
+        path.pop();
+    }
+    None
+}
+
+/// A context fallback must be another alias whose window is larger.
+fn context_fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
     for a in aliases.values() {
         let Some(fb) = &a.context_fallback else {
             continue;
@@ -305,7 +407,62 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
     let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
         Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
     };
+    let ms = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
+        Duration::from_millis(nonzero(key, v.unwrap_or(default), errs))
+    };
+    let timeouts = Timeouts {
+        connect: ms(
+            "server.connect_timeout_ms",
+            raw.connect_timeout_ms,
+            3000,
+            errs,
+        ),
+        first_byte: secs(
+            "server.header_timeout_secs",
+            raw.header_timeout_secs,
+            900,
+            errs,
+        ),
+        idle: ms(
+            "server.stream_idle_timeout_ms",
+            raw.stream_idle_timeout_ms,
+            300_000,
+            errs,
+        ),
+        total: secs(
+            "server.total_timeout_secs",
+            raw.total_timeout_secs,
+            3600,
+            errs,
+        ),
+    };
+    let failures = raw.breaker_failures.unwrap_or(5);
+    let breaker = BreakerConfig {
+        failures: NonZeroU32::new(failures).unwrap_or_else(|| {
+            errs.push(ConfigError::Zero {
+                key: "server.breaker_failures".into(),
+            });
+            NonZeroU32::MIN
+        }),
+        open_for: ms("server.breaker_open_ms", raw.breaker_open_ms, 10_000, errs),
+    };
     Server {
+        timeouts,
+        client_header_timeout: ms(
+            "server.client_header_timeout_ms",
+            raw.client_header_timeout_ms,
+            30_000,
+            errs,
+        ),
+        client_idle_timeout: ms(
+            "server.client_idle_timeout_ms",
+            raw.client_idle_timeout_ms,
+            120_000,
+            errs,
+        ),
+        breaker,
+        watch_config: raw.watch_config.unwrap_or(true),
+        reload_debounce: Duration::from_millis(raw.reload_debounce_ms.unwrap_or(200)),
         listen,
         metrics_listen,
         reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),
@@ -314,17 +471,8 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             raw.body_limit_bytes.unwrap_or(64 << 20),
             errs,
         ) as usize,
-        connect_timeout: Duration::from_millis(nonzero(
-            "server.connect_timeout_ms",
-            raw.connect_timeout_ms.unwrap_or(3000),
-            errs,
-        )),
-        header_timeout: secs(
-            "server.header_timeout_secs",
-            raw.header_timeout_secs,
-            900,
-            errs,
-        ),
+        connect_timeout: timeouts.connect,
+        header_timeout: timeouts.first_byte,
         shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
         health_interval: secs(
             "server.health_interval_secs",
@@ -351,7 +499,53 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
     }
 }
 
-fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<Backend> {
+/// A backend's own timeouts, each defaulting to the server's.
+fn backend_timeouts(
+    name: &str,
+    raw: &RawBackend,
+    server: &Timeouts,
+    errs: &mut Vec<ConfigError>,
+) -> Timeouts {
+    let mut own = |key: &str, v: Option<u64>, unit: fn(u64) -> Duration, default: Duration| {
+        v.map_or(default, |v| {
+            unit(nonzero(&format!("backends.{name}.{key}"), v, errs))
+        })
+    };
+    Timeouts {
+        connect: own(
+            "connect_timeout_ms",
+            raw.connect_timeout_ms,
+            Duration::from_millis,
+            server.connect,
+        ),
+        first_byte: own(
+            "header_timeout_secs",
+            raw.header_timeout_secs,
+            Duration::from_secs,
+            server.first_byte,
+        ),
+        idle: own(
+            "stream_idle_timeout_ms",
+            raw.stream_idle_timeout_ms,
+            Duration::from_millis,
+            server.idle,
+        ),
+        total: own(
+            "total_timeout_secs",
+            raw.total_timeout_secs,
+            Duration::from_secs,
+            server.total,
+        ),
+    }
+}
+
+fn backend(
+    name: &str,
+    raw: RawBackend,
+    server: &Timeouts,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Backend> {
+    let timeouts = backend_timeouts(name, &raw, server, errs);
     let key = format!("backends.{name}.url");
     let url = match Url::parse(&raw.url) {
         Ok(u) if !matches!(u.scheme(), "http" | "https") => {
@@ -419,7 +613,66 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         slots,
         queue: raw.queue.unwrap_or(64),
         api_key,
+        timeouts,
     })
+}
+
+/// The backends of an alias: `backend = "x"` or `backends = ["a", "b"]`, exactly one, each
+/// defined, none twice.
+fn replicas(
+    name: &str,
+    raw: &RawAlias,
+    backends: &BTreeMap<String, Arc<Backend>>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Vec<Arc<Backend>>> {
+    let bad = |key: &str, value: &str, reason: &str| ConfigError::BadValue {
+        key: format!("aliases.{name}.{key}"),
+        value: value.into(),
+        reason: reason.into(),
+    };
+    let names: Vec<(String, &String)> = match (&raw.backend, &raw.backends) {
+        (Some(_), Some(_)) => {
+            errs.push(bad("backends", "set", "and backend are both set: use one of the two"));
+            return None;
+        }
+        (None, None) => {
+            errs.push(bad("backend", "unset", "is needed (or backends = [...])"));
+            return None;
+        }
+        (Some(b), None) => vec![("backend".to_string(), b)],
+        (None, Some(list)) if list.is_empty() => {
+            errs.push(bad("backends", "[]", "names no backend"));
+            return None;
+        }
+        (None, Some(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (format!("backends[{i}]"), b))
+            .collect(),
+    };
+    let mut out: Vec<Arc<Backend>> = Vec::with_capacity(names.len());
+    let mut ok = true;
+    for (key, b) in names {
+        match backends.get(b) {
+            None if key == "backend" => {
+                errs.push(ConfigError::UnknownBackend {
+                    alias: name.to_string(),
+                    name: b.clone(),
+                });
+                ok = false;
+            }
+            None => {
+                errs.push(bad(&key, b, "is not a defined backend"));
+                ok = false;
+            }
+            Some(_) if out.iter().any(|o| &o.name == b) => {
+                errs.push(bad(&key, b, "is named twice"));
+                ok = false;
+            }
+            Some(found) => out.push(Arc::clone(found)),
+        }
+    }
+    ok.then_some(out)
 }
 
 fn alias(
@@ -428,13 +681,8 @@ fn alias(
     backends: &BTreeMap<String, Arc<Backend>>,
     errs: &mut Vec<ConfigError>,
 ) -> Option<Alias> {
-    let Some(backend) = backends.get(&raw.backend) else {
-        errs.push(ConfigError::UnknownBackend {
-            alias: name.to_string(),
-            name: raw.backend,
-        });
-        return None;
-    };
+    let replicas = replicas(name, &raw, backends, errs)?;
+    let backend = &replicas[0];
     let context_window = match raw.context_window {
         Some(0) => {
             errs.push(ConfigError::Zero {
@@ -533,6 +781,8 @@ fn alias(
         name: name.to_string(),
         served_as: HeaderValue::from_str(name).unwrap_or(HeaderValue::from_static("invalid")),
         backend: Arc::clone(backend),
+        backends: replicas.clone(),
+        fallbacks: raw.fallbacks,
         upstream_model,
         context_window,
         guard,

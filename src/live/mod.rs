@@ -12,6 +12,8 @@ use arc_swap::ArcSwap;
 use foldhash::HashMap;
 
 use crate::config::{Config, ConfigError, ConfigErrors};
+use crate::fleet::balance::Affinity;
+use crate::fleet::breaker::Breaker;
 use crate::fleet::health::Health;
 use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
@@ -27,13 +29,20 @@ pub struct Snapshot {
     alias_metrics: HashMap<String, AliasMetrics>,
     unknown: AliasMetrics,
     slots: HashMap<String, Arc<Slots>>,
+    breakers: HashMap<String, Arc<Breaker>>,
+    /// Which backend each conversation is on; the same table in every snapshot.
+    affinity: Arc<Affinity>,
+    /// Turns of the tie-break between equally loaded replicas.
+    turn: std::sync::atomic::AtomicUsize,
     /// The context guard of every alias that has one, its counter built.
     guards: HashMap<String, Arc<GuardSpec>>,
 }
 
 impl Snapshot {
     /// `previous`: the snapshot being replaced. A backend whose slots and queue did not change
-    /// keeps its `Slots`, so requests in flight still count against the same limit; an alias
+    /// keeps its `Slots`, so requests in flight still count against the same limit; a backend
+    /// still at the same URL keeps its breaker (its settings updated); the conversations'
+    /// affinity table is kept whole; an alias
     /// whose guard did not change keeps its counter (and the counts it has cached). Building a
     /// guard's counter loads its tokenizer: a file that cannot be loaded fails the snapshot.
     pub fn new(
@@ -56,14 +65,37 @@ impl Snapshot {
                 (b.name.clone(), s)
             })
             .collect();
+        let breakers = config
+            .backends
+            .values()
+            .map(|b| {
+                let cfg = config.server.breaker;
+                let kept = previous
+                    .filter(|p| p.config.backends.get(&b.name).is_some_and(|o| o.url == b.url))
+                    .and_then(|p| p.breakers.get(&b.name));
+                let breaker = match kept {
+                    Some(k) => {
+                        k.reconfigure(cfg);
+                        Arc::clone(k)
+                    }
+                    None => Arc::new(Breaker::new(cfg)),
+                };
+                (b.name.clone(), breaker)
+            })
+            .collect();
+        let affinity = previous.map_or_else(Arc::default, |p| Arc::clone(&p.affinity));
         let alias_metrics = config
             .aliases
             .values()
             .map(|a| {
                 let m = metrics.alias(&a.name);
-                if let Some(s) = slots.get(&a.backend.name) {
-                    m.queue_limit.set(i64::from(s.queue_limit()));
-                }
+                let limit: i64 = a
+                    .backends
+                    .iter()
+                    .filter_map(|b| slots.get(&b.name))
+                    .map(|s| i64::from(s.queue_limit()))
+                    .sum();
+                m.queue_limit.set(limit);
                 (a.name.clone(), m)
             })
             .collect();
@@ -73,8 +105,25 @@ impl Snapshot {
             alias_metrics,
             unknown: metrics.alias("unknown"),
             slots,
+            breakers,
+            affinity,
+            turn: std::sync::atomic::AtomicUsize::new(0),
             guards,
         })
+    }
+
+    pub fn breaker(&self, backend: &str) -> Option<&Arc<Breaker>> {
+        self.breakers.get(backend)
+    }
+
+    pub fn affinity(&self) -> &Affinity {
+        &self.affinity
+    }
+
+    /// The next turn of the tie-break between equally loaded replicas.
+    pub fn next_turn(&self) -> usize {
+        self.turn
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The context guard of an alias, if it has one.
@@ -139,6 +188,18 @@ impl AppState {
             pool: Arc::new(Pool::new(config.server.connect_timeout)),
             ..self.clone()
         }
+    }
+
+    /// The state backend `name` is shown with: `up`, `loading`, `down` (by its health probe),
+    /// `unknown` (not probed yet), or `breaker_open` while its circuit breaker refuses
+    /// requests. The one source of the state column of `/v1/models`, `switchboard routes` and
+    /// status pages.
+    pub fn shown_state(&self, backend: &str) -> &'static str {
+        let snap = self.live.load();
+        let breaker = snap
+            .breaker(backend)
+            .map(|b| b.state(std::time::Instant::now()));
+        crate::fleet::health::shown_state(self.health.get(backend), breaker)
     }
 
     /// Swap in a new config; requests in flight keep the snapshot they started with. A config

@@ -126,14 +126,14 @@ pub async fn send(
         } else {
             std::borrow::Cow::Owned(format!("{}{}", backend.path_prefix, path_and_query))
         };
-        let sent = pool.post(authority, &path, headers, body);
+        let sent = pool.post_within(backend.timeouts.connect, authority, &path, headers, body);
         return match tokio::time::timeout(header_timeout, sent).await {
             Ok(Ok(r)) => Ok(Answer {
                 status: r.status,
                 headers: r.headers,
                 body: r.body.boxed(),
             }),
-            Ok(Err(SendError::Connect(_))) => Err(connect()),
+            Ok(Err(SendError::Connect(_) | SendError::Unsent(_))) => Err(connect()),
             Ok(Err(SendError::Protocol(detail))) => Err(ProxyError::UpstreamProtocol {
                 backend: backend.name.clone(),
                 detail,
@@ -209,6 +209,12 @@ mod tests {
             slots: NonZeroU32::MIN,
             queue: 1,
             api_key: key.map(String::from),
+            timeouts: crate::config::Timeouts {
+                connect: Duration::from_secs(1),
+                first_byte: Duration::from_secs(1),
+                idle: Duration::from_secs(1),
+                total: Duration::from_secs(1),
+            },
         }
     }
 

@@ -32,6 +32,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum SendError {
     /// No TCP connection could be made (refused, unreachable, connect timeout).
     Connect(String),
+    /// Not delivered: a new connection was reset before any byte of the request was written,
+    /// so the backend cannot have seen it and it may go to another one.
+    Unsent(String),
     /// The connection failed while sending or reading the head.
     Protocol(String),
 }
@@ -197,8 +200,8 @@ impl Pool {
             .map_or(0, |idle| idle.get(authority).map_or(0, Vec::len))
     }
 
-    async fn connect(&self, authority: &str) -> Result<TcpStream, SendError> {
-        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(authority))
+    async fn connect(&self, authority: &str, within: Duration) -> Result<TcpStream, SendError> {
+        let tcp = tokio::time::timeout(within, TcpStream::connect(authority))
             .await
             .map_err(|_| SendError::Connect("connect timed out".into()))?
             .map_err(|e| SendError::Connect(e.to_string()))?;
@@ -215,6 +218,19 @@ impl Pool {
         headers: HeaderMap,
         body: Bytes,
     ) -> Result<UpstreamResponse, SendError> {
+        self.post_within(self.connect_timeout, authority, path, headers, body)
+            .await
+    }
+
+    /// [`Pool::post`] with a connect timeout of the backend's own.
+    pub async fn post_within(
+        self: &Arc<Self>,
+        connect_timeout: Duration,
+        authority: &str,
+        path: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, SendError> {
         let head = request_head(authority, path, &headers, body.len());
         // A pooled connection the backend closed after the check-out check fails the write;
         // then (and only then: the backend cannot have seen the request) it goes again on a
@@ -224,10 +240,14 @@ impl Pool {
                 Ok(()) => tcp,
                 Err(e) => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
-                    self.send_on_new(authority, &head, &body).await?
+                    self.send_on_new(authority, &head, &body, connect_timeout)
+                        .await?
                 }
             },
-            None => self.send_on_new(authority, &head, &body).await?,
+            None => {
+                self.send_on_new(authority, &head, &body, connect_timeout)
+                    .await?
+            }
         };
         let mut buf = BytesMut::with_capacity(FIRST_READ);
         let parsed = loop {
@@ -267,12 +287,16 @@ impl Pool {
         authority: &str,
         head: &Bytes,
         body: &Bytes,
+        connect_timeout: Duration,
     ) -> Result<TcpStream, SendError> {
-        let mut tcp = self.connect(authority).await?;
-        write_request(&mut tcp, head, body)
-            .await
-            .map_err(|e| SendError::Protocol(format!("sending the request: {e}")))?;
-        Ok(tcp)
+        let mut tcp = self.connect(authority, connect_timeout).await?;
+        let mut unsent = head.clone().chain(body.clone());
+        let whole = unsent.remaining();
+        match tcp.write_all_buf(&mut unsent).await {
+            Ok(()) => Ok(tcp),
+            Err(e) if unsent.remaining() == whole => Err(SendError::Unsent(e.to_string())),
+            Err(e) => Err(SendError::Protocol(format!("sending the request: {e}"))),
+        }
     }
 }
 
