@@ -26,7 +26,11 @@ pub struct Load {
 
 /// The best of `n` replicas by their `load` (`None`: unusable), ties broken in turn from
 /// `turn`: the one with the most free slots, then the fewest requests.
-pub fn least_loaded(n: usize, turn: usize, load: impl Fn(usize) -> Option<Load>) -> Option<usize> {
+pub fn least_loaded(
+    n: usize,
+    turn: usize,
+    mut load: impl FnMut(usize) -> Option<Load>,
+) -> Option<usize> {
     let mut best: Option<(usize, Load)> = None;
     for k in 0..n {
         let i = (turn + k) % n;

@@ -8,13 +8,40 @@ use serde_json::json;
 
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::fleet::health::state_name;
 use crate::live::AppState;
 
 use super::intake;
 use super::routed::{is_routed, routed_with};
 
+/// How telling a shown state is for an alias: the best of its replicas is the alias's.
+fn rank(shown: &str) -> u8 {
+    match shown {
+        "up" => 0,
+        "unknown" => 1,
+        "loading" => 2,
+        "breaker_open" => 3,
+        _ => 4,
+    }
+}
+
 fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
+    let replicas: Vec<_> = alias
+        .backends
+        .iter()
+        .map(|b| {
+            json!({
+                "backend": b.name,
+                "flavor": b.flavor.as_str(),
+                "status": state.shown_state(&b.name),
+            })
+        })
+        .collect();
+    let status = alias
+        .backends
+        .iter()
+        .map(|b| state.shown_state(&b.name))
+        .min_by_key(|s| rank(s))
+        .unwrap_or("unknown");
     let mut v = json!({
         "id": alias.name,
         "object": "model",
@@ -22,8 +49,12 @@ fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
         "owned_by": "switchboard",
         "backend": alias.backend.name,
         "flavor": alias.backend.flavor.as_str(),
-        "status": state_name(state.health.get(&alias.backend.name)),
+        "status": status,
+        "backends": replicas,
     });
+    if !alias.fallbacks.is_empty() {
+        v["fallbacks"] = json!(alias.fallbacks);
+    }
     if let Some(w) = alias.context_window {
         v["context_length"] = json!(w.get());
         v["max_model_len"] = json!(w.get());
@@ -71,6 +102,7 @@ pub async fn model(
 
 /// `GET /metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    state.record_breakers();
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -1,5 +1,6 @@
 //! The HTTP surface: workers and the accept loop, the Router, intake, the fixed routes' handlers.
 
+pub mod client_io;
 pub mod count;
 pub mod handlers;
 pub mod intake;

@@ -1,7 +1,9 @@
-//! Shared state: the live config snapshot (swapped atomically on reload), the upstream client, metrics.
+//! Shared state: the live config snapshot (swapped atomically on reload, on SIGHUP or a change
+//! of the file), the upstream client, metrics.
 
 pub mod probes;
 pub mod reload;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -200,6 +202,18 @@ impl AppState {
             .breaker(backend)
             .map(|b| b.state(std::time::Instant::now()));
         crate::fleet::health::shown_state(self.health.get(backend), breaker)
+    }
+
+    /// Set the breaker-state gauges of the live config's backends (at each scrape: a back-off
+    /// ends with time, not with an event).
+    pub fn record_breakers(&self) {
+        let snap = self.live.load();
+        let now = std::time::Instant::now();
+        for name in snap.config.backends.keys() {
+            if let Some(b) = snap.breaker(name) {
+                self.metrics.breaker_state(name, b.state(now));
+            }
+        }
     }
 
     /// Swap in a new config; requests in flight keep the snapshot they started with. A config

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::AppState;
-use crate::fleet::health::probe;
+use crate::fleet::health::{probe, BackendState};
 
 /// Probe every backend of the live config now, and record the results.
 pub async fn probe_all(state: &AppState) {
@@ -22,6 +22,12 @@ pub async fn probe_all(state: &AppState) {
     for (name, st) in futures_util::future::join_all(probes).await {
         state.health.set(&name, st);
         state.metrics.backend_state(&name, st);
+        // A half-open breaker takes the probe as its trial.
+        if let Some(b) = snap.breaker(&name) {
+            let now = std::time::Instant::now();
+            b.probed(st == BackendState::up, now);
+            state.metrics.breaker_state(&name, b.state(now));
+        }
     }
 }
 

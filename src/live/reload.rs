@@ -1,5 +1,5 @@
-//! Config reload on SIGHUP: load, validate, build the snapshot, swap; on any error the running
-//! config stays.
+//! Config reload (on SIGHUP, or when the file changes: see `watch`): load, validate, build the
+//! snapshot, swap; on any error the running config stays.
 
 use crate::live::AppState;
 
@@ -38,9 +38,10 @@ fn warn_at_restart(state: &AppState, cfg: &crate::config::Config) {
         ),
         ("server.workers", old.workers != new.workers),
         (
-            "server.connect_timeout_ms",
+            "server.connect_timeout_ms (for https backends)",
             old.connect_timeout != new.connect_timeout,
         ),
+        ("server.watch_config", old.watch_config != new.watch_config),
         (
             "server.shutdown_grace_secs",
             old.shutdown_grace != new.shutdown_grace,

@@ -6,7 +6,7 @@
 //! backend connection so the backend frees its slot.
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -16,6 +16,7 @@ use futures_util::FutureExt;
 use memchr::memmem;
 
 use crate::error::ProxyError;
+use crate::fleet::breaker::Breaker;
 use crate::fleet::slots::SlotPermit;
 use crate::json_scan::finder;
 use crate::observe::record::Record;
@@ -30,6 +31,8 @@ pub struct RelayOptions {
     pub transform: Option<Box<dyn EventTransform>>,
     /// The API of the stream: how an error event is written.
     pub adapter: &'static dyn Adapter,
+    /// The breaker of the backend streaming: a broken or stalled stream is its failure.
+    pub breaker: Option<Arc<Breaker>>,
 }
 
 /// Everything the relay tracks apart from the byte buffer.
@@ -198,7 +201,7 @@ struct Relay {
     upstream: BoxStream<'static, Result<Bytes, BoxError>>,
     buf: BytesMut,
     t: Tracker,
-    _permit: Option<SlotPermit>,
+    permit: Option<SlotPermit>,
     /// An upstream item read while coalescing, to be handled next.
     pending: Option<Option<Result<Bytes, BoxError>>>,
     /// Events have gone out; until then nothing is gathered and the first are flushed alone.
@@ -349,18 +352,35 @@ impl Relay {
             Some(held) => crate::wire::data_event(&held),
             None => Vec::new(),
         };
-        self.t
-            .ex
-            .metrics()
-            .upstream_error(UpstreamReason::stream_broken);
         let backend = self.t.ex.backend.clone().unwrap_or_default();
-        let err = ProxyError::UpstreamProtocol {
-            backend,
-            detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
+        let (reason, err) = match super::deadline::Expired::of(e) {
+            Some(expired) => (
+                UpstreamReason::timeout,
+                ProxyError::UpstreamTimeout {
+                    backend,
+                    elapsed: expired.limit(),
+                },
+            ),
+            None => (
+                UpstreamReason::stream_broken,
+                ProxyError::UpstreamProtocol {
+                    backend,
+                    detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
+                },
+            ),
         };
+        self.t.ex.metrics().upstream_error(reason);
+        if let Some(b) = &self.t.opts.breaker {
+            b.failure(Instant::now());
+        }
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
         out.extend_from_slice(&self.t.opts.adapter.stream_error(&err));
+        // Free the slot, the backend connection and the in-flight count now, not when the
+        // client has read the error event.
+        self.permit = None;
+        self.upstream = futures_util::stream::empty().boxed();
+        drop(self.t.ex.take());
         Bytes::from(out)
     }
 
@@ -414,7 +434,7 @@ pub fn relay(
             opts,
             saw_done: false,
         },
-        _permit: permit,
+        permit,
         pending: None,
         started: false,
         flushed: false,
@@ -447,6 +467,7 @@ mod tests {
             drop_usage_chunk: false,
             transform: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
+            breaker: None,
         };
         relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
     }

@@ -1,8 +1,10 @@
 //! Shape: the body the alias's backend gets — its model name spliced in, the usage chunk asked
 //! for on streams, reasoning in the history renamed to the field the backend reads.
 
+use bytes::Bytes;
+
 use super::Incoming;
-use crate::config::Alias;
+use crate::config::{Alias, Backend};
 use crate::reasoning::{self, InputField};
 use crate::wire::request::ParsedRequest;
 
@@ -21,4 +23,15 @@ pub fn shape(req: &Incoming, view: &ParsedRequest, alias: &Alias) -> Vec<u8> {
         }
     }
     body
+}
+
+/// `shaped` (the body shaped for the alias's first backend) as `backend` gets it: its history
+/// rewritten again only for a replica whose runtime reads reasoning under another field.
+pub fn for_backend(req: &Incoming, alias: &Alias, backend: &Backend, shaped: &Bytes) -> Bytes {
+    let target = InputField::for_flavor(backend.flavor);
+    if target == InputField::for_flavor(alias.backend.flavor) || !req.adapter.normalizes_reasoning()
+    {
+        return shaped.clone();
+    }
+    reasoning::rewrite_request_history(shaped, target).map_or_else(|| shaped.clone(), Bytes::from)
 }
