@@ -285,7 +285,10 @@ fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>
 }
 
 /// A path of fallbacks from the last alias of `path` that comes back to an alias on it.
-fn cycle_from(aliases: &BTreeMap<String, Arc<Alias>>, path: &mut Vec<String>) -> Option<Vec<String>> {
+fn cycle_from(
+    aliases: &BTreeMap<String, Arc<Alias>>,
+    path: &mut Vec<String>,
+) -> Option<Vec<String>> {
     let last = path.last().and_then(|n| aliases.get(n))?;
     for fb in &last.fallbacks {
         if fb == &last.name || !aliases.contains_key(fb) {
@@ -632,7 +635,11 @@ fn replicas(
     };
     let names: Vec<(String, &String)> = match (&raw.backend, &raw.backends) {
         (Some(_), Some(_)) => {
-            errs.push(bad("backends", "set", "and backend are both set: use one of the two"));
+            errs.push(bad(
+                "backends",
+                "set",
+                "and backend are both set: use one of the two",
+            ));
             return None;
         }
         (None, None) => {

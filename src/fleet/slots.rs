@@ -74,7 +74,10 @@ impl Slots {
 
     /// A slot now, without waiting.
     pub fn try_acquire(&self) -> Option<SlotPermit> {
-        Arc::clone(&self.sem).try_acquire_owned().ok().map(SlotPermit)
+        Arc::clone(&self.sem)
+            .try_acquire_owned()
+            .ok()
+            .map(SlotPermit)
     }
 
     /// Take a slot, waiting in the queue up to `timeout`.

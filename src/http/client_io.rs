@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -18,19 +18,46 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-/// Requests of a connection being served now (its answers not yet over).
-#[derive(Debug, Default)]
-pub struct Serving(AtomicU32);
+/// The requests of one connection: how many are being served now (their answers not over),
+/// how many have started, when the last one ended.
+#[derive(Debug)]
+pub struct Serving {
+    active: AtomicU32,
+    started: AtomicU32,
+    /// Nanoseconds from `base` to the end of the last request served.
+    ended: AtomicU64,
+    base: Instant,
+}
+
+impl Default for Serving {
+    fn default() -> Self {
+        Serving {
+            active: AtomicU32::new(0),
+            started: AtomicU32::new(0),
+            ended: AtomicU64::new(0),
+            base: Instant::now(),
+        }
+    }
+}
 
 impl Serving {
     /// A request's head was read: it is served until the returned guard is dropped.
     pub fn start(self: &Arc<Self>) -> Served {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.started.fetch_add(1, Ordering::AcqRel);
+        self.active.fetch_add(1, Ordering::AcqRel);
         Served(Arc::clone(self))
     }
 
     fn busy(&self) -> bool {
-        self.0.load(Ordering::Acquire) > 0
+        self.active.load(Ordering::Acquire) > 0
+    }
+
+    fn started(&self) -> u32 {
+        self.started.load(Ordering::Acquire)
+    }
+
+    fn ended(&self) -> Instant {
+        self.base + Duration::from_nanos(self.ended.load(Ordering::Acquire))
     }
 }
 
@@ -40,7 +67,10 @@ pub struct Served(Arc<Serving>);
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+        let s = &self.0;
+        let since = u64::try_from(s.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        s.ended.store(since, Ordering::Release);
+        s.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -82,7 +112,8 @@ impl http_body::Body for Tracked {
 pub struct ClientIo {
     tcp: TcpStream,
     serving: Arc<Serving>,
-    was_busy: bool,
+    /// Requests started as of the last idle moment seen.
+    seen: u32,
     header: Duration,
     idle: Duration,
     /// Since when no request is served.
@@ -98,7 +129,7 @@ impl ClientIo {
         ClientIo {
             tcp,
             serving,
-            was_busy: false,
+            seen: 0,
             header,
             idle,
             idle_since: now,
@@ -128,11 +159,13 @@ impl AsyncRead for ClientIo {
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         let busy = this.serving.busy();
-        if this.was_busy && !busy {
-            this.idle_since = Instant::now();
+        let started = this.serving.started();
+        if !busy && started != this.seen {
+            // Requests were served since the last look: idle since the last one ended.
+            this.seen = started;
+            this.idle_since = this.serving.ended();
             this.head_since = None;
         }
-        this.was_busy = busy;
         let before = buf.filled().len();
         match Pin::new(&mut this.tcp).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -142,7 +175,16 @@ impl AsyncRead for ClientIo {
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if busy => Poll::Pending,
+            Poll::Pending if busy => {
+                // Keep a wake-up within the idle limit, so the connection is looked at again
+                // after the answer ends even if the client sends nothing.
+                let now = Instant::now();
+                if this.timer.deadline() <= now {
+                    this.timer.as_mut().reset(now + this.idle);
+                }
+                let _ = this.timer.as_mut().poll(cx);
+                Poll::Pending
+            }
             Poll::Pending => match this.expired(cx) {
                 Some(what) => Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what))),
                 None => Poll::Pending,

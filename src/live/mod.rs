@@ -73,7 +73,12 @@ impl Snapshot {
             .map(|b| {
                 let cfg = config.server.breaker;
                 let kept = previous
-                    .filter(|p| p.config.backends.get(&b.name).is_some_and(|o| o.url == b.url))
+                    .filter(|p| {
+                        p.config
+                            .backends
+                            .get(&b.name)
+                            .is_some_and(|o| o.url == b.url)
+                    })
                     .and_then(|p| p.breakers.get(&b.name));
                 let breaker = match kept {
                     Some(k) => {
@@ -124,8 +129,7 @@ impl Snapshot {
 
     /// The next turn of the tie-break between equally loaded replicas.
     pub fn next_turn(&self) -> usize {
-        self.turn
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The context guard of an alias, if it has one.

@@ -29,7 +29,12 @@ pub struct Chosen {
 pub type Refusal = Option<(FallbackReason, ProxyError)>;
 
 /// Why one replica cannot take a request now.
-fn unusable(state: &AppState, snap: &Snapshot, b: &Backend, now: Instant) -> Option<FallbackReason> {
+fn unusable(
+    state: &AppState,
+    snap: &Snapshot,
+    b: &Backend,
+    now: Instant,
+) -> Option<FallbackReason> {
     match state.health.get(&b.name) {
         Some(BackendState::down) => return Some(FallbackReason::down),
         Some(BackendState::loading) => return Some(FallbackReason::loading),

@@ -63,15 +63,24 @@ pub async fn handle(
         };
         let (alias, body) = (admitted.alias, Bytes::from(admitted.body));
         loop {
-            let chosen = match choose::choose(state, snap, &alias, &mut tries.tried, tries.key).await
-            {
-                Ok(c) => c,
-                Err(refusal) => break tries.refused(refusal),
-            };
+            let chosen =
+                match choose::choose(state, snap, &alias, &mut tries.tried, tries.key).await {
+                    Ok(c) => c,
+                    Err(refusal) => break tries.refused(refusal),
+                };
             rec.backend = Some(chosen.backend.name.clone());
             let body = shape::for_backend(&req, &alias, &chosen.backend, &body);
             let headers = tries.headers(&mut headers);
-            let sent = send::send(state, snap, rec, headers, &req.path, &alias, &chosen.backend, body);
+            let sent = send::send(
+                state,
+                snap,
+                rec,
+                headers,
+                &req.path,
+                &alias,
+                &chosen.backend,
+                body,
+            );
             match sent.await {
                 Ok(answer) => {
                     let served = respond::Served::new(req.adapter, &routed, &alias, chosen);

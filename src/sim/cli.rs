@@ -68,7 +68,7 @@ impl SimArgs {
             fail_after: self.fail_after,
             completion_tokens: self.completion_tokens,
             reasoning_tokens: self.reasoning_tokens,
-            gate: false,
+            ..SimConfig::default()
         }
     }
 
