@@ -71,9 +71,9 @@ async fn closed_after(mut tcp: tokio::net::TcpStream, trickle: Option<&[u8]>) ->
                     return;
                 }
             }
-            match tokio::time::timeout(Duration::from_millis(50), tcp.read(&mut buf)).await {
-                Ok(Ok(0) | Err(_)) => return,
-                Ok(Ok(_)) | Err(_) => {}
+            let read = tokio::time::timeout(Duration::from_millis(50), tcp.read(&mut buf)).await;
+            if let Ok(Ok(0) | Err(_)) = read {
+                return;
             }
         }
     })

@@ -269,7 +269,8 @@ fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>
     for start in aliases.keys() {
         let mut path = vec![start.clone()];
         if let Some(cycle) = cycle_from(aliases, &mut path) {
-            let mut key: Vec<String> = cycle.clone();
+            // The same cycle found from each of its aliases is reported once.
+            let mut key: Vec<String> = cycle[..cycle.len() - 1].to_vec();
             key.sort();
             let key = key.join(",");
             if !reported.contains(&key) {
@@ -891,6 +892,59 @@ mod tests {
         assert!(e.contains("server.listen: \"nowhere\""), "{e}");
         assert!(
             e.contains("server.reasoning_field: \"thoughts\" is not one of"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn replicas_fallbacks_and_timeouts_are_checked() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[backends.gpu2]\nurl = \"http://h:2\"\nflavor = \"vllm\"\nstream_idle_timeout_ms = 500\n[aliases.r]\nbackends = [\"gpu\", \"gpu2\"]\nfallbacks = [\"frank-zealot\"]"
+        ))
+        .unwrap();
+        let r = &cfg.aliases["r"];
+        let names: Vec<&str> = r.backends.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["gpu", "gpu2"]);
+        assert_eq!(r.backend.name, "gpu");
+        assert_eq!(r.fallbacks, ["frank-zealot"]);
+        let idle = cfg.backends["gpu2"].timeouts.idle;
+        assert_eq!(idle, std::time::Duration::from_millis(500));
+        assert_eq!(cfg.backends["gpu"].timeouts, cfg.server.timeouts);
+
+        let e = errors("[aliases.x]\nbackend = \"gpu\"\nbackends = [\"gpu\"]");
+        assert!(
+            e.contains("aliases.x.backends: \"set\" and backend are both set"),
+            "{e}"
+        );
+        let e = errors("[aliases.x]\nupstream_model = \"m\"");
+        assert!(e.contains("aliases.x.backend: \"unset\" is needed"), "{e}");
+        let e = errors("[aliases.x]\nbackends = [\"gpu\", \"nope\", \"gpu\"]");
+        assert!(
+            e.contains("aliases.x.backends[1]: \"nope\" is not a defined backend"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.x.backends[2]: \"gpu\" is named twice"),
+            "{e}"
+        );
+        let e = errors("[aliases.x]\nbackend = \"gpu\"\nfallbacks = [\"x\", \"nope\"]");
+        assert!(
+            e.contains("aliases.x.fallbacks[0]: \"x\" is the alias itself"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.x.fallbacks[1]: \"nope\" is not a defined alias"),
+            "{e}"
+        );
+        let e = errors(
+            "[aliases.x]\nbackend = \"gpu\"\nfallbacks = [\"y\"]\n[aliases.y]\nbackend = \"gpu\"\nfallbacks = [\"x\"]",
+        );
+        assert!(e.contains("\"x -> y -> x\" is a cycle"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let e =
+            errors("[backends.z]\nurl = \"http://h:3\"\nflavor = \"vllm\"\ntotal_timeout_secs = 0");
+        assert!(
+            e.contains("backends.z.total_timeout_secs: must be greater than zero"),
             "{e}"
         );
     }
