@@ -1,6 +1,7 @@
 //! Configuration: load `routes.toml` plus `SWITCHBOARD_*` overrides, then validate into typed structs.
 
 mod raw;
+mod routing;
 mod validate;
 
 use std::path::Path;

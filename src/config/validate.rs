@@ -10,6 +10,7 @@ use http::HeaderValue;
 use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
+use super::routing::{context_fallbacks, fallbacks, replicas};
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
@@ -244,97 +245,6 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 }
 
-/// Each of `fallbacks` names another alias, and following them never comes back.
-fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
-    for a in aliases.values() {
-        for (i, fb) in a.fallbacks.iter().enumerate() {
-            let reason = if fb == &a.name {
-                "is the alias itself"
-            } else if !aliases.contains_key(fb) {
-                "is not a defined alias"
-            } else if a.fallbacks[..i].contains(fb) {
-                "is named twice"
-            } else {
-                continue;
-            };
-            errs.push(ConfigError::BadValue {
-                key: format!("aliases.{}.fallbacks[{i}]", a.name),
-                value: fb.clone(),
-                reason: reason.into(),
-            });
-        }
-    }
-    // A cycle: depth-first from every alias, over the fallbacks that exist.
-    let mut reported: Vec<String> = Vec::new();
-    for start in aliases.keys() {
-        let mut path = vec![start.clone()];
-        if let Some(cycle) = cycle_from(aliases, &mut path) {
-            // The same cycle found from each of its aliases is reported once.
-            let mut key: Vec<String> = cycle[..cycle.len() - 1].to_vec();
-            key.sort();
-            let key = key.join(",");
-            if !reported.contains(&key) {
-                reported.push(key);
-                errs.push(ConfigError::BadValue {
-                    key: format!("aliases.{}.fallbacks", cycle[0]),
-                    value: cycle.join(" -> "),
-                    reason: "is a cycle".into(),
-                });
-            }
-        }
-    }
-}
-
-/// A path of fallbacks from the last alias of `path` that comes back to an alias on it.
-fn cycle_from(
-    aliases: &BTreeMap<String, Arc<Alias>>,
-    path: &mut Vec<String>,
-) -> Option<Vec<String>> {
-    let last = path.last().and_then(|n| aliases.get(n))?;
-    for fb in &last.fallbacks {
-        if fb == &last.name || !aliases.contains_key(fb) {
-            continue;
-        }
-        if let Some(at) = path.iter().position(|p| p == fb) {
-            let mut cycle = path[at..].to_vec();
-            cycle.push(fb.clone());
-            return Some(cycle);
-        }
-        path.push(fb.clone());
-        if let Some(c) = cycle_from(aliases, path) {
-            return Some(c);
-        }
-        path.pop();
-    }
-    None
-}
-
-/// A context fallback must be another alias whose window is larger.
-fn context_fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
-    for a in aliases.values() {
-        let Some(fb) = &a.context_fallback else {
-            continue;
-        };
-        let key = format!("aliases.{}.context_fallback", a.name);
-        let reason = match (aliases.get(fb), a.context_window) {
-            (None, _) => Some("is not a defined alias".to_string()),
-            (Some(_), _) if fb == &a.name => Some("is the alias itself".to_string()),
-            (_, None) => Some("needs context_window on this alias".to_string()),
-            (Some(f), Some(w)) if f.context_window.is_some_and(|fw| fw <= w) => Some(format!(
-                "has a window no larger than this alias's {w} tokens"
-            )),
-            _ => None,
-        };
-        if let Some(reason) = reason {
-            errs.push(ConfigError::BadValue {
-                key,
-                value: fb.clone(),
-                reason,
-            });
-        }
-    }
-}
-
 fn socket_addr(key: &str, value: &str, errs: &mut Vec<ConfigError>) -> Option<SocketAddr> {
     match value.parse() {
         Ok(a) => Some(a),
@@ -367,47 +277,38 @@ fn nonzero(key: &str, value: u64, errs: &mut Vec<ConfigError>) -> u64 {
     value
 }
 
-fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
-    let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-    let listen = socket_addr("server.listen", listen, errs)
-        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 7700)));
-    let metrics_listen = raw
-        .metrics_listen
-        .as_deref()
-        .and_then(|v| socket_addr("server.metrics_listen", v, errs));
-    let reasoning = raw
-        .reasoning_field
-        .as_deref()
-        .unwrap_or("reasoning_content");
-    let api_keys = raw
-        .api_keys_env
-        .as_deref()
-        .and_then(|var| match std::env::var(var) {
-            Ok(v) => {
-                let keys: Vec<String> = v
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-                    .map(String::from)
-                    .collect();
-                if keys.is_empty() {
-                    errs.push(ConfigError::BadValue {
-                        key: "server.api_keys_env".into(),
-                        value: var.into(),
-                        reason: "holds no keys".into(),
-                    });
-                }
-                Some(keys)
-            }
-            Err(_) => {
+/// The client keys in the environment variable `server.api_keys_env` names.
+fn api_keys(var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String>> {
+    var.and_then(|var| match std::env::var(var) {
+        Ok(v) => {
+            let keys: Vec<String> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from)
+                .collect();
+            if keys.is_empty() {
                 errs.push(ConfigError::BadValue {
                     key: "server.api_keys_env".into(),
                     value: var.into(),
-                    reason: "is not set in the environment".into(),
+                    reason: "holds no keys".into(),
                 });
-                None
             }
-        });
+            Some(keys)
+        }
+        Err(_) => {
+            errs.push(ConfigError::BadValue {
+                key: "server.api_keys_env".into(),
+                value: var.into(),
+                reason: "is not set in the environment".into(),
+            });
+            None
+        }
+    })
+}
+
+/// The backend-side defaults of `[server]`: timeouts and the breaker.
+fn backend_side(raw: &RawServer, errs: &mut Vec<ConfigError>) -> (Timeouts, BreakerConfig) {
     let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
         Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
     };
@@ -450,6 +351,29 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         }),
         open_for: ms("server.breaker_open_ms", raw.breaker_open_ms, 10_000, errs),
     };
+    (timeouts, breaker)
+}
+
+fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
+    let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen = socket_addr("server.listen", listen, errs)
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 7700)));
+    let metrics_listen = raw
+        .metrics_listen
+        .as_deref()
+        .and_then(|v| socket_addr("server.metrics_listen", v, errs));
+    let reasoning = raw
+        .reasoning_field
+        .as_deref()
+        .unwrap_or("reasoning_content");
+    let api_keys = api_keys(raw.api_keys_env.as_deref(), errs);
+    let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
+        Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
+    };
+    let ms = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
+        Duration::from_millis(nonzero(key, v.unwrap_or(default), errs))
+    };
+    let (timeouts, breaker) = backend_side(&raw, errs);
     Server {
         timeouts,
         client_header_timeout: ms(
@@ -621,108 +545,9 @@ fn backend(
     })
 }
 
-/// The backends of an alias: `backend = "x"` or `backends = ["a", "b"]`, exactly one, each
-/// defined, none twice.
-fn replicas(
-    name: &str,
-    raw: &RawAlias,
-    backends: &BTreeMap<String, Arc<Backend>>,
-    errs: &mut Vec<ConfigError>,
-) -> Option<Vec<Arc<Backend>>> {
-    let bad = |key: &str, value: &str, reason: &str| ConfigError::BadValue {
-        key: format!("aliases.{name}.{key}"),
-        value: value.into(),
-        reason: reason.into(),
-    };
-    let names: Vec<(String, &String)> = match (&raw.backend, &raw.backends) {
-        (Some(_), Some(_)) => {
-            errs.push(bad(
-                "backends",
-                "set",
-                "and backend are both set: use one of the two",
-            ));
-            return None;
-        }
-        (None, None) => {
-            errs.push(bad("backend", "unset", "is needed (or backends = [...])"));
-            return None;
-        }
-        (Some(b), None) => vec![("backend".to_string(), b)],
-        (None, Some(list)) if list.is_empty() => {
-            errs.push(bad("backends", "[]", "names no backend"));
-            return None;
-        }
-        (None, Some(list)) => list
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (format!("backends[{i}]"), b))
-            .collect(),
-    };
-    let mut out: Vec<Arc<Backend>> = Vec::with_capacity(names.len());
-    let mut ok = true;
-    for (key, b) in names {
-        match backends.get(b) {
-            None if key == "backend" => {
-                errs.push(ConfigError::UnknownBackend {
-                    alias: name.to_string(),
-                    name: b.clone(),
-                });
-                ok = false;
-            }
-            None => {
-                errs.push(bad(&key, b, "is not a defined backend"));
-                ok = false;
-            }
-            Some(_) if out.iter().any(|o| &o.name == b) => {
-                errs.push(bad(&key, b, "is named twice"));
-                ok = false;
-            }
-            Some(found) => out.push(Arc::clone(found)),
-        }
-    }
-    ok.then_some(out)
-}
-
-fn alias(
-    name: &str,
-    raw: RawAlias,
-    backends: &BTreeMap<String, Arc<Backend>>,
-    errs: &mut Vec<ConfigError>,
-) -> Option<Alias> {
-    let replicas = replicas(name, &raw, backends, errs)?;
-    let backend = &replicas[0];
-    let context_window = match raw.context_window {
-        Some(0) => {
-            errs.push(ConfigError::Zero {
-                key: format!("aliases.{name}.context_window"),
-            });
-            None
-        }
-        w => w.and_then(NonZeroU32::new),
-    };
-    let mut inputs = Input::default();
-    for (i, kind) in raw
-        .inputs
-        .unwrap_or_else(|| vec!["text".into()])
-        .iter()
-        .enumerate()
-    {
-        match kind.as_str() {
-            "text" => {}
-            "image" => inputs.image = true,
-            "audio" => inputs.audio = true,
-            other => errs.push(ConfigError::BadValue {
-                key: format!("aliases.{name}.inputs[{i}]"),
-                value: other.into(),
-                reason: "is not one of text, image, audio".into(),
-            }),
-        }
-    }
-    let reasoning = raw
-        .reasoning_field
-        .as_deref()
-        .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
-    let think_tags = raw.think_tags.as_ref().and_then(|spec| {
+/// The alias's inline reasoning markers (`think_tags`, `think_tags_start_open`).
+fn think_tags(name: &str, raw: &RawAlias, errs: &mut Vec<ConfigError>) -> Option<Arc<ThinkTags>> {
+    let tags = raw.think_tags.as_ref().and_then(|spec| {
         match spec.resolve(raw.think_tags_start_open.unwrap_or(false)) {
             Ok(t) => Some(Arc::new(t)),
             Err(reason) => {
@@ -745,6 +570,50 @@ fn alias(
             reason: "needs think_tags".into(),
         });
     }
+    tags
+}
+
+fn alias(
+    name: &str,
+    raw: RawAlias,
+    backends: &BTreeMap<String, Arc<Backend>>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Alias> {
+    let replicas = replicas(name, &raw, backends, errs)?;
+    let backend = &replicas[0];
+    let context_window = match raw.context_window {
+        Some(0) => {
+            errs.push(ConfigError::Zero {
+                key: format!("aliases.{name}.context_window"),
+            });
+            None
+        }
+        w => w.and_then(NonZeroU32::new),
+    };
+    let mut inputs = Input::default();
+    for (i, kind) in raw
+        .inputs
+        .clone()
+        .unwrap_or_else(|| vec!["text".into()])
+        .iter()
+        .enumerate()
+    {
+        match kind.as_str() {
+            "text" => {}
+            "image" => inputs.image = true,
+            "audio" => inputs.audio = true,
+            other => errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.inputs[{i}]"),
+                value: other.into(),
+                reason: "is not one of text, image, audio".into(),
+            }),
+        }
+    }
+    let reasoning = raw
+        .reasoning_field
+        .as_deref()
+        .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
+    let think_tags = think_tags(name, &raw, errs);
     let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
     let guard = match context_window {
         Some(window) => {
