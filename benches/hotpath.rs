@@ -1,6 +1,6 @@
-//! Hot paths of every request: the request view and `model` rewrite, the usage read of an
-//! answer, and the per-request metrics recording. (Event transforms: `benches/reasoning.rs`;
-//! the guard: `benches/tokens.rs`.)
+//! Hot paths of every request: the request view and `model` rewrite, the shaping step, the
+//! usage read of an answer, the relay of a stream's events, and the per-request metrics
+//! recording. (Event transforms alone: `benches/reasoning.rs`; the guard: `benches/tokens.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -103,5 +103,100 @@ fn metrics_per_request(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, request_view, usage_of_answer, metrics_per_request);
+/// The shaping step on an alias that configures nothing (the byte searches only) and on one
+/// with defaults, a stripped field and an output cap (the members rewritten).
+fn shape_request(c: &mut Criterion) {
+    use switchboard::wire::shape::{shape, Api, Input, ShapeSpec};
+    let mut g = c.benchmark_group("shape");
+    let plain = ShapeSpec {
+        alias: "frank-zealot".into(),
+        inputs: Input::default(),
+        ..ShapeSpec::default()
+    };
+    let shaped = ShapeSpec {
+        defaults: json!({"temperature": 0.0, "chat_template_kwargs": {"enable_thinking": false}})
+            .as_object()
+            .cloned()
+            .unwrap(),
+        strip: vec!["logprobs".into()],
+        max_output_tokens: std::num::NonZeroU32::new(256),
+        ..plain.clone()
+    };
+    for (name, size) in [("1KB", 1 << 10), ("100KB", 100 << 10)] {
+        let b = body(size);
+        g.throughput(Throughput::Bytes(b.len() as u64));
+        g.bench_with_input(BenchmarkId::new("nothing_to_do", name), &b, |bench, b| {
+            bench.iter(|| shape(b, &plain, Api::ChatCompletions).unwrap())
+        });
+        g.bench_with_input(
+            BenchmarkId::new("defaults_and_cap", name),
+            &b,
+            |bench, b| bench.iter(|| shape(b, &shaped, Api::ChatCompletions).unwrap()),
+        );
+    }
+    g.finish();
+}
+
+/// A 200-token llama.cpp stream (role chunk, tokens, finish, usage chunk, `[DONE]`) through
+/// the relay, in one chunk, with the reasoning rewriter and the usage chunk dropped.
+fn relay_stream(c: &mut Criterion) {
+    use futures_util::StreamExt;
+    use switchboard::pipeline::relay::{relay, RelayOptions};
+    use switchboard::reasoning::{OutputField, StreamRewriter};
+    use switchboard::wire::EventTransform;
+    let tail = r#"],"created":1796026263,"id":"chatcmpl-sWeZjTLb4UlpUnXzDa8gBu2cJM9MTveM","model":"tiny-qwen3","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}"#;
+    let mut events = format!(
+        "data: {{\"choices\":[{{\"finish_reason\":null,\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":null}}}}{tail}\n\n"
+    );
+    for i in 0..200 {
+        events.push_str(&format!(
+            "data: {{\"choices\":[{{\"finish_reason\":null,\"index\":0,\"delta\":{{\"content\":\" word{i}\"}}}}{tail}\n\n"
+        ));
+    }
+    events.push_str(&format!(
+        "data: {{\"choices\":[{{\"finish_reason\":\"length\",\"index\":0,\"delta\":{{}}}}{tail}\n\n"
+    ));
+    events.push_str("data: {\"choices\":[],\"usage\":{\"completion_tokens\":200,\"prompt_tokens\":23,\"total_tokens\":223}}\n\ndata: [DONE]\n\n");
+    let events = bytes::Bytes::from(events);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let metrics = Metrics::new();
+    let alias = metrics.alias("frank-zealot");
+    let mut g = c.benchmark_group("relay");
+    g.throughput(Throughput::Elements(203));
+    g.bench_function("llamacpp_200_tokens", |bench| {
+        bench.iter(|| {
+            let ex = Record::start(&alias, Endpoint::chat_completions, String::new());
+            let upstream = futures_util::stream::iter([Ok::<_, switchboard::upstream::BoxError>(
+                events.clone(),
+            )])
+            .boxed();
+            let opts = RelayOptions {
+                drop_usage_chunk: true,
+                transform: Some(
+                    Box::new(StreamRewriter::new(OutputField::ReasoningContent, None))
+                        as Box<dyn EventTransform>,
+                ),
+                adapter: switchboard::wire::adapter(Endpoint::chat_completions),
+                breaker: None,
+            };
+            let body = relay(upstream, ex, None, opts);
+            rt.block_on(http_body_util::BodyExt::collect(body))
+                .unwrap()
+                .to_bytes()
+                .len()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    request_view,
+    shape_request,
+    usage_of_answer,
+    relay_stream,
+    metrics_per_request
+);
 criterion_main!(benches);

@@ -48,6 +48,7 @@ pub async fn run(path: &Path) -> Result<(), String> {
         );
         backend.url = sim.url();
         backend.api_key_env = None;
+        backend.ca_file = None;
         sims.push(sim);
     }
     let cfg = crate::config::validate(raw)

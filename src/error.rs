@@ -1,5 +1,6 @@
 //! One error type for everything a client can be told, rendered once as OpenAI's envelope.
 
+use std::fmt;
 use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -15,20 +16,33 @@ pub enum ProxyError {
     #[error(
         "The model `{model}` does not exist or you do not have access to it. Known models: {known}"
     )]
-    ModelNotFound { model: String, known: String },
+    ModelNotFound { model: Echo, known: String },
     #[error("you must provide a model parameter")]
     MissingModel,
-    #[error("invalid JSON body: {0}")]
+    #[error("invalid JSON body: {}", Clip(.0))]
     InvalidJson(String),
-    #[error("{0}")]
+    #[error("{}", Clip(.0))]
     InvalidRequest(String),
-    #[error("invalid value for {param}: {message}")]
+    #[error("invalid value for {param}: {}", Clip(.message))]
     InvalidParam {
         param: &'static str,
         message: String,
     },
+    #[error(
+        "model {alias} does not accept {kind} input, and the request has a part of type {part:?}"
+    )]
+    UnsupportedInput {
+        alias: String,
+        kind: &'static str,
+        /// The part's `type`.
+        part: String,
+        /// Where the part is: `messages` or `input`.
+        param: &'static str,
+    },
+    #[error("model {alias} does not accept image input, and the request has a top-level \"images\" field (backends ignore it, so it is not passed on)")]
+    LegacyImages { alias: String },
     #[error("unsupported content type {0:?}: send application/json")]
-    UnsupportedContentType(String),
+    UnsupportedContentType(Echo),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("{}", context_message(*.window, *.prompt, *.completion, *.estimate))]
@@ -39,15 +53,21 @@ pub enum ProxyError {
         estimate: bool,
     },
     #[error("no route for {method} {path}")]
-    NotFound { method: String, path: String },
+    NotFound { method: Echo, path: Echo },
     #[error("upstream {backend} is unreachable")]
     UpstreamConnect { backend: String },
     #[error("upstream {backend} did not answer within {elapsed:?}")]
     UpstreamTimeout { backend: String, elapsed: Duration },
     #[error("upstream {backend} is loading, retry later")]
     UpstreamLoading { backend: String, retry_after: u64 },
-    #[error("upstream {backend} failed: {detail}")]
+    #[error("upstream {backend} failed: {}", Clip(.detail))]
     UpstreamProtocol { backend: String, detail: String },
+    /// The backend's answer breaks HTTP/1.1 (a malformed head, chunk or trailer).
+    #[error("upstream {backend} sent a malformed answer: {}", Clip(.detail))]
+    UpstreamMalformed { backend: String, detail: String },
+    /// The TLS handshake with an https backend failed; `detail` says why, naming no address.
+    #[error("upstream {backend} is unreachable: {detail}")]
+    UpstreamTls { backend: String, detail: String },
     #[error("all {slots} slots of {alias} are busy and its queue is full")]
     Overloaded {
         alias: String,
@@ -68,6 +88,104 @@ pub enum ProxyError {
     },
     #[error("invalid or missing API key")]
     Unauthorized,
+}
+
+/// Most bytes of one piece of client input (a model name, a path, a header value) that an
+/// error message, and so a log line, repeats.
+pub const ECHO_LIMIT: usize = 256;
+/// Most bytes of a free-form message, which may quote input (as serde's errors do).
+pub const MESSAGE_LIMIT: usize = 1024;
+
+/// Client input as an error repeats it: its first `ECHO_LIMIT` bytes (cut at a character
+/// boundary), then, if there was more, `…` and the input's whole length. Made from the input
+/// without copying more than it shows.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Echo {
+    shown: String,
+    len: usize,
+}
+
+impl Echo {
+    pub fn new(input: &str) -> Echo {
+        Echo::of(input, ECHO_LIMIT)
+    }
+
+    /// The first `limit` bytes of what `input` displays as.
+    pub fn of(input: impl fmt::Display, limit: usize) -> Echo {
+        let mut w = Capped {
+            shown: String::new(),
+            limit,
+            len: 0,
+            cut: false,
+        };
+        let _ = fmt::write(&mut w, format_args!("{input}"));
+        Echo {
+            shown: w.shown,
+            len: w.len,
+        }
+    }
+
+    fn suffix(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.len > self.shown.len() {
+            write!(f, "… ({} bytes)", self.len)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Echo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)?;
+        self.suffix(f)
+    }
+}
+
+impl fmt::Debug for Echo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.shown)?;
+        self.suffix(f)
+    }
+}
+
+/// A writer that keeps the first `limit` bytes written to it and counts the rest.
+struct Capped {
+    shown: String,
+    limit: usize,
+    len: usize,
+    /// Something was left out: nothing more is kept, so what is shown is a prefix.
+    cut: bool,
+}
+
+impl fmt::Write for Capped {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.len += s.len();
+        if !self.cut {
+            let mut n = s.len().min(self.limit - self.shown.len());
+            self.cut = n < s.len();
+            while !s.is_char_boundary(n) {
+                n -= 1;
+            }
+            self.shown.push_str(&s[..n]);
+        }
+        Ok(())
+    }
+}
+
+/// A free-form message displayed with at most `MESSAGE_LIMIT` of its bytes.
+struct Clip<'a>(&'a str);
+
+impl fmt::Display for Clip<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.len() <= MESSAGE_LIMIT {
+            return f.write_str(self.0);
+        }
+        fmt::Display::fmt(&Echo::of(self.0, MESSAGE_LIMIT), f)
+    }
+}
+
+/// A message made from `e` (a parse error, say, which may quote the input), bounded.
+pub fn bounded(e: impl fmt::Display) -> String {
+    Echo::of(e, MESSAGE_LIMIT).to_string()
 }
 
 /// OpenAI's exact context-length wording, with an estimate marker where the count is one.
@@ -139,6 +257,18 @@ impl ProxyError {
                 Some(param),
                 Some("invalid_value"),
             ),
+            UnsupportedInput { param, .. } => (
+                BAD,
+                "invalid_request_error",
+                Some(param),
+                Some("unsupported_input"),
+            ),
+            LegacyImages { .. } => (
+                BAD,
+                "invalid_request_error",
+                Some("images"),
+                Some("unsupported_input"),
+            ),
             UnsupportedContentType(_) => (
                 BAD,
                 "invalid_request_error",
@@ -169,7 +299,7 @@ impl ProxyError {
                 None,
                 Some("bad_gateway"),
             ),
-            UpstreamProtocol { .. } => (
+            UpstreamProtocol { .. } | UpstreamMalformed { .. } | UpstreamTls { .. } => (
                 StatusCode::BAD_GATEWAY,
                 "server_error",
                 None,
@@ -289,6 +419,100 @@ mod tests {
             estimate: false,
         };
         assert_eq!(e.to_string(), "This model's maximum context length is 8192 tokens. However, your messages resulted in 8554 tokens. Please reduce the length of the messages.");
+    }
+
+    #[test]
+    fn unsupported_input_names_the_alias_and_the_part() {
+        let e = ProxyError::UnsupportedInput {
+            alias: "frank-dragoon".into(),
+            kind: "image",
+            part: "image_url".into(),
+            param: "messages",
+        };
+        assert_eq!(
+            e.to_string(),
+            "model frank-dragoon does not accept image input, and the request has a part of type \"image_url\""
+        );
+        let (status, kind, param, code) = e.parts();
+        assert_eq!(
+            (status.as_u16(), kind, param, code),
+            (
+                400,
+                "invalid_request_error",
+                Some("messages"),
+                Some("unsupported_input")
+            )
+        );
+        let e = ProxyError::LegacyImages {
+            alias: "frank-dragoon".into(),
+        };
+        assert!(e.to_string().contains("\"images\""), "{e}");
+        assert_eq!(e.parts().2, Some("images"));
+    }
+
+    #[test]
+    fn echoes_are_cut_at_a_character_boundary_with_the_length() {
+        assert_eq!(Echo::new("frank").to_string(), "frank");
+        assert_eq!(format!("{:?}", Echo::new("a\"b")), "\"a\\\"b\"");
+        let huge = "é".repeat(20 << 20);
+        let e = Echo::new(&huge);
+        assert_eq!(
+            e.to_string(),
+            format!("{}… (41943040 bytes)", "é".repeat(128))
+        );
+        // 255 bytes: the 128th `é` does not fit and is left out, not split.
+        let e = Echo::of(&huge, 255);
+        assert_eq!(
+            e.to_string(),
+            format!("{}… (41943040 bytes)", "é".repeat(127))
+        );
+        assert_eq!(
+            Echo::of(format_args!("{}{}", "ab", "é"), 3).to_string(),
+            "ab… (4 bytes)"
+        );
+        assert_eq!(
+            Echo::of(format_args!("{}{}", "é", "x"), 1).to_string(),
+            "… (3 bytes)"
+        );
+    }
+
+    #[test]
+    fn client_input_in_messages_is_bounded() {
+        let huge = "m".repeat(20 << 20);
+        let messages = [
+            ProxyError::ModelNotFound {
+                model: Echo::new(&huge),
+                known: "a, b".into(),
+            },
+            ProxyError::NotFound {
+                method: Echo::new("POST"),
+                path: Echo::new(&huge),
+            },
+            ProxyError::UnsupportedContentType(Echo::new(&huge)),
+            ProxyError::InvalidJson(huge.clone()),
+            ProxyError::InvalidRequest(huge.clone()),
+            ProxyError::InvalidParam {
+                param: "model",
+                message: huge.clone(),
+            },
+            ProxyError::UpstreamProtocol {
+                backend: "b".into(),
+                detail: huge.clone(),
+            },
+        ]
+        .map(|e| e.to_string());
+        for m in &messages {
+            assert!(m.len() < MESSAGE_LIMIT + 200, "{}", m.len());
+            assert!(m.contains("… (20971520 bytes)"), "{}", &m[m.len() - 40..]);
+        }
+        assert!(messages[0].starts_with(&format!(
+            "The model `{}… (20971520 bytes)` does not",
+            "m".repeat(256)
+        )));
+        assert_eq!(
+            bounded(format_args!("{}", "x".repeat(2000))).len(),
+            MESSAGE_LIMIT + "… (2000 bytes)".len()
+        );
     }
 
     #[test]

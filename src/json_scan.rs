@@ -3,6 +3,13 @@
 //! A quote inside a JSON string is always escaped (`\"`), so a `"key"` that follows no
 //! backslash and is followed by `:` is a real key, never text. These searches serve the
 //! hot path, where a full parse of a body would cost more than the rest of the request.
+//!
+//! A key can also be written with escapes (`"\u0075sage"` is `"usage"`), which no byte
+//! search of the plain spelling finds. A key made of ASCII letters, digits and `_` can only
+//! be written another way through a `\u00XX` escape of one of those characters, and
+//! [`may_escape_word`] finds every such escape: where it says no, the plain spelling is the
+//! only one, and a search for it answers what a full parse answers. Callers fall back to a
+//! parse where it says yes (rare: backends write such characters plainly).
 
 use memchr::arch::all::packedpair::HeuristicFrequencyRank;
 use memchr::memmem::{Finder, FinderBuilder};
@@ -62,6 +69,22 @@ pub(crate) fn values<'d>(
         })
 }
 
+/// Whether `data` may hold a `\u00XX` escape of an ASCII letter, digit or `_` (in a key or
+/// a string: both spell the same text as the plain characters). `false` means every key
+/// and string made of those characters is written plainly.
+pub(crate) fn may_escape_word(data: &[u8]) -> bool {
+    // Most payloads hold no backslash at all, and the rest few: a one-byte search finds them.
+    memchr::memchr_iter(b'\\', data).any(|at| {
+        let Some([b'u', b'0', b'0', hi, lo]) = data.get(at + 1..at + 6) else {
+            return false;
+        };
+        let hex = |b: u8| char::from(b).to_digit(16);
+        let code = hex(*hi).zip(hex(*lo)).map(|(h, l)| h * 16 + l);
+        code.and_then(char::from_u32)
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 /// `bytes` without its leading JSON whitespace.
 pub(crate) fn skip_ws(bytes: &[u8]) -> &[u8] {
     let n = bytes
@@ -83,5 +106,192 @@ mod tests {
         assert_eq!(found.len(), 2);
         assert!(found[0].starts_with(b"1,"));
         assert!(found[1].starts_with(b"\"v\""));
+    }
+
+    #[test]
+    fn escapes_of_word_characters_are_found() {
+        assert!(may_escape_word(br#"{"\u0075sage":1}"#));
+        assert!(may_escape_word(br#"{"us\u0061ge":1}"#));
+        assert!(may_escape_word(br#"{"a":"\u005F"}"#));
+        assert!(may_escape_word(br#"{"a":"\u0041"}"#));
+        assert!(!may_escape_word(
+            br#"{"a":"caf\u00e9 \u003cthink> \n \" \\"}"#
+        ));
+        assert!(!may_escape_word(br#"{"a":"\u00"}"#));
+        assert!(!may_escape_word(b"plain"));
+    }
+}
+
+/// Test support: the same JSON document written in other valid ways.
+#[cfg(test)]
+pub(crate) mod respell {
+    use serde_json::Value;
+
+    /// How a document may be re-spelled.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Style {
+        /// Drives every choice (whitespace, order, escapes).
+        pub seed: u64,
+        /// Whitespace may include line breaks (not for an SSE `data:` line).
+        pub newlines: bool,
+        /// Object members in a shuffled order.
+        pub reorder: bool,
+        /// Characters of keys and strings written as `\u` escapes now and then.
+        pub escapes: bool,
+    }
+
+    impl Style {
+        /// Spaces and tabs, any order, escapes or none (the seed's lowest bits pick):
+        /// what fits on one SSE line.
+        pub(crate) fn line(seed: u64) -> Style {
+            Style {
+                seed,
+                newlines: false,
+                reorder: seed & 1 == 0,
+                escapes: seed & 2 == 0,
+            }
+        }
+
+        /// Like [`Style::line`], and line breaks too.
+        pub(crate) fn body(seed: u64) -> Style {
+            Style {
+                newlines: true,
+                ..Style::line(seed)
+            }
+        }
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        /// splitmix64.
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// `v` written with the whitespace, member order and escapes `style` picks.
+    pub(crate) fn respell(v: &Value, style: Style) -> String {
+        let mut out = String::new();
+        let mut rng = Rng(style.seed);
+        ws(&mut out, &mut rng, style);
+        value(&mut out, v, &mut rng, style);
+        ws(&mut out, &mut rng, style);
+        out
+    }
+
+    fn ws(out: &mut String, rng: &mut Rng, style: Style) {
+        let kinds: &[char] = if style.newlines {
+            &[' ', '\t', '\n', '\r']
+        } else {
+            &[' ', '\t']
+        };
+        if rng.below(2) == 0 {
+            return;
+        }
+        for _ in 0..=rng.below(3) {
+            out.push(kinds[rng.below(kinds.len() as u64) as usize]);
+        }
+    }
+
+    fn value(out: &mut String, v: &Value, rng: &mut Rng, style: Style) {
+        match v {
+            Value::Object(map) => {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                if style.reorder {
+                    for i in (1..members.len()).rev() {
+                        members.swap(i, rng.below(i as u64 + 1) as usize);
+                    }
+                }
+                out.push('{');
+                ws(out, rng, style);
+                for (i, (k, v)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                        ws(out, rng, style);
+                    }
+                    string(out, k, rng, style);
+                    ws(out, rng, style);
+                    out.push(':');
+                    ws(out, rng, style);
+                    value(out, v, rng, style);
+                    ws(out, rng, style);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                ws(out, rng, style);
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                        ws(out, rng, style);
+                    }
+                    value(out, v, rng, style);
+                    ws(out, rng, style);
+                }
+                out.push(']');
+            }
+            Value::String(s) => string(out, s, rng, style),
+            other => out.push_str(&other.to_string()),
+        }
+    }
+
+    fn string(out: &mut String, s: &str, rng: &mut Rng, style: Style) {
+        out.push('"');
+        for c in s.chars() {
+            let short = match c {
+                '"' => Some("\\\""),
+                '\\' => Some("\\\\"),
+                '\n' => Some("\\n"),
+                '\r' => Some("\\r"),
+                '\t' => Some("\\t"),
+                '\u{8}' => Some("\\b"),
+                '\u{c}' => Some("\\f"),
+                '/' if style.escapes && rng.below(2) == 0 => Some("\\/"),
+                _ => None,
+            };
+            let must = c < ' ' || c == '"' || c == '\\';
+            if (must || style.escapes) && rng.below(4) == 0 || (must && short.is_none()) {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    if rng.below(2) == 0 {
+                        out.push_str(&format!("\\u{unit:04x}"));
+                    } else {
+                        out.push_str(&format!("\\u{unit:04X}"));
+                    }
+                }
+            } else if let Some(escape) = short {
+                out.push_str(escape);
+            } else {
+                out.push(c);
+            }
+        }
+        out.push('"');
+    }
+
+    #[test]
+    fn respelled_documents_parse_to_the_same_value() {
+        let v = serde_json::json!({"usage": {"prompt_tokens": 3}, "a\"b": ["x/\\y\n\u{1}", 1.5, null, true],
+            "e": "caf\u{e9} \u{1F600}", "n": -2});
+        for seed in 0..200 {
+            for style in [Style::line(seed), Style::body(seed)] {
+                let text = respell(&v, style);
+                let back: Value =
+                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                assert_eq!(back, v, "{text}");
+                if !style.newlines {
+                    assert!(!text.contains('\n') && !text.contains('\r'), "{text}");
+                }
+            }
+        }
     }
 }

@@ -4,8 +4,9 @@
 //! routed request, step by step) → `live` (the config snapshot in force) → `observe`
 //! (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the one HTTP
 //! client) → `wire` (one adapter per API) → `guard` → `config` → `tokens`, `reasoning` →
-//! `error`, `flavor`, `json_scan`. `.ci/module-cycles.py` fails the build on a cycle.
+//! `error`, `flavor`, `address`, `json_scan`. `.ci/module-cycles.py` fails the build on a cycle.
 
+pub mod address;
 pub mod alloc;
 pub mod config;
 pub mod demo;
@@ -17,6 +18,7 @@ pub mod http;
 mod json_scan;
 pub mod live;
 pub mod observe;
+pub mod path;
 pub mod pipeline;
 pub mod reasoning;
 pub mod sim;

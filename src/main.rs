@@ -86,7 +86,7 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     let grace = cfg.server.shutdown_grace;
     let n = cfg.server.workers;
     let metrics_listen = cfg.server.metrics_listen;
-    let state = AppState::new(cfg, path).map_err(|e| format!("invalid config:\n{e}"))?;
+    let state = new_state(cfg, path)?;
     if let Some(addr) = metrics_listen {
         let l = TcpListener::bind(addr)
             .await
@@ -117,8 +117,17 @@ fn load(path: &std::path::Path) -> Result<Config, String> {
     config::load(path).map_err(|e| format!("invalid config {}:\n{e}", path.display()))
 }
 
+/// The state of a loaded config; its CA files are read here.
+fn new_state(cfg: Config, path: Option<std::path::PathBuf>) -> Result<AppState, String> {
+    let shown = path
+        .as_ref()
+        .map(|p| format!(" {}", p.display()))
+        .unwrap_or_default();
+    AppState::new(cfg, path).map_err(|e| format!("invalid config{shown}:\n{e}"))
+}
+
 async fn routes(cfg: Config) -> Result<(), String> {
-    let state = AppState::new(cfg, None).map_err(|e| format!("invalid config:\n{e}"))?;
+    let state = new_state(cfg, None)?;
     switchboard::live::probes::probe_all(&state).await;
     let snap = state.live.load_full();
     println!(
@@ -164,7 +173,7 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
     } else {
         std::fs::read(request).map_err(|e| format!("{}: {e}", request.display()))?
     };
-    let state = AppState::new(cfg, None).map_err(|e| format!("invalid config:\n{e}"))?;
+    let state = new_state(cfg, None)?;
     let snap = state.live.load_full();
     let route = snap
         .routes
@@ -246,8 +255,8 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Check { config } => {
             let cfg = load(&config)?;
-            // The guards' tokenizers are loaded as a snapshot would load them.
-            switchboard::live::guards(&cfg, None)
+            // The CA files and tokenizers are loaded as start-up would load them.
+            switchboard::live::check(&cfg)
                 .map_err(|e| format!("invalid config {}:\n{e}", config.display()))?;
             println!(
                 "{}: ok ({} backends, {} aliases)",

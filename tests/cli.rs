@@ -29,7 +29,7 @@ fn r2_check_accepts_the_repo_config() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("ok (2 backends, 2 aliases)"), "{stdout}");
+    assert!(stdout.contains("ok (2 backends, 3 aliases)"), "{stdout}");
 }
 
 #[test]
@@ -149,4 +149,88 @@ tokenizer = {{ file = "{fx}/tokenizer.json.gz", config = "{fx}/tokenizer_config.
         stdout.contains("you requested 21 tokens (13 in the messages, 8 in the completion)"),
         "{stdout}"
     );
+}
+
+/// A config whose backend and client keys come from `SB_T17_B_KEY` and `SB_T17_CLIENT_KEYS`.
+const KEYED: &str = r#"
+[server]
+api_keys_env = "SB_T17_CLIENT_KEYS"
+[backends.b]
+url = "http://127.0.0.1:9"
+flavor = "vllm"
+api_key_env = "SB_T17_B_KEY"
+[aliases.a]
+backend = "b"
+"#;
+
+/// Run `command` on [`KEYED`] with the two key variables set; a run that has not ended
+/// within 30 s (a `serve` that accepted the config) is killed and fails the test.
+fn with_keys(command: &str, backend_key: &str, client_keys: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, KEYED);
+    let child = switchboard()
+        .args([command, "--config"])
+        .arg(&p)
+        .env("SB_T17_B_KEY", backend_key)
+        .env("SB_T17_CLIENT_KEYS", client_keys)
+        .env("SWITCHBOARD_SERVER__LISTEN", "127.0.0.1:0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            panic!("{command} kept running with key {backend_key:?}");
+        }
+    }
+}
+
+/// Regression (issue 17): a backend key with a trailing CR passed `check` and was then
+/// dropped from every request without a word. `check` and `serve` refuse it, naming the
+/// variable and never the key.
+#[test]
+fn r17_check_and_serve_refuse_a_key_that_cannot_be_sent() {
+    let ok = with_keys("check", "sk-backend-7", "sk-team-1,sk-team-2");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    for (backend_key, client_keys, key, what) in [
+        (
+            "sk-backend-7\r",
+            "sk-team-1",
+            "backends.b.api_key_env: \"SB_T17_B_KEY\"",
+            "a line break (CR or LF)",
+        ),
+        (
+            "sk-backend-7\u{1b}[0m",
+            "sk-team-1",
+            "backends.b.api_key_env: \"SB_T17_B_KEY\"",
+            "a control character",
+        ),
+        (
+            "sk-backend-7",
+            "sk-team-1,sk-t\u{e9}am-2",
+            "server.api_keys_env: \"SB_T17_CLIENT_KEYS\" key 2 of 2",
+            "not ASCII",
+        ),
+    ] {
+        for command in ["check", "serve"] {
+            let out = with_keys(command, backend_key, client_keys);
+            assert_eq!(out.status.code(), Some(2), "{command} {backend_key:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(key) && err.contains(what), "{command}: {err}");
+            assert!(
+                !err.contains("sk-backend") && !err.contains("sk-t"),
+                "{err}"
+            );
+            assert!(!String::from_utf8_lossy(&out.stdout).contains("sk-"));
+        }
+    }
 }

@@ -11,8 +11,8 @@ use figment::Figment;
 
 pub use raw::RawConfig;
 pub use validate::{
-    validate, Alias, Backend, BreakerConfig, Config, ConfigError, ConfigErrors, GuardConfig, Input,
-    Server, Timeouts,
+    bearer, validate, Alias, Backend, BreakerConfig, Config, ConfigError, ConfigErrors,
+    GuardConfig, Input, Server, Timeouts,
 };
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.

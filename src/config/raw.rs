@@ -56,6 +56,7 @@ pub struct RawBackend {
     pub header_timeout_secs: Option<u64>,
     pub stream_idle_timeout_ms: Option<u64>,
     pub total_timeout_secs: Option<u64>,
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,6 +77,12 @@ pub struct RawAlias {
     pub context_fallback: Option<String>,
     #[serde(default)]
     pub inputs: Option<Vec<String>>,
+    /// Request fields set when the client sent none (tables: member by member).
+    pub defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Top-level request fields removed before forwarding.
+    pub strip_params: Option<Vec<String>>,
+    /// Cap on the output tokens a request asks for.
+    pub max_output_tokens: Option<u32>,
     #[serde(default)]
     pub old_names: Vec<String>,
     pub reasoning_field: Option<String>,

@@ -11,9 +11,11 @@ use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
 use super::routing::{context_fallbacks, fallbacks, replicas};
+use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
+use crate::wire::shape::ShapeSpec;
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug)]
@@ -81,23 +83,21 @@ pub struct Backend {
     /// Base URL without a trailing slash, e.g. `http://dankclaw:7771`.
     pub url: String,
     pub flavor: Flavor,
-    /// `host:port` of a plain-http backend (served by the in-task pool); `None` for https.
-    pub authority: Option<String>,
+    /// `host:port` the backend is reached at (the URL's port, or its scheme's default).
+    pub authority: String,
     /// The URL's path, put before every request path (empty for a server root).
     pub path_prefix: String,
+    /// For an https backend: the name its certificate must show, and its `ca_file`.
+    pub tls: Option<TlsSpec>,
     pub slots: NonZeroU32,
     pub queue: u32,
-    /// The backend's own key; replaces the client's Authorization when set. Never logged.
-    pub api_key: Option<String>,
+    /// The backend's own key as the `Authorization: Bearer …` value that replaces the
+    /// client's, made and checked once here (marked sensitive: never logged or shown).
+    pub api_key: Option<HeaderValue>,
     pub timeouts: Timeouts,
 }
 
-/// Input kinds an alias accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Input {
-    pub image: bool,
-    pub audio: bool,
-}
+pub use crate::wire::shape::Input;
 
 #[derive(Debug)]
 pub struct Alias {
@@ -118,7 +118,8 @@ pub struct Alias {
     pub guard: Option<GuardConfig>,
     /// Where over-window requests go instead of being rejected (an alias with a larger window).
     pub context_fallback: Option<String>,
-    pub inputs: Input,
+    /// Defaults, stripped fields, the output cap and the input kinds taken.
+    pub shape: ShapeSpec,
     pub old_names: Vec<String>,
     pub reasoning_field: Option<OutputField>,
     /// Inline reasoning markers to split out of `content` (opt-in per alias).
@@ -294,6 +295,16 @@ fn api_keys(var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String
                     reason: "holds no keys".into(),
                 });
             }
+            // A key no header can carry would never match what a client sends.
+            for (i, k) in keys.iter().enumerate() {
+                if let Err(reason) = sendable(k) {
+                    errs.push(ConfigError::BadValue {
+                        key: "server.api_keys_env".into(),
+                        value: var.into(),
+                        reason: format!("key {} of {}: {reason}", i + 1, keys.len()),
+                    });
+                }
+            }
             Some(keys)
         }
         Err(_) => {
@@ -467,6 +478,36 @@ fn backend_timeouts(
     }
 }
 
+/// Why `key` cannot be sent as a header value as it is (nothing if it can): an API key is
+/// visible ASCII with no space. The reason never quotes the key.
+fn sendable(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("is empty".into());
+    }
+    let Some(at) = key.bytes().position(|b| !b.is_ascii_graphic()) else {
+        return Ok(());
+    };
+    let what = match key.as_bytes()[at] {
+        b'\r' | b'\n' => "a line break (CR or LF)",
+        b' ' | b'\t' => "a space or tab",
+        b if b.is_ascii_control() => "a control character",
+        _ => "a character that is not ASCII",
+    };
+    Err(format!(
+        "holds {what} at byte {at}, which cannot be sent in a header (the key is not shown)"
+    ))
+}
+
+/// A backend key as the sensitive `Authorization: Bearer …` value it is sent in, or why it
+/// cannot be one.
+pub fn bearer(key: &str) -> Result<HeaderValue, String> {
+    sendable(key)?;
+    let mut v =
+        HeaderValue::try_from(format!("Bearer {key}")).map_err(|_| "is not a header value")?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
 fn backend(
     name: &str,
     raw: RawBackend,
@@ -490,8 +531,9 @@ fn backend(
         Ok(u) => Ok(u),
         Err(e) => Err(e.to_string()),
     };
-    let url = match url {
-        Ok(u) => u,
+    let address = url.and_then(|u| crate::address::address(&u).map(|a| (u, a)));
+    let (url, address) = match address {
+        Ok(ua) => ua,
         Err(reason) => {
             errs.push(ConfigError::BadUrl {
                 key,
@@ -500,6 +542,21 @@ fn backend(
             });
             return None;
         }
+    };
+    let tls = match (address.server_name, raw.ca_file) {
+        (Some(server_name), ca_file) => Some(TlsSpec {
+            server_name,
+            ca_file,
+        }),
+        (None, Some(ca_file)) => {
+            errs.push(ConfigError::BadValue {
+                key: format!("backends.{name}.ca_file"),
+                value: ca_file.display().to_string(),
+                reason: "is only for an https url".into(),
+            });
+            None
+        }
+        (None, None) => None,
     };
     let slots = raw.slots.unwrap_or(1);
     let Some(slots) = NonZeroU32::new(slots) else {
@@ -510,7 +567,17 @@ fn backend(
     };
     let api_key = match raw.api_key_env {
         Some(var) => match std::env::var(&var) {
-            Ok(k) => Some(k),
+            Ok(k) => match bearer(&k) {
+                Ok(v) => Some(v),
+                Err(reason) => {
+                    errs.push(ConfigError::BadValue {
+                        key: format!("backends.{name}.api_key_env"),
+                        value: var,
+                        reason,
+                    });
+                    None
+                }
+            },
             Err(_) => {
                 errs.push(ConfigError::BadValue {
                     key: format!("backends.{name}.api_key_env"),
@@ -522,21 +589,12 @@ fn backend(
         },
         None => None,
     };
-    let authority = (url.scheme() == "http")
-        .then(|| {
-            Some(format!(
-                "{}:{}",
-                url.host_str()?,
-                url.port_or_known_default()?
-            ))
-        })
-        .flatten();
-    let path_prefix = url.path().trim_end_matches('/').to_string();
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),
-        authority,
-        path_prefix,
+        authority: address.authority,
+        path_prefix: address.path_prefix,
+        tls,
         flavor: raw.flavor,
         slots,
         queue: raw.queue.unwrap_or(64),
@@ -614,6 +672,15 @@ fn alias(
         .as_deref()
         .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
     let think_tags = think_tags(name, &raw, errs);
+    let shape = shape(
+        name,
+        inputs,
+        raw.defaults,
+        raw.strip_params,
+        raw.max_output_tokens,
+        context_window,
+        errs,
+    );
     let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
     let guard = match context_window {
         Some(window) => {
@@ -664,12 +731,97 @@ fn alias(
         context_window,
         guard,
         context_fallback: raw.context_fallback,
-        inputs,
+        shape,
         old_names: raw.old_names,
         reasoning_field: reasoning,
         think_tags,
         description: raw.description,
     })
+}
+
+/// Sampling fields whose value must be a number that is not negative.
+const NUMERIC: [&str; 6] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+];
+
+/// The keys `defaults`, `strip_params` and `max_output_tokens` of one alias.
+fn shape(
+    name: &str,
+    inputs: Input,
+    defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    strip: Option<Vec<String>>,
+    max_output_tokens: Option<u32>,
+    context_window: Option<NonZeroU32>,
+    errs: &mut Vec<ConfigError>,
+) -> ShapeSpec {
+    let strip = strip.unwrap_or_default();
+    let defaults = defaults.unwrap_or_default();
+    let mut bad = |key: String, value: String, reason: &str| {
+        errs.push(ConfigError::BadValue {
+            key,
+            value,
+            reason: reason.into(),
+        })
+    };
+    for (key, value) in &defaults {
+        let at = format!("aliases.{name}.defaults.{key}");
+        let shown = match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if crate::wire::shape::is_request_field(key) {
+            bad(at, shown, "is part of each request, not a default");
+        } else if strip.contains(key) {
+            bad(at, shown, "is also in strip_params");
+        } else if NUMERIC.contains(&key.as_str())
+            && !value.as_f64().is_some_and(|v| v >= 0.0 && v.is_finite())
+        {
+            bad(at, shown, "is not a number of zero or more");
+        }
+    }
+    for (i, key) in strip.iter().enumerate() {
+        let at = format!("aliases.{name}.strip_params[{i}]");
+        if key.is_empty() {
+            bad(at, key.clone(), "is empty");
+        } else if crate::wire::shape::is_request_field(key) {
+            bad(
+                at,
+                key.clone(),
+                "is part of each request and cannot be removed",
+            );
+        } else if strip[..i].contains(key) {
+            bad(at, key.clone(), "is listed twice");
+        }
+    }
+    let max_output_tokens = match (max_output_tokens, context_window) {
+        (Some(0), _) => {
+            errs.push(ConfigError::Zero {
+                key: format!("aliases.{name}.max_output_tokens"),
+            });
+            None
+        }
+        (Some(cap), Some(window)) if cap >= window.get() => {
+            bad(
+                format!("aliases.{name}.max_output_tokens"),
+                cap.to_string(),
+                &format!("leaves no room for a prompt in context_window {window}"),
+            );
+            None
+        }
+        (cap, _) => cap.and_then(NonZeroU32::new),
+    };
+    ShapeSpec {
+        alias: name.to_string(),
+        inputs,
+        defaults,
+        strip,
+        max_output_tokens,
+    }
 }
 
 #[cfg(test)]
@@ -691,6 +843,28 @@ mod tests {
         match from_toml(&format!("{BASE}\n{extra}")) {
             Ok(_) => panic!("config with {extra:?} was accepted"),
             Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn r17_keys_that_cannot_be_sent_are_refused_without_being_shown() {
+        let v = super::bearer("sk-backend_1.x~/+=").unwrap();
+        assert_eq!(v, "Bearer sk-backend_1.x~/+=");
+        assert!(v.is_sensitive());
+        assert!(!format!("{v:?}").contains("sk-backend"));
+        for (key, what) in [
+            ("sk-secret\r", "a line break (CR or LF) at byte 9"),
+            ("sk-secret\n", "a line break (CR or LF) at byte 9"),
+            ("sk-se cret", "a space or tab at byte 5"),
+            ("sk-\tsecret", "a space or tab at byte 3"),
+            ("sk-\x7fsecret", "a control character at byte 3"),
+            ("sk-\0secret", "a control character at byte 3"),
+            ("sk-sécret", "a character that is not ASCII at byte 4"),
+            ("", "is empty"),
+        ] {
+            let e = super::bearer(key).unwrap_err();
+            assert!(e.contains(what), "{key:?}: {e}");
+            assert!(!e.contains("secret"), "{e}");
         }
     }
 
@@ -729,6 +903,38 @@ mod tests {
         );
         let e = errors("[backends.b3]\nurl = \"not a url\"\nflavor = \"vllm\"");
         assert!(e.contains("backends.b3.url: \"not a url\""), "{e}");
+    }
+
+    /// Both schemes get an authority and a path prefix; https a server name and its
+    /// `ca_file`, which validation does not read; `ca_file` on an http URL is refused.
+    #[test]
+    fn backends_of_both_schemes_have_an_address() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[backends.s]\nurl = \"https://gpu-box.fleet/llm/\"\nflavor = \"vllm\"\nca_file = \"/nowhere/ca.pem\""
+        ))
+        .unwrap();
+        let (http, https) = (&cfg.backends["gpu"], &cfg.backends["s"]);
+        assert_eq!(
+            (http.authority.as_str(), http.path_prefix.as_str()),
+            ("dankclaw:7771", "")
+        );
+        assert!(http.tls.is_none());
+        assert_eq!(
+            (https.authority.as_str(), https.path_prefix.as_str()),
+            ("gpu-box.fleet:443", "/llm")
+        );
+        let tls = https.tls.as_ref().unwrap();
+        assert_eq!(tls.server_name.to_str(), "gpu-box.fleet");
+        assert_eq!(
+            tls.ca_file.as_deref(),
+            Some(std::path::Path::new("/nowhere/ca.pem"))
+        );
+        let e =
+            errors("[backends.p]\nurl = \"http://h:1\"\nflavor = \"vllm\"\nca_file = \"ca.pem\"");
+        assert!(
+            e.contains("backends.p.ca_file: \"ca.pem\" is only for an https url"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -814,6 +1020,66 @@ mod tests {
             errors("[backends.z]\nurl = \"http://h:3\"\nflavor = \"vllm\"\ntotal_timeout_secs = 0");
         assert!(
             e.contains("backends.z.total_timeout_secs: must be greater than zero"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn shaping_keys_are_typed() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[aliases.s]\nbackend = \"gpu\"\ncontext_window = 8192\ninputs = [\"text\", \"image\"]\n\
+             defaults = {{ temperature = 0.0, chat_template_kwargs = {{ enable_thinking = false }} }}\n\
+             strip_params = [\"logprobs\"]\nmax_output_tokens = 1024"
+        ))
+        .unwrap();
+        let s = &cfg.aliases["s"].shape;
+        assert_eq!(s.alias, "s");
+        assert!(s.inputs.image && !s.inputs.audio);
+        assert_eq!(
+            serde_json::Value::Object(s.defaults.clone()),
+            serde_json::json!({"temperature": 0.0, "chat_template_kwargs": {"enable_thinking": false}})
+        );
+        assert_eq!(s.strip, ["logprobs"]);
+        assert_eq!(s.max_output_tokens.map(|c| c.get()), Some(1024));
+        let plain = &cfg.aliases["frank-zealot"].shape;
+        assert!(plain.defaults.is_empty() && plain.strip.is_empty());
+        assert_eq!(plain.inputs, crate::wire::shape::Input::default());
+    }
+
+    #[test]
+    fn bad_shaping_keys_name_the_key_and_value() {
+        let e = errors("[aliases.s]\nbackend = \"gpu\"\ndefaults = { model = \"x\", temperature = \"hot\", top_p = 0.5 }");
+        assert!(
+            e.contains("aliases.s.defaults.model: \"x\" is part of each request, not a default"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.s.defaults.temperature: \"hot\" is not a number of zero or more"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 2, "{e}");
+        let e = errors("[aliases.s]\nbackend = \"gpu\"\nstrip_params = [\"stream\", \"seed\", \"seed\"]\ndefaults = { seed = 1 }");
+        assert!(
+            e.contains("aliases.s.strip_params[0]: \"stream\" is part of each request"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.s.strip_params[2]: \"seed\" is listed twice"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.s.defaults.seed: \"1\" is also in strip_params"),
+            "{e}"
+        );
+        let e = errors("[aliases.s]\nbackend = \"gpu\"\nmax_output_tokens = 0");
+        assert!(
+            e.contains("aliases.s.max_output_tokens: must be greater than zero"),
+            "{e}"
+        );
+        let e =
+            errors("[aliases.s]\nbackend = \"gpu\"\ncontext_window = 100\nmax_output_tokens = 100");
+        assert!(
+            e.contains("aliases.s.max_output_tokens: \"100\" leaves no room for a prompt in context_window 100"),
             "{e}"
         );
     }

@@ -4,9 +4,12 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
+use http::{header, HeaderMap, StatusCode};
+use prometheus_client::encoding::EncodeLabelValue;
+
 use crate::config::Backend;
 use crate::flavor::Flavor;
-use prometheus_client::encoding::EncodeLabelValue;
+use crate::upstream::{Client, SendError};
 
 /// A backend's health state.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -63,22 +66,21 @@ pub fn shown_state(
 /// llama.cpp answers `/health` 503 while loading; SGLang sends an empty 503 while starting;
 /// vLLM accepts connections but does not answer HTTP until loaded, so a read timeout after a
 /// successful connect means loading. A refused or failed connection means down.
-pub async fn probe(client: &reqwest::Client, backend: &Backend, timeout: Duration) -> BackendState {
+pub async fn probe(client: &Client, backend: &Backend, timeout: Duration) -> BackendState {
     let path = match backend.flavor {
         Flavor::Openai => "/v1/models",
         _ => "/health",
     };
-    let mut req = client
-        .get(format!("{}{}", backend.url, path))
-        .timeout(timeout);
-    if let Some(key) = &backend.api_key {
-        req = req.bearer_auth(key);
+    let path = format!("{}{path}", backend.path_prefix);
+    let mut headers = HeaderMap::new();
+    if let Some(auth) = &backend.api_key {
+        headers.insert(header::AUTHORIZATION, auth.clone());
     }
-    match req.send().await {
-        Ok(r) if r.status().is_success() => BackendState::up,
-        Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => BackendState::loading,
+    match client.get(backend.origin(), &path, &headers, timeout).await {
+        Ok(r) if r.status.is_success() => BackendState::up,
+        Ok(r) if r.status == StatusCode::SERVICE_UNAVAILABLE => BackendState::loading,
         Ok(_) => BackendState::down,
-        Err(e) if e.is_timeout() && !e.is_connect() => BackendState::loading,
+        Err(SendError::Timeout) => BackendState::loading,
         Err(_) => BackendState::down,
     }
 }

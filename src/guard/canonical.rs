@@ -8,6 +8,7 @@
 use serde_json::Value;
 
 use crate::error::ProxyError;
+use crate::json_scan;
 
 /// The numbers a context error carries.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +36,11 @@ pub fn from_backend_error(status: u16, body: &[u8], window: u32) -> Option<Proxy
 pub fn from_sse_event(data: &[u8], window: u32) -> Option<ProxyError> {
     let text = std::str::from_utf8(data).ok()?.trim();
     let text = text.strip_prefix("data:").unwrap_or(text).trim_start();
-    if !text.starts_with('{') || !text.contains("\"error\"") {
+    // Only an event with an `error` key is parsed; a key written with escapes may hide from
+    // the search, so such an event is parsed too.
+    if !text.starts_with('{')
+        || (!text.contains("\"error\"") && !json_scan::may_escape_word(text.as_bytes()))
+    {
         return None;
     }
     let v: Value = serde_json::from_str(text).ok()?;
@@ -233,6 +238,45 @@ mod tests {
         assert!(from_sse_event(br#"data: {"choices":[]}"#, 1).is_none());
         assert!(from_sse_event(b"data: [DONE]", 1).is_none());
         assert!(from_backend_error(400, b"maximum context length is 5 tokens", 7).is_none());
+    }
+
+    #[test]
+    fn r20_escaped_error_key_in_a_stream_is_recognised() {
+        let event = br#"data: {"\u0065rror": {"message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).", "code": 400}}"#;
+        assert_eq!(parts(from_sse_event(event, 1)), (8192, 9000, None));
+    }
+
+    proptest::proptest! {
+        /// Issue 20: a context error reads the same in any spelling (whitespace, member
+        /// order, escapes), in a stream event as in a body.
+        #[test]
+        fn r20_context_errors_read_the_same_in_any_spelling(
+            kind in 0u8..4,
+            prompt in 1u32..1_000_000,
+            window in 1u32..1_000_000,
+            seed: u64,
+        ) {
+            use crate::json_scan::respell::{respell, Style};
+            use serde_json::json;
+            let body = match kind {
+                0 => json!({"error": {"code": 400, "message": format!("request ({prompt} tokens) exceeds the available context size ({window} tokens), try increasing it"),
+                    "type": "exceed_context_size_error", "n_prompt_tokens": prompt, "n_ctx": window}}),
+                1 => json!({"error": {"object": "error", "message": format!("The input ({prompt} tokens) is longer than the model's context length ({window} tokens)."),
+                    "type": "BadRequestError", "param": null, "code": 400}}),
+                2 => json!({"object": "error", "message": format!("The input ({prompt} tokens) is longer than the model's context length ({window} tokens)."),
+                    "type": "BadRequestError", "param": null, "code": 400}),
+                _ => json!({"error": {"message": "bad temperature", "type": "BadRequestError"}}),
+            };
+            let compact = from_backend_error(400, body.to_string().as_bytes(), 7).map(|e| e.to_string());
+            let text = respell(&body, Style::line(seed));
+            let read = from_backend_error(400, text.as_bytes(), 7).map(|e| e.to_string());
+            proptest::prop_assert_eq!(&read, &compact);
+            // In a stream only the `{"error": …}` envelope is an error event.
+            let event = format!("data: {text}");
+            let streamed = from_sse_event(event.as_bytes(), 7).map(|e| e.to_string());
+            let want = if body.get("error").is_some() { compact } else { None };
+            proptest::prop_assert_eq!(streamed, want, "{}", text);
+        }
     }
 
     #[test]

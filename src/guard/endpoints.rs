@@ -3,13 +3,13 @@
 use serde_json::{json, Map, Value};
 
 use super::{count_error, GuardSpec};
-use crate::error::ProxyError;
+use crate::error::{bounded, ProxyError};
 
 /// `POST /tokenize` with `{model, messages, tools?}` → `{count, max_model_len, method}`:
 /// the prompt's count as the guard would make it exactly (media parts at their cost).
 pub async fn tokenize_response(
     spec: &GuardSpec,
-    client: &reqwest::Client,
+    client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Value, ProxyError> {
     let count = spec
@@ -28,11 +28,11 @@ pub async fn tokenize_response(
 /// → `{input_tokens}`, counted as the equivalent chat request.
 pub async fn count_tokens_response(
     spec: &GuardSpec,
-    client: &reqwest::Client,
+    client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Value, ProxyError> {
     let req: Value =
-        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
     let chat = anthropic_to_chat(&req)?;
     let bytes = serde_json::to_vec(&chat).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
     let count = spec

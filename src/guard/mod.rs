@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::config::{Alias, GuardConfig};
-use crate::error::ProxyError;
+use crate::error::{bounded, ProxyError};
 use crate::tokens::bound::{PromptView, ViewError};
 use crate::tokens::{CountError, Counter, MediaCosts, Method};
 use crate::wire::request::{apply_edits, span_of};
@@ -39,7 +39,7 @@ impl GuardSpec {
             &backend.url,
             &alias.upstream_model,
         )?;
-        counter.identify_backend(&backend.name, backend.api_key.as_deref());
+        counter.identify_backend(&backend.name, backend.api_key.as_ref());
         Ok(GuardSpec {
             window: cfg.window,
             counter: Arc::new(counter),
@@ -112,7 +112,7 @@ impl Verdict {
 /// the window (a prompt that fills the window leaves no room to answer).
 pub async fn check(
     spec: &GuardSpec,
-    client: &reqwest::Client,
+    client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Verdict, ProxyError> {
     let view = PromptView::parse(body).map_err(view_error)?;
@@ -180,7 +180,7 @@ struct Limits<'a> {
 /// both were sent) to `max_tokens`, leaving every other byte of the body as it was.
 pub fn clamp_body(body: &[u8], max_tokens: u32) -> Result<Vec<u8>, ProxyError> {
     let limits: Limits =
-        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
     let value = max_tokens.to_string().into_bytes();
     let edits = [limits.max_tokens, limits.max_completion_tokens]
         .into_iter()

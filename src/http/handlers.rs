@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::config::Alias;
-use crate::error::ProxyError;
+use crate::error::{Echo, ProxyError};
 use crate::live::AppState;
 
 use super::intake;
@@ -51,6 +51,7 @@ fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
         "flavor": alias.backend.flavor.as_str(),
         "status": status,
         "backends": replicas,
+        "inputs": alias.shape.inputs.names(),
     });
     if !alias.fallbacks.is_empty() {
         v["fallbacks"] = json!(alias.fallbacks);
@@ -93,7 +94,7 @@ pub async fn model(
     match snap.routes.resolve(&id) {
         Some(r) => Json(model_entry(&state, &r.alias)).into_response(),
         None => ProxyError::ModelNotFound {
-            model: id,
+            model: Echo::new(&id),
             known: snap.routes.known(),
         }
         .into_response(),
@@ -141,8 +142,8 @@ pub async fn routed_or_not_found(
 /// Any other path or method.
 pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method) -> Response {
     ProxyError::NotFound {
-        method: method.to_string(),
-        path: uri.path().to_string(),
+        method: Echo::new(method.as_str()),
+        path: Echo::new(uri.path()),
     }
     .into_response()
 }

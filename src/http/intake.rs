@@ -5,7 +5,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::error::ProxyError;
+use crate::error::{Echo, ProxyError};
 use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::upstream::exchange::X_API_KEY;
@@ -69,9 +69,9 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
     if essence.eq_ignore_ascii_case(b"application/json") || json_suffix {
         Ok(())
     } else {
-        Err(ProxyError::UnsupportedContentType(
-            String::from_utf8_lossy(value).into_owned(),
-        ))
+        Err(ProxyError::UnsupportedContentType(Echo::new(
+            &String::from_utf8_lossy(value),
+        )))
     }
 }
 
@@ -197,7 +197,7 @@ mod tests {
         );
         match check_content_type(&h) {
             Err(ProxyError::UnsupportedContentType(ct)) => {
-                assert_eq!(ct, "application/json\u{fffd}")
+                assert_eq!(ct.to_string(), "application/json\u{fffd}")
             }
             other => panic!("{other:?}"),
         }

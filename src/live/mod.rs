@@ -21,7 +21,8 @@ use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
 use crate::guard::GuardSpec;
 use crate::observe::metrics::{AliasMetrics, Metrics};
-use crate::upstream::Pool;
+use crate::upstream::tls::TlsSettings;
+use crate::upstream::Client;
 
 /// Everything derived from one config; a request uses one snapshot from start to end.
 #[derive(Debug)]
@@ -153,9 +154,9 @@ impl Snapshot {
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub live: Arc<ArcSwap<Snapshot>>,
-    pub client: reqwest::Client,
-    /// Plain-http backend connections, driven in the request's task (one pool per worker).
-    pub pool: Arc<Pool>,
+    /// Backend connections (http and https), driven in the request's task (one pool per
+    /// worker), with the TLS settings of the live config.
+    pub client: Client,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     /// Unix time the process started: the `created` of `/v1/models` entries.
@@ -165,16 +166,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// The state of a proxy serving `config`; fails when a guard's tokenizer cannot be loaded.
+    /// The state of a proxy serving `config`; fails, naming the key, when an https backend's
+    /// `ca_file` or a guard's tokenizer cannot be loaded.
     pub fn new(config: Config, config_path: Option<PathBuf>) -> Result<AppState, ConfigErrors> {
+        let tls = load_tls(&config)?;
         let metrics = Arc::new(Metrics::new());
-        let client = upstream_client(&config);
-        let pool = Arc::new(Pool::new(config.server.connect_timeout));
+        let client = Client::new(config.server.connect_timeout, tls);
         let snap = Snapshot::new(config, &metrics, None)?;
         Ok(AppState {
             live: Arc::new(ArcSwap::from_pointee(snap)),
             client,
-            pool,
             metrics,
             health: Arc::new(Health::default()),
             started: SystemTime::now()
@@ -185,13 +186,11 @@ impl AppState {
         })
     }
 
-    /// The same shared state with an upstream client of its own (one per worker thread, so
-    /// each worker's connection pool lives on its own runtime).
+    /// The same shared state with an upstream pool of its own (one per worker thread, so
+    /// each worker's connections live on its own runtime).
     pub fn with_own_client(&self) -> AppState {
-        let config = &self.live.load().config;
         AppState {
-            client: upstream_client(config),
-            pool: Arc::new(Pool::new(config.server.connect_timeout)),
+            client: self.client.for_worker(),
             ..self.clone()
         }
     }
@@ -223,8 +222,10 @@ impl AppState {
     /// Swap in a new config; requests in flight keep the snapshot they started with. A config
     /// whose snapshot cannot be built is refused and the running one kept.
     pub fn swap(&self, config: Config) -> Result<(), ConfigErrors> {
+        let tls = load_tls(&config)?;
         let previous = self.live.load_full();
         let next = Snapshot::new(config, &self.metrics, Some(&previous))?;
+        self.client.set_tls(tls);
         self.live.store(Arc::new(next));
         Ok(())
     }
@@ -279,17 +280,44 @@ pub fn guards(
     }
 }
 
-/// The pooled HTTP client used for every backend.
-fn upstream_client(config: &Config) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(config.server.connect_timeout)
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(1024)
-        .no_proxy()
-        .build()
-        .unwrap_or_else(|e| {
-            // Only a TLS back end failing to initialise gets here.
-            tracing::error!("cannot build the upstream client ({e}); using defaults");
-            reqwest::Client::default()
+/// What `switchboard check` loads besides the file: every https backend's CA file and every
+/// guard's tokenizer, as start-up and reload load them; every error, naming its key.
+pub fn check(config: &Config) -> Result<(), ConfigErrors> {
+    let (_, mut errors) = tls_settings(config);
+    if let Err(ConfigErrors(more)) = guards(config, None) {
+        errors.extend(more);
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Read the CA files of `config`'s https backends and make their TLS settings; the errors
+/// name the key (`backends.NAME.ca_file`). `switchboard check`, start-up and reload use it.
+pub fn load_tls(config: &Config) -> Result<TlsSettings, ConfigErrors> {
+    let (tls, errors) = tls_settings(config);
+    if errors.is_empty() {
+        Ok(tls)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn tls_settings(config: &Config) -> (TlsSettings, Vec<ConfigError>) {
+    let https = config.backends.values().filter_map(|b| {
+        let spec = b.tls.as_ref()?;
+        Some((b.name.as_str(), b.authority.as_str(), spec))
+    });
+    let (tls, errors) = TlsSettings::load(https);
+    let errors = errors
+        .into_iter()
+        .map(|e| ConfigError::BadValue {
+            key: format!("backends.{}.{}", e.backend, e.key),
+            value: e.value,
+            reason: e.reason,
         })
+        .collect();
+    (tls, errors)
 }

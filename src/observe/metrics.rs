@@ -363,6 +363,7 @@ impl Metrics {
             UpstreamReason::timeout,
             UpstreamReason::status_5xx,
             UpstreamReason::stream_broken,
+            UpstreamReason::protocol,
         ] {
             let _ = self.upstream_errors.get_or_create(&UpstreamLabels {
                 alias: Arc::clone(&name),

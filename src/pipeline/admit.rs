@@ -32,7 +32,7 @@ pub async fn admit(
 ) -> Result<Admitted, ProxyError> {
     let mut alias = Arc::clone(start);
     let admitted = loop {
-        let body = shape(req, &routed.view, &alias);
+        let body = shape(req, &routed.view, &alias)?;
         let spec = match snap.guard(&alias.name) {
             Some(spec) if req.adapter.guarded() => spec,
             _ => break Admitted { alias, body },

@@ -13,12 +13,13 @@ use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{BoxStream, StreamExt};
 use futures_util::FutureExt;
-use memchr::memmem;
+use memchr::memmem::Finder;
+use serde_json::Value;
 
 use crate::error::ProxyError;
 use crate::fleet::breaker::Breaker;
 use crate::fleet::slots::SlotPermit;
-use crate::json_scan::finder;
+use crate::json_scan::{self, finder};
 use crate::observe::record::Record;
 use crate::upstream::exchange::UpstreamReason;
 use crate::upstream::BoxError;
@@ -95,46 +96,126 @@ fn tagged_data(ev: &[u8]) -> Option<&[u8]> {
 }
 
 /// Searchers built once: building one per event costs more than the search.
-static CONTENT: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""content":""#));
-static REASONING_CONTENT: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| finder(br#""reasoning_content":""#));
-static REASONING: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""reasoning":""#));
-static TOOL_CALLS: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| finder(br#""tool_calls":["#));
-static TEXT_DELTA: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""delta":""#));
-static TEXT: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""text":""#));
-static USAGE: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""usage":{"#));
+static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""content""#));
+static REASONING_CONTENT: LazyLock<Finder<'static>> =
+    LazyLock::new(|| finder(br#""reasoning_content""#));
+static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""reasoning""#));
+static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""tool_calls""#));
+static DELTA: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""delta""#));
+static TEXT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""text""#));
+static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""usage""#));
+static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""error""#));
 
-/// A non-empty string value follows `key` somewhere in `data`.
-fn has_text(data: &[u8], key: &memmem::Finder<'static>) -> bool {
-    let len = key.needle().len();
-    key.find_iter(data)
-        .any(|i| data.get(i + len).is_some_and(|b| *b != b'"'))
+/// One event's data as the relay reads it: by key searches (`json_scan::values`, whitespace
+/// and key order as they come), which answer what a parse answers unless a word character
+/// is written as an escape; then from a parse, made once.
+pub(crate) struct Payload<'a> {
+    data: &'a [u8],
+    /// The parse, when the key searches cannot be sure (`Null` for data that is no JSON).
+    parsed: Option<Value>,
 }
 
-fn has_content(data: &[u8]) -> bool {
-    has_text(data, &CONTENT)
+impl<'a> Payload<'a> {
+    pub(crate) fn new(data: &'a [u8]) -> Self {
+        let parsed = json_scan::may_escape_word(data)
+            .then(|| serde_json::from_slice(data).unwrap_or(Value::Null));
+        Payload { data, parsed }
+    }
+
+    /// Some member named `name` (searched as `key`) anywhere has a value `bytes` or `value`
+    /// accepts (`bytes` sees the value's JSON text from its first byte on).
+    fn any(
+        &self,
+        key: &Finder<'static>,
+        name: &str,
+        bytes: fn(&[u8]) -> bool,
+        value: fn(&Value) -> bool,
+    ) -> bool {
+        match &self.parsed {
+            None => json_scan::values(self.data, key).any(bytes),
+            Some(v) => any_member(v, name, value),
+        }
+    }
+
+    /// A non-empty string is the value of some `name` member.
+    fn has_text(&self, key: &Finder<'static>, name: &str) -> bool {
+        self.any(
+            key,
+            name,
+            |v| v.first() == Some(&b'"') && v.get(1).is_some_and(|b| *b != b'"'),
+            |v| v.as_str().is_some_and(|s| !s.is_empty()),
+        )
+    }
+
+    pub(crate) fn has_content(&self) -> bool {
+        self.has_text(&CONTENT, "content")
+    }
+
+    pub(crate) fn has_token(&self) -> bool {
+        self.has_content()
+            || self.has_text(&REASONING_CONTENT, "reasoning_content")
+            || self.has_text(&REASONING, "reasoning")
+            || self.any(
+                &TOOL_CALLS,
+                "tool_calls",
+                |v| v.first() == Some(&b'['),
+                Value::is_array,
+            )
+    }
+
+    /// Responses (`"delta":"…"`) and Messages (`"text":"…"`) carry text this way.
+    pub(crate) fn has_tagged_text(&self) -> bool {
+        self.has_text(&DELTA, "delta") || self.has_text(&TEXT, "text")
+    }
+
+    /// Whether [`crate::wire::usage::of_event`] may find usage: some `usage` member is an object.
+    pub(crate) fn may_have_usage(&self) -> bool {
+        self.any(
+            &USAGE,
+            "usage",
+            |v| v.first() == Some(&b'{'),
+            Value::is_object,
+        )
+    }
+
+    /// An error event: the top-level object has an `error` that is not null.
+    pub(crate) fn is_error(&self) -> bool {
+        let top = |v: &Value| v.get("error").is_some_and(|e| !e.is_null());
+        match &self.parsed {
+            Some(v) => top(v),
+            // No `error` key anywhere is the common case; one somewhere is parsed to see
+            // whether it is the top level's.
+            None => {
+                json_scan::values(self.data, &ERROR).next().is_some()
+                    && serde_json::from_slice::<Value>(self.data).is_ok_and(|v| top(&v))
+            }
+        }
+    }
 }
 
-fn has_token(data: &[u8]) -> bool {
-    has_content(data)
-        || has_text(data, &REASONING_CONTENT)
-        || has_text(data, &REASONING)
-        || TOOL_CALLS.find(data).is_some()
+/// Some member named `name` at any depth of `v` has a value `accept` takes.
+fn any_member(v: &Value, name: &str, accept: fn(&Value) -> bool) -> bool {
+    match v {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| (k == name && accept(v)) || any_member(v, name, accept)),
+        Value::Array(items) => items.iter().any(|v| any_member(v, name, accept)),
+        _ => false,
+    }
 }
 
 impl Tracker {
     /// First and last token times of one event's data.
-    fn track(&mut self, data: &[u8], now: Instant) {
+    fn track(&mut self, data: &Payload<'_>, now: Instant) {
         if self.ex.first_content.is_some() {
             // Both first times are known: every later event only moves the last one.
             self.ex.last_token = Some(now);
             return;
         }
-        if has_token(data) {
+        if data.has_token() {
             self.ex.first_token.get_or_insert(now);
             self.ex.last_token = Some(now);
-            if self.ex.first_content.is_none() && has_content(data) {
+            if self.ex.first_content.is_none() && data.has_content() {
                 self.ex.first_content = Some(now);
             }
         }
@@ -145,14 +226,14 @@ impl Tracker {
             // An event with more fields is forwarded as it is; its data still counts for
             // TTFT and usage.
             if let Some(data) = tagged_data(ev) {
-                // Responses (`"delta":"…"`) and Messages (`"text":"…"`) carry text this way.
-                if has_text(data, &TEXT_DELTA) || has_text(data, &TEXT) {
+                let payload = Payload::new(data);
+                if self.ex.first_content.is_none() && payload.has_tagged_text() {
                     self.ex.first_token.get_or_insert(now);
                     self.ex.first_content.get_or_insert(now);
                     self.ex.last_token = Some(now);
                 }
-                self.track(data, now);
-                if USAGE.find(data).is_some() {
+                self.track(&payload, now);
+                if payload.may_have_usage() {
                     if let Some((usage, _)) = crate::wire::usage::of_event(data) {
                         self.ex.usage = Some(usage);
                     }
@@ -171,12 +252,13 @@ impl Tracker {
                 None => Action::Keep,
             };
         }
-        if data.starts_with(b"{\"error\"") {
+        let payload = Payload::new(data);
+        if payload.is_error() {
             self.ex.error = Some("error event from backend".into());
             return Action::Keep;
         }
-        self.track(data, now);
-        if USAGE.find(data).is_some() {
+        self.track(&payload, now);
+        if payload.may_have_usage() {
             if let Some((usage, usage_only)) = crate::wire::usage::of_event(data) {
                 self.ex.usage = Some(usage);
                 if usage_only && self.opts.drop_usage_chunk {
@@ -361,8 +443,14 @@ impl Relay {
                     elapsed: expired.limit(),
                 },
             ),
+            // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
+            // is the stream breaking off (the connection cut or reset).
             None => (
-                UpstreamReason::stream_broken,
+                if crate::upstream::is_malformed(e.as_ref()) {
+                    UpstreamReason::protocol
+                } else {
+                    UpstreamReason::stream_broken
+                },
                 ProxyError::UpstreamProtocol {
                     backend,
                     detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
@@ -530,6 +618,8 @@ mod tests {
 
     #[test]
     fn detects_tokens_and_content() {
+        let has_token = |d: &[u8]| Payload::new(d).has_token();
+        let has_content = |d: &[u8]| Payload::new(d).has_content();
         assert!(!has_token(
             br#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#
         ));
@@ -541,8 +631,116 @@ mod tests {
             br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#
         ));
         assert!(has_content(br#"{"choices":[{"delta":{"content":"Hi"}}]}"#));
+        assert!(has_content(
+            br#"{"choices": [{"delta": {"content": "Hi"}}]}"#
+        ));
+        assert!(has_content(
+            br#"{"choices":[{"delta":{"c\u006fntent":"Hi"}}]}"#
+        ));
         assert!(has_token(
             br#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#
         ));
+        assert!(has_token(
+            br#"{"choices":[{"delta":{"tool_calls" : [{"index":0}]}}]}"#
+        ));
+    }
+
+    /// Issue 20: a usage chunk written with spaces after the separators (Python's
+    /// `json.dumps`) is recognised, counted and dropped like a compact one.
+    #[tokio::test]
+    async fn r20_spaced_usage_chunk_is_dropped_for_a_client_that_did_not_ask() {
+        let metrics = crate::observe::metrics::Metrics::new();
+        let ex = Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into());
+        let chunks: Vec<Result<Bytes, BoxError>> = [
+            "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Hi\"}}]}\n\n",
+            "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 7, \"completion_tokens\": 3}}\n\n",
+            "data: {\"\\u0063hoices\":[],\"\\u0075sage\":{\"prompt_tokens\":1}}\n\n",
+            "data: [DONE]\n\n",
+        ]
+        .iter()
+        .map(|c| Ok(Bytes::from_static(c.as_bytes())))
+        .collect();
+        let opts = RelayOptions {
+            drop_usage_chunk: true,
+            transform: None,
+            adapter: crate::wire::adapter(Endpoint::chat_completions),
+            breaker: None,
+        };
+        let body = relay(futures_util::stream::iter(chunks).boxed(), ex, None, opts);
+        let out = http_body_util::BodyExt::collect(body)
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Hi\"}}]}\n\ndata: [DONE]\n\n"
+        );
+    }
+
+    /// The relay's readings of an event against what its full parse says.
+    mod agrees_with_the_parse {
+        use super::*;
+        use crate::json_scan::respell::{respell, Style};
+        use proptest::prelude::*;
+        use serde_json::json;
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just(String::new()),
+                "[a-z \"\\\\<>/:,{}\\[\\]\u{e9}\u{1F600}]{0,12}",
+                Just("\"usage\": {\"prompt_tokens\": 9}".to_owned()),
+                Just("\"error\": {}".to_owned()),
+            ]
+        }
+
+        /// Events of every kind a chat stream carries, and the other APIs' data.
+        fn event() -> impl Strategy<Value = Value> {
+            let field = prop::sample::select(vec!["content", "reasoning_content", "reasoning"]);
+            prop_oneof![
+                (field, text()).prop_map(|(field, t)| json!({"id": "c", "object": "chat.completion.chunk",
+                    "created": 1, "model": "m", "choices": [{"index": 0, "delta": {field: t}, "finish_reason": null}]})),
+                Just(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null}}]})),
+                text().prop_map(|t| json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                    "function": {"arguments": t}}]}}]})),
+                (0u64..1000, 0u64..1000, any::<bool>(), any::<bool>()).prop_map(|(p, c, only, timings)| {
+                    let mut v = json!({"id": "c", "choices": if only { json!([]) } else {
+                        json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]) },
+                        "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}});
+                    if timings {
+                        v["timings"] = json!({"prompt_per_second": 12.5, "predicted_per_second": 3.25});
+                    }
+                    v
+                }),
+                Just(json!({"choices": [{"index": 0, "delta": {}}], "usage": null})),
+                text().prop_map(|m| json!({"error": {"message": m, "type": "BadRequestError", "code": 400}})),
+                Just(json!({"error": null, "choices": []})),
+                text().prop_map(|t| json!({"type": "response.output_text.delta", "delta": t})),
+                text().prop_map(|t| json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": t}})),
+                text().prop_map(|t| json!({"type": "response.created", "response": {"error": null, "text": t}})),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn readings_match(event in event(), seed: u64) {
+                let data = respell(&event, Style::line(seed));
+                let data = data.as_bytes();
+                let p = Payload::new(data);
+                let parsed: Value = serde_json::from_slice(data).unwrap();
+                let text = |name| any_member(&parsed, name, |v| v.as_str().is_some_and(|s| !s.is_empty()));
+                prop_assert_eq!(p.has_content(), text("content"));
+                prop_assert_eq!(
+                    p.has_token(),
+                    text("content") || text("reasoning_content") || text("reasoning")
+                        || any_member(&parsed, "tool_calls", Value::is_array)
+                );
+                prop_assert_eq!(p.has_tagged_text(), text("delta") || text("text"));
+                prop_assert_eq!(p.is_error(), parsed.get("error").is_some_and(|e| !e.is_null()));
+                // The relay reads usage only where the gate lets it: never misses any.
+                let read = if p.may_have_usage() { crate::wire::usage::of_event(data) } else { None };
+                prop_assert_eq!(read, crate::wire::usage::of_event(data));
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@ use axum::http::{HeaderMap, HeaderName};
 
 use super::Incoming;
 use crate::config::Alias;
-use crate::error::ProxyError;
+use crate::error::{Echo, ProxyError};
 use crate::fleet::routes::Route;
 use crate::live::Snapshot;
 use crate::observe::record::Record;
@@ -29,7 +29,7 @@ pub fn resolve(snap: &Snapshot, rec: &mut Record, req: &Incoming) -> Result<Rout
         .routes
         .resolve(&view.model)
         .ok_or_else(|| ProxyError::ModelNotFound {
-            model: view.model.clone(),
+            model: Echo::new(&view.model),
             known: snap.routes.known(),
         })?;
     rec.stream = view.stream;
@@ -59,7 +59,7 @@ fn output_field(
             .ok_or_else(|| {
                 ProxyError::InvalidRequest(format!(
                     "invalid X-Reasoning-Field header {:?}: expected reasoning_content, reasoning or both",
-                    String::from_utf8_lossy(v.as_bytes())
+                    Echo::new(&String::from_utf8_lossy(v.as_bytes()))
                 ))
             }),
         None => Ok(alias

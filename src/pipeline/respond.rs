@@ -191,10 +191,15 @@ async fn whole(
                     elapsed: expired.limit(),
                 });
             }
-            m.upstream_error(UpstreamReason::stream_broken);
-            return Err(ProxyError::UpstreamProtocol {
-                backend: backend(),
-                detail: crate::upstream::chain(e.as_ref()),
+            let (backend, detail) = (backend(), crate::upstream::chain(e.as_ref()));
+            // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
+            // is the answer breaking off.
+            return Err(if crate::upstream::is_malformed(e.as_ref()) {
+                m.upstream_error(UpstreamReason::protocol);
+                ProxyError::UpstreamMalformed { backend, detail }
+            } else {
+                m.upstream_error(UpstreamReason::stream_broken);
+                ProxyError::UpstreamProtocol { backend, detail }
             });
         }
     };

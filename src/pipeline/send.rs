@@ -52,7 +52,6 @@ pub async fn send(
     let started = Instant::now();
     rec.sending();
     let sent = exchange::send(
-        &state.pool,
         &state.client,
         backend,
         path,

@@ -6,6 +6,7 @@ use super::field::{normalize, InputField, OutputField, Pieces, CONTENT};
 use super::scan::{self, TagStart};
 use super::splitter::Splitter;
 use super::tags::ThinkTags;
+use crate::json_scan;
 
 /// Rewrites a non-streaming chat.completion body so every message's reasoning sits under
 /// `output`, splitting inline tags out of `content` when `tags` is given (same machine as
@@ -18,9 +19,19 @@ pub fn rewrite_response_body(
     let tag_work = tags.is_some_and(|t| {
         scan::has_content_text(body) && (t.starts_open || TagStart::for_open(t).maybe_in(body))
     });
-    if !tag_work && !scan::needs_rename(body, output) {
+    // A key written with escapes hides from the byte searches: such a body is parsed.
+    if !tag_work && !scan::needs_rename(body, output) && !json_scan::may_escape_word(body) {
         return None;
     }
+    rewrite_parsed_response_body(body, output, tags)
+}
+
+/// [`rewrite_response_body`] by a parse of the body, without its byte searches.
+pub(crate) fn rewrite_parsed_response_body(
+    body: &[u8],
+    output: OutputField,
+    tags: Option<&ThinkTags>,
+) -> Option<Vec<u8>> {
     let mut value: Value = serde_json::from_slice(body).ok()?;
     let choices = value.get_mut("choices")?.as_array_mut()?;
     let mut changed = false;
@@ -43,9 +54,14 @@ pub fn rewrite_response_body(
 /// When a message has text under both names, the one the backend reads wins (unless it is
 /// empty) and the other is dropped.
 pub fn rewrite_request_history(body: &[u8], input: InputField) -> Option<Vec<u8>> {
-    if !scan::has_reasoning_named(body, input.other()) {
+    if !scan::has_reasoning_named(body, input.other()) && !json_scan::may_escape_word(body) {
         return None;
     }
+    rewrite_parsed_request_history(body, input)
+}
+
+/// [`rewrite_request_history`] by a parse of the body, without its byte search.
+pub(crate) fn rewrite_parsed_request_history(body: &[u8], input: InputField) -> Option<Vec<u8>> {
     let mut value: Value = serde_json::from_slice(body).ok()?;
     let messages = value.get_mut("messages")?.as_array_mut()?;
     let mut changed = false;

@@ -9,6 +9,7 @@ use super::field::{normalize, OutputField, Pieces, CONTENT};
 use super::scan::{self, TagStart};
 use super::splitter::Splitter;
 use super::tags::ThinkTags;
+use crate::json_scan;
 
 /// Top-level chunk keys copied into a flush chunk.
 const META_KEYS: [&str; 4] = ["id", "object", "created", "model"];
@@ -44,16 +45,25 @@ impl StreamRewriter {
     /// `data` is the payload of one SSE `data:` line (a JSON chat.completion.chunk, or `[DONE]`).
     /// Returns the payload to send: borrowed (same bytes) when nothing needed rewriting.
     pub fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {
+        // A key written with escapes hides from the byte searches: such a payload is parsed.
+        let searchable = || !json_scan::may_escape_word(data);
         if !self.may_rewrite(data) {
-            return Cow::Borrowed(data);
-        }
-        if self.tags.is_none() {
+            if searchable() {
+                return Cow::Borrowed(data);
+            }
+        } else if self.tags.is_none() && searchable() {
             // The common case (vLLM's `reasoning` to `reasoning_content`): a key rename in the
             // bytes, no parse.
             if let Some(renamed) = scan::rename_key(data, self.output) {
                 return Cow::Owned(renamed);
             }
         }
+        self.rewrite_parsed(data)
+    }
+
+    /// The rewrite by a parse of the payload, what [`StreamRewriter::rewrite`] gives without
+    /// its byte searches.
+    pub(crate) fn rewrite_parsed<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {
         let Ok(mut event) = serde_json::from_slice::<Value>(data) else {
             return Cow::Borrowed(data);
         };

@@ -1,9 +1,11 @@
 //! Byte searches that decide, without a JSON parse, whether a payload may need rewriting.
 //!
 //! They look for `"key"` followed by `:` and a value (`json_scan::values`: a quote inside a
-//! JSON string is always escaped, so such a match is a real key).
+//! JSON string is always escaped, so such a match is a real key; whitespace and key order
+//! as they come).
 //! They may answer "maybe" for a payload that needs nothing (a parse then finds nothing to
-//! do), never "no" for one that needs a rewrite.
+//! do), never "no" for one that needs a rewrite. A key written with escapes hides from them:
+//! callers take the parsing path for a payload where `json_scan::may_escape_word` says so.
 
 use std::sync::LazyLock;
 
@@ -84,10 +86,14 @@ pub(crate) fn has_tool_calls(data: &[u8]) -> bool {
     TOOL_CALLS.find(data).is_some()
 }
 
-/// The values of every `"index":` key, `None` where it is not a plain unsigned number.
+/// The values of every `"index":` key, `None` where it is not a plain unsigned integer
+/// (`1.0` and `1e0` are numbers a parse does not read as one).
 pub(crate) fn indices(data: &[u8]) -> impl Iterator<Item = Option<u64>> + '_ {
     values(data, &INDEX).map(|v| {
         let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
+        if matches!(v.get(digits), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
         std::str::from_utf8(v.get(..digits)?).ok()?.parse().ok()
     })
 }
@@ -163,6 +169,11 @@ mod tests {
         assert_eq!(
             indices(data).collect::<Vec<_>>(),
             vec![Some(0), Some(12), None]
+        );
+        let floats = br#"{"choices":[{"index":1.0},{"index":1e0},{"index":2 }]}"#;
+        assert_eq!(
+            indices(floats).collect::<Vec<_>>(),
+            vec![None, None, Some(2)]
         );
     }
 

@@ -232,3 +232,87 @@ fn history_round_trip_per_backend() {
         assert_eq!(out["messages"][0], request["messages"][0]);
     }
 }
+
+/// One chat stream event for the spelling property: reasoning under either name or both,
+/// content, a tool call, a second choice, the finish and the usage-only chunk.
+fn any_event() -> impl Strategy<Value = Value> {
+    let piece = || {
+        prop::collection::vec(
+            prop::sample::select(vec!["<think>", "</think>", "<", "a", " b", "\"", "\\", "é"]),
+            0..4,
+        )
+        .prop_map(|v| v.concat())
+    };
+    let delta = (0u8..6, piece(), piece()).prop_map(|(kind, a, b)| match kind {
+        0 => json!({ "reasoning_content": a }),
+        1 => json!({ "reasoning": a }),
+        2 => json!({ "reasoning": a, "reasoning_content": a }),
+        3 => json!({ "content": a, "reasoning_content": b }),
+        4 => json!({ "tool_calls": [{"index": 0, "function": {"arguments": a}}] }),
+        _ => json!({ "content": a }),
+    });
+    (delta, 0u64..2, any::<bool>(), 0u8..4).prop_map(|(delta, index, finish, kind)| match kind {
+        0 => json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"total_tokens": 3}}),
+        _ => json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": index, "delta": delta, "logprobs": null,
+                         "finish_reason": if finish { json!("stop") } else { Value::Null }}]}),
+    })
+}
+
+fn parsed(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+proptest! {
+    /// Issue 20: the byte searches that let an event pass unparsed, and the in-place key
+    /// rename, give what the parse gives for any spelling of the same events (whitespace,
+    /// member order, escapes in keys and strings).
+    #[test]
+    fn r20_stream_rewrite_agrees_with_the_parse_in_any_spelling(
+        events in prop::collection::vec((any_event(), any::<u64>()), 1..12),
+        output in prop::sample::select(OUTPUTS.to_vec()),
+        tags in prop::option::of(tags()),
+    ) {
+        use crate::json_scan::respell::{respell, Style};
+        let tags = tags.map(Arc::new);
+        let mut fast = StreamRewriter::new(output, tags.clone());
+        let mut slow = StreamRewriter::new(output, tags);
+        for (event, seed) in &events {
+            let data = respell(event, Style::line(*seed));
+            let a = fast.rewrite(data.as_bytes()).into_owned();
+            let b = slow.rewrite_parsed(data.as_bytes()).into_owned();
+            prop_assert_eq!(parsed(&a), parsed(&b), "{}", data);
+        }
+        prop_assert_eq!(fast.flush().map(|b| parsed(&b)), slow.flush().map(|b| parsed(&b)));
+    }
+
+    /// The same for a whole answer and for the history of a request.
+    #[test]
+    fn r20_body_rewrites_agree_with_the_parse_in_any_spelling(
+        event in any_event(),
+        seed: u64,
+        output in prop::sample::select(OUTPUTS.to_vec()),
+        tags in prop::option::of(tags()),
+    ) {
+        use crate::json_scan::respell::{respell, Style};
+        // The event's delta as a message of an answer and of a request's history.
+        let mut message = event["choices"][0]["delta"].clone();
+        if !message.is_object() {
+            message = json!({"content": "x"});
+        }
+        message["role"] = json!("assistant");
+        let answer = json!({"id": "c", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"total_tokens": 3}});
+        let text = respell(&answer, Style::body(seed));
+        let fast = rewrite_response_body(text.as_bytes(), output, tags.as_ref());
+        let slow = body::rewrite_parsed_response_body(text.as_bytes(), output, tags.as_ref());
+        prop_assert_eq!(fast.map(|b| parsed(&b)), slow.map(|b| parsed(&b)), "{}", text);
+        let request = json!({"model": "m", "messages": [{"role": "user", "content": "q"}, message]});
+        let text = respell(&request, Style::body(seed));
+        for input in [InputField::Reasoning, InputField::ReasoningContent] {
+            let fast = rewrite_request_history(text.as_bytes(), input);
+            let slow = body::rewrite_parsed_request_history(text.as_bytes(), input);
+            prop_assert_eq!(fast.map(|b| parsed(&b)), slow.map(|b| parsed(&b)), "{}", text);
+        }
+    }
+}

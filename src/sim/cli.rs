@@ -51,6 +51,9 @@ pub struct SimArgs {
     /// Reasoning tokens generated when reasoning is on.
     #[arg(long, default_value_t = 8)]
     pub reasoning_tokens: u32,
+    /// Write stream events with a space after every `,` and `:`, as Python's json.dumps does.
+    #[arg(long)]
+    pub spaced_json: bool,
 }
 
 impl SimArgs {
@@ -68,6 +71,7 @@ impl SimArgs {
             fail_after: self.fail_after,
             completion_tokens: self.completion_tokens,
             reasoning_tokens: self.reasoning_tokens,
+            spaced_json: self.spaced_json,
             ..SimConfig::default()
         }
     }
@@ -116,12 +120,14 @@ mod tests {
             "--think-tags",
             "--fail-after",
             "3",
+            "--spaced-json",
         ]);
         let cfg = cli.sim.config();
         assert_eq!(cfg.flavor, Flavor::Sglang);
         assert_eq!(cfg.ttft, Duration::from_millis(5));
         assert!(cfg.reasoning && cfg.think_tags_in_content);
         assert_eq!(cfg.fail_after, Some(3));
+        assert!(cfg.spaced_json);
         assert_eq!(cli.sim.addr().port(), 7001);
     }
 }

@@ -38,6 +38,9 @@ pub struct SimConfig {
     /// Answer every generation request with this status (and an error body) before any byte
     /// of an answer; changed at run time with [`super::Sim::fail_with`].
     pub fail_status: Option<u16>,
+    /// Write stream events as Python's `json.dumps` does, a space after every `,` and `:`
+    /// (`"usage": {…}`), as any OpenAI-compatible server may.
+    pub spaced_json: bool,
 }
 
 impl Default for SimConfig {
@@ -58,6 +61,7 @@ impl Default for SimConfig {
             gate: false,
             stall_after: None,
             fail_status: None,
+            spaced_json: false,
         }
     }
 }

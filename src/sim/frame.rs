@@ -115,6 +115,8 @@ pub(crate) struct Frame {
     kind: Kind,
     head: String,
     tail: String,
+    /// Events written with Python's separators (`", "`, `": "`).
+    spaced: bool,
 }
 
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -133,7 +135,14 @@ impl Frame {
             kind,
             head,
             tail,
+            spaced: false,
         }
+    }
+
+    /// Write the events with Python's separators.
+    pub fn spaced(mut self, spaced: bool) -> Self {
+        self.spaced = spaced;
+        self
     }
 
     fn event(&self, choice: impl FnOnce(&mut String), extra: &str) -> Bytes {
@@ -143,6 +152,14 @@ impl Frame {
         out.push_str(&self.tail);
         out.push_str(extra);
         out.push_str("}\n\n");
+        if self.spaced {
+            if let Some(json) = out
+                .strip_prefix("data: ")
+                .and_then(|o| o.strip_suffix("\n\n"))
+            {
+                out = format!("data: {}\n\n", python_separators(json));
+            }
+        }
         Bytes::from(out)
     }
 
@@ -169,6 +186,28 @@ impl Frame {
     }
 }
 
+/// Compact JSON text as Python's `json.dumps` writes it: `", "` and `": "` between items.
+pub(crate) fn python_separators(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() + json.len() / 8);
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        out.push(c);
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if c == ',' || c == ':' {
+            out.push(' ');
+        }
+    }
+    out
+}
+
 /// Appends `s` as a JSON string literal.
 pub(crate) fn push_json_str(out: &mut String, s: &str) {
     if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
@@ -183,4 +222,23 @@ pub(crate) fn push_json_str(out: &mut String, s: &str) {
 /// Tokens per second over `ms` milliseconds, finite even for zero time.
 pub(crate) fn per_second(n: u32, ms: f64) -> f64 {
     f64::from(n) * 1000.0 / ms.max(0.001)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_separators_space_only_outside_strings() {
+        let compact = r#"{"a":[1,2],"b":"x, y: \"z\",\\","usage":{"prompt_tokens":3}}"#;
+        let spaced = python_separators(compact);
+        assert_eq!(
+            spaced,
+            r#"{"a": [1, 2], "b": "x, y: \"z\",\\", "usage": {"prompt_tokens": 3}}"#
+        );
+        let a: Value = serde_json::from_str(compact).unwrap();
+        let b: Value = serde_json::from_str(&spaced).unwrap();
+        assert_eq!(a, b);
+    }
 }

@@ -52,7 +52,8 @@ struct Events {
 pub(crate) fn respond(sh: Arc<Shared>, req: &GenRequest, plan: Plan, gen: Generation) -> Response {
     let id = sh.next_id();
     let created = reply::unix_now();
-    let frame = Frame::new(dialect(sh.flavor()), req.kind, &id, created, &sh.model_json);
+    let frame = Frame::new(dialect(sh.flavor()), req.kind, &id, created, &sh.model_json)
+        .spaced(sh.cfg.spaced_json);
     let gate = sh.cfg.gate.then(|| sh.gate.subscribe());
     let events = Events {
         frame,

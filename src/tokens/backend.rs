@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
 use super::{saturate, CountError, MediaCosts};
@@ -10,18 +12,39 @@ use crate::flavor::Flavor;
 /// How long one counting round trip may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Where counting requests go: the backend's config name (what errors show, and what its TLS
+/// settings are found by), `host:port`, the URL's path prefix, https or not, its key.
+#[derive(Debug, Clone)]
+pub struct CountTarget {
+    pub name: String,
+    pub authority: String,
+    pub path_prefix: String,
+    pub tls: bool,
+    /// The backend's own `Authorization: Bearer` value (marked sensitive).
+    pub authorization: Option<http::HeaderValue>,
+}
+
+/// How counting reaches a backend: POST a JSON `body` to `path` (the prefix added) and give the
+/// status and the whole answer, within `timeout`. The upstream client implements it, so this
+/// module knows no HTTP client.
+pub trait Transport: Sync {
+    fn post_json<'a>(
+        &'a self,
+        to: &'a CountTarget,
+        path: &'a str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(u16, Bytes), String>>;
+}
+
 /// Counts through a backend's endpoints: llama.cpp `/apply-template` then `/tokenize`
 /// (`add_special: false`, `parse_special: true`, which equals its `usage.prompt_tokens`);
 /// vLLM `/tokenize` and SGLang `/v1/tokenize` in their messages form.
 #[derive(Debug, Clone)]
 pub struct BackendCounter {
     flavor: Flavor,
-    base: String,
+    to: CountTarget,
     upstream_model: String,
-    /// The backend's config name: what errors show clients (never its address).
-    name: String,
-    /// The backend's own key, sent as `Authorization: Bearer`.
-    api_key: Option<String>,
 }
 
 impl BackendCounter {
@@ -33,27 +56,30 @@ impl BackendCounter {
             );
         }
         let parsed = url::Url::parse(url).map_err(|e| format!("backend url {url:?}: {e}"))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(format!("backend url {url:?}: must be http or https"));
-        }
+        let address =
+            crate::address::address(&parsed).map_err(|e| format!("backend url {url:?}: {e}"))?;
         Ok(BackendCounter {
             flavor,
-            base: url.trim_end_matches('/').to_string(),
+            to: CountTarget {
+                name: parsed.host_str().unwrap_or("backend").to_string(),
+                authority: address.authority,
+                path_prefix: address.path_prefix,
+                tls: address.server_name.is_some(),
+                authorization: None,
+            },
             upstream_model: upstream_model.to_string(),
-            name: parsed.host_str().unwrap_or("backend").to_string(),
-            api_key: None,
         })
     }
 
     /// Name the backend in errors and authenticate with its key.
-    pub fn identify(&mut self, name: &str, api_key: Option<&str>) {
-        self.name = name.to_string();
-        self.api_key = api_key.map(String::from);
+    pub fn identify(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
+        self.to.name = name.to_string();
+        self.to.authorization = authorization.cloned();
     }
 
     pub async fn count(
         &self,
-        client: &reqwest::Client,
+        client: &dyn Transport,
         body: &[u8],
         media: &MediaCosts,
     ) -> Result<u32, CountError> {
@@ -125,34 +151,20 @@ impl BackendCounter {
 
     async fn post(
         &self,
-        client: &reqwest::Client,
+        client: &dyn Transport,
         path: &str,
         body: &Value,
     ) -> Result<Value, CountError> {
-        let url = format!("{}{}", self.base, path);
         let fail = |status: Option<u16>, detail: String| CountError::Backend {
-            backend: self.name.clone(),
+            backend: self.to.name.clone(),
             status,
             detail,
         };
         let bytes = serde_json::to_vec(body).map_err(|e| fail(None, e.to_string()))?;
-        let mut req = client
-            .post(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .timeout(TIMEOUT)
-            .body(bytes);
-        if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
-        }
-        let resp = req
-            .send()
+        let (status, text) = client
+            .post_json(&self.to, path, bytes, TIMEOUT)
             .await
-            .map_err(|e| fail(None, crate::upstream::exchange::without_url(&e)))?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .bytes()
-            .await
-            .map_err(|e| fail(Some(status), crate::upstream::exchange::without_url(&e)))?;
+            .map_err(|e| fail(None, e))?;
         if !(200..300).contains(&status) {
             let detail = String::from_utf8_lossy(&text[..text.len().min(300)]).into_owned();
             return Err(fail(Some(status), detail));
@@ -162,7 +174,7 @@ impl BackendCounter {
 
     fn shape(&self, detail: &str) -> CountError {
         CountError::Backend {
-            backend: self.name.clone(),
+            backend: self.to.name.clone(),
             status: Some(200),
             detail: detail.into(),
         }

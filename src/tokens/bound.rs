@@ -123,6 +123,12 @@ struct MessageContent<'a> {
 }
 
 #[derive(Deserialize)]
+struct ToolCalls<'a> {
+    #[serde(borrow, default)]
+    tool_calls: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
 struct PartType<'a> {
     #[serde(borrow, default, rename = "type")]
     kind: Option<std::borrow::Cow<'a, str>>,
@@ -161,7 +167,10 @@ impl PromptView {
             return Err(ViewError::Messages);
         }
         let mut bytes = len(raw);
-        if memmem::find(raw.as_bytes(), b"\"type\"").is_some() {
+        // A key written with escapes hides from the two searches: such a message is read as
+        // if it had both keys (the parse below finds what is there).
+        let escaped = crate::json_scan::may_escape_word(raw.as_bytes());
+        if escaped || memmem::find(raw.as_bytes(), b"\"type\"").is_some() {
             let msg: MessageContent = serde_json::from_str(raw).map_err(|_| ViewError::Messages)?;
             if let Some(content) = msg.content.filter(|c| c.get().starts_with('[')) {
                 let parts: Vec<&RawValue> =
@@ -184,7 +193,12 @@ impl PromptView {
                 }
             }
         }
-        if memmem::find(raw.as_bytes(), b"\"tool_calls\"").is_some() {
+        let tool_calls = if escaped {
+            serde_json::from_str::<ToolCalls>(raw).is_ok_and(|m| m.tool_calls.is_some())
+        } else {
+            memmem::find(raw.as_bytes(), b"\"tool_calls\"").is_some()
+        };
+        if tool_calls {
             self.tool_call_message_bytes += bytes;
         }
         self.message_bytes += bytes;
@@ -285,6 +299,22 @@ mod tests {
         .prompt_bound(&costs);
         assert_eq!(v.prompt_bound(&costs), without + 30);
         assert!(v.message_bytes < 60, "{}", v.message_bytes);
+    }
+
+    /// Issue 20: media parts and tool calls count the same however the message is spelled.
+    #[test]
+    fn r20_escaped_keys_count_like_plain_ones() {
+        let plain = br#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"role":"assistant","content":"","tool_calls":[{"id":"t"}]}]}"#;
+        let escaped = br#"{"messages":[{"role":"user","content":[{"\u0074ype":"image_url","image_url":{"url":"x"}}]},{"role":"assistant","content":"","tool\u005fcalls":[{"id":"t"}]}]}"#;
+        let spaced = b"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\" : \"image_url\", \"image_url\": {\"url\": \"x\"}}]}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\" :\n[{\"id\": \"t\"}]}]}";
+        let p = PromptView::parse(plain).unwrap();
+        assert_eq!(p.media.images, 1);
+        assert!(p.tool_call_message_bytes > 0);
+        for other in [&escaped[..], &spaced[..]] {
+            let v = PromptView::parse(other).unwrap();
+            assert_eq!(v.media, p.media);
+            assert!(v.tool_call_message_bytes > 0);
+        }
     }
 
     #[test]

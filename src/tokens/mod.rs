@@ -193,9 +193,9 @@ impl Counter {
     }
 
     /// Name the backend in errors and authenticate with its key (backend counting only).
-    pub fn identify_backend(&mut self, name: &str, api_key: Option<&str>) {
+    pub fn identify_backend(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
         if let Inner::Backend(b) = &mut self.inner {
-            b.identify(name, api_key);
+            b.identify(name, authorization);
         }
     }
 
@@ -227,7 +227,7 @@ impl Counter {
     /// blocking pool (and its fragments on rayon), never on the async workers.
     pub async fn count_prompt(
         &self,
-        client: &reqwest::Client,
+        client: &dyn crate::tokens::backend::Transport,
         body: &[u8],
         media: &MediaCosts,
     ) -> Result<u32, CountError> {

@@ -2,17 +2,16 @@
 
 use std::time::{Duration, Instant};
 
-use std::sync::Arc;
-
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use bytes::Bytes;
-use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
+use futures_util::stream::{BoxStream, StreamExt};
 use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
 use crate::error::ProxyError;
 use crate::upstream::hop;
-use crate::upstream::{BoxError, Pool, SendError};
+pub use crate::upstream::read_all;
+use crate::upstream::{BoxError, Client, SendError};
 
 /// Why an upstream exchange failed.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -21,15 +20,19 @@ pub enum UpstreamReason {
     connect,
     timeout,
     status_5xx,
+    /// The answer's body broke off (the connection cut or reset).
     stream_broken,
+    /// The backend's answer breaks HTTP/1.1: a malformed head, chunk or trailer.
+    protocol,
 }
 
 /// The metric reason of an error [`send`] returned.
 pub fn reason_of(e: &ProxyError) -> Option<UpstreamReason> {
     match e {
-        ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamProtocol { .. } => {
-            Some(UpstreamReason::connect)
-        }
+        ProxyError::UpstreamConnect { .. }
+        | ProxyError::UpstreamTls { .. }
+        | ProxyError::UpstreamProtocol { .. } => Some(UpstreamReason::connect),
+        ProxyError::UpstreamMalformed { .. } => Some(UpstreamReason::protocol),
         ProxyError::UpstreamTimeout { .. } => Some(UpstreamReason::timeout),
         _ => None,
     }
@@ -47,11 +50,8 @@ pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: boo
         headers.remove(header::AUTHORIZATION);
         headers.remove(X_API_KEY);
     }
-    if let Some(key) = &backend.api_key {
-        if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {key}")) {
-            v.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, v);
-        }
+    if let Some(auth) = &backend.api_key {
+        headers.insert(header::AUTHORIZATION, auth.clone());
     }
     if !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(
@@ -72,117 +72,52 @@ pub fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
 
 /// A backend's answer: status, headers and the body as a stream of chunks.
 pub struct Answer {
-    pub status: reqwest::StatusCode,
+    pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: BoxStream<'static, Result<Bytes, BoxError>>,
 }
 
-/// The whole body of an answer (a body that came in one piece is not copied).
-pub async fn read_all<S>(mut body: S) -> Result<Bytes, BoxError>
-where
-    S: futures_util::Stream<Item = Result<Bytes, BoxError>> + Unpin,
-{
-    let Some(first) = body.next().await.transpose()? else {
-        return Ok(Bytes::new());
-    };
-    let Some(second) = body.next().await.transpose()? else {
-        return Ok(first);
-    };
-    let mut out = bytes::BytesMut::with_capacity(first.len() + second.len());
-    out.extend_from_slice(&first);
-    out.extend_from_slice(&second);
-    while let Some(chunk) = body.next().await {
-        out.extend_from_slice(&chunk?);
-    }
-    Ok(out.freeze())
-}
-
 /// POST `body` to `backend` at `path_and_query`; errors mapped to what the client is told.
-/// Plain-http backends go through the in-task pool, which leaves the hop-by-hop fields out as
-/// it writes the request's head and reads the answer's; https ones through reqwest, which is
-/// handed the request's map without them and whose answer's map is cleared of them here.
-/// `Connection` and the fields it names stay in the answer's map ([`client_headers`]).
-#[allow(clippy::too_many_arguments)]
+/// The client leaves the hop-by-hop fields out as it writes the request's head and reads the
+/// answer's; `Connection` and the fields it names stay in the answer's map
+/// ([`client_headers`]). A failed TLS handshake is a connect failure with its reason.
 pub async fn send(
-    pool: &Arc<Pool>,
-    client: &reqwest::Client,
+    client: &Client,
     backend: &Backend,
     path_and_query: &str,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
     header_timeout: Duration,
 ) -> Result<Answer, ProxyError> {
     let started = Instant::now();
-    let timed_out = || ProxyError::UpstreamTimeout {
-        backend: backend.name.clone(),
-        elapsed: started.elapsed(),
+    let path = if backend.path_prefix.is_empty() {
+        std::borrow::Cow::Borrowed(path_and_query)
+    } else {
+        std::borrow::Cow::Owned(format!("{}{}", backend.path_prefix, path_and_query))
     };
-    let connect = || ProxyError::UpstreamConnect {
-        backend: backend.name.clone(),
-    };
-    if let Some(authority) = &backend.authority {
-        let path = if backend.path_prefix.is_empty() {
-            std::borrow::Cow::Borrowed(path_and_query)
-        } else {
-            std::borrow::Cow::Owned(format!("{}{}", backend.path_prefix, path_and_query))
-        };
-        let sent = pool.post_within(backend.timeouts.connect, authority, &path, headers, body);
-        return match tokio::time::timeout(header_timeout, sent).await {
-            Ok(Ok(r)) => Ok(Answer {
+    let sent = client.post(backend.origin(), &path, headers, body);
+    let failed = match tokio::time::timeout(header_timeout, sent).await {
+        Ok(Ok(r)) => {
+            return Ok(Answer {
                 status: r.status,
                 headers: r.headers,
                 body: r.body.boxed(),
-            }),
-            Ok(Err(SendError::Connect(_) | SendError::Unsent(_))) => Err(connect()),
-            Ok(Err(SendError::Protocol(detail))) => Err(ProxyError::UpstreamProtocol {
-                backend: backend.name.clone(),
-                detail,
-            }),
-            Err(_) => Err(timed_out()),
-        };
-    }
-    hop::drop_request(&mut headers);
-    let url = format!("{}{}", backend.url, path_and_query);
-    let req = client.post(url).headers(headers).body(body);
-    match tokio::time::timeout(header_timeout, req.send()).await {
-        Ok(Ok(mut resp)) => {
-            // The map is taken, not copied: the body stream needs nothing else of it.
-            let mut headers = std::mem::take(resp.headers_mut());
-            hop::drop_response(&mut headers);
-            Ok(Answer {
-                status: resp.status(),
-                headers,
-                body: resp
-                    .bytes_stream()
-                    .map_err(|e| BoxError::from(without_url(&e)))
-                    .boxed(),
             })
         }
-        Ok(Err(e)) if e.is_connect() => Err(connect()),
-        Ok(Err(e)) if e.is_timeout() => Err(timed_out()),
-        Ok(Err(e)) => Err(ProxyError::UpstreamProtocol {
-            backend: backend.name.clone(),
-            detail: without_url(&e),
-        }),
-        Err(_) => Err(timed_out()),
-    }
-}
-
-/// A reqwest error's text without the URL (which would leak the backend's address to clients).
-pub fn without_url(e: &reqwest::Error) -> String {
-    let mut s = String::new();
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(err) = source {
-        if !s.is_empty() {
-            s.push_str(": ");
-        }
-        s.push_str(&err.to_string());
-        source = err.source();
-    }
-    if s.is_empty() {
-        s = "request failed".into();
-    }
-    s
+        Ok(Err(e)) => e,
+        Err(_) => SendError::Timeout,
+    };
+    let backend = backend.name.clone();
+    Err(match failed {
+        SendError::Connect(_) | SendError::Unsent(_) => ProxyError::UpstreamConnect { backend },
+        SendError::Tls(detail) => ProxyError::UpstreamTls { backend, detail },
+        SendError::Protocol(detail) => ProxyError::UpstreamProtocol { backend, detail },
+        SendError::Malformed(detail) => ProxyError::UpstreamMalformed { backend, detail },
+        SendError::Timeout => ProxyError::UpstreamTimeout {
+            backend,
+            elapsed: started.elapsed(),
+        },
+    })
 }
 
 /// Seconds a client should wait before retrying a loading backend.
@@ -204,11 +139,12 @@ mod tests {
             name: "b".into(),
             url: "http://127.0.0.1:1".into(),
             flavor: crate::flavor::Flavor::Llamacpp,
-            authority: Some("127.0.0.1:1".into()),
+            authority: "127.0.0.1:1".into(),
             path_prefix: String::new(),
+            tls: None,
             slots: NonZeroU32::MIN,
             queue: 1,
-            api_key: key.map(String::from),
+            api_key: key.map(|k| crate::config::bearer(k).unwrap()),
             timeouts: crate::config::Timeouts {
                 connect: Duration::from_secs(1),
                 first_byte: Duration::from_secs(1),

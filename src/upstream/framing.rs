@@ -1,5 +1,13 @@
 //! HTTP/1.1 response framing for the upstream client: the head (parsed by `httparse`), then the
 //! body by its length, its chunks or the end of the connection (RFC 9112 §6).
+//!
+//! Strict wherever leniency could change where a body ends: a head with both framings, a
+//! transfer coding other than `chunked` alone, or differing lengths is refused; every
+//! chunk-size line, chunk and trailer line must end in CRLF and follow its grammar.
+
+#[cfg(test)]
+mod fuzz;
+mod syntax;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -10,8 +18,10 @@ use crate::upstream::hop;
 pub const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields in a response head.
 const MAX_HEADERS: usize = 128;
-/// Longest chunk-size line (size and extensions) accepted.
+/// Longest chunk-size line (size, extensions and CRLF) accepted.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// Largest trailer section (its last, empty line included) accepted.
+const MAX_TRAILERS: usize = MAX_HEAD;
 /// Room in an answer's header map for the fields added to it before it goes to a client
 /// (the served alias, the request id, and a stream's `X-Accel-Buffering` and
 /// `Cache-Control`), so that adding them does not grow the map.
@@ -58,6 +68,10 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
             &mut fields,
         );
         let len = match parsed {
+            // However the head arrived: at once or in pieces.
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(format!("response head larger than {MAX_HEAD} bytes"))
+            }
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(format!("response head larger than {MAX_HEAD} bytes"))
@@ -77,12 +91,8 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
         }
         let version = resp.version;
         let fields = Fields(resp.headers);
-        let framing = framing(status, &fields)?;
-        // A message framed by Transfer-Encoding in HTTP/1.0, or carrying both framings, is
-        // read by its chunks and the connection is not reused (RFC 9112 §6.1, §6.3).
-        let te = fields.has("transfer-encoding");
-        let ambiguous = te && (version != Some(1) || fields.has("content-length"));
-        let keep_alive = framing != Framing::Close && !ambiguous && keeps_alive(version, &fields);
+        let framing = framing(status, version, &fields)?;
+        let keep_alive = framing != Framing::Close && keeps_alive(version, &fields);
         // Where each field handed on has its name and value in `buf`, to slice them once it
         // is frozen.
         let base = buf.as_ptr() as usize;
@@ -135,20 +145,34 @@ impl Fields<'_, '_> {
     }
 }
 
-/// RFC 9112 §6.3, for the answer to a POST.
-fn framing(status: StatusCode, fields: &Fields<'_, '_>) -> Result<Framing, String> {
+/// RFC 9112 §6.3, for the answer to a POST. Where the RFC lets a recipient read on through a
+/// doubtful framing (both framings, TE in HTTP/1.0, a coding the proxy cannot remove) the
+/// answer is refused: it is a backend's fault, and reading it one way or another could hand
+/// the client a body cut elsewhere than the backend meant.
+fn framing(
+    status: StatusCode,
+    version: Option<u8>,
+    fields: &Fields<'_, '_>,
+) -> Result<Framing, String> {
     if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok(Framing::Empty);
     }
     if fields.has("transfer-encoding") {
-        let last = fields
+        if version != Some(1) {
+            return Err("transfer-encoding in an HTTP/1.0 response".into());
+        }
+        if fields.has("content-length") {
+            return Err("both transfer-encoding and content-length".into());
+        }
+        // Chunked exactly once and last, with no coding under it: other codings would reach
+        // the client undecoded and unlabelled (transfer-encoding is hop-by-hop).
+        let mut codings = fields
             .elements("transfer-encoding")
-            .filter(|c| !c.is_empty())
-            .last();
-        return Ok(match last {
-            Some(c) if c.eq_ignore_ascii_case(b"chunked") => Framing::Chunked,
-            _ => Framing::Close,
-        });
+            .filter(|c| !c.is_empty());
+        return match (codings.next(), codings.next()) {
+            (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => Ok(Framing::Chunked),
+            _ => Err("transfer-encoding other than chunked alone".into()),
+        };
     }
     let mut length = None;
     for part in fields.elements("content-length") {
@@ -181,34 +205,41 @@ enum State {
     Length(u64),
     ChunkSize,
     ChunkData(u64),
-    /// The line break after a chunk's data.
+    /// The CRLF after a chunk's data.
     ChunkEnd,
-    Trailers,
+    /// The trailer section, with how many of its bytes were read.
+    Trailers(usize),
     Close,
     Done,
 }
 
+/// The line at the start of `buf` without its CRLF, and its length with it; `None` while no
+/// LF has come. A LF without a CR before it ends no line: that is an error.
+fn line(buf: &[u8], what: &str) -> Result<Option<(usize, usize)>, String> {
+    match memchr::memchr(b'\n', buf) {
+        None => Ok(None),
+        Some(eol) if eol > 0 && buf[eol - 1] == b'\r' => Ok(Some((eol - 1, eol + 1))),
+        Some(_) => Err(format!("{what} not ended by CRLF")),
+    }
+}
+
 /// The size of the chunk whose size line starts `buf`, the line removed; `None` while the line
-/// is incomplete. The line must start with a hex digit and end in CRLF where `httparse` says
-/// it ends; extensions are skipped.
+/// is incomplete. The line is `1*HEXDIG [ chunk-ext ] CRLF` (RFC 9112 §7.1), the size within
+/// u64, the extensions well-formed (and ignored).
 fn chunk_size(buf: &mut BytesMut) -> Result<Option<u64>, String> {
     let invalid = || "invalid chunk size line".to_string();
-    let Some(eol) = memchr::memchr(b'\n', buf) else {
-        if buf.len() > MAX_CHUNK_LINE {
+    let Some((content, len)) = line(buf, "chunk size line")? else {
+        if buf.len() >= MAX_CHUNK_LINE {
             return Err(invalid());
         }
         return Ok(None);
     };
-    if eol >= MAX_CHUNK_LINE || !buf[0].is_ascii_hexdigit() {
+    if len > MAX_CHUNK_LINE {
         return Err(invalid());
     }
-    match httparse::parse_chunk_size(&buf[..=eol]) {
-        Ok(httparse::Status::Complete((len, size))) if len == eol + 1 => {
-            buf.advance(len);
-            Ok(Some(size))
-        }
-        _ => Err(invalid()),
-    }
+    let size = syntax::chunk_size(&buf[..content]).ok_or_else(invalid)?;
+    buf.advance(len);
+    Ok(Some(size))
 }
 
 /// Turns the bytes read after the head into body data.
@@ -236,6 +267,8 @@ impl Decoder {
     /// Take the body data `buf` holds, removing what it consumed (framing included); bytes
     /// after the body's end stay in `buf`. A length-delimited or close-delimited body comes out
     /// as a slice of `buf`; the data of every complete chunk in `buf` comes out in one piece.
+    /// Malformed framing is an error once the data before it has come out, so the data a body
+    /// yields does not depend on how its bytes were split into reads.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
         match self.state {
             State::Done => return Ok(None),
@@ -258,14 +291,22 @@ impl Decoder {
             _ => {}
         }
         let mut out: Option<BytesMut> = None;
+        // Data decoded before an error goes out first; the error (which consumed nothing)
+        // comes again on the next call.
+        let fail = |out: Option<BytesMut>, e: String| match out {
+            Some(data) => Ok(Some(data.freeze())),
+            None => Err(e),
+        };
         loop {
             match self.state {
                 State::ChunkSize => {
-                    let Some(size) = chunk_size(buf)? else {
-                        break;
+                    let size = match chunk_size(buf) {
+                        Ok(Some(size)) => size,
+                        Ok(None) => break,
+                        Err(e) => return fail(out, e),
                     };
                     self.state = if size == 0 {
-                        State::Trailers
+                        State::Trailers(0)
                     } else {
                         State::ChunkData(size)
                     };
@@ -287,31 +328,30 @@ impl Decoder {
                 }
                 State::ChunkEnd => match buf.first() {
                     None => break,
-                    Some(b'\n') => {
-                        buf.advance(1);
-                        self.state = State::ChunkSize;
-                    }
                     Some(b'\r') if buf.len() < 2 => break,
                     Some(b'\r') if buf[1] == b'\n' => {
                         buf.advance(2);
                         self.state = State::ChunkSize;
                     }
-                    Some(_) => return Err("chunk data longer than its size".into()),
+                    Some(_) => return fail(out, "chunk data not followed by CRLF".into()),
                 },
-                State::Trailers => {
-                    // Trailer fields are read and dropped; an empty line ends the body.
-                    let Some(eol) = memchr::memchr(b'\n', buf) else {
-                        if buf.len() > MAX_HEAD {
-                            return Err("trailers too large".into());
-                        }
-                        break;
+                State::Trailers(seen) => {
+                    // Trailer fields are checked and dropped; an empty line ends the body.
+                    let (content, len) = match line(buf, "trailer line") {
+                        Ok(Some(l)) if seen + l.1 <= MAX_TRAILERS => l,
+                        Ok(None) if seen + buf.len() < MAX_TRAILERS => break,
+                        Ok(_) => return fail(out, "trailers too large".into()),
+                        Err(e) => return fail(out, e),
                     };
-                    let empty = buf[..eol].iter().all(|&b| b == b'\r');
-                    buf.advance(eol + 1);
-                    if empty {
+                    if content > 0 && !syntax::field_line(&buf[..content]) {
+                        return fail(out, "invalid trailer field".into());
+                    }
+                    buf.advance(len);
+                    if content == 0 {
                         self.state = State::Done;
                         break;
                     }
+                    self.state = State::Trailers(seen + len);
                 }
                 State::Length(_) | State::Close | State::Done => break,
             }
@@ -366,19 +406,43 @@ mod tests {
 
         let h = head("HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
-        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n");
-        assert_eq!(h.framing, Framing::Close);
         let h = head("HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n");
         assert_eq!(h.framing, Framing::Empty);
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\n");
         assert_eq!(h.framing, Framing::Length(3));
-
-        // Chunked in HTTP/1.0, or chunked with a length too: read by chunks, not reused.
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3\r\nContent-Length: 003\r\n\r\n");
+        assert_eq!(h.framing, Framing::Length(3));
         let h =
-            head("HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n");
-        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
-        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n");
-        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
+            head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: ,\r\n\r\n");
+        assert_eq!(h.framing, Framing::Chunked);
+    }
+
+    /// Regression (issue 17): framings the RFC lets a recipient read on through are refused.
+    #[test]
+    fn r17_doubtful_framings_are_refused() {
+        for bad in [
+            // Chunked in HTTP/1.0, or chunked with a length too (RFC 9112 §6.1, §6.3).
+            "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n",
+            // A coding the proxy cannot remove, before or instead of chunked; chunked twice.
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked;x=1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: \r\n\r\n",
+            // Lengths that differ, or are not digits, or do not fit.
+            "HTTP/1.1 200 OK\r\ncontent-length: 3, 4\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 3,\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: \r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 0x10\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 1 2\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 18446744073709551616\r\n\r\n",
+        ] {
+            assert!(parse_head(&mut BytesMut::from(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -445,16 +509,16 @@ mod tests {
         // A space that is not ASCII is not whitespace around a length or a coding.
         assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: 2\xC2\xA0\r\n\r\n").is_err());
         assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: \xE3\x80\x802\r\n\r\n").is_err());
-        let h = parse(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\xC2\x85\r\n\r\n").unwrap();
-        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
-        // The last coding decides, whatever bytes it holds.
-        let h = parse(
+        assert!(parse(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\xC2\x85\r\n\r\n").is_err());
+        assert!(parse(
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: gzip\xFF\r\n\r\n",
         )
-        .unwrap();
-        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
+        .is_err());
         // Tabs and spaces around elements, empty elements, any ASCII case.
-        let h = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip ,\t CHUNKED\t,\r\nconnection: ,Close\r\n\r\n").unwrap();
+        let h = parse(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: ,\t CHUNKED\t,\r\nconnection: ,Close\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
     }
 
@@ -482,6 +546,96 @@ mod tests {
             assert_eq!(rest, b"NEXT", "step {step}");
             assert!(done);
         }
+    }
+
+    /// Decode all of `wire` given at once: the data before the first error, and the error.
+    fn decode_until_error(wire: &[u8]) -> (Vec<u8>, Option<String>) {
+        let mut d = Decoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(wire);
+        let mut body = Vec::new();
+        loop {
+            match d.decode(&mut buf) {
+                Ok(Some(data)) => body.extend_from_slice(&data),
+                Ok(None) => return (body, None),
+                Err(e) => return (body, Some(e)),
+            }
+        }
+    }
+
+    /// Regression (issue 17): a bare LF after chunk data was taken for CRLF, and a trailer
+    /// line of only CRs ended the body.
+    #[test]
+    fn r17_chunked_framing_is_strict() {
+        for (wire, error) in [
+            (
+                &b"5\r\nhello\n0\r\n\r\n"[..],
+                "chunk data not followed by CRLF",
+            ),
+            (b"5\r\nhello\r0\r\n\r\n", "chunk data not followed by CRLF"),
+            (
+                b"5\nhello\r\n0\r\n\r\n",
+                "chunk size line not ended by CRLF",
+            ),
+            (
+                b"5\r\nhello\r\n0\n\r\n",
+                "chunk size line not ended by CRLF",
+            ),
+            (b"5\r\r\nhello\r\n", "invalid chunk size line"),
+            (b"5 \r\nhello\r\n", "invalid chunk size line"),
+            (b"5;a=\"b\r\nhello\r\n", "invalid chunk size line"),
+            (b"5;=x\r\nhello\r\n", "invalid chunk size line"),
+            (b"10000000000000000\r\n", "invalid chunk size line"),
+            (b"5\r\nhello\r\n0\r\n\r\r\n", "invalid trailer field"),
+            (b"5\r\nhello\r\n0\r\n\r\r\r\n", "invalid trailer field"),
+            (b"5\r\nhello\r\n0\r\n\n", "trailer line not ended by CRLF"),
+            (
+                b"5\r\nhello\r\n0\r\nx: 1\n\r\n",
+                "trailer line not ended by CRLF",
+            ),
+            (
+                b"5\r\nhello\r\n0\r\n folded\r\n\r\n",
+                "invalid trailer field",
+            ),
+            (
+                b"5\r\nhello\r\n0\r\nno colon\r\n\r\n",
+                "invalid trailer field",
+            ),
+        ] {
+            let (body, e) = decode_until_error(wire);
+            assert_eq!(
+                e.as_deref(),
+                Some(error),
+                "{:?}",
+                String::from_utf8_lossy(wire)
+            );
+            // What came before the error went out, once.
+            let want: &[u8] = if wire.starts_with(b"5\r\nhello") {
+                b"hello"
+            } else {
+                b""
+            };
+            assert_eq!(body, want, "{:?}", String::from_utf8_lossy(wire));
+        }
+        // What the RFC allows: leading zeros, extensions with quoted values, trailers.
+        let (body, e) = decode_until_error(
+            b"005 ; a = \"q; \\\" x\" ;b\r\nhello\r\n000;z=1\r\nx-sum: abc\r\ny:\r\n\r\n",
+        );
+        assert_eq!((body.as_slice(), e), (&b"hello"[..], None));
+    }
+
+    /// The trailer section is bounded like a head, over all its lines.
+    #[test]
+    fn trailers_are_bounded() {
+        let mut wire = b"0\r\n".to_vec();
+        while wire.len() < MAX_TRAILERS + 100 {
+            wire.extend_from_slice(b"x-pad: 0123456789\r\n");
+        }
+        let (_, e) = decode_until_error(&wire);
+        assert_eq!(e.as_deref(), Some("trailers too large"));
+        let mut d = Decoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(&b"0\r\nx: "[..]);
+        buf.extend_from_slice(&vec![b'a'; MAX_TRAILERS]);
+        assert!(d.decode(&mut buf).is_err());
     }
 
     #[test]

@@ -1,12 +1,16 @@
-//! The upstream HTTP/1.1 client for plain-http backends: a pool of keep-alive connections,
-//! each used by one request at a time inside that request's own task. The response head is
-//! parsed by `httparse`; the body is decoded straight from the socket buffer, so every event the
-//! backend has already sent comes out of one read as one piece (no per-chunk hand-off). One
-//! pool per worker thread.
+//! The one upstream HTTP/1.1 client, for http and https backends alike: a pool of keep-alive
+//! connections (TCP, or TLS over TCP through rustls), each used by one request at a time inside
+//! that request's own task. The response head is parsed by `httparse`; the body is decoded
+//! straight from the connection's buffer, so every event the backend has already sent comes out
+//! of one read as one piece (no per-chunk hand-off). One pool per worker thread. Proxied
+//! requests, health probes (GET) and backend token counting (POST, whole body) all use it.
 
+mod conn;
+mod counting;
 pub mod exchange;
 mod framing;
 pub mod hop;
+pub mod tls;
 
 use std::fmt::Write as _;
 use std::pin::Pin;
@@ -14,36 +18,220 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use framing::{parse_head, Decoder};
+use conn::Conn;
+use framing::{parse_head, Decoder, Head};
+use tls::{BackendTls, TlsSettings};
 
 /// Any error of the exchange with a backend, as the relay sees it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// What went wrong before a response head arrived.
+/// What went wrong before a response head arrived. The texts name no address.
 #[derive(Debug)]
 pub enum SendError {
     /// No TCP connection could be made (refused, unreachable, connect timeout).
     Connect(String),
-    /// Not delivered: a new connection was reset before any byte of the request was written,
-    /// so the backend cannot have seen it and it may go to another one.
+    /// Not delivered: a new connection was reset before the request was written whole, so
+    /// the backend cannot have a request to run and it may go to another one.
     Unsent(String),
+    /// The TLS handshake failed (an untrusted or wrong certificate, say).
+    Tls(String),
     /// The connection failed while sending or reading the head.
     Protocol(String),
+    /// Connected, but no response head within the time the caller gave ([`Client::get`]).
+    Timeout,
+    /// The backend's head breaks HTTP/1.1 ([`Malformed`]).
+    Malformed(String),
 }
 
-/// Keep-alive connections by authority (`host:port`), each with the time it went idle (the
-/// newest last).
+/// A backend's answer that breaks HTTP/1.1 framing: a malformed head, chunk or trailer. A
+/// body error of this type is the backend's fault; any other is the connection's.
+#[derive(Debug)]
+pub struct Malformed(pub String);
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+/// Whether a body error is the backend breaking HTTP/1.1 rather than the connection failing.
+pub fn is_malformed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut err = Some(e);
+    while let Some(e) = err {
+        if e.is::<Malformed>() {
+            return true;
+        }
+        err = e.source();
+    }
+    false
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Connect(e) => write!(f, "cannot connect: {e}"),
+            SendError::Unsent(e) => write!(f, "not delivered: {e}"),
+            SendError::Tls(e) | SendError::Protocol(e) | SendError::Malformed(e) => f.write_str(e),
+            SendError::Timeout => f.write_str("no answer in time"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// A backend as the client reaches it.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The backend's config name: what its TLS settings are found by.
+    pub name: &'a str,
+    /// `host:port`: what is connected to and sent as `Host`.
+    pub authority: &'a str,
+    /// https: a TLS session is opened over the TCP connection.
+    pub tls: bool,
+    /// The backend's own connect timeout; `None`: the pool's.
+    pub connect: Option<Duration>,
+}
+
+/// The backend as the client reaches it.
+impl crate::config::Backend {
+    pub fn origin(&self) -> Origin<'_> {
+        Origin {
+            name: &self.name,
+            authority: &self.authority,
+            tls: self.tls.is_some(),
+            connect: Some(self.timeouts.connect),
+        }
+    }
+}
+
+/// Where the pool sends a request: the TCP address and, for https, the TLS session's settings.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub authority: &'a str,
+    pub tls: Option<&'a BackendTls>,
+    /// The connect timeout of this backend; `None`: the pool's.
+    pub connect: Option<Duration>,
+}
+
+impl<'a> Target<'a> {
+    pub fn plain(authority: &'a str) -> Target<'a> {
+        Target {
+            authority,
+            tls: None,
+            connect: None,
+        }
+    }
+
+    /// What its kept-alive connections are pooled under.
+    fn key(&self) -> &'a str {
+        match self.tls {
+            None => self.authority,
+            Some(tls) => &tls.pool_key,
+        }
+    }
+}
+
+/// The one client to the backends: a worker's pool, and the TLS settings of the live config's
+/// https backends (shared by every worker, replaced on reload).
+#[derive(Clone, Debug)]
+pub struct Client {
+    pool: Arc<Pool>,
+    tls: Arc<ArcSwap<TlsSettings>>,
+}
+
+impl Default for Client {
+    /// A client with the default connect timeout and no https backends (tests, tools).
+    fn default() -> Client {
+        Client::new(Duration::from_secs(3), TlsSettings::default())
+    }
+}
+
+impl Client {
+    pub fn new(connect_timeout: Duration, tls: TlsSettings) -> Client {
+        Client {
+            pool: Arc::new(Pool::new(connect_timeout)),
+            tls: Arc::new(ArcSwap::from_pointee(tls)),
+        }
+    }
+
+    /// A client with a pool of its own (one per worker thread, so each worker's connections
+    /// live on its own runtime) and the same TLS settings.
+    pub fn for_worker(&self) -> Client {
+        Client {
+            pool: Arc::new(Pool::new(self.pool.connect_timeout)),
+            tls: Arc::clone(&self.tls),
+        }
+    }
+
+    /// Use `tls` for new connections from now on (a reload).
+    pub fn set_tls(&self, tls: TlsSettings) {
+        self.tls.store(Arc::new(tls));
+    }
+
+    /// POST `body` to `path` of `to`; resolves with the response head ([`Pool::post`]).
+    pub async fn post(
+        &self,
+        to: Origin<'_>,
+        path: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, SendError> {
+        if !to.tls {
+            let target = Target {
+                connect: to.connect,
+                ..Target::plain(to.authority)
+            };
+            return self.pool.post(target, path, headers, body).await;
+        }
+        let tls = self.tls_of(to)?;
+        let target = Target {
+            authority: to.authority,
+            tls: Some(&tls),
+            connect: to.connect,
+        };
+        self.pool.post(target, path, headers, body).await
+    }
+
+    /// GET `path` of `to`, the head within `wait` ([`Pool::get`]).
+    pub async fn get(
+        &self,
+        to: Origin<'_>,
+        path: &str,
+        headers: &HeaderMap,
+        wait: Duration,
+    ) -> Result<UpstreamResponse, SendError> {
+        let tls = if to.tls { Some(self.tls_of(to)?) } else { None };
+        let target = Target {
+            authority: to.authority,
+            tls: tls.as_deref(),
+            connect: to.connect,
+        };
+        self.pool.get(target, path, headers, wait).await
+    }
+
+    fn tls_of(&self, to: Origin<'_>) -> Result<Arc<BackendTls>, SendError> {
+        self.tls.load().get(to.name).cloned().ok_or_else(|| {
+            SendError::Tls("no TLS settings are loaded for this backend (see its ca_file)".into())
+        })
+    }
+}
+
+/// Keep-alive connections by pool key (`host:port` for plain http), each with the time it
+/// went idle (the newest last).
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
+    idle: Mutex<HashMap<String, Vec<(Conn, Instant)>>>,
     connect_timeout: Duration,
     /// Connections idle at least this long are checked by asking the kernel (see
     /// [`open_by_the_kernel`]); `PROBE_AFTER` but in tests.
@@ -82,6 +270,26 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
+/// The whole body of an answer (a body that came in one piece is not copied).
+pub async fn read_all<S>(mut body: S) -> Result<Bytes, BoxError>
+where
+    S: Stream<Item = Result<Bytes, BoxError>> + Unpin,
+{
+    let Some(first) = body.next().await.transpose()? else {
+        return Ok(Bytes::new());
+    };
+    let Some(second) = body.next().await.transpose()? else {
+        return Ok(first);
+    };
+    let mut out = BytesMut::with_capacity(first.len() + second.len());
+    out.extend_from_slice(&first);
+    out.extend_from_slice(&second);
+    while let Some(chunk) = body.next().await {
+        out.extend_from_slice(&chunk?);
+    }
+    Ok(out.freeze())
+}
+
 /// An idle connection is still usable: the backend has neither closed it nor sent anything.
 /// Every read of a connection goes through `AsyncRead::poll_read`, which forgets the socket's
 /// read readiness when a read comes back short (the socket is drained), so here `try_read`
@@ -90,7 +298,8 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// unnoticed (the write succeeds, the answer never comes), so this check is used only for
 /// connections back in the pool for less than `PROBE_AFTER`; older ones, which is where a
 /// backend's keep-alive timeout strikes, are asked with [`open_by_the_kernel`]. A byte it
-/// does read means the connection is dropped anyway.
+/// does read means the connection is dropped anyway. Under TLS the check is on the TCP
+/// socket: a backend's close (its `close_notify`, then the FIN) is bytes to read there.
 fn still_open(tcp: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
@@ -115,11 +324,17 @@ fn prune<C>(list: &mut Vec<(C, Instant)>, now: Instant) {
     list.drain(..fresh);
 }
 
-/// The request head: `POST path HTTP/1.1`, the headers but the hop-by-hop ones (`Host` and
-/// the length written anew), the length.
-fn request_head(authority: &str, path: &str, headers: &HeaderMap, body_len: usize) -> Bytes {
+/// The request head: `METHOD path HTTP/1.1`, the headers but the hop-by-hop ones (`Host` and
+/// the length written anew), the body's length when there is a body.
+fn request_head(
+    method: &[u8],
+    authority: &str,
+    path: &str,
+    headers: &HeaderMap,
+    body_len: Option<usize>,
+) -> Bytes {
     let mut head = BytesMut::with_capacity(128 + path.len() + headers.len() * 48);
-    head.put_slice(b"POST ");
+    head.put_slice(method);
     head.put_slice(path.as_bytes());
     head.put_slice(b" HTTP/1.1\r\nhost: ");
     head.put_slice(authority.as_bytes());
@@ -133,18 +348,42 @@ fn request_head(authority: &str, path: &str, headers: &HeaderMap, body_len: usiz
         head.put_slice(value.as_bytes());
         head.put_slice(b"\r\n");
     }
-    head.put_slice(b"content-length: ");
-    let _ = write!(head, "{body_len}");
-    head.put_slice(b"\r\n\r\n");
+    if let Some(len) = body_len {
+        head.put_slice(b"content-length: ");
+        let _ = write!(head, "{len}");
+        head.put_slice(b"\r\n");
+    }
+    head.put_slice(b"\r\n");
     head.freeze()
 }
 
-/// Read from `tcp` into `buf` (growing it by `want` when full); `Ok(0)` at the end.
-async fn read_more(tcp: &mut TcpStream, buf: &mut BytesMut, want: usize) -> std::io::Result<usize> {
+/// Read from `conn` into `buf` (growing it by `want` when full); `Ok(0)` at the end.
+async fn read_more(conn: &mut Conn, buf: &mut BytesMut, want: usize) -> std::io::Result<usize> {
     if buf.capacity() == buf.len() {
         buf.reserve(want);
     }
-    tcp.read_buf(buf).await
+    conn.read_buf(buf).await
+}
+
+/// Read the response head; the bytes after it (the body's start) stay in the buffer.
+async fn read_head(conn: &mut Conn) -> Result<(Head, BytesMut), SendError> {
+    let mut buf = BytesMut::with_capacity(FIRST_READ);
+    loop {
+        match parse_head(&mut buf) {
+            Ok(Some(parsed)) => return Ok((parsed, buf)),
+            Ok(None) => {}
+            Err(e) => return Err(SendError::Malformed(e)),
+        }
+        match read_more(conn, &mut buf, FIRST_READ).await {
+            Ok(0) => {
+                return Err(SendError::Protocol(
+                    "connection closed before the response head".into(),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(SendError::Protocol(format!("reading the response: {e}"))),
+        }
+    }
 }
 
 impl Pool {
@@ -157,153 +396,170 @@ impl Pool {
     }
 
     /// An idle connection that is still open, if there is one.
-    fn checkout(&self, authority: &str) -> Option<TcpStream> {
+    fn checkout(&self, key: &str) -> Option<Conn> {
         let mut idle = self.idle.lock().ok()?;
-        let list = idle.get_mut(authority)?;
+        let list = idle.get_mut(key)?;
         let now = Instant::now();
         prune(list, now);
-        while let Some((tcp, since)) = list.pop() {
+        while let Some((conn, since)) = list.pop() {
             let open = if now.saturating_duration_since(since) < self.probe_after {
-                still_open(&tcp)
+                still_open(conn.tcp())
             } else {
-                open_by_the_kernel(&tcp)
+                open_by_the_kernel(conn.tcp())
             };
             if open {
-                return Some(tcp);
+                return Some(conn);
             }
         }
         None
     }
 
-    fn checkin(&self, authority: &str, tcp: TcpStream) {
+    fn checkin(&self, key: &str, conn: Conn) {
         let now = Instant::now();
         if let Ok(mut idle) = self.idle.lock() {
-            match idle.get_mut(authority) {
+            match idle.get_mut(key) {
                 Some(list) => {
                     prune(list, now);
                     if list.len() < MAX_IDLE {
-                        list.push((tcp, now));
+                        list.push((conn, now));
                     }
                 }
                 None => {
-                    idle.insert(authority.to_string(), vec![(tcp, now)]);
+                    idle.insert(key.to_string(), vec![(conn, now)]);
                 }
             }
         }
     }
 
-    /// Idle connections kept for `authority` (for tests).
+    /// Idle connections kept under `key` (for tests).
     #[cfg(test)]
-    fn idle_count(&self, authority: &str) -> usize {
+    fn idle_count(&self, key: &str) -> usize {
         self.idle
             .lock()
-            .map_or(0, |idle| idle.get(authority).map_or(0, Vec::len))
+            .map_or(0, |idle| idle.get(key).map_or(0, Vec::len))
     }
 
-    async fn connect(&self, authority: &str, within: Duration) -> Result<TcpStream, SendError> {
-        let tcp = tokio::time::timeout(within, TcpStream::connect(authority))
+    /// A new connection to `to`: TCP, then for https the TLS handshake (SNI `to`'s server
+    /// name, ALPN `http/1.1`), each within the connect timeout.
+    async fn connect(&self, to: Target<'_>) -> Result<Conn, SendError> {
+        let within = to.connect.unwrap_or(self.connect_timeout);
+        let tcp = tokio::time::timeout(within, TcpStream::connect(to.authority))
             .await
             .map_err(|_| SendError::Connect("connect timed out".into()))?
             .map_err(|e| SendError::Connect(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
-        Ok(tcp)
+        let Some(tls) = to.tls else {
+            return Ok(Conn::Plain(tcp));
+        };
+        let handshake = tls.connector.connect(tls.server_name.clone(), tcp);
+        match tokio::time::timeout(within, handshake).await {
+            Ok(Ok(stream)) => Ok(Conn::Tls(Box::new(stream))),
+            Ok(Err(e)) => Err(SendError::Tls(tls::handshake_error(&e))),
+            Err(_) => Err(SendError::Tls("tls handshake timed out".into())),
+        }
     }
 
-    /// POST `body` to `http://{authority}{path}`; resolves with the response head. The body
-    /// reads from the connection as it is polled and returns it to the pool at its end.
+    /// POST `body` to `path` of `to`; resolves with the response head. The body reads from
+    /// the connection as it is polled and returns it to the pool at its end.
     pub async fn post(
         self: &Arc<Self>,
-        authority: &str,
+        to: Target<'_>,
         path: &str,
         headers: HeaderMap,
         body: Bytes,
     ) -> Result<UpstreamResponse, SendError> {
-        self.post_within(self.connect_timeout, authority, path, headers, body)
-            .await
+        let head = request_head(b"POST ", to.authority, path, &headers, Some(body.len()));
+        let mut conn = self.written(to, &head, &body).await?;
+        let (parsed, buf) = read_head(&mut conn).await?;
+        Ok(self.answer(to, conn, parsed, buf))
     }
 
-    /// [`Pool::post`] with a connect timeout of the backend's own.
-    pub async fn post_within(
+    /// GET `path` of `to`: a connection within the connect timeout and `wait`
+    /// ([`SendError::Connect`] past it), then the head within what is left of `wait`
+    /// ([`SendError::Timeout`]: a backend that accepts connections but does not answer yet).
+    pub async fn get(
         self: &Arc<Self>,
-        connect_timeout: Duration,
-        authority: &str,
+        to: Target<'_>,
         path: &str,
-        headers: HeaderMap,
-        body: Bytes,
+        headers: &HeaderMap,
+        wait: Duration,
     ) -> Result<UpstreamResponse, SendError> {
-        let head = request_head(authority, path, &headers, body.len());
-        // A pooled connection the backend closed after the check-out check fails the write;
-        // then (and only then: the backend cannot have seen the request) it goes again on a
-        // new connection. Once written, a request is never sent twice.
-        let mut tcp = match self.checkout(authority) {
-            Some(mut tcp) => match write_request(&mut tcp, &head, &body).await {
-                Ok(()) => tcp,
+        let deadline = tokio::time::Instant::now() + wait;
+        let head = request_head(b"GET ", to.authority, path, headers, None);
+        let mut conn = tokio::time::timeout_at(deadline, self.written(to, &head, &Bytes::new()))
+            .await
+            .map_err(|_| SendError::Connect("connect timed out".into()))??;
+        let (parsed, buf) = tokio::time::timeout_at(deadline, read_head(&mut conn))
+            .await
+            .map_err(|_| SendError::Timeout)??;
+        Ok(self.answer(to, conn, parsed, buf))
+    }
+
+    /// A connection with the request written on it. A pooled connection the backend closed
+    /// after the check-out check fails the write; then (and only then: the backend cannot
+    /// have seen the request) it goes again on a new connection. Once written, a request is
+    /// never sent twice.
+    async fn written(&self, to: Target<'_>, head: &Bytes, body: &Bytes) -> Result<Conn, SendError> {
+        match self.checkout(to.key()) {
+            Some(mut conn) => match write_request(&mut conn, head, body).await {
+                Ok(()) => Ok(conn),
                 Err(e) => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
-                    self.send_on_new(authority, &head, &body, connect_timeout)
-                        .await?
+                    self.send_on_new(to, head, body).await
                 }
             },
-            None => {
-                self.send_on_new(authority, &head, &body, connect_timeout)
-                    .await?
-            }
-        };
-        let mut buf = BytesMut::with_capacity(FIRST_READ);
-        let parsed = loop {
-            match parse_head(&mut buf) {
-                Ok(Some(parsed)) => break parsed,
-                Ok(None) => {}
-                Err(e) => return Err(SendError::Protocol(e)),
-            }
-            match read_more(&mut tcp, &mut buf, FIRST_READ).await {
-                Ok(0) => {
-                    return Err(SendError::Protocol(
-                        "connection closed before the response head".into(),
-                    ))
-                }
-                Ok(_) => {}
-                Err(e) => return Err(SendError::Protocol(format!("reading the response: {e}"))),
-            }
-        };
-        Ok(UpstreamResponse {
+            None => self.send_on_new(to, head, body).await,
+        }
+    }
+
+    /// The response of a parsed head; its body reads on from `conn`.
+    fn answer(
+        self: &Arc<Self>,
+        to: Target<'_>,
+        conn: Conn,
+        parsed: Head,
+        buf: BytesMut,
+    ) -> UpstreamResponse {
+        UpstreamResponse {
             status: parsed.status,
             headers: parsed.headers,
             body: UpstreamBody {
-                conn: Some(tcp),
+                conn: Some(conn),
                 buf,
                 read: FIRST_READ,
                 decoder: Decoder::new(parsed.framing),
                 keep_alive: parsed.keep_alive,
                 pool: Arc::clone(self),
-                authority: authority.to_string(),
+                key: to.key().to_string(),
             },
-        })
+        }
     }
 
     /// A new connection with the request written on it.
     async fn send_on_new(
         &self,
-        authority: &str,
+        to: Target<'_>,
         head: &Bytes,
         body: &Bytes,
-        connect_timeout: Duration,
-    ) -> Result<TcpStream, SendError> {
-        let mut tcp = self.connect(authority, connect_timeout).await?;
-        let mut unsent = head.clone().chain(body.clone());
-        let whole = unsent.remaining();
-        match tcp.write_all_buf(&mut unsent).await {
-            Ok(()) => Ok(tcp),
-            Err(e) if unsent.remaining() == whole => Err(SendError::Unsent(e.to_string())),
-            Err(e) => Err(SendError::Protocol(format!("sending the request: {e}"))),
-        }
+    ) -> Result<Conn, SendError> {
+        let mut conn = self.connect(to).await?;
+        // A new connection that fails the write never carried a whole request.
+        write_request(&mut conn, head, body)
+            .await
+            .map_err(|e| SendError::Unsent(format!("sending the request: {e}")))?;
+        Ok(conn)
     }
 }
 
-/// Write the request (head, then body) on `tcp`, in one `writev` where the socket takes it.
-async fn write_request(tcp: &mut TcpStream, head: &Bytes, body: &Bytes) -> std::io::Result<()> {
-    tcp.write_all_buf(&mut head.clone().chain(body.clone()))
-        .await
+/// Write the request (head, then body) on `conn`, in one `writev` where the socket takes it.
+/// TLS records the socket did not take at once are flushed out.
+async fn write_request(conn: &mut Conn, head: &Bytes, body: &Bytes) -> std::io::Result<()> {
+    conn.write_all_buf(&mut head.clone().chain(body.clone()))
+        .await?;
+    if let Conn::Tls(_) = conn {
+        conn.flush().await?;
+    }
+    Ok(())
 }
 
 /// A backend's response: head, and a body that reads its connection.
@@ -316,7 +572,7 @@ pub struct UpstreamResponse {
 /// The body of a backend response. Dropped before its end, it closes the connection (the
 /// backend sees the client go away); read to the end, it returns the connection to the pool.
 pub struct UpstreamBody {
-    conn: Option<TcpStream>,
+    conn: Option<Conn>,
     /// Bytes read and not yet decoded.
     buf: BytesMut,
     /// How much room the next read gets.
@@ -324,15 +580,16 @@ pub struct UpstreamBody {
     decoder: Decoder,
     keep_alive: bool,
     pool: Arc<Pool>,
-    authority: String,
+    /// The pool key the connection goes back under.
+    key: String,
 }
 
 impl UpstreamBody {
     /// End the body with `e`: the connection is closed and the stream ends after the error.
-    fn fail(&mut self, e: String) -> Poll<Option<Result<Bytes, BoxError>>> {
+    fn fail(&mut self, e: BoxError) -> Poll<Option<Result<Bytes, BoxError>>> {
         self.conn = None;
         self.decoder = Decoder::new(framing::Framing::Empty);
-        Poll::Ready(Some(Err(e.into())))
+        Poll::Ready(Some(Err(e)))
     }
 }
 
@@ -345,29 +602,29 @@ impl Stream for UpstreamBody {
             match this.decoder.decode(&mut this.buf) {
                 Ok(Some(data)) => return Poll::Ready(Some(Ok(data))),
                 Ok(None) => {}
-                Err(e) => return this.fail(e),
+                Err(e) => return this.fail(Malformed(e).into()),
             }
             if this.decoder.is_done() {
-                if let Some(tcp) = this.conn.take() {
+                if let Some(conn) = this.conn.take() {
                     // Bytes after the body would be the start of nothing we asked for.
                     if this.keep_alive && this.buf.is_empty() {
-                        this.pool.checkin(&this.authority, tcp);
+                        this.pool.checkin(&this.key, conn);
                     }
                 }
                 return Poll::Ready(None);
             }
-            let Some(tcp) = this.conn.as_mut() else {
+            let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
             if this.buf.capacity() - this.buf.len() < this.read / 2 {
                 this.buf.reserve(this.read);
             }
             let room = this.buf.capacity() - this.buf.len();
-            match tokio_util::io::poll_read_buf(Pin::new(tcp), cx, &mut this.buf) {
+            match tokio_util::io::poll_read_buf(Pin::new(conn), cx, &mut this.buf) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => {
                     if let Err(e) = this.decoder.eof() {
-                        return this.fail(e);
+                        return this.fail(e.into());
                     }
                     this.conn = None;
                 }
@@ -376,7 +633,7 @@ impl Stream for UpstreamBody {
                         this.read = (this.read * 2).min(MAX_READ);
                     }
                 }
-                Poll::Ready(Err(e)) => return this.fail(e.to_string()),
+                Poll::Ready(Err(e)) => return this.fail(e.into()),
             }
         }
     }
@@ -453,7 +710,7 @@ mod tests {
     async fn post(pool: &Arc<Pool>, addr: &str) -> Bytes {
         let r = pool
             .post(
-                addr,
+                Target::plain(addr),
                 "/v1/chat/completions",
                 HeaderMap::new(),
                 Bytes::from_static(b"{}"),
@@ -461,7 +718,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.status, StatusCode::OK);
-        crate::upstream::exchange::read_all(r.body).await.unwrap()
+        read_all(r.body).await.unwrap()
     }
 
     /// How many connections three requests in a row took, each body read to its end.
@@ -550,7 +807,12 @@ mod tests {
         assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
         assert_eq!(pool.idle_count(&addr), 1);
         let second = pool
-            .post(&addr, "/", HeaderMap::new(), Bytes::from_static(b"{}"))
+            .post(
+                Target::plain(&addr),
+                "/",
+                HeaderMap::new(),
+                Bytes::from_static(b"{}"),
+            )
             .await;
         assert!(matches!(second, Err(SendError::Protocol(_))));
         assert_eq!(requests.load(Ordering::SeqCst), 2);
@@ -644,7 +906,12 @@ mod tests {
             let (addr, _) = raw_backend(answer).await;
             let pool = Arc::new(Pool::new(Duration::from_secs(5)));
             let r = pool
-                .post(&addr, "/", HeaderMap::new(), Bytes::from_static(b"{}"))
+                .post(
+                    Target::plain(&addr),
+                    "/",
+                    HeaderMap::new(),
+                    Bytes::from_static(b"{}"),
+                )
                 .await
                 .unwrap();
             let mut body = r.body;
@@ -682,7 +949,7 @@ mod tests {
             hop::PROXY_CONNECTION,
             HeaderValue::from_static("keep-alive"),
         );
-        let head = request_head("b:1", "/v1/chat/completions?x=1", &h, 42);
+        let head = request_head(b"POST ", "b:1", "/v1/chat/completions?x=1", &h, Some(42));
         let head = std::str::from_utf8(&head).unwrap();
         assert!(head.starts_with("POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: b:1\r\n"));
         assert!(head.contains("\r\nauthorization: Bearer k\r\n"));
@@ -692,13 +959,64 @@ mod tests {
         assert!(!head.contains("keep-alive"));
     }
 
+    /// A GET's head: no body, so no length.
+    #[test]
+    fn a_get_head_has_no_length() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        let head = request_head(b"GET ", "b:1", "/health", &h, None);
+        assert_eq!(
+            std::str::from_utf8(&head).unwrap(),
+            "GET /health HTTP/1.1\r\nhost: b:1\r\nauthorization: Bearer k\r\n\r\n"
+        );
+    }
+
+    /// What a health probe tells apart: an answer, a backend that accepts connections but
+    /// does not answer (loading), and one that refuses them (down).
+    #[tokio::test]
+    async fn a_get_tells_no_answer_from_no_connection() {
+        let (addr, _) = backend(Answer::Length).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        let wait = Duration::from_millis(300);
+        let r = pool
+            .get(Target::plain(&addr), "/health", &HeaderMap::new(), wait)
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(read_all(r.body).await.unwrap(), "ok");
+
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((tcp, _)) = silent.accept().await {
+                held.push(tcp);
+            }
+        });
+        let r = pool
+            .get(Target::plain(&addr), "/health", &HeaderMap::new(), wait)
+            .await;
+        assert!(matches!(r, Err(SendError::Timeout)), "{:?}", r.err());
+        held.abort();
+
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let r = pool
+            .get(Target::plain(&addr), "/health", &HeaderMap::new(), wait)
+            .await;
+        assert!(matches!(r, Err(SendError::Connect(_))), "{:?}", r.err());
+    }
+
     #[tokio::test]
     async fn refused_connections_are_connect_errors() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap().to_string();
         drop(l);
         let pool = Arc::new(Pool::new(Duration::from_secs(5)));
-        let r = pool.post(&addr, "/", HeaderMap::new(), Bytes::new()).await;
+        let r = pool
+            .post(Target::plain(&addr), "/", HeaderMap::new(), Bytes::new())
+            .await;
         assert!(matches!(r, Err(SendError::Connect(_))));
     }
 }

@@ -10,6 +10,10 @@ use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
 pub struct Chat;
 
 impl Adapter for Chat {
+    fn shaping(&self) -> super::shape::Api {
+        super::shape::Api::ChatCompletions
+    }
+
     fn name(&self) -> &'static str {
         "chat"
     }

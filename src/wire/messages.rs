@@ -57,6 +57,10 @@ pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
 }
 
 impl Adapter for Messages {
+    fn shaping(&self) -> super::shape::Api {
+        super::shape::Api::Messages
+    }
+
     fn name(&self) -> &'static str {
         "messages"
     }
@@ -86,7 +90,7 @@ mod tests {
     #[test]
     fn errors_come_in_anthropics_envelope_with_the_status_of_the_error() {
         let e = ProxyError::ModelNotFound {
-            model: "x".into(),
+            model: crate::error::Echo::new("x"),
             known: "a".into(),
         };
         let v: serde_json::Value = serde_json::from_slice(&envelope_json(&e)).unwrap();

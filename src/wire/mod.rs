@@ -11,6 +11,7 @@ pub mod messages;
 pub mod passthrough;
 pub mod request;
 pub mod responses;
+pub mod shape;
 pub mod usage;
 
 use std::borrow::Cow;
@@ -79,6 +80,11 @@ pub trait Adapter: Sync {
         _tags: Option<&ThinkTags>,
     ) -> Option<Vec<u8>> {
         None
+    }
+
+    /// The API as request shaping sees it (where its conversation and output limits are).
+    fn shaping(&self) -> shape::Api {
+        shape::Api::Other
     }
 
     /// The token usage a whole answer reports.

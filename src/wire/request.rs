@@ -8,7 +8,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::error::ProxyError;
+use crate::error::{bounded, ProxyError};
 
 /// The fields of an OpenAI-style request body the proxy looks at; the rest are skipped.
 #[derive(Debug, Deserialize)]
@@ -17,8 +17,15 @@ pub struct RequestView<'a> {
     model: Option<&'a RawValue>,
     #[serde(default)]
     pub stream: Option<bool>,
-    #[serde(borrow, default)]
+    /// Kept when it is `null` too: an injected `stream_options` must replace it, not sit
+    /// beside it as a second key.
+    #[serde(borrow, default, deserialize_with = "present")]
     stream_options: Option<&'a RawValue>,
+}
+
+/// A member that is there, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 /// A parsed request: the view plus where its editable fields sit in the body.
@@ -46,7 +53,7 @@ impl ParsedRequest {
             ));
         }
         let view: RequestView<'_> =
-            serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+            serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
         let raw_model = view.model.ok_or(ProxyError::MissingModel)?;
         let model: String = match serde_json::from_str::<Option<String>>(raw_model.get()) {
             Ok(Some(m)) if !m.is_empty() => m,
@@ -166,6 +173,58 @@ mod tests {
         let p = ParsedRequest::parse(body).unwrap();
         assert!(p.client_wants_usage());
         assert_eq!(p.upstream_body(body, "a", true), body.to_vec());
+    }
+
+    /// Issue 20: a `stream_options` of `null` is replaced, never given a twin key (a backend
+    /// reading the last of two would see `null` and send no usage).
+    #[test]
+    fn r20_null_stream_options_is_replaced_not_duplicated() {
+        let body = br#"{"model":"a","stream":true,"stream_options":null}"#;
+        let p = ParsedRequest::parse(body).unwrap();
+        assert!(!p.client_wants_usage());
+        let out = p.upstream_body(body, "u", true);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"model":"u","stream":true,"stream_options":{"include_usage":true}}"#
+        );
+    }
+
+    proptest::proptest! {
+        /// Issue 20: the model splice and the usage injection give, for any spelling of a
+        /// request (whitespace, member order, escapes), the request a parse and an edit of
+        /// the parsed value give.
+        #[test]
+        fn r20_splice_agrees_with_the_parse_in_any_spelling(
+            model in "[a-z0-9/._-]{1,12}",
+            stream: bool,
+            options in 0u8..4,
+            seed: u64,
+        ) {
+            use crate::json_scan::respell::{respell, Style};
+            let mut v = serde_json::json!({"model": model, "stream": stream,
+                "messages": [{"role": "user", "content": "\"model\": \"x\""}], "max_tokens": 5});
+            match options {
+                0 => {}
+                1 => v["stream_options"] = serde_json::Value::Null,
+                2 => v["stream_options"] = serde_json::json!({"include_usage": false, "x": 1}),
+                _ => v["stream_options"] = serde_json::json!({"include_usage": true}),
+            }
+            let text = respell(&v, Style::body(seed));
+            let p = ParsedRequest::parse(text.as_bytes()).unwrap();
+            proptest::prop_assert_eq!(&p.model, &model);
+            proptest::prop_assert_eq!(p.stream, stream);
+            proptest::prop_assert_eq!(p.client_wants_usage(), options == 3);
+            let out: serde_json::Value =
+                serde_json::from_slice(&p.upstream_body(text.as_bytes(), "up/\"m\"", true)).unwrap();
+            let mut want = v.clone();
+            want["model"] = "up/\"m\"".into();
+            if stream && options != 3 {
+                let opts = want["stream_options"].as_object().cloned().unwrap_or_default();
+                want["stream_options"] = serde_json::Value::Object(opts);
+                want["stream_options"]["include_usage"] = true.into();
+            }
+            proptest::prop_assert_eq!(out, want, "{}", text);
+        }
     }
 
     #[test]

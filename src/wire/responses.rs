@@ -6,6 +6,10 @@ use super::Adapter;
 pub struct Responses;
 
 impl Adapter for Responses {
+    fn shaping(&self) -> super::shape::Api {
+        super::shape::Api::Responses
+    }
+
     fn name(&self) -> &'static str {
         "responses"
     }

@@ -5,14 +5,15 @@
 //! key (see `json_scan`) and parsed alone, and llama.cpp's two speeds are read as the numbers
 //! under their keys in `timings`. Every backend's answer carries `usage` (and llama.cpp's
 //! `timings`) at the top level after `choices`, and no such object after it: the last
-//! occurrence is the one read.
+//! occurrence is the one read. A body that writes a word character as an escape (where a
+//! key may hide from the search, see `json_scan`) is parsed whole instead.
 
 use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 use serde::Deserialize;
 
-use crate::json_scan::{finder, skip_ws, values};
+use crate::json_scan::{finder, may_escape_word, skip_ws, values};
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -92,6 +93,9 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
     // An array (llama.cpp's answer to several prompts at once) holds a usage per prompt.
     if skip_ws(body).first() != Some(&b'{') {
         return None;
+    }
+    if may_escape_word(body) {
+        return of_event(body).map(|(u, _)| u);
     }
     let usage = last_object(body, &USAGE)?;
     let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?;
@@ -243,5 +247,47 @@ mod tests {
             prop_assert!(decode_error.is_none_or(|e| e < 1e-12), "decode_tps {:?}", read.decode_tps);
             prop_assert_eq!(read.decode_tps.is_some(), timings.is_some());
         }
+
+        /// Issue 20: the same answer in any spelling (whitespace anywhere, members in any
+        /// order, escapes in keys and strings) reads as its full parse does.
+        #[test]
+        fn of_body_agrees_with_the_full_parse_in_any_spelling(
+            content in r#"[a-z "\\{}\[\]:,]{0,40}|"usage":\{"prompt_tokens":[0-9]\}"#,
+            prompt in 0u64..1_000_000,
+            completion in 0u64..1_000_000,
+            reasoning in proptest::option::of(0u64..1000),
+            timings in proptest::option::of((0.0f64..1e7, 0.0f64..1e7)),
+            seed: u64,
+        ) {
+            let mut usage = serde_json::json!({"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": 3}});
+            if let Some(r) = reasoning {
+                usage["completion_tokens_details"] = serde_json::json!({"reasoning_tokens": r});
+            }
+            let mut body = serde_json::json!({
+                "id": "chatcmpl-1",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                "usage": usage,
+            });
+            if let Some((prefill, decode)) = timings {
+                body["timings"] = serde_json::json!({"prompt_n": 17, "prompt_per_second": prefill,
+                    "predicted_n": 16, "predicted_per_second": decode});
+            }
+            let text = crate::json_scan::respell::respell(&body, crate::json_scan::respell::Style::body(seed));
+            let read = of_body(text.as_bytes());
+            prop_assert_eq!(read, of_event(text.as_bytes()).map(|(u, _)| u));
+            let read = read.unwrap();
+            prop_assert_eq!((read.prompt, read.completion, read.reasoning), (prompt, completion, reasoning));
+        }
+    }
+
+    #[test]
+    fn an_escaped_usage_key_is_read() {
+        let body = br#"{"choices":[],"\u0075sage":{"prompt_tokens":4,"completion_tokens":5}}"#;
+        let u = of_body(body).unwrap();
+        assert_eq!((u.prompt, u.completion), (4, 5));
+        let spaced =
+            b"{\"choices\": [], \"usage\" :\n {\"prompt_tokens\": 4, \"completion_tokens\": 5}}";
+        assert_eq!(of_body(spaced), Some(u));
     }
 }

@@ -1,0 +1,73 @@
+//! Where a backend's URL points: `host:port`, the path prefix, and for https the server name
+//! its certificate must show and the CA file to trust. Parsed, never read or connected.
+
+use std::path::PathBuf;
+
+use rustls::pki_types::ServerName;
+
+/// An https backend's TLS settings as configured (validated, nothing read yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSpec {
+    /// The name its certificate must show, sent as SNI: the URL's host.
+    pub server_name: ServerName<'static>,
+    /// PEM file of the CAs to trust instead of the built-in roots (a self-signed fleet).
+    pub ca_file: Option<PathBuf>,
+}
+
+/// Where a base URL's requests go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    /// `host:port`, the port the scheme's default when the URL has none.
+    pub authority: String,
+    /// The URL's path, put before every request path (empty for a server root).
+    pub path_prefix: String,
+    /// For https: the host as the name the certificate must show.
+    pub server_name: Option<ServerName<'static>>,
+}
+
+/// The address of an http or https base URL.
+pub fn address(url: &url::Url) -> Result<Address, String> {
+    let tls = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        other => return Err(format!("scheme {other:?} is not http or https")),
+    };
+    let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
+        return Err("no host".into());
+    };
+    let server_name = if tls { Some(server_name(&host)?) } else { None };
+    Ok(Address {
+        // `host_str` keeps an IPv6 address's brackets, as `host:port` needs them.
+        authority: format!("{}:{port}", url.host_str().unwrap_or_default()),
+        path_prefix: url.path().trim_end_matches('/').to_string(),
+        server_name,
+    })
+}
+
+/// The host of an https URL as a TLS server name (a DNS name or an IP address).
+pub fn server_name(host: &url::Host<&str>) -> Result<ServerName<'static>, String> {
+    let text = match host {
+        url::Host::Domain(d) => (*d).to_string(),
+        url::Host::Ipv4(ip) => ip.to_string(),
+        url::Host::Ipv6(ip) => ip.to_string(),
+    };
+    ServerName::try_from(text).map_err(|e| format!("host is not a TLS server name ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_names_come_from_the_host() {
+        for (url, name) in [
+            ("https://gpu-box.fleet:8443", "gpu-box.fleet"),
+            ("https://10.0.0.7", "10.0.0.7"),
+            ("https://[::1]:9", "::1"),
+        ] {
+            let url = url::Url::parse(url).unwrap();
+            let got = server_name(&url.host().unwrap()).unwrap();
+            assert_eq!(got.to_str(), name);
+        }
+    }
+}

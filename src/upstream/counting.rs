@@ -1,0 +1,50 @@
+//! The upstream client as the transport of backend token counting (`tokens::backend`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::{header, HeaderMap, HeaderValue};
+
+use super::{chain, read_all, Client, Origin};
+use crate::tokens::backend::{CountTarget, Transport};
+
+impl Transport for Client {
+    fn post_json<'a>(
+        &'a self,
+        to: &'a CountTarget,
+        path: &'a str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(u16, Bytes), String>> {
+        Box::pin(async move {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if let Some(auth) = &to.authorization {
+                headers.insert(header::AUTHORIZATION, auth.clone());
+            }
+            let origin = Origin {
+                name: &to.name,
+                authority: &to.authority,
+                tls: to.tls,
+                connect: None,
+            };
+            let path = format!("{}{path}", to.path_prefix);
+            let exchange = async {
+                let resp = self
+                    .post(origin, &path, headers, Bytes::from(body))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = resp.status.as_u16();
+                let text = read_all(resp.body).await.map_err(|e| chain(e.as_ref()))?;
+                Ok((status, text))
+            };
+            tokio::time::timeout(timeout, exchange)
+                .await
+                .map_err(|_| format!("no answer within {timeout:?}"))?
+        })
+    }
+}

@@ -1,0 +1,117 @@
+//! Shapes a request for its alias: defaults, stripped fields, the output cap, the inputs it takes.
+//!
+//! Pure functions of the body's bytes and the alias's [`ShapeSpec`]. The common case reads
+//! the body with byte searches only and copies nothing; a body that needs a change is read
+//! as its top-level members, and only the members that change are written anew.
+
+mod body;
+mod defaults;
+mod images;
+mod inputs;
+
+use std::num::NonZeroU32;
+
+use serde_json::{Map, Value};
+
+use crate::error::ProxyError;
+
+pub use defaults::{has_field, is_request_field};
+pub use inputs::{Input, Kind};
+
+/// The API a request speaks, as far as shaping is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/chat/completions`
+    ChatCompletions,
+    /// `/v1/completions`
+    Completions,
+    /// `/v1/responses`
+    Responses,
+    /// `/v1/messages` (Anthropic)
+    Messages,
+    /// Anything else (embeddings, …): not shaped.
+    Other,
+}
+
+impl Api {
+    /// The member holding the conversation (where content parts are).
+    fn conversation(self) -> Option<&'static str> {
+        match self {
+            Api::ChatCompletions | Api::Messages => Some("messages"),
+            Api::Responses => Some("input"),
+            Api::Completions | Api::Other => None,
+        }
+    }
+
+    /// The output limits this API reads, the one set when none is sent first.
+    fn limits(self) -> &'static [&'static str] {
+        match self {
+            Api::ChatCompletions => &["max_tokens", "max_completion_tokens"],
+            Api::Completions | Api::Messages => &["max_tokens"],
+            Api::Responses => &["max_output_tokens"],
+            Api::Other => &[],
+        }
+    }
+}
+
+/// One alias's shaping (config keys `defaults`, `strip_params`, `max_output_tokens`, `inputs`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShapeSpec {
+    /// The alias, as refusals name it.
+    pub alias: String,
+    /// Input kinds besides text: a part of another kind is refused.
+    pub inputs: Input,
+    /// Members set when the client sent none (or `null`); an object default fills in the
+    /// members the client's object lacks, at any depth.
+    pub defaults: Map<String, Value>,
+    /// Top-level members removed before forwarding.
+    pub strip: Vec<String>,
+    /// The most output tokens a request may ask for: a larger limit is lowered, a missing
+    /// one is set.
+    pub max_output_tokens: Option<NonZeroU32>,
+}
+
+impl ShapeSpec {
+    /// Whether shaping may change a body or refuse it for reasons other than its inputs.
+    fn edits(&self) -> bool {
+        !self.defaults.is_empty() || !self.strip.is_empty() || self.max_output_tokens.is_some()
+    }
+}
+
+/// The body as the alias's backend should get it: `None` when it needs no change, an error
+/// when it sends an input the alias does not take (or a malformed legacy `images`).
+pub fn shape(body: &[u8], spec: &ShapeSpec, api: Api) -> Result<Option<Vec<u8>>, ProxyError> {
+    if api == Api::Other {
+        return Ok(None);
+    }
+    let check_inputs = inputs::may_need_check(body, spec.inputs);
+    if !spec.edits() && !check_inputs {
+        return Ok(None);
+    }
+    let mut members = body::Members::parse(body)?;
+    let mut changed = members.remove_all(&spec.strip);
+    if check_inputs {
+        if let Some(images) = members.take("images") {
+            changed = true;
+            images::attach(&mut members, images, spec, api)?;
+        }
+        if let Some(conversation) = api.conversation().and_then(|c| members.get(c)) {
+            if let Some((kind, part)) = inputs::refused_part(conversation, spec.inputs)? {
+                return Err(ProxyError::UnsupportedInput {
+                    alias: spec.alias.clone(),
+                    kind: kind.name(),
+                    part,
+                    param: api.conversation().unwrap_or("messages"),
+                });
+            }
+        }
+    }
+    changed |= defaults::apply(&mut members, &spec.defaults, api)?;
+    if let Some(cap) = spec.max_output_tokens {
+        changed |= defaults::cap(&mut members, cap.get(), api.limits());
+    }
+    Ok(changed.then(|| members.write()))
+}
+
+#[cfg(test)]
+mod tests;
