@@ -38,10 +38,31 @@ pub enum Command {
     },
     /// Run one simulated backend.
     Simulate(switchboard::sim::cli::SimArgs),
-    /// Validate a config and print every error.
+    /// Validate a config and print every error; with --probe, compare it with what the
+    /// backends report (exit code 1 when anything disagrees).
     Check {
         #[arg(long, default_value = "routes.toml")]
         config: PathBuf,
+        /// Ask every backend what it serves and report each disagreement with the config.
+        #[arg(long)]
+        probe: bool,
+    },
+    /// Print every alias as harness configs take it (models.yml or JSON).
+    Export {
+        #[arg(long, default_value = "routes.toml")]
+        config: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = switchboard::export::Format::ModelsYml)]
+        format: switchboard::export::Format,
+        /// Take windows and input kinds from what the backends report.
+        #[arg(long)]
+        probe: bool,
+        /// The proxy's URL as clients reach it (default: server.listen, 0.0.0.0 as 127.0.0.1).
+        #[arg(long)]
+        base_url: Option<String>,
+        /// The provider's name in the harness config.
+        #[arg(long, default_value = "switchboard")]
+        provider: String,
     },
     /// Count a chat request's prompt tokens for an alias, as the context guard would.
     Tokens {

@@ -24,14 +24,32 @@ pub async fn run(path: &Path) -> Result<(), String> {
             .aliases
             .values()
             .filter(|a| a.backend_names().any(|b| b == name))
-            .filter_map(|a| a.context_window)
+            .filter_map(|a| a.context_window.as_ref()?.number())
             .max()
+            .and_then(|w| u32::try_from(w).ok())
             .unwrap_or(32768);
+        // `slots = "auto"`: the simulator has 4, and the proxy discovers them.
+        let slots = match &backend.slots {
+            None => 1,
+            Some(s) => s.number().and_then(|n| u32::try_from(n).ok()).unwrap_or(4),
+        };
+        let takes = |kind: &str| {
+            raw.aliases
+                .values()
+                .filter(|a| a.backend_names().any(|b| b == name))
+                .any(|a| {
+                    a.inputs
+                        .as_ref()
+                        .is_some_and(|i| i.iter().any(|k| k == kind))
+                })
+        };
         let cfg = SimConfig {
             flavor: backend.flavor,
             model,
             slot_ctx,
-            slots: backend.slots.unwrap_or(1),
+            slots,
+            image: takes("image"),
+            audio: takes("audio"),
             reasoning: true,
             reasoning_tokens: 3,
             token_delay: std::time::Duration::from_millis(20),

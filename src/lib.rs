@@ -11,6 +11,7 @@ pub mod alloc;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod export;
 pub mod flavor;
 pub mod fleet;
 pub mod guard;

@@ -126,38 +126,131 @@ fn new_state(cfg: Config, path: Option<std::path::PathBuf>) -> Result<AppState, 
     AppState::new(cfg, path).map_err(|e| format!("invalid config{shown}:\n{e}"))
 }
 
+/// `switchboard routes`: the alias table after one round of health probes (which also
+/// discovers `"auto"` figures), each window and slot count with where it comes from.
 async fn routes(cfg: Config) -> Result<(), String> {
     let state = new_state(cfg, None)?;
     switchboard::live::probes::probe_all(&state).await;
     let snap = state.live.load_full();
     println!(
-        "{:<24} {:<20} {:<9} {:<32} {:>10}  {:<12} old names / fallbacks",
-        "alias", "backend", "flavor", "url", "window", "state"
+        "{:<24} {:<20} {:<9} {:<32} {:>10} {:<10} {:>5} {:<10} {:<12} old names / fallbacks",
+        "alias", "backend", "flavor", "url", "window", "from", "slots", "from", "state"
     );
     for a in snap.routes.aliases() {
+        let f = snap.figures(&a.name);
+        let window_from = f.and_then(|f| f.window_source).map_or("-", |s| s.as_str());
+        let slots_from = f.map_or("-", |f| f.slots_source.as_str());
         for (i, b) in a.backends.iter().enumerate() {
-            let (name, window, extra) = if i == 0 {
+            let (name, window, window_from, extra) = if i == 0 {
                 let mut extra = a.old_names.join(", ");
                 if !a.fallbacks.is_empty() {
                     extra.push_str(&format!(" / fallbacks: {}", a.fallbacks.join(", ")));
                 }
                 let w = a.context_window.map_or("-".into(), |w| w.get().to_string());
-                (a.name.as_str(), w, extra)
+                (a.name.as_str(), w, window_from, extra)
             } else {
-                ("", String::new(), String::new())
+                ("", String::new(), "", String::new())
             };
             println!(
-                "{:<24} {:<20} {:<9} {:<32} {:>10}  {:<12} {}",
+                "{:<24} {:<20} {:<9} {:<32} {:>10} {:<10} {:>5} {:<10} {:<12} {}",
                 name,
                 b.name,
                 b.flavor.as_str(),
                 b.url,
                 window,
+                window_from,
+                b.slots,
+                if i == 0 { slots_from } else { "" },
                 state.shown_state(&b.name),
                 extra
             );
         }
     }
+    for name in snap.config.backends.keys() {
+        if let Some(d) = snap.discovered(name) {
+            println!(
+                "backend {name}: figures discovered at {} (unix time)",
+                d.when
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `switchboard check`: validate (tokenizers loaded as a snapshot would load them); with
+/// `probe`, ask every backend and report each disagreement. `Ok(false)`: something disagrees.
+async fn check(path: &std::path::Path, probe: bool) -> Result<bool, String> {
+    let cfg = load(path)?;
+    // The CA files and tokenizers are loaded as start-up would load them.
+    switchboard::live::check(&cfg)
+        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    println!(
+        "{}: ok ({} backends, {} aliases)",
+        path.display(),
+        cfg.backends.len(),
+        cfg.aliases.len()
+    );
+    if !probe {
+        return Ok(true);
+    }
+    let state = new_state(cfg, None)?;
+    let snap = state.live.load_full();
+    let probed = switchboard::live::discover::ask_all(&state.client, &snap.config).await;
+    let (lines, disagreements) = switchboard::fleet::drift::report(&snap.config, &probed);
+    for line in lines {
+        println!("{line}");
+    }
+    if disagreements == 0 {
+        println!("the fleet agrees with {}", path.display());
+    } else {
+        println!(
+            "{disagreements} disagreement(s) between {} and the fleet",
+            path.display()
+        );
+    }
+    Ok(disagreements == 0)
+}
+
+/// `switchboard export`: every alias as harness configs take it.
+async fn export(
+    path: &std::path::Path,
+    format: switchboard::export::Format,
+    probe: bool,
+    base_url: Option<String>,
+    provider: &str,
+) -> Result<(), String> {
+    use switchboard::export;
+    let cfg = load(path)?;
+    let probed = if probe {
+        let state =
+            AppState::new(cfg.clone(), None).map_err(|e| format!("invalid config:\n{e}"))?;
+        let probed = switchboard::live::discover::ask_all(&state.client, &cfg).await;
+        for (name, answer) in &probed {
+            if let Err(e) = answer {
+                eprintln!(
+                    "switchboard: backend {name}: {e}; its aliases are exported from the config"
+                );
+            }
+        }
+        Some(probed)
+    } else {
+        None
+    };
+    if !probe {
+        for a in cfg.aliases.values() {
+            if a.window_setting.is_some_and(|w| w.is_auto()) {
+                eprintln!(
+                    "switchboard: alias {}: context_window = \"auto\" is known only to its backend; \
+                     --probe exports it",
+                    a.name
+                );
+            }
+        }
+    }
+    let models = export::models(&cfg, probed.as_ref());
+    let base_url = base_url.unwrap_or_else(|| export::default_base_url(cfg.server.listen));
+    let doc = export::document(&cfg, provider, &base_url, &models);
+    print!("{}", export::render(&doc, format));
     Ok(())
 }
 
@@ -234,8 +327,15 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
     Ok(())
 }
 
-async fn run(cli: Cli) -> Result<(), String> {
-    match cli.command {
+/// How a command that did not fail ended.
+enum Done {
+    Ok,
+    /// `check --probe` found disagreements: exit code 1.
+    Disagrees,
+}
+
+async fn run(cli: Cli) -> Result<Done, String> {
+    let done = match cli.command {
         Command::Serve { config } => serve(load(&config)?, Some(config)).await,
         Command::Demo { config } => switchboard::demo::run(&config).await,
         Command::Simulate(args) => {
@@ -253,26 +353,27 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("simulator error: {e}"))
         }
-        Command::Check { config } => {
-            let cfg = load(&config)?;
-            // The CA files and tokenizers are loaded as start-up would load them.
-            switchboard::live::check(&cfg)
-                .map_err(|e| format!("invalid config {}:\n{e}", config.display()))?;
-            println!(
-                "{}: ok ({} backends, {} aliases)",
-                config.display(),
-                cfg.backends.len(),
-                cfg.aliases.len()
-            );
-            Ok(())
+        Command::Check { config, probe } => {
+            return Ok(match check(&config, probe).await? {
+                true => Done::Ok,
+                false => Done::Disagrees,
+            });
         }
+        Command::Export {
+            config,
+            format,
+            probe,
+            base_url,
+            provider,
+        } => export(&config, format, probe, base_url, &provider).await,
         Command::Routes { config } => routes(load(&config)?).await,
         Command::Tokens {
             config,
             alias,
             request,
         } => tokens(load(&config)?, &alias, &request).await,
-    }
+    };
+    done.map(|()| Done::Ok)
 }
 
 fn main() -> ExitCode {
@@ -291,7 +392,8 @@ fn main() -> ExitCode {
     let result = rt.block_on(run(cli));
     rt.shutdown_timeout(Duration::from_millis(100));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Done::Ok) => ExitCode::SUCCESS,
+        Ok(Done::Disagrees) => ExitCode::from(1),
         Err(e) => {
             eprintln!("switchboard: {e}");
             ExitCode::from(2)

@@ -1,373 +1,31 @@
-//! The fleet changing under the proxy (issue 19): replicas, conversation affinity, fallbacks,
-//! the circuit breaker, failing fast — through the real server against simulators.
+//! Issue 21: fleet discovery (`"auto"` windows and slots, `check --probe`) and the harness
+//! export, against simulators whose windows, slots and input kinds differ from the config.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+
+use std::process::{Command, Output};
 
 use common::*;
 use serde_json::{json, Value};
+use switchboard::flavor::Flavor;
+use switchboard::live::figures::Source;
+use switchboard::live::AppState;
 use switchboard::sim::{Sim, SimConfig};
 
-/// Chat requests a simulator received.
-fn chats(s: &Sim) -> usize {
-    s.recorder()
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/chat/completions")
-        .count()
-}
-
-/// Chat requests a simulator received whose body holds `marker`.
-fn chats_with(s: &Sim, marker: &str) -> usize {
-    s.recorder()
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/chat/completions")
-        .filter(|r| String::from_utf8_lossy(&r.body).contains(marker))
-        .count()
-}
-
-/// Poll `cond` every 10 ms until it holds, failing after `WAIT`.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    within(what, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
-
-fn paced() -> SimConfig {
+fn sim_cfg(flavor: Flavor, model: &str, slot_ctx: u32, slots: u32) -> SimConfig {
     SimConfig {
-        token_delay: Duration::from_millis(2),
-        completion_tokens: 6,
+        flavor,
+        model: model.into(),
+        slot_ctx,
+        slots,
         ..SimConfig::default()
     }
 }
 
-/// A simulator again on the address of one that was shut down.
-async fn restart(addr: SocketAddr, cfg: SimConfig) -> Sim {
-    let l = within("the port again", async {
-        loop {
-            match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => break l,
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        }
-    })
-    .await;
-    Sim::spawn_on(cfg, l).await.unwrap()
-}
-
-const TWO_REPLICAS: &str = r#"
-[server]
-breaker_failures = 2
-breaker_open_ms = 200
-[backends.a]
-url = "{a}"
-flavor = "llamacpp"
-slots = 4
-[backends.b]
-url = "{b}"
-flavor = "llamacpp"
-slots = 4
-[aliases.m]
-backends = ["a", "b"]
-"#;
-
-/// What the traffic of one client loop saw.
-#[derive(Default)]
-struct Tally {
-    ok: AtomicUsize,
-    failed: AtomicUsize,
-    /// Streams that ended with an error event (their backend was killed).
-    cut: AtomicUsize,
-    /// Streams that ended with neither `[DONE]` nor an error event.
-    lost: AtomicUsize,
-}
-
-async fn traffic(url: String, stream: bool, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
-    let c = client();
-    while !stop.load(Ordering::SeqCst) {
-        let resp = c.post(&url).json(&chat("m", stream)).send().await;
-        let Ok(resp) = resp else {
-            tally.failed.fetch_add(1, Ordering::SeqCst);
-            continue;
-        };
-        if resp.status() != 200 {
-            tally.failed.fetch_add(1, Ordering::SeqCst);
-            continue;
-        }
-        if !stream {
-            let whole = resp.json::<Value>().await;
-            let counter = if whole.is_ok() {
-                &tally.ok
-            } else {
-                &tally.failed
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            continue;
-        }
-        let events = sse_payloads(resp).await;
-        let counter = if events.last().is_some_and(|e| e == "[DONE]") {
-            &tally.ok
-        } else if events.iter().any(|e| e.starts_with("{\"error\"")) {
-            &tally.cut
-        } else {
-            &tally.lost
-        };
-        counter.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-#[tokio::test]
-async fn r19_a_killed_replica_loses_no_request_and_gets_traffic_back() {
-    let a = sim(paced()).await;
-    let b = sim(paced()).await;
-    let a_addr = a.addr();
-    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (plain, streams) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
-    let mut loops = Vec::new();
-    for i in 0..6 {
-        let tally = if i < 4 { &plain } else { &streams };
-        let url = p.url("/v1/chat/completions");
-        loops.push(tokio::spawn(traffic(
-            url,
-            i >= 4,
-            Arc::clone(&stop),
-            Arc::clone(tally),
-        )));
-    }
-    until("both replicas serving", || chats(&a) >= 5 && chats(&b) >= 5).await;
-    a.shutdown().await;
-    let before = chats(&b);
-    until("the other replica taking it all", || {
-        chats(&b) >= before + 30
-    })
-    .await;
-    let a = restart(a_addr, paced()).await;
-    until("traffic back on the restarted replica", || chats(&a) >= 5).await;
-    stop.store(true, Ordering::SeqCst);
-    for l in loops {
-        within("the client loops", l).await.unwrap();
-    }
-    assert_eq!(
-        plain.failed.load(Ordering::SeqCst),
-        0,
-        "non-streaming failures"
-    );
-    assert_eq!(streams.failed.load(Ordering::SeqCst), 0, "streams refused");
-    assert_eq!(
-        streams.lost.load(Ordering::SeqCst),
-        0,
-        "streams without an end"
-    );
-    assert!(plain.ok.load(Ordering::SeqCst) > 30);
-    let m = p.metrics().await;
-    assert_eq!(
-        sample(&m, r#"switchboard_inflight_requests{alias="m"}"#),
-        0.0
-    );
-}
-
-#[tokio::test]
-async fn r19_the_least_loaded_replica_takes_requests_while_the_other_is_full() {
-    let a = sim(SimConfig::default()).await;
-    let b = sim(SimConfig::default()).await;
-    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
-    let snap = p.state.live.load_full();
-    let slots = snap.slots("a").unwrap();
-    let held: Vec<_> = (0..4).map(|_| slots.try_acquire().unwrap()).collect();
-    let c = client();
-    // Each request a conversation of its own: no affinity at play.
-    let one = |i: usize| json!({"model": "m", "messages": [{"role": "user", "content": format!("q{i}")}]});
-    for i in 0..6 {
-        assert_eq!(p.post_chat(&c, &one(i)).await.status(), 200);
-    }
-    assert_eq!((chats(&a), chats(&b)), (0, 6));
-    drop(held);
-    for i in 6..12 {
-        assert_eq!(p.post_chat(&c, &one(i)).await.status(), 200);
-    }
-    // Equally loaded again: in turn.
-    assert_eq!((chats(&a), chats(&b)), (3, 9));
-}
-
-fn turn(conversation: &str, n: usize) -> Value {
-    let mut messages = vec![
-        json!({"role": "system", "content": "You are a coding agent."}),
-        json!({"role": "user", "content": format!("task of {conversation}")}),
-    ];
-    for i in 1..n {
-        messages.push(json!({"role": "assistant", "content": format!("step {i}")}));
-        messages.push(json!({"role": "user", "content": format!("go on {i}")}));
-    }
-    json!({"model": "m", "messages": messages, "max_tokens": 2})
-}
-
-#[tokio::test]
-async fn r19_a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
-    let a = sim(SimConfig::default()).await;
-    let b = sim(SimConfig::default()).await;
-    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
-    let c = client();
-    for n in 1..=10 {
-        for conv in ["first", "second"] {
-            let r = p.post_chat(&c, &turn(conv, n)).await;
-            assert_eq!(r.status(), 200);
-        }
-    }
-    let on_a = chats_with(&a, "task of first");
-    let (first_on, second_on, first_off) = if on_a > 0 { (&a, &b, &b) } else { (&b, &a, &a) };
-    assert_eq!(chats_with(first_on, "task of first"), 10);
-    assert_eq!(chats_with(first_off, "task of first"), 0);
-    assert_eq!(chats_with(second_on, "task of second"), 10);
-    let m = p.metrics().await;
-    assert_eq!(
-        sample(&m, r#"switchboard_affinity_total{alias="m",result="hit"}"#),
-        18.0
-    );
-    assert_eq!(
-        sample(&m, r#"switchboard_affinity_total{alias="m",result="new"}"#),
-        2.0
-    );
-
-    // The first conversation's replica dies: its next turns move to the other and stay.
-    let (dying, staying) = if std::ptr::eq(first_on, &a) {
-        (a, b)
-    } else {
-        (b, a)
-    };
-    dying.shutdown().await;
-    for n in 11..=13 {
-        assert_eq!(p.post_chat(&c, &turn("first", n)).await.status(), 200);
-    }
-    assert_eq!(chats_with(&staying, "task of first"), 3);
-    let m = p.metrics().await;
-    assert_eq!(
-        sample(
-            &m,
-            r#"switchboard_affinity_total{alias="m",result="moved"}"#
-        ),
-        1.0
-    );
-}
-
-const FALLBACKS: &str = r#"
-[backends.primary]
-url = "{primary}"
-flavor = "llamacpp"
-[backends.spare]
-url = "{spare}"
-flavor = "llamacpp"
-[aliases.p]
-backend = "primary"
-fallbacks = ["f"]
-[aliases.f]
-backend = "spare"
-upstream_model = "spare-model"
-"#;
-
-/// The proxy with `primary` in front of a good `spare`; one request's alias header and the
-/// fallbacks counter of `reason`.
-async fn fall_back(primary: String, stream: bool, reason: &str) -> (String, f64, Sim, Vec<String>) {
-    let spare = sim(SimConfig::default()).await;
-    let p = proxy(FALLBACKS, &[("primary", primary), ("spare", spare.url())]).await;
-    let r = p.post_chat(&client(), &chat("p", stream)).await;
-    assert_eq!(r.status(), 200);
-    let served = r.headers()["x-switchboard-alias"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let events = if stream {
-        sse_payloads(r).await
-    } else {
-        Vec::new()
-    };
-    let m = p.metrics().await;
-    let key = format!(r#"switchboard_fallbacks_total{{alias="p",to="f",reason="{reason}"}}"#);
-    (served, sample(&m, &key), spare, events)
-}
-
-#[tokio::test]
-async fn r19_fallback_on_refused_loading_and_a_500_before_the_first_byte_not_after_it() {
-    let (served, n, spare, _) = fall_back(dead_url().await, false, "connect").await;
-    assert_eq!((served.as_str(), n), ("f", 1.0));
-    assert!(
-        String::from_utf8_lossy(&spare.recorder().last().unwrap().body).contains("spare-model")
-    );
-
-    let loading = sim(SimConfig {
-        loading: Duration::from_secs(3600),
-        ..SimConfig::default()
-    })
-    .await;
-    let (served, n, _, _) = fall_back(loading.url(), false, "loading").await;
-    assert_eq!((served.as_str(), n), ("f", 1.0));
-
-    let failing = sim(SimConfig {
-        fail_status: Some(500),
-        ..SimConfig::default()
-    })
-    .await;
-    let (served, n, _, events) = fall_back(failing.url(), true, "status_5xx").await;
-    assert_eq!((served.as_str(), n), ("f", 1.0));
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-
-    // Broken after its first events: the client has bytes, so no fallback.
-    let broken = sim(SimConfig {
-        fail_after: Some(2),
-        ..SimConfig::default()
-    })
-    .await;
-    let spare = sim(SimConfig::default()).await;
-    let p = proxy(
-        FALLBACKS,
-        &[("primary", broken.url()), ("spare", spare.url())],
-    )
-    .await;
-    let r = p.post_chat(&client(), &chat("p", true)).await;
-    assert_eq!(r.headers()["x-switchboard-alias"], "p");
-    let events = sse_payloads(r).await;
-    assert!(
-        events.last().unwrap().starts_with("{\"error\""),
-        "{events:?}"
-    );
-    assert!(!events.iter().any(|e| e == "[DONE]"));
-    assert_eq!(chats(&spare), 0);
-}
-
-#[tokio::test]
-async fn r19_the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() {
-    let s = sim(SimConfig {
-        fail_status: Some(500),
-        ..SimConfig::default()
-    })
-    .await;
-    let toml = one_alias(
-        "llamacpp",
-        "breaker_failures = 3\nbreaker_open_ms = 1000",
-        "",
-    );
-    let p = proxy(&toml, &[("b", s.url())]).await;
-    let c = client();
-    for _ in 0..3 {
-        assert_eq!(p.post_chat(&c, &chat("a", false)).await.status(), 500);
-    }
-    assert_eq!(chats(&s), 3);
-    let r = p.post_chat(&c, &chat("a", false)).await;
-    assert_eq!(r.status(), 503);
-    assert!(r.headers().contains_key("retry-after"));
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "no_backend");
-    assert_eq!(p.state.shown_state("b"), "breaker_open");
-    let models: Value = c
+async fn models(p: &Proxy) -> Value {
+    let v: Value = client()
         .get(p.url("/v1/models"))
         .send()
         .await
@@ -375,125 +33,516 @@ async fn r19_the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() 
         .json()
         .await
         .unwrap();
-    assert_eq!(models["data"][0]["status"], "breaker_open");
-    let m = p.metrics().await;
-    assert_eq!(
-        sample(&m, r#"switchboard_breaker_state{backend="b",state="open"}"#),
-        1.0
-    );
-
-    // The backend recovers; nothing reaches it until the back-off is over, then one trial.
-    s.fail_with(None);
-    within("the half-open trial", async {
-        loop {
-            match p.post_chat(&c, &chat("a", false)).await.status().as_u16() {
-                200 => break,
-                503 => {}
-                other => panic!("status {other}"),
-            }
-            assert_eq!(chats(&s), 3, "a request reached the backend while open");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert_eq!(chats(&s), 4);
-    assert_eq!(p.state.shown_state("b"), "unknown");
-    assert_eq!(p.post_chat(&c, &chat("a", false)).await.status(), 200);
-    let m = p.metrics().await;
-    assert_eq!(
-        sample(
-            &m,
-            r#"switchboard_breaker_state{backend="b",state="closed"}"#
-        ),
-        1.0
-    );
+    v
 }
 
-#[tokio::test]
-async fn r19_no_usable_backend_is_answered_at_once_with_503_and_retry_after() {
-    let loading = sim(SimConfig {
-        flavor: switchboard::flavor::Flavor::Vllm,
-        loading: Duration::from_secs(3600),
-        ..SimConfig::default()
-    })
-    .await;
-    let toml = r#"
-[server]
-health_interval_secs = 1
-[backends.dead]
-url = "{dead}"
-flavor = "llamacpp"
-[backends.loading]
-url = "{loading}"
-flavor = "vllm"
-[aliases.d]
-backend = "dead"
-[aliases.l]
-backend = "loading"
-"#;
-    let p = proxy(
-        toml,
-        &[("dead", dead_url().await), ("loading", loading.url())],
-    )
-    .await;
-    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
-    let c = client();
-    let started = Instant::now();
-    let r = p.post_chat(&c, &chat("d", false)).await;
-    assert_eq!(r.status(), 503);
-    assert_eq!(r.headers()["retry-after"], "1");
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "no_backend");
-    // A loading vLLM would hold the request until it is up: it is answered at once too.
-    let r = p.post_chat(&c, &chat("l", false)).await;
-    assert_eq!(r.status(), 503);
-    assert!(r.headers().contains_key("retry-after"));
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "model_loading");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(chats(&loading), 0);
+fn entry<'a>(list: &'a Value, id: &str) -> &'a Value {
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("{id} not listed: {list}"))
 }
 
-#[tokio::test]
-async fn r19_a_queue_wait_that_runs_out_is_a_503_and_a_full_queue_a_429() {
-    let s = sim(SimConfig {
-        gate: true,
-        ..SimConfig::default()
+/// A request whose `max_tokens` alone is larger than `window`.
+fn too_long_for(model: &str, window: u32) -> Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Hello there"}],
+        "max_tokens": window + 1000,
     })
-    .await;
-    let toml = r#"
+}
+
+const AUTO: &str = r#"
 [server]
-queue_timeout_secs = 1
+health_interval_secs = 2
 [backends.b]
 url = "{b}"
-flavor = "llamacpp"
-slots = 1
-queue = 1
+flavor = "{flavor}"
+slots = "auto"
 [aliases.a]
 backend = "b"
+upstream_model = "up-model"
+context_window = "auto"
 "#;
-    let p = proxy(toml, &[("b", s.url())]).await;
+
+fn auto(flavor: &str) -> String {
+    AUTO.replace("{flavor}", flavor)
+}
+
+#[tokio::test]
+async fn r21_auto_window_and_slots_are_taken_at_start() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp, "up-model", 3000, 3)).await;
+    let p = proxy(&auto("llamacpp"), &[("b", sim.url())]).await;
     let c = client();
-    let held = p.post_chat(&c, &chat("a", true)).await;
-    assert_eq!(held.status(), 200);
     let url = p.url("/v1/chat/completions");
-    let (c2, url2) = (c.clone(), url.clone());
-    let waiting = tokio::spawn(async move { c2.post(url2).json(&chat("a", false)).send().await });
+
+    // Before the first probe: no window (no guard), 1 slot, both pending.
+    let before = models(&p).await;
+    let a = entry(&before, "a");
+    assert_eq!(a["context_window_source"], "pending", "{a}");
+    assert_eq!(
+        (a["slots"].clone(), a["slots_source"].clone()),
+        (json!(1), json!("pending"))
+    );
+    assert!(a.get("context_length").is_none(), "{a}");
+    assert_eq!(status(&c, &url, &too_long_for("a", 3000)).await, 200);
+
+    // The first round of health probes (what `serve` starts with) discovers the figures.
+    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
+    let after = models(&p).await;
+    let a = entry(&after, "a");
+    assert_eq!(a["context_length"], 3000, "{a}");
+    assert_eq!(a["context_window_source"], "discovered", "{a}");
+    assert_eq!(
+        (a["slots"].clone(), a["slots_source"].clone()),
+        (json!(3), json!("discovered"))
+    );
+    assert!(a["discovered_at"].as_u64().unwrap() > 0, "{a}");
     let snap = p.state.live.load_full();
-    until("a request in the queue", || {
-        snap.slots("b").unwrap().load() == 2
+    assert_eq!(snap.slots("b").unwrap().slots(), 3);
+    let figures = snap.figures("a").unwrap();
+    assert!(matches!(
+        figures.window_source,
+        Some(Source::Discovered { .. })
+    ));
+
+    // The guard now holds the discovered window: refused before the backend sees it.
+    let posts = sim.recorder().requests().len();
+    let resp = c
+        .post(&url)
+        .json(&too_long_for("a", 3000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    assert_eq!(sim.recorder().requests().len(), posts);
+    assert_eq!(status(&c, &url, &chat("a", false)).await, 200);
+}
+
+#[tokio::test]
+async fn r21_auto_figures_are_taken_again_on_reload() {
+    let llama = sim(sim_cfg(Flavor::Llamacpp, "up-model", 3000, 3)).await;
+    let sglang = sim(sim_cfg(Flavor::Sglang, "up-model", 5000, 2)).await;
+    let vllm = sim(sim_cfg(Flavor::Vllm, "up-model", 7000, 8)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.toml");
+    std::fs::write(&path, fill(&auto("llamacpp"), &[("b", llama.url())])).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
+    assert_eq!(entry(&models(&p).await, "a")["context_length"], 3000);
+
+    // The alias moves to an SGLang backend: its window from /v1/models, slots from /server_info.
+    std::fs::write(&path, fill(&auto("sglang"), &[("b", sglang.url())])).unwrap();
+    within("reload", switchboard::live::reload::reload(&p.state))
+        .await
+        .unwrap();
+    let a = entry(&models(&p).await, "a").clone();
+    assert_eq!(a["context_length"], 5000, "{a}");
+    assert_eq!(
+        (a["slots"].clone(), a["slots_source"].clone()),
+        (json!(2), json!("discovered"))
+    );
+    assert_eq!(p.state.live.load().slots("b").unwrap().slots(), 2);
+
+    // vLLM reports its window but no slot count: "auto" slots are refused there, a number kept.
+    let to_vllm = auto("vllm").replace("slots = \"auto\"", "slots = 5");
+    std::fs::write(&path, fill(&to_vllm, &[("b", vllm.url())])).unwrap();
+    within("reload", switchboard::live::reload::reload(&p.state))
+        .await
+        .unwrap();
+    let a = entry(&models(&p).await, "a").clone();
+    assert_eq!(a["context_length"], 7000, "{a}");
+    assert_eq!(
+        (a["slots"].clone(), a["slots_source"].clone()),
+        (json!(5), json!("config"))
+    );
+    let refused = auto("vllm");
+    std::fs::write(&path, fill(&refused, &[("b", vllm.url())])).unwrap();
+    let err = within("reload", switchboard::live::reload::reload(&p.state))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("backends.b.slots: \"auto\" needs a number"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn r21_auto_figures_are_taken_when_the_backend_recovers() {
+    // A port that accepts connections but answers nothing (as a backend loading its model).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let p = proxy(&auto("llamacpp"), &[("b", url)]).await;
+    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
+    let a = entry(&models(&p).await, "a").clone();
+    assert_eq!(a["status"], "loading", "{a}");
+    assert_eq!(a["context_window_source"], "pending", "{a}");
+    assert_eq!(a["slots"], 1, "{a}");
+
+    // The backend comes up on that port: the next probe finds it up and takes its figures.
+    let sim = Sim::spawn_on(sim_cfg(Flavor::Llamacpp, "up-model", 2500, 2), listener)
+        .await
+        .unwrap();
+    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
+    let a = entry(&models(&p).await, "a").clone();
+    assert_eq!(a["status"], "up", "{a}");
+    assert_eq!(a["context_length"], 2500, "{a}");
+    assert_eq!(
+        (a["slots"].clone(), a["slots_source"].clone()),
+        (json!(2), json!("discovered"))
+    );
+    drop(sim);
+}
+
+// --- the binary: check --probe, routes, export ---
+
+fn switchboard() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_switchboard"))
+}
+
+/// Run the binary off the runtime's threads, so the simulators keep answering.
+async fn run(args: Vec<String>) -> Output {
+    let out = tokio::task::spawn_blocking(move || switchboard().args(args).output().unwrap());
+    within("the command", out).await.unwrap()
+}
+
+fn write(dir: &tempfile::TempDir, text: &str) -> String {
+    let p = dir.path().join("routes.toml");
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A fleet whose backends report less than the config says.
+struct Drifted {
+    llama: Sim,
+    sglang: Sim,
+    dead: String,
+}
+
+impl Drifted {
+    async fn start() -> Drifted {
+        Drifted {
+            llama: sim(SimConfig {
+                image: true,
+                ..sim_cfg(Flavor::Llamacpp, "zealot", 2048, 2)
+            })
+            .await,
+            sglang: sim(sim_cfg(Flavor::Sglang, "served", 8192, 3)).await,
+            dead: dead_url().await,
+        }
+    }
+
+    fn config(&self) -> String {
+        fill(
+            r#"
+[server]
+listen = "127.0.0.1:7788"
+[backends.gpu]
+url = "{gpu}"
+flavor = "llamacpp"
+slots = 4
+[backends.sg]
+url = "{sg}"
+flavor = "sglang"
+slots = "auto"
+[backends.gone]
+url = "{gone}"
+flavor = "vllm"
+slots = 1
+[aliases.zealot]
+backend = "gpu"
+context_window = 4096
+max_output_tokens = 1024
+inputs = ["text", "image", "audio"]
+[aliases.dragoon]
+backend = "sg"
+upstream_model = "not-served"
+context_window = "auto"
+max_output_tokens = 2000
+[aliases.ghost]
+backend = "gone"
+context_window = 1000
+[aliases.plain]
+backend = "gpu"
+upstream_model = "zealot"
+"#,
+            &[
+                ("gpu", self.llama.url()),
+                ("sg", self.sglang.url()),
+                ("gone", self.dead.clone()),
+            ],
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r21_check_probe_reports_every_disagreement_and_exits_1() {
+    let fleet = Drifted::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &fleet.config());
+    let out = run(args(&["check", "--probe", "--config", &path])).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "alias zealot: context_window: configured 4096, discovered 2048 per slot",
+        "alias zealot: backends.gpu.slots: configured 4, discovered 2",
+        "alias zealot: inputs: configured [text, image, audio], discovered [text, image]: the model does not take audio",
+        "alias dragoon: upstream_model: configured \"not-served\", discovered [served]",
+        &format!("alias ghost: backends.gone: configured {}, discovered unreachable", fleet.dead),
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+    // plain shares zealot's backend, and so its slots.
+    assert!(
+        stdout.contains("alias plain: backends.gpu.slots: configured 4, discovered 2"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("6 disagreement(s)"), "{stdout}");
+    // The window SGLang reported fills dragoon's "auto"; its slots are SGLang's own.
+    assert!(
+        !stdout.contains("alias dragoon: context_window"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("backends.sg.slots"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r21_check_probe_exits_0_when_the_fleet_agrees() {
+    let llama = sim(sim_cfg(Flavor::Llamacpp, "m", 4096, 2)).await;
+    let vllm = sim(sim_cfg(Flavor::Vllm, "v", 32768, 16)).await;
+    let toml = fill(
+        r#"
+[backends.gpu]
+url = "{gpu}"
+flavor = "llamacpp"
+slots = "auto"
+[backends.big]
+url = "{big}"
+flavor = "vllm"
+slots = 8
+[aliases.m]
+backend = "gpu"
+context_window = 4096
+[aliases.v]
+backend = "big"
+context_window = "auto"
+"#,
+        &[("gpu", llama.url()), ("big", vllm.url())],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &toml);
+    let out = run(args(&["check", "--probe", "--config", &path])).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("alias m: ok"), "{stdout}");
+    assert!(stdout.contains("alias v: ok"), "{stdout}");
+    assert!(stdout.contains("the fleet agrees with"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r21_routes_says_which_figures_were_discovered() {
+    let llama = sim(sim_cfg(Flavor::Llamacpp, "up-model", 3000, 3)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &fill(&auto("llamacpp"), &[("b", llama.url())]));
+    let out = run(args(&["routes", "--config", &path])).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("a ")).unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cols[4..8],
+        ["3000", "discovered", "3", "discovered"],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("backend b: figures discovered at"),
+        "{stdout}"
+    );
+}
+
+/// The models of the exported document, by id.
+fn exported(doc: &Value) -> (&Value, std::collections::BTreeMap<String, Value>) {
+    let provider = &doc["providers"]["switchboard"];
+    let models = provider["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap().to_string(), m.clone()))
+        .collect();
+    (provider, models)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r21_export_parses_back_and_matches_the_config() {
+    let fleet = Drifted::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &fleet.config());
+    let yml = run(args(&[
+        "export",
+        "--format",
+        "models-yml",
+        "--config",
+        &path,
+    ]))
+    .await;
+    assert!(
+        yml.status.success(),
+        "{}",
+        String::from_utf8_lossy(&yml.stderr)
+    );
+    let doc: Value = serde_norway::from_slice(&yml.stdout).unwrap();
+    let json = run(args(&["export", "--format", "json", "--config", &path])).await;
+    let same: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc, same, "models-yml and json carry the same document");
+
+    let cfg = switchboard::config::load(std::path::Path::new(&path)).unwrap();
+    let (provider, models) = exported(&doc);
+    assert_eq!(provider["baseUrl"], "http://127.0.0.1:7788/v1");
+    assert_eq!(provider["api"], "openai-completions");
+    assert_eq!(models.len(), cfg.aliases.len());
+    for a in cfg.aliases.values() {
+        let m = &models[&a.name];
+        assert_eq!(m["name"], a.name.as_str());
+        assert_eq!(m["input"], json!(a.shape.inputs.names()), "{m}");
+        assert_eq!(
+            m.get("maxTokens").cloned(),
+            a.shape.max_output_tokens.map(|t| json!(t.get())),
+            "{m}"
+        );
+        assert_eq!(
+            m.get("contextWindow").cloned(),
+            a.context_window.map(|w| json!(w.get())),
+            "{m}"
+        );
+    }
+    assert!(
+        models["dragoon"].get("contextWindow").is_none(),
+        "auto: known only by probing"
+    );
+    assert!(
+        models["plain"].get("contextWindow").is_none(),
+        "no window configured"
+    );
+    let stderr = String::from_utf8_lossy(&yml.stderr);
+    assert!(
+        stderr.contains("alias dragoon: context_window = \"auto\""),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r21_export_probe_takes_the_simulators_figures() {
+    let fleet = Drifted::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &fleet.config());
+    let out = run(args(&[
+        "export",
+        "--probe",
+        "--format",
+        "models-yml",
+        "--base-url",
+        "http://proxy.example:7700/v1",
+        "--config",
+        &path,
+    ]))
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_norway::from_slice(&out.stdout).unwrap();
+    let (provider, models) = exported(&doc);
+    assert_eq!(provider["baseUrl"], "http://proxy.example:7700/v1");
+    // The llama.cpp simulator: 2048 tokens per slot, text and images (the alias said audio too).
+    assert_eq!(models["zealot"]["contextWindow"], 2048);
+    assert_eq!(models["zealot"]["input"], json!(["text", "image"]));
+    assert_eq!(models["zealot"]["maxTokens"], 1024);
+    // The SGLang simulator's max_model_len fills the "auto" window.
+    assert_eq!(models["dragoon"]["contextWindow"], 8192);
+    assert_eq!(models["dragoon"]["input"], json!(["text"]));
+    // No window in the config: the backend's.
+    assert_eq!(models["plain"]["contextWindow"], 2048);
+    // An unreachable backend: its alias from the config, and a warning.
+    assert_eq!(models["ghost"]["contextWindow"], 1000);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("backend gone: unreachable"), "{stderr}");
+}
+
+#[tokio::test]
+async fn r21_simulators_report_their_knobs_in_each_flavours_shape() {
+    let llama = sim(SimConfig {
+        audio: true,
+        ..sim_cfg(Flavor::Llamacpp, "m", 1234, 3)
     })
     .await;
-    let full = p.post_chat(&c, &chat("a", false)).await;
-    assert_eq!(full.status(), 429);
-    let waited = within("the queue wait", waiting).await.unwrap().unwrap();
-    assert_eq!(waited.status(), 503);
-    let v: Value = waited.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "queue_timeout");
-    s.release();
-    drop(held);
+    let c = client();
+    let props: Value = c
+        .get(format!("{}/props", llama.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 1234);
+    assert_eq!(props["total_slots"], 3);
+    assert_eq!(
+        props["modalities"],
+        json!({"vision": false, "video": false, "audio": true})
+    );
+    let sglang = sim(SimConfig {
+        image: true,
+        ..sim_cfg(Flavor::Sglang, "s", 4321, 5)
+    })
+    .await;
+    for path in ["/server_info", "/get_server_info"] {
+        let info: Value = c
+            .get(format!("{}{path}", sglang.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            info["internal_states"][0]["max_running_requests"], 5,
+            "{path}"
+        );
+    }
+    for path in ["/model_info", "/get_model_info"] {
+        let info: Value = c
+            .get(format!("{}{path}", sglang.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(info["has_image_understanding"], true, "{path}");
+        assert_eq!(info["has_audio_understanding"], false, "{path}");
+    }
+    let listing: Value = c
+        .get(format!("{}/v1/models", sglang.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listing["data"][0]["max_model_len"], 4321);
 }

@@ -33,12 +33,14 @@ async fn r5_reload_swaps_config_and_keeps_it_on_error() {
 
     let renamed = one_alias("llamacpp", "", "").replace("[aliases.a]", "[aliases.z]");
     std::fs::write(&path, fill(&renamed, &[("b", sim.url())])).unwrap();
-    switchboard::live::reload::reload(&p.state).unwrap();
+    switchboard::live::reload::reload(&p.state).await.unwrap();
     assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
     assert_eq!(status(&c, &url, &chat("a", false)).await, 404);
 
     std::fs::write(&path, "[aliases.broken]\nbackend = \"nope\"\n").unwrap();
-    let err = switchboard::live::reload::reload(&p.state).unwrap_err();
+    let err = switchboard::live::reload::reload(&p.state)
+        .await
+        .unwrap_err();
     assert!(err.contains("aliases.broken.backend"), "{err}");
     assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
 
@@ -236,7 +238,7 @@ async fn r19_slots_breaker_state_and_affinity_survive_a_reload() {
     old.affinity().set(7, "b");
 
     std::fs::write(&path, toml("after")).unwrap();
-    switchboard::live::reload::reload(&p.state).unwrap();
+    switchboard::live::reload::reload(&p.state).await.unwrap();
     let new = p.state.live.load_full();
     assert_eq!(
         new.routes.alias("a").unwrap().description.as_deref(),

@@ -268,7 +268,9 @@ async fn tls_unusable_ca_file_is_reported_by_its_key() {
     let cfg = switchboard::config::load(&path).unwrap();
     let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
     std::fs::write(&path, &bad).unwrap();
-    let err = switchboard::live::reload::reload(&p.state).unwrap_err();
+    let err = switchboard::live::reload::reload(&p.state)
+        .await
+        .unwrap_err();
     assert!(err.contains(&want), "{err}");
     let r = p.post_chat(&client(), &chat("a", false)).await;
     assert_eq!(r.status(), 200);

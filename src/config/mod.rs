@@ -9,10 +9,10 @@ use std::path::Path;
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
-pub use raw::RawConfig;
+pub use raw::{RawConfig, RawSizing};
 pub use validate::{
     bearer, validate, Alias, Backend, BreakerConfig, Config, ConfigError, ConfigErrors,
-    GuardConfig, Input, Server, Timeouts,
+    GuardConfig, Input, Server, Sizing, Timeouts,
 };
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.

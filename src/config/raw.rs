@@ -49,7 +49,7 @@ pub struct RawServer {
 pub struct RawBackend {
     pub url: String,
     pub flavor: Flavor,
-    pub slots: Option<u32>,
+    pub slots: Option<RawSizing>,
     pub queue: Option<u32>,
     pub api_key_env: Option<String>,
     pub connect_timeout_ms: Option<u64>,
@@ -69,7 +69,7 @@ pub struct RawAlias {
     #[serde(default)]
     pub fallbacks: Vec<String>,
     pub upstream_model: Option<String>,
-    pub context_window: Option<u32>,
+    pub context_window: Option<RawSizing>,
     pub count: Option<CountKind>,
     pub tokenizer: Option<TokenizerFiles>,
     pub media_tokens: Option<MediaCosts>,
@@ -95,5 +95,24 @@ impl RawAlias {
     /// The backends this alias names, `backend` or `backends`.
     pub fn backend_names(&self) -> impl Iterator<Item = &String> {
         self.backend.iter().chain(self.backends.iter().flatten())
+    }
+}
+
+/// `context_window` / `slots` as written: a number, or the word `"auto"` (the backend's own
+/// figure). A number written as a string (as environment overrides may give) is a number.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RawSizing {
+    Number(u64),
+    Word(String),
+}
+
+impl RawSizing {
+    /// The number written, if it is one.
+    pub fn number(&self) -> Option<u64> {
+        match self {
+            RawSizing::Number(n) => Some(*n),
+            RawSizing::Word(w) => w.trim().parse().ok(),
+        }
     }
 }

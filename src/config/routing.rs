@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::raw::RawAlias;
-use super::validate::{Alias, Backend, ConfigError};
+use super::validate::{Alias, Backend, ConfigError, Sizing};
 
 /// Each of `fallbacks` names another alias, and following them never comes back.
 pub fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
@@ -79,13 +79,15 @@ pub fn context_fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<
             continue;
         };
         let key = format!("aliases.{}.context_fallback", a.name);
-        let reason = match (aliases.get(fb), a.context_window) {
+        // An "auto" window is known only once discovered: then the sizes are not compared here.
+        let fixed = |a: &Alias| a.window_setting.and_then(Sizing::fixed);
+        let reason = match (aliases.get(fb), a.window_setting) {
             (None, _) => Some("is not a defined alias".to_string()),
             (Some(_), _) if fb == &a.name => Some("is the alias itself".to_string()),
             (_, None) => Some("needs context_window on this alias".to_string()),
-            (Some(f), Some(w)) if f.context_window.is_some_and(|fw| fw <= w) => Some(format!(
-                "has a window no larger than this alias's {w} tokens"
-            )),
+            (Some(f), Some(Sizing::Fixed(w))) if fixed(f).is_some_and(|fw| fw <= w) => Some(
+                format!("has a window no larger than this alias's {w} tokens"),
+            ),
             _ => None,
         };
         if let Some(reason) = reason {

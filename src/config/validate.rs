@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::HeaderValue;
 use url::Url;
 
-use super::raw::{RawAlias, RawBackend, RawConfig, RawServer};
+use super::raw::{RawAlias, RawBackend, RawConfig, RawServer, RawSizing};
 use super::routing::{context_fallbacks, fallbacks, replicas};
 use crate::address::TlsSpec;
 use crate::flavor::Flavor;
@@ -18,7 +18,7 @@ use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
 use crate::wire::shape::ShapeSpec;
 
 /// A validated configuration: every reference resolved, every value in range.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Config {
     pub server: Server,
     pub backends: BTreeMap<String, Arc<Backend>>,
@@ -77,7 +77,38 @@ pub struct BreakerConfig {
     pub open_for: Duration,
 }
 
-#[derive(Debug)]
+/// A figure the config gives (`Fixed`) or leaves to the backend (`"auto"`, taken from what
+/// the backend reports when the snapshot is built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    Fixed(NonZeroU32),
+    Auto,
+}
+
+impl Sizing {
+    pub fn is_auto(self) -> bool {
+        self == Sizing::Auto
+    }
+
+    /// The configured number; `None` for `"auto"`.
+    pub fn fixed(self) -> Option<NonZeroU32> {
+        match self {
+            Sizing::Fixed(n) => Some(n),
+            Sizing::Auto => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Sizing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sizing::Fixed(n) => write!(f, "{n}"),
+            Sizing::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
 pub struct Backend {
     pub name: String,
     /// Base URL without a trailing slash, e.g. `http://dankclaw:7771`.
@@ -89,7 +120,11 @@ pub struct Backend {
     pub path_prefix: String,
     /// For an https backend: the name its certificate must show, and its `ca_file`.
     pub tls: Option<TlsSpec>,
+    /// Slots in force: the configured number; with `slots = "auto"` the backend's own count
+    /// once discovered, 1 until then.
     pub slots: NonZeroU32,
+    /// `slots` as configured.
+    pub slots_setting: Sizing,
     pub queue: u32,
     /// The backend's own key as the `Authorization: Bearer …` value that replaces the
     /// client's, made and checked once here (marked sensitive: never logged or shown).
@@ -99,7 +134,7 @@ pub struct Backend {
 
 pub use crate::wire::shape::Input;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Alias {
     pub name: String,
     /// `name` as the `X-Switchboard-Alias` value of every answer (made once, here).
@@ -112,9 +147,14 @@ pub struct Alias {
     /// Aliases tried in order when no backend of this one can take a request.
     pub fallbacks: Vec<String>,
     pub upstream_model: String,
+    /// The window in force: the configured number; with `context_window = "auto"` the
+    /// backend's per-slot window once discovered, `None` (no guard) until then.
     pub context_window: Option<NonZeroU32>,
-    /// The context guard's settings; present when `context_window` is set. Its counter is
-    /// built with the snapshot (`crate::live`), which loads the tokenizer.
+    /// `context_window` as configured; `None` when unset.
+    pub window_setting: Option<Sizing>,
+    /// The context guard's settings; present when `context_window` is set, in force once the
+    /// window is known. Its counter is built with the snapshot (`crate::live`), which loads
+    /// the tokenizer.
     pub guard: Option<GuardConfig>,
     /// Where over-window requests go instead of being rejected (an alias with a larger window).
     pub context_fallback: Option<String>,
@@ -127,11 +167,10 @@ pub struct Alias {
     pub description: Option<String>,
 }
 
-/// How an alias's prompts are counted and judged (`context_window`, `count`, `tokenizer`,
-/// `media_tokens`, `clamp_max_tokens`).
+/// How an alias's prompts are counted and judged (`count`, `tokenizer`, `media_tokens`,
+/// `clamp_max_tokens`) against the alias's `context_window`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardConfig {
-    pub window: u32,
     /// The counting strategy (the default resolved: local with a tokenizer, else estimate).
     pub count: CountKind,
     pub tokenizer: Option<TokenizerFiles>,
@@ -365,6 +404,66 @@ fn backend_side(raw: &RawServer, errs: &mut Vec<ConfigError>) -> (Timeouts, Brea
     (timeouts, breaker)
 }
 
+/// A number greater than zero or `"auto"`; `auto_refused` says why "auto" cannot be had here.
+fn sizing(
+    key: &str,
+    raw: RawSizing,
+    auto_refused: Option<&str>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Sizing> {
+    let number = match raw {
+        RawSizing::Word(w) if w == "auto" => {
+            if let Some(reason) = auto_refused {
+                errs.push(ConfigError::BadValue {
+                    key: key.into(),
+                    value: w,
+                    reason: reason.into(),
+                });
+                return None;
+            }
+            return Some(Sizing::Auto);
+        }
+        RawSizing::Word(w) => match w.trim().parse::<u64>() {
+            Ok(n) => n,
+            Err(_) => {
+                errs.push(ConfigError::BadValue {
+                    key: key.into(),
+                    value: w,
+                    reason: "is neither a number nor \"auto\"".into(),
+                });
+                return None;
+            }
+        },
+        RawSizing::Number(n) => n,
+    };
+    match u32::try_from(number).ok().and_then(NonZeroU32::new) {
+        Some(n) => Some(Sizing::Fixed(n)),
+        None if number == 0 => {
+            errs.push(ConfigError::Zero { key: key.into() });
+            None
+        }
+        None => {
+            errs.push(ConfigError::BadValue {
+                key: key.into(),
+                value: number.to_string(),
+                reason: "is larger than 4294967295".into(),
+            });
+            None
+        }
+    }
+}
+
+/// Why a backend of `flavor` cannot have `slots = "auto"`, if it cannot.
+fn slots_auto_refused(flavor: Flavor) -> Option<&'static str> {
+    match flavor {
+        Flavor::Llamacpp | Flavor::Sglang => None,
+        Flavor::Vllm => {
+            Some("needs a number: vllm does not report its slot count (--max-num-seqs) over HTTP")
+        }
+        Flavor::Openai => Some("needs a number: an openai backend reports no slot count"),
+    }
+}
+
 fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
     let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen = socket_addr("server.listen", listen, errs)
@@ -558,12 +657,14 @@ fn backend(
         }
         (None, None) => None,
     };
-    let slots = raw.slots.unwrap_or(1);
-    let Some(slots) = NonZeroU32::new(slots) else {
-        errs.push(ConfigError::Zero {
-            key: format!("backends.{name}.slots"),
-        });
-        return None;
+    let slots_setting = match raw.slots {
+        None => Sizing::Fixed(NonZeroU32::MIN),
+        Some(s) => sizing(
+            &format!("backends.{name}.slots"),
+            s,
+            slots_auto_refused(raw.flavor),
+            errs,
+        )?,
     };
     let api_key = match raw.api_key_env {
         Some(var) => match std::env::var(&var) {
@@ -596,10 +697,95 @@ fn backend(
         path_prefix: address.path_prefix,
         tls,
         flavor: raw.flavor,
-        slots,
+        slots: slots_setting.fixed().unwrap_or(NonZeroU32::MIN),
+        slots_setting,
         queue: raw.queue.unwrap_or(64),
         api_key,
         timeouts,
+    })
+}
+
+/// An alias's `context_window` (a number, or "auto" where its backend reports one) and
+/// `max_output_tokens` (below a numeric window).
+fn window_and_cap(
+    name: &str,
+    raw: &mut RawAlias,
+    backend: &Backend,
+    errs: &mut Vec<ConfigError>,
+) -> (Option<Sizing>, Option<NonZeroU32>) {
+    let window_auto_refused = (backend.flavor == Flavor::Openai)
+        .then_some("needs a number: an openai backend reports no context window");
+    let window_setting = raw.context_window.take().and_then(|w| {
+        sizing(
+            &format!("aliases.{name}.context_window"),
+            w,
+            window_auto_refused,
+            errs,
+        )
+    });
+    let max_output_tokens = match raw.max_output_tokens {
+        Some(0) => {
+            errs.push(ConfigError::Zero {
+                key: format!("aliases.{name}.max_output_tokens"),
+            });
+            None
+        }
+        m => m.and_then(NonZeroU32::new),
+    };
+    if let (Some(m), Some(Sizing::Fixed(w))) = (max_output_tokens, window_setting) {
+        if m >= w {
+            errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.max_output_tokens"),
+                value: m.to_string(),
+                reason: format!("leaves no room for a prompt in context_window {w}"),
+            });
+        }
+    }
+    (window_setting, max_output_tokens)
+}
+
+/// The guard settings of an alias with a `context_window`; without one, each guard key set
+/// is an error.
+fn guard_config(
+    name: &str,
+    window_setting: Option<Sizing>,
+    raw: &mut RawAlias,
+    errs: &mut Vec<ConfigError>,
+) -> Option<GuardConfig> {
+    let Some(_) = window_setting else {
+        let set = [
+            ("count", raw.count.is_some()),
+            ("tokenizer", raw.tokenizer.is_some()),
+            ("clamp_max_tokens", raw.clamp_max_tokens.is_some()),
+            ("media_tokens", raw.media_tokens.is_some()),
+        ];
+        for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
+            errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.{key}"),
+                value: "set".into(),
+                reason: "needs context_window".into(),
+            });
+        }
+        return None;
+    };
+    let count = raw.count.unwrap_or(if raw.tokenizer.is_some() {
+        CountKind::Local
+    } else {
+        CountKind::Estimate
+    });
+    if count == CountKind::Local && raw.tokenizer.is_none() {
+        errs.push(ConfigError::BadValue {
+            key: format!("aliases.{name}.count"),
+            value: "local".into(),
+            reason: "needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)"
+                .into(),
+        });
+    }
+    Some(GuardConfig {
+        count,
+        tokenizer: raw.tokenizer.take(),
+        media: raw.media_tokens.unwrap_or_default(),
+        clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
     })
 }
 
@@ -633,21 +819,14 @@ fn think_tags(name: &str, raw: &RawAlias, errs: &mut Vec<ConfigError>) -> Option
 
 fn alias(
     name: &str,
-    raw: RawAlias,
+    mut raw: RawAlias,
     backends: &BTreeMap<String, Arc<Backend>>,
     errs: &mut Vec<ConfigError>,
 ) -> Option<Alias> {
     let replicas = replicas(name, &raw, backends, errs)?;
     let backend = &replicas[0];
-    let context_window = match raw.context_window {
-        Some(0) => {
-            errs.push(ConfigError::Zero {
-                key: format!("aliases.{name}.context_window"),
-            });
-            None
-        }
-        w => w.and_then(NonZeroU32::new),
-    };
+    let (window_setting, max_output_tokens) = window_and_cap(name, &mut raw, backend, errs);
+    let guard = guard_config(name, window_setting, &mut raw, errs);
     let mut inputs = Input::default();
     for (i, kind) in raw
         .inputs
@@ -677,50 +856,10 @@ fn alias(
         inputs,
         raw.defaults,
         raw.strip_params,
-        raw.max_output_tokens,
-        context_window,
+        max_output_tokens,
         errs,
     );
     let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
-    let guard = match context_window {
-        Some(window) => {
-            let count = raw.count.unwrap_or(if raw.tokenizer.is_some() {
-                CountKind::Local
-            } else {
-                CountKind::Estimate
-            });
-            if count == CountKind::Local && raw.tokenizer.is_none() {
-                errs.push(ConfigError::BadValue {
-                    key: format!("aliases.{name}.count"),
-                    value: "local".into(),
-                    reason: "needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)".into(),
-                });
-            }
-            Some(GuardConfig {
-                window: window.get(),
-                count,
-                tokenizer: raw.tokenizer,
-                media: raw.media_tokens.unwrap_or_default(),
-                clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
-            })
-        }
-        None => {
-            let set = [
-                ("count", raw.count.is_some()),
-                ("tokenizer", raw.tokenizer.is_some()),
-                ("clamp_max_tokens", raw.clamp_max_tokens.is_some()),
-                ("media_tokens", raw.media_tokens.is_some()),
-            ];
-            for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
-                errs.push(ConfigError::BadValue {
-                    key: format!("aliases.{name}.{key}"),
-                    value: "set".into(),
-                    reason: "needs context_window".into(),
-                });
-            }
-            None
-        }
-    };
     Some(Alias {
         name: name.to_string(),
         served_as: HeaderValue::from_str(name).unwrap_or(HeaderValue::from_static("invalid")),
@@ -728,7 +867,8 @@ fn alias(
         backends: replicas.clone(),
         fallbacks: raw.fallbacks,
         upstream_model,
-        context_window,
+        context_window: window_setting.and_then(Sizing::fixed),
+        window_setting,
         guard,
         context_fallback: raw.context_fallback,
         shape,
@@ -749,14 +889,14 @@ const NUMERIC: [&str; 6] = [
     "presence_penalty",
 ];
 
-/// The keys `defaults`, `strip_params` and `max_output_tokens` of one alias.
+/// The keys `defaults` and `strip_params` of one alias, with its inputs and its validated
+/// `max_output_tokens` ([`window_and_cap`]).
 fn shape(
     name: &str,
     inputs: Input,
     defaults: Option<serde_json::Map<String, serde_json::Value>>,
     strip: Option<Vec<String>>,
-    max_output_tokens: Option<u32>,
-    context_window: Option<NonZeroU32>,
+    max_output_tokens: Option<NonZeroU32>,
     errs: &mut Vec<ConfigError>,
 ) -> ShapeSpec {
     let strip = strip.unwrap_or_default();
@@ -798,23 +938,6 @@ fn shape(
             bad(at, key.clone(), "is listed twice");
         }
     }
-    let max_output_tokens = match (max_output_tokens, context_window) {
-        (Some(0), _) => {
-            errs.push(ConfigError::Zero {
-                key: format!("aliases.{name}.max_output_tokens"),
-            });
-            None
-        }
-        (Some(cap), Some(window)) if cap >= window.get() => {
-            bad(
-                format!("aliases.{name}.max_output_tokens"),
-                cap.to_string(),
-                &format!("leaves no room for a prompt in context_window {window}"),
-            );
-            None
-        }
-        (cap, _) => cap.and_then(NonZeroU32::new),
-    };
     ShapeSpec {
         alias: name.to_string(),
         inputs,
@@ -1082,6 +1205,47 @@ mod tests {
             e.contains("aliases.s.max_output_tokens: \"100\" leaves no room for a prompt in context_window 100"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn r21_auto_window_and_slots_are_typed_and_refused_where_no_backend_reports_them() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[backends.a]\nurl = \"http://h:1\"\nflavor = \"sglang\"\nslots = \"auto\"\n\
+             [aliases.x]\nbackend = \"a\"\ncontext_window = \"auto\"\nmax_output_tokens = 512"
+        ))
+        .unwrap();
+        let x = &cfg.aliases["x"];
+        assert_eq!(x.window_setting, Some(super::Sizing::Auto));
+        assert_eq!(x.context_window, None, "no window until discovered");
+        assert!(x.guard.is_some(), "the guard settings wait for the window");
+        assert_eq!(x.shape.max_output_tokens.map(|m| m.get()), Some(512));
+        assert_eq!(cfg.backends["a"].slots_setting, super::Sizing::Auto);
+        assert_eq!(cfg.backends["a"].slots.get(), 1, "1 slot until discovered");
+        let e = errors("[backends.v]\nurl = \"http://h:1\"\nflavor = \"vllm\"\nslots = \"auto\"");
+        assert!(
+            e.contains("backends.v.slots: \"auto\" needs a number: vllm"),
+            "{e}"
+        );
+        let e = errors(
+            "[backends.o]\nurl = \"http://h:1\"\nflavor = \"openai\"\n\
+             [aliases.o]\nbackend = \"o\"\ncontext_window = \"auto\"",
+        );
+        assert!(
+            e.contains("aliases.o.context_window: \"auto\" needs a number"),
+            "{e}"
+        );
+        let e = errors("[aliases.b]\nbackend = \"gpu\"\ncontext_window = \"big\"");
+        assert!(
+            e.contains("aliases.b.context_window: \"big\" is neither a number nor \"auto\""),
+            "{e}"
+        );
+        let e =
+            errors("[aliases.m]\nbackend = \"gpu\"\ncontext_window = 100\nmax_output_tokens = 100");
+        assert!(
+            e.contains("aliases.m.max_output_tokens: \"100\" leaves no room"),
+            "{e}"
+        );
+        assert!(from_toml(&BASE.replace("slots = 4", "slots = \"4\"")).is_ok());
     }
 
     #[test]

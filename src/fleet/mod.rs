@@ -3,6 +3,8 @@
 
 pub mod balance;
 pub mod breaker;
+pub mod discovery;
+pub mod drift;
 pub mod health;
 pub mod routes;
 pub mod slots;

@@ -29,8 +29,9 @@ pub struct GuardSpec {
 }
 
 impl GuardSpec {
-    /// The guard of `alias`, its counter built: this loads the tokenizer of a local count.
-    pub fn build(cfg: &GuardConfig, alias: &Alias) -> Result<GuardSpec, String> {
+    /// The guard of `alias` over `window` tokens, its counter built: this loads the tokenizer
+    /// of a local count.
+    pub fn build(cfg: &GuardConfig, window: u32, alias: &Alias) -> Result<GuardSpec, String> {
         let backend = &alias.backend;
         let mut counter = Counter::new(
             Some(cfg.count),
@@ -41,7 +42,7 @@ impl GuardSpec {
         )?;
         counter.identify_backend(&backend.name, backend.api_key.as_ref());
         Ok(GuardSpec {
-            window: cfg.window,
+            window,
             counter: Arc::new(counter),
             media: cfg.media,
             clamp_max_tokens: cfg.clamp_max_tokens,

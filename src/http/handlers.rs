@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::config::Alias;
 use crate::error::{Echo, ProxyError};
-use crate::live::AppState;
+use crate::live::{AppState, Snapshot};
 
 use super::intake;
 use super::routed::{is_routed, routed_with};
@@ -24,7 +24,10 @@ fn rank(shown: &str) -> u8 {
     }
 }
 
-fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
+/// One alias as `/v1/models` lists it. Its window and slots say where they come from:
+/// `"config"`, `"discovered"` (with `discovered_at`, unix seconds) or `"pending"` (an `"auto"`
+/// figure the backend has not reported yet).
+fn model_entry(state: &AppState, snap: &Snapshot, alias: &Alias) -> serde_json::Value {
     let replicas: Vec<_> = alias
         .backends
         .iter()
@@ -60,6 +63,20 @@ fn model_entry(state: &AppState, alias: &Alias) -> serde_json::Value {
         v["context_length"] = json!(w.get());
         v["max_model_len"] = json!(w.get());
     }
+    if let Some(f) = snap.figures(&alias.name) {
+        if let Some(source) = f.window_source {
+            v["context_window_source"] = json!(source.as_str());
+        }
+        v["slots"] = json!(f.slots);
+        v["slots_source"] = json!(f.slots_source.as_str());
+        let at = f.window_source.and_then(|s| s.discovered_at());
+        if let Some(at) = at.or(f.slots_source.discovered_at()) {
+            v["discovered_at"] = json!(at);
+        }
+    }
+    if let Some(m) = alias.shape.max_output_tokens {
+        v["max_output_tokens"] = json!(m.get());
+    }
     if let Some(d) = &alias.description {
         v["description"] = json!(d);
     }
@@ -76,7 +93,7 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
         .routes
         .aliases()
         .iter()
-        .map(|a| model_entry(&state, a))
+        .map(|a| model_entry(&state, &snap, a))
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()
 }
@@ -92,7 +109,7 @@ pub async fn model(
         return e.into_response();
     }
     match snap.routes.resolve(&id) {
-        Some(r) => Json(model_entry(&state, &r.alias)).into_response(),
+        Some(r) => Json(model_entry(&state, &snap, &r.alias)).into_response(),
         None => ProxyError::ModelNotFound {
             model: Echo::new(&id),
             known: snap.routes.known(),

@@ -1,12 +1,14 @@
 //! Shared state: the live config snapshot (swapped atomically on reload, on SIGHUP or a change
 //! of the file), the upstream client, metrics.
 
+pub mod discover;
+pub mod figures;
 pub mod probes;
 pub mod reload;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -16,6 +18,7 @@ use foldhash::HashMap;
 use crate::config::{Config, ConfigError, ConfigErrors};
 use crate::fleet::balance::Affinity;
 use crate::fleet::breaker::Breaker;
+use crate::fleet::discovery::Discovered;
 use crate::fleet::health::Health;
 use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
@@ -23,10 +26,12 @@ use crate::guard::GuardSpec;
 use crate::observe::metrics::{AliasMetrics, Metrics};
 use crate::upstream::tls::TlsSettings;
 use crate::upstream::Client;
+use figures::{Figures, Found, Fresh};
 
 /// Everything derived from one config; a request uses one snapshot from start to end.
 #[derive(Debug)]
 pub struct Snapshot {
+    /// The config with its figures in force: `"auto"` windows and slots as discovered.
     pub config: Config,
     pub routes: RouteTable,
     alias_metrics: HashMap<String, AliasMetrics>,
@@ -37,22 +42,37 @@ pub struct Snapshot {
     affinity: Arc<Affinity>,
     /// Turns of the tie-break between equally loaded replicas.
     turn: std::sync::atomic::AtomicUsize,
-    /// The context guard of every alias that has one, its counter built.
+    /// The context guard of every alias with guard settings, its counter built; in force
+    /// where the window is known (not a pending `"auto"`).
     guards: HashMap<String, Arc<GuardSpec>>,
+    /// What the backends reported, where it was asked.
+    found: Found,
 }
 
 impl Snapshot {
-    /// `previous`: the snapshot being replaced. A backend whose slots and queue did not change
-    /// keeps its `Slots`, so requests in flight still count against the same limit; a backend
-    /// still at the same URL keeps its breaker (its settings updated); the conversations'
-    /// affinity table is kept whole; an alias
-    /// whose guard did not change keeps its counter (and the counts it has cached). Building a
-    /// guard's counter loads its tokenizer: a file that cannot be loaded fails the snapshot.
+    /// A snapshot keeping the discoveries of `previous` that still apply (see [`Self::build`]).
     pub fn new(
         config: Config,
         metrics: &Metrics,
         previous: Option<&Snapshot>,
     ) -> Result<Snapshot, ConfigErrors> {
+        Self::build(config, metrics, previous, Vec::new())
+    }
+
+    /// `previous`: the snapshot being replaced. Its discoveries hold for backends still at the
+    /// same URL and flavour, `fresh` ones on top; `"auto"` figures are put in force from them.
+    /// A backend whose slots and queue did not change keeps its `Slots`, so requests in flight
+    /// still count against the same limit; an alias whose guard did not change keeps its
+    /// counter (and the counts it has cached). Building a guard's counter loads its tokenizer:
+    /// a file that cannot be loaded fails the snapshot.
+    pub fn build(
+        config: Config,
+        metrics: &Metrics,
+        previous: Option<&Snapshot>,
+        fresh: Fresh,
+    ) -> Result<Snapshot, ConfigErrors> {
+        let found = figures::carry(&config, previous, fresh);
+        let config = figures::apply(config, &found);
         let guards = guards(&config, previous)?;
         let routes = RouteTable::new(&config);
         let slots: HashMap<String, Arc<Slots>> = config
@@ -117,6 +137,7 @@ impl Snapshot {
             affinity,
             turn: std::sync::atomic::AtomicUsize::new(0),
             guards,
+            found,
         })
     }
 
@@ -133,9 +154,21 @@ impl Snapshot {
         self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The context guard of an alias, if it has one.
+    /// The context guard of an alias, if it has one in force.
     pub fn guard(&self, alias: &str) -> Option<&Arc<GuardSpec>> {
-        self.guards.get(alias)
+        self.guards.get(alias).filter(|g| g.window > 0)
+    }
+
+    /// An alias's window and slots in force and where they come from (config, discovered
+    /// and when, or a pending `"auto"`).
+    pub fn figures(&self, alias: &str) -> Option<Figures> {
+        let a = self.routes.alias(alias)?;
+        Some(figures::figures(a, &self.found))
+    }
+
+    /// What a backend reported, if it was asked and answered.
+    pub fn discovered(&self, backend: &str) -> Option<&Arc<Discovered>> {
+        self.found.get(backend)
     }
 
     /// Metric handles of an alias, or of `unknown`.
@@ -163,6 +196,9 @@ pub struct AppState {
     pub started: u64,
     /// Where the config came from, for reloads.
     pub config_path: Option<Arc<Path>>,
+    /// Held while a snapshot is built and stored, so a reload and a discovery that finish
+    /// together do not lose one another.
+    rebuild: Arc<Mutex<()>>,
 }
 
 impl AppState {
@@ -183,6 +219,7 @@ impl AppState {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             config_path: config_path.map(Arc::from),
+            rebuild: Arc::default(),
         })
     }
 
@@ -222,17 +259,36 @@ impl AppState {
     /// Swap in a new config; requests in flight keep the snapshot they started with. A config
     /// whose snapshot cannot be built is refused and the running one kept.
     pub fn swap(&self, config: Config) -> Result<(), ConfigErrors> {
+        self.swap_found(config, Vec::new())
+    }
+
+    /// [`Self::swap`] with `fresh` discoveries put in force as well.
+    pub fn swap_found(&self, config: Config, fresh: Fresh) -> Result<(), ConfigErrors> {
         let tls = load_tls(&config)?;
+        let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
         let previous = self.live.load_full();
-        let next = Snapshot::new(config, &self.metrics, Some(&previous))?;
+        let next = Snapshot::build(config, &self.metrics, Some(&previous), fresh)?;
         self.client.set_tls(tls);
+        self.live.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Put `fresh` discoveries in force on the running config (a new snapshot of it; its TLS
+    /// settings stay those in force).
+    pub fn apply_found(&self, fresh: Fresh) -> Result<(), ConfigErrors> {
+        let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = self.live.load_full();
+        let config = previous.config.clone();
+        let next = Snapshot::build(config, &self.metrics, Some(&previous), fresh)?;
         self.live.store(Arc::new(next));
         Ok(())
     }
 }
 
-/// Every alias's guard with its counter: kept from `previous` where the guard and the alias's
-/// backend and model are unchanged, built (tokenizer loaded) otherwise.
+/// Every alias's guard with its counter: the counter kept from `previous` where the guard
+/// settings and the alias's backend and model are unchanged, built (tokenizer loaded)
+/// otherwise. An alias whose `"auto"` window is not known yet gets a guard of window 0, not
+/// in force (see [`Snapshot::guard`]): its tokenizer is loaded, and so checked, all the same.
 pub fn guards(
     config: &Config,
     previous: Option<&Snapshot>,
@@ -241,6 +297,7 @@ pub fn guards(
     let mut errs = Vec::new();
     for alias in config.aliases.values() {
         let Some(cfg) = &alias.guard else { continue };
+        let window = alias.context_window.map_or(0, |w| w.get());
         let same = |old: &&Arc<crate::config::Alias>| {
             old.guard.as_ref() == Some(cfg)
                 && old.upstream_model == alias.upstream_model
@@ -252,13 +309,20 @@ pub fn guards(
             p.routes
                 .alias(&alias.name)
                 .filter(same)
-                .and_then(|_| p.guard(&alias.name))
+                .and_then(|_| p.guards.get(&alias.name))
         });
         match kept {
-            Some(g) => {
+            Some(g) if g.window == window => {
                 guards.insert(alias.name.clone(), Arc::clone(g));
             }
-            None => match GuardSpec::build(cfg, alias) {
+            Some(g) => {
+                let g = GuardSpec {
+                    window,
+                    ..GuardSpec::clone(g)
+                };
+                guards.insert(alias.name.clone(), Arc::new(g));
+            }
+            None => match GuardSpec::build(cfg, window, alias) {
                 Ok(g) => {
                     guards.insert(alias.name.clone(), Arc::new(g));
                 }

@@ -1,17 +1,26 @@
-//! Config reload (on SIGHUP, or when the file changes: see `watch`): load, validate, build the
-//! snapshot, swap; on any error the running config stays.
+//! Config reload (on SIGHUP, or when the file changes: see `watch`): load, validate, ask the
+//! backends with `"auto"` figures what they serve, build the snapshot, swap; on any error the
+//! running config stays.
 
-use crate::live::AppState;
+use crate::live::{discover, AppState};
 
 /// Reload the config file now. Returns the error text when the new config was refused.
-pub fn reload(state: &AppState) -> Result<(), String> {
+/// Backends with figures left to them (`"auto"`) are asked anew before the swap; one that
+/// cannot be asked keeps the figures it had, if it is the same backend (URL and flavour).
+pub async fn reload(state: &AppState) -> Result<(), String> {
     let Some(path) = &state.config_path else {
         return Err("no config file to reload".into());
     };
-    let loaded = crate::config::load(path).and_then(|cfg| {
-        warn_at_restart(state, &cfg);
-        state.swap(cfg)
-    });
+    let loaded = match crate::config::load(path) {
+        Ok(cfg) => {
+            warn_at_restart(state, &cfg);
+            let ask = discover::wanting(&cfg);
+            let timeout = discover::timeout(&cfg.server);
+            let fresh = discover::ask(&state.client, &ask, timeout).await;
+            state.swap_found(cfg, fresh)
+        }
+        Err(e) => Err(e),
+    };
     match loaded {
         Ok(()) => {
             state.metrics.config_reload(true);
@@ -61,7 +70,7 @@ pub async fn on_sighup(state: AppState) {
         return;
     };
     while hup.recv().await.is_some() {
-        let _ = reload(&state);
+        let _ = reload(&state).await;
     }
 }
 

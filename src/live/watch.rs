@@ -81,7 +81,7 @@ impl Watching {
                 continue;
             }
             self.seen = now;
-            let _ = reload(&self.state);
+            let _ = reload(&self.state).await;
         }
     }
 }

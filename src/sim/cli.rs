@@ -27,6 +27,12 @@ pub struct SimArgs {
     /// Concurrent generations; more requests queue.
     #[arg(long, default_value_t = 4)]
     pub slots: u32,
+    /// Report that the model takes images.
+    #[arg(long)]
+    pub image: bool,
+    /// Report that the model takes audio.
+    #[arg(long)]
+    pub audio: bool,
     /// Delay before the first token, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub ttft_ms: u64,
@@ -63,6 +69,8 @@ impl SimArgs {
             model: self.model.clone(),
             slot_ctx: self.slot_ctx,
             slots: self.slots,
+            image: self.image,
+            audio: self.audio,
             ttft: Duration::from_millis(self.ttft_ms),
             token_delay: Duration::from_millis(self.token_delay_ms),
             reasoning: self.reasoning,
@@ -121,6 +129,11 @@ mod tests {
             "--fail-after",
             "3",
             "--spaced-json",
+            "--slot-ctx",
+            "1000",
+            "--slots",
+            "3",
+            "--image",
         ]);
         let cfg = cli.sim.config();
         assert_eq!(cfg.flavor, Flavor::Sglang);
@@ -128,6 +141,10 @@ mod tests {
         assert!(cfg.reasoning && cfg.think_tags_in_content);
         assert_eq!(cfg.fail_after, Some(3));
         assert!(cfg.spaced_json);
+        assert_eq!(
+            (cfg.slot_ctx, cfg.slots, cfg.image, cfg.audio),
+            (1000, 3, true, false)
+        );
         assert_eq!(cli.sim.addr().port(), 7001);
     }
 }

@@ -1,4 +1,5 @@
-//! The simulator's knobs: which dialect it speaks, its window, its slots and its pace.
+//! The simulator's knobs: which dialect it speaks, its window, slots and input kinds (as it
+//! reports them in each flavour's own discovery endpoints), and its pace.
 
 use std::time::Duration;
 
@@ -13,8 +14,14 @@ pub struct SimConfig {
     pub model: String,
     /// Per-slot context window in tokens (`n_ctx` for llama.cpp, `max_model_len` otherwise).
     pub slot_ctx: u32,
-    /// Concurrent generations; further requests queue FIFO until a slot frees.
+    /// Concurrent generations; further requests queue FIFO until a slot frees. Reported as
+    /// llama.cpp's `total_slots` and SGLang's `max_running_requests`.
     pub slots: u32,
+    /// The model takes images: llama.cpp `/props` `modalities.vision`, SGLang `/model_info`
+    /// `has_image_understanding`.
+    pub image: bool,
+    /// The model takes audio (`modalities.audio`, `has_audio_understanding`).
+    pub audio: bool,
     /// Delay before the first generated event, or before a non-stream answer.
     pub ttft: Duration,
     /// Delay between generated tokens.
@@ -50,6 +57,8 @@ impl Default for SimConfig {
             model: "sim-model".to_owned(),
             slot_ctx: 4096,
             slots: 4,
+            image: false,
+            audio: false,
             ttft: Duration::ZERO,
             token_delay: Duration::ZERO,
             reasoning: false,

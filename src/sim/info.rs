@@ -1,4 +1,5 @@
-//! Discovery endpoints: `/health`, `/v1/models`, `/metrics`, llama.cpp's `/props` and `/slots`.
+//! Discovery endpoints: `/health`, `/v1/models`, `/metrics`, llama.cpp's `/props` and `/slots`,
+//! SGLang's `/server_info` and `/model_info` (and their older `/get_…` names).
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -103,10 +104,69 @@ fn llama_models(sh: &Shared) -> Value {
         "object": "list",
         "data": [{
             "id": m, "aliases": [m], "tags": [], "object": "model",
-            "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+            "architecture": {"input_modalities": input_kinds(&sh.cfg), "output_modalities": ["text"]},
             "created": sh.created, "owned_by": "llamacpp", "meta": meta,
         }],
     })
+}
+
+/// The input kinds of the simulated model, as llama.cpp's `/v1/models` lists them.
+fn input_kinds(cfg: &super::SimConfig) -> Vec<&'static str> {
+    let mut kinds = vec!["text"];
+    if cfg.image {
+        kinds.push("image");
+    }
+    if cfg.audio {
+        kinds.push("audio");
+    }
+    kinds
+}
+
+/// SGLang's server info: its server args (`max_running_requests` as set by
+/// `--max-running-requests`, `context_length` null when not overridden), the scheduler's
+/// figures, and one internal state per data-parallel worker.
+pub(crate) async fn sglang_server_info(State(sh): State<Arc<Shared>>) -> Response {
+    let cfg = &sh.cfg;
+    let slots = cfg.slots.max(1);
+    let tokens = u64::from(cfg.slot_ctx) * u64::from(slots);
+    let body = json!({
+        "model_path": format!("models/{}", cfg.model),
+        "tokenizer_path": format!("models/{}", cfg.model),
+        "served_model_name": cfg.model,
+        "context_length": null,
+        "max_running_requests": slots,
+        "max_total_tokens": null,
+        "chunked_prefill_size": 8192,
+        "tp_size": 1,
+        "dp_size": 1,
+        "status": "ready",
+        "max_total_num_tokens": tokens,
+        "max_req_input_len": cfg.slot_ctx.saturating_sub(1),
+        "internal_states": [{
+            "max_running_requests": slots,
+            "last_gen_throughput": 0.0,
+            "memory_usage": {"kvcache": 0.01, "token_capacity": tokens},
+        }],
+        "version": "0.5.4",
+    });
+    reply::json(cfg.flavor, StatusCode::OK, &body)
+}
+
+/// SGLang's model info, with the input kinds the model takes.
+pub(crate) async fn sglang_model_info(State(sh): State<Arc<Shared>>) -> Response {
+    let cfg = &sh.cfg;
+    let body = json!({
+        "model_path": format!("models/{}", cfg.model),
+        "tokenizer_path": format!("models/{}", cfg.model),
+        "is_generation": true,
+        "preferred_sampling_params": null,
+        "weight_version": "default",
+        "has_image_understanding": cfg.image,
+        "has_audio_understanding": cfg.audio,
+        "model_type": "qwen3",
+        "architectures": ["Qwen3ForCausalLM"],
+    });
+    reply::json(cfg.flavor, StatusCode::OK, &body)
 }
 
 fn params(n_predict: i64) -> Value {
@@ -130,7 +190,7 @@ pub(crate) async fn props(State(sh): State<Arc<Shared>>) -> Response {
         "total_slots": cfg.slots.max(1),
         "model_alias": cfg.model,
         "model_path": format!("models/{}.gguf", cfg.model),
-        "modalities": {"vision": false, "video": false, "audio": false},
+        "modalities": {"vision": cfg.image, "video": false, "audio": cfg.audio},
         "endpoint_slots": true,
         "endpoint_props": false,
         "endpoint_metrics": true,

@@ -51,6 +51,10 @@ fn router(sh: Arc<Shared>) -> Router {
             .route("/tokenize", post(tokens_api::vllm_tokenize))
             .route("/detokenize", post(tokens_api::vllm_detokenize)),
         Flavor::Sglang => r
+            .route("/server_info", get(info::sglang_server_info))
+            .route("/get_server_info", get(info::sglang_server_info))
+            .route("/model_info", get(info::sglang_model_info))
+            .route("/get_model_info", get(info::sglang_model_info))
             .route("/tokenize", post(tokens_api::sglang_tokenize))
             .route("/v1/tokenize", post(tokens_api::sglang_tokenize))
             .route("/detokenize", post(tokens_api::sglang_detokenize))

@@ -179,6 +179,21 @@ impl Client {
         self.tls.store(Arc::new(tls));
     }
 
+    /// This worker's pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// The TLS settings `to` is reached with: `None` for plain http (no lookup), an error
+    /// for an https backend whose settings did not load.
+    pub fn tls_for(&self, to: Origin<'_>) -> Result<Option<Arc<BackendTls>>, SendError> {
+        if to.tls {
+            self.tls_of(to).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
     /// POST `body` to `path` of `to`; resolves with the response head ([`Pool::post`]).
     pub async fn post(
         &self,
@@ -187,17 +202,10 @@ impl Client {
         headers: HeaderMap,
         body: Bytes,
     ) -> Result<UpstreamResponse, SendError> {
-        if !to.tls {
-            let target = Target {
-                connect: to.connect,
-                ..Target::plain(to.authority)
-            };
-            return self.pool.post(target, path, headers, body).await;
-        }
-        let tls = self.tls_of(to)?;
+        let tls = self.tls_for(to)?;
         let target = Target {
             authority: to.authority,
-            tls: Some(&tls),
+            tls: tls.as_deref(),
             connect: to.connect,
         };
         self.pool.post(target, path, headers, body).await
@@ -211,7 +219,7 @@ impl Client {
         headers: &HeaderMap,
         wait: Duration,
     ) -> Result<UpstreamResponse, SendError> {
-        let tls = if to.tls { Some(self.tls_of(to)?) } else { None };
+        let tls = self.tls_for(to)?;
         let target = Target {
             authority: to.authority,
             tls: tls.as_deref(),
@@ -460,7 +468,9 @@ impl Pool {
     }
 
     /// POST `body` to `path` of `to`; resolves with the response head. The body reads from
-    /// the connection as it is polled and returns it to the pool at its end.
+    /// the connection as it is polled and returns it to the pool at its end. The proxied
+    /// requests' path: written out in one function (no nested futures of its own but the
+    /// I/O ones), as measured cheapest.
     pub async fn post(
         self: &Arc<Self>,
         to: Target<'_>,
@@ -469,8 +479,34 @@ impl Pool {
         body: Bytes,
     ) -> Result<UpstreamResponse, SendError> {
         let head = request_head(b"POST ", to.authority, path, &headers, Some(body.len()));
-        let mut conn = self.written(to, &head, &body).await?;
-        let (parsed, buf) = read_head(&mut conn).await?;
+        // As in `written`: a pooled connection whose write fails is replaced, once.
+        let mut conn = match self.checkout(to.key()) {
+            Some(mut conn) => match write_request(&mut conn, &head, &body).await {
+                Ok(()) => conn,
+                Err(e) => {
+                    tracing::debug!(error = %e, "pooled connection failed; using a new one");
+                    self.send_on_new(to, &head, &body).await?
+                }
+            },
+            None => self.send_on_new(to, &head, &body).await?,
+        };
+        let mut buf = BytesMut::with_capacity(FIRST_READ);
+        let parsed = loop {
+            match parse_head(&mut buf) {
+                Ok(Some(parsed)) => break parsed,
+                Ok(None) => {}
+                Err(e) => return Err(SendError::Malformed(e)),
+            }
+            match read_more(&mut conn, &mut buf, FIRST_READ).await {
+                Ok(0) => {
+                    return Err(SendError::Protocol(
+                        "connection closed before the response head".into(),
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) => return Err(SendError::Protocol(format!("reading the response: {e}"))),
+            }
+        };
         Ok(self.answer(to, conn, parsed, buf))
     }
 
@@ -513,6 +549,7 @@ impl Pool {
     }
 
     /// The response of a parsed head; its body reads on from `conn`.
+    #[inline]
     fn answer(
         self: &Arc<Self>,
         to: Target<'_>,

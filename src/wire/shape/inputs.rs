@@ -37,6 +37,22 @@ impl Input {
         kinds
     }
 
+    /// Kinds taken here but not by `other`.
+    pub fn beyond(self, other: Input) -> Input {
+        Input {
+            image: self.image && !other.image,
+            audio: self.audio && !other.audio,
+        }
+    }
+
+    /// Kinds taken both here and by `other`.
+    pub fn and(self, other: Input) -> Input {
+        Input {
+            image: self.image && other.image,
+            audio: self.audio && other.audio,
+        }
+    }
+
     fn takes(self, kind: Kind) -> bool {
         match kind {
             Kind::Image => self.image,
