@@ -181,6 +181,7 @@ fn relay_stream(c: &mut Criterion) {
                         as Box<dyn EventTransform>,
                 ),
                 adapter: switchboard::wire::adapter(Endpoint::chat_completions),
+                breaker: None,
             };
             let body = relay(upstream, ex, None, opts);
             rt.block_on(http_body_util::BodyExt::collect(body))

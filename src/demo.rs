@@ -18,13 +18,13 @@ pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), Stri
         let model = raw
             .aliases
             .iter()
-            .find(|(_, a)| &a.backend == name)
+            .find(|(_, a)| a.backend_names().any(|b| b == name))
             .map(|(alias, a)| a.upstream_model.clone().unwrap_or_else(|| alias.clone()))
             .unwrap_or_else(|| name.clone());
         let slot_ctx = raw
             .aliases
             .values()
-            .filter(|a| &a.backend == name)
+            .filter(|a| a.backend_names().any(|b| b == name))
             .filter_map(|a| a.context_window.as_ref()?.number())
             .max()
             .and_then(|w| u32::try_from(w).ok())
@@ -37,7 +37,7 @@ pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), Stri
         let takes = |kind: &str| {
             raw.aliases
                 .values()
-                .filter(|a| &a.backend == name)
+                .filter(|a| a.backend_names().any(|b| b == name))
                 .any(|a| {
                     a.inputs
                         .as_ref()

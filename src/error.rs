@@ -74,6 +74,18 @@ pub enum ProxyError {
         slots: u32,
         retry_after: u64,
     },
+    #[error("no slot of {alias} came free within the queue timeout of {waited:?}")]
+    QueueTimeout {
+        alias: String,
+        waited: Duration,
+        retry_after: u64,
+    },
+    #[error("no backend of {alias} can take requests now ({why})")]
+    NoBackend {
+        alias: String,
+        why: &'static str,
+        retry_after: u64,
+    },
     #[error("invalid or missing API key")]
     Unauthorized,
 }
@@ -311,6 +323,18 @@ impl ProxyError {
                 None,
                 Some("overloaded"),
             ),
+            QueueTimeout { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                None,
+                Some("queue_timeout"),
+            ),
+            NoBackend { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                None,
+                Some("no_backend"),
+            ),
             Unauthorized => (
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
@@ -351,7 +375,9 @@ impl ProxyError {
     fn retry_after(&self) -> Option<u64> {
         match self {
             ProxyError::UpstreamLoading { retry_after, .. }
-            | ProxyError::Overloaded { retry_after, .. } => Some(*retry_after),
+            | ProxyError::Overloaded { retry_after, .. }
+            | ProxyError::QueueTimeout { retry_after, .. }
+            | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

@@ -99,6 +99,9 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     }
     tokio::spawn(switchboard::live::probes::run(state.clone()));
     tokio::spawn(switchboard::live::reload::on_sighup(state.clone()));
+    if state.live.load().config.server.watch_config {
+        tokio::spawn(switchboard::live::watch::run(state.clone()));
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(Stop::Serve);
     let (first, second) = shutdown_signals();
     tokio::spawn(async move {
@@ -130,27 +133,38 @@ async fn routes(cfg: Config) -> Result<(), String> {
     switchboard::live::probes::probe_all(&state).await;
     let snap = state.live.load_full();
     println!(
-        "{:<24} {:<20} {:<9} {:<32} {:>10} {:<10} {:>5} {:<10} {:<8} old names",
-        "alias", "backend", "flavor", "url", "window", "from", "slots", "from", "health"
+        "{:<24} {:<20} {:<9} {:<32} {:>10} {:<10} {:>5} {:<10} {:<12} old names / fallbacks",
+        "alias", "backend", "flavor", "url", "window", "from", "slots", "from", "state"
     );
     for a in snap.routes.aliases() {
-        let b = &a.backend;
         let f = snap.figures(&a.name);
         let window_from = f.and_then(|f| f.window_source).map_or("-", |s| s.as_str());
         let slots_from = f.map_or("-", |f| f.slots_source.as_str());
-        println!(
-            "{:<24} {:<20} {:<9} {:<32} {:>10} {:<10} {:>5} {:<10} {:<8} {}",
-            a.name,
-            b.name,
-            b.flavor.as_str(),
-            b.url,
-            a.context_window.map_or("-".into(), |w| w.get().to_string()),
-            window_from,
-            b.slots,
-            slots_from,
-            switchboard::fleet::health::state_name(state.health.get(&b.name)),
-            a.old_names.join(", ")
-        );
+        for (i, b) in a.backends.iter().enumerate() {
+            let (name, window, window_from, extra) = if i == 0 {
+                let mut extra = a.old_names.join(", ");
+                if !a.fallbacks.is_empty() {
+                    extra.push_str(&format!(" / fallbacks: {}", a.fallbacks.join(", ")));
+                }
+                let w = a.context_window.map_or("-".into(), |w| w.get().to_string());
+                (a.name.as_str(), w, window_from, extra)
+            } else {
+                ("", String::new(), "", String::new())
+            };
+            println!(
+                "{:<24} {:<20} {:<9} {:<32} {:>10} {:<10} {:>5} {:<10} {:<12} {}",
+                name,
+                b.name,
+                b.flavor.as_str(),
+                b.url,
+                window,
+                window_from,
+                b.slots,
+                if i == 0 { slots_from } else { "" },
+                state.shown_state(&b.name),
+                extra
+            );
+        }
     }
     for name in snap.config.backends.keys() {
         if let Some(d) = snap.discovered(name) {

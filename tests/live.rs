@@ -152,3 +152,109 @@ backend = "dead"
         [("a".into(), "up".into()), ("b".into(), "down".into())]
     );
 }
+
+/// Write `text` next to `path` and rename it over `path`, as editors save.
+fn replace_by_rename(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("toml.new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn r19_a_file_replaced_by_rename_is_reloaded_without_a_signal() {
+    let sim = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.toml");
+    let text = |alias: &str| {
+        fill(
+            &one_alias("llamacpp", "", "").replace("[aliases.a]", &format!("[aliases.{alias}]")),
+            &[("b", sim.url())],
+        )
+    };
+    std::fs::write(&path, text("a")).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    let watching = switchboard::live::watch::start(&p.state).expect("the folder is watched");
+    tokio::spawn(watching.run());
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+
+    replace_by_rename(&path, &text("z"));
+    let changed = std::time::Instant::now();
+    within("the new routes", async {
+        while status(&c, &url, &chat("z", false)).await != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let took = changed.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(status(&c, &url, &chat("a", false)).await, 404);
+
+    // A broken file is refused and reported; the running config stays.
+    replace_by_rename(&path, "[aliases.broken]\nbackend = \"nope\"\n");
+    within("the refused reload", async {
+        loop {
+            let m = p.metrics().await;
+            if sample(&m, r#"switchboard_config_reloads_total{result="failure"}"#) == 1.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
+}
+
+#[tokio::test]
+async fn r19_slots_breaker_state_and_affinity_survive_a_reload() {
+    let sim = sim(SimConfig {
+        fail_status: Some(500),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.toml");
+    let toml = |description: &str| {
+        fill(
+            &one_alias(
+                "llamacpp",
+                "breaker_failures = 2\nbreaker_open_ms = 60000",
+                &format!("description = \"{description}\""),
+            ),
+            &[("b", sim.url())],
+        )
+    };
+    std::fs::write(&path, toml("before")).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+    for _ in 0..2 {
+        assert_eq!(status(&c, &url, &chat("a", false)).await, 500);
+    }
+    let old = p.state.live.load_full();
+    let held = old.slots("b").unwrap().try_acquire().unwrap();
+    old.affinity().set(7, "b");
+
+    std::fs::write(&path, toml("after")).unwrap();
+    switchboard::live::reload::reload(&p.state).await.unwrap();
+    let new = p.state.live.load_full();
+    assert_eq!(
+        new.routes.alias("a").unwrap().description.as_deref(),
+        Some("after")
+    );
+    assert!(std::sync::Arc::ptr_eq(
+        old.slots("b").unwrap(),
+        new.slots("b").unwrap()
+    ));
+    assert_eq!(new.slots("b").unwrap().free(), 7);
+    assert_eq!(p.state.shown_state("b"), "breaker_open");
+    assert_eq!(new.affinity().get(7).as_deref(), Some("b"));
+    // Still open after the reload: refused without reaching the backend.
+    let received = sim.recorder().received();
+    assert_eq!(status(&c, &url, &chat("a", false)).await, 503);
+    assert_eq!(sim.recorder().received(), received);
+    drop(held);
+    assert_eq!(new.slots("b").unwrap().free(), 8);
+}

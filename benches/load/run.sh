@@ -43,6 +43,9 @@
 #   SB_PORT=17700 NGINX_PORT=17780 NGINX_STREAM_PORT=17781 SIM_PORT=17801
 #   SIM_STREAM_PORT=17802                                loopback ports used
 #   SB_WORKERS=1     Switchboard's `server.workers` (nginx runs `worker_processes 1`)
+#   REPLICAS=1       2: Switchboard's aliases get two replicas each (`backends = [...]`), a
+#                    second pair of simulators on SIM_PORT+100 and SIM_STREAM_PORT+100
+#                    (nginx and direct keep the first pair)
 #   FIRST_BYTE_SAMPLES=400  samples per path of the time to the first SSE byte (0: skip)
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
@@ -65,6 +68,7 @@ NGINX_STREAM_PORT=${NGINX_STREAM_PORT:-17781}
 SIM_PORT=${SIM_PORT:-17801}
 SIM_STREAM_PORT=${SIM_STREAM_PORT:-17802}
 SB_WORKERS=${SB_WORKERS:-1}
+REPLICAS=${REPLICAS:-1}
 FIRST_BYTE_SAMPLES=${FIRST_BYTE_SAMPLES:-400}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
@@ -168,6 +172,16 @@ else
   SIM_STREAM_PID=$SPAWNED
   wait_http "http://127.0.0.1:$SIM_PORT/health" "$SIM_PID" "chat simulator"
   wait_http "http://127.0.0.1:$SIM_STREAM_PORT/health" "$SIM_STREAM_PID" "stream simulator"
+  if [[ $REPLICAS == 2 ]]; then
+    require_free_ports $((SIM_PORT + 100)) $((SIM_STREAM_PORT + 100))
+    spawn "chat simulator 2" "$WORK/sim-chat-2.log" "$BIN" simulate --flavor llamacpp \
+      --port $((SIM_PORT + 100)) --model bench --slots 4096 --completion-tokens "$CHAT_TOKENS"
+    wait_http "http://127.0.0.1:$((SIM_PORT + 100))/health" "$SPAWNED" "chat simulator 2"
+    spawn "stream simulator 2" "$WORK/sim-stream-2.log" "$BIN" simulate --flavor vllm \
+      --port $((SIM_STREAM_PORT + 100)) --model bench-stream --slots 4096 \
+      --completion-tokens "$STREAM_TOKENS" --reasoning --reasoning-tokens "$REASONING_TOKENS"
+    wait_http "http://127.0.0.1:$((SIM_STREAM_PORT + 100))/health" "$SPAWNED" "stream simulator 2"
+  fi
 fi
 
 write_nginx_conf "$WORK/nginx" "$NGINX_PORT" "$SIM_PORT" "$NGINX_STREAM_PORT" "$SIM_STREAM_PORT"
@@ -192,12 +206,14 @@ url = "http://127.0.0.1:$SIM_STREAM_PORT"
 flavor = "vllm"
 slots = 4096
 
+$([[ $REPLICAS == 2 ]] && printf '[backends.sim-2]\nurl = "http://127.0.0.1:%s"\nflavor = "llamacpp"\nslots = 4096\n\n[backends.sim-stream-2]\nurl = "http://127.0.0.1:%s"\nflavor = "vllm"\nslots = 4096\n' $((SIM_PORT + 100)) $((SIM_STREAM_PORT + 100)))
+
 [aliases.bench]
-backend = "sim"
+$([[ $REPLICAS == 2 ]] && echo 'backends = ["sim", "sim-2"]' || echo 'backend = "sim"')
 upstream_model = "bench"
 
 [aliases.bench-stream]
-backend = "sim-stream"
+$([[ $REPLICAS == 2 ]] && echo 'backends = ["sim-stream", "sim-stream-2"]' || echo 'backend = "sim-stream"')
 upstream_model = "bench-stream"
 EOF
   start_switchboard "$BIN" "$WORK/bench.toml"
@@ -400,7 +416,7 @@ report() {
 echo
 echo "## Switchboard loopback load ($(date -u +%Y-%m-%dT%H:%MZ))"
 echo
-echo "$(nproc) CPUs, $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(nginx -v 2>&1 | sed 's/.*: //'), commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); DURATION=$DURATION, WRK_THREADS=$WRK_THREADS, SB_WORKERS=$SB_WORKERS$([[ $DRY_RUN == 1 ]] && echo ', DRY_RUN (static nginx backend)')"
+echo "$(nproc) CPUs, $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(nginx -v 2>&1 | sed 's/.*: //'), commit $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown); DURATION=$DURATION, WRK_THREADS=$WRK_THREADS, SB_WORKERS=$SB_WORKERS, REPLICAS=$REPLICAS$([[ $DRY_RUN == 1 ]] && echo ', DRY_RUN (static nginx backend)')"
 report
 if [[ -n $FIRST_BYTE ]]; then
   printf '\n### Time to the first SSE byte (new connection per request)\n\n'

@@ -1,6 +1,7 @@
 //! Configuration: load `routes.toml` plus `SWITCHBOARD_*` overrides, then validate into typed structs.
 
 mod raw;
+mod routing;
 mod validate;
 
 use std::path::Path;
@@ -10,8 +11,8 @@ use figment::Figment;
 
 pub use raw::{RawConfig, RawSizing};
 pub use validate::{
-    bearer, validate, Alias, Backend, Config, ConfigError, ConfigErrors, GuardConfig, Input,
-    Server, Sizing,
+    bearer, validate, Alias, Backend, BreakerConfig, Config, ConfigError, ConfigErrors,
+    GuardConfig, Input, Server, Sizing, Timeouts,
 };
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.

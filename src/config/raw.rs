@@ -34,6 +34,14 @@ pub struct RawServer {
     pub stream_peek_ms: Option<u64>,
     pub workers: Option<usize>,
     pub api_keys_env: Option<String>,
+    pub stream_idle_timeout_ms: Option<u64>,
+    pub total_timeout_secs: Option<u64>,
+    pub client_header_timeout_ms: Option<u64>,
+    pub client_idle_timeout_ms: Option<u64>,
+    pub breaker_failures: Option<u32>,
+    pub breaker_open_ms: Option<u64>,
+    pub watch_config: Option<bool>,
+    pub reload_debounce_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -44,13 +52,22 @@ pub struct RawBackend {
     pub slots: Option<RawSizing>,
     pub queue: Option<u32>,
     pub api_key_env: Option<String>,
+    pub connect_timeout_ms: Option<u64>,
+    pub header_timeout_secs: Option<u64>,
+    pub stream_idle_timeout_ms: Option<u64>,
+    pub total_timeout_secs: Option<u64>,
     pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAlias {
-    pub backend: String,
+    /// One backend; or `backends`, replicas (exactly one of the two).
+    pub backend: Option<String>,
+    pub backends: Option<Vec<String>>,
+    /// Aliases tried in order when no backend of this one can take a request.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
     pub upstream_model: Option<String>,
     pub context_window: Option<RawSizing>,
     pub count: Option<CountKind>,
@@ -72,6 +89,13 @@ pub struct RawAlias {
     pub think_tags: Option<ThinkTagsSpec>,
     pub think_tags_start_open: Option<bool>,
     pub description: Option<String>,
+}
+
+impl RawAlias {
+    /// The backends this alias names, `backend` or `backends`.
+    pub fn backend_names(&self) -> impl Iterator<Item = &String> {
+        self.backend.iter().chain(self.backends.iter().flatten())
+    }
 }
 
 /// `context_window` / `slots` as written: a number, or the word `"auto"` (the backend's own

@@ -10,6 +10,7 @@ use http::HeaderValue;
 use url::Url;
 
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer, RawSizing};
+use super::routing::{context_fallbacks, fallbacks, replicas};
 use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
@@ -41,6 +42,39 @@ pub struct Server {
     pub stream_peek: Duration,
     /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
     pub api_keys: Option<Vec<String>>,
+    /// The backend-side timeouts of a backend that sets none of its own.
+    pub timeouts: Timeouts,
+    /// Time a client has to send a request's whole head, from its first byte.
+    pub client_header_timeout: Duration,
+    /// Time a client connection may sit idle between requests (or before the first).
+    pub client_idle_timeout: Duration,
+    pub breaker: BreakerConfig,
+    /// Reload when the config file changes (besides SIGHUP).
+    pub watch_config: bool,
+    /// Changes to the file closer together than this are one reload.
+    pub reload_debounce: Duration,
+}
+
+/// The limits of one exchange with a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To open the TCP connection.
+    pub connect: Duration,
+    /// From sending the request to the answer's head (a long prefill counts here).
+    pub first_byte: Duration,
+    /// Between two pieces of an answer's body (two events of a stream).
+    pub idle: Duration,
+    /// The whole exchange, head and body.
+    pub total: Duration,
+}
+
+/// When a backend's circuit breaker opens, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open it.
+    pub failures: NonZeroU32,
+    /// How long it stays open before one request (or probe) is let through.
+    pub open_for: Duration,
 }
 
 /// A figure the config gives (`Fixed`) or leaves to the backend (`"auto"`, taken from what
@@ -95,6 +129,7 @@ pub struct Backend {
     /// The backend's own key as the `Authorization: Bearer …` value that replaces the
     /// client's, made and checked once here (marked sensitive: never logged or shown).
     pub api_key: Option<HeaderValue>,
+    pub timeouts: Timeouts,
 }
 
 pub use crate::wire::shape::Input;
@@ -104,7 +139,13 @@ pub struct Alias {
     pub name: String,
     /// `name` as the `X-Switchboard-Alias` value of every answer (made once, here).
     pub served_as: HeaderValue,
+    /// The first of `backends`: the one whose flavour shapes the body and whose endpoints
+    /// count tokens (`count = "backend"`).
     pub backend: Arc<Backend>,
+    /// Every replica, `backend` first; requests go to the least loaded usable one.
+    pub backends: Vec<Arc<Backend>>,
+    /// Aliases tried in order when no backend of this one can take a request.
+    pub fallbacks: Vec<String>,
     pub upstream_model: String,
     /// The window in force: the configured number; with `context_window = "auto"` the
     /// backend's per-slot window once discovered, `None` (no guard) until then.
@@ -204,7 +245,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let server = server(raw.server, &mut errs);
     let mut backends = BTreeMap::new();
     for (name, b) in raw.backends {
-        if let Some(b) = backend(&name, b, &mut errs) {
+        if let Some(b) = backend(&name, b, &server.timeouts, &mut errs) {
             backends.insert(name, Arc::new(b));
         }
     }
@@ -231,6 +272,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             aliases.insert(name, Arc::new(a));
         }
     }
+    context_fallbacks(&aliases, &mut errs);
     fallbacks(&aliases, &mut errs);
     if errs.is_empty() {
         Ok(Config {
@@ -240,34 +282,6 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         })
     } else {
         Err(ConfigErrors(errs))
-    }
-}
-
-/// A fallback must be another alias whose window is larger.
-fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
-    for a in aliases.values() {
-        let Some(fb) = &a.context_fallback else {
-            continue;
-        };
-        let key = format!("aliases.{}.context_fallback", a.name);
-        // An "auto" window is known only once discovered: then the sizes are not compared here.
-        let fixed = |a: &Alias| a.window_setting.and_then(Sizing::fixed);
-        let reason = match (aliases.get(fb), a.window_setting) {
-            (None, _) => Some("is not a defined alias".to_string()),
-            (Some(_), _) if fb == &a.name => Some("is the alias itself".to_string()),
-            (_, None) => Some("needs context_window on this alias".to_string()),
-            (Some(f), Some(Sizing::Fixed(w))) if fixed(f).is_some_and(|fw| fw <= w) => Some(
-                format!("has a window no larger than this alias's {w} tokens"),
-            ),
-            _ => None,
-        };
-        if let Some(reason) = reason {
-            errs.push(ConfigError::BadValue {
-                key,
-                value: fb.clone(),
-                reason,
-            });
-        }
     }
 }
 
@@ -301,6 +315,93 @@ fn nonzero(key: &str, value: u64, errs: &mut Vec<ConfigError>) -> u64 {
         errs.push(ConfigError::Zero { key: key.into() });
     }
     value
+}
+
+/// The client keys in the environment variable `server.api_keys_env` names.
+fn api_keys(var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String>> {
+    var.and_then(|var| match std::env::var(var) {
+        Ok(v) => {
+            let keys: Vec<String> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from)
+                .collect();
+            if keys.is_empty() {
+                errs.push(ConfigError::BadValue {
+                    key: "server.api_keys_env".into(),
+                    value: var.into(),
+                    reason: "holds no keys".into(),
+                });
+            }
+            // A key no header can carry would never match what a client sends.
+            for (i, k) in keys.iter().enumerate() {
+                if let Err(reason) = sendable(k) {
+                    errs.push(ConfigError::BadValue {
+                        key: "server.api_keys_env".into(),
+                        value: var.into(),
+                        reason: format!("key {} of {}: {reason}", i + 1, keys.len()),
+                    });
+                }
+            }
+            Some(keys)
+        }
+        Err(_) => {
+            errs.push(ConfigError::BadValue {
+                key: "server.api_keys_env".into(),
+                value: var.into(),
+                reason: "is not set in the environment".into(),
+            });
+            None
+        }
+    })
+}
+
+/// The backend-side defaults of `[server]`: timeouts and the breaker.
+fn backend_side(raw: &RawServer, errs: &mut Vec<ConfigError>) -> (Timeouts, BreakerConfig) {
+    let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
+        Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
+    };
+    let ms = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
+        Duration::from_millis(nonzero(key, v.unwrap_or(default), errs))
+    };
+    let timeouts = Timeouts {
+        connect: ms(
+            "server.connect_timeout_ms",
+            raw.connect_timeout_ms,
+            3000,
+            errs,
+        ),
+        first_byte: secs(
+            "server.header_timeout_secs",
+            raw.header_timeout_secs,
+            900,
+            errs,
+        ),
+        idle: ms(
+            "server.stream_idle_timeout_ms",
+            raw.stream_idle_timeout_ms,
+            300_000,
+            errs,
+        ),
+        total: secs(
+            "server.total_timeout_secs",
+            raw.total_timeout_secs,
+            3600,
+            errs,
+        ),
+    };
+    let failures = raw.breaker_failures.unwrap_or(5);
+    let breaker = BreakerConfig {
+        failures: NonZeroU32::new(failures).unwrap_or_else(|| {
+            errs.push(ConfigError::Zero {
+                key: "server.breaker_failures".into(),
+            });
+            NonZeroU32::MIN
+        }),
+        open_for: ms("server.breaker_open_ms", raw.breaker_open_ms, 10_000, errs),
+    };
+    (timeouts, breaker)
 }
 
 /// A number greater than zero or `"auto"`; `auto_refused` says why "auto" cannot be had here.
@@ -375,49 +476,31 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         .reasoning_field
         .as_deref()
         .unwrap_or("reasoning_content");
-    let api_keys = raw
-        .api_keys_env
-        .as_deref()
-        .and_then(|var| match std::env::var(var) {
-            Ok(v) => {
-                let keys: Vec<String> = v
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-                    .map(String::from)
-                    .collect();
-                if keys.is_empty() {
-                    errs.push(ConfigError::BadValue {
-                        key: "server.api_keys_env".into(),
-                        value: var.into(),
-                        reason: "holds no keys".into(),
-                    });
-                }
-                // A key no header can carry would never match what a client sends.
-                for (i, k) in keys.iter().enumerate() {
-                    if let Err(reason) = sendable(k) {
-                        errs.push(ConfigError::BadValue {
-                            key: "server.api_keys_env".into(),
-                            value: var.into(),
-                            reason: format!("key {} of {}: {reason}", i + 1, keys.len()),
-                        });
-                    }
-                }
-                Some(keys)
-            }
-            Err(_) => {
-                errs.push(ConfigError::BadValue {
-                    key: "server.api_keys_env".into(),
-                    value: var.into(),
-                    reason: "is not set in the environment".into(),
-                });
-                None
-            }
-        });
+    let api_keys = api_keys(raw.api_keys_env.as_deref(), errs);
     let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
         Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
     };
+    let ms = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
+        Duration::from_millis(nonzero(key, v.unwrap_or(default), errs))
+    };
+    let (timeouts, breaker) = backend_side(&raw, errs);
     Server {
+        timeouts,
+        client_header_timeout: ms(
+            "server.client_header_timeout_ms",
+            raw.client_header_timeout_ms,
+            30_000,
+            errs,
+        ),
+        client_idle_timeout: ms(
+            "server.client_idle_timeout_ms",
+            raw.client_idle_timeout_ms,
+            120_000,
+            errs,
+        ),
+        breaker,
+        watch_config: raw.watch_config.unwrap_or(true),
+        reload_debounce: Duration::from_millis(raw.reload_debounce_ms.unwrap_or(200)),
         listen,
         metrics_listen,
         reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),
@@ -426,17 +509,8 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             raw.body_limit_bytes.unwrap_or(64 << 20),
             errs,
         ) as usize,
-        connect_timeout: Duration::from_millis(nonzero(
-            "server.connect_timeout_ms",
-            raw.connect_timeout_ms.unwrap_or(3000),
-            errs,
-        )),
-        header_timeout: secs(
-            "server.header_timeout_secs",
-            raw.header_timeout_secs,
-            900,
-            errs,
-        ),
+        connect_timeout: timeouts.connect,
+        header_timeout: timeouts.first_byte,
         shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
         health_interval: secs(
             "server.health_interval_secs",
@@ -460,6 +534,46 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             errs,
         ) as usize,
         api_keys,
+    }
+}
+
+/// A backend's own timeouts, each defaulting to the server's.
+fn backend_timeouts(
+    name: &str,
+    raw: &RawBackend,
+    server: &Timeouts,
+    errs: &mut Vec<ConfigError>,
+) -> Timeouts {
+    let mut own = |key: &str, v: Option<u64>, unit: fn(u64) -> Duration, default: Duration| {
+        v.map_or(default, |v| {
+            unit(nonzero(&format!("backends.{name}.{key}"), v, errs))
+        })
+    };
+    Timeouts {
+        connect: own(
+            "connect_timeout_ms",
+            raw.connect_timeout_ms,
+            Duration::from_millis,
+            server.connect,
+        ),
+        first_byte: own(
+            "header_timeout_secs",
+            raw.header_timeout_secs,
+            Duration::from_secs,
+            server.first_byte,
+        ),
+        idle: own(
+            "stream_idle_timeout_ms",
+            raw.stream_idle_timeout_ms,
+            Duration::from_millis,
+            server.idle,
+        ),
+        total: own(
+            "total_timeout_secs",
+            raw.total_timeout_secs,
+            Duration::from_secs,
+            server.total,
+        ),
     }
 }
 
@@ -493,7 +607,13 @@ pub fn bearer(key: &str) -> Result<HeaderValue, String> {
     Ok(v)
 }
 
-fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<Backend> {
+fn backend(
+    name: &str,
+    raw: RawBackend,
+    server: &Timeouts,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Backend> {
+    let timeouts = backend_timeouts(name, &raw, server, errs);
     let key = format!("backends.{name}.url");
     let url = match Url::parse(&raw.url) {
         Ok(u) if !matches!(u.scheme(), "http" | "https") => {
@@ -581,6 +701,7 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         slots_setting,
         queue: raw.queue.unwrap_or(64),
         api_key,
+        timeouts,
     })
 }
 
@@ -668,44 +789,9 @@ fn guard_config(
     })
 }
 
-fn alias(
-    name: &str,
-    mut raw: RawAlias,
-    backends: &BTreeMap<String, Arc<Backend>>,
-    errs: &mut Vec<ConfigError>,
-) -> Option<Alias> {
-    let Some(backend) = backends.get(&raw.backend) else {
-        errs.push(ConfigError::UnknownBackend {
-            alias: name.to_string(),
-            name: raw.backend,
-        });
-        return None;
-    };
-    let (window_setting, max_output_tokens) = window_and_cap(name, &mut raw, backend, errs);
-    let guard = guard_config(name, window_setting, &mut raw, errs);
-    let mut inputs = Input::default();
-    for (i, kind) in raw
-        .inputs
-        .unwrap_or_else(|| vec!["text".into()])
-        .iter()
-        .enumerate()
-    {
-        match kind.as_str() {
-            "text" => {}
-            "image" => inputs.image = true,
-            "audio" => inputs.audio = true,
-            other => errs.push(ConfigError::BadValue {
-                key: format!("aliases.{name}.inputs[{i}]"),
-                value: other.into(),
-                reason: "is not one of text, image, audio".into(),
-            }),
-        }
-    }
-    let reasoning = raw
-        .reasoning_field
-        .as_deref()
-        .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
-    let think_tags = raw.think_tags.as_ref().and_then(|spec| {
+/// The alias's inline reasoning markers (`think_tags`, `think_tags_start_open`).
+fn think_tags(name: &str, raw: &RawAlias, errs: &mut Vec<ConfigError>) -> Option<Arc<ThinkTags>> {
+    let tags = raw.think_tags.as_ref().and_then(|spec| {
         match spec.resolve(raw.think_tags_start_open.unwrap_or(false)) {
             Ok(t) => Some(Arc::new(t)),
             Err(reason) => {
@@ -728,6 +814,43 @@ fn alias(
             reason: "needs think_tags".into(),
         });
     }
+    tags
+}
+
+fn alias(
+    name: &str,
+    mut raw: RawAlias,
+    backends: &BTreeMap<String, Arc<Backend>>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Alias> {
+    let replicas = replicas(name, &raw, backends, errs)?;
+    let backend = &replicas[0];
+    let (window_setting, max_output_tokens) = window_and_cap(name, &mut raw, backend, errs);
+    let guard = guard_config(name, window_setting, &mut raw, errs);
+    let mut inputs = Input::default();
+    for (i, kind) in raw
+        .inputs
+        .clone()
+        .unwrap_or_else(|| vec!["text".into()])
+        .iter()
+        .enumerate()
+    {
+        match kind.as_str() {
+            "text" => {}
+            "image" => inputs.image = true,
+            "audio" => inputs.audio = true,
+            other => errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.inputs[{i}]"),
+                value: other.into(),
+                reason: "is not one of text, image, audio".into(),
+            }),
+        }
+    }
+    let reasoning = raw
+        .reasoning_field
+        .as_deref()
+        .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
+    let think_tags = think_tags(name, &raw, errs);
     let shape = shape(
         name,
         inputs,
@@ -741,6 +864,8 @@ fn alias(
         name: name.to_string(),
         served_as: HeaderValue::from_str(name).unwrap_or(HeaderValue::from_static("invalid")),
         backend: Arc::clone(backend),
+        backends: replicas.clone(),
+        fallbacks: raw.fallbacks,
         upstream_model,
         context_window: window_setting.and_then(Sizing::fixed),
         window_setting,
@@ -965,6 +1090,59 @@ mod tests {
         assert!(e.contains("server.listen: \"nowhere\""), "{e}");
         assert!(
             e.contains("server.reasoning_field: \"thoughts\" is not one of"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn replicas_fallbacks_and_timeouts_are_checked() {
+        let cfg = from_toml(&format!(
+            "{BASE}\n[backends.gpu2]\nurl = \"http://h:2\"\nflavor = \"vllm\"\nstream_idle_timeout_ms = 500\n[aliases.r]\nbackends = [\"gpu\", \"gpu2\"]\nfallbacks = [\"frank-zealot\"]"
+        ))
+        .unwrap();
+        let r = &cfg.aliases["r"];
+        let names: Vec<&str> = r.backends.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["gpu", "gpu2"]);
+        assert_eq!(r.backend.name, "gpu");
+        assert_eq!(r.fallbacks, ["frank-zealot"]);
+        let idle = cfg.backends["gpu2"].timeouts.idle;
+        assert_eq!(idle, std::time::Duration::from_millis(500));
+        assert_eq!(cfg.backends["gpu"].timeouts, cfg.server.timeouts);
+
+        let e = errors("[aliases.x]\nbackend = \"gpu\"\nbackends = [\"gpu\"]");
+        assert!(
+            e.contains("aliases.x.backends: \"set\" and backend are both set"),
+            "{e}"
+        );
+        let e = errors("[aliases.x]\nupstream_model = \"m\"");
+        assert!(e.contains("aliases.x.backend: \"unset\" is needed"), "{e}");
+        let e = errors("[aliases.x]\nbackends = [\"gpu\", \"nope\", \"gpu\"]");
+        assert!(
+            e.contains("aliases.x.backends[1]: \"nope\" is not a defined backend"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.x.backends[2]: \"gpu\" is named twice"),
+            "{e}"
+        );
+        let e = errors("[aliases.x]\nbackend = \"gpu\"\nfallbacks = [\"x\", \"nope\"]");
+        assert!(
+            e.contains("aliases.x.fallbacks[0]: \"x\" is the alias itself"),
+            "{e}"
+        );
+        assert!(
+            e.contains("aliases.x.fallbacks[1]: \"nope\" is not a defined alias"),
+            "{e}"
+        );
+        let e = errors(
+            "[aliases.x]\nbackend = \"gpu\"\nfallbacks = [\"y\"]\n[aliases.y]\nbackend = \"gpu\"\nfallbacks = [\"x\"]",
+        );
+        assert!(e.contains("\"x -> y -> x\" is a cycle"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let e =
+            errors("[backends.z]\nurl = \"http://h:3\"\nflavor = \"vllm\"\ntotal_timeout_secs = 0");
+        assert!(
+            e.contains("backends.z.total_timeout_secs: must be greater than zero"),
             "{e}"
         );
     }

@@ -48,6 +48,19 @@ pub fn state_name(state: Option<BackendState>) -> &'static str {
     }
 }
 
+/// The state a backend is shown with (`/v1/models`, `switchboard routes`, status pages): its
+/// health, but `breaker_open` while its breaker refuses requests (open or half-open).
+pub fn shown_state(
+    health: Option<BackendState>,
+    breaker: Option<crate::fleet::breaker::BreakerState>,
+) -> &'static str {
+    use crate::fleet::breaker::BreakerState;
+    match breaker {
+        Some(BreakerState::open | BreakerState::half_open) => "breaker_open",
+        _ => state_name(health),
+    }
+}
+
 /// Probe one backend once.
 ///
 /// llama.cpp answers `/health` 503 while loading; SGLang sends an empty 503 while starting;

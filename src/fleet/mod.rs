@@ -1,5 +1,8 @@
-//! The fleet as the proxy sees it: the alias table, each backend's slots and queue, its health.
+//! The fleet as the proxy sees it: the alias table, each backend's slots and queue, its health,
+//! its circuit breaker, and how a replica is chosen.
 
+pub mod balance;
+pub mod breaker;
 pub mod discovery;
 pub mod drift;
 pub mod health;

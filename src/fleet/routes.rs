@@ -6,6 +6,52 @@ use std::sync::Arc;
 use foldhash::HashMap;
 
 use crate::config::{Alias, Config};
+use prometheus_client::encoding::EncodeLabelValue;
+
+/// Why a request left an alias for its next fallback (or a replica for the next one).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum FallbackReason {
+    /// Every replica is down by its health probe.
+    down,
+    /// Loading its model (by health probe or its 503).
+    loading,
+    /// Its breaker refuses requests.
+    breaker_open,
+    /// Connection refused, reset before the request was written, or closed before the answer.
+    connect,
+    /// No answer head within the first-byte timeout.
+    timeout,
+    /// A 5xx answer.
+    status_5xx,
+    /// Every slot busy and the queue full.
+    overloaded,
+    /// The queue wait ran out.
+    queue_timeout,
+}
+
+/// The aliases a request for `alias` may be served by, in order: the alias, then its
+/// fallbacks depth first (each alias once).
+fn fallback_order(table: &RouteTable, alias: &Arc<Alias>) -> Vec<Arc<Alias>> {
+    let mut order = vec![Arc::clone(alias)];
+    let mut at = 0;
+    while at < order.len() {
+        let mut next = Vec::new();
+        for name in &order[at].fallbacks {
+            if let Some(fb) = table.alias(name) {
+                if !order.iter().chain(&next).any(|a| a.name == fb.name) {
+                    next.push(Arc::clone(fb));
+                }
+            }
+        }
+        at += 1;
+        // Depth first: the fallbacks of an alias come right after it.
+        let tail = order.split_off(at);
+        order.extend(next);
+        order.extend(tail);
+    }
+    order
+}
 
 /// What a request for one model name is served by.
 #[derive(Debug, Clone)]
@@ -20,6 +66,8 @@ pub struct Route {
 pub struct RouteTable {
     by_name: HashMap<String, (Arc<Alias>, bool)>,
     aliases: Vec<Arc<Alias>>,
+    /// Each alias's [`fallback_order`], made once.
+    orders: HashMap<String, Vec<Arc<Alias>>>,
 }
 
 impl RouteTable {
@@ -33,7 +81,23 @@ impl RouteTable {
             }
             aliases.push(Arc::clone(alias));
         }
-        RouteTable { by_name, aliases }
+        let mut table = RouteTable {
+            by_name,
+            aliases,
+            orders: HashMap::default(),
+        };
+        let orders = table
+            .aliases
+            .iter()
+            .map(|a| (a.name.clone(), fallback_order(&table, a)))
+            .collect();
+        table.orders = orders;
+        table
+    }
+
+    /// The aliases that may serve a request for `alias`: itself first, then its fallbacks.
+    pub fn order(&self, alias: &str) -> &[Arc<Alias>] {
+        self.orders.get(alias).map_or(&[], Vec::as_slice)
     }
 
     /// The route for `model`, or `None` when no alias or old name matches.
@@ -91,5 +155,32 @@ mod tests {
         assert!(t.resolve("nope").is_none());
         assert!(t.alias("old-name").is_none());
         assert_eq!(t.known(), "new-name");
+    }
+
+    #[test]
+    fn fallbacks_are_ordered_depth_first_each_once() {
+        let cfg = crate::config::from_toml(
+            r#"
+            [backends.b]
+            url = "http://127.0.0.1:1"
+            flavor = "llamacpp"
+            [aliases.a]
+            backend = "b"
+            fallbacks = ["x", "y"]
+            [aliases.x]
+            backend = "b"
+            fallbacks = ["z", "y"]
+            [aliases.y]
+            backend = "b"
+            [aliases.z]
+            backend = "b"
+            fallbacks = ["y"]
+            "#,
+        )
+        .unwrap();
+        let t = RouteTable::new(&cfg);
+        let names: Vec<&str> = t.order("a").iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["a", "x", "z", "y"]);
+        assert_eq!(t.order("y").len(), 1);
     }
 }

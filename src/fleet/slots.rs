@@ -63,8 +63,25 @@ impl Slots {
 
     /// Slots taken now.
     pub fn busy(&self) -> u32 {
-        let free = u32::try_from(self.sem.available_permits()).unwrap_or(u32::MAX);
-        self.slots.saturating_sub(free)
+        self.slots.saturating_sub(self.free())
+    }
+
+    /// Slots free right now.
+    pub fn free(&self) -> u32 {
+        u32::try_from(self.sem.available_permits()).unwrap_or(u32::MAX)
+    }
+
+    /// Requests holding a slot or waiting for one.
+    pub fn load(&self) -> u32 {
+        self.busy() + self.waiting.load(Ordering::Acquire)
+    }
+
+    /// A slot now, without waiting.
+    pub fn try_acquire(&self) -> Option<SlotPermit> {
+        Arc::clone(&self.sem)
+            .try_acquire_owned()
+            .ok()
+            .map(SlotPermit)
     }
 
     /// Take a slot, waiting in the queue up to `timeout`.
@@ -95,7 +112,12 @@ impl Slots {
         let permit = tokio::time::timeout(timeout, Arc::clone(&self.sem).acquire_owned()).await;
         match permit {
             Ok(Ok(p)) => Ok(SlotPermit(p)),
-            _ => Err(overloaded()),
+            // The wait ran out: the queue had room, the slots never came free.
+            _ => Err(ProxyError::QueueTimeout {
+                alias: alias.to_string(),
+                waited: timeout,
+                retry_after: 1,
+            }),
         }
     }
 }
@@ -140,5 +162,20 @@ mod tests {
         assert_eq!(m.0.load(Ordering::SeqCst), 0);
         drop(second);
         assert_eq!(slots.busy(), 0);
+    }
+
+    /// Regression (issue 19): a wait that runs out with room in the queue is a 503 saying
+    /// so, not the 429 of a full queue.
+    #[tokio::test]
+    async fn r19_queue_wait_running_out_is_not_a_full_queue() {
+        let m = Queued::default();
+        let slots = Slots::new(1, 4);
+        let _held = slots.try_acquire().unwrap();
+        let waited = slots.acquire("a", Duration::from_millis(20), &m).await;
+        let e = waited.unwrap_err();
+        assert!(matches!(e, ProxyError::QueueTimeout { .. }), "{e:?}");
+        assert_eq!(e.parts().0, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(m.0.load(Ordering::SeqCst), 0);
+        assert_eq!(slots.load(), 1);
     }
 }

@@ -8,16 +8,43 @@ use serde_json::json;
 
 use crate::config::Alias;
 use crate::error::{Echo, ProxyError};
-use crate::fleet::health::state_name;
 use crate::live::{AppState, Snapshot};
 
 use super::intake;
 use super::routed::{is_routed, routed_with};
 
+/// How telling a shown state is for an alias: the best of its replicas is the alias's.
+fn rank(shown: &str) -> u8 {
+    match shown {
+        "up" => 0,
+        "unknown" => 1,
+        "loading" => 2,
+        "breaker_open" => 3,
+        _ => 4,
+    }
+}
+
 /// One alias as `/v1/models` lists it. Its window and slots say where they come from:
 /// `"config"`, `"discovered"` (with `discovered_at`, unix seconds) or `"pending"` (an `"auto"`
 /// figure the backend has not reported yet).
 fn model_entry(state: &AppState, snap: &Snapshot, alias: &Alias) -> serde_json::Value {
+    let replicas: Vec<_> = alias
+        .backends
+        .iter()
+        .map(|b| {
+            json!({
+                "backend": b.name,
+                "flavor": b.flavor.as_str(),
+                "status": state.shown_state(&b.name),
+            })
+        })
+        .collect();
+    let status = alias
+        .backends
+        .iter()
+        .map(|b| state.shown_state(&b.name))
+        .min_by_key(|s| rank(s))
+        .unwrap_or("unknown");
     let mut v = json!({
         "id": alias.name,
         "object": "model",
@@ -25,9 +52,13 @@ fn model_entry(state: &AppState, snap: &Snapshot, alias: &Alias) -> serde_json::
         "owned_by": "switchboard",
         "backend": alias.backend.name,
         "flavor": alias.backend.flavor.as_str(),
-        "status": state_name(state.health.get(&alias.backend.name)),
+        "status": status,
+        "backends": replicas,
         "inputs": alias.shape.inputs.names(),
     });
+    if !alias.fallbacks.is_empty() {
+        v["fallbacks"] = json!(alias.fallbacks);
+    }
     if let Some(w) = alias.context_window {
         v["context_length"] = json!(w.get());
         v["max_model_len"] = json!(w.get());
@@ -89,6 +120,7 @@ pub async fn model(
 
 /// `GET /metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    state.record_breakers();
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -15,6 +15,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use super::client_io::{tracked, ClientIo, Serving};
 use super::routed::{is_routed, routed_with};
 use super::router::app;
 use crate::live::AppState;
@@ -52,17 +53,31 @@ pub async fn run(
         };
         let _ = tcp.set_nodelay(true);
         let (state, router) = (Arc::clone(&state), router.clone());
+        let serving = Arc::new(Serving::default());
+        let server = &state.live.load().config.server;
+        let io = ClientIo::new(
+            tcp,
+            Arc::clone(&serving),
+            server.client_header_timeout,
+            server.client_idle_timeout,
+        );
         let service = service_fn(move |req: Request<Incoming>| {
             let (state, router) = (Arc::clone(&state), router.clone());
+            // Served from its head to its answer's last byte: no client limit meanwhile.
+            let served = serving.start();
             async move {
-                if is_routed(req.method(), req.uri().path()) {
-                    Ok::<_, Infallible>(routed_with(&state, req).await)
+                let resp = if is_routed(req.method(), req.uri().path()) {
+                    routed_with(&state, req).await
                 } else {
-                    router.oneshot(req.map(Body::new)).await
-                }
+                    match router.oneshot(req.map(Body::new)).await {
+                        Ok(r) => r,
+                        Err(never) => match never {},
+                    }
+                };
+                Ok::<_, Infallible>(resp.map(|b| tracked(b, served)))
             }
         });
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), service));
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(io), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "client connection ended with an error");

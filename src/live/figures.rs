@@ -135,15 +135,25 @@ pub fn apply(config: Config, found: &Found) -> Config {
         .aliases
         .iter()
         .map(|(name, a)| {
-            let backend = backends
-                .get(&a.backend.name)
-                .map_or_else(|| Arc::clone(&a.backend), Arc::clone);
+            let now = |b: &Arc<Backend>| {
+                backends
+                    .get(&b.name)
+                    .map_or_else(|| Arc::clone(b), Arc::clone)
+            };
+            let backend = now(&a.backend);
+            // Every replica with its figures in force, not only the first.
+            let replicas: Vec<Arc<Backend>> = a.backends.iter().map(now).collect();
+            let same = replicas
+                .iter()
+                .zip(&a.backends)
+                .all(|(n, o)| Arc::ptr_eq(n, o));
             let w = window(a, found);
-            let a = if w == a.context_window && Arc::ptr_eq(&backend, &a.backend) {
+            let a = if w == a.context_window && Arc::ptr_eq(&backend, &a.backend) && same {
                 Arc::clone(a)
             } else {
                 Arc::new(Alias {
                     backend,
+                    backends: replicas,
                     context_window: w,
                     ..(**a).clone()
                 })

@@ -1,9 +1,11 @@
-//! Shared state: the live config snapshot (swapped atomically on reload), the upstream client, metrics.
+//! Shared state: the live config snapshot (swapped atomically on reload, on SIGHUP or a change
+//! of the file), the upstream client, metrics.
 
 pub mod discover;
 pub mod figures;
 pub mod probes;
 pub mod reload;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,6 +16,8 @@ use arc_swap::ArcSwap;
 use foldhash::HashMap;
 
 use crate::config::{Config, ConfigError, ConfigErrors};
+use crate::fleet::balance::Affinity;
+use crate::fleet::breaker::Breaker;
 use crate::fleet::discovery::Discovered;
 use crate::fleet::health::Health;
 use crate::fleet::routes::RouteTable;
@@ -33,6 +37,11 @@ pub struct Snapshot {
     alias_metrics: HashMap<String, AliasMetrics>,
     unknown: AliasMetrics,
     slots: HashMap<String, Arc<Slots>>,
+    breakers: HashMap<String, Arc<Breaker>>,
+    /// Which backend each conversation is on; the same table in every snapshot.
+    affinity: Arc<Affinity>,
+    /// Turns of the tie-break between equally loaded replicas.
+    turn: std::sync::atomic::AtomicUsize,
     /// The context guard of every alias with guard settings, its counter built; in force
     /// where the window is known (not a pending `"auto"`).
     guards: HashMap<String, Arc<GuardSpec>>,
@@ -79,14 +88,42 @@ impl Snapshot {
                 (b.name.clone(), s)
             })
             .collect();
+        let breakers = config
+            .backends
+            .values()
+            .map(|b| {
+                let cfg = config.server.breaker;
+                let kept = previous
+                    .filter(|p| {
+                        p.config
+                            .backends
+                            .get(&b.name)
+                            .is_some_and(|o| o.url == b.url)
+                    })
+                    .and_then(|p| p.breakers.get(&b.name));
+                let breaker = match kept {
+                    Some(k) => {
+                        k.reconfigure(cfg);
+                        Arc::clone(k)
+                    }
+                    None => Arc::new(Breaker::new(cfg)),
+                };
+                (b.name.clone(), breaker)
+            })
+            .collect();
+        let affinity = previous.map_or_else(Arc::default, |p| Arc::clone(&p.affinity));
         let alias_metrics = config
             .aliases
             .values()
             .map(|a| {
                 let m = metrics.alias(&a.name);
-                if let Some(s) = slots.get(&a.backend.name) {
-                    m.queue_limit.set(i64::from(s.queue_limit()));
-                }
+                let limit: i64 = a
+                    .backends
+                    .iter()
+                    .filter_map(|b| slots.get(&b.name))
+                    .map(|s| i64::from(s.queue_limit()))
+                    .sum();
+                m.queue_limit.set(limit);
                 (a.name.clone(), m)
             })
             .collect();
@@ -96,9 +133,25 @@ impl Snapshot {
             alias_metrics,
             unknown: metrics.alias("unknown"),
             slots,
+            breakers,
+            affinity,
+            turn: std::sync::atomic::AtomicUsize::new(0),
             guards,
             found,
         })
+    }
+
+    pub fn breaker(&self, backend: &str) -> Option<&Arc<Breaker>> {
+        self.breakers.get(backend)
+    }
+
+    pub fn affinity(&self) -> &Affinity {
+        &self.affinity
+    }
+
+    /// The next turn of the tie-break between equally loaded replicas.
+    pub fn next_turn(&self) -> usize {
+        self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The context guard of an alias, if it has one in force.
@@ -179,6 +232,30 @@ impl AppState {
         AppState {
             client: self.client.for_worker(),
             ..self.clone()
+        }
+    }
+
+    /// The state backend `name` is shown with: `up`, `loading`, `down` (by its health probe),
+    /// `unknown` (not probed yet), or `breaker_open` while its circuit breaker refuses
+    /// requests. The one source of the state column of `/v1/models`, `switchboard routes` and
+    /// status pages.
+    pub fn shown_state(&self, backend: &str) -> &'static str {
+        let snap = self.live.load();
+        let breaker = snap
+            .breaker(backend)
+            .map(|b| b.state(std::time::Instant::now()));
+        crate::fleet::health::shown_state(self.health.get(backend), breaker)
+    }
+
+    /// Set the breaker-state gauges of the live config's backends (at each scrape: a back-off
+    /// ends with time, not with an event).
+    pub fn record_breakers(&self) {
+        let snap = self.live.load();
+        let now = std::time::Instant::now();
+        for name in snap.config.backends.keys() {
+            if let Some(b) = snap.breaker(name) {
+                self.metrics.breaker_state(name, b.state(now));
+            }
         }
     }
 

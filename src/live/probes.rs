@@ -23,6 +23,12 @@ pub async fn probe_all(state: &AppState) {
         let before = state.health.get(&name);
         state.health.set(&name, st);
         state.metrics.backend_state(&name, st);
+        // A half-open breaker takes the probe as its trial.
+        if let Some(b) = snap.breaker(&name) {
+            let now = std::time::Instant::now();
+            b.probed(st == BackendState::up, now);
+            state.metrics.breaker_state(&name, b.state(now));
+        }
         let came_up = st == BackendState::up && before != Some(BackendState::up);
         let unknown = st == BackendState::up && snap.discovered(&name).is_none();
         if came_up || unknown {

@@ -1,6 +1,6 @@
-//! Config reload on SIGHUP: load, validate, ask the backends with `"auto"` figures what they
-//! serve, build the snapshot, swap; on any error the running config stays. The last reload's
-//! result and time are kept for the status page.
+//! Config reload (on SIGHUP, or when the file changes: see `watch`): load, validate, ask the
+//! backends with `"auto"` figures what they serve, build the snapshot, swap; on any error the
+//! running config stays. The last reload's result and time are kept for the status page.
 
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -87,9 +87,10 @@ fn warn_at_restart(state: &AppState, cfg: &crate::config::Config) {
         ),
         ("server.workers", old.workers != new.workers),
         (
-            "server.connect_timeout_ms",
+            "server.connect_timeout_ms (for https backends)",
             old.connect_timeout != new.connect_timeout,
         ),
+        ("server.watch_config", old.watch_config != new.watch_config),
         (
             "server.shutdown_grace_secs",
             old.shutdown_grace != new.shutdown_grace,

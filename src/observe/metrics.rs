@@ -14,7 +14,10 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::window::Window;
+use crate::fleet::balance::AffinityResult;
+use crate::fleet::breaker::BreakerState;
 use crate::fleet::health::BackendState;
+use crate::fleet::routes::FallbackReason;
 use crate::fleet::slots::QueueWatch;
 use crate::tokens::Method;
 use crate::upstream::exchange::UpstreamReason;
@@ -63,6 +66,25 @@ struct BackendLabel {
 struct BackendStateLabels {
     backend: Name,
     state: BackendState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabels {
+    backend: Name,
+    state: BreakerState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    alias: Name,
+    to: Name,
+    reason: FallbackReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AffinityLabels {
+    alias: Name,
+    result: AffinityResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,6 +149,9 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamLabels, Counter>,
     backend_up: Family<BackendLabel, Gauge>,
     backend_state: Family<BackendStateLabels, Gauge>,
+    breaker: Family<BreakerLabels, Gauge>,
+    fallbacks: Family<FallbackLabels, Counter>,
+    affinity: Family<AffinityLabels, Counter>,
     overhead: Hist,
     reloads: Family<ReloadLabel, Counter>,
     /// The status page's rolling window of every alias, kept across reloads like the series.
@@ -169,6 +194,9 @@ impl Metrics {
             upstream_errors: Family::default(),
             backend_up: Family::default(),
             backend_state: Family::default(),
+            breaker: Family::default(),
+            fallbacks: Family::default(),
+            affinity: Family::default(),
             overhead: Family::new_with_constructor(overhead_hist),
             reloads: Family::default(),
             windows: Mutex::default(),
@@ -270,6 +298,16 @@ impl Metrics {
             "Failed exchanges with backends, by reason",
             self.upstream_errors.clone(),
         );
+        r.register(
+            "fallbacks",
+            "Requests that left an alias for one of its fallbacks, by reason",
+            self.fallbacks.clone(),
+        );
+        r.register(
+            "affinity",
+            "Requests of a known conversation that went to its replica (hit), moved to another (moved), or started one (new)",
+            self.affinity.clone(),
+        );
     }
 
     /// Backends' health, the proxy's own overhead, reloads, the build.
@@ -283,6 +321,11 @@ impl Metrics {
             "backend_state",
             "1 for the backend's current state (up, loading, down)",
             self.backend_state.clone(),
+        );
+        r.register(
+            "breaker_state",
+            "1 for the backend's circuit breaker state (closed, open, half_open)",
+            self.breaker.clone(),
         );
         r.register_with_unit(
             "proxy_overhead",
@@ -363,8 +406,33 @@ impl Metrics {
             ok: Default::default(),
             rejections: self.rejections.clone(),
             upstream_errors: self.upstream_errors.clone(),
+            fallbacks: self.fallbacks.clone(),
+            affinity: [
+                AffinityResult::hit,
+                AffinityResult::moved,
+                AffinityResult::new,
+            ]
+            .map(|result| {
+                self.affinity.get_or_create_owned(&AffinityLabels {
+                    alias: Arc::clone(&name),
+                    result,
+                })
+            }),
             name,
         }))
+    }
+
+    /// Record a backend's breaker state.
+    pub fn breaker_state(&self, backend: &str, state: BreakerState) {
+        let name = Arc::new(backend.to_string());
+        for s in BreakerState::ALL {
+            self.breaker
+                .get_or_create(&BreakerLabels {
+                    backend: Arc::clone(&name),
+                    state: s,
+                })
+                .set(i64::from(s == state));
+        }
     }
 
     /// Record a backend's health state.
@@ -485,9 +553,27 @@ pub struct AliasHandles {
     ok: [[OnceLock<Counter>; 2]; Endpoint::COUNT],
     rejections: Family<RejectionLabels, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
+    fallbacks: Family<FallbackLabels, Counter>,
+    /// By [`AffinityResult`] in declaration order.
+    affinity: [Counter; 3],
 }
 
 impl AliasHandles {
+    /// A request of this alias went on to the fallback `to`.
+    pub fn fallback(&self, to: &AliasHandles, reason: FallbackReason) {
+        self.fallbacks
+            .get_or_create(&FallbackLabels {
+                alias: Arc::clone(&self.name),
+                to: Arc::clone(&to.name),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn affinity(&self, result: AffinityResult) {
+        self.affinity[result as usize].inc();
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

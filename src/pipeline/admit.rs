@@ -20,16 +20,17 @@ pub struct Admitted {
     pub body: Vec<u8>,
 }
 
-/// Shape and guard `req` for its alias or, when it does not fit, the aliases its
-/// `context_fallback` chain names.
+/// Shape and guard `req` for `start` (its alias, or a fallback of it) or, when it does not
+/// fit, the aliases its `context_fallback` chain names.
 pub async fn admit(
     state: &AppState,
     snap: &Snapshot,
     rec: &mut Record,
     req: &Incoming,
     routed: &Routed,
+    start: &Arc<Alias>,
 ) -> Result<Admitted, ProxyError> {
-    let mut alias = Arc::clone(&routed.route.alias);
+    let mut alias = Arc::clone(start);
     let admitted = loop {
         let body = shape(req, &routed.view, &alias)?;
         let spec = match snap.guard(&alias.name) {

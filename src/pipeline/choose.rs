@@ -1,16 +1,204 @@
-//! Choose: a slot of the alias's backend, or a place in its bounded queue (429 when full).
+//! Choose: a replica of the alias that can take the request — its conversation's own while it
+//! has a free slot, else the least loaded usable one (not down, not loading, breaker not
+//! open) — its breaker's leave and its slot, or a place in its bounded queue (429 when full,
+//! 503 when the wait runs out).
 
-use crate::config::Alias;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
+use crate::fleet::balance::{least_loaded, AffinityResult, Load};
+use crate::fleet::breaker::{Breaker, Pass};
+use crate::fleet::health::BackendState;
+use crate::fleet::routes::FallbackReason;
 use crate::fleet::slots::SlotPermit;
-use crate::live::Snapshot;
+use crate::live::{AppState, Snapshot};
 
-/// Wait for a slot of `alias`'s backend; held until the answer (or stream) ends.
-pub async fn slot(snap: &Snapshot, alias: &Alias) -> Result<Option<SlotPermit>, ProxyError> {
-    let Some(slots) = snap.slots(&alias.backend.name) else {
+/// The replica a request goes to, with its slot and its breaker's leave.
+pub struct Chosen {
+    pub backend: Arc<Backend>,
+    /// Its place in the alias's `backends`.
+    pub index: usize,
+    pub slot: Option<SlotPermit>,
+    pub pass: Option<Pass>,
+    pub breaker: Option<Arc<Breaker>>,
+}
+
+/// Why no replica was chosen: `None` when every usable one was tried already.
+pub type Refusal = Option<(FallbackReason, ProxyError)>;
+
+/// Why one replica cannot take a request now.
+fn unusable(
+    state: &AppState,
+    snap: &Snapshot,
+    b: &Backend,
+    now: Instant,
+) -> Option<FallbackReason> {
+    match state.health.get(&b.name) {
+        Some(BackendState::down) => return Some(FallbackReason::down),
+        Some(BackendState::loading) => return Some(FallbackReason::loading),
+        _ => {}
+    }
+    let open = snap.breaker(&b.name).is_some_and(|br| !br.usable(now));
+    open.then_some(FallbackReason::breaker_open)
+}
+
+/// Choose a replica of `alias` that `tried` does not name, for conversation `key`.
+pub async fn choose(
+    state: &AppState,
+    snap: &Snapshot,
+    alias: &Alias,
+    tried: &mut Vec<usize>,
+    key: Option<u64>,
+) -> Result<Chosen, Refusal> {
+    let now = Instant::now();
+    loop {
+        let mut why: Option<FallbackReason> = None;
+        let mut load = |i: usize| {
+            let b = &alias.backends[i];
+            if tried.contains(&i) {
+                return None;
+            }
+            if let Some(w) = unusable(state, snap, b, now) {
+                // Loading tells the client most (it keeps its model_loading answer).
+                why = Some(match (why, w) {
+                    (Some(FallbackReason::loading), _) => FallbackReason::loading,
+                    (Some(FallbackReason::breaker_open), FallbackReason::down) => {
+                        FallbackReason::breaker_open
+                    }
+                    _ => w,
+                });
+                return None;
+            }
+            let s = snap.slots(&b.name)?;
+            Some(Load {
+                free: s.free(),
+                load: s.load(),
+            })
+        };
+        let n = alias.backends.len();
+        let (index, affinity) = match conversation_replica(snap, alias, key, &mut load) {
+            Some(i) => (i, Some(AffinityResult::hit)),
+            None => {
+                let Some(i) = least_loaded(n, snap.next_turn(), &mut load) else {
+                    return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
+                };
+                (i, key.map(|_| AffinityResult::new))
+            }
+        };
+        let backend = &alias.backends[index];
+        let breaker = snap.breaker(&backend.name).cloned();
+        let pass = match &breaker {
+            Some(br) => match br.enter(now) {
+                Some(p) => Some(p),
+                // Another request took the half-open trial first.
+                None => {
+                    tried.push(index);
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let slot = slot(snap, alias, backend).await.map_err(Some)?;
+        if let Some(key) = key.filter(|_| n > 1) {
+            let m = snap.metrics(Some(&alias.name));
+            let was = snap.affinity().get(key);
+            let result = match (&was, affinity) {
+                (_, Some(AffinityResult::hit)) => AffinityResult::hit,
+                (Some(_), _) => AffinityResult::moved,
+                (None, _) => AffinityResult::new,
+            };
+            m.affinity(result);
+            if result != AffinityResult::hit {
+                snap.affinity().set(key, &backend.name);
+            }
+        }
+        return Ok(Chosen {
+            backend: Arc::clone(backend),
+            index,
+            slot,
+            pass,
+            breaker,
+        });
+    }
+}
+
+/// The replica conversation `key` is on, when it is usable, untried and has a free slot.
+fn conversation_replica(
+    snap: &Snapshot,
+    alias: &Alias,
+    key: Option<u64>,
+    load: &mut impl FnMut(usize) -> Option<Load>,
+) -> Option<usize> {
+    if alias.backends.len() < 2 {
+        return None;
+    }
+    let on = snap.affinity().get(key?)?;
+    let i = alias.backends.iter().position(|b| *b.name == *on)?;
+    load(i).filter(|l| l.free > 0).map(|_| i)
+}
+
+/// What a client is told when no replica of `alias` can take its request, for `why`.
+fn refusal(
+    state: &AppState,
+    snap: &Snapshot,
+    alias: &Alias,
+    why: FallbackReason,
+    now: Instant,
+) -> ProxyError {
+    let server = &snap.config.server;
+    match why {
+        FallbackReason::loading => {
+            let backend = alias
+                .backends
+                .iter()
+                .find(|b| state.health.get(&b.name) == Some(BackendState::loading))
+                .unwrap_or(&alias.backend);
+            ProxyError::UpstreamLoading {
+                backend: backend.name.clone(),
+                retry_after: 5,
+            }
+        }
+        FallbackReason::breaker_open => {
+            let soonest = alias
+                .backends
+                .iter()
+                .filter_map(|b| snap.breaker(&b.name))
+                .map(|b| b.retry_in(now))
+                .min()
+                .unwrap_or_default();
+            ProxyError::NoBackend {
+                alias: alias.name.clone(),
+                why: "circuit breaker open",
+                retry_after: soonest.as_secs_f64().ceil().max(1.0) as u64,
+            }
+        }
+        _ => ProxyError::NoBackend {
+            alias: alias.name.clone(),
+            why: "down",
+            retry_after: server.health_interval.as_secs().max(1),
+        },
+    }
+}
+
+/// A slot of `backend` now, or a place in its queue (429 when full, 503 when the wait runs out).
+async fn slot(
+    snap: &Snapshot,
+    alias: &Alias,
+    backend: &Backend,
+) -> Result<Option<SlotPermit>, (FallbackReason, ProxyError)> {
+    let Some(slots) = snap.slots(&backend.name) else {
         return Ok(None);
     };
+    if let Some(p) = slots.try_acquire() {
+        return Ok(Some(p));
+    }
     let m = snap.metrics(Some(&alias.name));
     let timeout = snap.config.server.queue_timeout;
-    slots.acquire(&alias.name, timeout, &**m).await.map(Some)
+    match slots.acquire(&alias.name, timeout, &**m).await {
+        Ok(p) => Ok(Some(p)),
+        Err(e @ ProxyError::QueueTimeout { .. }) => Err((FallbackReason::queue_timeout, e)),
+        Err(e) => Err((FallbackReason::overloaded, e)),
+    }
 }

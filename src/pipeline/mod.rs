@@ -1,22 +1,28 @@
 //! One model-routed request, top to bottom: resolve → shape → guard → choose → send → respond.
 //!
 //! Each step is a function of its own file. What differs between the APIs comes from the
-//! request's adapter ([`crate::wire::Adapter`]), so no step names an API.
+//! request's adapter ([`crate::wire::Adapter`]), so no step names an API. Choose and send run
+//! in a loop over the alias's replicas and then its fallbacks, while no byte of an answer has
+//! reached the client.
 
 mod admit;
 mod choose;
+pub mod deadline;
 mod peek;
 pub mod relay;
 mod resolve;
 mod respond;
 mod send;
 mod shape;
+mod tries;
 
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
+
+use tries::{Last, Tries};
 
 use crate::error::ProxyError;
 use crate::live::{AppState, Snapshot};
@@ -34,22 +40,62 @@ pub struct Incoming {
     pub body: Bytes,
 }
 
-/// Serve one routed request with the snapshot it started with.
+/// Serve one routed request with the snapshot it started with: its alias's replicas, then
+/// its fallbacks, until one answers; the last failure when none does.
 pub async fn handle(
     state: &AppState,
     snap: &Arc<Snapshot>,
     rec: &mut Record,
-    req: Incoming,
+    mut req: Incoming,
 ) -> Result<Response, ProxyError> {
     let routed = resolve(snap, rec, &req)?;
-    let admit::Admitted { alias, body } = admit::admit(state, snap, rec, &req, &routed).await?;
-    let slot = choose::slot(snap, &alias).await?;
-    let answer = send::send(state, snap, rec, req.headers, &req.path, &alias, body).await?;
-    let served = respond::Served {
-        adapter: req.adapter,
-        routed: &routed,
-        alias: &alias,
-        slot,
-    };
-    respond::respond(snap, rec, served, answer).await
+    let mut tries = Tries::new(snap, &routed.route.alias, &req);
+    let mut headers = Some(std::mem::take(&mut req.headers));
+    while let Some(start) = tries.alias() {
+        let admitted = match admit::admit(state, snap, rec, &req, &routed, start).await {
+            Ok(a) => a,
+            Err(e) if tries.on_fallback() => {
+                tries.not_admitted(e);
+                tries.next_alias(snap, rec);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let (alias, body) = (admitted.alias, Bytes::from(admitted.body));
+        loop {
+            let chosen =
+                match choose::choose(state, snap, &alias, &mut tries.tried, tries.key).await {
+                    Ok(c) => c,
+                    Err(refusal) => break tries.refused(refusal),
+                };
+            rec.backend = Some(chosen.backend.name.clone());
+            let body = shape::for_backend(&req, &alias, &chosen.backend, &body);
+            let headers = tries.headers(&mut headers);
+            let sent = send::send(
+                state,
+                snap,
+                rec,
+                headers,
+                &req.path,
+                &alias,
+                &chosen.backend,
+                body,
+            );
+            match sent.await {
+                Ok(answer) => {
+                    let served = respond::Served::new(req.adapter, &routed, &alias, chosen);
+                    return respond::respond(snap, rec, served, answer).await;
+                }
+                Err(failed) => tries.failed(chosen, failed),
+            }
+        }
+        tries.next_alias(snap, rec);
+    }
+    match tries.give_up() {
+        Last::Answer(alias, answer) => {
+            let served = respond::Served::unsettled(req.adapter, &routed, &alias);
+            respond::respond(snap, rec, served, answer).await
+        }
+        Last::Error(e) => Err(e),
+    }
 }

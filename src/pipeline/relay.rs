@@ -6,7 +6,7 @@
 //! backend connection so the backend frees its slot.
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -17,6 +17,7 @@ use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::error::ProxyError;
+use crate::fleet::breaker::Breaker;
 use crate::fleet::slots::SlotPermit;
 use crate::json_scan::{self, finder};
 use crate::observe::record::Record;
@@ -31,6 +32,8 @@ pub struct RelayOptions {
     pub transform: Option<Box<dyn EventTransform>>,
     /// The API of the stream: how an error event is written.
     pub adapter: &'static dyn Adapter,
+    /// The breaker of the backend streaming: a broken or stalled stream is its failure.
+    pub breaker: Option<Arc<Breaker>>,
 }
 
 /// Everything the relay tracks apart from the byte buffer.
@@ -280,7 +283,7 @@ struct Relay {
     upstream: BoxStream<'static, Result<Bytes, BoxError>>,
     buf: BytesMut,
     t: Tracker,
-    _permit: Option<SlotPermit>,
+    permit: Option<SlotPermit>,
     /// An upstream item read while coalescing, to be handled next.
     pending: Option<Option<Result<Bytes, BoxError>>>,
     /// Events have gone out; until then nothing is gathered and the first are flushed alone.
@@ -431,24 +434,41 @@ impl Relay {
             Some(held) => crate::wire::data_event(&held),
             None => Vec::new(),
         };
-        // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure is
-        // the stream breaking off (the connection cut or reset).
-        self.t
-            .ex
-            .metrics()
-            .upstream_error(if crate::upstream::is_malformed(e.as_ref()) {
-                UpstreamReason::protocol
-            } else {
-                UpstreamReason::stream_broken
-            });
         let backend = self.t.ex.backend.clone().unwrap_or_default();
-        let err = ProxyError::UpstreamProtocol {
-            backend,
-            detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
+        let (reason, err) = match super::deadline::Expired::of(e) {
+            Some(expired) => (
+                UpstreamReason::timeout,
+                ProxyError::UpstreamTimeout {
+                    backend,
+                    elapsed: expired.limit(),
+                },
+            ),
+            // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
+            // is the stream breaking off (the connection cut or reset).
+            None => (
+                if crate::upstream::is_malformed(e.as_ref()) {
+                    UpstreamReason::protocol
+                } else {
+                    UpstreamReason::stream_broken
+                },
+                ProxyError::UpstreamProtocol {
+                    backend,
+                    detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
+                },
+            ),
         };
+        self.t.ex.metrics().upstream_error(reason);
+        if let Some(b) = &self.t.opts.breaker {
+            b.failure(Instant::now());
+        }
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
         out.extend_from_slice(&self.t.opts.adapter.stream_error(&err));
+        // Free the slot, the backend connection and the in-flight count now, not when the
+        // client has read the error event.
+        self.permit = None;
+        self.upstream = futures_util::stream::empty().boxed();
+        drop(self.t.ex.take());
         Bytes::from(out)
     }
 
@@ -502,7 +522,7 @@ pub fn relay(
             opts,
             saw_done: false,
         },
-        _permit: permit,
+        permit,
         pending: None,
         started: false,
         flushed: false,
@@ -535,6 +555,7 @@ mod tests {
             drop_usage_chunk: false,
             transform: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
+            breaker: None,
         };
         relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
     }
@@ -643,6 +664,7 @@ mod tests {
             drop_usage_chunk: true,
             transform: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
+            breaker: None,
         };
         let body = relay(futures_util::stream::iter(chunks).boxed(), ex, None, opts);
         let out = http_body_util::BodyExt::collect(body)

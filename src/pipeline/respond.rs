@@ -7,12 +7,18 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use std::sync::Arc;
+
+use super::choose::Chosen;
+use super::deadline::Expired;
 use super::peek;
 use super::relay::{self, RelayOptions};
 use super::resolve::Routed;
+use super::send::is_loading;
 use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
+use crate::fleet::breaker::Breaker;
 use crate::fleet::slots::SlotPermit;
 use crate::guard;
 use crate::live::Snapshot;
@@ -24,12 +30,50 @@ use crate::wire::Adapter;
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
 
-/// What the answer is for: the API, the request, the alias that served it, its slot.
+/// What the answer is for: the API, the request, the alias that served it, its slot, the
+/// breaker of the backend that answered.
 pub struct Served<'a> {
     pub adapter: &'static dyn Adapter,
     pub routed: &'a Routed,
     pub alias: &'a Alias,
     pub slot: Option<SlotPermit>,
+    pub breaker: Option<Arc<Breaker>>,
+}
+
+impl<'a> Served<'a> {
+    /// The answer of `chosen`, whose head was not a 5xx: its breaker counts a success.
+    pub fn new(
+        adapter: &'static dyn Adapter,
+        routed: &'a Routed,
+        alias: &'a Alias,
+        chosen: Chosen,
+    ) -> Served<'a> {
+        if let Some(pass) = chosen.pass {
+            pass.succeeded();
+        }
+        Served {
+            adapter,
+            routed,
+            alias,
+            slot: chosen.slot,
+            breaker: chosen.breaker,
+        }
+    }
+
+    /// A failed answer given to the client as it is (its slot long freed).
+    pub fn unsettled(
+        adapter: &'static dyn Adapter,
+        routed: &'a Routed,
+        alias: &'a Alias,
+    ) -> Served<'a> {
+        Served {
+            adapter,
+            routed,
+            alias,
+            slot: None,
+            breaker: None,
+        }
+    }
 }
 
 /// The client's answer to `answer`.
@@ -86,6 +130,7 @@ async fn stream(
         routed,
         alias,
         slot,
+        breaker,
     } = served;
     let mut read = Vec::new();
     if alias.backend.flavor == Flavor::Sglang {
@@ -107,6 +152,7 @@ async fn stream(
         drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
         transform: adapter.stream_transform(routed.output, alias.think_tags.clone()),
         adapter,
+        breaker,
     };
     let upstream = if read.is_empty() {
         upstream
@@ -131,11 +177,21 @@ async fn whole(
 ) -> Result<Response, ProxyError> {
     let alias = served.alias;
     let m = snap.metrics(Some(&alias.name));
+    let backend = || rec.backend.clone().unwrap_or_default();
     let mut bytes = match exchange::read_all(body).await {
         Ok(b) => b,
         Err(e) => {
-            let backend = alias.backend.name.clone();
-            let detail = crate::upstream::chain(e.as_ref());
+            if let Some(b) = &served.breaker {
+                b.failure(std::time::Instant::now());
+            }
+            if let Some(expired) = Expired::of(&e) {
+                m.upstream_error(UpstreamReason::timeout);
+                return Err(ProxyError::UpstreamTimeout {
+                    backend: backend(),
+                    elapsed: expired.limit(),
+                });
+            }
+            let (backend, detail) = (backend(), crate::upstream::chain(e.as_ref()));
             // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
             // is the answer breaking off.
             return Err(if crate::upstream::is_malformed(e.as_ref()) {
@@ -150,7 +206,7 @@ async fn whole(
     drop(served.slot);
     if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
         return Err(ProxyError::UpstreamLoading {
-            backend: alias.backend.name.clone(),
+            backend: backend(),
             retry_after: exchange::retry_after(&headers),
         });
     }
@@ -178,11 +234,4 @@ async fn whole(
     *r.status_mut() = status;
     *r.headers_mut() = headers;
     Ok(r)
-}
-
-/// A backend 503 that means "still loading": llama.cpp's "Loading model", or the empty 503 of
-/// SGLang starting up. Other 503s (overload, an unhealthy engine) pass through as they are.
-fn is_loading(body: &[u8]) -> bool {
-    body.iter().all(u8::is_ascii_whitespace)
-        || memchr::memmem::find(&body.to_ascii_lowercase(), b"loading").is_some()
 }

@@ -1,15 +1,40 @@
-//! Send: the client's headers made the backend's, the body posted, the answer's head awaited.
+//! Send: the client's headers made the backend's, the body posted to the chosen replica, the
+//! answer's head awaited (within the first-byte limit), its body bounded by the idle and total
+//! limits. A failure before any byte of the answer could reach the client is handed back, so
+//! the request can go on to the next replica or fallback.
 
-use axum::http::HeaderMap;
+use std::time::Instant;
+
+use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
+use futures_util::StreamExt;
 
-use crate::config::Alias;
+use super::deadline;
+use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
+use crate::fleet::routes::FallbackReason;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::upstream::exchange::{self, Answer, UpstreamReason};
 
-/// Post `body` to the alias's backend at `path`; failures are counted by reason.
+/// An exchange that gave the client nothing yet, and why.
+pub enum Failed {
+    /// No answer head: refused, not delivered, closed before the head, timed out.
+    Error(ProxyError, FallbackReason),
+    /// A 5xx answer, its body read whole (it is the client's answer if nothing else serves).
+    Answer(Answer, FallbackReason),
+}
+
+impl Failed {
+    pub fn reason(&self) -> FallbackReason {
+        match self {
+            Failed::Error(_, why) | Failed::Answer(_, why) => *why,
+        }
+    }
+}
+
+/// Post `body` to `backend` (a replica of `alias`) at `path`; failures are counted by reason.
+#[allow(clippy::too_many_arguments)]
 pub async fn send(
     state: &AppState,
     snap: &Snapshot,
@@ -17,30 +42,72 @@ pub async fn send(
     headers: HeaderMap,
     path: &str,
     alias: &Alias,
-    body: Vec<u8>,
-) -> Result<Answer, ProxyError> {
+    backend: &Backend,
+    body: Bytes,
+) -> Result<Answer, Failed> {
     let server = &snap.config.server;
-    let backend = &alias.backend;
     let m = snap.metrics(Some(&alias.name));
     let headers = exchange::upstream_headers(headers, backend, server.api_keys.is_some());
+    let limits = backend.timeouts;
+    let started = Instant::now();
     rec.sending();
     let sent = exchange::send(
         &state.client,
         backend,
         path,
         headers,
-        Bytes::from(body),
-        server.header_timeout,
+        body,
+        limits.first_byte.min(limits.total),
     )
     .await;
-    let answer = sent.inspect_err(|e| {
-        if let Some(reason) = exchange::reason_of(e) {
-            m.upstream_error(reason);
+    let mut answer = match sent {
+        Ok(a) => a,
+        Err(e) => {
+            let reason = exchange::reason_of(&e);
+            if let Some(reason) = reason {
+                m.upstream_error(reason);
+            }
+            let why = match reason {
+                Some(UpstreamReason::timeout) => FallbackReason::timeout,
+                _ => FallbackReason::connect,
+            };
+            return Err(Failed::Error(e, why));
         }
-    })?;
+    };
     rec.headers_received();
+    answer.body = deadline::bounded(answer.body, limits.idle, started, limits.total);
     if answer.status.is_server_error() {
         m.upstream_error(UpstreamReason::status_5xx);
+        return Err(failed_answer(answer, backend).await);
     }
     Ok(answer)
+}
+
+/// A 5xx answer read whole: a loading 503 or another server error.
+async fn failed_answer(mut answer: Answer, backend: &Backend) -> Failed {
+    match exchange::read_all(answer.body).await {
+        Ok(bytes) => {
+            let why = if answer.status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
+                FallbackReason::loading
+            } else {
+                FallbackReason::status_5xx
+            };
+            answer.body = futures_util::stream::once(async move { Ok(bytes) }).boxed();
+            Failed::Answer(answer, why)
+        }
+        Err(e) => Failed::Error(
+            ProxyError::UpstreamProtocol {
+                backend: backend.name.clone(),
+                detail: crate::upstream::chain(e.as_ref()),
+            },
+            FallbackReason::status_5xx,
+        ),
+    }
+}
+
+/// A backend 503 that means "still loading": llama.cpp's "Loading model", or the empty 503 of
+/// SGLang starting up. Other 503s (overload, an unhealthy engine) pass through as they are.
+pub fn is_loading(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
+        || memchr::memmem::find(&body.to_ascii_lowercase(), b"loading").is_some()
 }

@@ -2,8 +2,10 @@
 //! for on streams, the alias's defaults, stripped fields, output cap and accepted inputs
 //! (`wire::shape`), reasoning in the history renamed to the field the backend reads.
 
+use bytes::Bytes;
+
 use super::Incoming;
-use crate::config::Alias;
+use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
 use crate::reasoning::{self, InputField};
 use crate::wire::request::ParsedRequest;
@@ -27,4 +29,15 @@ pub fn shape(req: &Incoming, view: &ParsedRequest, alias: &Alias) -> Result<Vec<
         }
     }
     Ok(body)
+}
+
+/// `shaped` (the body shaped for the alias's first backend) as `backend` gets it: its history
+/// rewritten again only for a replica whose runtime reads reasoning under another field.
+pub fn for_backend(req: &Incoming, alias: &Alias, backend: &Backend, shaped: &Bytes) -> Bytes {
+    let target = InputField::for_flavor(backend.flavor);
+    if target == InputField::for_flavor(alias.backend.flavor) || !req.adapter.normalizes_reasoning()
+    {
+        return shaped.clone();
+    }
+    reasoning::rewrite_request_history(shaped, target).map_or_else(|| shaped.clone(), Bytes::from)
 }

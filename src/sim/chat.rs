@@ -27,6 +27,11 @@ pub(crate) async fn completions(State(sh): State<Arc<Shared>>, body: Bytes) -> R
 
 async fn generate(sh: Arc<Shared>, kind: Kind, raw: &[u8]) -> Response {
     let flavor = sh.flavor();
+    let failing = sh.fail_status.load(std::sync::atomic::Ordering::SeqCst);
+    if let Some(status) = StatusCode::from_u16(failing).ok().filter(|_| failing != 0) {
+        let body = serde_json::json!({"error": {"message": "simulated failure", "code": failing}});
+        return reply::json(flavor, status, &body);
+    }
     let d = dialect(flavor);
     let req = match plan::parse(flavor, d, kind, raw) {
         Ok(r) => r,

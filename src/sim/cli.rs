@@ -79,8 +79,8 @@ impl SimArgs {
             fail_after: self.fail_after,
             completion_tokens: self.completion_tokens,
             reasoning_tokens: self.reasoning_tokens,
-            gate: false,
             spaced_json: self.spaced_json,
+            ..SimConfig::default()
         }
     }
 

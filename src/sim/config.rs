@@ -40,6 +40,11 @@ pub struct SimConfig {
     pub reasoning_tokens: u32,
     /// Streams send their first event, then wait for [`super::Sim::release`].
     pub gate: bool,
+    /// Streams stop after this many events and hold the connection open, sending nothing more.
+    pub stall_after: Option<u32>,
+    /// Answer every generation request with this status (and an error body) before any byte
+    /// of an answer; changed at run time with [`super::Sim::fail_with`].
+    pub fail_status: Option<u16>,
     /// Write stream events as Python's `json.dumps` does, a space after every `,` and `:`
     /// (`"usage": {…}`), as any OpenAI-compatible server may.
     pub spaced_json: bool,
@@ -63,6 +68,8 @@ impl Default for SimConfig {
             completion_tokens: 16,
             reasoning_tokens: 8,
             gate: false,
+            stall_after: None,
+            fail_status: None,
             spaced_json: false,
         }
     }

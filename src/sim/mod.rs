@@ -83,6 +83,14 @@ impl Sim {
         &self.shared.recorder
     }
 
+    /// Answer every generation request from now on with `status` before any byte of an
+    /// answer (`None`: answer normally again).
+    pub fn fail_with(&self, status: Option<u16>) {
+        self.shared
+            .fail_status
+            .store(status.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Opens the gate for every gated stream, present and future.
     pub fn release(&self) {
         self.shared.gate.send_replace(true);

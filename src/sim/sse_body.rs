@@ -100,6 +100,10 @@ impl Events {
             self.gen.end(End::Failed);
             return Some(Err(io::Error::other("simulated backend failure")));
         }
+        if self.sh.cfg.stall_after == Some(self.emitted) {
+            // Hold the connection and send nothing more, until the client goes.
+            std::future::pending::<()>().await;
+        }
         if self.emitted == 0 {
             pause(self.sh.cfg.ttft).await;
         } else if let Some(mut gate) = self.gate.take() {

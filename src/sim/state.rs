@@ -29,6 +29,8 @@ pub(crate) struct Shared {
     /// The model name as a JSON string literal, quotes included.
     pub model_json: String,
     pub stats: Stats,
+    /// The status every generation request is answered with; 0 = answer normally.
+    pub fail_status: std::sync::atomic::AtomicU16,
     ids: AtomicU64,
     vocab: Mutex<HashMap<u32, Box<str>>>,
 }
@@ -60,6 +62,7 @@ impl Shared {
             created,
             model_json,
             stats: Stats::default(),
+            fail_status: std::sync::atomic::AtomicU16::new(cfg.fail_status.unwrap_or(0)),
             ids: AtomicU64::new(since_epoch.as_nanos() as u64),
             vocab: Mutex::new(HashMap::new()),
             cfg,

@@ -30,6 +30,7 @@ impl Transport for Client {
                 name: &to.name,
                 authority: &to.authority,
                 tls: to.tls,
+                connect: None,
             };
             let path = format!("{}{path}", to.path_prefix);
             let exchange = async {

@@ -103,6 +103,7 @@ pub async fn send(
             let to = Target {
                 authority: &backend.authority,
                 tls: tls.as_deref(),
+                connect: Some(backend.timeouts.connect),
             };
             let sent = client.pool().post(to, &path, headers, body);
             match tokio::time::timeout(header_timeout, sent).await {
@@ -120,7 +121,7 @@ pub async fn send(
     };
     let backend = backend.name.clone();
     Err(match failed {
-        SendError::Connect(_) => ProxyError::UpstreamConnect { backend },
+        SendError::Connect(_) | SendError::Unsent(_) => ProxyError::UpstreamConnect { backend },
         SendError::Tls(detail) => ProxyError::UpstreamTls { backend, detail },
         SendError::Protocol(detail) => ProxyError::UpstreamProtocol { backend, detail },
         SendError::Malformed(detail) => ProxyError::UpstreamMalformed { backend, detail },
@@ -157,6 +158,12 @@ mod tests {
             slots_setting: crate::config::Sizing::Fixed(NonZeroU32::MIN),
             queue: 1,
             api_key: key.map(|k| crate::config::bearer(k).unwrap()),
+            timeouts: crate::config::Timeouts {
+                connect: Duration::from_secs(1),
+                first_byte: Duration::from_secs(1),
+                idle: Duration::from_secs(1),
+                total: Duration::from_secs(1),
+            },
         }
     }
 

@@ -44,6 +44,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum SendError {
     /// No TCP connection could be made (refused, unreachable, connect timeout).
     Connect(String),
+    /// Not delivered: a new connection was reset before the request was written whole, so
+    /// the backend cannot have a request to run and it may go to another one.
+    Unsent(String),
     /// The TLS handshake failed (an untrusted or wrong certificate, say).
     Tls(String),
     /// The connection failed while sending or reading the head.
@@ -83,6 +86,7 @@ impl std::fmt::Display for SendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SendError::Connect(e) => write!(f, "cannot connect: {e}"),
+            SendError::Unsent(e) => write!(f, "not delivered: {e}"),
             SendError::Tls(e) | SendError::Protocol(e) | SendError::Malformed(e) => f.write_str(e),
             SendError::Timeout => f.write_str("no answer in time"),
         }
@@ -100,6 +104,8 @@ pub struct Origin<'a> {
     pub authority: &'a str,
     /// https: a TLS session is opened over the TCP connection.
     pub tls: bool,
+    /// The backend's own connect timeout; `None`: the pool's.
+    pub connect: Option<Duration>,
 }
 
 /// The backend as the client reaches it.
@@ -109,6 +115,7 @@ impl crate::config::Backend {
             name: &self.name,
             authority: &self.authority,
             tls: self.tls.is_some(),
+            connect: Some(self.timeouts.connect),
         }
     }
 }
@@ -118,6 +125,8 @@ impl crate::config::Backend {
 pub struct Target<'a> {
     pub authority: &'a str,
     pub tls: Option<&'a BackendTls>,
+    /// The connect timeout of this backend; `None`: the pool's.
+    pub connect: Option<Duration>,
 }
 
 impl<'a> Target<'a> {
@@ -125,6 +134,7 @@ impl<'a> Target<'a> {
         Target {
             authority,
             tls: None,
+            connect: None,
         }
     }
 
@@ -201,6 +211,7 @@ impl Client {
         let target = Target {
             authority: to.authority,
             tls: tls.as_deref(),
+            connect: to.connect,
         };
         self.pool.post(target, path, headers, body).await
     }
@@ -217,6 +228,7 @@ impl Client {
         let target = Target {
             authority: to.authority,
             tls: tls.as_deref(),
+            connect: to.connect,
         };
         self.pool.get(target, path, headers, wait).await
     }
@@ -443,7 +455,8 @@ impl Pool {
     /// A new connection to `to`: TCP, then for https the TLS handshake (SNI `to`'s server
     /// name, ALPN `http/1.1`), each within the connect timeout.
     async fn connect(&self, to: Target<'_>) -> Result<Conn, SendError> {
-        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(to.authority))
+        let within = to.connect.unwrap_or(self.connect_timeout);
+        let tcp = tokio::time::timeout(within, TcpStream::connect(to.authority))
             .await
             .map_err(|_| SendError::Connect("connect timed out".into()))?
             .map_err(|e| SendError::Connect(e.to_string()))?;
@@ -452,7 +465,7 @@ impl Pool {
             return Ok(Conn::Plain(tcp));
         };
         let handshake = tls.connector.connect(tls.server_name.clone(), tcp);
-        match tokio::time::timeout(self.connect_timeout, handshake).await {
+        match tokio::time::timeout(within, handshake).await {
             Ok(Ok(stream)) => Ok(Conn::Tls(Box::new(stream))),
             Ok(Err(e)) => Err(SendError::Tls(tls::handshake_error(&e))),
             Err(_) => Err(SendError::Tls("tls handshake timed out".into())),
@@ -572,9 +585,10 @@ impl Pool {
         body: &Bytes,
     ) -> Result<Conn, SendError> {
         let mut conn = self.connect(to).await?;
+        // A new connection that fails the write never carried a whole request.
         write_request(&mut conn, head, body)
             .await
-            .map_err(|e| SendError::Protocol(format!("sending the request: {e}")))?;
+            .map_err(|e| SendError::Unsent(format!("sending the request: {e}")))?;
         Ok(conn)
     }
 }

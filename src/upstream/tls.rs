@@ -275,6 +275,7 @@ mod tests {
         let to = Target {
             authority: addr,
             tls: Some(tls),
+            connect: None,
         };
         let r = pool
             .post(

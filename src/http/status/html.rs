@@ -5,7 +5,6 @@ use std::fmt::{self, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::view::{AliasView, BackendView, Fleet};
-use crate::fleet::health::BackendState;
 use crate::live::reload::ReloadOutcome;
 
 /// How often the script fetches the page again and swaps in its `#status` part.
@@ -36,12 +35,13 @@ impl fmt::Display for E<'_> {
 
 /// The CSS class and the words of a backend state. A breaker state is one more arm here
 /// (its class, `breaker`, is styled already).
-fn state_cell(state: Option<BackendState>) -> (&'static str, &'static str) {
+fn state_cell(state: &str) -> (&'static str, &'static str) {
     match state {
-        Some(BackendState::up) => ("up", "up"),
-        Some(BackendState::loading) => ("loading", "loading"),
-        Some(BackendState::down) => ("down", "down"),
-        None => ("unknown", "not probed yet"),
+        "up" => ("up", "up"),
+        "loading" => ("loading", "loading"),
+        "down" => ("down", "down"),
+        "breaker_open" => ("breaker", "breaker open"),
+        _ => ("unknown", "not probed yet"),
     }
 }
 
@@ -293,7 +293,7 @@ mod tests {
                     name: "gpu'1".into(),
                     flavor: "llamacpp",
                     url: "http://gpu1:8000/?<x>".into(),
-                    state: Some(BackendState::down),
+                    state: "down",
                     busy: 1,
                     slots: 4,
                     queue_limit: 64,
@@ -352,13 +352,11 @@ mod tests {
 
     #[test]
     fn every_state_has_its_class_and_words() {
-        assert_eq!(state_cell(Some(BackendState::up)), ("up", "up"));
-        assert_eq!(
-            state_cell(Some(BackendState::loading)),
-            ("loading", "loading")
-        );
-        assert_eq!(state_cell(Some(BackendState::down)), ("down", "down"));
-        assert_eq!(state_cell(None).0, "unknown");
+        assert_eq!(state_cell("up"), ("up", "up"));
+        assert_eq!(state_cell("breaker_open"), ("breaker", "breaker open"));
+        assert_eq!(state_cell("loading"), ("loading", "loading"));
+        assert_eq!(state_cell("down"), ("down", "down"));
+        assert_eq!(state_cell("unknown").0, "unknown");
     }
 
     #[test]

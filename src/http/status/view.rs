@@ -3,7 +3,6 @@
 
 use std::time::{Instant, SystemTime};
 
-use crate::fleet::health::BackendState;
 use crate::live::reload::LastReload;
 use crate::live::{AppState, Snapshot};
 use crate::observe::window::Summary;
@@ -40,7 +39,8 @@ pub struct BackendView {
     /// The configured URL without any user name or password in it.
     pub url: String,
     /// `None` before the first probe.
-    pub state: Option<BackendState>,
+    /// As [`AppState::shown_state`] gives it.
+    pub state: &'static str,
     pub busy: u32,
     pub slots: u32,
     pub queue_limit: u32,
@@ -55,23 +55,25 @@ pub fn collect(state: &AppState, snap: &Snapshot) -> Fleet {
         .iter()
         .map(|a| {
             let m = snap.metrics(Some(&a.name));
-            let b = &a.backend;
-            let slots = snap.slots(&b.name);
-            let backend = BackendView {
-                name: b.name.clone(),
-                flavor: b.flavor.as_str(),
-                url: without_userinfo(&b.url),
-                state: state.health.get(&b.name),
-                busy: slots.map_or(0, |s| s.busy()),
-                slots: b.slots.get(),
-                queue_limit: b.queue,
-            };
+            let backends = a
+                .backends
+                .iter()
+                .map(|b| BackendView {
+                    name: b.name.clone(),
+                    flavor: b.flavor.as_str(),
+                    url: without_userinfo(&b.url),
+                    state: state.shown_state(&b.name),
+                    busy: snap.slots(&b.name).map_or(0, |s| s.busy()),
+                    slots: b.slots.get(),
+                    queue_limit: b.queue,
+                })
+                .collect();
             AliasView {
                 name: a.name.clone(),
                 description: a.description.clone(),
                 old_names: a.old_names.clone(),
                 context_window: a.context_window.map(|w| w.get()),
-                backends: vec![backend],
+                backends,
                 inflight: m.inflight.get(),
                 queued: m.queued.get(),
                 last_5m: m.window.summary(now),

@@ -1,0 +1,141 @@
+//! Deadlines of an answer's body: the idle time allowed between two pieces (two events of a
+//! stream) and the total time of the exchange. One timer per body, moved only when it fires.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::{BoxStream, Stream, StreamExt};
+use tokio::time::{Instant, Sleep};
+
+use crate::upstream::BoxError;
+
+/// The body error of a deadline that passed.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+pub enum Expired {
+    #[error("no data for {0:?} (the idle limit)")]
+    Idle(Duration),
+    #[error("the exchange took longer than {0:?} (the total limit)")]
+    Total(Duration),
+}
+
+impl Expired {
+    /// The deadline error behind a body error, if it is one.
+    pub fn of(e: &BoxError) -> Option<Expired> {
+        e.downcast_ref::<Expired>().copied()
+    }
+
+    /// The limit that passed.
+    pub fn limit(self) -> Duration {
+        match self {
+            Expired::Idle(d) | Expired::Total(d) => d,
+        }
+    }
+}
+
+struct Bounded {
+    inner: BoxStream<'static, Result<Bytes, BoxError>>,
+    idle: Duration,
+    total: Duration,
+    /// When the exchange must be over.
+    end: Instant,
+    /// When the last piece arrived.
+    last: Instant,
+    timer: Pin<Box<Sleep>>,
+    done: bool,
+}
+
+/// `body` ended with [`Expired`] when it is idle for `idle`, or at `started + total`.
+pub fn bounded(
+    body: BoxStream<'static, Result<Bytes, BoxError>>,
+    idle: Duration,
+    started: std::time::Instant,
+    total: Duration,
+) -> BoxStream<'static, Result<Bytes, BoxError>> {
+    let now = Instant::now();
+    let end = Instant::from_std(started) + total;
+    let first = (now + idle).min(end);
+    Bounded {
+        inner: body,
+        idle,
+        total,
+        end,
+        last: now,
+        timer: Box::pin(tokio::time::sleep_until(first)),
+        done: false,
+    }
+    .boxed()
+}
+
+impl Stream for Bounded {
+    type Item = Result<Bytes, BoxError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match this.inner.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(piece))) => {
+                this.last = Instant::now();
+                return Poll::Ready(Some(Ok(piece)));
+            }
+            Poll::Ready(other) => {
+                this.done = other.is_none();
+                return Poll::Ready(other);
+            }
+            Poll::Pending => {}
+        }
+        // The timer is where it was set; pieces since then only moved `last`.
+        while this.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            let due = (this.last + this.idle).min(this.end);
+            if now >= due {
+                this.done = true;
+                let e = if due == this.end {
+                    Expired::Total(this.total)
+                } else {
+                    Expired::Idle(this.idle)
+                };
+                return Poll::Ready(Some(Err(Box::new(e))));
+            }
+            this.timer.as_mut().reset(due);
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_idle_body_ends_with_the_idle_error_and_a_busy_one_with_the_total() {
+        let ms = Duration::from_millis;
+        let pending = futures_util::stream::pending().boxed();
+        let mut b = bounded(pending, ms(50), std::time::Instant::now(), ms(10_000));
+        let e = b.next().await.unwrap().unwrap_err();
+        assert!(matches!(Expired::of(&e), Some(Expired::Idle(_))), "{e}");
+        assert!(b.next().await.is_none());
+
+        // Pieces every 10 ms never let it go idle for 200 ms; the total of 300 ms ends it.
+        let ticks = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Some((Ok::<_, BoxError>(Bytes::from_static(b"x")), ()))
+        })
+        .boxed();
+        let started = std::time::Instant::now();
+        let mut b = bounded(ticks, ms(200), started, ms(300));
+        let e = loop {
+            match b.next().await.unwrap() {
+                Ok(_) => {}
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(Expired::of(&e), Some(Expired::Total(_))), "{e}");
+        assert!(started.elapsed() >= ms(300));
+    }
+}

@@ -1,0 +1,499 @@
+//! Replicas and the fleet changing under the proxy (issue 19): replicas, conversation affinity, fallbacks,
+//! the circuit breaker, failing fast — through the real server against simulators.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+use switchboard::sim::{Sim, SimConfig};
+
+/// Chat requests a simulator received.
+fn chats(s: &Sim) -> usize {
+    s.recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .count()
+}
+
+/// Chat requests a simulator received whose body holds `marker`.
+fn chats_with(s: &Sim, marker: &str) -> usize {
+    s.recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .filter(|r| String::from_utf8_lossy(&r.body).contains(marker))
+        .count()
+}
+
+/// Poll `cond` every 10 ms until it holds, failing after `WAIT`.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    within(what, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+fn paced() -> SimConfig {
+    SimConfig {
+        token_delay: Duration::from_millis(2),
+        completion_tokens: 6,
+        ..SimConfig::default()
+    }
+}
+
+/// A simulator again on the address of one that was shut down.
+async fn restart(addr: SocketAddr, cfg: SimConfig) -> Sim {
+    let l = within("the port again", async {
+        loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => break l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await;
+    Sim::spawn_on(cfg, l).await.unwrap()
+}
+
+const TWO_REPLICAS: &str = r#"
+[server]
+breaker_failures = 2
+breaker_open_ms = 200
+[backends.a]
+url = "{a}"
+flavor = "llamacpp"
+slots = 4
+[backends.b]
+url = "{b}"
+flavor = "llamacpp"
+slots = 4
+[aliases.m]
+backends = ["a", "b"]
+"#;
+
+/// What the traffic of one client loop saw.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicUsize,
+    failed: AtomicUsize,
+    /// Streams that ended with an error event (their backend was killed).
+    cut: AtomicUsize,
+    /// Streams that ended with neither `[DONE]` nor an error event.
+    lost: AtomicUsize,
+}
+
+async fn traffic(url: String, stream: bool, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
+    let c = client();
+    while !stop.load(Ordering::SeqCst) {
+        let resp = c.post(&url).json(&chat("m", stream)).send().await;
+        let Ok(resp) = resp else {
+            tally.failed.fetch_add(1, Ordering::SeqCst);
+            continue;
+        };
+        if resp.status() != 200 {
+            tally.failed.fetch_add(1, Ordering::SeqCst);
+            continue;
+        }
+        if !stream {
+            let whole = resp.json::<Value>().await;
+            let counter = if whole.is_ok() {
+                &tally.ok
+            } else {
+                &tally.failed
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+            continue;
+        }
+        let events = sse_payloads(resp).await;
+        let counter = if events.last().is_some_and(|e| e == "[DONE]") {
+            &tally.ok
+        } else if events.iter().any(|e| e.starts_with("{\"error\"")) {
+            &tally.cut
+        } else {
+            &tally.lost
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn r19_a_killed_replica_loses_no_request_and_gets_traffic_back() {
+    let a = sim(paced()).await;
+    let b = sim(paced()).await;
+    let a_addr = a.addr();
+    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (plain, streams) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
+    let mut loops = Vec::new();
+    for i in 0..6 {
+        let tally = if i < 4 { &plain } else { &streams };
+        let url = p.url("/v1/chat/completions");
+        loops.push(tokio::spawn(traffic(
+            url,
+            i >= 4,
+            Arc::clone(&stop),
+            Arc::clone(tally),
+        )));
+    }
+    until("both replicas serving", || chats(&a) >= 5 && chats(&b) >= 5).await;
+    a.shutdown().await;
+    let before = chats(&b);
+    until("the other replica taking it all", || {
+        chats(&b) >= before + 30
+    })
+    .await;
+    let a = restart(a_addr, paced()).await;
+    until("traffic back on the restarted replica", || chats(&a) >= 5).await;
+    stop.store(true, Ordering::SeqCst);
+    for l in loops {
+        within("the client loops", l).await.unwrap();
+    }
+    assert_eq!(
+        plain.failed.load(Ordering::SeqCst),
+        0,
+        "non-streaming failures"
+    );
+    assert_eq!(streams.failed.load(Ordering::SeqCst), 0, "streams refused");
+    assert_eq!(
+        streams.lost.load(Ordering::SeqCst),
+        0,
+        "streams without an end"
+    );
+    assert!(plain.ok.load(Ordering::SeqCst) > 30);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(&m, r#"switchboard_inflight_requests{alias="m"}"#),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn r19_the_least_loaded_replica_takes_requests_while_the_other_is_full() {
+    let a = sim(SimConfig::default()).await;
+    let b = sim(SimConfig::default()).await;
+    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
+    let snap = p.state.live.load_full();
+    let slots = snap.slots("a").unwrap();
+    let held: Vec<_> = (0..4).map(|_| slots.try_acquire().unwrap()).collect();
+    let c = client();
+    // Each request a conversation of its own: no affinity at play.
+    let one = |i: usize| json!({"model": "m", "messages": [{"role": "user", "content": format!("q{i}")}]});
+    for i in 0..6 {
+        assert_eq!(p.post_chat(&c, &one(i)).await.status(), 200);
+    }
+    assert_eq!((chats(&a), chats(&b)), (0, 6));
+    drop(held);
+    for i in 6..12 {
+        assert_eq!(p.post_chat(&c, &one(i)).await.status(), 200);
+    }
+    // Equally loaded again: in turn.
+    assert_eq!((chats(&a), chats(&b)), (3, 9));
+}
+
+fn turn(conversation: &str, n: usize) -> Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": format!("task of {conversation}")}),
+    ];
+    for i in 1..n {
+        messages.push(json!({"role": "assistant", "content": format!("step {i}")}));
+        messages.push(json!({"role": "user", "content": format!("go on {i}")}));
+    }
+    json!({"model": "m", "messages": messages, "max_tokens": 2})
+}
+
+#[tokio::test]
+async fn r19_a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
+    let a = sim(SimConfig::default()).await;
+    let b = sim(SimConfig::default()).await;
+    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
+    let c = client();
+    for n in 1..=10 {
+        for conv in ["first", "second"] {
+            let r = p.post_chat(&c, &turn(conv, n)).await;
+            assert_eq!(r.status(), 200);
+        }
+    }
+    let on_a = chats_with(&a, "task of first");
+    let (first_on, second_on, first_off) = if on_a > 0 { (&a, &b, &b) } else { (&b, &a, &a) };
+    assert_eq!(chats_with(first_on, "task of first"), 10);
+    assert_eq!(chats_with(first_off, "task of first"), 0);
+    assert_eq!(chats_with(second_on, "task of second"), 10);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(&m, r#"switchboard_affinity_total{alias="m",result="hit"}"#),
+        18.0
+    );
+    assert_eq!(
+        sample(&m, r#"switchboard_affinity_total{alias="m",result="new"}"#),
+        2.0
+    );
+
+    // The first conversation's replica dies: its next turns move to the other and stay.
+    let (dying, staying) = if std::ptr::eq(first_on, &a) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    dying.shutdown().await;
+    for n in 11..=13 {
+        assert_eq!(p.post_chat(&c, &turn("first", n)).await.status(), 200);
+    }
+    assert_eq!(chats_with(&staying, "task of first"), 3);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_affinity_total{alias="m",result="moved"}"#
+        ),
+        1.0
+    );
+}
+
+const FALLBACKS: &str = r#"
+[backends.primary]
+url = "{primary}"
+flavor = "llamacpp"
+[backends.spare]
+url = "{spare}"
+flavor = "llamacpp"
+[aliases.p]
+backend = "primary"
+fallbacks = ["f"]
+[aliases.f]
+backend = "spare"
+upstream_model = "spare-model"
+"#;
+
+/// The proxy with `primary` in front of a good `spare`; one request's alias header and the
+/// fallbacks counter of `reason`.
+async fn fall_back(primary: String, stream: bool, reason: &str) -> (String, f64, Sim, Vec<String>) {
+    let spare = sim(SimConfig::default()).await;
+    let p = proxy(FALLBACKS, &[("primary", primary), ("spare", spare.url())]).await;
+    let r = p.post_chat(&client(), &chat("p", stream)).await;
+    assert_eq!(r.status(), 200);
+    let served = r.headers()["x-switchboard-alias"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let events = if stream {
+        sse_payloads(r).await
+    } else {
+        Vec::new()
+    };
+    let m = p.metrics().await;
+    let key = format!(r#"switchboard_fallbacks_total{{alias="p",to="f",reason="{reason}"}}"#);
+    (served, sample(&m, &key), spare, events)
+}
+
+#[tokio::test]
+async fn r19_fallback_on_refused_loading_and_a_500_before_the_first_byte_not_after_it() {
+    let (served, n, spare, _) = fall_back(dead_url().await, false, "connect").await;
+    assert_eq!((served.as_str(), n), ("f", 1.0));
+    assert!(
+        String::from_utf8_lossy(&spare.recorder().last().unwrap().body).contains("spare-model")
+    );
+
+    let loading = sim(SimConfig {
+        loading: Duration::from_secs(3600),
+        ..SimConfig::default()
+    })
+    .await;
+    let (served, n, _, _) = fall_back(loading.url(), false, "loading").await;
+    assert_eq!((served.as_str(), n), ("f", 1.0));
+
+    let failing = sim(SimConfig {
+        fail_status: Some(500),
+        ..SimConfig::default()
+    })
+    .await;
+    let (served, n, _, events) = fall_back(failing.url(), true, "status_5xx").await;
+    assert_eq!((served.as_str(), n), ("f", 1.0));
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+
+    // Broken after its first events: the client has bytes, so no fallback.
+    let broken = sim(SimConfig {
+        fail_after: Some(2),
+        ..SimConfig::default()
+    })
+    .await;
+    let spare = sim(SimConfig::default()).await;
+    let p = proxy(
+        FALLBACKS,
+        &[("primary", broken.url()), ("spare", spare.url())],
+    )
+    .await;
+    let r = p.post_chat(&client(), &chat("p", true)).await;
+    assert_eq!(r.headers()["x-switchboard-alias"], "p");
+    let events = sse_payloads(r).await;
+    assert!(
+        events.last().unwrap().starts_with("{\"error\""),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| e == "[DONE]"));
+    assert_eq!(chats(&spare), 0);
+}
+
+#[tokio::test]
+async fn r19_the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() {
+    let s = sim(SimConfig {
+        fail_status: Some(500),
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = one_alias(
+        "llamacpp",
+        "breaker_failures = 3\nbreaker_open_ms = 1000",
+        "",
+    );
+    let p = proxy(&toml, &[("b", s.url())]).await;
+    let c = client();
+    for _ in 0..3 {
+        assert_eq!(p.post_chat(&c, &chat("a", false)).await.status(), 500);
+    }
+    assert_eq!(chats(&s), 3);
+    let r = p.post_chat(&c, &chat("a", false)).await;
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "no_backend");
+    assert_eq!(p.state.shown_state("b"), "breaker_open");
+    let models: Value = c
+        .get(p.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["status"], "breaker_open");
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(&m, r#"switchboard_breaker_state{backend="b",state="open"}"#),
+        1.0
+    );
+
+    // The backend recovers; nothing reaches it until the back-off is over, then one trial.
+    s.fail_with(None);
+    within("the half-open trial", async {
+        loop {
+            match p.post_chat(&c, &chat("a", false)).await.status().as_u16() {
+                200 => break,
+                503 => {}
+                other => panic!("status {other}"),
+            }
+            assert_eq!(chats(&s), 3, "a request reached the backend while open");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(chats(&s), 4);
+    assert_eq!(p.state.shown_state("b"), "unknown");
+    assert_eq!(p.post_chat(&c, &chat("a", false)).await.status(), 200);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_breaker_state{backend="b",state="closed"}"#
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn r19_no_usable_backend_is_answered_at_once_with_503_and_retry_after() {
+    let loading = sim(SimConfig {
+        flavor: switchboard::flavor::Flavor::Vllm,
+        loading: Duration::from_secs(3600),
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = r#"
+[server]
+health_interval_secs = 1
+[backends.dead]
+url = "{dead}"
+flavor = "llamacpp"
+[backends.loading]
+url = "{loading}"
+flavor = "vllm"
+[aliases.d]
+backend = "dead"
+[aliases.l]
+backend = "loading"
+"#;
+    let p = proxy(
+        toml,
+        &[("dead", dead_url().await), ("loading", loading.url())],
+    )
+    .await;
+    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
+    let c = client();
+    let started = Instant::now();
+    let r = p.post_chat(&c, &chat("d", false)).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "no_backend");
+    // A loading vLLM would hold the request until it is up: it is answered at once too.
+    let r = p.post_chat(&c, &chat("l", false)).await;
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_loading");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(chats(&loading), 0);
+}
+
+#[tokio::test]
+async fn r19_a_queue_wait_that_runs_out_is_a_503_and_a_full_queue_a_429() {
+    let s = sim(SimConfig {
+        gate: true,
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = r#"
+[server]
+queue_timeout_secs = 1
+[backends.b]
+url = "{b}"
+flavor = "llamacpp"
+slots = 1
+queue = 1
+[aliases.a]
+backend = "b"
+"#;
+    let p = proxy(toml, &[("b", s.url())]).await;
+    let c = client();
+    let held = p.post_chat(&c, &chat("a", true)).await;
+    assert_eq!(held.status(), 200);
+    let url = p.url("/v1/chat/completions");
+    let (c2, url2) = (c.clone(), url.clone());
+    let waiting = tokio::spawn(async move { c2.post(url2).json(&chat("a", false)).send().await });
+    let snap = p.state.live.load_full();
+    until("a request in the queue", || {
+        snap.slots("b").unwrap().load() == 2
+    })
+    .await;
+    let full = p.post_chat(&c, &chat("a", false)).await;
+    assert_eq!(full.status(), 429);
+    let waited = within("the queue wait", waiting).await.unwrap().unwrap();
+    assert_eq!(waited.status(), 503);
+    let v: Value = waited.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "queue_timeout");
+    s.release();
+    drop(held);
+}

@@ -1,0 +1,135 @@
+//! Timeouts on both sides (issue 19): a stalled stream, a client trickling its headers, an idle
+//! kept-alive connection — through the real server on loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use std::time::{Duration, Instant};
+
+use common::*;
+use switchboard::sim::SimConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn r19_a_stalled_stream_ends_with_an_error_event_within_the_idle_limit() {
+    let s = sim(SimConfig {
+        stall_after: Some(2),
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = r#"
+[backends.b]
+url = "{b}"
+flavor = "llamacpp"
+slots = 1
+stream_idle_timeout_ms = 400
+[aliases.a]
+backend = "b"
+"#;
+    let p = proxy(toml, &[("b", s.url())]).await;
+    let c = client();
+    let started = Instant::now();
+    let r = p.post_chat(&c, &chat("a", true)).await;
+    assert_eq!(r.status(), 200);
+    let events = sse_payloads(r).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    assert!(took < Duration::from_millis(3000), "{took:?}");
+    let last = events.last().unwrap();
+    assert!(last.starts_with("{\"error\""), "{events:?}");
+    assert!(last.contains("upstream_timeout"), "{last}");
+    assert!(!events.iter().any(|e| e == "[DONE]"));
+    // The slot and the in-flight count are free already.
+    let snap = p.state.live.load_full();
+    assert_eq!(snap.slots("b").unwrap().free(), 1);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(&m, r#"switchboard_inflight_requests{alias="a"}"#),
+        0.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_upstream_errors_total{alias="a",reason="timeout"}"#
+        ),
+        1.0
+    );
+    // The one slot serves the next request at once (no 429 after a queue wait).
+    let s2 = p.post_chat(&c, &chat("a", false)).await;
+    assert_eq!(s2.status(), 200);
+}
+
+/// How long until the proxy closes `tcp` (reads give 0 or an error), writing `trickle`
+/// every 50 ms meanwhile; bounded by `WAIT`.
+async fn closed_after(mut tcp: tokio::net::TcpStream, trickle: Option<&[u8]>) -> Duration {
+    let started = Instant::now();
+    within("the proxy to close the connection", async {
+        let mut buf = [0u8; 1024];
+        loop {
+            if let Some(bytes) = trickle {
+                if tcp.write_all(bytes).await.is_err() {
+                    return;
+                }
+            }
+            let read = tokio::time::timeout(Duration::from_millis(50), tcp.read(&mut buf)).await;
+            if let Ok(Ok(0) | Err(_)) = read {
+                return;
+            }
+        }
+    })
+    .await;
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn r19_a_client_trickling_headers_is_cut_off_at_the_header_limit() {
+    let s = sim(SimConfig::default()).await;
+    let toml = one_alias(
+        "llamacpp",
+        "client_header_timeout_ms = 400\nclient_idle_timeout_ms = 5000",
+        "",
+    );
+    let p = proxy(&toml, &[("b", s.url())]).await;
+    let mut tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    tcp.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let took = closed_after(tcp, Some(b"x-slow: 1\r\n")).await;
+    assert!(took >= Duration::from_millis(350), "{took:?}");
+    assert!(took < Duration::from_millis(3000), "{took:?}");
+    // A client that sends its request in time is served on the same settings.
+    assert_eq!(
+        p.post_chat(&client(), &chat("a", false)).await.status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn r19_an_idle_connection_is_closed_at_the_idle_limit() {
+    let s = sim(SimConfig::default()).await;
+    let toml = one_alias(
+        "llamacpp",
+        "client_header_timeout_ms = 5000\nclient_idle_timeout_ms = 400",
+        "",
+    );
+    let p = proxy(&toml, &[("b", s.url())]).await;
+    // Kept alive after an answer, then idle.
+    let mut tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let body = serde_json::to_vec(&chat("a", false)).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("\"choices\"") {
+        let n = within("the answer", tcp.read(&mut buf)).await.unwrap();
+        assert!(n > 0, "closed before the answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let took = closed_after(tcp, None).await;
+    assert!(took >= Duration::from_millis(350), "{took:?}");
+    assert!(took < Duration::from_millis(3000), "{took:?}");
+}
