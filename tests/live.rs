@@ -206,6 +206,49 @@ async fn r19_a_file_replaced_by_rename_is_reloaded_without_a_signal() {
     assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
 }
 
+/// A Kubernetes ConfigMap volume: `routes.toml` links to `..data/routes.toml`, and an update
+/// writes a new timestamped folder and renames a new `..data` link over the old one.
+#[cfg(unix)]
+#[tokio::test]
+async fn r21_a_configmap_volume_update_is_reloaded_without_a_signal() {
+    use std::os::unix::fs::symlink;
+    let sim = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = |alias: &str| {
+        fill(
+            &one_alias("llamacpp", "", "").replace("[aliases.a]", &format!("[aliases.{alias}]")),
+            &[("b", sim.url())],
+        )
+    };
+    let version = |n: u32, alias: &str| {
+        let v = dir.path().join(format!("..2026_12_01_{n}"));
+        std::fs::create_dir(&v).unwrap();
+        std::fs::write(v.join("routes.toml"), text(alias)).unwrap();
+        v
+    };
+    let first = version(1, "a");
+    symlink(&first, dir.path().join("..data")).unwrap();
+    let path = dir.path().join("routes.toml");
+    symlink("..data/routes.toml", &path).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    let watching = switchboard::live::watch::start(&p.state).expect("the folder is watched");
+    tokio::spawn(watching.run());
+    let c = client();
+    let url = p.url("/v1/chat/completions");
+
+    let second = version(2, "z");
+    symlink(&second, dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    within("the new routes", async {
+        while status(&c, &url, &chat("z", false)).await != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(status(&c, &url, &chat("a", false)).await, 404);
+}
+
 #[tokio::test]
 async fn r19_slots_breaker_state_and_affinity_survive_a_reload() {
     let sim = sim(SimConfig {

@@ -40,8 +40,15 @@ pub fn start(state: &AppState) -> Option<Watching> {
     };
     let (tx, rx) = mpsc::channel::<()>(16);
     let watched = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // The file itself, or the `..data` link through which a Kubernetes ConfigMap volume
+        // swaps in all its files at once (the file is a link into it).
         let ours = event.is_ok_and(|e| {
-            !e.kind.is_access() && e.paths.iter().any(|p| p.file_name() == Some(&name))
+            !e.kind.is_access()
+                && e.paths.iter().any(|p| {
+                    p.file_name() == Some(&name)
+                        || p.file_name()
+                            .is_some_and(|f| f.as_encoded_bytes().starts_with(b"..data"))
+                })
         });
         if ours {
             // A full channel already holds a wake-up: nothing is lost.
