@@ -10,7 +10,7 @@ use figment::Figment;
 
 pub use raw::RawConfig;
 pub use validate::{
-    validate, Alias, Backend, Config, ConfigError, ConfigErrors, GuardConfig, Input, Server,
+    validate, Alias, Apis, Backend, Config, ConfigError, ConfigErrors, GuardConfig, Input, Server,
 };
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.

@@ -44,6 +44,7 @@ pub struct RawBackend {
     pub slots: Option<u32>,
     pub queue: Option<u32>,
     pub api_key_env: Option<String>,
+    pub apis: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -55,6 +55,59 @@ pub struct Backend {
     pub queue: u32,
     /// The backend's own key; replaces the client's Authorization when set. Never logged.
     pub api_key: Option<String>,
+    /// The wire APIs it serves itself; the others are translated to chat completions.
+    pub apis: Apis,
+}
+
+/// Which wire APIs a backend serves itself (config key `apis`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Apis {
+    pub messages: bool,
+    pub responses: bool,
+}
+
+impl Apis {
+    /// llama.cpp, vLLM and SGLang serve all three; any other OpenAI-style server chat only.
+    pub fn default_for(flavor: Flavor) -> Apis {
+        let all = flavor != Flavor::Openai;
+        Apis {
+            messages: all,
+            responses: all,
+        }
+    }
+}
+
+/// `apis = ["chat", "messages", "responses"]`: chat completions must be among them.
+fn apis(name: &str, raw: Option<Vec<String>>, flavor: Flavor, errs: &mut Vec<ConfigError>) -> Apis {
+    let Some(list) = raw else {
+        return Apis::default_for(flavor);
+    };
+    let key = format!("backends.{name}.apis");
+    let mut out = Apis {
+        messages: false,
+        responses: false,
+    };
+    let mut chat = false;
+    for v in list {
+        match v.as_str() {
+            "chat" => chat = true,
+            "messages" => out.messages = true,
+            "responses" => out.responses = true,
+            _ => errs.push(ConfigError::BadValue {
+                key: key.clone(),
+                value: v,
+                reason: "is not an API: expected \"chat\", \"messages\" or \"responses\"".into(),
+            }),
+        }
+    }
+    if !chat {
+        errs.push(ConfigError::BadValue {
+            key,
+            value: "[…]".into(),
+            reason: "must include \"chat\": the other APIs are translated to it".into(),
+        });
+    }
+    out
 }
 
 /// Input kinds an alias accepts.
@@ -410,6 +463,7 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         })
         .flatten();
     let path_prefix = url.path().trim_end_matches('/').to_string();
+    let apis = apis(name, raw.apis, raw.flavor, errs);
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),
@@ -419,6 +473,7 @@ fn backend(name: &str, raw: RawBackend, errs: &mut Vec<ConfigError>) -> Option<B
         slots,
         queue: raw.queue.unwrap_or(64),
         api_key,
+        apis,
     })
 }
 

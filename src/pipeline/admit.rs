@@ -1,23 +1,33 @@
-//! Guard: the shaped body counted against the alias's window (when its API is guarded),
-//! following `context_fallback` while it does not fit; over the window with nowhere to go is
-//! the API's context-length 400, before any byte reaches a backend.
+//! Guard: the shaped body counted against the alias's window (when its API is guarded), in the
+//! chat form its backend templates, following `context_fallback` while it does not fit; over
+//! the window with nowhere to go is the API's own context-length 400, before any byte reaches
+//! a backend.
 
 use std::sync::Arc;
 
 use super::resolve::Routed;
-use super::shape::shape;
+use super::shape::{shape, Shaped};
 use super::Incoming;
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::guard::{self, Verdict};
+use crate::guard::{self, Counted, Verdict};
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::tokens::Method;
+use crate::wire::{self, Adapter, Endpoint};
 
-/// The alias that serves the request and the body its backend gets.
+/// The alias that serves the request and the request its backend gets.
 pub struct Admitted {
     pub alias: Arc<Alias>,
-    pub body: Vec<u8>,
+    pub upstream: Shaped,
+}
+
+/// The adapter of what is sent: chat completions when the request was translated.
+fn sent_as(req: &Incoming, shaped: &Shaped) -> &'static dyn Adapter {
+    match shaped.translated {
+        Some(_) => wire::adapter(Endpoint::chat_completions),
+        None => req.adapter,
+    }
 }
 
 /// Shape and guard `req` for its alias or, when it does not fit, the aliases its
@@ -31,17 +41,23 @@ pub async fn admit(
 ) -> Result<Admitted, ProxyError> {
     let mut alias = Arc::clone(&routed.route.alias);
     let admitted = loop {
-        let body = shape(req, &routed.view, &alias);
+        let mut upstream = shape(req, &routed.view, &alias)?;
         let spec = match snap.guard(&alias.name) {
             Some(spec) if req.adapter.guarded() => spec,
-            _ => break Admitted { alias, body },
+            _ => break Admitted { alias, upstream },
         };
-        let verdict = guard::check(spec, &state.client, &body).await?;
+        let adapter = sent_as(req, &upstream);
+        let counted = Counted {
+            adapter,
+            body: &upstream.body,
+            flavor: alias.backend.flavor,
+        };
+        let verdict = guard::check_request(spec, &state.client, counted).await?;
         match verdict {
-            Verdict::Pass { .. } => break Admitted { alias, body },
+            Verdict::Pass { .. } => break Admitted { alias, upstream },
             Verdict::Clamp { max_tokens, .. } => {
-                let body = guard::clamp_body(&body, max_tokens)?;
-                break Admitted { alias, body };
+                upstream.body = guard::clamp_request(adapter, &upstream.body, max_tokens)?;
+                break Admitted { alias, upstream };
             }
             Verdict::Over { method, .. } => {
                 let next = alias
@@ -60,15 +76,19 @@ pub async fn admit(
             }
         }
     };
-    // An estimating counter learns bytes per token from the usage this request reports.
+    // An estimating counter learns bytes per token from the usage this request reports,
+    // measured on the chat form the backend templates.
     if let Some(spec) = snap
         .guard(&admitted.alias.name)
         .filter(|s| s.counter.kind() == Method::Estimate)
     {
-        rec.estimator = Some((
-            Arc::clone(&spec.counter),
-            crate::tokens::prompt_bytes(&admitted.body),
-        ));
+        let adapter = sent_as(req, &admitted.upstream);
+        let body = &admitted.upstream.body;
+        let bytes = match adapter.prompt_for_count(body, admitted.alias.backend.flavor) {
+            Ok(chat) => crate::tokens::prompt_bytes(&chat),
+            Err(_) => crate::tokens::prompt_bytes(body),
+        };
+        rec.estimator = Some((Arc::clone(&spec.counter), bytes));
     }
     Ok(admitted)
 }

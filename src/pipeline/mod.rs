@@ -42,14 +42,20 @@ pub async fn handle(
     req: Incoming,
 ) -> Result<Response, ProxyError> {
     let routed = resolve(snap, rec, &req)?;
-    let admit::Admitted { alias, body } = admit::admit(state, snap, rec, &req, &routed).await?;
+    let admit::Admitted { alias, upstream } = admit::admit(state, snap, rec, &req, &routed).await?;
     let slot = choose::slot(snap, &alias).await?;
-    let answer = send::send(state, snap, rec, req.headers, &req.path, &alias, body).await?;
+    let shape::Shaped {
+        body,
+        path,
+        translated,
+    } = upstream;
+    let answer = send::send(state, snap, rec, req.headers, &path, &alias, body).await?;
     let served = respond::Served {
         adapter: req.adapter,
         routed: &routed,
         alias: &alias,
         slot,
+        translated,
     };
     respond::respond(snap, rec, served, answer).await
 }

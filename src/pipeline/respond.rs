@@ -30,6 +30,19 @@ pub struct Served<'a> {
     pub routed: &'a Routed,
     pub alias: &'a Alias,
     pub slot: Option<SlotPermit>,
+    /// The client's API when the request was translated to chat completions: the answer is a
+    /// chat answer (passed on as it is; translating it back is the answer side's step).
+    pub translated: Option<crate::wire::Api>,
+}
+
+impl Served<'_> {
+    /// The adapter of the answer as the backend sent it.
+    fn answered_as(&self) -> &'static dyn Adapter {
+        match self.translated {
+            Some(_) => crate::wire::adapter(crate::wire::Endpoint::chat_completions),
+            None => self.adapter,
+        }
+    }
 }
 
 /// The client's answer to `answer`.
@@ -86,6 +99,7 @@ async fn stream(
         routed,
         alias,
         slot,
+        ..
     } = served;
     let mut read = Vec::new();
     if alias.backend.flavor == Flavor::Sglang {
@@ -141,6 +155,7 @@ async fn whole(
             });
         }
     };
+    let answered_as = served.answered_as();
     drop(served.slot);
     if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
         return Err(ProxyError::UpstreamLoading {
@@ -156,7 +171,7 @@ async fn whole(
         }
     }
     if status.is_success() {
-        if let Some(usage) = served.adapter.usage_of_answer(&bytes) {
+        if let Some(usage) = answered_as.usage_of_answer(&bytes) {
             rec.usage = Some(usage);
         }
         let tags = alias.think_tags.as_deref();

@@ -209,6 +209,7 @@ mod tests {
             slots: NonZeroU32::MIN,
             queue: 1,
             api_key: key.map(String::from),
+            apis: crate::config::Apis::default_for(crate::flavor::Flavor::Llamacpp),
         }
     }
 

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::{Adapter, EventTransform};
+use super::{Adapter, Api, EventTransform};
 use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
 
 /// The chat completions adapter.
@@ -12,6 +12,10 @@ pub struct Chat;
 impl Adapter for Chat {
     fn name(&self) -> &'static str {
         "chat"
+    }
+
+    fn api(&self) -> Api {
+        Api::Chat
     }
 
     fn takes_stream_usage(&self) -> bool {

@@ -6,6 +6,7 @@
 //! and where the usage of an answer is. Adding an API is adding an adapter here.
 
 pub mod chat;
+pub mod chat_form;
 pub mod endpoint;
 pub mod messages;
 pub mod passthrough;
@@ -21,8 +22,20 @@ use axum::response::{IntoResponse, Response};
 pub use endpoint::Endpoint;
 
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
+pub use chat_form::Converter;
 use usage::Usage;
+
+/// The wire API of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Messages,
+    Responses,
+    /// Completions, embeddings and everything relayed as it is.
+    Other,
+}
 
 /// Per-stream event transform (reasoning normalization).
 pub trait EventTransform: Send {
@@ -47,9 +60,44 @@ pub trait Adapter: Sync {
         false
     }
 
+    /// The API this adapter speaks.
+    fn api(&self) -> Api {
+        Api::Other
+    }
+
     /// The prompt is counted against the alias's window before it is sent.
     fn guarded(&self) -> bool {
         false
+    }
+
+    /// The chat-completions body `converter` makes of this API's `body`: what a backend
+    /// templates (and so what the counter counts), or what a chat-only backend is sent.
+    /// Chat bodies are chat form already.
+    fn to_chat<'a>(
+        &self,
+        body: &'a [u8],
+        _converter: Converter,
+    ) -> Result<Cow<'a, [u8]>, ProxyError> {
+        Ok(Cow::Borrowed(body))
+    }
+
+    /// The chat form the counter counts for a backend of `flavor` that serves this API itself.
+    fn prompt_for_count<'a>(
+        &self,
+        body: &'a [u8],
+        flavor: Flavor,
+    ) -> Result<Cow<'a, [u8]>, ProxyError> {
+        self.to_chat(body, Converter::native(flavor))
+    }
+
+    /// The keys of the output limit, in the order they take effect (the guard clamps them).
+    fn output_limit(&self) -> &'static [&'static str] {
+        &["max_completion_tokens", "max_tokens"]
+    }
+
+    /// The output the request asks room for: the first of [`Adapter::output_limit`] set.
+    fn requested_output(&self, body: &[u8]) -> Result<Option<u32>, ProxyError> {
+        request::output_limit(body, self.output_limit())
     }
 
     /// An error as this API's HTTP answer.
@@ -92,7 +140,7 @@ pub fn adapter(endpoint: Endpoint) -> &'static dyn Adapter {
     match endpoint {
         Endpoint::chat_completions => &chat::Chat,
         Endpoint::completions => &passthrough::COMPLETIONS,
-        Endpoint::responses => &responses::Responses,
+        Endpoint::responses | Endpoint::input_tokens => &responses::Responses,
         Endpoint::messages | Endpoint::count_tokens => &messages::Messages,
         Endpoint::embeddings | Endpoint::tokenize | Endpoint::models | Endpoint::other => {
             &passthrough::OTHER
