@@ -59,7 +59,12 @@ pub fn clamp_request(
 }
 
 /// Media markers: JSON strings that name an image or audio part (or its field).
-const IMAGE_MARKS: [&[u8]; 4] = [b"\"image\"", b"\"image_url\"", b"\"input_image\"", b"\"video_url\""];
+const IMAGE_MARKS: [&[u8]; 4] = [
+    b"\"image\"",
+    b"\"image_url\"",
+    b"\"input_image\"",
+    b"\"video_url\"",
+];
 const AUDIO_MARKS: [&[u8]; 2] = [b"\"input_audio\"", b"\"audio_url\""];
 
 /// An upper bound on the prompt tokens of a Messages or Responses body, from its bytes alone.
@@ -74,7 +79,10 @@ pub fn raw_bound(body: &[u8], media: &MediaCosts) -> u64 {
     let len = u64::try_from(body.len()).unwrap_or(u64::MAX);
     let objects = u64::try_from(memchr::memchr_iter(b'{', body).count()).unwrap_or(u64::MAX);
     let count = |marks: &[&[u8]]| -> u32 {
-        let n: usize = marks.iter().map(|m| memmem::find_iter(body, m).count()).sum();
+        let n: usize = marks
+            .iter()
+            .map(|m| memmem::find_iter(body, m).count())
+            .sum();
         u32::try_from(n).unwrap_or(u32::MAX)
     };
     let parts = Media {
@@ -100,13 +108,22 @@ mod tests {
         };
         let text = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
         let n = u64::try_from(text.len()).unwrap();
-        assert_eq!(raw_bound(text, &media), 2 * n + BASE_BYTES + 2 * PER_ITEM_BYTES);
+        assert_eq!(
+            raw_bound(text, &media),
+            2 * n + BASE_BYTES + 2 * PER_ITEM_BYTES
+        );
         let image = br#"{"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}"#;
         let m = u64::try_from(image.len()).unwrap();
-        assert_eq!(raw_bound(image, &media), 2 * m + BASE_BYTES + 4 * PER_ITEM_BYTES + 100);
+        assert_eq!(
+            raw_bound(image, &media),
+            2 * m + BASE_BYTES + 4 * PER_ITEM_BYTES + 100
+        );
         // A quoted word inside a text is escaped in JSON: no marker.
         let quoted = br#"{"input":"say \"image\""}"#;
         let q = u64::try_from(quoted.len()).unwrap();
-        assert_eq!(raw_bound(quoted, &media), 2 * q + BASE_BYTES + PER_ITEM_BYTES);
+        assert_eq!(
+            raw_bound(quoted, &media),
+            2 * q + BASE_BYTES + PER_ITEM_BYTES
+        );
     }
 }

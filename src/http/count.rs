@@ -123,14 +123,17 @@ async fn forward(
         server.header_timeout,
     )
     .await?;
-    let bytes = exchange::read_all(answer.body)
-        .await
-        .map_err(|e| ProxyError::UpstreamProtocol {
-            backend: backend.name.clone(),
-            detail: crate::upstream::chain(e.as_ref()),
-        })?;
+    let bytes =
+        exchange::read_all(answer.body)
+            .await
+            .map_err(|e| ProxyError::UpstreamProtocol {
+                backend: backend.name.clone(),
+                detail: crate::upstream::chain(e.as_ref()),
+            })?;
     if answer.status.is_client_error() {
-        return Err(ProxyError::InvalidRequest(crate::guard::canonical::detail_of(&bytes)));
+        return Err(ProxyError::InvalidRequest(
+            crate::guard::canonical::detail_of(&bytes),
+        ));
     }
     if !answer.status.is_success() {
         return Err(ProxyError::UpstreamProtocol {

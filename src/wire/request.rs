@@ -207,7 +207,10 @@ mod tests {
     #[test]
     fn reads_and_clamps_the_limits_of_each_api() {
         let body = br#"{"model":"m","max_output_tokens": 900,"input":"max_output_tokens"}"#;
-        assert_eq!(output_limit(body, &["max_output_tokens"]).unwrap(), Some(900));
+        assert_eq!(
+            output_limit(body, &["max_output_tokens"]).unwrap(),
+            Some(900)
+        );
         assert_eq!(output_limit(body, &["max_tokens"]).unwrap(), None);
         let out = clamp_limits(body, &["max_output_tokens"], 12).unwrap();
         assert_eq!(
@@ -216,7 +219,10 @@ mod tests {
         );
         assert!(matches!(
             output_limit(br#"{"max_tokens":-1}"#, &["max_tokens"]),
-            Err(ProxyError::InvalidParam { param: "max_tokens", .. })
+            Err(ProxyError::InvalidParam {
+                param: "max_tokens",
+                ..
+            })
         ));
     }
 

@@ -176,7 +176,10 @@ mod tests {
             message(&over(309, Some(10))),
             "prompt is too long: 309 tokens > 64 maximum"
         );
-        assert_eq!(message(&over(64, None)), "prompt is too long: 64 tokens > 64 maximum");
+        assert_eq!(
+            message(&over(64, None)),
+            "prompt is too long: 64 tokens > 64 maximum"
+        );
         assert_eq!(
             message(&over(40, Some(30))),
             "input length and `max_tokens` exceed context limit: 40 + 30 > 64, decrease input length or `max_tokens` and try again"

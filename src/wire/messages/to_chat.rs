@@ -34,7 +34,10 @@ pub fn to_chat(
 /// Switchboard's translation: the system prompt, each turn with its tool results first (as
 /// chat servers expect them right after the calls), thinking in the field the backend reads,
 /// and the sampling parameters, tools, tool choice, stop sequences and limits mapped.
-fn translate(req: &Map<String, Value>, field: InputField) -> Result<Map<String, Value>, ProxyError> {
+fn translate(
+    req: &Map<String, Value>,
+    field: InputField,
+) -> Result<Map<String, Value>, ProxyError> {
     let mut messages = Vec::new();
     let system = match req.get("system") {
         Some(Value::String(s)) => s.clone(),
@@ -102,7 +105,11 @@ fn translate_turn(m: &Value, field: InputField, out: &mut Vec<Value>) -> Result<
             return Ok(());
         }
         Some(Value::Array(blocks)) => blocks,
-        _ => return Err(bad("messages: content must be a string or an array of blocks")),
+        _ => {
+            return Err(bad(
+                "messages: content must be a string or an array of blocks",
+            ))
+        }
     };
     let mut parts = Vec::new();
     let mut calls = Vec::new();
@@ -171,7 +178,10 @@ fn tool_result(b: &Value, out: &mut Vec<Value>) {
         ("content", text.into()),
     ]));
     if !images.is_empty() {
-        out.push(msg([("role", "user".into()), ("content", Value::Array(images))]));
+        out.push(msg([
+            ("role", "user".into()),
+            ("content", Value::Array(images)),
+        ]));
     }
 }
 

@@ -105,14 +105,19 @@ mod tests {
         ]});
         let l = items(&body, Flavor::Llamacpp);
         assert_eq!(l.as_array().unwrap().len(), 3);
-        assert_eq!(l[0]["content"], json!([{"type": "reasoning_text", "text": "think"}]));
+        assert_eq!(
+            l[0]["content"],
+            json!([{"type": "reasoning_text", "text": "think"}])
+        );
         assert_eq!(l[1]["content"][0]["text"], "kept");
         let v = items(&body, Flavor::Vllm);
         assert_eq!(v.as_array().unwrap().len(), 4);
         assert!(v[0].get("encrypted_content").is_none());
         let plain = json!({"model": "m", "input": "reasoning"});
-        assert!(reasoning_items(&serde_json::to_vec(&plain).unwrap(), Flavor::Llamacpp)
-            .unwrap()
-            .is_none());
+        assert!(
+            reasoning_items(&serde_json::to_vec(&plain).unwrap(), Flavor::Llamacpp)
+                .unwrap()
+                .is_none()
+        );
     }
 }

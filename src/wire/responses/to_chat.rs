@@ -30,9 +30,19 @@ pub fn to_chat(
 
 /// What an input item is, by the fields the converters look at.
 enum Item<'a> {
-    Message { role: &'a str, content: &'a Value },
-    Call { id: &'a str, name: &'a str, arguments: &'a str },
-    Output { id: &'a str, output: &'a Value },
+    Message {
+        role: &'a str,
+        content: &'a Value,
+    },
+    Call {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    },
+    Output {
+        id: &'a str,
+        output: &'a Value,
+    },
     Reasoning(&'a Value),
     Other,
 }
@@ -96,7 +106,10 @@ fn vllm(req: &Map<String, Value>) -> Result<Map<String, Value>, ProxyError> {
     }
     let mut continue_final = false;
     match req.get("input") {
-        Some(Value::String(s)) => out.push(msg([("role", "user".into()), ("content", s.as_str().into())])),
+        Some(Value::String(s)) => out.push(msg([
+            ("role", "user".into()),
+            ("content", s.as_str().into()),
+        ])),
         Some(Value::Array(items)) => {
             for v in items {
                 vllm_item(v, &mut out)?;
@@ -139,7 +152,11 @@ fn vllm(req: &Map<String, Value>) -> Result<Map<String, Value>, ProxyError> {
 
 fn vllm_item(v: &Value, out: &mut Vec<Value>) -> Result<(), ProxyError> {
     match item(v) {
-        Item::Call { id, name, arguments } => {
+        Item::Call {
+            id,
+            name,
+            arguments,
+        } => {
             let call = tool_call(id, name, arguments);
             match last_assistant(out) {
                 Some(prev) => match prev.get_mut("tool_calls") {
@@ -153,7 +170,9 @@ fn vllm_item(v: &Value, out: &mut Vec<Value>) -> Result<(), ProxyError> {
             }
         }
         Item::Reasoning(r) => {
-            if r.get("encrypted_content").is_some_and(|e| !e.is_null() && e != "") {
+            if r.get("encrypted_content")
+                .is_some_and(|e| !e.is_null() && e != "")
+            {
                 return Err(bad("Encrypted content is not supported."));
             }
             let text = reasoning_text(r).unwrap_or("");
@@ -161,7 +180,10 @@ fn vllm_item(v: &Value, out: &mut Vec<Value>) -> Result<(), ProxyError> {
                 Some(prev) if !prev.contains_key("reasoning") => {
                     prev.insert("reasoning".into(), text.into());
                 }
-                _ => out.push(msg([("role", "assistant".into()), ("reasoning", text.into())])),
+                _ => out.push(msg([
+                    ("role", "assistant".into()),
+                    ("reasoning", text.into()),
+                ])),
             }
         }
         Item::Output { id, output } => out.push(msg([
@@ -169,10 +191,16 @@ fn vllm_item(v: &Value, out: &mut Vec<Value>) -> Result<(), ProxyError> {
             ("content", output.clone()),
             ("tool_call_id", id.into()),
         ])),
-        Item::Message { role: "assistant", content } => {
+        Item::Message {
+            role: "assistant",
+            content,
+        } => {
             let text = match content {
                 Value::String(s) => Some(s.as_str()),
-                Value::Array(parts) => parts.first().and_then(|p| p.get("text")).and_then(Value::as_str),
+                Value::Array(parts) => parts
+                    .first()
+                    .and_then(|p| p.get("text"))
+                    .and_then(Value::as_str),
                 _ => None,
             };
             match (text, last_assistant(out)) {
@@ -180,7 +208,9 @@ fn vllm_item(v: &Value, out: &mut Vec<Value>) -> Result<(), ProxyError> {
                 (Some(t), Some(prev)) if !prev.contains_key("content") => {
                     prev.insert("content".into(), t.into());
                 }
-                (Some(t), _) => out.push(msg([("role", "assistant".into()), ("content", t.into())])),
+                (Some(t), _) => {
+                    out.push(msg([("role", "assistant".into()), ("content", t.into())]))
+                }
             }
         }
         _ => out.push(v.clone()),
@@ -191,18 +221,30 @@ fn vllm_item(v: &Value, out: &mut Vec<Value>) -> Result<(), ProxyError> {
 /// Switchboard's translation: instructions as the system message, items as chat messages
 /// (calls merged into the assistant turn, outputs as tool messages, reasoning in the field the
 /// backend reads), and the parameters mapped.
-fn translate(req: &Map<String, Value>, field: InputField) -> Result<Map<String, Value>, ProxyError> {
-    if req.get("previous_response_id").is_some_and(|p| !p.is_null()) {
+fn translate(
+    req: &Map<String, Value>,
+    field: InputField,
+) -> Result<Map<String, Value>, ProxyError> {
+    if req
+        .get("previous_response_id")
+        .is_some_and(|p| !p.is_null())
+    {
         return Err(bad(
             "previous_response_id is not supported: this model's backend serves only chat completions, send the whole conversation",
         ));
     }
     let mut out: Vec<Value> = Vec::new();
     if let Some(Value::String(i)) = req.get("instructions") {
-        out.push(msg([("role", "system".into()), ("content", i.as_str().into())]));
+        out.push(msg([
+            ("role", "system".into()),
+            ("content", i.as_str().into()),
+        ]));
     }
     match req.get("input") {
-        Some(Value::String(s)) => out.push(msg([("role", "user".into()), ("content", s.as_str().into())])),
+        Some(Value::String(s)) => out.push(msg([
+            ("role", "user".into()),
+            ("content", s.as_str().into()),
+        ])),
         Some(Value::Array(items)) => {
             for v in items {
                 translate_item(v, field, &mut out)?;
@@ -216,7 +258,13 @@ fn translate(req: &Map<String, Value>, field: InputField) -> Result<Map<String, 
     copy_keys(
         req,
         &mut chat,
-        &["temperature", "top_p", "stream", "parallel_tool_calls", "user"],
+        &[
+            "temperature",
+            "top_p",
+            "stream",
+            "parallel_tool_calls",
+            "user",
+        ],
     );
     if let Some(max) = req.get("max_output_tokens").filter(|v| !v.is_null()) {
         chat.insert("max_tokens".into(), max.clone());
@@ -252,7 +300,11 @@ fn translate_options(req: &Map<String, Value>, chat: &mut Map<String, Value>) {
         }
         _ => {}
     }
-    if let Some(effort) = req.get("reasoning").and_then(|r| r.get("effort")).filter(|e| e.is_string()) {
+    if let Some(effort) = req
+        .get("reasoning")
+        .and_then(|r| r.get("effort"))
+        .filter(|e| e.is_string())
+    {
         chat.insert("reasoning_effort".into(), effort.clone());
     }
     if let Some(format) = req.get("text").and_then(|t| t.get("format")) {
@@ -265,7 +317,9 @@ fn translate_options(req: &Map<String, Value>, chat: &mut Map<String, Value>) {
                     json!({"type": "json_schema", "json_schema": schema}),
                 );
             }
-            "json_object" => drop(chat.insert("response_format".into(), json!({"type": "json_object"}))),
+            "json_object" => {
+                drop(chat.insert("response_format".into(), json!({"type": "json_object"})))
+            }
             _ => {}
         }
     }
@@ -287,7 +341,11 @@ fn translate_item(v: &Value, field: InputField, out: &mut Vec<Value>) -> Result<
                 _ => out.push(msg([("role", role.into()), ("content", content)])),
             }
         }
-        Item::Call { id, name, arguments } => {
+        Item::Call {
+            id,
+            name,
+            arguments,
+        } => {
             let call = tool_call(id, name, arguments);
             match last_assistant(out) {
                 Some(prev) => match prev.get_mut("tool_calls") {

@@ -54,9 +54,18 @@ pub(super) fn llamacpp(req: &Map<String, Value>) -> Result<Map<String, Value>, P
     if let Some(stop) = req.get("stop_sequences") {
         chat.insert("stop".into(), stop.clone());
     }
-    let max = req.get("max_tokens").cloned().unwrap_or_else(|| 4096.into());
+    let max = req
+        .get("max_tokens")
+        .cloned()
+        .unwrap_or_else(|| 4096.into());
     chat.insert("max_tokens".into(), max);
-    for key in ["temperature", "top_p", "top_k", "stream", "chat_template_kwargs"] {
+    for key in [
+        "temperature",
+        "top_p",
+        "top_k",
+        "stream",
+        "chat_template_kwargs",
+    ] {
         if let Some(v) = req.get(key) {
             chat.insert(key.into(), v.clone());
         }
@@ -333,7 +342,10 @@ fn vllm_user_result(b: &Value, out: &mut Vec<Value>) {
         ("content", text.into()),
     ]));
     if !images.is_empty() {
-        out.push(msg([("role", "user".into()), ("content", Value::Array(images))]));
+        out.push(msg([
+            ("role", "user".into()),
+            ("content", Value::Array(images)),
+        ]));
     }
     if !refs.is_empty() {
         out.push(msg([
@@ -400,7 +412,10 @@ pub(super) fn sglang(req: &Map<String, Value>) -> Result<Map<String, Value>, Pro
     let mut messages = Vec::new();
     match req.get("system") {
         Some(Value::String(s)) if !s.is_empty() => {
-            messages.push(msg([("role", "system".into()), ("content", s.as_str().into())]));
+            messages.push(msg([
+                ("role", "system".into()),
+                ("content", s.as_str().into()),
+            ]));
         }
         Some(Value::Array(blocks)) if !blocks.is_empty() => {
             let text: Vec<&str> = blocks

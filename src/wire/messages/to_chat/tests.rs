@@ -45,7 +45,10 @@ fn llamacpp_keeps_the_turn_before_its_tool_results() {
             {"role": "tool", "tool_call_id": "t1", "content": "raincold"}
         ])
     );
-    assert_eq!(chat["tools"][0]["function"]["parameters"], json!({"type": "object"}));
+    assert_eq!(
+        chat["tools"][0]["function"]["parameters"],
+        json!({"type": "object"})
+    );
     assert_eq!(chat["stop"], json!(["END"]));
     assert_eq!(chat["max_tokens"], 100);
 }
@@ -54,10 +57,16 @@ fn llamacpp_keeps_the_turn_before_its_tool_results() {
 fn vllm_puts_tool_results_first_and_reads_thinking_as_reasoning() {
     let chat = convert(history(), Converter::Vllm);
     let m = &chat["messages"];
-    assert_eq!(m[0], json!({"role": "system", "content": "be briefand kind"}));
+    assert_eq!(
+        m[0],
+        json!({"role": "system", "content": "be briefand kind"})
+    );
     assert_eq!(m[2]["reasoning"], "call the tool");
     assert!(m[2].get("content").is_none());
-    assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "t1", "content": "rain\ncold"}));
+    assert_eq!(
+        m[3],
+        json!({"role": "tool", "tool_call_id": "t1", "content": "rain\ncold"})
+    );
     assert_eq!(m[4], json!({"role": "user", "content": "thanks"}));
     assert_eq!(chat["tools"][0]["function"]["defer_loading"], Value::Null);
 }
@@ -68,7 +77,11 @@ fn sglang_joins_system_blocks_with_newlines_and_drops_thinking() {
     let m = &chat["messages"];
     assert_eq!(m[0]["content"], "be brief\nand kind");
     assert!(m[2].get("reasoning").is_none() && m[2].get("reasoning_content").is_none());
-    assert_eq!(m[3]["content"], "rain\ncold");
+    // Two text parts stay parts (one would have become a string).
+    assert_eq!(
+        m[3]["content"],
+        json!([{"type": "text", "text": "rain"}, {"type": "text", "text": "cold"}])
+    );
     assert_eq!(chat["tools"][0]["function"]["description"], "d");
 }
 
@@ -88,7 +101,10 @@ fn translation_maps_parameters_for_a_chat_only_backend() {
     assert_eq!(chat["max_tokens"], 100);
     assert_eq!(chat["temperature"], 0.2);
     assert_eq!(chat["stream_options"]["include_usage"], true);
-    assert_eq!(chat["tool_choice"], json!({"type": "function", "function": {"name": "get"}}));
+    assert_eq!(
+        chat["tool_choice"],
+        json!({"type": "function", "function": {"name": "get"}})
+    );
     assert_eq!(chat["model"], "m");
 }
 
@@ -96,7 +112,13 @@ fn translation_maps_parameters_for_a_chat_only_backend() {
 fn billing_header_stamp_is_normalised_by_llamacpp_only() {
     let req = json!({"system": "x-anthropic-billing-header: cc_version=1; cch=a5145;You are", "messages": []});
     let chat = convert(req.clone(), Converter::Llamacpp);
-    assert_eq!(chat["messages"][0]["content"], "x-anthropic-billing-header: cc_version=1; cch=fffff;You are");
+    assert_eq!(
+        chat["messages"][0]["content"],
+        "x-anthropic-billing-header: cc_version=1; cch=fffff;You are"
+    );
     let chat = convert(req, Converter::Vllm);
-    assert_eq!(chat["messages"][0]["content"], "x-anthropic-billing-header: cc_version=1; cch=a5145;You are");
+    assert_eq!(
+        chat["messages"][0]["content"],
+        "x-anthropic-billing-header: cc_version=1; cch=a5145;You are"
+    );
 }

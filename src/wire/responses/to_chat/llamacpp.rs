@@ -85,7 +85,8 @@ fn one_item(mut item: Value, out: &mut Vec<Value>) -> Result<(), ProxyError> {
     let Some(obj) = item.as_object_mut() else {
         return Err(bad("Cannot determine type of 'item'"));
     };
-    if is_arr_map(obj, "content") && matches!(role.as_deref(), Some("user" | "system" | "developer"))
+    if is_arr_map(obj, "content")
+        && matches!(role.as_deref(), Some("user" | "system" | "developer"))
     {
         let parts = input_parts(obj.get("content"))?;
         obj.remove("type");
@@ -147,14 +148,21 @@ fn is_arr_map(m: &Map<String, Value>, key: &str) -> bool {
 /// `input_text` / `input_image` parts as chat parts.
 fn input_parts(content: Option<&Value>) -> Result<Vec<Value>, ProxyError> {
     let mut parts = Vec::new();
-    for p in content.and_then(Value::as_array).map_or(&[][..], Vec::as_slice) {
+    for p in content
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+    {
         match str_or(p, "type", "") {
             "input_text" => {
-                let text = p.get("text").ok_or_else(|| bad("'Input text' requires 'text'"))?;
+                let text = p
+                    .get("text")
+                    .ok_or_else(|| bad("'Input text' requires 'text'"))?;
                 parts.push(json!({"text": text, "type": "text"}));
             }
             "input_image" => {
-                let url = p.get("image_url").ok_or_else(|| bad("'image_url' is required"))?;
+                let url = p
+                    .get("image_url")
+                    .ok_or_else(|| bad("'image_url' is required"))?;
                 parts.push(json!({"image_url": {"url": url}, "type": "image_url"}));
             }
             "input_file" => {
