@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "fixtures/conversation_gen.rs"]
+#[allow(dead_code)]
 mod conversation_gen;
 
 use conversation_gen::{files, fixtures};

@@ -6,6 +6,7 @@
 mod common;
 
 #[path = "fixtures/conversation_gen.rs"]
+#[allow(dead_code)]
 mod conversation_gen;
 
 use common::*;

@@ -22,15 +22,12 @@ use super::state::Shared;
 use crate::flavor::Flavor;
 use crate::wire::chat_form::Converter;
 
+/// A converter of one API's request into chat form.
+pub(super) type ToChat =
+    fn(&Map<String, Value>, Converter) -> Result<Map<String, Value>, crate::error::ProxyError>;
+
 /// The request in the chat form the flavour makes of it, as chat bytes.
-pub(super) fn converted(
-    flavor: Flavor,
-    raw: &[u8],
-    convert: fn(
-        &Map<String, Value>,
-        Converter,
-    ) -> Result<Map<String, Value>, crate::error::ProxyError>,
-) -> Result<Vec<u8>, Failure> {
+pub(super) fn converted(flavor: Flavor, raw: &[u8], convert: ToChat) -> Result<Vec<u8>, Failure> {
     let req: Value = serde_json::from_slice(raw).map_err(|e| Failure::Json {
         line: e.line(),
         column: e.column(),

@@ -291,7 +291,7 @@ fn vllm_turn(m: &Value, out: &mut Vec<Value>) {
         }
         _ => {}
     }
-    if !(role == "user" && !turn.contains_key("content")) {
+    if role != "user" || turn.contains_key("content") {
         out.push(Value::Object(turn));
     }
 }
