@@ -102,6 +102,7 @@ def responses_requests():
         ("instructions_string", {"instructions": "Be brief.", "input": "hi"}),
         ("input_text_item", {"input": [msg("user", [{"type": "input_text", "text": "hi"}])]}),
         ("item_without_type", {"input": [{"role": "user", "content": "hi"}]}),
+        ("item_without_type_list_content", {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}),
         ("two_input_texts", {"input": [msg("user", [{"type": "input_text", "text": "First."}, {"type": "input_text", "text": "Second."}])]}),
         ("multi_turn", {"instructions": "Be brief.", "input": [msg("user", "What is a proxy?"), msg("assistant", [{"type": "output_text", "text": "A server in between."}]), msg("user", "And a reverse proxy?")]}),
         ("assistant_string_content", {"input": [msg("user", "hi"), msg("assistant", "hello"), msg("user", "bye")]}),

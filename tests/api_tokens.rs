@@ -9,6 +9,8 @@
 //! local count of the request's chat form, as each backend converts it, must equal them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 #[path = "fixtures/conversation_gen.rs"]
 #[allow(dead_code)]
 mod conversation_gen;
@@ -101,5 +103,97 @@ fn the_raw_bound_is_never_below_the_recorded_counts() {
                 }
             }
         }
+    }
+}
+
+/// The live llama-server of the ignored tests (run them with `-- --ignored`).
+fn llama_url() -> String {
+    std::env::var("SWITCHBOARD_LLAMA_URL").unwrap_or_else(|_| "http://127.0.0.1:18080".into())
+}
+
+async fn post_json(url: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Opt-in: the live llama-server's counting endpoints equal the local count of every recorded
+/// request (the recordings re-checked against the server as it runs now).
+#[tokio::test]
+#[ignore = "needs a live llama-server: SWITCHBOARD_LLAMA_URL=http://127.0.0.1:18080 cargo test --test api_tokens -- --ignored"]
+async fn live_llama_server_counts_match_local() {
+    let lc = LocalCounter::load(&files(), Flavor::Llamacpp).unwrap();
+    let base = llama_url();
+    let mut checked = 0;
+    for (kind, path) in [
+        ("messages", "/v1/messages/count_tokens"),
+        ("responses", "/v1/responses/input_tokens"),
+    ] {
+        for rec in recorded(kind) {
+            if rec["llamacpp_count"].is_null() {
+                continue;
+            }
+            let (status, v) = post_json(&format!("{base}{path}"), &rec["body"]).await;
+            assert_eq!(status, 200, "{}: {v}", rec["name"]);
+            let local = local(kind, Flavor::Llamacpp, &lc, &rec["body"]);
+            assert_eq!(v["input_tokens"], local, "{kind} {}", rec["name"]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 50, "{checked}");
+}
+
+/// A prompt of about 5000 tokens: over the live server's 4096-token slot.
+fn long_prompt() -> String {
+    "word ".repeat(5000)
+}
+
+/// Opt-in: through the proxy, the live server's own over-context error on each endpoint reaches
+/// the client in that API's words, and the guard answers the same before sending.
+#[tokio::test]
+#[ignore = "needs a live llama-server: SWITCHBOARD_LLAMA_URL=http://127.0.0.1:18080 cargo test --test api_tokens -- --ignored"]
+async fn live_llama_server_context_errors_reach_clients_in_their_apis_words() {
+    let toml = |extra: &str| {
+        format!(
+            "[backends.b]\nurl = \"{}\"\nflavor = \"llamacpp\"\n[aliases.a]\nbackend = \"b\"\nupstream_model = \"tiny-qwen3\"\n{extra}\n",
+            llama_url()
+        )
+    };
+    let messages = serde_json::json!({"model": "a", "max_tokens": 4,
+        "messages": [{"role": "user", "content": long_prompt()}]});
+    let responses =
+        serde_json::json!({"model": "a", "max_output_tokens": 4, "input": long_prompt()});
+    // The server's n_prompt_tokens, as its counting endpoint gives it.
+    let mut raw = messages.clone();
+    raw["model"] = "tiny-qwen3".into();
+    let (_, n) = post_json(&format!("{}/v1/messages/count_tokens", llama_url()), &raw).await;
+    let n = n["input_tokens"].as_u64().unwrap();
+    for (extra, window) in [("", 4096), ("context_window = 64\ncount = \"backend\"", 64)] {
+        let p = common::proxy(&toml(extra), &[]).await;
+        let (status, v) = post_json(&p.url("/v1/messages"), &messages).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(
+            v["error"]["message"],
+            format!("prompt is too long: {n} tokens > {window} maximum")
+        );
+        let mut stream = messages.clone();
+        stream["stream"] = true.into();
+        let (status, v) = post_json(&p.url("/v1/messages"), &stream).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["type"], "error");
+        let (status, v) = post_json(&p.url("/v1/responses"), &responses).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("maximum context length is {window} tokens")));
     }
 }

@@ -16,7 +16,9 @@ use crate::wire::chat_form::{
     Converter,
 };
 
-mod backends;
+mod llamacpp;
+mod sglang;
+mod vllm;
 
 /// `req` (a Messages body) as the chat request `converter` makes of it.
 pub fn to_chat(
@@ -24,9 +26,9 @@ pub fn to_chat(
     converter: Converter,
 ) -> Result<Map<String, Value>, ProxyError> {
     match converter {
-        Converter::Llamacpp => backends::llamacpp(req),
-        Converter::Vllm => backends::vllm(req),
-        Converter::Sglang => backends::sglang(req),
+        Converter::Llamacpp => llamacpp::convert(req),
+        Converter::Vllm => vllm::convert(req),
+        Converter::Sglang => sglang::convert(req),
         Converter::Translate(field) => translate(req, field),
     }
 }
