@@ -24,7 +24,7 @@ use crate::wire::chat_form::Converter;
 
 /// A converter of one API's request into chat form.
 pub(super) type ToChat =
-    fn(&Map<String, Value>, Converter) -> Result<Map<String, Value>, crate::error::ProxyError>;
+    fn(Map<String, Value>, Converter) -> Result<Map<String, Value>, crate::error::ProxyError>;
 
 /// The request in the chat form the flavour makes of it, as chat bytes.
 pub(super) fn converted(flavor: Flavor, raw: &[u8], convert: ToChat) -> Result<Vec<u8>, Failure> {
@@ -39,7 +39,7 @@ pub(super) fn converted(flavor: Flavor, raw: &[u8], convert: ToChat) -> Result<V
         ));
     };
     let chat =
-        convert(&req, Converter::native(flavor)).map_err(|e| Failure::Invalid(e.to_string()))?;
+        convert(req, Converter::native(flavor)).map_err(|e| Failure::Invalid(e.to_string()))?;
     serde_json::to_vec(&chat).map_err(|e| Failure::Invalid(e.to_string()))
 }
 

@@ -105,7 +105,7 @@ impl Adapter for Messages {
         converter: Converter,
     ) -> Result<Cow<'a, [u8]>, ProxyError> {
         let req = chat_form::object(body)?;
-        let chat = to_chat::to_chat(&req, converter)?;
+        let chat = to_chat::to_chat(req, converter)?;
         Ok(Cow::Owned(chat_form::to_bytes(&chat)?))
     }
 

@@ -22,14 +22,14 @@ mod vllm;
 
 /// `req` (a Messages body) as the chat request `converter` makes of it.
 pub fn to_chat(
-    req: &Map<String, Value>,
+    req: Map<String, Value>,
     converter: Converter,
 ) -> Result<Map<String, Value>, ProxyError> {
     match converter {
         Converter::Llamacpp => llamacpp::convert(req),
-        Converter::Vllm => vllm::convert(req),
-        Converter::Sglang => sglang::convert(req),
-        Converter::Translate(field) => translate(req, field),
+        Converter::Vllm => vllm::convert(&req),
+        Converter::Sglang => sglang::convert(&req),
+        Converter::Translate(field) => translate(&req, field),
     }
 }
 

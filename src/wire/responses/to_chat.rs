@@ -18,13 +18,13 @@ mod llamacpp;
 
 /// `req` (a Responses body) as the chat request `converter` makes of it.
 pub fn to_chat(
-    req: &Map<String, Value>,
+    req: Map<String, Value>,
     converter: Converter,
 ) -> Result<Map<String, Value>, ProxyError> {
     match converter {
         Converter::Llamacpp => llamacpp::convert(req),
-        Converter::Vllm | Converter::Sglang => vllm(req),
-        Converter::Translate(field) => translate(req, field),
+        Converter::Vllm | Converter::Sglang => vllm(&req),
+        Converter::Translate(field) => translate(&req, field),
     }
 }
 

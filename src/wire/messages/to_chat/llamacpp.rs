@@ -8,7 +8,7 @@ use crate::error::ProxyError;
 use crate::wire::chat_form::{bad, image_part, msg, str_or, text_part};
 
 /// llama.cpp's `server_chat_convert_anthropic_to_oai`.
-pub(super) fn convert(req: &Map<String, Value>) -> Result<Map<String, Value>, ProxyError> {
+pub(super) fn convert(mut req: Map<String, Value>) -> Result<Map<String, Value>, ProxyError> {
     let mut messages = Vec::new();
     if let Some(system) = req.get("system").filter(|s| !s.is_null()) {
         let text = match system {
@@ -23,10 +23,12 @@ pub(super) fn convert(req: &Map<String, Value>) -> Result<Map<String, Value>, Pr
         messages.push(msg([("role", "system".into()), ("content", text.into())]));
     }
     let list = req
-        .get("messages")
+        .remove("messages")
         .ok_or_else(|| bad("'messages' is required"))?;
-    for m in list.as_array().map_or(&[][..], Vec::as_slice) {
-        llamacpp_turn(m, &mut messages);
+    if let Value::Array(list) = list {
+        for m in list {
+            llamacpp_turn(m, &mut messages);
+        }
     }
     let mut chat = Map::new();
     chat.insert("messages".into(), Value::Array(messages));
@@ -74,13 +76,22 @@ pub(super) fn convert(req: &Map<String, Value>) -> Result<Map<String, Value>, Pr
 
 /// One turn: string content (or none) as it is; blocks into text/image parts, reasoning and
 /// tool calls, the turn first and its tool results after it.
-fn llamacpp_turn(m: &Value, out: &mut Vec<Value>) {
-    let role = str_or(m, "role", "");
-    let blocks = match m.get("content") {
-        None if role == "assistant" => return,
-        Some(Value::Array(blocks)) => blocks,
-        _ => {
-            out.push(m.clone());
+fn llamacpp_turn(m: Value, out: &mut Vec<Value>) {
+    let role = str_or(&m, "role", "").to_string();
+    let blocks = match m {
+        Value::Object(mut obj) => match obj.get("content") {
+            None if role == "assistant" => return,
+            Some(Value::Array(_)) => match obj.remove("content") {
+                Some(Value::Array(blocks)) => blocks,
+                _ => return,
+            },
+            _ => {
+                out.push(Value::Object(obj));
+                return;
+            }
+        },
+        other => {
+            out.push(other);
             return;
         }
     };
@@ -89,9 +100,9 @@ fn llamacpp_turn(m: &Value, out: &mut Vec<Value>) {
     let mut results = Vec::new();
     let mut reasoning = String::new();
     for b in blocks {
-        match str_or(b, "type", "") {
-            "text" => content.push(b.clone()),
-            "thinking" => reasoning.push_str(str_or(b, "thinking", "")),
+        match str_or(&b, "type", "") {
+            "text" => content.push(b),
+            "thinking" => reasoning.push_str(str_or(&b, "thinking", "")),
             "image" => {
                 let source = b.get("source").filter(|s| !s.is_null());
                 if let Some(url) = image_url(source) {
@@ -99,17 +110,17 @@ fn llamacpp_turn(m: &Value, out: &mut Vec<Value>) {
                 }
             }
             "tool_use" => calls.push(tool_call(
-                str_or(b, "id", ""),
-                str_or(b, "name", ""),
+                str_or(&b, "id", ""),
+                str_or(&b, "name", ""),
                 b.get("input"),
             )),
-            "tool_result" => results.push(llamacpp_result(b)),
+            "tool_result" => results.push(llamacpp_result(&b)),
             _ => {}
         }
     }
     if !content.is_empty() || !calls.is_empty() || !reasoning.is_empty() {
         let mut turn = Map::new();
-        turn.insert("role".into(), role.into());
+        turn.insert("role".into(), Value::String(role));
         let body = if content.is_empty() {
             Value::from("")
         } else {

@@ -7,7 +7,7 @@ use crate::reasoning::InputField;
 use crate::wire::chat_form::Converter;
 
 fn convert(req: Value, c: Converter) -> Value {
-    Value::Object(to_chat(req.as_object().unwrap(), c).unwrap())
+    Value::Object(to_chat(req.as_object().unwrap().clone(), c).unwrap())
 }
 
 fn history() -> Value {

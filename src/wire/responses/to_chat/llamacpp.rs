@@ -9,58 +9,57 @@ use crate::wire::chat_form::{bad, str_or};
 
 /// The chat body: every other key of the request kept, `input` and `instructions` made
 /// messages, function tools unwrapped, `max_output_tokens` and `reasoning.effort` renamed.
-pub(super) fn convert(req: &Map<String, Value>) -> Result<Map<String, Value>, ProxyError> {
-    let input = req.get("input").ok_or_else(|| bad("'input' is required"))?;
-    if req
+pub(super) fn convert(mut chat: Map<String, Value>) -> Result<Map<String, Value>, ProxyError> {
+    let input = chat
+        .remove("input")
+        .ok_or_else(|| bad("'input' is required"))?;
+    if chat
         .get("previous_response_id")
         .and_then(Value::as_str)
         .is_some_and(|p| !p.is_empty())
     {
         return Err(bad("llama.cpp does not support 'previous_response_id'."));
     }
-    let mut chat = req.clone();
-    chat.remove("input");
     let mut out: Vec<Value> = Vec::new();
-    if let Some(i) = req.get("instructions") {
+    if let Some(i) = chat.remove("instructions") {
         let text = i.as_str().unwrap_or("");
         out.push(json!({"role": "system", "content": text}));
-        chat.remove("instructions");
     }
     match input {
         Value::String(_) => out.push(json!({"role": "user", "content": input})),
         Value::Array(items) => {
             for item in items {
-                one_item(item.clone(), &mut out)?;
+                one_item(item, &mut out)?;
             }
         }
         _ => return Err(bad("'input' must be a string or array of objects")),
     }
     chat.insert("messages".into(), Value::Array(out));
-    if let Some(tools) = req.get("tools") {
-        let tools = tools
-            .as_array()
-            .ok_or_else(|| bad("'tools' must be an array of objects"))?;
+    if let Some(tools) = chat.remove("tools") {
+        let Value::Array(tools) = tools else {
+            return Err(bad("'tools' must be an array of objects"));
+        };
         let mut list = Vec::new();
-        for t in tools.iter().filter(|t| str_or(t, "type", "") == "function") {
-            let mut f = t.as_object().cloned().unwrap_or_default();
+        for t in tools
+            .into_iter()
+            .filter(|t| str_or(t, "type", "") == "function")
+        {
+            let Value::Object(mut f) = t else { continue };
             f.remove("type");
             f.entry("strict").or_insert(Value::Bool(true));
             list.push(json!({"type": "function", "function": f}));
         }
-        chat.remove("tools");
         if !list.is_empty() {
             chat.insert("tools".into(), Value::Array(list));
         }
     }
-    if let Some(max) = req.get("max_output_tokens") {
-        chat.remove("max_output_tokens");
-        chat.insert("max_tokens".into(), max.clone());
+    if let Some(max) = chat.remove("max_output_tokens") {
+        chat.insert("max_tokens".into(), max);
     }
-    if let Some(r) = req.get("reasoning") {
+    if let Some(r) = chat.remove("reasoning") {
         if let Some(effort) = r.get("effort") {
             chat.insert("reasoning_effort".into(), effort.clone());
         }
-        chat.remove("reasoning");
     }
     Ok(chat)
 }

@@ -7,7 +7,7 @@ use crate::reasoning::InputField;
 use crate::wire::chat_form::Converter;
 
 fn convert(req: Value, c: Converter) -> Result<Value, crate::error::ProxyError> {
-    to_chat(req.as_object().unwrap(), c).map(Value::Object)
+    to_chat(req.as_object().unwrap().clone(), c).map(Value::Object)
 }
 
 fn history() -> Value {
