@@ -112,12 +112,7 @@ fn llama_url() -> String {
 }
 
 async fn post_json(url: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let r = common::client().post(url).json(body).send().await.unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }
