@@ -7,7 +7,7 @@ use crate::tokens::Counter;
 
 use crate::observe::metrics::AliasMetrics;
 use crate::wire::usage::Usage;
-use crate::wire::Endpoint;
+use crate::wire::{Endpoint, Seen};
 
 /// Lives as long as the request: dropped when the answer is complete or the client is gone.
 /// Dropping records every metric of the request once and writes its log line.
@@ -84,6 +84,19 @@ impl Record {
     pub fn responding(&mut self) {
         if let Some(h) = self.headers_at {
             self.post_headers = h.elapsed();
+        }
+    }
+
+    /// What a stream's events showed: its usage, first and last tokens, a backend error.
+    pub fn absorb(&mut self, seen: Seen) {
+        if seen.usage.is_some() {
+            self.usage = seen.usage;
+        }
+        self.first_token = self.first_token.or(seen.first_token);
+        self.first_content = self.first_content.or(seen.first_content);
+        self.last_token = seen.last_token.or(self.last_token);
+        if self.error.is_none() {
+            self.error = seen.error;
         }
     }
 
@@ -165,11 +178,13 @@ impl Record {
             target: "switchboard::request",
             request_id = %self.request_id,
             alias = m.name(),
+            endpoint = ?self.endpoint,
             backend = self.backend.as_deref().unwrap_or("-"),
             status = self.status,
             stream = self.stream,
             prompt_tokens = self.usage.map(|u| u.prompt),
             completion_tokens = self.usage.map(|u| u.completion),
+            reasoning_tokens = self.usage.and_then(|u| u.reasoning),
             ttft_ms = ms(ttft),
             duration_ms = total.as_secs_f64() * 1000.0,
             cancelled = !self.completed,

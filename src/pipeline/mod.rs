@@ -50,6 +50,8 @@ pub async fn handle(
         routed: &routed,
         alias: &alias,
         slot,
+        // Set when the shape step translated the request to chat for a chat-only backend.
+        from_chat: false,
     };
     respond::respond(snap, rec, served, answer).await
 }

@@ -1,196 +1,39 @@
 //! SSE relay: forwards backend events as they arrive, transforming only the events that need it.
 //!
-//! Complete events are found by their blank-line terminator. A chunk whose events all pass
+//! Complete events are found by their blank-line terminator; what each event becomes, and what
+//! it tells about usage and first tokens, is the API's [`EventTransform`]: the relay knows no
+//! API. A chunk whose events all pass
 //! unchanged is forwarded as the same bytes (no copy); only rewritten or dropped events cause a
 //! new buffer. Dropping the relay (client gone) drops the upstream response, which closes the
 //! backend connection so the backend frees its slot.
 
-use std::borrow::Cow;
-use std::sync::LazyLock;
 use std::time::Instant;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{BoxStream, StreamExt};
 use futures_util::FutureExt;
-use memchr::memmem;
 
 use crate::error::ProxyError;
 use crate::fleet::slots::SlotPermit;
-use crate::json_scan::finder;
 use crate::observe::record::Record;
 use crate::upstream::exchange::UpstreamReason;
 use crate::upstream::BoxError;
-use crate::wire::{Adapter, EventTransform};
-
-/// What the relay does besides forwarding.
-pub struct RelayOptions {
-    /// Drop the usage-only chunk: the proxy asked for it, the client did not.
-    pub drop_usage_chunk: bool,
-    pub transform: Option<Box<dyn EventTransform>>,
-    /// The API of the stream: how an error event is written.
-    pub adapter: &'static dyn Adapter,
-}
+use crate::wire::stream::{data_payload, event_len};
+use crate::wire::{Action, EventTransform, Seen};
 
 /// Everything the relay tracks apart from the byte buffer.
 struct Tracker {
     ex: Record,
-    opts: RelayOptions,
-    saw_done: bool,
+    /// What the events showed; moved into the record when the relay goes.
+    seen: Seen,
+    /// The API's handling of each event.
+    t: Box<dyn EventTransform>,
 }
 
-enum Action {
-    Keep,
-    Drop,
-    Replace(Vec<u8>),
-}
-
-/// Length of the first complete event in `buf` (including its blank-line terminator).
-pub(crate) fn event_len(buf: &[u8]) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
-        let i = from + i;
-        match buf.get(i + 1) {
-            Some(b'\n') => return Some(i + 2),
-            Some(b'\r') if buf.get(i + 2) == Some(&b'\n') => return Some(i + 3),
-            None => return None,
-            _ => from = i + 1,
-        }
-    }
-    None
-}
-
-/// The payload of a single-line `data:` event, or `None` for anything else.
-pub(crate) fn data_payload(ev: &[u8]) -> Option<&[u8]> {
-    let rest = ev.strip_prefix(b"data:")?;
-    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
-    let end = memchr::memchr(b'\n', rest)?;
-    let line = &rest[..end];
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    // More lines in the event than the terminator: not a single-data event.
-    let tail = &rest[end + 1..];
-    if tail.iter().any(|b| *b != b'\n' && *b != b'\r') {
-        return None;
-    }
-    Some(line)
-}
-
-/// The one `data:` line of an event that also has other fields (`event:`, `id:`, comments),
-/// as the Responses and Messages APIs send; `None` when there is no or more than one.
-fn tagged_data(ev: &[u8]) -> Option<&[u8]> {
-    let mut data = None;
-    for line in ev.split(|b| *b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(rest) = line.strip_prefix(b"data:") {
-            if data.is_some() {
-                return None;
-            }
-            data = Some(rest.strip_prefix(b" ").unwrap_or(rest));
-        }
-    }
-    data
-}
-
-/// Searchers built once: building one per event costs more than the search.
-static CONTENT: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""content":""#));
-static REASONING_CONTENT: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| finder(br#""reasoning_content":""#));
-static REASONING: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""reasoning":""#));
-static TOOL_CALLS: LazyLock<memmem::Finder<'static>> =
-    LazyLock::new(|| finder(br#""tool_calls":["#));
-static TEXT_DELTA: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""delta":""#));
-static TEXT: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""text":""#));
-static USAGE: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| finder(br#""usage":{"#));
-
-/// A non-empty string value follows `key` somewhere in `data`.
-fn has_text(data: &[u8], key: &memmem::Finder<'static>) -> bool {
-    let len = key.needle().len();
-    key.find_iter(data)
-        .any(|i| data.get(i + len).is_some_and(|b| *b != b'"'))
-}
-
-fn has_content(data: &[u8]) -> bool {
-    has_text(data, &CONTENT)
-}
-
-fn has_token(data: &[u8]) -> bool {
-    has_content(data)
-        || has_text(data, &REASONING_CONTENT)
-        || has_text(data, &REASONING)
-        || TOOL_CALLS.find(data).is_some()
-}
-
-impl Tracker {
-    /// First and last token times of one event's data.
-    fn track(&mut self, data: &[u8], now: Instant) {
-        if self.ex.first_content.is_some() {
-            // Both first times are known: every later event only moves the last one.
-            self.ex.last_token = Some(now);
-            return;
-        }
-        if has_token(data) {
-            self.ex.first_token.get_or_insert(now);
-            self.ex.last_token = Some(now);
-            if self.ex.first_content.is_none() && has_content(data) {
-                self.ex.first_content = Some(now);
-            }
-        }
-    }
-
-    fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
-        let Some(data) = data_payload(ev) else {
-            // An event with more fields is forwarded as it is; its data still counts for
-            // TTFT and usage.
-            if let Some(data) = tagged_data(ev) {
-                // Responses (`"delta":"…"`) and Messages (`"text":"…"`) carry text this way.
-                if has_text(data, &TEXT_DELTA) || has_text(data, &TEXT) {
-                    self.ex.first_token.get_or_insert(now);
-                    self.ex.first_content.get_or_insert(now);
-                    self.ex.last_token = Some(now);
-                }
-                self.track(data, now);
-                if USAGE.find(data).is_some() {
-                    if let Some((usage, _)) = crate::wire::usage::of_event(data) {
-                        self.ex.usage = Some(usage);
-                    }
-                }
-            }
-            return Action::Keep;
-        };
-        if data == b"[DONE]" {
-            self.saw_done = true;
-            return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
-                Some(held) => {
-                    let mut out = crate::wire::data_event(&held);
-                    out.extend_from_slice(ev);
-                    Action::Replace(out)
-                }
-                None => Action::Keep,
-            };
-        }
-        if data.starts_with(b"{\"error\"") {
-            self.ex.error = Some("error event from backend".into());
-            return Action::Keep;
-        }
-        self.track(data, now);
-        if USAGE.find(data).is_some() {
-            if let Some((usage, usage_only)) = crate::wire::usage::of_event(data) {
-                self.ex.usage = Some(usage);
-                if usage_only && self.opts.drop_usage_chunk {
-                    return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
-                        Some(held) => Action::Replace(crate::wire::data_event(&held)),
-                        None => Action::Drop,
-                    };
-                }
-            }
-        }
-        let Some(t) = self.opts.transform.as_mut() else {
-            return Action::Keep;
-        };
-        match t.rewrite(data) {
-            Cow::Borrowed(_) => Action::Keep,
-            Cow::Owned(rewritten) => Action::Replace(crate::wire::data_event(&rewritten)),
-        }
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.ex.absorb(std::mem::take(&mut self.seen));
     }
 }
 
@@ -224,7 +67,7 @@ impl Tracker {
         let mut pos = 0;
         let mut copied = 0;
         while let Some(len) = event_len(&data[pos..]) {
-            match self.on_event(&data[pos..pos + len], now) {
+            match self.t.event(&data[pos..pos + len], now, &mut self.seen) {
                 Action::Keep => {}
                 action => {
                     let o = out.get_or_insert_with(|| BytesMut::with_capacity(data.len() + 64));
@@ -344,11 +187,6 @@ impl Relay {
 
     fn broken(&mut self, e: &BoxError) -> Bytes {
         self.done = true;
-        // Text held back by the splitter goes out before the error, not lost with it.
-        let mut out = match self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
-            Some(held) => crate::wire::data_event(&held),
-            None => Vec::new(),
-        };
         self.t
             .ex
             .metrics()
@@ -360,8 +198,7 @@ impl Relay {
         };
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
-        out.extend_from_slice(&self.t.opts.adapter.stream_error(&err));
-        Bytes::from(out)
+        Bytes::from(self.t.t.broken(&err, &mut self.t.seen))
     }
 
     fn end(&mut self) -> Option<Bytes> {
@@ -378,12 +215,8 @@ impl Relay {
                 None => out.extend_from_slice(&last[..len]),
             }
         }
-        if !self.t.saw_done {
-            if let Some(held) = self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
-                let mut with_held = BytesMut::from(&crate::wire::data_event(&held)[..]);
-                with_held.extend_from_slice(&out);
-                out = with_held;
-            }
+        if let Some(tail) = self.t.t.end(&mut self.t.seen) {
+            out.extend_from_slice(&tail);
         }
         (!out.is_empty()).then(|| out.freeze())
     }
@@ -404,15 +237,15 @@ pub fn relay(
     upstream: BoxStream<'static, Result<Bytes, BoxError>>,
     ex: Record,
     permit: Option<SlotPermit>,
-    opts: RelayOptions,
+    transform: Box<dyn EventTransform>,
 ) -> Body {
     let relay = Relay {
         upstream,
         buf: BytesMut::new(),
         t: Tracker {
             ex,
-            opts,
-            saw_done: false,
+            seen: Seen::default(),
+            t: transform,
         },
         _permit: permit,
         pending: None,
@@ -443,12 +276,13 @@ mod tests {
             .iter()
             .map(|c| Ok(Bytes::from_static(c.as_bytes())))
             .collect();
-        let opts = RelayOptions {
-            drop_usage_chunk: false,
-            transform: None,
-            adapter: crate::wire::adapter(Endpoint::chat_completions),
-        };
-        relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
+        let transform = Box::new(crate::wire::chat::stream::ChatStream::new(None, false));
+        relay(
+            futures_util::stream::iter(items).boxed(),
+            ex,
+            None,
+            transform,
+        )
     }
 
     /// The first events of a burst get a write of their own: the relay hands them over alone
@@ -477,51 +311,5 @@ mod tests {
             Some(&b"data: 2\n\ndata: 3\n\ndata: [DONE]\n\n"[..])
         );
         assert_eq!(poll(&mut body), None);
-    }
-
-    #[test]
-    fn finds_event_ends() {
-        assert_eq!(event_len(b"data: x\n\ndata: y"), Some(9));
-        assert_eq!(event_len(b"data: x\r\n\r\n"), Some(11));
-        assert_eq!(event_len(b"data: x\n"), None);
-        assert_eq!(event_len(b"event: a\ndata: x\n\n"), Some(18));
-    }
-
-    #[test]
-    fn finds_the_data_of_events_with_more_fields() {
-        let ev = b"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n";
-        assert_eq!(data_payload(ev), None);
-        assert_eq!(tagged_data(ev), Some(&b"{\"delta\":\"Hi\"}"[..]));
-        assert_eq!(tagged_data(b"data: a\ndata: b\n\n"), None);
-        assert_eq!(tagged_data(b": keep-alive\n\n"), None);
-    }
-
-    #[test]
-    fn extracts_single_data_payloads() {
-        assert_eq!(
-            data_payload(b"data: {\"a\":1}\n\n"),
-            Some(&b"{\"a\":1}"[..])
-        );
-        assert_eq!(data_payload(b"data:[DONE]\r\n\r\n"), Some(&b"[DONE]"[..]));
-        assert_eq!(data_payload(b"event: x\ndata: y\n\n"), None);
-        assert_eq!(data_payload(b": comment\n\n"), None);
-    }
-
-    #[test]
-    fn detects_tokens_and_content() {
-        assert!(!has_token(
-            br#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#
-        ));
-        assert!(!has_token(br#"{"choices":[{"delta":{"content":""}}]}"#));
-        assert!(has_token(
-            br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#
-        ));
-        assert!(!has_content(
-            br#"{"choices":[{"delta":{"reasoning_content":"L"}}]}"#
-        ));
-        assert!(has_content(br#"{"choices":[{"delta":{"content":"Hi"}}]}"#));
-        assert!(has_token(
-            br#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#
-        ));
     }
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::peek;
-use super::relay::{self, RelayOptions};
+use super::relay;
 use super::resolve::Routed;
 use crate::config::Alias;
 use crate::error::ProxyError;
@@ -19,7 +19,7 @@ use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::tokens::Method;
 use crate::upstream::exchange::{self, Answer, UpstreamReason};
-use crate::wire::Adapter;
+use crate::wire::{Adapter, EventTransform, StreamContext};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
@@ -30,6 +30,34 @@ pub struct Served<'a> {
     pub routed: &'a Routed,
     pub alias: &'a Alias,
     pub slot: Option<SlotPermit>,
+    /// The backend answers in chat completions for this API's request (translated to chat by
+    /// the shape step): the answer is translated back.
+    pub from_chat: bool,
+}
+
+impl Served<'_> {
+    /// What the answer's transforms are built from.
+    fn context(&self) -> StreamContext {
+        let view = &self.routed.view;
+        StreamContext {
+            output: self.routed.output,
+            tags: self.alias.think_tags.clone(),
+            hide_usage: view.stream
+                && !view.client_wants_usage()
+                && self.adapter.takes_stream_usage(),
+            model: view.model.clone(),
+        }
+    }
+
+    /// The transform of the stream: the API's own, or its translation from chat.
+    fn transform(&self) -> Box<dyn EventTransform> {
+        let ctx = self.context();
+        let translated = self
+            .from_chat
+            .then(|| self.adapter.stream_from_chat(&ctx))
+            .flatten();
+        translated.unwrap_or_else(|| self.adapter.stream_transform(&ctx))
+    }
 }
 
 /// The client's answer to `answer`.
@@ -81,12 +109,7 @@ async fn stream(
         Result<Bytes, crate::upstream::BoxError>,
     >,
 ) -> Result<Response, ProxyError> {
-    let Served {
-        adapter,
-        routed,
-        alias,
-        slot,
-    } = served;
+    let alias = served.alias;
     let mut read = Vec::new();
     if alias.backend.flavor == Flavor::Sglang {
         let window = alias.context_window.map_or(0, |w| w.get());
@@ -102,18 +125,13 @@ async fn stream(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     rec.status = status.as_u16();
     rec.responding();
-    let view = &routed.view;
-    let opts = RelayOptions {
-        drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
-        transform: adapter.stream_transform(routed.output, alias.think_tags.clone()),
-        adapter,
-    };
+    let transform = served.transform();
     let upstream = if read.is_empty() {
         upstream
     } else {
         futures_util::stream::iter(read).chain(upstream).boxed()
     };
-    let body = relay::relay(upstream, rec.take(), slot, opts);
+    let body = relay::relay(upstream, rec.take(), served.slot, transform);
     let mut r = Response::new(body);
     *r.status_mut() = status;
     *r.headers_mut() = headers;
@@ -124,7 +142,7 @@ async fn stream(
 async fn whole(
     snap: &Snapshot,
     rec: &mut Record,
-    served: Served<'_>,
+    mut served: Served<'_>,
     status: StatusCode,
     headers: HeaderMap,
     body: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
@@ -141,7 +159,7 @@ async fn whole(
             });
         }
     };
-    drop(served.slot);
+    drop(served.slot.take());
     if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
         return Err(ProxyError::UpstreamLoading {
             backend: alias.backend.name.clone(),
@@ -156,22 +174,36 @@ async fn whole(
         }
     }
     if status.is_success() {
-        if let Some(usage) = served.adapter.usage_of_answer(&bytes) {
-            rec.usage = Some(usage);
-        }
-        let tags = alias.think_tags.as_deref();
-        if let Some(b) = served
-            .adapter
-            .rewrite_answer(&bytes, served.routed.output, tags)
-        {
-            bytes = Bytes::from(b);
-        }
+        bytes = answer_body(rec, &served, bytes);
     }
     rec.responding();
     let mut r = Response::new(Body::from(bytes));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
     Ok(r)
+}
+
+/// A successful whole answer: its usage recorded, then rewritten (reasoning, think tags) or
+/// translated from chat.
+fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Bytes {
+    let adapter = served.adapter;
+    if served.from_chat {
+        if let Some(u) = crate::wire::usage::of_body(&bytes) {
+            rec.usage = Some(u);
+        }
+        return match adapter.answer_from_chat(&bytes, &served.context()) {
+            Some(b) => Bytes::from(b),
+            None => bytes,
+        };
+    }
+    if let Some(usage) = adapter.usage_of_answer(&bytes) {
+        rec.usage = Some(usage);
+    }
+    let tags = served.alias.think_tags.as_deref();
+    match adapter.rewrite_answer(&bytes, served.routed.output, tags) {
+        Some(b) => Bytes::from(b),
+        None => bytes,
+    }
 }
 
 /// A backend 503 that means "still loading": llama.cpp's "Loading model", or the empty 503 of

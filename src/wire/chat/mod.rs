@@ -1,10 +1,11 @@
 //! Chat completions (`/v1/chat/completions`): usage option, guard, reasoning both ways.
 
-use std::borrow::Cow;
-use std::sync::Arc;
+pub mod stream;
 
-use super::{Adapter, EventTransform};
+use super::stream::{EventTransform, StreamContext};
+use super::Adapter;
 use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
+use stream::ChatStream;
 
 /// The chat completions adapter.
 pub struct Chat;
@@ -26,12 +27,9 @@ impl Adapter for Chat {
         true
     }
 
-    fn stream_transform(
-        &self,
-        output: OutputField,
-        tags: Option<Arc<ThinkTags>>,
-    ) -> Option<Box<dyn EventTransform>> {
-        Some(Box::new(StreamRewriter::new(output, tags)))
+    fn stream_transform(&self, ctx: &StreamContext) -> Box<dyn EventTransform> {
+        let rewriter = StreamRewriter::new(ctx.output, ctx.tags.clone());
+        Box::new(ChatStream::new(Some(rewriter), ctx.hide_usage))
     }
 
     fn rewrite_answer(
@@ -41,15 +39,5 @@ impl Adapter for Chat {
         tags: Option<&ThinkTags>,
     ) -> Option<Vec<u8>> {
         reasoning::rewrite_response_body(body, output, tags)
-    }
-}
-
-impl EventTransform for StreamRewriter {
-    fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {
-        StreamRewriter::rewrite(self, data)
-    }
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        StreamRewriter::flush(self)
     }
 }

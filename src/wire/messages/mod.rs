@@ -1,13 +1,22 @@
 //! Anthropic Messages (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's error envelope,
-//! whole and as the stream's `error` event.
+//! whole and as the stream's `error` event; streams repaired to the specification, usage,
+//! inline think tags as `thinking` blocks, and the answer of a chat-only backend translated.
+
+pub mod answer;
+pub mod from_chat;
+pub mod stream;
+pub mod usage;
 
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::stream::{EventTransform, StreamContext};
+use super::usage::Usage;
 use super::Adapter;
 use crate::error::ProxyError;
+use crate::reasoning::{OutputField, ThinkTags};
 
 /// The Messages adapter.
 pub struct Messages;
@@ -27,7 +36,7 @@ struct Detail<'a> {
 }
 
 /// Anthropic's error `type` for a status.
-fn error_type(status: StatusCode) -> &'static str {
+pub(crate) fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         400 => "invalid_request_error",
         401 => "authentication_error",
@@ -76,6 +85,31 @@ impl Adapter for Messages {
         v.extend_from_slice(&payload);
         v.extend_from_slice(b"\n\n");
         v
+    }
+
+    fn stream_transform(&self, ctx: &StreamContext) -> Box<dyn EventTransform> {
+        Box::new(stream::MessagesStream::new(ctx.tags.clone()))
+    }
+
+    fn rewrite_answer(
+        &self,
+        body: &[u8],
+        _output: OutputField,
+        tags: Option<&ThinkTags>,
+    ) -> Option<Vec<u8>> {
+        answer::split_think_tags(body, tags?)
+    }
+
+    fn usage_of_answer(&self, body: &[u8]) -> Option<Usage> {
+        usage::of_answer(body)
+    }
+
+    fn answer_from_chat(&self, chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
+        from_chat::answer(chat, ctx)
+    }
+
+    fn stream_from_chat(&self, ctx: &StreamContext) -> Option<Box<dyn EventTransform>> {
+        Some(Box::new(from_chat::FromChat::new(ctx)))
     }
 }
 
