@@ -20,7 +20,7 @@ use tower::ServiceExt;
 
 use super::recorder::Recorded;
 use super::state::Shared;
-use super::{chat, embed, info, llamacpp, reply, tokens_api};
+use super::{chat, embed, info, llamacpp, messages_stream, reply, responses_stream, tokens_api};
 use crate::flavor::Flavor;
 
 /// The routes of one flavour.
@@ -57,6 +57,12 @@ fn router(sh: Arc<Shared>) -> Router {
             .route("/v1/detokenize", post(tokens_api::sglang_detokenize)),
         Flavor::Openai => r,
     };
+    // Every flavour but a chat-only server speaks the Messages and Responses APIs natively.
+    if sh.flavor() != Flavor::Openai {
+        r = r
+            .route("/v1/messages", post(messages_stream::messages))
+            .route("/v1/responses", post(responses_stream::responses));
+    }
     r.fallback(info::not_found)
         .method_not_allowed_fallback(info::not_found)
         .with_state(sh)
