@@ -316,6 +316,31 @@ fn close_item(n: &mut Numbered, ids: &Ids, i: usize, field: Field, text: &str) -
     out
 }
 
+/// The events opening item `i` for tokens of `field`: the item, then its one part.
+fn open_item(n: &mut Numbered, ids: &Ids, i: usize, field: Field) -> Vec<u8> {
+    let (item, id, part) = match field {
+        Field::Reasoning => (
+            json!({"type": "reasoning", "id": ids.reasoning, "summary": [], "status": "in_progress"}),
+            &ids.reasoning,
+            json!({"type": "reasoning_text", "text": ""}),
+        ),
+        Field::Content => (
+            json!({"type": "message", "id": ids.message, "role": "assistant", "content": [],
+                "status": "in_progress"}),
+            &ids.message,
+            output_text(""),
+        ),
+    };
+    let mut out = n
+        .event(json!({"type": "response.output_item.added", "output_index": i, "item": item}))
+        .to_vec();
+    out.extend_from_slice(
+        &n.event(json!({"type": "response.content_part.added", "item_id": id,
+        "output_index": i, "content_index": 0, "part": part})),
+    );
+    out
+}
+
 /// vLLM's and SGLang's stream: the specification's events.
 fn spec_steps(model: &str, ids: &Ids, plan: &Plan, c: &Counts) -> Vec<Step> {
     let mut n = Numbered { seq: 0 };
@@ -338,27 +363,7 @@ fn spec_steps(model: &str, ids: &Ids, plan: &Plan, c: &Counts) -> Vec<Step> {
                 done_items.push((f, text));
             }
             let i = done_items.len();
-            let (item, id, part) = match field {
-                Field::Reasoning => (
-                    json!({"type": "reasoning", "id": ids.reasoning, "summary": [],
-                    "status": "in_progress"}),
-                    &ids.reasoning,
-                    json!({"type": "reasoning_text", "text": ""}),
-                ),
-                Field::Content => (
-                    json!({"type": "message", "id": ids.message, "role": "assistant",
-                    "content": [], "status": "in_progress"}),
-                    &ids.message,
-                    output_text(""),
-                ),
-            };
-            out.extend_from_slice(&n.event(
-                json!({"type": "response.output_item.added", "output_index": i, "item": item}),
-            ));
-            out.extend_from_slice(
-                &n.event(json!({"type": "response.content_part.added", "item_id": id,
-                "output_index": i, "content_index": 0, "part": part})),
-            );
+            out.extend_from_slice(&open_item(&mut n, ids, i, field));
             open = Some((field, i, String::new()));
         }
         if let Some((_, i, text)) = open.as_mut() {

@@ -1,3 +1,5 @@
+//! Tests of the chat to Messages translation.
+
 use std::sync::Arc;
 
 use super::*;

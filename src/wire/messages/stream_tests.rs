@@ -1,3 +1,5 @@
+//! Tests of the Messages stream repair.
+
 use super::*;
 
 /// Runs `events` (`(name, data)`) through a fresh repair; the client's events as

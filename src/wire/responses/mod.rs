@@ -31,7 +31,7 @@ impl Adapter for Responses {
         _output: OutputField,
         tags: Option<&ThinkTags>,
     ) -> Option<Vec<u8>> {
-        answer::split_think_tags(body, tags?)
+        answer::rewrite(body, tags)
     }
 
     fn usage_of_answer(&self, body: &[u8]) -> Option<Usage> {

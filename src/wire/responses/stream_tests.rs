@@ -1,3 +1,5 @@
+//! Tests of the Responses stream repair.
+
 use super::*;
 
 #[path = "../../../tests/common/spec.rs"]
