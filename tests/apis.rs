@@ -196,8 +196,8 @@ async fn r18_the_repaired_llamacpp_responses_stream_is_consistent() {
 }
 
 /// A backend without a reasoning parser leaves `<think>…</think>` in the text; with
-/// `think_tags` the client gets thinking blocks and reasoning items, the tags arriving in
-/// events of their own.
+/// `think_tags` the client gets thinking blocks and reasoning items, whether a tag arrives in
+/// an event of its own or cut across two.
 #[tokio::test]
 async fn r18_think_tags_become_thinking_blocks_and_reasoning_items() {
     let sim = sim(SimConfig {
