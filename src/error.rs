@@ -225,7 +225,8 @@ struct Body<'a> {
 }
 
 impl ProxyError {
-    /// Status, OpenAI `type`, `param` and `code` of this error: the one table of them.
+    /// Status, OpenAI `type`, `param` and `code` of this error. The `type` follows from the
+    /// status (see [`ProxyError::table`], the one table of the rest).
     pub fn parts(
         &self,
     ) -> (
@@ -234,113 +235,43 @@ impl ProxyError {
         Option<&'static str>,
         Option<&'static str>,
     ) {
+        let (status, param, code) = self.table();
+        let kind = match status.as_u16() {
+            429 => "rate_limit_error",
+            500..=599 => "server_error",
+            _ => "invalid_request_error",
+        };
+        (status, kind, param, Some(code))
+    }
+
+    /// Status, `param` and `code` of each variant.
+    fn table(&self) -> (StatusCode, Option<&'static str>, &'static str) {
         use ProxyError::*;
-        const BAD: StatusCode = StatusCode::BAD_REQUEST;
+        use StatusCode as S;
         match self {
-            ModelNotFound { .. } => (
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                Some("model"),
-                Some("model_not_found"),
-            ),
-            MissingModel => (
-                BAD,
-                "invalid_request_error",
-                Some("model"),
-                Some("missing_model"),
-            ),
-            InvalidJson(_) => (BAD, "invalid_request_error", None, Some("invalid_json")),
-            InvalidRequest(_) => (BAD, "invalid_request_error", None, Some("invalid_request")),
-            InvalidParam { param, .. } => (
-                BAD,
-                "invalid_request_error",
-                Some(param),
-                Some("invalid_value"),
-            ),
-            UnsupportedInput { param, .. } => (
-                BAD,
-                "invalid_request_error",
-                Some(param),
-                Some("unsupported_input"),
-            ),
-            LegacyImages { .. } => (
-                BAD,
-                "invalid_request_error",
-                Some("images"),
-                Some("unsupported_input"),
-            ),
-            UnsupportedContentType(_) => (
-                BAD,
-                "invalid_request_error",
-                None,
-                Some("unsupported_content_type"),
-            ),
-            PayloadTooLarge { .. } => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "invalid_request_error",
-                None,
-                Some("request_too_large"),
-            ),
-            ContextLengthExceeded { .. } => (
-                BAD,
-                "invalid_request_error",
-                Some("messages"),
-                Some("context_length_exceeded"),
-            ),
-            NotFound { .. } => (
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                None,
-                Some("unknown_url"),
-            ),
-            UpstreamConnect { .. } => (
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                None,
-                Some("bad_gateway"),
-            ),
-            UpstreamProtocol { .. } | UpstreamMalformed { .. } | UpstreamTls { .. } => (
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                None,
-                Some("bad_gateway"),
-            ),
-            UpstreamTimeout { .. } => (
-                StatusCode::GATEWAY_TIMEOUT,
-                "server_error",
-                None,
-                Some("upstream_timeout"),
-            ),
-            UpstreamLoading { .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                None,
-                Some("model_loading"),
-            ),
-            Overloaded { .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                None,
-                Some("overloaded"),
-            ),
-            QueueTimeout { .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                None,
-                Some("queue_timeout"),
-            ),
-            NoBackend { .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                None,
-                Some("no_backend"),
-            ),
-            Unauthorized => (
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                None,
-                Some("invalid_api_key"),
-            ),
+            ModelNotFound { .. } => (S::NOT_FOUND, Some("model"), "model_not_found"),
+            MissingModel => (S::BAD_REQUEST, Some("model"), "missing_model"),
+            InvalidJson(_) => (S::BAD_REQUEST, None, "invalid_json"),
+            InvalidRequest(_) => (S::BAD_REQUEST, None, "invalid_request"),
+            InvalidParam { param, .. } => (S::BAD_REQUEST, Some(param), "invalid_value"),
+            UnsupportedInput { param, .. } => (S::BAD_REQUEST, Some(param), "unsupported_input"),
+            LegacyImages { .. } => (S::BAD_REQUEST, Some("images"), "unsupported_input"),
+            UnsupportedContentType(_) => (S::BAD_REQUEST, None, "unsupported_content_type"),
+            PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, None, "request_too_large"),
+            ContextLengthExceeded { .. } => {
+                (S::BAD_REQUEST, Some("messages"), "context_length_exceeded")
+            }
+            NotFound { .. } => (S::NOT_FOUND, None, "unknown_url"),
+            UpstreamConnect { .. }
+            | UpstreamProtocol { .. }
+            | UpstreamMalformed { .. }
+            | UpstreamTls { .. } => (S::BAD_GATEWAY, None, "bad_gateway"),
+            UpstreamTimeout { .. } => (S::GATEWAY_TIMEOUT, None, "upstream_timeout"),
+            UpstreamLoading { .. } => (S::SERVICE_UNAVAILABLE, None, "model_loading"),
+            Overloaded { .. } => (S::TOO_MANY_REQUESTS, None, "overloaded"),
+            QueueTimeout { .. } => (S::SERVICE_UNAVAILABLE, None, "queue_timeout"),
+            NoBackend { .. } => (S::SERVICE_UNAVAILABLE, None, "no_backend"),
+            Unauthorized => (S::UNAUTHORIZED, None, "invalid_api_key"),
         }
     }
 
