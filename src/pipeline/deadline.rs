@@ -1,5 +1,7 @@
 //! Deadlines of an answer's body: the idle time allowed between two pieces (two events of a
-//! stream) and the total time of the exchange. One timer per body, moved only when it fires.
+//! stream) and the total time of the exchange. One timer per body, made the first time the
+//! body has to wait (a whole answer read at once never makes one) and moved only when it
+//! fires; the clock is read when the body waits, not per piece.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,9 +43,11 @@ struct Bounded {
     total: Duration,
     /// When the exchange must be over.
     end: Instant,
-    /// When the last piece arrived.
+    /// When the body last waited after a piece (or was made): idle time counts from here.
     last: Instant,
-    timer: Pin<Box<Sleep>>,
+    /// A piece came since `last` was read.
+    moved: bool,
+    timer: Option<Pin<Box<Sleep>>>,
     done: bool,
 }
 
@@ -54,16 +58,14 @@ pub fn bounded(
     started: std::time::Instant,
     total: Duration,
 ) -> BoxStream<'static, Result<Bytes, BoxError>> {
-    let now = Instant::now();
-    let end = Instant::from_std(started) + total;
-    let first = (now + idle).min(end);
     Bounded {
         inner: body,
         idle,
         total,
-        end,
-        last: now,
-        timer: Box::pin(tokio::time::sleep_until(first)),
+        end: Instant::from_std(started) + total,
+        last: Instant::now(),
+        moved: false,
+        timer: None,
         done: false,
     }
     .boxed()
@@ -79,7 +81,7 @@ impl Stream for Bounded {
         }
         match this.inner.poll_next_unpin(cx) {
             Poll::Ready(Some(Ok(piece))) => {
-                this.last = Instant::now();
+                this.moved = true;
                 return Poll::Ready(Some(Ok(piece)));
             }
             Poll::Ready(other) => {
@@ -88,8 +90,17 @@ impl Stream for Bounded {
             }
             Poll::Pending => {}
         }
+        // Waiting starts now: the last piece came just before (it was handed on, and the
+        // body polled again, without waiting).
+        if std::mem::take(&mut this.moved) {
+            this.last = Instant::now();
+        }
+        let (last, idle, end) = (this.last, this.idle, this.end);
         // The timer is where it was set; pieces since then only moved `last`.
-        while this.timer.as_mut().poll(cx).is_ready() {
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until((last + idle).min(end))));
+        while timer.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
             let due = (this.last + this.idle).min(this.end);
             if now >= due {
@@ -101,7 +112,7 @@ impl Stream for Bounded {
                 };
                 return Poll::Ready(Some(Err(Box::new(e))));
             }
-            this.timer.as_mut().reset(due);
+            timer.as_mut().reset(due);
         }
         Poll::Pending
     }
