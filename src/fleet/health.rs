@@ -1,11 +1,13 @@
 //! Backend health: flavour-aware probes on an interval, and the state (up, loading, down) they give.
 
-use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
 use http::{header, HeaderMap, StatusCode};
 use prometheus_client::encoding::EncodeLabelValue;
+
+// foldhash: read on every request, keyed by backend names from the config (no untrusted keys).
+use foldhash::HashMap;
 
 use crate::config::Backend;
 use crate::flavor::Flavor;

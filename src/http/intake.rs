@@ -2,7 +2,7 @@
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::Response;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::{Echo, ProxyError};
@@ -23,14 +23,15 @@ pub fn request_id(headers: &HeaderMap) -> String {
         .unwrap_or_else(new_request_id)
 }
 
-/// 32 random hex digits (without `format!`, which costs more than the rest of the id).
+/// 32 random hex digits (without `format!`, which costs more than the rest of the id), from
+/// a fast per-thread generator: an id needs to be unique, not unpredictable.
 fn new_request_id() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut n = rand::random::<u128>();
+    let n = u128::from(fastrand::u64(..)) << 64 | u128::from(fastrand::u64(..));
     let mut id = [0u8; 32];
-    for digit in id.iter_mut().rev() {
-        *digit = HEX[(n & 0xf) as usize];
-        n >>= 4;
+    for (pair, byte) in id.chunks_exact_mut(2).zip(n.to_be_bytes()) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0xf)];
     }
     // Hex digits are ASCII, so this is never empty; one copy costs less than 32 pushes, and
     // the plain check less than the lossy one.
@@ -87,15 +88,35 @@ where
     if declared.is_some_and(|n| n > limit) {
         return Err(ProxyError::PayloadTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ProxyError::PayloadTooLarge { limit })
+    let failed = |e: Box<dyn std::error::Error + Send + Sync>| {
+        if e.downcast_ref::<LengthLimitError>().is_some() {
+            ProxyError::PayloadTooLarge { limit }
+        } else {
+            ProxyError::InvalidRequest(format!("failed to read the request body: {e}"))
         }
-        Err(e) => Err(ProxyError::InvalidRequest(format!(
-            "failed to read the request body: {e}"
-        ))),
+    };
+    // Held once: a body of one piece as it came, a longer one gathered into a buffer made to
+    // its declared size as the pieces come (each piece freed once copied).
+    let mut body = std::pin::pin!(Limited::new(body, limit));
+    let mut first: Option<Bytes> = None;
+    let mut gathered: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(failed)?.into_data() else {
+            continue;
+        };
+        match (&mut gathered, first.take()) {
+            (Some(buf), _) => buf.extend_from_slice(&data),
+            (None, None) => first = Some(data),
+            (None, Some(one)) => {
+                let size = declared.unwrap_or(0).max(one.len() + data.len());
+                let mut buf = BytesMut::with_capacity(size);
+                buf.extend_from_slice(&one);
+                buf.extend_from_slice(&data);
+                gathered = Some(buf);
+            }
+        }
     }
+    Ok(gathered.map_or_else(|| first.unwrap_or_default(), BytesMut::freeze))
 }
 
 /// The intake every model-routed endpoint shares: client auth, content type, the size-limited body.

@@ -35,12 +35,9 @@ where
     let snap = state.live.load_full();
     // Only a canonical path is classified and forwarded: another spelling of an API's path
     // (`/v1/ch%61t/completions`) would reach that API's handler on the backend unguarded.
-    let canonical = crate::path::check(uri.path()).is_ok();
-    let endpoint = if canonical {
-        Endpoint::from_path(uri.path())
-    } else {
-        Endpoint::other
-    };
+    // An API's own path is canonical as it is; only the others are checked.
+    let endpoint = Endpoint::from_path(uri.path());
+    let canonical = endpoint != Endpoint::other || crate::path::check(uri.path()).is_ok();
     let adapter = wire::adapter(endpoint);
     let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
