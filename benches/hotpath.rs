@@ -182,6 +182,7 @@ fn relay_stream(c: &mut Criterion) {
                 ),
                 adapter: switchboard::wire::adapter(Endpoint::chat_completions),
                 breaker: None,
+                event_limit: 8 << 20,
             };
             let body = relay(upstream, ex, None, opts);
             rt.block_on(http_body_util::BodyExt::collect(body))

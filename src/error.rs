@@ -65,6 +65,12 @@ pub enum ProxyError {
     /// The backend's answer breaks HTTP/1.1 (a malformed head, chunk or trailer).
     #[error("upstream {backend} sent a malformed answer: {}", Clip(.detail))]
     UpstreamMalformed { backend: String, detail: String },
+    /// A whole answer that must be read to be rewritten is longer than the proxy holds.
+    #[error("upstream {backend} sent an answer longer than {limit} bytes (server.answer_limit_bytes), too long to read whole")]
+    AnswerTooLarge { backend: String, limit: usize },
+    /// One stream event is longer than the proxy holds until the event's end.
+    #[error("upstream {backend} sent a stream event longer than {limit} bytes (server.event_limit_bytes)")]
+    EventTooLarge { backend: String, limit: usize },
     /// The TLS handshake with an https backend failed; `detail` says why, naming no address.
     #[error("upstream {backend} is unreachable: {detail}")]
     UpstreamTls { backend: String, detail: String },
@@ -266,6 +272,8 @@ impl ProxyError {
             | UpstreamProtocol { .. }
             | UpstreamMalformed { .. }
             | UpstreamTls { .. } => (S::BAD_GATEWAY, None, "bad_gateway"),
+            AnswerTooLarge { .. } => (S::BAD_GATEWAY, None, "answer_too_large"),
+            EventTooLarge { .. } => (S::BAD_GATEWAY, None, "event_too_large"),
             UpstreamTimeout { .. } => (S::GATEWAY_TIMEOUT, None, "upstream_timeout"),
             UpstreamLoading { .. } => (S::SERVICE_UNAVAILABLE, None, "model_loading"),
             Overloaded { .. } => (S::TOO_MANY_REQUESTS, None, "overloaded"),

@@ -26,6 +26,8 @@ pub struct RawServer {
     pub metrics_listen: Option<String>,
     pub reasoning_field: Option<String>,
     pub body_limit_bytes: Option<u64>,
+    pub answer_limit_bytes: Option<u64>,
+    pub event_limit_bytes: Option<u64>,
     pub connect_timeout_ms: Option<u64>,
     pub header_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,

@@ -31,6 +31,11 @@ pub struct Server {
     pub metrics_listen: Option<SocketAddr>,
     pub reasoning_field: OutputField,
     pub body_limit: usize,
+    /// Most bytes of a whole (non-streamed) answer held to be read or rewritten; a longer
+    /// one is relayed as it comes when nothing rewrites it, else refused.
+    pub answer_limit: usize,
+    /// Most bytes of one stream event held until its end; a longer one ends the stream.
+    pub event_limit: usize,
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
     pub shutdown_grace: Duration,
@@ -507,6 +512,16 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         body_limit: nonzero(
             "server.body_limit_bytes",
             raw.body_limit_bytes.unwrap_or(64 << 20),
+            errs,
+        ) as usize,
+        answer_limit: nonzero(
+            "server.answer_limit_bytes",
+            raw.answer_limit_bytes.unwrap_or(64 << 20),
+            errs,
+        ) as usize,
+        event_limit: nonzero(
+            "server.event_limit_bytes",
+            raw.event_limit_bytes.unwrap_or(8 << 20),
             errs,
         ) as usize,
         connect_timeout: timeouts.connect,

@@ -14,7 +14,7 @@
 
 use http::{header, HeaderMap};
 
-use crate::upstream::{chain, read_all, Client};
+use crate::upstream::{chain, read_all, Client, SMALL_ANSWER_LIMIT};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -136,7 +136,9 @@ pub async fn get(
             .await
             .map_err(|e| e.to_string())?;
         let status = resp.status.as_u16();
-        let body = read_all(resp.body).await.map_err(|e| chain(e.as_ref()))?;
+        let body = read_all(resp.body, SMALL_ANSWER_LIMIT)
+            .await
+            .map_err(|e| chain(e.as_ref()))?;
         Ok((status, body))
     };
     tokio::time::timeout(timeout, exchange)

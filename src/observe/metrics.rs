@@ -373,6 +373,7 @@ impl Metrics {
             UpstreamReason::status_5xx,
             UpstreamReason::stream_broken,
             UpstreamReason::protocol,
+            UpstreamReason::too_large,
         ] {
             let _ = self.upstream_errors.get_or_create(&UpstreamLabels {
                 alias: Arc::clone(&name),

@@ -12,6 +12,7 @@ mod peek;
 pub mod relay;
 mod resolve;
 mod respond;
+mod same_shape;
 mod send;
 mod shape;
 mod tries;

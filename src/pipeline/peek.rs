@@ -12,15 +12,19 @@ use crate::error::ProxyError;
 use crate::guard;
 use crate::upstream::BoxError;
 
-/// Read the stream until its first complete event (or `limit` passes) and say whether that
-/// event is a context error. Returns what was read, to be sent on unchanged otherwise.
+/// Read the stream until its first complete event (or `limit` passes, or `event_limit` bytes
+/// came without an event's end) and say whether that event is a context error. Returns what
+/// was read, to be sent on unchanged otherwise.
 pub async fn first_event(
     upstream: &mut BoxStream<'static, Result<Bytes, BoxError>>,
     limit: Duration,
+    event_limit: usize,
     window: u32,
 ) -> (Vec<Result<Bytes, BoxError>>, Option<ProxyError>) {
     let mut read = Vec::new();
     let mut seen = Vec::new();
+    // How much of `seen` holds no event end (each byte is searched a bounded number of times).
+    let mut searched = 0usize;
     let deadline = tokio::time::Instant::now() + limit;
     while let Ok(Some(item)) = tokio::time::timeout_at(deadline, upstream.next()).await {
         let chunk = match &item {
@@ -32,10 +36,15 @@ pub async fn first_event(
         };
         read.push(item);
         seen.extend_from_slice(&chunk);
-        if let Some(data) = relay::first_payload(&seen) {
-            return (read, guard::canonical::from_sse_event(data, window));
+        // A terminator may begin in the last two bytes searched.
+        if relay::event_end_from(&seen, searched.saturating_sub(2)).is_some() {
+            if let Some(data) = relay::first_payload(&seen) {
+                return (read, guard::canonical::from_sse_event(data, window));
+            }
+            break;
         }
-        if relay::has_complete_event(&seen) {
+        searched = seen.len();
+        if searched > event_limit {
             break;
         }
     }

@@ -25,6 +25,8 @@ use crate::upstream::exchange::UpstreamReason;
 use crate::upstream::BoxError;
 use crate::wire::{Adapter, EventTransform};
 
+use super::same_shape::LastShape;
+
 /// What the relay does besides forwarding.
 pub struct RelayOptions {
     /// Drop the usage-only chunk: the proxy asked for it, the client did not.
@@ -34,6 +36,8 @@ pub struct RelayOptions {
     pub adapter: &'static dyn Adapter,
     /// The breaker of the backend streaming: a broken or stalled stream is its failure.
     pub breaker: Option<Arc<Breaker>>,
+    /// Most bytes of one event held until its end (`server.event_limit_bytes`).
+    pub event_limit: usize,
 }
 
 /// Everything the relay tracks apart from the byte buffer.
@@ -41,6 +45,8 @@ struct Tracker {
     ex: Record,
     opts: RelayOptions,
     saw_done: bool,
+    /// The last event read in full, for the events shaped as it.
+    last: LastShape,
 }
 
 enum Action {
@@ -51,7 +57,11 @@ enum Action {
 
 /// Length of the first complete event in `buf` (including its blank-line terminator).
 pub(crate) fn event_len(buf: &[u8]) -> Option<usize> {
-    let mut from = 0;
+    event_end_from(buf, 0)
+}
+
+/// The end of the first event terminator that starts at `from` or later.
+pub(crate) fn event_end_from(buf: &[u8], mut from: usize) -> Option<usize> {
     while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
         let i = from + i;
         match buf.get(i + 1) {
@@ -178,6 +188,11 @@ impl<'a> Payload<'a> {
         )
     }
 
+    /// The key searches answer for this data (no word character is written as an escape).
+    pub(crate) fn searched(&self) -> bool {
+        self.parsed.is_none()
+    }
+
     /// An error event: the top-level object has an `error` that is not null.
     pub(crate) fn is_error(&self) -> bool {
         let top = |v: &Value| v.get("error").is_some_and(|e| !e.is_null());
@@ -252,13 +267,24 @@ impl Tracker {
                 None => Action::Keep,
             };
         }
+        if let Some(kept) = self.last.matches(data) {
+            // The readings of the last event hold: no error, no usage object, no escape.
+            self.track_text(data, now);
+            return if kept {
+                Action::Keep
+            } else {
+                self.transform(data).0
+            };
+        }
         let payload = Payload::new(data);
         if payload.is_error() {
+            self.last.forget();
             self.ex.error = Some("error event from backend".into());
             return Action::Keep;
         }
         self.track(&payload, now);
         if payload.may_have_usage() {
+            self.last.forget();
             if let Some((usage, usage_only)) = crate::wire::usage::of_event(data) {
                 self.ex.usage = Some(usage);
                 if usage_only && self.opts.drop_usage_chunk {
@@ -268,20 +294,46 @@ impl Tracker {
                     };
                 }
             }
+            return self.transform(data).0;
         }
+        let (action, kept) = self.transform(data);
+        if payload.searched() {
+            self.last.remember(data, kept);
+        } else {
+            self.last.forget();
+        }
+        action
+    }
+
+    /// First and last token times of an event shaped as the last one.
+    fn track_text(&mut self, data: &[u8], now: Instant) {
+        if self.ex.first_content.is_some() {
+            self.ex.last_token = Some(now);
+        } else {
+            self.track(&Payload::new(data), now);
+        }
+    }
+
+    /// The transform's action on `data`, and whether an event shaped as it is left alone
+    /// too (nothing changed, by a transform whose verdict follows the keys).
+    fn transform(&mut self, data: &[u8]) -> (Action, bool) {
         let Some(t) = self.opts.transform.as_mut() else {
-            return Action::Keep;
+            return (Action::Keep, true);
         };
         match t.rewrite(data) {
-            Cow::Borrowed(_) => Action::Keep,
-            Cow::Owned(rewritten) => Action::Replace(crate::wire::data_event(&rewritten)),
+            Cow::Borrowed(_) => (Action::Keep, t.follows_keys()),
+            Cow::Owned(rewritten) => (Action::Replace(crate::wire::data_event(&rewritten)), false),
         }
     }
 }
 
 struct Relay {
     upstream: BoxStream<'static, Result<Bytes, BoxError>>,
+    /// The start of an event still to end.
     buf: BytesMut,
+    /// How much of `buf` is known to hold no event end: the search for one resumes there,
+    /// so each byte is searched a bounded number of times however long the event grows.
+    searched: usize,
     t: Tracker,
     permit: Option<SlotPermit>,
     /// An upstream item read while coalescing, to be handled next.
@@ -336,15 +388,27 @@ impl Relay {
             // Nothing pending: unchanged events go out as slices of the chunk itself.
             let (len, out) = self.t.scan(&chunk, now);
             self.buf.extend_from_slice(&chunk[len..]);
+            self.searched = self.buf.len();
             return match out {
                 Some(o) => o.freeze(),
                 None => chunk.slice(..len),
             };
         }
         self.buf.extend_from_slice(&chunk);
+        // A terminator may begin in the last two bytes searched.
+        if event_end_from(&self.buf, self.searched.saturating_sub(2)).is_none() {
+            self.searched = self.buf.len();
+            return Bytes::new();
+        }
         let (len, out) = self.t.scan(&self.buf, now);
         let events = self.buf.split_to(len);
+        self.searched = self.buf.len();
         out.unwrap_or(events).freeze()
+    }
+
+    /// The event being gathered is longer than the relay holds.
+    fn overlong(&self) -> bool {
+        self.buf.len() > self.t.opts.event_limit
     }
 
     /// The next upstream item: one held back by coalescing first, else wait for the backend.
@@ -367,6 +431,9 @@ impl Relay {
             match self.pull().await {
                 Some(Ok(chunk)) => {
                     let out = self.take_events(chunk, Instant::now());
+                    if self.overlong() {
+                        return Some(self.overflow(out));
+                    }
                     if out.is_empty() {
                         continue;
                     }
@@ -412,6 +479,11 @@ impl Relay {
                         });
                         o.extend_from_slice(&more);
                     }
+                    if self.overlong() {
+                        // Out with what was gathered; the next output is the error.
+                        self.pending = Some(Some(Ok(Bytes::new())));
+                        break;
+                    }
                 }
                 Some(item) => {
                     self.pending = Some(item);
@@ -427,13 +499,18 @@ impl Relay {
         out.map_or(first, BytesMut::freeze)
     }
 
-    fn broken(&mut self, e: &BoxError) -> Bytes {
-        self.done = true;
-        // Text held back by the splitter goes out before the error, not lost with it.
-        let mut out = match self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
-            Some(held) => crate::wire::data_event(&held),
-            None => Vec::new(),
+    /// `out` (the events before it), then the end of a stream whose event grew past the limit.
+    fn overflow(&mut self, out: Bytes) -> Bytes {
+        let err = ProxyError::EventTooLarge {
+            backend: self.t.ex.backend.clone().unwrap_or_default(),
+            limit: self.t.opts.event_limit,
         };
+        self.buf = BytesMut::new();
+        let end = self.cut(UpstreamReason::too_large, err);
+        [out, end].concat().into()
+    }
+
+    fn broken(&mut self, e: &BoxError) -> Bytes {
         let backend = self.t.ex.backend.clone().unwrap_or_default();
         let (reason, err) = match super::deadline::Expired::of(e) {
             Some(expired) => (
@@ -456,6 +533,17 @@ impl Relay {
                     detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
                 },
             ),
+        };
+        self.cut(reason, err)
+    }
+
+    /// End the stream with `err` as the API's error event, after the text the transform holds.
+    fn cut(&mut self, reason: UpstreamReason, err: ProxyError) -> Bytes {
+        self.done = true;
+        // Text held back by the splitter goes out before the error, not lost with it.
+        let mut out = match self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
+            Some(held) => crate::wire::data_event(&held),
+            None => Vec::new(),
         };
         self.t.ex.metrics().upstream_error(reason);
         if let Some(b) = &self.t.opts.breaker {
@@ -497,11 +585,6 @@ impl Relay {
     }
 }
 
-/// Whether `buf` holds a complete event.
-pub fn has_complete_event(buf: &[u8]) -> bool {
-    event_len(buf).is_some()
-}
-
 /// The `data:` payload of the first complete event in `chunk`.
 pub fn first_payload(chunk: &[u8]) -> Option<&[u8]> {
     data_payload(&chunk[..event_len(chunk)?])
@@ -517,10 +600,12 @@ pub fn relay(
     let relay = Relay {
         upstream,
         buf: BytesMut::new(),
+        searched: 0,
         t: Tracker {
             ex,
             opts,
             saw_done: false,
+            last: LastShape::default(),
         },
         permit,
         pending: None,
@@ -556,8 +641,59 @@ mod tests {
             transform: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
             breaker: None,
+            event_limit: 1 << 20,
         };
         relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
+    }
+
+    /// Events whose blank line is split across pieces come out whole, each once.
+    #[tokio::test]
+    async fn an_event_end_split_across_pieces_is_found() {
+        let body = burst(&["data: a\n", "\ndata: b\r\n", "\r", "\n", "data: c\n", "\n"]);
+        let out = http_body_util::BodyExt::collect(body)
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&out[..], b"data: a\n\ndata: b\r\n\r\ndata: c\n\n");
+    }
+
+    /// Regression (issue 17): an event that does not end was searched from its start again
+    /// with every piece (time quadratic in its length); the search now resumes where it ended.
+    #[test]
+    fn r17_an_unfinished_event_is_not_searched_again() {
+        let metrics = crate::observe::metrics::Metrics::new();
+        let mut r = Relay {
+            upstream: futures_util::stream::empty().boxed(),
+            buf: BytesMut::new(),
+            searched: 0,
+            t: Tracker {
+                ex: Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into()),
+                opts: RelayOptions {
+                    drop_usage_chunk: false,
+                    transform: None,
+                    adapter: crate::wire::adapter(Endpoint::chat_completions),
+                    breaker: None,
+                    event_limit: 1 << 20,
+                },
+                saw_done: false,
+                last: LastShape::default(),
+            },
+            permit: None,
+            pending: None,
+            started: false,
+            flushed: false,
+            done: false,
+        };
+        let now = Instant::now();
+        for _ in 0..100 {
+            let out = r.take_events(Bytes::from_static(b"data: x\n"), now);
+            assert!(out.is_empty());
+            assert_eq!(r.searched, r.buf.len(), "the next search starts at the end");
+        }
+        assert!(!r.overlong());
+        let out = r.take_events(Bytes::from_static(b"\n"), now);
+        assert_eq!(out.len(), 801);
+        assert!(r.buf.is_empty());
     }
 
     /// The first events of a burst get a write of their own: the relay hands them over alone
@@ -665,6 +801,7 @@ mod tests {
             transform: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
             breaker: None,
+            event_limit: 1 << 20,
         };
         let body = relay(futures_util::stream::iter(chunks).boxed(), ex, None, opts);
         let out = http_body_util::BodyExt::collect(body)
@@ -740,6 +877,102 @@ mod tests {
                 // The relay reads usage only where the gate lets it: never misses any.
                 let read = if p.may_have_usage() { crate::wire::usage::of_event(data) } else { None };
                 prop_assert_eq!(read, crate::wire::usage::of_event(data));
+            }
+        }
+    }
+
+    /// Events read by the shape of the last one against the same events read in full.
+    mod same_shape_agrees_with_a_full_read {
+        use super::*;
+        use crate::json_scan::respell::{respell, Style};
+        use crate::reasoning::{StreamRewriter, ThinkTags};
+        use proptest::prelude::*;
+        use serde_json::json;
+
+        /// What replaces the text of the envelope: plain text, escaped text, and text that
+        /// leaves its string to add members.
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z <>/:,{}\\[\\]\u{e9}]{0,12}",
+                any::<String>().prop_map(|t| {
+                    let quoted = serde_json::to_string(&t).unwrap();
+                    quoted[1..quoted.len() - 1].to_owned()
+                }),
+                Just(r#"\u0041\" \\"#.to_owned()),
+                Just(r#"","usage":{"prompt_tokens":3},"k":""#.to_owned()),
+                Just(r#"","error":{"message":"x"},"k":""#.to_owned()),
+                Just(r#"","reasoning":"r"#.to_owned()),
+                Just(r#"","reasoning_content":"r"#.to_owned()),
+                Just(r#"","content":"c"#.to_owned()),
+                Just(r#"", "tool_calls": [{"index": 0}], "k": ""#.to_owned()),
+            ]
+        }
+
+        /// One envelope (spelled by `seed`) around the texts, with other events between.
+        fn stream() -> impl Strategy<Value = Vec<Vec<u8>>> {
+            let field = prop::sample::select(vec!["content", "reasoning_content", "reasoning"]);
+            let item = prop_oneof![
+                4 => text().prop_map(Some),
+                1 => Just(None),
+            ];
+            (field, any::<u64>(), prop::collection::vec(item, 1..12)).prop_map(|(field, seed, items)| {
+                let envelope = json!({"id": "c", "object": "chat.completion.chunk", "created": 1,
+                    "model": "m", "choices": [{"index": 0, "delta": {field: "MARK"}, "finish_reason": null}]});
+                let envelope = respell(&envelope, Style { escapes: seed & 4 == 0, ..Style::line(seed) });
+                let other = respell(&json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 2}}), Style::line(seed));
+                items
+                    .into_iter()
+                    .map(|t| match t {
+                        Some(t) => envelope.replacen("MARK", &t, 1).into_bytes(),
+                        None => other.clone().into_bytes(),
+                    })
+                    .filter(|e| serde_json::from_slice::<Value>(e).is_ok())
+                    .collect()
+            })
+        }
+
+        fn tracker(tags: bool) -> Tracker {
+            let metrics = crate::observe::metrics::Metrics::new();
+            let tags = tags.then(|| Arc::new(ThinkTags::preset("qwen3").unwrap()));
+            Tracker {
+                ex: Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into()),
+                opts: RelayOptions {
+                    drop_usage_chunk: true,
+                    transform: Some(Box::new(StreamRewriter::new(Default::default(), tags))),
+                    adapter: crate::wire::adapter(Endpoint::chat_completions),
+                    breaker: None,
+                    event_limit: 1 << 20,
+                },
+                saw_done: false,
+                last: LastShape::default(),
+            }
+        }
+
+        fn bytes(a: Action) -> Option<Vec<u8>> {
+            match a {
+                Action::Keep => Some(Vec::new()),
+                Action::Drop => None,
+                Action::Replace(b) => Some(b),
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn readings_match(events in stream(), tags: bool) {
+                let (mut shaped, mut full) = (tracker(tags), tracker(tags));
+                let start = Instant::now();
+                for (i, data) in events.iter().enumerate() {
+                    let now = start + std::time::Duration::from_millis(i as u64);
+                    let ev = crate::wire::data_event(data);
+                    full.last = LastShape::default();
+                    prop_assert_eq!(bytes(shaped.on_event(&ev, now)), bytes(full.on_event(&ev, now)));
+                    prop_assert_eq!(&shaped.ex.error, &full.ex.error);
+                    prop_assert_eq!(&shaped.ex.usage, &full.ex.usage);
+                    prop_assert_eq!(shaped.ex.first_token, full.ex.first_token);
+                    prop_assert_eq!(shaped.ex.first_content, full.ex.first_content);
+                    prop_assert_eq!(shaped.ex.last_token, full.ex.last_token);
+                }
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::guard;
 use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::tokens::Method;
-use crate::upstream::exchange::{self, Answer, UpstreamReason};
+use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
 use crate::wire::Adapter;
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
@@ -132,11 +132,17 @@ async fn stream(
         slot,
         breaker,
     } = served;
+    let server = &snap.config.server;
     let mut read = Vec::new();
     if alias.backend.flavor == Flavor::Sglang {
         let window = alias.context_window.map_or(0, |w| w.get());
-        let (chunks, error) =
-            peek::first_event(&mut upstream, snap.config.server.stream_peek, window).await;
+        let (chunks, error) = peek::first_event(
+            &mut upstream,
+            server.stream_peek,
+            server.event_limit,
+            window,
+        )
+        .await;
         if let Some(e) = error {
             snap.metrics(Some(&alias.name)).rejection(Method::Backend);
             return Err(e);
@@ -153,6 +159,7 @@ async fn stream(
         transform: adapter.stream_transform(routed.output, alias.think_tags.clone()),
         adapter,
         breaker,
+        event_limit: server.event_limit,
     };
     let upstream = if read.is_empty() {
         upstream
@@ -161,6 +168,34 @@ async fn stream(
     };
     let body = relay::relay(upstream, rec.take(), slot, opts);
     let mut r = Response::new(body);
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
+    Ok(r)
+}
+
+/// An answer longer than `limit`: relayed as it comes (the slot held to its end) when nothing
+/// rewrites it, else refused.
+fn over_limit(
+    rec: &mut Record,
+    served: Served<'_>,
+    status: StatusCode,
+    headers: HeaderMap,
+    rest: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
+    limit: usize,
+) -> Result<Response, ProxyError> {
+    let backend = rec.backend.clone().unwrap_or_default();
+    if status.is_success() && served.adapter.rewrites_answers() {
+        rec.metrics().upstream_error(UpstreamReason::too_large);
+        return Err(ProxyError::AnswerTooLarge { backend, limit });
+    }
+    tracing::warn!(%backend, limit, "answer longer than answer_limit_bytes relayed unread");
+    rec.responding();
+    let slot = served.slot;
+    let rest = rest.map(move |piece| {
+        let _held = &slot;
+        piece
+    });
+    let mut r = Response::new(Body::from_stream(rest));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
     Ok(r)
@@ -178,8 +213,10 @@ async fn whole(
     let alias = served.alias;
     let m = snap.metrics(Some(&alias.name));
     let backend = || rec.backend.clone().unwrap_or_default();
-    let mut bytes = match exchange::read_all(body).await {
-        Ok(b) => b,
+    let limit = snap.config.server.answer_limit;
+    let mut bytes = match exchange::read_within(body, limit).await {
+        Ok(Held::Whole(b)) => b,
+        Ok(Held::Over(rest)) => return over_limit(rec, served, status, headers, rest, limit),
         Err(e) => {
             if let Some(b) = &served.breaker {
                 b.failure(std::time::Instant::now());

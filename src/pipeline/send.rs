@@ -15,7 +15,7 @@ use crate::error::ProxyError;
 use crate::fleet::routes::FallbackReason;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
-use crate::upstream::exchange::{self, Answer, UpstreamReason};
+use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
 
 /// An exchange that gave the client nothing yet, and why.
 pub enum Failed {
@@ -78,15 +78,20 @@ pub async fn send(
     answer.body = deadline::bounded(answer.body, limits.idle, started, limits.total);
     if answer.status.is_server_error() {
         m.upstream_error(UpstreamReason::status_5xx);
-        return Err(failed_answer(answer, backend).await);
+        return Err(failed_answer(answer, backend, server.answer_limit).await);
     }
     Ok(answer)
 }
 
-/// A 5xx answer read whole: a loading 503 or another server error.
-async fn failed_answer(mut answer: Answer, backend: &Backend) -> Failed {
-    match exchange::read_all(answer.body).await {
-        Ok(bytes) => {
+/// A 5xx answer read whole: a loading 503 or another server error (past `limit` bytes, one
+/// passed on as it comes).
+async fn failed_answer(mut answer: Answer, backend: &Backend, limit: usize) -> Failed {
+    match exchange::read_within(answer.body, limit).await {
+        Ok(Held::Over(rest)) => {
+            answer.body = rest;
+            Failed::Answer(answer, FallbackReason::status_5xx)
+        }
+        Ok(Held::Whole(bytes)) => {
             let why = if answer.status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
                 FallbackReason::loading
             } else {

@@ -61,6 +61,13 @@ impl StreamRewriter {
         self.rewrite_parsed(data)
     }
 
+    /// Whether [`StreamRewriter::rewrite`] leaves an event unchanged by its keys and the types
+    /// of their values alone: true without think tags (a rename of reasoning keys with string
+    /// values, no state between events).
+    pub fn follows_keys(&self) -> bool {
+        self.tags.is_none()
+    }
+
     /// The rewrite by a parse of the payload, what [`StreamRewriter::rewrite`] gives without
     /// its byte searches.
     pub(crate) fn rewrite_parsed<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {

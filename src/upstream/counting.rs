@@ -6,7 +6,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{header, HeaderMap, HeaderValue};
 
-use super::{chain, read_all, Client, Origin};
+use super::{chain, read_all, Client, Origin, SMALL_ANSWER_LIMIT};
 use crate::tokens::backend::{CountTarget, Transport};
 
 impl Transport for Client {
@@ -39,7 +39,9 @@ impl Transport for Client {
                     .await
                     .map_err(|e| e.to_string())?;
                 let status = resp.status.as_u16();
-                let text = read_all(resp.body).await.map_err(|e| chain(e.as_ref()))?;
+                let text = read_all(resp.body, SMALL_ANSWER_LIMIT)
+                    .await
+                    .map_err(|e| chain(e.as_ref()))?;
                 Ok((status, text))
             };
             tokio::time::timeout(timeout, exchange)

@@ -10,7 +10,7 @@ use prometheus_client::encoding::EncodeLabelValue;
 use crate::config::Backend;
 use crate::error::ProxyError;
 use crate::upstream::hop;
-pub use crate::upstream::read_all;
+pub use crate::upstream::{read_all, read_within, Held, TooLong};
 use crate::upstream::{BoxError, Client, SendError, Target};
 
 /// Why an upstream exchange failed.
@@ -24,6 +24,8 @@ pub enum UpstreamReason {
     stream_broken,
     /// The backend's answer breaks HTTP/1.1: a malformed head, chunk or trailer.
     protocol,
+    /// An answer to be held whole, or one stream event, longer than the proxy holds.
+    too_large,
 }
 
 /// The metric reason of an error [`send`] returned.
@@ -217,18 +219,42 @@ mod tests {
 
     #[tokio::test]
     async fn read_all_joins_chunks_and_keeps_a_single_one_as_it_is() {
-        assert_eq!(read_all(chunks(vec![])).await.unwrap(), "");
-        let one = read_all(chunks(vec![Ok("{\"a\":1}")])).await.unwrap();
+        assert_eq!(read_all(chunks(vec![]), 16).await.unwrap(), "");
+        let one = read_all(chunks(vec![Ok("{\"a\":1}")]), 16).await.unwrap();
         assert_eq!(one, "{\"a\":1}");
-        let three = read_all(chunks(vec![Ok("ab"), Ok("c"), Ok("def")])).await;
+        let three = read_all(chunks(vec![Ok("ab"), Ok("c"), Ok("def")]), 16).await;
         assert_eq!(three.unwrap(), "abcdef");
         for broken in [
             vec![Err("cut")],
             vec![Ok("ab"), Err("cut")],
             vec![Ok("ab"), Ok("c"), Err("cut"), Ok("never")],
         ] {
-            let e = read_all(chunks(broken)).await.unwrap_err();
+            let e = read_all(chunks(broken), 16).await.unwrap_err();
             assert_eq!(e.to_string(), "cut");
         }
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_held_no_further_and_relayed_whole() {
+        let exact = read_within(chunks(vec![Ok("abc"), Ok("def")]), 6)
+            .await
+            .unwrap();
+        assert!(matches!(exact, Held::Whole(b) if b == "abcdef"));
+        for parts in [
+            vec![Ok("abcdefg")],
+            vec![Ok("abc"), Ok("defg"), Ok("hij")],
+            vec![Ok("ab"), Ok("cd"), Ok("ef"), Ok("gh")],
+        ] {
+            let all: String = parts.iter().map(|p| p.unwrap()).collect();
+            let Held::Over(rest) = read_within(chunks(parts), 6).await.unwrap() else {
+                panic!("held past the limit");
+            };
+            let got: Vec<Bytes> = rest.map(Result::unwrap).collect().await;
+            assert_eq!(got.concat(), all.as_bytes());
+        }
+        let e = read_all(chunks(vec![Ok("abc"), Ok("defg")]), 6)
+            .await
+            .unwrap_err();
+        assert!(e.downcast_ref::<TooLong>().is_some(), "{e}");
     }
 }

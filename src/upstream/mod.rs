@@ -27,6 +27,7 @@ use arc_swap::ArcSwap;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
+use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -283,24 +284,62 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
-/// The whole body of an answer (a body that came in one piece is not copied).
-pub async fn read_all<S>(mut body: S) -> Result<Bytes, BoxError>
-where
-    S: Stream<Item = Result<Bytes, BoxError>> + Unpin,
-{
+/// Most of a small answer read whole (a probe's, a count's): a backend's answer to
+/// `/props`, `/v1/models` or `/tokenize` is a few KiB.
+pub const SMALL_ANSWER_LIMIT: usize = 4 << 20;
+
+/// A body longer than the bytes a reader holds.
+#[derive(Debug, thiserror::Error)]
+#[error("the answer is longer than {0} bytes")]
+pub struct TooLong(pub usize);
+
+/// An answer's body read up to a limit.
+pub enum Held {
+    /// The whole body, within the limit (a body that came in one piece is not copied).
+    Whole(Bytes),
+    /// A body longer than the limit: the bytes read (at most the limit and one piece), and
+    /// the rest as it comes.
+    Over(BoxStream<'static, Result<Bytes, BoxError>>),
+}
+
+/// Read `body` whole if it ends within `limit` bytes.
+pub async fn read_within(
+    mut body: BoxStream<'static, Result<Bytes, BoxError>>,
+    limit: usize,
+) -> Result<Held, BoxError> {
     let Some(first) = body.next().await.transpose()? else {
-        return Ok(Bytes::new());
+        return Ok(Held::Whole(Bytes::new()));
     };
+    if first.len() > limit {
+        return Ok(Held::Over(
+            futures_util::stream::iter([Ok(first)]).chain(body).boxed(),
+        ));
+    }
     let Some(second) = body.next().await.transpose()? else {
-        return Ok(first);
+        return Ok(Held::Whole(first));
     };
     let mut out = BytesMut::with_capacity(first.len() + second.len());
     out.extend_from_slice(&first);
     out.extend_from_slice(&second);
-    while let Some(chunk) = body.next().await {
-        out.extend_from_slice(&chunk?);
+    while out.len() <= limit {
+        match body.next().await {
+            Some(chunk) => out.extend_from_slice(&chunk?),
+            None => return Ok(Held::Whole(out.freeze())),
+        }
     }
-    Ok(out.freeze())
+    let held = futures_util::stream::iter([Ok(out.freeze())]);
+    Ok(Held::Over(held.chain(body).boxed()))
+}
+
+/// The whole body of an answer; [`TooLong`] past `limit` bytes.
+pub async fn read_all<S>(body: S, limit: usize) -> Result<Bytes, BoxError>
+where
+    S: Stream<Item = Result<Bytes, BoxError>> + Send + 'static,
+{
+    match read_within(body.boxed(), limit).await? {
+        Held::Whole(bytes) => Ok(bytes),
+        Held::Over(_) => Err(Box::new(TooLong(limit))),
+    }
 }
 
 /// An idle connection is still usable: the backend has neither closed it nor sent anything.
@@ -760,7 +799,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.status, StatusCode::OK);
-        read_all(r.body).await.unwrap()
+        read_all(r.body, SMALL_ANSWER_LIMIT).await.unwrap()
     }
 
     /// How many connections three requests in a row took, each body read to its end.
@@ -1025,7 +1064,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.status, StatusCode::OK);
-        assert_eq!(read_all(r.body).await.unwrap(), "ok");
+        assert_eq!(read_all(r.body, SMALL_ANSWER_LIMIT).await.unwrap(), "ok");
 
         let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = silent.local_addr().unwrap().to_string();

@@ -286,7 +286,9 @@ mod tests {
             )
             .await?;
         assert_eq!(r.status, StatusCode::OK);
-        Ok(read_all(r.body).await.unwrap())
+        Ok(read_all(r.body, crate::upstream::SMALL_ANSWER_LIMIT)
+            .await
+            .unwrap())
     }
 
     /// Requests to an https backend in a row take one TLS connection, kept alive.

@@ -38,6 +38,10 @@ impl Adapter for Chat {
         Some(Box::new(StreamRewriter::new(output, tags)))
     }
 
+    fn rewrites_answers(&self) -> bool {
+        true
+    }
+
     fn rewrite_answer(
         &self,
         body: &[u8],
@@ -55,5 +59,9 @@ impl EventTransform for StreamRewriter {
 
     fn flush(&mut self) -> Option<Vec<u8>> {
         StreamRewriter::flush(self)
+    }
+
+    fn follows_keys(&self) -> bool {
+        StreamRewriter::follows_keys(self)
     }
 }

@@ -31,6 +31,12 @@ pub trait EventTransform: Send {
     fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]>;
     /// Payload to send before the final events (text still held back), if any.
     fn flush(&mut self) -> Option<Vec<u8>>;
+    /// Whether `rewrite` leaves an event unchanged by its keys and the types of their values
+    /// alone, never by the text of a string or by earlier events: then an event shaped as one
+    /// it left unchanged (`pipeline::same_shape`) is left unchanged without a call.
+    fn follows_keys(&self) -> bool {
+        false
+    }
 }
 
 /// What differs between the APIs, for one API.
@@ -70,6 +76,11 @@ pub trait Adapter: Sync {
         _tags: Option<Arc<ThinkTags>>,
     ) -> Option<Box<dyn EventTransform>> {
         None
+    }
+
+    /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`] may change them).
+    fn rewrites_answers(&self) -> bool {
+        false
     }
 
     /// A whole answer rewritten, or `None` when it passes as it is.

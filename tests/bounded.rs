@@ -1,0 +1,270 @@
+//! Memory per request is bounded whatever a backend sends: long answers nothing rewrites are
+//! relayed as they come, those that must be held are refused past `answer_limit_bytes`, and a
+//! stream event that never ends is cut at `event_limit_bytes` (hostile backends on loopback
+//! generating hundreds of MiB; the proxy's resident memory is sampled while they send).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{chat, client, proxy, sample};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MIB: usize = 1 << 20;
+/// What each hostile backend sends.
+const SENT: usize = 256 * MIB;
+/// What the proxy may add to its resident memory while relaying it: the limits below, the
+/// socket and allocator slack (without the limits it grows by the whole answer).
+const GROWTH: usize = 48 * MIB;
+
+/// One test at a time measures the process's memory.
+static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Resident memory of this process (the proxy runs in it), in bytes.
+fn rss() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// The largest resident memory seen while `f` runs, above what it was before.
+async fn peak_growth<F: std::future::Future>(f: F) -> (F::Output, usize) {
+    let base = rss();
+    let done = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicUsize::new(base));
+    let sampler = {
+        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                peak.fetch_max(rss(), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let out = f.await;
+    done.store(true, Ordering::SeqCst);
+    sampler.join().unwrap();
+    peak.fetch_max(rss(), Ordering::SeqCst);
+    (out, peak.load(Ordering::SeqCst).saturating_sub(base))
+}
+
+/// A backend that reads a request, then answers with `head` and a chunked body of `total`
+/// bytes of `piece` repeated (generated, never stored); counts the body bytes it could write
+/// before the proxy stopped reading.
+async fn flooding_backend(
+    head: &'static str,
+    piece: &'static [u8],
+    total: usize,
+) -> (String, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let written = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&written);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let lower = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let len: usize = lower
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                    let mut chunk = [0u8; 4096];
+                    match tcp.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let mut out =
+                    format!("HTTP/1.1 200 OK\r\n{head}transfer-encoding: chunked\r\n\r\n")
+                        .into_bytes();
+                let block: Vec<u8> = piece.iter().copied().cycle().take(64 * 1024).collect();
+                let frame = [
+                    format!("{:x}\r\n", block.len()).into_bytes(),
+                    block,
+                    b"\r\n".to_vec(),
+                ]
+                .concat();
+                if tcp.write_all(&out).await.is_err() {
+                    return;
+                }
+                let mut sent = 0;
+                while sent < total {
+                    if tcp.write_all(&frame).await.is_err() {
+                        return;
+                    }
+                    sent += frame.len();
+                    count.store(sent as u64, Ordering::SeqCst);
+                }
+                out.clear();
+                let _ = tcp.write_all(b"0\r\n\r\n").await;
+            });
+        }
+    });
+    (url, written)
+}
+
+fn config(flavor: &str, server: &str) -> String {
+    format!(
+        r#"
+[server]
+{server}
+[backends.b]
+url = "{{b}}"
+flavor = "{flavor}"
+slots = 4
+[aliases.a]
+backend = "b"
+upstream_model = "up"
+"#
+    )
+}
+
+/// Regression (issue 17): a non-streamed answer of hundreds of MiB was held whole before the
+/// client got a byte (RSS grew by twice its size). One nothing rewrites now flows through.
+#[tokio::test]
+async fn r17_a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
+    let _one = MEASURING.lock().await;
+    let (url, _) = flooding_backend("content-type: application/json\r\n", b"[0.125, ", SENT).await;
+    let p = proxy(
+        &config("vllm", "answer_limit_bytes = 4194304"),
+        &[("b", url)],
+    )
+    .await;
+    let c = client();
+    let (got, growth) = peak_growth(async {
+        let resp = c
+            .post(p.url("/v1/embeddings"))
+            .json(&json!({"model": "a", "input": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.bytes_stream();
+        let mut got = 0usize;
+        while let Some(piece) = body.next().await {
+            got += piece.unwrap().len();
+        }
+        got
+    })
+    .await;
+    assert!(got >= SENT, "the whole answer came through ({got} bytes)");
+    assert!(growth < GROWTH, "the proxy held {} MiB", growth / MIB);
+}
+
+/// Regression (issue 17): a chat answer, which must be read whole to be rewritten, is refused
+/// past `answer_limit_bytes` with the API's error, and the backend is left at once.
+#[tokio::test]
+async fn r17_a_chat_answer_past_the_limit_is_refused_without_being_held() {
+    let _one = MEASURING.lock().await;
+    let (url, written) =
+        flooding_backend("content-type: application/json\r\n", b"{\"a\": 1} ", SENT).await;
+    let p = proxy(
+        &config("vllm", "answer_limit_bytes = 4194304"),
+        &[("b", url)],
+    )
+    .await;
+    let c = client();
+    let (resp, growth) = peak_growth(p.post_chat(&c, &chat("a", false))).await;
+    assert_eq!(resp.status(), 502);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "answer_too_large", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("answer_limit_bytes"),
+        "{e}"
+    );
+    assert!(growth < GROWTH, "the proxy held {} MiB", growth / MIB);
+    assert!(
+        written.load(Ordering::SeqCst) < (SENT / 2) as u64,
+        "the backend was left early"
+    );
+    let m = p.metrics().await;
+    let key = r#"switchboard_upstream_errors_total{alias="a",reason="too_large"}"#;
+    assert_eq!(sample(&m, key), 1.0, "{m}");
+}
+
+/// Regression (issue 17): an SSE event that never ends (lines with single newlines) was
+/// gathered whole and searched again on every chunk. It is cut at `event_limit_bytes` with
+/// the stream's error event.
+#[tokio::test]
+async fn r17_an_event_that_never_ends_is_cut_at_the_limit() {
+    let _one = MEASURING.lock().await;
+    let (url, written) =
+        flooding_backend("content-type: text/event-stream\r\n", b"data: x\n", SENT).await;
+    let p = proxy(
+        &config("vllm", "event_limit_bytes = 1048576"),
+        &[("b", url)],
+    )
+    .await;
+    let c = client();
+    let (text, growth) = peak_growth(async {
+        let resp = p.post_chat(&c, &chat("a", true)).await;
+        assert_eq!(resp.status(), 200);
+        common::within("the stream's end", resp.text())
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(
+        text.len() < 2 * MIB,
+        "nothing of the endless event was sent on"
+    );
+    let last = text.lines().rfind(|l| l.starts_with("data: ")).unwrap();
+    let e: Value = serde_json::from_str(&last["data: ".len()..]).unwrap();
+    assert_eq!(e["error"]["code"], "event_too_large", "{e}");
+    assert!(growth < GROWTH, "the proxy held {} MiB", growth / MIB);
+    assert!(
+        written.load(Ordering::SeqCst) < (SENT / 2) as u64,
+        "the backend was left early"
+    );
+}
+
+/// A long event under the limit, sent in small pieces, arrives whole and unchanged.
+#[tokio::test]
+async fn a_long_event_under_the_limit_arrives_whole() {
+    let text = "y".repeat(2 * MIB);
+    let event = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": text}}]})
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let body = event.clone() + "data: [DONE]\n\n";
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut head = Vec::new();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tcp.read(&mut buf).await.unwrap();
+            head.extend_from_slice(&buf[..n]);
+        }
+        let mut out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for piece in body.as_bytes().chunks(2048) {
+            out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            out.extend_from_slice(piece);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        tcp.write_all(&out).await.unwrap();
+    });
+    let p = proxy(&config("llamacpp", ""), &[("b", url)]).await;
+    let c = client();
+    let resp = p.post_chat(&c, &chat("a", true)).await;
+    let got = common::within("the stream", resp.text()).await.unwrap();
+    assert_eq!(got, event + "data: [DONE]\n\n");
+}
