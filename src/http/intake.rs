@@ -186,6 +186,40 @@ mod tests {
         assert_eq!(request_id(&h).len(), 32);
     }
 
+    fn pieces(
+        parts: &[&'static str],
+    ) -> impl http_body::Body<Data = Bytes, Error = std::io::Error> {
+        let frames = parts
+            .iter()
+            .map(|p| {
+                Ok::<_, std::io::Error>(http_body::Frame::data(Bytes::from_static(p.as_bytes())))
+            })
+            .collect::<Vec<_>>();
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_in_one_buffer_within_its_limit() {
+        let none = HeaderMap::new();
+        let one = read_body(pieces(&["{\"a\":1}"]), 64, &none).await.unwrap();
+        assert_eq!(one, "{\"a\":1}");
+        let mut declared = HeaderMap::new();
+        declared.insert(header::CONTENT_LENGTH, HeaderValue::from_static("9"));
+        let many = read_body(pieces(&["{\"a\"", ":", "12}", "", "  "]), 64, &declared).await;
+        assert_eq!(many.unwrap(), "{\"a\":12}  ");
+        let over = read_body(pieces(&["0123456789", "0123456789"]), 15, &none).await;
+        assert!(matches!(
+            over,
+            Err(ProxyError::PayloadTooLarge { limit: 15 })
+        ));
+        declared.insert(header::CONTENT_LENGTH, HeaderValue::from_static("16"));
+        let said = read_body(pieces(&["x"]), 15, &declared).await;
+        assert!(matches!(
+            said,
+            Err(ProxyError::PayloadTooLarge { limit: 15 })
+        ));
+    }
+
     #[test]
     fn json_content_types_are_accepted_and_others_refused() {
         for ok in [
