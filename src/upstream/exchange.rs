@@ -105,7 +105,8 @@ pub async fn send(
                 tls: tls.as_deref(),
                 connect: Some(backend.timeouts.connect),
             };
-            let sent = client.pool().post(to, &path, headers, body);
+            let mut wrote = false;
+            let sent = client.pool().post(to, &path, headers, body, &mut wrote);
             match tokio::time::timeout(header_timeout, sent).await {
                 Ok(Ok(r)) => {
                     return Ok(Answer {
