@@ -85,6 +85,8 @@ backends = ["a", "b"]
 struct Tally {
     ok: AtomicUsize,
     failed: AtomicUsize,
+    /// Failures that were a 502 (a request the killed backend had, not sent elsewhere).
+    bad_gateway: AtomicUsize,
     /// Streams that ended with an error event (their backend was killed).
     cut: AtomicUsize,
     /// Streams that ended with neither `[DONE]` nor an error event.
@@ -101,6 +103,9 @@ async fn traffic(url: String, stream: bool, stop: Arc<AtomicBool>, tally: Arc<Ta
         };
         if resp.status() != 200 {
             tally.failed.fetch_add(1, Ordering::SeqCst);
+            if resp.status() == 502 {
+                tally.bad_gateway.fetch_add(1, Ordering::SeqCst);
+            }
             continue;
         }
         if !stream {
@@ -125,8 +130,10 @@ async fn traffic(url: String, stream: bool, stop: Arc<AtomicBool>, tally: Arc<Ta
     }
 }
 
+/// Killed, a replica drops the requests it had: each is a 502, not sent to the other replica
+/// (issue 17: it may have run them). Every request it had not been sent goes to the other.
 #[tokio::test]
-async fn r19_a_killed_replica_loses_no_request_and_gets_traffic_back() {
+async fn r19_a_killed_replica_loses_only_the_requests_it_had_and_gets_traffic_back() {
     let a = sim(paced()).await;
     let b = sim(paced()).await;
     let a_addr = a.addr();
@@ -157,12 +164,14 @@ async fn r19_a_killed_replica_loses_no_request_and_gets_traffic_back() {
     for l in loops {
         within("the client loops", l).await.unwrap();
     }
-    assert_eq!(
-        plain.failed.load(Ordering::SeqCst),
-        0,
-        "non-streaming failures"
-    );
-    assert_eq!(streams.failed.load(Ordering::SeqCst), 0, "streams refused");
+    // A request fails only on a connection the proxy had to the killed replica, and a failed
+    // connection is not used again: at most one failure for each of the 6 client loops, and
+    // one for a connection a health probe may have left in the pool.
+    let failed = plain.failed.load(Ordering::SeqCst) + streams.failed.load(Ordering::SeqCst);
+    let bad_gateway =
+        plain.bad_gateway.load(Ordering::SeqCst) + streams.bad_gateway.load(Ordering::SeqCst);
+    assert_eq!(failed, bad_gateway, "failures other than a 502");
+    assert!(failed <= 7, "{failed} requests failed");
     assert_eq!(
         streams.lost.load(Ordering::SeqCst),
         0,

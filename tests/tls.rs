@@ -275,3 +275,65 @@ async fn tls_unusable_ca_file_is_reported_by_its_key() {
     let r = p.post_chat(&client(), &chat("a", false)).await;
     assert_eq!(r.status(), 200);
 }
+
+/// Issue 17: an https backend that answers 413 once it has the head, before reading the
+/// 20 MiB body, and closes: the client gets that 413 and its body, and the backend saw the
+/// request once.
+#[tokio::test]
+async fn tls_a_413_sent_before_the_body_is_read_reaches_the_client() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const REFUSAL: &str = r#"{"error":{"message":"too large","type":"invalid_request_error"}}"#;
+    let fleet = fleet();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&heads);
+    let acceptor = TlsAcceptor::from(Arc::clone(&fleet.server));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            // The answer leaves at once: a close with the body unread drops what is unsent.
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, seen) = (acceptor.clone(), Arc::clone(&seen));
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let (mut head, mut buf) = (Vec::new(), [0u8; 4096]);
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                seen.fetch_add(1, Ordering::SeqCst);
+                let answer = format!(
+                    "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{REFUSAL}",
+                    REFUSAL.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.flush().await;
+                // Dropped with the body unread: the kernel resets the connection.
+            });
+        }
+    });
+    let text = config(port, Flavor::Llamacpp, Some(&fleet.ca_file));
+    let p = tls_proxy(&text.replace("context_window = 4096\n", "")).await;
+    let body = serde_json::json!({
+        "model": "a",
+        "messages": [{"role": "user", "content": "x".repeat(20 << 20)}],
+    });
+    let r = within(
+        "the proxy's answer",
+        client()
+            .post(p.url("/v1/chat/completions"))
+            .json(&body)
+            .send(),
+    )
+    .await
+    .unwrap();
+    let status = r.status();
+    let text = within("its body", r.text()).await.unwrap();
+    assert_eq!((status.as_u16(), text.as_str()), (413, REFUSAL));
+    assert_eq!(heads.load(Ordering::SeqCst), 1);
+}

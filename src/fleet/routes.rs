@@ -18,9 +18,10 @@ pub enum FallbackReason {
     loading,
     /// Its breaker refuses requests.
     breaker_open,
-    /// Connection refused, reset before the request was written, or closed before the answer.
+    /// Connection refused, or failed before the kernel took a byte of the request (a
+    /// failure after that ends the request: it is sent nowhere else).
     connect,
-    /// No answer head within the first-byte timeout.
+    /// The first-byte timeout ran out before a byte of the request was written (connecting).
     timeout,
     /// A 5xx answer.
     status_5xx,

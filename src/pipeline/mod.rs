@@ -3,7 +3,8 @@
 //! Each step is a function of its own file. What differs between the APIs comes from the
 //! request's adapter ([`crate::wire::Adapter`]), so no step names an API. Choose and send run
 //! in a loop over the alias's replicas and then its fallbacks, while no byte of an answer has
-//! reached the client.
+//! reached the client and no byte of the request may have reached a backend that gave no
+//! answer.
 
 mod admit;
 mod choose;
@@ -87,7 +88,7 @@ pub async fn handle(
                     let served = respond::Served::new(req.adapter, &routed, &alias, chosen);
                     return respond::respond(snap, rec, served, answer).await;
                 }
-                Err(failed) => tries.failed(chosen, failed),
+                Err(failed) => tries.failed(chosen, failed)?,
             }
         }
         tries.next_alias(snap, rec);

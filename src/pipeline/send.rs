@@ -1,7 +1,8 @@
 //! Send: the client's headers made the backend's, the body posted to the chosen replica, the
 //! answer's head awaited (within the first-byte limit), its body bounded by the idle and total
-//! limits. A failure before any byte of the answer could reach the client is handed back, so
-//! the request can go on to the next replica or fallback.
+//! limits. A failure before any byte of the answer could reach the client is handed back: one
+//! before any byte of the request could reach the backend, or a 5xx answer, can go on to the
+//! next replica or fallback; once the backend may have the request, it is sent nowhere else.
 
 use std::time::Instant;
 
@@ -19,8 +20,13 @@ use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
 
 /// An exchange that gave the client nothing yet, and why.
 pub enum Failed {
-    /// No answer head: refused, not delivered, closed before the head, timed out.
+    /// No answer head, and not a byte of the request reached the backend: refused, not
+    /// delivered, a failed TLS handshake, timed out while connecting.
     Error(ProxyError, FallbackReason),
+    /// No answer head, and some of the request may have reached the backend (closed or reset
+    /// after a write, a malformed head, no head in time): the client's answer, as the backend
+    /// may be running the request.
+    Delivered(ProxyError),
     /// A 5xx answer, its body read whole (it is the client's answer if nothing else serves).
     Answer(Answer, FallbackReason),
 }
@@ -29,6 +35,10 @@ impl Failed {
     pub fn reason(&self) -> FallbackReason {
         match self {
             Failed::Error(_, why) | Failed::Answer(_, why) => *why,
+            Failed::Delivered(e) => match exchange::reason_of(e) {
+                Some(UpstreamReason::timeout) => FallbackReason::timeout,
+                _ => FallbackReason::connect,
+            },
         }
     }
 }
@@ -62,16 +72,19 @@ pub async fn send(
     .await;
     let mut answer = match sent {
         Ok(a) => a,
-        Err(e) => {
-            let reason = exchange::reason_of(&e);
+        Err(exchange::Unanswered { error, reached }) => {
+            let reason = exchange::reason_of(&error);
             if let Some(reason) = reason {
                 m.upstream_error(reason);
+            }
+            if reached {
+                return Err(Failed::Delivered(error));
             }
             let why = match reason {
                 Some(UpstreamReason::timeout) => FallbackReason::timeout,
                 _ => FallbackReason::connect,
             };
-            return Err(Failed::Error(e, why));
+            return Err(Failed::Error(error, why));
         }
     };
     rec.headers_received();

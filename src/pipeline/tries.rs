@@ -75,8 +75,9 @@ impl<'s> Tries<'s> {
     }
 
     /// Sending to `chosen` failed before any byte reached the client: its breaker counts it
-    /// (a loading backend is not failing), and the next replica is tried.
-    pub fn failed(&mut self, chosen: Chosen, failed: Failed) {
+    /// (a loading backend is not failing), and the next replica is tried — unless some of the
+    /// request may have reached the backend: then its error is the client's answer (`Err`).
+    pub fn failed(&mut self, chosen: Chosen, failed: Failed) -> Result<(), ProxyError> {
         let why = failed.reason();
         if let Some(pass) = chosen.pass {
             if why != FallbackReason::loading {
@@ -87,8 +88,10 @@ impl<'s> Tries<'s> {
         self.why = Some(why);
         self.last = Some(match failed {
             Failed::Error(e, _) => Last::Error(e),
+            Failed::Delivered(e) => return Err(e),
             Failed::Answer(answer, _) => Last::Answer(self.order[self.at].clone(), answer),
         });
+        Ok(())
     }
 
     /// No replica of the current alias can take the request.

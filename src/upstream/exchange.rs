@@ -79,6 +79,15 @@ pub struct Answer {
     pub body: BoxStream<'static, Result<Bytes, BoxError>>,
 }
 
+/// An exchange that got no answer head: what the client is told, and whether a byte of the
+/// request may have reached the backend (then it is sent nowhere else: the backend may be
+/// running it).
+#[derive(Debug)]
+pub struct Unanswered {
+    pub error: ProxyError,
+    pub reached: bool,
+}
+
 /// POST `body` to `backend` at `path_and_query`; errors mapped to what the client is told.
 /// The client leaves the hop-by-hop fields out as it writes the request's head and reads the
 /// answer's; `Connection` and the fields it names stay in the answer's map
@@ -90,13 +99,14 @@ pub async fn send(
     headers: HeaderMap,
     body: Bytes,
     header_timeout: Duration,
-) -> Result<Answer, ProxyError> {
+) -> Result<Answer, Unanswered> {
     let started = Instant::now();
     let path = if backend.path_prefix.is_empty() {
         std::borrow::Cow::Borrowed(path_and_query)
     } else {
         std::borrow::Cow::Owned(format!("{}{}", backend.path_prefix, path_and_query))
     };
+    let mut reached = false;
     // The pool is called here, not through `Client::post`: one future less on the way of
     // every proxied request.
     let failed = match client.tls_for(backend.origin()) {
@@ -107,8 +117,9 @@ pub async fn send(
                 tls: tls.as_deref(),
                 connect: Some(backend.timeouts.connect),
             };
-            let sent = client.pool().post(to, &path, headers, body);
-            match tokio::time::timeout(header_timeout, sent).await {
+            let sent = client.pool().post(to, &path, headers, body, &mut reached);
+            let outcome = tokio::time::timeout(header_timeout, sent).await;
+            match outcome {
                 Ok(Ok(r)) => {
                     return Ok(Answer {
                         status: r.status,
@@ -122,7 +133,7 @@ pub async fn send(
         }
     };
     let backend = backend.name.clone();
-    Err(match failed {
+    let error = match failed {
         SendError::Connect(_) | SendError::Unsent(_) => ProxyError::UpstreamConnect { backend },
         SendError::Tls(detail) => ProxyError::UpstreamTls { backend, detail },
         SendError::Protocol(detail) => ProxyError::UpstreamProtocol { backend, detail },
@@ -131,7 +142,8 @@ pub async fn send(
             backend,
             elapsed: started.elapsed(),
         },
-    })
+    };
+    Err(Unanswered { error, reached })
 }
 
 /// Seconds a client should wait before retrying a loading backend.

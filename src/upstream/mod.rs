@@ -2,8 +2,10 @@
 //! connections (TCP, or TLS over TCP through rustls), each used by one request at a time inside
 //! that request's own task. The response head is parsed by `httparse`; the body is decoded
 //! straight from the connection's buffer, so every event the backend has already sent comes out
-//! of one read as one piece (no per-chunk hand-off). One pool per worker thread. Proxied
-//! requests, health probes (GET) and backend token counting (POST, whole body) all use it.
+//! of one read as one piece (no per-chunk hand-off). A request the socket does not take at
+//! once is written while the answer is read (`duplex`), and one that may have reached the
+//! backend is never sent again. One pool per worker thread. Proxied requests, health probes
+//! (GET) and backend token counting (POST, whole body) all use it.
 //!
 //! Measured against hyper's client on 2026-12-01 with `benches/load/instructions.sh`
 //! (callgrind, proxy instructions per request, release builds): a chat 36,330 before TLS
@@ -12,6 +14,7 @@
 
 mod conn;
 mod counting;
+mod duplex;
 pub mod exchange;
 mod framing;
 pub mod hop;
@@ -24,17 +27,18 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, StatusCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use conn::Conn;
-use framing::{parse_head, Decoder, Head};
+use conn::{Conn, Wire};
+use duplex::{exchange, read_head, Unanswered};
+use framing::{Decoder, Head};
 use tls::{BackendTls, TlsSettings};
 
 /// Any error of the exchange with a backend, as the relay sees it.
@@ -45,12 +49,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum SendError {
     /// No TCP connection could be made (refused, unreachable, connect timeout).
     Connect(String),
-    /// Not delivered: a new connection was reset before the request was written whole, so
-    /// the backend cannot have a request to run and it may go to another one.
+    /// Not delivered: a new connection failed before the kernel took one byte of the request,
+    /// so the backend cannot have seen it and it may go to another one.
     Unsent(String),
     /// The TLS handshake failed (an untrusted or wrong certificate, say).
     Tls(String),
-    /// The connection failed while sending or reading the head.
+    /// The connection failed while sending or reading the head: some of the request may
+    /// have reached the backend.
     Protocol(String),
     /// Connected, but no response head within the time the caller gave ([`Client::get`]).
     Timeout,
@@ -214,7 +219,9 @@ impl Client {
             tls: tls.as_deref(),
             connect: to.connect,
         };
-        self.pool.post(target, path, headers, body).await
+        self.pool
+            .post(target, path, headers, body, &mut false)
+            .await
     }
 
     /// GET `path` of `to`, the head within `wait` ([`Pool::get`]).
@@ -409,35 +416,6 @@ fn request_head(
     head.freeze()
 }
 
-/// Read from `conn` into `buf` (growing it by `want` when full); `Ok(0)` at the end.
-async fn read_more(conn: &mut Conn, buf: &mut BytesMut, want: usize) -> std::io::Result<usize> {
-    if buf.capacity() == buf.len() {
-        buf.reserve(want);
-    }
-    conn.read_buf(buf).await
-}
-
-/// Read the response head; the bytes after it (the body's start) stay in the buffer.
-async fn read_head(conn: &mut Conn) -> Result<(Head, BytesMut), SendError> {
-    let mut buf = BytesMut::with_capacity(FIRST_READ);
-    loop {
-        match parse_head(&mut buf) {
-            Ok(Some(parsed)) => return Ok((parsed, buf)),
-            Ok(None) => {}
-            Err(e) => return Err(SendError::Malformed(e)),
-        }
-        match read_more(conn, &mut buf, FIRST_READ).await {
-            Ok(0) => {
-                return Err(SendError::Protocol(
-                    "connection closed before the response head".into(),
-                ))
-            }
-            Ok(_) => {}
-            Err(e) => return Err(SendError::Protocol(format!("reading the response: {e}"))),
-        }
-    }
-}
-
 impl Pool {
     pub fn new(connect_timeout: Duration) -> Pool {
         Pool {
@@ -501,9 +479,11 @@ impl Pool {
             .map_err(|e| SendError::Connect(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
         let Some(tls) = to.tls else {
-            return Ok(Conn::Plain(tcp));
+            return Ok(Conn::Plain(Wire::new(tcp)));
         };
-        let handshake = tls.connector.connect(tls.server_name.clone(), tcp);
+        let handshake = tls
+            .connector
+            .connect(tls.server_name.clone(), Wire::new(tcp));
         match tokio::time::timeout(within, handshake).await {
             Ok(Ok(stream)) => Ok(Conn::Tls(Box::new(stream))),
             Ok(Err(e)) => Err(SendError::Tls(tls::handshake_error(&e))),
@@ -512,46 +492,38 @@ impl Pool {
     }
 
     /// POST `body` to `path` of `to`; resolves with the response head. The body reads from
-    /// the connection as it is polled and returns it to the pool at its end. The proxied
-    /// requests' path: written out in one function (no nested futures of its own but the
-    /// I/O ones), as measured cheapest.
+    /// the connection as it is polled and returns it to the pool at its end. A request is
+    /// never sent twice once a byte of it may have reached the backend: a pooled connection
+    /// the backend closed after the check-out check is replaced only when the kernel took
+    /// nothing of the request, and a new connection that takes nothing is
+    /// [`SendError::Unsent`]. `wrote` tells a caller that stops waiting whether a byte of
+    /// the request may have reached the backend.
     pub async fn post(
         self: &Arc<Self>,
         to: Target<'_>,
         path: &str,
         headers: HeaderMap,
         body: Bytes,
+        wrote: &mut bool,
     ) -> Result<UpstreamResponse, SendError> {
         let head = request_head(b"POST ", to.authority, path, &headers, Some(body.len()));
-        // As in `written`: a pooled connection whose write fails is replaced, once.
-        let mut conn = match self.checkout(to.key()) {
-            Some(mut conn) => match write_request(&mut conn, &head, &body).await {
-                Ok(()) => conn,
-                Err(e) => {
+        if let Some(mut conn) = self.checkout(to.key()) {
+            match exchange(&mut conn, &head, &body, wrote).await {
+                Ok((parsed, buf)) => return Ok(self.answer(to, conn, parsed, buf)),
+                Err(Unanswered::Failed(e)) => return Err(e),
+                Err(Unanswered::Untouched(e)) => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
-                    self.send_on_new(to, &head, &body).await?
                 }
-            },
-            None => self.send_on_new(to, &head, &body).await?,
-        };
-        let mut buf = BytesMut::with_capacity(FIRST_READ);
-        let parsed = loop {
-            match parse_head(&mut buf) {
-                Ok(Some(parsed)) => break parsed,
-                Ok(None) => {}
-                Err(e) => return Err(SendError::Malformed(e)),
             }
-            match read_more(&mut conn, &mut buf, FIRST_READ).await {
-                Ok(0) => {
-                    return Err(SendError::Protocol(
-                        "connection closed before the response head".into(),
-                    ))
-                }
-                Ok(_) => {}
-                Err(e) => return Err(SendError::Protocol(format!("reading the response: {e}"))),
+        }
+        let mut conn = self.connect(to).await?;
+        match exchange(&mut conn, &head, &body, wrote).await {
+            Ok((parsed, buf)) => Ok(self.answer(to, conn, parsed, buf)),
+            Err(Unanswered::Failed(e)) => Err(e),
+            Err(Unanswered::Untouched(e)) => {
+                Err(SendError::Unsent(format!("sending the request: {e}")))
             }
-        };
-        Ok(self.answer(to, conn, parsed, buf))
+        }
     }
 
     /// GET `path` of `to`: a connection within the connect timeout and `wait`
@@ -566,7 +538,7 @@ impl Pool {
     ) -> Result<UpstreamResponse, SendError> {
         let deadline = tokio::time::Instant::now() + wait;
         let head = request_head(b"GET ", to.authority, path, headers, None);
-        let mut conn = tokio::time::timeout_at(deadline, self.written(to, &head, &Bytes::new()))
+        let mut conn = tokio::time::timeout_at(deadline, self.written(to, &head))
             .await
             .map_err(|_| SendError::Connect("connect timed out".into()))??;
         let (parsed, buf) = tokio::time::timeout_at(deadline, read_head(&mut conn))
@@ -575,20 +547,26 @@ impl Pool {
         Ok(self.answer(to, conn, parsed, buf))
     }
 
-    /// A connection with the request written on it. A pooled connection the backend closed
-    /// after the check-out check fails the write; then (and only then: the backend cannot
-    /// have seen the request) it goes again on a new connection. Once written, a request is
-    /// never sent twice.
-    async fn written(&self, to: Target<'_>, head: &Bytes, body: &Bytes) -> Result<Conn, SendError> {
-        match self.checkout(to.key()) {
-            Some(mut conn) => match write_request(&mut conn, head, body).await {
-                Ok(()) => Ok(conn),
-                Err(e) => {
+    /// A connection with the bodiless request `head` written on it. As in [`Pool::post`], a
+    /// pooled connection is replaced only when the kernel took nothing of the request.
+    async fn written(&self, to: Target<'_>, head: &Bytes) -> Result<Conn, SendError> {
+        let sending = |e: std::io::Error| format!("sending the request: {e}");
+        if let Some(mut conn) = self.checkout(to.key()) {
+            let before = conn.sent();
+            match write_request(&mut conn, head).await {
+                Ok(()) => return Ok(conn),
+                Err(e) if conn.sent() == before => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
-                    self.send_on_new(to, head, body).await
                 }
-            },
-            None => self.send_on_new(to, head, body).await,
+                Err(e) => return Err(SendError::Protocol(sending(e))),
+            }
+        }
+        let mut conn = self.connect(to).await?;
+        let before = conn.sent();
+        match write_request(&mut conn, head).await {
+            Ok(()) => Ok(conn),
+            Err(e) if conn.sent() == before => Err(SendError::Unsent(sending(e))),
+            Err(e) => Err(SendError::Protocol(sending(e))),
         }
     }
 
@@ -615,28 +593,12 @@ impl Pool {
             },
         }
     }
-
-    /// A new connection with the request written on it.
-    async fn send_on_new(
-        &self,
-        to: Target<'_>,
-        head: &Bytes,
-        body: &Bytes,
-    ) -> Result<Conn, SendError> {
-        let mut conn = self.connect(to).await?;
-        // A new connection that fails the write never carried a whole request.
-        write_request(&mut conn, head, body)
-            .await
-            .map_err(|e| SendError::Unsent(format!("sending the request: {e}")))?;
-        Ok(conn)
-    }
 }
 
-/// Write the request (head, then body) on `conn`, in one `writev` where the socket takes it.
-/// TLS records the socket did not take at once are flushed out.
-async fn write_request(conn: &mut Conn, head: &Bytes, body: &Bytes) -> std::io::Result<()> {
-    conn.write_all_buf(&mut head.clone().chain(body.clone()))
-        .await?;
+/// Write a bodiless request's head on `conn`; TLS records the socket did not take at once are
+/// flushed out.
+async fn write_request(conn: &mut Conn, head: &Bytes) -> std::io::Result<()> {
+    conn.write_all_buf(&mut head.clone()).await?;
     if let Conn::Tls(_) = conn {
         conn.flush().await?;
     }
@@ -795,6 +757,7 @@ mod tests {
                 "/v1/chat/completions",
                 HeaderMap::new(),
                 Bytes::from_static(b"{}"),
+                &mut false,
             )
             .await
             .unwrap();
@@ -893,6 +856,7 @@ mod tests {
                 "/",
                 HeaderMap::new(),
                 Bytes::from_static(b"{}"),
+                &mut false,
             )
             .await;
         assert!(matches!(second, Err(SendError::Protocol(_))));
@@ -992,6 +956,7 @@ mod tests {
                     "/",
                     HeaderMap::new(),
                     Bytes::from_static(b"{}"),
+                    &mut false,
                 )
                 .await
                 .unwrap();
@@ -1096,7 +1061,13 @@ mod tests {
         drop(l);
         let pool = Arc::new(Pool::new(Duration::from_secs(5)));
         let r = pool
-            .post(Target::plain(&addr), "/", HeaderMap::new(), Bytes::new())
+            .post(
+                Target::plain(&addr),
+                "/",
+                HeaderMap::new(),
+                Bytes::new(),
+                &mut false,
+            )
             .await;
         assert!(matches!(r, Err(SendError::Connect(_))));
     }

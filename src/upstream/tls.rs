@@ -283,6 +283,7 @@ mod tests {
                 "/v1/chat/completions",
                 HeaderMap::new(),
                 Bytes::from_static(b"{}"),
+                &mut false,
             )
             .await?;
         assert_eq!(r.status, StatusCode::OK);
