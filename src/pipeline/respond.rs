@@ -25,7 +25,7 @@ use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::tokens::Method;
 use crate::upstream::exchange::{self, Answer, UpstreamReason};
-use crate::wire::Adapter;
+use crate::wire::{Adapter, Api};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
@@ -38,6 +38,9 @@ pub struct Served<'a> {
     pub alias: &'a Alias,
     pub slot: Option<SlotPermit>,
     pub breaker: Option<Arc<Breaker>>,
+    /// The client's API when the request was translated to chat completions: the answer is a
+    /// chat answer.
+    pub translated: Option<Api>,
 }
 
 impl<'a> Served<'a> {
@@ -57,6 +60,7 @@ impl<'a> Served<'a> {
             alias,
             slot: chosen.slot,
             breaker: chosen.breaker,
+            translated: None,
         }
     }
 
@@ -72,6 +76,21 @@ impl<'a> Served<'a> {
             alias,
             slot: None,
             breaker: None,
+            translated: None,
+        }
+    }
+
+    /// The same, for a request that was translated to chat completions for `api`.
+    pub fn translated(mut self, api: Option<Api>) -> Served<'a> {
+        self.translated = api;
+        self
+    }
+
+    /// The adapter of the answer as the backend sent it.
+    fn answered_as(&self) -> &'static dyn Adapter {
+        match self.translated {
+            Some(_) => crate::wire::adapter(crate::wire::Endpoint::chat_completions),
+            None => self.adapter,
         }
     }
 }
@@ -131,6 +150,7 @@ async fn stream(
         alias,
         slot,
         breaker,
+        ..
     } = served;
     let mut read = Vec::new();
     if alias.backend.flavor == Flavor::Sglang {
@@ -203,6 +223,7 @@ async fn whole(
             });
         }
     };
+    let answered_as = served.answered_as();
     drop(served.slot);
     if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
         return Err(ProxyError::UpstreamLoading {
@@ -218,7 +239,7 @@ async fn whole(
         }
     }
     if status.is_success() {
-        if let Some(usage) = served.adapter.usage_of_answer(&bytes) {
+        if let Some(usage) = answered_as.usage_of_answer(&bytes) {
             rec.usage = Some(usage);
         }
         let tags = alias.think_tags.as_deref();

@@ -20,7 +20,7 @@ use tower::ServiceExt;
 
 use super::recorder::Recorded;
 use super::state::Shared;
-use super::{chat, embed, info, llamacpp, reply, tokens_api};
+use super::{chat, embed, info, llamacpp, messages, reply, responses, tokens_api};
 use crate::flavor::Flavor;
 
 /// The routes of one flavour.
@@ -32,6 +32,13 @@ fn router(sh: Arc<Shared>) -> Router {
         .route("/v1/models", get(info::models))
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics));
+    if sh.flavor() != Flavor::Openai {
+        // Messages and Responses, natively (non-streaming answers).
+        r = r
+            .route("/v1/messages", post(messages::messages))
+            .route("/v1/messages/count_tokens", post(messages::count_tokens))
+            .route("/v1/responses", post(responses::responses));
+    }
     r = match sh.flavor() {
         Flavor::Llamacpp => r
             .route("/chat/completions", post(chat::chat))
@@ -46,7 +53,8 @@ fn router(sh: Arc<Shared>) -> Router {
             .route(
                 "/v1/chat/completions/input_tokens",
                 post(tokens_api::input_tokens),
-            ),
+            )
+            .route("/v1/responses/input_tokens", post(responses::input_tokens)),
         Flavor::Vllm => r
             .route("/tokenize", post(tokens_api::vllm_tokenize))
             .route("/detokenize", post(tokens_api::vllm_detokenize)),

@@ -6,6 +6,7 @@
 //! and where the usage of an answer is. Adding an API is adding an adapter here.
 
 pub mod chat;
+pub mod chat_form;
 pub mod endpoint;
 pub mod messages;
 pub mod passthrough;
@@ -23,6 +24,8 @@ pub use endpoint::Endpoint;
 
 use crate::error::ProxyError;
 use crate::reasoning::{OutputField, ThinkTags};
+pub use chat_form::Converter;
+pub use shape::Api;
 use usage::Usage;
 
 /// Per-stream event transform (reasoning normalization).
@@ -48,9 +51,36 @@ pub trait Adapter: Sync {
         false
     }
 
+    /// The API this adapter speaks (for request shaping: where its conversation and output
+    /// limits are).
+    fn api(&self) -> Api {
+        Api::Other
+    }
+
     /// The prompt is counted against the alias's window before it is sent.
     fn guarded(&self) -> bool {
         false
+    }
+
+    /// The chat-completions body `converter` makes of this API's `body`: what a backend
+    /// templates (and so what the counter counts), or what a chat-only backend is sent.
+    /// Chat bodies are chat form already.
+    fn to_chat<'a>(
+        &self,
+        body: &'a [u8],
+        _converter: Converter,
+    ) -> Result<Cow<'a, [u8]>, ProxyError> {
+        Ok(Cow::Borrowed(body))
+    }
+
+    /// The keys of the output limit, in the order they take effect (the guard clamps them).
+    fn output_limit(&self) -> &'static [&'static str] {
+        &["max_completion_tokens", "max_tokens"]
+    }
+
+    /// The output the request asks room for: the first of [`Adapter::output_limit`] set.
+    fn requested_output(&self, body: &[u8]) -> Result<Option<u32>, ProxyError> {
+        request::output_limit(body, self.output_limit())
     }
 
     /// An error as this API's HTTP answer.
@@ -82,11 +112,6 @@ pub trait Adapter: Sync {
         None
     }
 
-    /// The API as request shaping sees it (where its conversation and output limits are).
-    fn shaping(&self) -> shape::Api {
-        shape::Api::Other
-    }
-
     /// The token usage a whole answer reports.
     fn usage_of_answer(&self, body: &[u8]) -> Option<Usage> {
         usage::of_body(body)
@@ -98,7 +123,7 @@ pub fn adapter(endpoint: Endpoint) -> &'static dyn Adapter {
     match endpoint {
         Endpoint::chat_completions => &chat::Chat,
         Endpoint::completions => &passthrough::COMPLETIONS,
-        Endpoint::responses => &responses::Responses,
+        Endpoint::responses | Endpoint::input_tokens => &responses::Responses,
         Endpoint::messages | Endpoint::count_tokens => &messages::Messages,
         Endpoint::embeddings | Endpoint::tokenize | Endpoint::models | Endpoint::other => {
             &passthrough::OTHER

@@ -1,13 +1,19 @@
-//! Anthropic Messages (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's error envelope,
-//! whole and as the stream's `error` event.
+//! Anthropic Messages (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's error envelope
+//! (whole and as the stream's `error` event, the context error in Anthropic's words), the
+//! request in chat form per backend ([`to_chat`]) and its output limit `max_tokens`.
+
+pub mod to_chat;
+
+use std::borrow::Cow;
 
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::Adapter;
+use super::{Adapter, Api, Converter};
 use crate::error::ProxyError;
+use crate::wire::chat_form;
 
 /// The Messages adapter.
 pub struct Messages;
@@ -40,10 +46,34 @@ fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
+/// Anthropic's words for a request over the window, the ones harnesses compact on: the prompt
+/// alone, or the prompt and `max_tokens` together.
+pub fn context_message(e: &ProxyError) -> Option<String> {
+    let ProxyError::ContextLengthExceeded {
+        window,
+        prompt,
+        completion,
+        estimate,
+    } = *e
+    else {
+        return None;
+    };
+    let mut msg = match completion {
+        Some(k) if prompt < window => format!(
+            "input length and `max_tokens` exceed context limit: {prompt} + {k} > {window}, decrease input length or `max_tokens` and try again"
+        ),
+        _ => format!("prompt is too long: {prompt} tokens > {window} maximum"),
+    };
+    if estimate {
+        msg.push_str(" (token count is an estimate)");
+    }
+    Some(msg)
+}
+
 /// `{"type":"error","error":{"type","message"}}` for `e`.
 pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
     let (status, ..) = e.parts();
-    let message = e.to_string();
+    let message = context_message(e).unwrap_or_else(|| e.to_string());
     let env = Envelope {
         kind: "error",
         error: Detail {
@@ -57,12 +87,30 @@ pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
 }
 
 impl Adapter for Messages {
-    fn shaping(&self) -> super::shape::Api {
-        super::shape::Api::Messages
-    }
-
     fn name(&self) -> &'static str {
         "messages"
+    }
+
+    fn api(&self) -> Api {
+        Api::Messages
+    }
+
+    fn guarded(&self) -> bool {
+        true
+    }
+
+    fn to_chat<'a>(
+        &self,
+        body: &'a [u8],
+        converter: Converter,
+    ) -> Result<Cow<'a, [u8]>, ProxyError> {
+        let req = chat_form::object(body)?;
+        let chat = to_chat::to_chat(req, converter)?;
+        Ok(Cow::Owned(chat_form::to_bytes(&chat)?))
+    }
+
+    fn output_limit(&self) -> &'static [&'static str] {
+        &["max_tokens"]
     }
 
     /// The status and headers (`Retry-After` among them) are those of the OpenAI rendering; the
@@ -109,5 +157,34 @@ mod tests {
         });
         assert!(event.starts_with(b"event: error\ndata: {\"type\":\"error\""));
         assert!(event.ends_with(b"\n\n"));
+    }
+
+    #[test]
+    fn the_context_error_has_anthropics_words() {
+        let over = |prompt, completion| ProxyError::ContextLengthExceeded {
+            window: 64,
+            prompt,
+            completion,
+            estimate: false,
+        };
+        let message = |e: &ProxyError| {
+            let v: serde_json::Value = serde_json::from_slice(&envelope_json(e)).unwrap();
+            assert_eq!(v["error"]["type"], "invalid_request_error");
+            v["error"]["message"].as_str().unwrap().to_string()
+        };
+        assert_eq!(
+            message(&over(309, Some(10))),
+            "prompt is too long: 309 tokens > 64 maximum"
+        );
+        assert_eq!(
+            message(&over(64, None)),
+            "prompt is too long: 64 tokens > 64 maximum"
+        );
+        assert_eq!(
+            message(&over(40, Some(30))),
+            "input length and `max_tokens` exceed context limit: 40 + 30 > 64, decrease input length or `max_tokens` and try again"
+        );
+        let r = Messages.error_response(over(40, Some(30)));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
 }
