@@ -25,7 +25,7 @@ use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::tokens::Method;
 use crate::upstream::exchange::{self, Answer, UpstreamReason};
-use crate::wire::{Adapter, Api};
+use crate::wire::{Adapter, Api, ApiEvents, StreamContext};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
@@ -86,11 +86,22 @@ impl<'a> Served<'a> {
         self
     }
 
-    /// The adapter of the answer as the backend sent it.
-    fn answered_as(&self) -> &'static dyn Adapter {
+    /// What the answer's transforms are built from.
+    fn context(&self) -> StreamContext {
+        StreamContext {
+            output: self.routed.output,
+            tags: self.alias.think_tags.clone(),
+            model: self.routed.view.model.clone(),
+        }
+    }
+
+    /// The stream's handling of whole events: the translation from chat of a translated
+    /// request, else the API's own (none for chat, whose events the relay reads itself).
+    fn events(&self) -> Option<Box<dyn ApiEvents>> {
+        let ctx = self.context();
         match self.translated {
-            Some(_) => crate::wire::adapter(crate::wire::Endpoint::chat_completions),
-            None => self.adapter,
+            Some(_) => self.adapter.stream_from_chat(&ctx),
+            None => self.adapter.stream_events(&ctx),
         }
     }
 }
@@ -144,6 +155,7 @@ async fn stream(
         Result<Bytes, crate::upstream::BoxError>,
     >,
 ) -> Result<Response, ProxyError> {
+    let events = served.events();
     let Served {
         adapter,
         routed,
@@ -168,9 +180,14 @@ async fn stream(
     rec.status = status.as_u16();
     rec.responding();
     let view = &routed.view;
+    let transform = match events {
+        Some(_) => None,
+        None => adapter.stream_transform(routed.output, alias.think_tags.clone()),
+    };
     let opts = RelayOptions {
         drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
-        transform: adapter.stream_transform(routed.output, alias.think_tags.clone()),
+        transform,
+        events,
         adapter,
         breaker,
     };
@@ -190,7 +207,7 @@ async fn stream(
 async fn whole(
     snap: &Snapshot,
     rec: &mut Record,
-    served: Served<'_>,
+    mut served: Served<'_>,
     status: StatusCode,
     headers: HeaderMap,
     body: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
@@ -223,8 +240,7 @@ async fn whole(
             });
         }
     };
-    let answered_as = served.answered_as();
-    drop(served.slot);
+    drop(served.slot.take());
     if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
         return Err(ProxyError::UpstreamLoading {
             backend: backend(),
@@ -239,20 +255,34 @@ async fn whole(
         }
     }
     if status.is_success() {
-        if let Some(usage) = answered_as.usage_of_answer(&bytes) {
-            rec.usage = Some(usage);
-        }
-        let tags = alias.think_tags.as_deref();
-        if let Some(b) = served
-            .adapter
-            .rewrite_answer(&bytes, served.routed.output, tags)
-        {
-            bytes = Bytes::from(b);
-        }
+        bytes = answer_body(rec, &served, bytes);
     }
     rec.responding();
     let mut r = Response::new(Body::from(bytes));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
     Ok(r)
+}
+
+/// A successful whole answer: its usage recorded, then rewritten (reasoning, think tags) or
+/// translated from chat.
+fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Bytes {
+    let adapter = served.adapter;
+    if served.translated.is_some() {
+        if let Some(u) = crate::wire::usage::of_body(&bytes) {
+            rec.usage = Some(u);
+        }
+        return match adapter.answer_from_chat(&bytes, &served.context()) {
+            Some(b) => Bytes::from(b),
+            None => bytes,
+        };
+    }
+    if let Some(usage) = adapter.usage_of_answer(&bytes) {
+        rec.usage = Some(usage);
+    }
+    let tags = served.alias.think_tags.as_deref();
+    match adapter.rewrite_answer(&bytes, served.routed.output, tags) {
+        Some(b) => Bytes::from(b),
+        None => bytes,
+    }
 }

@@ -2,8 +2,10 @@
 //!
 //! The pipeline knows no API in particular: it asks the request's [`Adapter`] whether streams
 //! take the usage option, whether reasoning is normalized, whether the prompt is guarded, how
-//! an error is rendered (whole and as a stream event), how events and answers are rewritten
-//! and where the usage of an answer is. Adding an API is adding an adapter here.
+//! an error is rendered (whole and as a stream event), what a stream's events do (repair,
+//! usage, first tokens, reasoning: [`stream`]), how answers are rewritten, where the usage of
+//! an answer is, and how a chat answer becomes this API's when the backend speaks only chat.
+//! Adding an API is adding an adapter here.
 
 pub mod chat;
 pub mod chat_form;
@@ -13,6 +15,7 @@ pub mod passthrough;
 pub mod request;
 pub mod responses;
 pub mod shape;
+pub mod stream;
 pub mod usage;
 
 use std::borrow::Cow;
@@ -21,6 +24,7 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 
 pub use endpoint::Endpoint;
+pub use stream::{data_event, Action, ApiEvents, Seen, StreamContext};
 
 use crate::error::ProxyError;
 use crate::reasoning::{OutputField, ThinkTags};
@@ -28,7 +32,7 @@ pub use chat_form::Converter;
 pub use shape::Api;
 use usage::Usage;
 
-/// Per-stream event transform (reasoning normalization).
+/// Per-stream rewrite of chat `data:` payloads (reasoning normalization).
 pub trait EventTransform: Send {
     /// Rewrite one event's `data:` payload (`Cow::Borrowed`: unchanged).
     fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]>;
@@ -93,12 +97,18 @@ pub trait Adapter: Sync {
         data_event(&e.envelope_json())
     }
 
-    /// The transform of this API's stream events, if they need one.
+    /// The transform of this API's `data:` payloads, if they need one (chat's reasoning).
     fn stream_transform(
         &self,
         _output: OutputField,
         _tags: Option<Arc<ThinkTags>>,
     ) -> Option<Box<dyn EventTransform>> {
+        None
+    }
+
+    /// The handling of this API's whole stream events, when the API has its own (repair to the
+    /// specification, usage, first tokens, reasoning); `None`: events are read as chat's.
+    fn stream_events(&self, _ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
         None
     }
 
@@ -116,6 +126,18 @@ pub trait Adapter: Sync {
     fn usage_of_answer(&self, body: &[u8]) -> Option<Usage> {
         usage::of_body(body)
     }
+
+    /// A chat completion answer (of a request translated to chat) as this API's answer;
+    /// `None` when this API is not served by translation.
+    fn answer_from_chat(&self, _chat: &[u8], _ctx: &StreamContext) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// The transform that turns a chat completion stream (of a request translated to chat)
+    /// into this API's stream; `None` when this API is not served by translation.
+    fn stream_from_chat(&self, _ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
+        None
+    }
 }
 
 /// The adapter of an endpoint.
@@ -129,15 +151,6 @@ pub fn adapter(endpoint: Endpoint) -> &'static dyn Adapter {
             &passthrough::OTHER
         }
     }
-}
-
-/// `payload` as one SSE `data:` event.
-pub fn data_event(payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(payload.len() + 8);
-    v.extend_from_slice(b"data: ");
-    v.extend_from_slice(payload);
-    v.extend_from_slice(b"\n\n");
-    v
 }
 
 #[cfg(test)]

@@ -1,8 +1,14 @@
 //! Anthropic Messages (`/v1/messages`, `/v1/messages/count_tokens`): Anthropic's error envelope
 //! (whole and as the stream's `error` event, the context error in Anthropic's words), the
-//! request in chat form per backend ([`to_chat`]) and its output limit `max_tokens`.
+//! request in chat form per backend ([`to_chat`]) and its output limit `max_tokens`; streams
+//! repaired to the specification, usage, inline think tags as `thinking` blocks, and the
+//! answer of a chat-only backend translated back ([`from_chat`]).
 
+pub mod answer;
+pub mod from_chat;
+pub mod stream;
 pub mod to_chat;
+pub mod usage;
 
 use std::borrow::Cow;
 
@@ -11,8 +17,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::stream::{ApiEvents, StreamContext};
+use super::usage::Usage;
 use super::{Adapter, Api, Converter};
 use crate::error::ProxyError;
+use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::chat_form;
 
 /// The Messages adapter.
@@ -33,7 +42,7 @@ struct Detail<'a> {
 }
 
 /// Anthropic's error `type` for a status.
-fn error_type(status: StatusCode) -> &'static str {
+pub(crate) fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         400 => "invalid_request_error",
         401 => "authentication_error",
@@ -128,6 +137,31 @@ impl Adapter for Messages {
         v.extend_from_slice(&payload);
         v.extend_from_slice(b"\n\n");
         v
+    }
+
+    fn stream_events(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
+        Some(Box::new(stream::MessagesStream::new(ctx.tags.clone())))
+    }
+
+    fn rewrite_answer(
+        &self,
+        body: &[u8],
+        _output: OutputField,
+        tags: Option<&ThinkTags>,
+    ) -> Option<Vec<u8>> {
+        answer::split_think_tags(body, tags?)
+    }
+
+    fn usage_of_answer(&self, body: &[u8]) -> Option<Usage> {
+        usage::of_answer(body)
+    }
+
+    fn answer_from_chat(&self, chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
+        from_chat::answer(chat, ctx)
+    }
+
+    fn stream_from_chat(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
+        Some(Box::new(from_chat::FromChat::new(ctx)))
     }
 }
 
