@@ -1,11 +1,13 @@
 //! The wire APIs clients speak: one adapter per API owns what differs between them.
 //!
 //! The pipeline knows no API in particular: it asks the request's [`Adapter`] whether streams
-//! take the usage option, whether reasoning is normalized, whether the prompt is guarded, how
-//! an error is rendered (whole and as a stream event), what a stream's events do (repair,
-//! usage, first tokens, reasoning: [`stream`]), how answers are rewritten, where the usage of
-//! an answer is, and how a chat answer becomes this API's when the backend speaks only chat.
-//! Adding an API is adding an adapter here.
+//! take the usage option, whether reasoning is normalized, whether the prompt is guarded, what
+//! the request is in chat form (what a backend templates and the guard counts, what a
+//! chat-only backend is sent: [`chat_form`]) and where its output limit is, how an error is
+//! rendered (whole and as a stream event), what a stream's events do (repair, usage, first
+//! tokens, reasoning: [`stream`]), how answers are rewritten, where the usage of an answer is,
+//! and how a chat answer becomes this API's when the backend speaks only chat. Adding an API
+//! is adding an adapter here.
 
 pub mod chat;
 pub mod chat_form;
