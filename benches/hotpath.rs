@@ -180,6 +180,7 @@ fn relay_stream(c: &mut Criterion) {
                     Box::new(StreamRewriter::new(OutputField::ReasoningContent, None))
                         as Box<dyn EventTransform>,
                 ),
+                events: None,
                 adapter: switchboard::wire::adapter(Endpoint::chat_completions),
                 breaker: None,
                 event_limit: 8 << 20,

@@ -1,5 +1,6 @@
 //! Token counting hot paths: the free bound on 1 MB, a cold exact count of a 200k-token
-//! conversation, and the same conversation warm with one new turn.
+//! conversation, the same conversation warm with one new turn, and the guard on a 100 KB
+//! request in chat and in Anthropic Messages form (bound clears / exact count, warm cache).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/fixtures/conversation_gen.rs"]
@@ -12,10 +13,14 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::{json, Value};
+use std::sync::Arc;
+
 use switchboard::flavor::Flavor;
+use switchboard::guard::{self, Counted, GuardSpec};
 use switchboard::tokens::bound::PromptView;
 use switchboard::tokens::local::LocalCounter;
-use switchboard::tokens::MediaCosts;
+use switchboard::tokens::{Counter, MediaCosts};
+use switchboard::wire::{self, Endpoint};
 
 /// The recorded 100k-token spec, doubled: about 200k Qwen3 tokens.
 fn conversation_200k() -> Value {
@@ -96,5 +101,86 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The generated conversation cut to about 100 KB, as a chat body and as the Messages body of
+/// the same conversation (system prompt on top, text blocks, a tool call and its result).
+fn requests_100kb() -> (Vec<u8>, Vec<u8>) {
+    let raw = std::fs::read(fixtures().join("conversations.json")).unwrap();
+    let list: Vec<Value> = serde_json::from_slice(&raw).unwrap();
+    let spec = list.iter().find(|c| c["name"] == "long_100k").unwrap();
+    let all = conversation_gen::messages(&conversation_gen::Spec::from_json(&spec["generate"]));
+    let mut chat = vec![all[0].clone()];
+    let mut size = 0;
+    for m in &all[1..] {
+        if size > 100_000 {
+            break;
+        }
+        size += m["content"].as_str().unwrap().len() + 40;
+        chat.push(m.clone());
+    }
+    if chat.len() % 2 == 1 {
+        chat.pop();
+    }
+    let chat_body = json!({"model": "m", "max_tokens": 1000, "messages": chat});
+    let turns: Vec<Value> = chat[1..]
+        .iter()
+        .map(|m| json!({"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}))
+        .collect();
+    let messages = json!({
+        "model": "m",
+        "max_tokens": 1000,
+        "system": [{"type": "text", "text": chat[0]["content"]}],
+        "messages": turns,
+    });
+    (
+        serde_json::to_vec(&chat_body).unwrap(),
+        serde_json::to_vec(&messages).unwrap(),
+    )
+}
+
+fn bench_guard(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = switchboard::upstream::Client::default();
+    let lc = LocalCounter::load(&files(), Flavor::Llamacpp).unwrap();
+    let counter = Arc::new(Counter::from_local(lc));
+    let (chat, messages) = requests_100kb();
+    eprintln!(
+        "guard_100KB: chat {} bytes, messages {} bytes",
+        chat.len(),
+        messages.len()
+    );
+    let mut group = c.benchmark_group("guard_100KB");
+    // 10M tokens: the byte bound clears both; 1000: the exact count runs (and rejects).
+    for (label, window) in [("bound", 10_000_000), ("exact_warm", 1000)] {
+        let spec = GuardSpec {
+            window,
+            counter: Arc::clone(&counter),
+            media: MediaCosts::default(),
+            clamp_max_tokens: false,
+        };
+        for (api, endpoint, body) in [
+            ("chat", Endpoint::chat_completions, &chat),
+            ("messages", Endpoint::messages, &messages),
+        ] {
+            let adapter = wire::adapter(endpoint);
+            let check = || {
+                let req = Counted {
+                    adapter,
+                    body,
+                    converter: switchboard::wire::Converter::Llamacpp,
+                };
+                rt.block_on(guard::check_request(&spec, &client, req))
+                    .unwrap()
+            };
+            eprintln!("{api} {label}: {:?}", check());
+            group.bench_function(format!("{api}_{label}"), |b| b.iter(|| black_box(check())));
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_guard);
 criterion_main!(benches);

@@ -432,7 +432,9 @@ async fn counting_endpoints() {
         "system": "You are a test.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello! Say hi."}]}]
     });
-    let v = guard::count_tokens_response(&s, &client, &serde_json::to_vec(&anthropic).unwrap())
+    let body = serde_json::to_vec(&anthropic).unwrap();
+    let llamacpp = switchboard::wire::Converter::Llamacpp;
+    let v = guard::count_tokens_response(&s, &client, &body, llamacpp)
         .await
         .unwrap();
     assert_eq!(v, json!({"input_tokens": 23}));

@@ -1,5 +1,6 @@
 //! Configuration: load `routes.toml` plus `SWITCHBOARD_*` overrides, then validate into typed structs.
 
+mod apis;
 mod raw;
 mod routing;
 mod validate;
@@ -9,6 +10,7 @@ use std::path::Path;
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
+pub use apis::Apis;
 pub use raw::{RawConfig, RawSizing};
 pub use validate::{
     bearer, validate, Alias, Backend, BreakerConfig, Config, ConfigError, ConfigErrors,

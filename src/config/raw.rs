@@ -59,6 +59,7 @@ pub struct RawBackend {
     pub stream_idle_timeout_ms: Option<u64>,
     pub total_timeout_secs: Option<u64>,
     pub ca_file: Option<std::path::PathBuf>,
+    pub apis: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::HeaderValue;
 use url::Url;
 
+use super::apis::Apis;
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer, RawSizing};
 use super::routing::{context_fallbacks, fallbacks, replicas};
 use crate::address::TlsSpec;
@@ -135,6 +136,8 @@ pub struct Backend {
     /// client's, made and checked once here (marked sensitive: never logged or shown).
     pub api_key: Option<HeaderValue>,
     pub timeouts: Timeouts,
+    /// The wire APIs it serves itself; the others are translated to chat completions.
+    pub apis: Apis,
 }
 
 pub use crate::wire::shape::Input;
@@ -705,6 +708,7 @@ fn backend(
         },
         None => None,
     };
+    let apis = super::apis::parse(name, raw.apis, raw.flavor, errs);
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),
@@ -717,6 +721,7 @@ fn backend(
         queue: raw.queue.unwrap_or(64),
         api_key,
         timeouts,
+        apis,
     })
 }
 

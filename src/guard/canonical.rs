@@ -31,6 +31,26 @@ pub fn from_backend_error(status: u16, body: &[u8], window: u32) -> Option<Proxy
     }
 }
 
+/// The message of a backend's error body (`error.message`, `message` or `detail`), else the
+/// body itself, cut to 512 bytes.
+pub fn detail_of(body: &[u8]) -> String {
+    let from_json = serde_json::from_slice::<Value>(body).ok().and_then(|v| {
+        let err = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
+        ["message", "detail"]
+            .iter()
+            .find_map(|k| err.get(*k).and_then(Value::as_str).map(String::from))
+    });
+    let mut text = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    if text.len() > 512 {
+        let mut cut = 512;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
 /// A stream event's data (`{"error":{...}}`, with or without the `data:` prefix) that says
 /// the context was exceeded, as SGLang sends it inside an HTTP 200 stream.
 pub fn from_sse_event(data: &[u8], window: u32) -> Option<ProxyError> {

@@ -1,5 +1,6 @@
 //! The context guard: the free bound first, an exact count only when the bound cannot clear.
 
+mod api;
 pub mod canonical;
 mod endpoints;
 
@@ -14,7 +15,8 @@ use crate::tokens::bound::{PromptView, ViewError};
 use crate::tokens::{CountError, Counter, MediaCosts, Method};
 use crate::wire::request::{apply_edits, span_of};
 
-pub use endpoints::{anthropic_to_chat, count_tokens_response, tokenize_response};
+pub use api::{check_request, clamp_request, raw_bound, Counted};
+pub use endpoints::{count_tokens_response, input_tokens_response, tokenize_response};
 
 /// One alias's guard settings (config keys `context_window`, `count`, `tokenizer`,
 /// `media_tokens`, `clamp_max_tokens`).

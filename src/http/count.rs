@@ -1,32 +1,67 @@
-//! Counting endpoints: `POST /tokenize` (vLLM's shape) and `POST /v1/messages/count_tokens` (Anthropic's).
+//! Counting endpoints: `POST /tokenize` (vLLM's shape), `POST /v1/messages/count_tokens`
+//! (Anthropic's) and `POST /v1/responses/input_tokens` (OpenAI's): the exact count for the
+//! alias, or the backend's own answer where the alias counts with the backend and the backend
+//! has the endpoint itself.
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use bytes::Bytes;
 
 use super::intake::{request_id, respond, routed_body};
+use crate::config::Alias;
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::guard::{self, GuardSpec};
-use crate::live::AppState;
+use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::pipeline::{resolve, Incoming};
-use crate::wire::{self, Endpoint};
+use crate::tokens::Method;
+use crate::upstream::exchange;
+use crate::wire::{self, Api, Endpoint};
 
 /// Which counting answer to give.
 #[derive(Clone, Copy)]
 enum Shape {
     Vllm,
     Anthropic,
+    Responses,
+}
+
+impl Shape {
+    fn endpoint(self) -> Endpoint {
+        match self {
+            Shape::Vllm => Endpoint::tokenize,
+            Shape::Anthropic => Endpoint::count_tokens,
+            Shape::Responses => Endpoint::input_tokens,
+        }
+    }
+
+    fn api(self) -> Api {
+        match self {
+            Shape::Vllm => Api::ChatCompletions,
+            Shape::Anthropic => Api::Messages,
+            Shape::Responses => Api::Responses,
+        }
+    }
+
+    /// The backend's own endpoint for this count, where its flavour has one.
+    fn native_path(self, flavor: Flavor) -> Option<&'static str> {
+        match (self, flavor) {
+            (Shape::Anthropic, Flavor::Llamacpp | Flavor::Vllm | Flavor::Sglang) => {
+                Some("/v1/messages/count_tokens")
+            }
+            (Shape::Responses, Flavor::Llamacpp) => Some("/v1/responses/input_tokens"),
+            _ => None,
+        }
+    }
 }
 
 async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -> Response {
     let snap = state.live.load_full();
-    let endpoint = match shape {
-        Shape::Vllm => Endpoint::tokenize,
-        Shape::Anthropic => Endpoint::count_tokens,
-    };
+    let endpoint = shape.endpoint();
     let adapter = wire::adapter(endpoint);
     let mut ex = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     let result = async {
@@ -48,13 +83,80 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         let body = routed
             .view
             .upstream_body(&req.body, &alias.upstream_model, false);
-        match shape {
-            Shape::Vllm => guard::tokenize_response(spec, &state.client, &body).await,
-            Shape::Anthropic => guard::count_tokens_response(spec, &state.client, &body).await,
+        let served = alias.backend.translation(shape.api()).is_none();
+        let native = shape.native_path(alias.backend.flavor).filter(|_| served);
+        if let Some(path) = native.filter(|_| spec.counter.kind() == Method::Backend) {
+            return forward(&state, &snap, alias, path, req.headers, body).await;
         }
+        let converter = alias.backend.counting(shape.api());
+        let client = &state.client;
+        let value = match shape {
+            Shape::Vllm => guard::tokenize_response(spec, client, &body).await,
+            Shape::Anthropic => guard::count_tokens_response(spec, client, &body, converter).await,
+            Shape::Responses => guard::input_tokens_response(spec, client, &body, converter).await,
+        }?;
+        Ok(Json(value).into_response())
     }
     .await;
-    respond(&mut ex, adapter, result.map(|v| Json(v).into_response()))
+    respond(&mut ex, adapter, result)
+}
+
+/// The backend's own count: the request posted to its endpoint (within its first-byte and
+/// total limits), its JSON answer returned.
+async fn forward(
+    state: &AppState,
+    snap: &Snapshot,
+    alias: &Alias,
+    path: &str,
+    headers: HeaderMap,
+    body: Vec<u8>,
+) -> Result<Response, ProxyError> {
+    let backend = &alias.backend;
+    let limits = backend.timeouts;
+    let headers =
+        exchange::upstream_headers(headers, backend, snap.config.server.api_keys.is_some());
+    let sent = exchange::send(
+        &state.client,
+        backend,
+        path,
+        headers,
+        Bytes::from(body),
+        limits.first_byte.min(limits.total),
+    );
+    let answer = sent.await.map_err(|u| u.error)?;
+    let protocol = |detail: String| ProxyError::UpstreamProtocol {
+        backend: backend.name.clone(),
+        detail,
+    };
+    let bytes = match tokio::time::timeout(
+        limits.total,
+        exchange::read_all(answer.body, crate::upstream::SMALL_ANSWER_LIMIT),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return Err(protocol(crate::upstream::chain(e.as_ref()))),
+        Err(_) => {
+            return Err(ProxyError::UpstreamTimeout {
+                backend: backend.name.clone(),
+                elapsed: limits.total,
+            })
+        }
+    };
+    if answer.status.is_client_error() {
+        return Err(ProxyError::InvalidRequest(
+            crate::guard::canonical::detail_of(&bytes),
+        ));
+    }
+    if !answer.status.is_success() {
+        return Err(protocol(format!(
+            "token counting answered {}",
+            answer.status
+        )));
+    }
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| protocol(format!("token counting answered invalid JSON: {e}")))?;
+    Ok(Json(value).into_response())
 }
 
 /// `POST /tokenize` `{model, messages, tools?}` → `{count, max_model_len, method}`.
@@ -69,4 +171,14 @@ pub async fn count_tokens(
     body: Body,
 ) -> Response {
     answer(state, headers, body, Shape::Anthropic).await
+}
+
+/// `POST /v1/responses/input_tokens` in the Responses shape →
+/// `{input_tokens, object: "response.input_tokens"}`.
+pub async fn input_tokens(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    answer(state, headers, body, Shape::Responses).await
 }

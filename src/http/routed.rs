@@ -12,13 +12,14 @@ use crate::pipeline::{self, Incoming};
 use crate::wire::{self, Endpoint};
 
 /// Whether a request is model-routed: a POST under `/v1/` other than the fixed routes
-/// `/v1/messages/count_tokens` and `/v1/models[/…]` (chat, completions, embeddings,
-/// responses, messages, …). A path spelled in a non-canonical way is routed too, and refused
-/// there ([`crate::path`]).
+/// `/v1/messages/count_tokens`, `/v1/responses/input_tokens` and `/v1/models[/…]` (chat,
+/// completions, embeddings, responses, messages, …). A path spelled in a non-canonical way is
+/// routed too, and refused there ([`crate::path`]).
 pub fn is_routed(method: &Method, path: &str) -> bool {
     method == Method::POST
         && path.starts_with("/v1/")
         && path != "/v1/messages/count_tokens"
+        && path != "/v1/responses/input_tokens"
         && path != "/v1/models"
         && !path.starts_with("/v1/models/")
 }
@@ -81,6 +82,7 @@ mod tests {
         }
         for path in [
             "/v1/messages/count_tokens",
+            "/v1/responses/input_tokens",
             "/v1/models",
             "/v1/models/frank-zealot",
             "/tokenize",

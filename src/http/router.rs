@@ -13,6 +13,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(handlers::models))
         .route("/v1/models/{*id}", get(handlers::model))
         .route("/v1/messages/count_tokens", post(count::count_tokens))
+        .route("/v1/responses/input_tokens", post(count::input_tokens))
         .route("/tokenize", post(count::tokenize))
         .route("/metrics", get(handlers::metrics))
         .route("/health", get(handlers::health))

@@ -9,7 +9,7 @@ use crate::tokens::Counter;
 use crate::observe::metrics::AliasMetrics;
 use crate::observe::window::Sample;
 use crate::wire::usage::Usage;
-use crate::wire::Endpoint;
+use crate::wire::{Endpoint, Seen};
 
 /// Lives as long as the request: dropped when the answer is complete or the client is gone.
 /// Dropping records every metric of the request once and writes its log line.
@@ -89,6 +89,19 @@ impl Record {
         }
     }
 
+    /// What a stream's events showed: its usage, first and last tokens, a backend error.
+    pub fn absorb(&mut self, seen: Seen) {
+        if seen.usage.is_some() {
+            self.usage = seen.usage;
+        }
+        self.first_token = self.first_token.or(seen.first_token);
+        self.first_content = self.first_content.or(seen.first_content);
+        self.last_token = seen.last_token.or(self.last_token);
+        if self.error.is_none() {
+            self.error = seen.error;
+        }
+    }
+
     /// Move the bookkeeping out (into a stream body), leaving a disarmed husk here.
     pub fn take(&mut self) -> Record {
         let husk = Record {
@@ -151,11 +164,13 @@ impl Record {
             target: "switchboard::request",
             request_id = %self.request_id,
             alias = m.name(),
+            endpoint = ?self.endpoint,
             backend = self.backend.as_deref().unwrap_or("-"),
             status = self.status,
             stream = self.stream,
             prompt_tokens = self.usage.map(|u| u.prompt),
             completion_tokens = self.usage.map(|u| u.completion),
+            reasoning_tokens = self.usage.and_then(|u| u.reasoning),
             ttft_ms = ms(ttft),
             duration_ms = total.as_secs_f64() * 1000.0,
             cancelled = !self.completed,

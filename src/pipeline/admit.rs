@@ -1,6 +1,7 @@
-//! Guard: the shaped body counted against the alias's window (when its API is guarded),
-//! following `context_fallback` while it does not fit; over the window with nowhere to go is
-//! the API's context-length 400, before any byte reaches a backend.
+//! Guard: the shaped body counted against the alias's window (when its API is guarded), in the
+//! chat form its backend templates, following `context_fallback` while it does not fit; over
+//! the window with nowhere to go is the API's own context-length 400, before any byte reaches
+//! a backend.
 
 use std::sync::Arc;
 
@@ -9,12 +10,12 @@ use super::shape::shape;
 use super::Incoming;
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::guard::{self, Verdict};
+use crate::guard::{self, Counted, Verdict};
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::tokens::Method;
 
-/// The alias that serves the request and the body its backend gets.
+/// The alias that serves the request and the body its backend gets (in the client's API).
 pub struct Admitted {
     pub alias: Arc<Alias>,
     pub body: Vec<u8>,
@@ -30,18 +31,24 @@ pub async fn admit(
     routed: &Routed,
     start: &Arc<Alias>,
 ) -> Result<Admitted, ProxyError> {
+    let adapter = req.adapter;
     let mut alias = Arc::clone(start);
     let admitted = loop {
         let body = shape(req, &routed.view, &alias)?;
         let spec = match snap.guard(&alias.name) {
-            Some(spec) if req.adapter.guarded() => spec,
+            Some(spec) if adapter.guarded() => spec,
             _ => break Admitted { alias, body },
         };
-        let verdict = guard::check(spec, &state.client, &body).await?;
+        let counted = Counted {
+            adapter,
+            body: &body,
+            converter: alias.backend.counting(adapter.api()),
+        };
+        let verdict = guard::check_request(spec, &state.client, counted).await?;
         match verdict {
             Verdict::Pass { .. } => break Admitted { alias, body },
             Verdict::Clamp { max_tokens, .. } => {
-                let body = guard::clamp_body(&body, max_tokens)?;
+                let body = guard::clamp_request(adapter, &body, max_tokens)?;
                 break Admitted { alias, body };
             }
             Verdict::Over { method, .. } => {
@@ -61,15 +68,19 @@ pub async fn admit(
             }
         }
     };
-    // An estimating counter learns bytes per token from the usage this request reports.
+    // An estimating counter learns bytes per token from the usage this request reports,
+    // measured on the chat form the backend templates.
     if let Some(spec) = snap
         .guard(&admitted.alias.name)
         .filter(|s| s.counter.kind() == Method::Estimate)
     {
-        rec.estimator = Some((
-            Arc::clone(&spec.counter),
-            crate::tokens::prompt_bytes(&admitted.body),
-        ));
+        let body = &admitted.body;
+        let converter = admitted.alias.backend.counting(adapter.api());
+        let bytes = match adapter.to_chat(body, converter) {
+            Ok(chat) => crate::tokens::prompt_bytes(&chat),
+            Err(_) => crate::tokens::prompt_bytes(body),
+        };
+        rec.estimator = Some((Arc::clone(&spec.counter), bytes));
     }
     Ok(admitted)
 }

@@ -53,6 +53,8 @@ pub async fn handle(
     let routed = resolve(snap, rec, &req)?;
     let mut tries = Tries::new(snap, &routed.route.alias, &req);
     let mut headers = Some(std::mem::take(&mut req.headers));
+    // Whether the last failed attempt was translated to chat (its answer may be the client's).
+    let mut translated = None;
     while let Some(start) = tries.alias() {
         let admitted = match admit::admit(state, snap, rec, &req, &routed, start).await {
             Ok(a) => a,
@@ -71,31 +73,36 @@ pub async fn handle(
                     Err(refusal) => break tries.refused(refusal),
                 };
             rec.backend = Some(chosen.backend.name.clone());
-            let body = shape::for_backend(&req, &alias, &chosen.backend, &body);
+            let out = shape::for_backend(&req, &alias, &chosen.backend, &body)?;
             let headers = tries.headers(&mut headers);
             let sent = send::send(
                 state,
                 snap,
                 rec,
                 headers,
-                &req.path,
+                out.path.unwrap_or(&req.path),
                 &alias,
                 &chosen.backend,
-                body,
+                out.body,
             );
             match sent.await {
                 Ok(answer) => {
-                    let served = respond::Served::new(req.adapter, &routed, &alias, chosen);
+                    let served = respond::Served::new(req.adapter, &routed, &alias, chosen)
+                        .translated(out.translated);
                     return respond::respond(snap, rec, served, answer).await;
                 }
-                Err(failed) => tries.failed(chosen, failed)?,
+                Err(failed) => {
+                    translated = out.translated;
+                    tries.failed(chosen, failed)?;
+                }
             }
         }
         tries.next_alias(snap, rec);
     }
     match tries.give_up() {
         Last::Answer(alias, answer) => {
-            let served = respond::Served::unsettled(req.adapter, &routed, &alias);
+            let served =
+                respond::Served::unsettled(req.adapter, &routed, &alias).translated(translated);
             respond::respond(snap, rec, served, answer).await
         }
         Last::Error(e) => Err(e),

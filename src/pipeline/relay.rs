@@ -1,6 +1,8 @@
 //! SSE relay: forwards backend events as they arrive, transforming only the events that need it.
 //!
-//! Complete events are found by their blank-line terminator. A chunk whose events all pass
+//! Complete events are found by their blank-line terminator. Chat and completions events are
+//! read here; an API with events of its own (Messages, Responses, a translation from chat)
+//! hands each event to its [`ApiEvents`]. A chunk whose events all pass
 //! unchanged is forwarded as the same bytes (no copy); only rewritten or dropped events cause a
 //! new buffer. Dropping the relay (client gone) drops the upstream response, which closes the
 //! backend connection so the backend frees its slot.
@@ -23,7 +25,7 @@ use crate::json_scan::{self, finder};
 use crate::observe::record::Record;
 use crate::upstream::exchange::UpstreamReason;
 use crate::upstream::BoxError;
-use crate::wire::{Adapter, EventTransform};
+use crate::wire::{Action, Adapter, ApiEvents, EventTransform, Seen};
 
 use super::same_shape::LastShape;
 
@@ -32,6 +34,9 @@ pub struct RelayOptions {
     /// Drop the usage-only chunk: the proxy asked for it, the client did not.
     pub drop_usage_chunk: bool,
     pub transform: Option<Box<dyn EventTransform>>,
+    /// The API's own handling of whole events: when set, it reads and writes every event in
+    /// place of the chat reading here.
+    pub events: Option<Box<dyn ApiEvents>>,
     /// The API of the stream: how an error event is written.
     pub adapter: &'static dyn Adapter,
     /// The breaker of the backend streaming: a broken or stalled stream is its failure.
@@ -47,12 +52,14 @@ struct Tracker {
     saw_done: bool,
     /// The last event read in full, for the events shaped as it.
     last: LastShape,
+    /// What the API's own events showed; moved into the record when the relay goes.
+    seen: Seen,
 }
 
-enum Action {
-    Keep,
-    Drop,
-    Replace(Vec<u8>),
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.ex.absorb(std::mem::take(&mut self.seen));
+    }
 }
 
 /// Length of the first complete event in `buf` (including its blank-line terminator).
@@ -237,6 +244,9 @@ impl Tracker {
     }
 
     fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
+        if let Some(events) = self.opts.events.as_mut() {
+            return events.event(ev, now, &mut self.seen);
+        }
         let Some(data) = data_payload(ev) else {
             // An event with more fields is forwarded as it is; its data still counts for
             // TTFT and usage.
@@ -551,7 +561,11 @@ impl Relay {
         }
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
-        out.extend_from_slice(&self.t.opts.adapter.stream_error(&err));
+        match self.t.opts.events.as_mut() {
+            Some(events) => out.extend_from_slice(&events.broken(&err, &mut self.t.seen)),
+            None => out.extend_from_slice(&self.t.opts.adapter.stream_error(&err)),
+        }
+        self.t.ex.absorb(std::mem::take(&mut self.t.seen));
         // Free the slot, the backend connection and the in-flight count now, not when the
         // client has read the error event.
         self.permit = None;
@@ -581,6 +595,11 @@ impl Relay {
                 out = with_held;
             }
         }
+        if let Some(events) = self.t.opts.events.as_mut() {
+            if let Some(tail) = events.end(&mut self.t.seen) {
+                out.extend_from_slice(&tail);
+            }
+        }
         (!out.is_empty()).then(|| out.freeze())
     }
 }
@@ -606,6 +625,7 @@ pub fn relay(
             opts,
             saw_done: false,
             last: LastShape::default(),
+            seen: Seen::default(),
         },
         permit,
         pending: None,
@@ -639,6 +659,7 @@ mod tests {
         let opts = RelayOptions {
             drop_usage_chunk: false,
             transform: None,
+            events: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
             breaker: None,
             event_limit: 1 << 20,
@@ -671,12 +692,14 @@ mod tests {
                 opts: RelayOptions {
                     drop_usage_chunk: false,
                     transform: None,
+                    events: None,
                     adapter: crate::wire::adapter(Endpoint::chat_completions),
                     breaker: None,
                     event_limit: 1 << 20,
                 },
                 saw_done: false,
                 last: LastShape::default(),
+                seen: Seen::default(),
             },
             permit: None,
             pending: None,
@@ -799,6 +822,7 @@ mod tests {
         let opts = RelayOptions {
             drop_usage_chunk: true,
             transform: None,
+            events: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
             breaker: None,
             event_limit: 1 << 20,
@@ -940,12 +964,14 @@ mod tests {
                 opts: RelayOptions {
                     drop_usage_chunk: true,
                     transform: Some(Box::new(StreamRewriter::new(Default::default(), tags))),
+                    events: None,
                     adapter: crate::wire::adapter(Endpoint::chat_completions),
                     breaker: None,
                     event_limit: 1 << 20,
                 },
                 saw_done: false,
                 last: LastShape::default(),
+                seen: Seen::default(),
             }
         }
 

@@ -25,7 +25,7 @@ use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::tokens::Method;
 use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
-use crate::wire::Adapter;
+use crate::wire::{Adapter, Api, ApiEvents, StreamContext};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
@@ -38,6 +38,9 @@ pub struct Served<'a> {
     pub alias: &'a Alias,
     pub slot: Option<SlotPermit>,
     pub breaker: Option<Arc<Breaker>>,
+    /// The client's API when the request was translated to chat completions: the answer is a
+    /// chat answer.
+    pub translated: Option<Api>,
 }
 
 impl<'a> Served<'a> {
@@ -57,6 +60,7 @@ impl<'a> Served<'a> {
             alias,
             slot: chosen.slot,
             breaker: chosen.breaker,
+            translated: None,
         }
     }
 
@@ -72,6 +76,32 @@ impl<'a> Served<'a> {
             alias,
             slot: None,
             breaker: None,
+            translated: None,
+        }
+    }
+
+    /// The same, for a request that was translated to chat completions for `api`.
+    pub fn translated(mut self, api: Option<Api>) -> Served<'a> {
+        self.translated = api;
+        self
+    }
+
+    /// What the answer's transforms are built from.
+    fn context(&self) -> StreamContext {
+        StreamContext {
+            output: self.routed.output,
+            tags: self.alias.think_tags.clone(),
+            model: self.routed.view.model.clone(),
+        }
+    }
+
+    /// The stream's handling of whole events: the translation from chat of a translated
+    /// request, else the API's own (none for chat, whose events the relay reads itself).
+    fn events(&self) -> Option<Box<dyn ApiEvents>> {
+        let ctx = self.context();
+        match self.translated {
+            Some(_) => self.adapter.stream_from_chat(&ctx),
+            None => self.adapter.stream_events(&ctx),
         }
     }
 }
@@ -125,12 +155,14 @@ async fn stream(
         Result<Bytes, crate::upstream::BoxError>,
     >,
 ) -> Result<Response, ProxyError> {
+    let events = served.events();
     let Served {
         adapter,
         routed,
         alias,
         slot,
         breaker,
+        ..
     } = served;
     let server = &snap.config.server;
     let mut read = Vec::new();
@@ -154,9 +186,14 @@ async fn stream(
     rec.status = status.as_u16();
     rec.responding();
     let view = &routed.view;
+    let transform = match events {
+        Some(_) => None,
+        None => adapter.stream_transform(routed.output, alias.think_tags.clone()),
+    };
     let opts = RelayOptions {
         drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
-        transform: adapter.stream_transform(routed.output, alias.think_tags.clone()),
+        transform,
+        events,
         adapter,
         breaker,
         event_limit: server.event_limit,
@@ -184,7 +221,7 @@ fn over_limit(
     limit: usize,
 ) -> Result<Response, ProxyError> {
     let backend = rec.backend.clone().unwrap_or_default();
-    if status.is_success() && served.adapter.rewrites_answers() {
+    if status.is_success() && (served.adapter.rewrites_answers() || served.translated.is_some()) {
         rec.metrics().upstream_error(UpstreamReason::too_large);
         return Err(ProxyError::AnswerTooLarge { backend, limit });
     }
@@ -205,7 +242,7 @@ fn over_limit(
 async fn whole(
     snap: &Snapshot,
     rec: &mut Record,
-    served: Served<'_>,
+    mut served: Served<'_>,
     status: StatusCode,
     headers: HeaderMap,
     body: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
@@ -240,7 +277,7 @@ async fn whole(
             });
         }
     };
-    drop(served.slot);
+    drop(served.slot.take());
     if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
         return Err(ProxyError::UpstreamLoading {
             backend: backend(),
@@ -255,20 +292,34 @@ async fn whole(
         }
     }
     if status.is_success() {
-        if let Some(usage) = served.adapter.usage_of_answer(&bytes) {
-            rec.usage = Some(usage);
-        }
-        let tags = alias.think_tags.as_deref();
-        if let Some(b) = served
-            .adapter
-            .rewrite_answer(&bytes, served.routed.output, tags)
-        {
-            bytes = Bytes::from(b);
-        }
+        bytes = answer_body(rec, &served, bytes);
     }
     rec.responding();
     let mut r = Response::new(Body::from(bytes));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
     Ok(r)
+}
+
+/// A successful whole answer: its usage recorded, then rewritten (reasoning, think tags) or
+/// translated from chat.
+fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Bytes {
+    let adapter = served.adapter;
+    if served.translated.is_some() {
+        if let Some(u) = crate::wire::usage::of_body(&bytes) {
+            rec.usage = Some(u);
+        }
+        return match adapter.answer_from_chat(&bytes, &served.context()) {
+            Some(b) => Bytes::from(b),
+            None => bytes,
+        };
+    }
+    if let Some(usage) = adapter.usage_of_answer(&bytes) {
+        rec.usage = Some(usage);
+    }
+    let tags = served.alias.think_tags.as_deref();
+    match adapter.rewrite_answer(&bytes, served.routed.output, tags) {
+        Some(b) => Bytes::from(b),
+        None => bytes,
+    }
 }

@@ -9,6 +9,7 @@
 //!   passed on as the same bytes after a byte search, without a JSON parse.
 //! - [`rewrite_response_body`] does the same for a non-streaming `chat.completion`.
 //! - [`rewrite_request_history`] renames reasoning in the request's assistant messages.
+//! - [`TextSplitter`] splits one plain text stream (the other APIs' text blocks).
 //!
 //! Inline tags are opt-in per alias ([`ThinkTags`]): the splitter gives the same split for a
 //! text whether it arrives whole or in any pieces.
@@ -17,12 +18,14 @@ mod body;
 mod field;
 mod rewriter;
 mod scan;
+mod split_text;
 mod splitter;
 mod tags;
 
 pub use body::{rewrite_request_history, rewrite_response_body};
 pub use field::{InputField, OutputField, UnknownOutputField};
 pub use rewriter::StreamRewriter;
+pub use split_text::{Split, TextSplitter};
 pub use tags::{ThinkTags, ThinkTagsSpec, PRESETS};
 
 #[cfg(test)]

@@ -20,7 +20,9 @@ use tower::ServiceExt;
 
 use super::recorder::Recorded;
 use super::state::Shared;
-use super::{chat, embed, info, llamacpp, reply, tokens_api};
+use super::{
+    api_tokens, chat, embed, info, llamacpp, messages_stream, reply, responses_stream, tokens_api,
+};
 use crate::flavor::Flavor;
 
 /// The routes of one flavour.
@@ -46,7 +48,8 @@ fn router(sh: Arc<Shared>) -> Router {
             .route(
                 "/v1/chat/completions/input_tokens",
                 post(tokens_api::input_tokens),
-            ),
+            )
+            .route("/v1/responses/input_tokens", post(api_tokens::input_tokens)),
         Flavor::Vllm => r
             .route("/tokenize", post(tokens_api::vllm_tokenize))
             .route("/detokenize", post(tokens_api::vllm_detokenize)),
@@ -61,6 +64,13 @@ fn router(sh: Arc<Shared>) -> Router {
             .route("/v1/detokenize", post(tokens_api::sglang_detokenize)),
         Flavor::Openai => r,
     };
+    // Every flavour but a chat-only server speaks the Messages and Responses APIs natively.
+    if sh.flavor() != Flavor::Openai {
+        r = r
+            .route("/v1/messages", post(messages_stream::messages))
+            .route("/v1/messages/count_tokens", post(api_tokens::count_tokens))
+            .route("/v1/responses", post(responses_stream::responses));
+    }
     r.fallback(info::not_found)
         .method_not_allowed_fallback(info::not_found)
         .with_state(sh)

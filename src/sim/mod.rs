@@ -2,20 +2,26 @@
 //!
 //! One [`Sim`] is one backend of one [`Flavor`](crate::flavor::Flavor): it answers chat and
 //! completion requests with deterministic text (`think0 `… then `word0 `…), honours slots,
-//! context windows, delays and failures, and records what it saw in a [`Recorder`].
+//! context windows, delays and failures, and records what it saw in a [`Recorder`]. Every
+//! flavour but `openai` (chat only) also answers the Messages and Responses APIs, streamed and
+//! not, in the shapes that server sends.
 
+mod api_tokens;
 mod chat;
 pub mod cli;
 mod config;
 mod embed;
+mod event_steps;
 mod frame;
 mod generation;
 mod info;
 mod listener;
 mod llamacpp;
+mod messages_stream;
 mod plan;
 mod recorder;
 mod reply;
+mod responses_stream;
 mod sglang;
 mod sse_body;
 mod state;

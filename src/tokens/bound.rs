@@ -233,6 +233,10 @@ fn len(s: &str) -> u64 {
 }
 
 /// A token limit: a non-negative integer (an integral float is accepted), `null` = absent.
+pub fn token_limit(raw: Option<&RawValue>, param: &'static str) -> Result<Option<u32>, ViewError> {
+    limit(raw, param)
+}
+
 fn limit(raw: Option<&RawValue>, param: &'static str) -> Result<Option<u32>, ViewError> {
     let Some(raw) = raw else { return Ok(None) };
     let bad = |message: &str| ViewError::Param {

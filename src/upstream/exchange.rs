@@ -178,6 +178,7 @@ mod tests {
                 idle: Duration::from_secs(1),
                 total: Duration::from_secs(1),
             },
+            apis: crate::config::Apis::default_for(crate::flavor::Flavor::Llamacpp),
         }
     }
 

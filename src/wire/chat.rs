@@ -3,19 +3,19 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::{Adapter, EventTransform};
+use super::{Adapter, Api, EventTransform};
 use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
 
 /// The chat completions adapter.
 pub struct Chat;
 
 impl Adapter for Chat {
-    fn shaping(&self) -> super::shape::Api {
-        super::shape::Api::ChatCompletions
-    }
-
     fn name(&self) -> &'static str {
         "chat"
+    }
+
+    fn api(&self) -> Api {
+        Api::ChatCompletions
     }
 
     fn takes_stream_usage(&self) -> bool {
@@ -36,10 +36,6 @@ impl Adapter for Chat {
         tags: Option<Arc<ThinkTags>>,
     ) -> Option<Box<dyn EventTransform>> {
         Some(Box::new(StreamRewriter::new(output, tags)))
-    }
-
-    fn rewrites_answers(&self) -> bool {
-        true
     }
 
     fn rewrite_answer(

@@ -13,6 +13,7 @@ pub enum Endpoint {
     messages,
     tokenize,
     count_tokens,
+    input_tokens,
     models,
     other,
 }
@@ -30,6 +31,7 @@ impl Endpoint {
             "/v1/messages" => Endpoint::messages,
             "/tokenize" | "/v1/tokenize" => Endpoint::tokenize,
             "/v1/messages/count_tokens" => Endpoint::count_tokens,
+            "/v1/responses/input_tokens" => Endpoint::input_tokens,
             "/v1/models" => Endpoint::models,
             _ => Endpoint::other,
         }

@@ -1,17 +1,23 @@
 //! The wire APIs clients speak: one adapter per API owns what differs between them.
 //!
 //! The pipeline knows no API in particular: it asks the request's [`Adapter`] whether streams
-//! take the usage option, whether reasoning is normalized, whether the prompt is guarded, how
-//! an error is rendered (whole and as a stream event), how events and answers are rewritten
-//! and where the usage of an answer is. Adding an API is adding an adapter here.
+//! take the usage option, whether reasoning is normalized, whether the prompt is guarded, what
+//! the request is in chat form (what a backend templates and the guard counts, what a
+//! chat-only backend is sent: [`chat_form`]) and where its output limit is, how an error is
+//! rendered (whole and as a stream event), what a stream's events do (repair, usage, first
+//! tokens, reasoning: [`stream`]), how answers are rewritten, where the usage of an answer is,
+//! and how a chat answer becomes this API's when the backend speaks only chat. Adding an API
+//! is adding an adapter here.
 
 pub mod chat;
+pub mod chat_form;
 pub mod endpoint;
 pub mod messages;
 pub mod passthrough;
 pub mod request;
 pub mod responses;
 pub mod shape;
+pub mod stream;
 pub mod usage;
 
 use std::borrow::Cow;
@@ -20,12 +26,15 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 
 pub use endpoint::Endpoint;
+pub use stream::{data_event, Action, ApiEvents, Seen, StreamContext};
 
 use crate::error::ProxyError;
 use crate::reasoning::{OutputField, ThinkTags};
+pub use chat_form::Converter;
+pub use shape::Api;
 use usage::Usage;
 
-/// Per-stream event transform (reasoning normalization).
+/// Per-stream rewrite of chat `data:` payloads (reasoning normalization).
 pub trait EventTransform: Send {
     /// Rewrite one event's `data:` payload (`Cow::Borrowed`: unchanged).
     fn rewrite<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]>;
@@ -54,9 +63,36 @@ pub trait Adapter: Sync {
         false
     }
 
+    /// The API this adapter speaks (for request shaping: where its conversation and output
+    /// limits are).
+    fn api(&self) -> Api {
+        Api::Other
+    }
+
     /// The prompt is counted against the alias's window before it is sent.
     fn guarded(&self) -> bool {
         false
+    }
+
+    /// The chat-completions body `converter` makes of this API's `body`: what a backend
+    /// templates (and so what the counter counts), or what a chat-only backend is sent.
+    /// Chat bodies are chat form already.
+    fn to_chat<'a>(
+        &self,
+        body: &'a [u8],
+        _converter: Converter,
+    ) -> Result<Cow<'a, [u8]>, ProxyError> {
+        Ok(Cow::Borrowed(body))
+    }
+
+    /// The keys of the output limit, in the order they take effect (the guard clamps them).
+    fn output_limit(&self) -> &'static [&'static str] {
+        &["max_completion_tokens", "max_tokens"]
+    }
+
+    /// The output the request asks room for: the first of [`Adapter::output_limit`] set.
+    fn requested_output(&self, body: &[u8]) -> Result<Option<u32>, ProxyError> {
+        request::output_limit(body, self.output_limit())
     }
 
     /// An error as this API's HTTP answer.
@@ -69,7 +105,7 @@ pub trait Adapter: Sync {
         data_event(&e.envelope_json())
     }
 
-    /// The transform of this API's stream events, if they need one.
+    /// The transform of this API's `data:` payloads, if they need one (chat's reasoning).
     fn stream_transform(
         &self,
         _output: OutputField,
@@ -78,9 +114,19 @@ pub trait Adapter: Sync {
         None
     }
 
-    /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`] may change them).
+    /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`],
+    /// [`Adapter::answer_from_chat`]): the APIs whose answers carry reasoning.
     fn rewrites_answers(&self) -> bool {
-        false
+        matches!(
+            self.api(),
+            Api::ChatCompletions | Api::Responses | Api::Messages
+        )
+    }
+
+    /// The handling of this API's whole stream events, when the API has its own (repair to the
+    /// specification, usage, first tokens, reasoning); `None`: events are read as chat's.
+    fn stream_events(&self, _ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
+        None
     }
 
     /// A whole answer rewritten, or `None` when it passes as it is.
@@ -93,14 +139,21 @@ pub trait Adapter: Sync {
         None
     }
 
-    /// The API as request shaping sees it (where its conversation and output limits are).
-    fn shaping(&self) -> shape::Api {
-        shape::Api::Other
-    }
-
     /// The token usage a whole answer reports.
     fn usage_of_answer(&self, body: &[u8]) -> Option<Usage> {
         usage::of_body(body)
+    }
+
+    /// A chat completion answer (of a request translated to chat) as this API's answer;
+    /// `None` when this API is not served by translation.
+    fn answer_from_chat(&self, _chat: &[u8], _ctx: &StreamContext) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// The transform that turns a chat completion stream (of a request translated to chat)
+    /// into this API's stream; `None` when this API is not served by translation.
+    fn stream_from_chat(&self, _ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
+        None
     }
 }
 
@@ -109,21 +162,12 @@ pub fn adapter(endpoint: Endpoint) -> &'static dyn Adapter {
     match endpoint {
         Endpoint::chat_completions => &chat::Chat,
         Endpoint::completions => &passthrough::COMPLETIONS,
-        Endpoint::responses => &responses::Responses,
+        Endpoint::responses | Endpoint::input_tokens => &responses::Responses,
         Endpoint::messages | Endpoint::count_tokens => &messages::Messages,
         Endpoint::embeddings | Endpoint::tokenize | Endpoint::models | Endpoint::other => {
             &passthrough::OTHER
         }
     }
-}
-
-/// `payload` as one SSE `data:` event.
-pub fn data_event(payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(payload.len() + 8);
-    v.extend_from_slice(b"data: ");
-    v.extend_from_slice(payload);
-    v.extend_from_slice(b"\n\n");
-    v
 }
 
 #[cfg(test)]

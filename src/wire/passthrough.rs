@@ -34,7 +34,7 @@ impl Adapter for Passthrough {
         self.usage_option
     }
 
-    fn shaping(&self) -> Api {
+    fn api(&self) -> Api {
         self.shaping
     }
 }

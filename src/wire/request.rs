@@ -117,6 +117,42 @@ impl ParsedRequest {
     }
 }
 
+/// The top-level values of `keys` in `body`, borrowed (a missing key is `None`).
+fn top_level<'a>(body: &'a [u8], keys: &[&str]) -> Result<Vec<Option<&'a RawValue>>, ProxyError> {
+    let map: std::collections::HashMap<std::borrow::Cow<'a, str>, &'a RawValue> =
+        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
+    Ok(keys.iter().map(|k| map.get(*k).copied()).collect())
+}
+
+/// The first of the token limits `keys` that `body` sets (a non-negative integer; `null` is
+/// unset).
+pub fn output_limit(body: &[u8], keys: &[&'static str]) -> Result<Option<u32>, ProxyError> {
+    for (key, raw) in keys.iter().zip(top_level(body, keys)?) {
+        match crate::tokens::bound::token_limit(raw, key) {
+            Ok(Some(n)) => return Ok(Some(n)),
+            Ok(None) => {}
+            Err(crate::tokens::bound::ViewError::Param { param, message }) => {
+                return Err(ProxyError::InvalidParam { param, message })
+            }
+            Err(e) => return Err(ProxyError::InvalidRequest(e.to_string())),
+        }
+    }
+    Ok(None)
+}
+
+/// Every one of the limits `keys` that `body` sets, rewritten to `value`; every other byte
+/// as it was.
+pub fn clamp_limits(body: &[u8], keys: &[&str], value: u32) -> Result<Vec<u8>, ProxyError> {
+    let text = value.to_string().into_bytes();
+    let edits = top_level(body, keys)?
+        .into_iter()
+        .flatten()
+        .filter(|raw| raw.get() != "null")
+        .map(|raw| (span_of(body, raw), text.clone()))
+        .collect();
+    Ok(apply_edits(body, edits))
+}
+
 /// Apply non-overlapping edits to `body`, in any order.
 pub fn apply_edits(body: &[u8], mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Vec<u8> {
     edits.sort_by_key(|(r, _)| r.start);
@@ -225,6 +261,28 @@ mod tests {
             }
             proptest::prop_assert_eq!(out, want, "{}", text);
         }
+    }
+
+    #[test]
+    fn reads_and_clamps_the_limits_of_each_api() {
+        let body = br#"{"model":"m","max_output_tokens": 900,"input":"max_output_tokens"}"#;
+        assert_eq!(
+            output_limit(body, &["max_output_tokens"]).unwrap(),
+            Some(900)
+        );
+        assert_eq!(output_limit(body, &["max_tokens"]).unwrap(), None);
+        let out = clamp_limits(body, &["max_output_tokens"], 12).unwrap();
+        assert_eq!(
+            out,
+            br#"{"model":"m","max_output_tokens": 12,"input":"max_output_tokens"}"#.to_vec()
+        );
+        assert!(matches!(
+            output_limit(br#"{"max_tokens":-1}"#, &["max_tokens"]),
+            Err(ProxyError::InvalidParam {
+                param: "max_tokens",
+                ..
+            })
+        ));
     }
 
     #[test]

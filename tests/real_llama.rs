@@ -1,0 +1,160 @@
+//! Against a real llama-server (`../shared/realworld`, built and started by `.ci/run`, its URL
+//! in `SWITCHBOARD_REAL_LLAMA`): its own Messages and Responses streams, repaired by the
+//! proxy, follow the specifications; the same requests sent to its chat endpoint and
+//! translated by the proxy's translation give the same events, type by type.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Instant;
+
+use common::spec::{check_messages, check_responses, parse_sse, types};
+use common::*;
+use serde_json::{json, Value};
+use switchboard::reasoning::OutputField;
+use switchboard::wire::{adapter, Action, ApiEvents, Endpoint, Seen, StreamContext};
+
+fn real() -> String {
+    std::env::var("SWITCHBOARD_REAL_LLAMA")
+        .expect("SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT of a real llama-server")
+}
+
+/// A grammar that makes the random model think, then answer (with `--reasoning-format
+/// deepseek`, as `start.sh` starts it).
+const THINK_THEN_ANSWER: &str =
+    r#"root ::= "<think>\nLet me think about it.\n</think>\n\nHi there, tester!""#;
+
+/// The real model runs on a shared CPU: a stream of 120 tokens may take a while.
+const REAL_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+async fn sse(url: String, body: &Value) -> Vec<u8> {
+    let whole = async {
+        let r = client().post(url).json(body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap().to_vec()
+    };
+    tokio::time::timeout(REAL_WAIT, whole)
+        .await
+        .expect("the stream ended in time")
+}
+
+/// Length of the first complete event in `buf` (through its blank line).
+fn event_len(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2)
+}
+
+/// The proxy's translation of the chat stream `bytes` into the API of `endpoint`.
+fn translated(endpoint: Endpoint, bytes: &[u8]) -> Vec<u8> {
+    let ctx = StreamContext {
+        output: OutputField::ReasoningContent,
+        tags: None,
+        model: "a".into(),
+    };
+    let mut t: Box<dyn ApiEvents> = adapter(endpoint).stream_from_chat(&ctx).unwrap();
+    let mut seen = Seen::default();
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while let Some(len) = event_len(rest) {
+        match t.event(&rest[..len], Instant::now(), &mut seen) {
+            Action::Keep => out.extend_from_slice(&rest[..len]),
+            Action::Drop => {}
+            Action::Replace(b) => out.extend_from_slice(&b),
+        }
+        rest = &rest[len..];
+    }
+    if let Some(tail) = t.end(&mut seen) {
+        out.extend_from_slice(&tail);
+    }
+    assert!(seen.usage.is_some_and(|u| u.prompt > 0 && u.completion > 0));
+    out
+}
+
+/// Event types with runs of one delta type squeezed to one (the texts differ in length).
+fn squeezed(events: &[(String, Value)]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for (t, e) in types(events).into_iter().zip(events) {
+        let t = match e.1["delta"]["type"].as_str() {
+            Some(d) if t == "content_block_delta" => format!("{t}:{d}"),
+            _ => t,
+        };
+        if !(t.contains("delta") && v.last() == Some(&t)) {
+            v.push(t);
+        }
+    }
+    v
+}
+
+async fn real_proxy() -> Proxy {
+    proxy(&one_alias("llamacpp", "", ""), &[("b", real())]).await
+}
+
+fn chat_body(extra: Value) -> Value {
+    let mut b = json!({"model": "a", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Say hi."}]});
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+#[tokio::test]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn r18_real_responses_streams_repaired_and_translated_alike() {
+    let p = real_proxy().await;
+    for extra in [
+        json!({"max_output_tokens": 64, "grammar": THINK_THEN_ANSWER}),
+        // A tool call: `<tool_call>` (token 151657) made likely, as the captures were made.
+        json!({"max_output_tokens": 120, "seed": 7, "tool_choice": "required",
+            "logit_bias": {"151657": 40, "198": 40},
+            "tools": [{"type": "function", "name": "get_weather", "description": "Get weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                    "required": ["city"]}}]}),
+    ] {
+        let mut native = json!({"model": "a", "stream": true, "instructions": "Be brief.",
+            "input": [{"type": "message", "role": "user", "content": "Say hi."}]});
+        for (k, v) in extra.as_object().unwrap() {
+            native[k] = v.clone();
+        }
+        let own = parse_sse(&sse(format!("{}/v1/responses", real()), &native).await);
+        assert!(check_responses(&own).is_err(), "llama-server's own stream");
+        let repaired = parse_sse(&sse(p.url("/v1/responses"), &native).await);
+        check_responses(&repaired).unwrap();
+
+        let mut chat = extra.clone();
+        let o = chat.as_object_mut().unwrap();
+        if let Some(n) = o.remove("max_output_tokens") {
+            o.insert("max_tokens".into(), n);
+        }
+        if let Some(tools) = o.get_mut("tools") {
+            for t in tools.as_array_mut().unwrap() {
+                *t = json!({"type": "function", "function": {"name": t["name"],
+                    "description": t["description"], "parameters": t["parameters"]}});
+            }
+        }
+        let chat_sse = sse(format!("{}/v1/chat/completions", real()), &chat_body(chat)).await;
+        let translated = parse_sse(&translated(Endpoint::responses, &chat_sse));
+        check_responses(&translated).unwrap();
+        eprintln!("responses events: {:?}", squeezed(&repaired));
+        assert_eq!(squeezed(&translated), squeezed(&repaired), "{extra}");
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn r18_real_messages_streams_repaired_and_translated_alike() {
+    let p = real_proxy().await;
+    let native = json!({"model": "a", "stream": true, "max_tokens": 6, "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Say hi."}]});
+    let repaired = parse_sse(&sse(p.url("/v1/messages"), &native).await);
+    check_messages(&repaired).unwrap();
+    let chat_sse = sse(
+        format!("{}/v1/chat/completions", real()),
+        &chat_body(json!({"max_tokens": 6})),
+    )
+    .await;
+    let translated = parse_sse(&translated(Endpoint::messages, &chat_sse));
+    check_messages(&translated).unwrap();
+    eprintln!("messages events: {:?}", squeezed(&repaired));
+    assert_eq!(squeezed(&translated), squeezed(&repaired));
+}
