@@ -70,22 +70,8 @@ async fn flooding_backend(
             let count = Arc::clone(&count);
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                loop {
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let lower = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let len: usize = lower
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .map_or(0, |v| v.trim().parse().unwrap());
-                        if buf.len() >= end + 4 + len {
-                            break;
-                        }
-                    }
-                    let mut chunk = [0u8; 4096];
-                    match tcp.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+                if common::read_request(&mut tcp, &mut buf).await.is_none() {
+                    return;
                 }
                 let mut out =
                     format!("HTTP/1.1 200 OK\r\n{head}transfer-encoding: chunked\r\n\r\n")

@@ -635,7 +635,7 @@ async fn r2_reload_keeps_the_backend_slots_of_unchanged_backends() {
 /// the connections it accepted.
 async fn raw_backend(answer: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let accepted = std::sync::Arc::new(AtomicUsize::new(0));
@@ -648,24 +648,8 @@ async fn raw_backend(answer: String) -> (String, std::sync::Arc<std::sync::atomi
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
-                    // One request: its head, then as many bytes as its content-length says.
-                    let request_len = loop {
-                        let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n");
-                        if let Some(end) = head_end.map(|at| at + 4) {
-                            let request = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                            let len: usize = request
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:"))
-                                .map_or(0, |v| v.trim().parse().unwrap());
-                            if buf.len() >= end + len {
-                                break end + len;
-                            }
-                        }
-                        let mut chunk = [0u8; 4096];
-                        match tcp.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
+                    let Some(request_len) = common::read_request(&mut tcp, &mut buf).await else {
+                        return;
                     };
                     buf.drain(..request_len);
                     if tcp.write_all(answer.as_bytes()).await.is_err() {

@@ -242,22 +242,8 @@ async fn raw_backend(answer: impl Into<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
             let (count, answer) = (Arc::clone(&count), Arc::clone(&answer));
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                loop {
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .map_or(0, |v| v.trim().parse().unwrap());
-                        if buf.len() >= end + 4 + len {
-                            break;
-                        }
-                    }
-                    let mut chunk = [0u8; 4096];
-                    match tcp.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+                if common::read_request(&mut tcp, &mut buf).await.is_none() {
+                    return;
                 }
                 count.fetch_add(1, Ordering::SeqCst);
                 let _ = tcp.write_all(&answer).await;

@@ -25,6 +25,7 @@ use crate::json_scan::{self, finder};
 use crate::observe::record::Record;
 use crate::upstream::exchange::UpstreamReason;
 use crate::upstream::BoxError;
+use crate::wire::stream::data_payload;
 use crate::wire::{Action, Adapter, ApiEvents, EventTransform, Seen};
 
 use super::same_shape::LastShape;
@@ -79,21 +80,6 @@ pub(crate) fn event_end_from(buf: &[u8], mut from: usize) -> Option<usize> {
         }
     }
     None
-}
-
-/// The payload of a single-line `data:` event, or `None` for anything else.
-pub(crate) fn data_payload(ev: &[u8]) -> Option<&[u8]> {
-    let rest = ev.strip_prefix(b"data:")?;
-    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
-    let end = memchr::memchr(b'\n', rest)?;
-    let line = &rest[..end];
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    // More lines in the event than the terminator: not a single-data event.
-    let tail = &rest[end + 1..];
-    if tail.iter().any(|b| *b != b'\n' && *b != b'\r') {
-        return None;
-    }
-    Some(line)
 }
 
 /// The one `data:` line of an event that also has other fields (`event:`, `id:`, comments),
@@ -649,6 +635,21 @@ mod tests {
     use crate::wire::Endpoint;
 
     /// The relay's body, fed `chunks` that are all ready at once (a burst in the socket).
+    /// The options of a chat stream's relay in these tests.
+    pub(super) fn options(
+        drop_usage_chunk: bool,
+        transform: Option<Box<dyn EventTransform>>,
+    ) -> RelayOptions {
+        RelayOptions {
+            drop_usage_chunk,
+            transform,
+            events: None,
+            adapter: crate::wire::adapter(Endpoint::chat_completions),
+            breaker: None,
+            event_limit: 1 << 20,
+        }
+    }
+
     fn burst(chunks: &[&'static str]) -> Body {
         let metrics = crate::observe::metrics::Metrics::new();
         let ex = Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into());
@@ -656,14 +657,7 @@ mod tests {
             .iter()
             .map(|c| Ok(Bytes::from_static(c.as_bytes())))
             .collect();
-        let opts = RelayOptions {
-            drop_usage_chunk: false,
-            transform: None,
-            events: None,
-            adapter: crate::wire::adapter(Endpoint::chat_completions),
-            breaker: None,
-            event_limit: 1 << 20,
-        };
+        let opts = options(false, None);
         relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
     }
 
@@ -689,14 +683,7 @@ mod tests {
             searched: 0,
             t: Tracker {
                 ex: Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into()),
-                opts: RelayOptions {
-                    drop_usage_chunk: false,
-                    transform: None,
-                    events: None,
-                    adapter: crate::wire::adapter(Endpoint::chat_completions),
-                    breaker: None,
-                    event_limit: 1 << 20,
-                },
+                opts: options(false, None),
                 saw_done: false,
                 last: LastShape::default(),
                 seen: Seen::default(),
@@ -765,17 +752,6 @@ mod tests {
     }
 
     #[test]
-    fn extracts_single_data_payloads() {
-        assert_eq!(
-            data_payload(b"data: {\"a\":1}\n\n"),
-            Some(&b"{\"a\":1}"[..])
-        );
-        assert_eq!(data_payload(b"data:[DONE]\r\n\r\n"), Some(&b"[DONE]"[..]));
-        assert_eq!(data_payload(b"event: x\ndata: y\n\n"), None);
-        assert_eq!(data_payload(b": comment\n\n"), None);
-    }
-
-    #[test]
     fn detects_tokens_and_content() {
         let has_token = |d: &[u8]| Payload::new(d).has_token();
         let has_content = |d: &[u8]| Payload::new(d).has_content();
@@ -819,14 +795,7 @@ mod tests {
         .iter()
         .map(|c| Ok(Bytes::from_static(c.as_bytes())))
         .collect();
-        let opts = RelayOptions {
-            drop_usage_chunk: true,
-            transform: None,
-            events: None,
-            adapter: crate::wire::adapter(Endpoint::chat_completions),
-            breaker: None,
-            event_limit: 1 << 20,
-        };
+        let opts = options(true, None);
         let body = relay(futures_util::stream::iter(chunks).boxed(), ex, None, opts);
         let out = http_body_util::BodyExt::collect(body)
             .await
@@ -961,14 +930,10 @@ mod tests {
             let tags = tags.then(|| Arc::new(ThinkTags::preset("qwen3").unwrap()));
             Tracker {
                 ex: Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into()),
-                opts: RelayOptions {
-                    drop_usage_chunk: true,
-                    transform: Some(Box::new(StreamRewriter::new(Default::default(), tags))),
-                    events: None,
-                    adapter: crate::wire::adapter(Endpoint::chat_completions),
-                    breaker: None,
-                    event_limit: 1 << 20,
-                },
+                opts: options(
+                    true,
+                    Some(Box::new(StreamRewriter::new(Default::default(), tags))),
+                ),
                 saw_done: false,
                 last: LastShape::default(),
                 seen: Seen::default(),

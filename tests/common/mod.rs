@@ -131,6 +131,34 @@ old_names = ["old-a"]
     )
 }
 
+/// Read one HTTP/1.1 request (its head, then the bytes its content-length says) from `tcp`
+/// into `buf`; its length, or `None` when the connection ends first. Bytes of a next request
+/// read with it stay in `buf` after it.
+pub async fn read_request(tcp: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(end) = buf
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|at| at + 4)
+        {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + len {
+                return Some(end + len);
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        match tcp.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
 /// The URL of a loopback port nothing listens on (bound, then let go): connections are refused.
 pub async fn dead_url() -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
