@@ -6,7 +6,7 @@
 //! whether it may be sent again.
 
 use std::future::poll_fn;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -118,14 +118,17 @@ pub async fn read_head(conn: &mut Conn) -> Result<(Head, BytesMut), SendError> {
 /// out), `Ready(Ok(false))` while there is more to write.
 fn write(conn: &mut Conn, cx: &mut Context<'_>, req: &mut impl Buf) -> Poll<io::Result<bool>> {
     if req.has_remaining() {
-        match ready!(tokio_util::io::poll_write_buf(
-            Pin::new(&mut *conn),
-            cx,
-            req
-        )) {
+        // A head and a body: two slices (`tokio_util::io::poll_write_buf` readies 64 per call).
+        let mut slices = [IoSlice::new(&[]); 4];
+        let n = req.chunks_vectored(&mut slices);
+        match ready!(Pin::new(&mut *conn).poll_write_vectored(cx, &slices[..n])) {
             Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-            Ok(_) if req.has_remaining() => return Poll::Ready(Ok(false)),
-            Ok(_) => {}
+            Ok(written) => {
+                req.advance(written);
+                if req.has_remaining() {
+                    return Poll::Ready(Ok(false));
+                }
+            }
             Err(e) => return Poll::Ready(Err(e)),
         }
     }
