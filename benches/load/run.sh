@@ -43,6 +43,9 @@
 #   SB_PORT=17700 NGINX_PORT=17780 NGINX_STREAM_PORT=17781 SIM_PORT=17801
 #   SIM_STREAM_PORT=17802                                loopback ports used
 #   SB_WORKERS=1     Switchboard's `server.workers` (nginx runs `worker_processes 1`)
+#   BASELINE_BIN=    another Switchboard binary (an earlier build) measured side by side as
+#                    the path `baseline`, on SB_PORT+1 with the same config: two builds
+#                    compared in one run, against the same nginx
 #   REPLICAS=1       2: Switchboard's aliases get two replicas each (`backends = [...]`), a
 #                    second pair of simulators on SIM_PORT+100 and SIM_STREAM_PORT+100
 #                    (nginx and direct keep the first pair)
@@ -111,6 +114,10 @@ if [[ $DRY_RUN == 1 ]]; then
 else
   PATHS=(direct nginx switchboard)
   require_free_ports "$SB_PORT" "$NGINX_PORT" "$NGINX_STREAM_PORT" "$SIM_PORT" "$SIM_STREAM_PORT"
+  if [[ -n ${BASELINE_BIN:-} ]]; then
+    PATHS=(direct nginx baseline switchboard)
+    require_free_ports $((SB_PORT + 1))
+  fi
 fi
 
 # A fixed-answer backend made of nginx `return`, for DRY_RUN.
@@ -217,6 +224,12 @@ $([[ $REPLICAS == 2 ]] && echo 'backends = ["sim-stream", "sim-stream-2"]' || ec
 upstream_model = "bench-stream"
 EOF
   start_switchboard "$BIN" "$WORK/bench.toml"
+  if [[ -n ${BASELINE_BIN:-} ]]; then
+    sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/" "$WORK/bench.toml" >"$WORK/baseline.toml"
+    spawn baseline "$WORK/baseline.log" "$BASELINE_BIN" serve --config "$WORK/baseline.toml"
+    BASE_PID=$SPAWNED
+    wait_http "http://127.0.0.1:$((SB_PORT + 1))/health" "$BASE_PID" baseline
+  fi
 fi
 
 # url_of PATH KIND
@@ -227,6 +240,7 @@ url_of() {
     nginx/chat) echo "http://127.0.0.1:$NGINX_PORT$API" ;;
     nginx/stream) echo "http://127.0.0.1:$NGINX_STREAM_PORT$API" ;;
     switchboard/*) echo "http://127.0.0.1:$SB_PORT$API" ;;
+    baseline/*) echo "http://127.0.0.1:$((SB_PORT + 1))$API" ;;
   esac
 }
 
@@ -235,6 +249,7 @@ proxy_pid() {
   case $1 in
     nginx) echo "$NGINX_PID" ;;
     switchboard) echo "$SB_PID" ;;
+    baseline) echo "$BASE_PID" ;;
     *) echo "" ;;
   esac
 }
@@ -259,9 +274,9 @@ verify_paths() {
     [[ $DRY_RUN == 1 ]] && continue
     out=$(post "$url" "$BODIES/stream-think.json") || die "$path: thinking stream request failed"
     case $path in
-      switchboard)
-        [[ $out == *'"reasoning_content"'* ]] || die "switchboard: thinking stream carries no reasoning_content"
-        [[ $out != *'"reasoning":'* ]] || die "switchboard: thinking stream still carries vLLM's reasoning field"
+      switchboard | baseline)
+        [[ $out == *'"reasoning_content"'* ]] || die "$path: thinking stream carries no reasoning_content"
+        [[ $out != *'"reasoning":'* ]] || die "$path: thinking stream still carries vLLM's reasoning field"
         ;;
       *)
         [[ $out == *'"reasoning"'* ]] || die "$path: thinking stream carries no reasoning field (simulator --reasoning)"
