@@ -73,9 +73,8 @@ async fn flooding_backend(
                 if common::read_request(&mut tcp, &mut buf).await.is_none() {
                     return;
                 }
-                let mut out =
-                    format!("HTTP/1.1 200 OK\r\n{head}transfer-encoding: chunked\r\n\r\n")
-                        .into_bytes();
+                let out = format!("HTTP/1.1 200 OK\r\n{head}transfer-encoding: chunked\r\n\r\n")
+                    .into_bytes();
                 let block: Vec<u8> = piece.iter().copied().cycle().take(64 * 1024).collect();
                 let frame = [
                     format!("{:x}\r\n", block.len()).into_bytes(),
@@ -94,7 +93,6 @@ async fn flooding_backend(
                     sent += frame.len();
                     count.store(sent as u64, Ordering::SeqCst);
                 }
-                out.clear();
                 let _ = tcp.write_all(b"0\r\n\r\n").await;
             });
         }

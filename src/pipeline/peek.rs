@@ -36,8 +36,7 @@ pub async fn first_event(
         };
         read.push(item);
         seen.extend_from_slice(&chunk);
-        // A terminator may begin in the last two bytes searched.
-        if relay::event_end_from(&seen, searched.saturating_sub(2)).is_some() {
+        if relay::event_end_after(&seen, searched).is_some() {
             if let Some(data) = relay::first_payload(&seen) {
                 return (read, guard::canonical::from_sse_event(data, window));
             }

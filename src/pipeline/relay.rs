@@ -65,11 +65,14 @@ impl Drop for Tracker {
 
 /// Length of the first complete event in `buf` (including its blank-line terminator).
 pub(crate) fn event_len(buf: &[u8]) -> Option<usize> {
-    event_end_from(buf, 0)
+    event_end_after(buf, 0)
 }
 
-/// The end of the first event terminator that starts at `from` or later.
-pub(crate) fn event_end_from(buf: &[u8], mut from: usize) -> Option<usize> {
+/// The end of the first event terminator in `buf` that does not lie wholly in its first
+/// `searched` bytes (bytes an earlier search found no terminator in): a terminator is at most
+/// three bytes, so the search resumes two bytes back.
+pub(crate) fn event_end_after(buf: &[u8], searched: usize) -> Option<usize> {
+    let mut from = searched.saturating_sub(2);
     while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
         let i = from + i;
         match buf.get(i + 1) {
@@ -391,8 +394,7 @@ impl Relay {
             };
         }
         self.buf.extend_from_slice(&chunk);
-        // A terminator may begin in the last two bytes searched.
-        if event_end_from(&self.buf, self.searched.saturating_sub(2)).is_none() {
+        if event_end_after(&self.buf, self.searched).is_none() {
             self.searched = self.buf.len();
             return Bytes::new();
         }
