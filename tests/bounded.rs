@@ -252,3 +252,117 @@ async fn a_long_event_under_the_limit_arrives_whole() {
     let got = common::within("the stream", resp.text()).await.unwrap();
     assert_eq!(got, event + "data: [DONE]\n\n");
 }
+
+/// How many uploads [`r17_large_uploads_are_each_held_once`] sends at once, and how large.
+const UPLOADS: usize = 10;
+const UPLOAD: usize = 60 * MIB;
+
+/// A chat request of `UPLOAD` bytes, generated as it is sent.
+fn large_upload() -> reqwest::Body {
+    let open = br#"{"model":"a","messages":[{"role":"user","content":""#;
+    let close = br#""}]}"#;
+    let text = UPLOAD - open.len() - close.len();
+    let piece = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+    let pieces = (0..text.div_ceil(piece.len())).map(move |i| {
+        let n = piece.len().min(text - i * piece.len());
+        piece.slice(..n)
+    });
+    let parts = std::iter::once(bytes::Bytes::from_static(open))
+        .chain(pieces)
+        .chain(std::iter::once(bytes::Bytes::from_static(close)))
+        .map(Ok::<_, std::io::Error>);
+    reqwest::Body::wrap_stream(futures_util::stream::iter(parts))
+}
+
+/// A backend that reads each request's body to its end (keeping none of it), waits until
+/// `UPLOADS` requests are in, notes the process's resident memory then, and answers.
+async fn draining_backend(at_peak: Arc<AtomicUsize>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let all_in = Arc::new(tokio::sync::Barrier::new(UPLOADS));
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let (all_in, at_peak) = (Arc::clone(&all_in), Arc::clone(&at_peak));
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 256 * 1024];
+                let mut head = Vec::new();
+                let end = loop {
+                    let n = tcp.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "the request came whole");
+                    head.extend_from_slice(&buf[..n]);
+                    if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break p + 4;
+                    }
+                };
+                let text = String::from_utf8_lossy(&head[..end]).to_ascii_lowercase();
+                let length: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .expect("a declared length")
+                    .trim()
+                    .parse()
+                    .unwrap();
+                let mut left = length - (head.len() - end);
+                drop(head);
+                while left > 0 {
+                    let n = tcp.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "the body came whole");
+                    left -= n;
+                }
+                if all_in.wait().await.is_leader() {
+                    at_peak.store(rss(), Ordering::SeqCst);
+                }
+                let answer =
+                    json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0,
+                    "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+                    .to_string();
+                let out = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+                let _ = tcp.write_all(out.as_bytes()).await;
+            });
+        }
+    });
+    url
+}
+
+/// Regression (issue 17): ten concurrent 60 MB uploads grew the proxy by 2.7 times their
+/// bytes: the body was held as read and again as sent (the model spliced into a copy). Now
+/// the body sent is the client's bytes with the splice between them: each is held once.
+#[tokio::test]
+async fn r17_large_uploads_are_each_held_once() {
+    let _one = MEASURING.lock().await;
+    let at_peak = Arc::new(AtomicUsize::new(0));
+    let url = draining_backend(Arc::clone(&at_peak)).await;
+    let p = proxy(
+        &config("llamacpp", "body_limit_bytes = 67108864")
+            .replace("slots = 4", &format!("slots = {UPLOADS}")),
+        &[("b", url)],
+    )
+    .await;
+    let c = client();
+    let base = rss();
+    let uploads = (0..UPLOADS).map(|_| {
+        c.post(p.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("content-length", UPLOAD)
+            .body(large_upload())
+            .send()
+    });
+    for resp in futures_util::future::join_all(uploads).await {
+        let resp = resp.unwrap();
+        assert_eq!(resp.status(), 200);
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["choices"][0]["message"]["content"], "ok");
+    }
+    let growth = at_peak.load(Ordering::SeqCst).saturating_sub(base);
+    let bytes = UPLOADS * UPLOAD;
+    assert!(
+        growth < bytes + bytes / 4,
+        "the proxy held {} MiB for {} MiB of uploads",
+        growth / MIB,
+        bytes / MIB
+    );
+}

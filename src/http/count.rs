@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::Bytes;
 
 use super::intake::{request_id, respond, routed_body};
 use crate::config::Alias;
@@ -120,7 +119,7 @@ async fn forward(
         backend,
         path,
         headers,
-        Bytes::from(body),
+        body.into(),
         limits.first_byte.min(limits.total),
     );
     let answer = sent.await.map_err(|u| u.error)?;

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use super::resolve::Routed;
+use bytes::Bytes;
+
 use super::shape::shape;
 use super::Incoming;
 use crate::config::Alias;
@@ -18,7 +19,7 @@ use crate::tokens::Method;
 /// The alias that serves the request and the body its backend gets (in the client's API).
 pub struct Admitted {
     pub alias: Arc<Alias>,
-    pub body: Vec<u8>,
+    pub body: Bytes,
 }
 
 /// Shape and guard `req` for `start` (its alias, or a fallback of it) or, when it does not
@@ -28,13 +29,12 @@ pub async fn admit(
     snap: &Snapshot,
     rec: &mut Record,
     req: &Incoming,
-    routed: &Routed,
     start: &Arc<Alias>,
 ) -> Result<Admitted, ProxyError> {
     let adapter = req.adapter;
     let mut alias = Arc::clone(start);
     let admitted = loop {
-        let body = shape(req, &routed.view, &alias)?;
+        let body = shape(req, &alias)?;
         let spec = match snap.guard(&alias.name) {
             Some(spec) if adapter.guarded() => spec,
             _ => break Admitted { alias, body },
@@ -48,7 +48,7 @@ pub async fn admit(
         match verdict {
             Verdict::Pass { .. } => break Admitted { alias, body },
             Verdict::Clamp { max_tokens, .. } => {
-                let body = guard::clamp_request(adapter, &body, max_tokens)?;
+                let body = Bytes::from(guard::clamp_request(adapter, &body, max_tokens)?);
                 break Admitted { alias, body };
             }
             Verdict::Over { method, .. } => {

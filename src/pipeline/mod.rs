@@ -56,7 +56,7 @@ pub async fn handle(
     // Whether the last failed attempt was translated to chat (its answer may be the client's).
     let mut translated = None;
     while let Some(start) = tries.alias() {
-        let admitted = match admit::admit(state, snap, rec, &req, &routed, start).await {
+        let admitted = match admit::admit(state, snap, rec, &req, start).await {
             Ok(a) => a,
             Err(e) if tries.on_fallback() => {
                 tries.not_admitted(e);
@@ -65,7 +65,7 @@ pub async fn handle(
             }
             Err(e) => return Err(e),
         };
-        let (alias, body) = (admitted.alias, Bytes::from(admitted.body));
+        let (alias, body) = (admitted.alias, admitted.body);
         loop {
             let chosen =
                 match choose::choose(state, snap, &alias, &mut tries.tried, tries.key).await {
@@ -73,7 +73,7 @@ pub async fn handle(
                     Err(refusal) => break tries.refused(refusal),
                 };
             rec.backend = Some(chosen.backend.name.clone());
-            let out = shape::for_backend(&req, &alias, &chosen.backend, &body)?;
+            let out = shape::for_backend(&req, &routed.view, &alias, &chosen.backend, &body)?;
             let headers = tries.headers(&mut headers);
             let sent = send::send(
                 state,

@@ -7,7 +7,6 @@
 use std::time::Instant;
 
 use axum::http::{HeaderMap, StatusCode};
-use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::deadline;
@@ -17,6 +16,7 @@ use crate::fleet::routes::FallbackReason;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
+use crate::wire::payload::Payload;
 
 /// An exchange that gave the client nothing yet, and why.
 pub enum Failed {
@@ -53,7 +53,7 @@ pub async fn send(
     path: &str,
     alias: &Alias,
     backend: &Backend,
-    body: Bytes,
+    body: Payload,
 ) -> Result<Answer, Failed> {
     let server = &snap.config.server;
     let m = snap.metrics(Some(&alias.name));

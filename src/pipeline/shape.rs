@@ -1,8 +1,9 @@
-//! Shape: the body the alias's backend gets — its model name spliced in, the usage chunk asked
-//! for on streams, the alias's defaults, stripped fields, output cap and accepted inputs
-//! (`wire::shape`), reasoning in the history in the form the backend reads — and where it
-//! goes: a Messages or Responses request for a backend that serves only chat completions is
-//! translated to a chat request for `/v1/chat/completions` (its answer is translated back).
+//! Shape: the body the alias's backend gets — the alias's defaults, stripped fields, output cap
+//! and accepted inputs (`wire::shape`), reasoning in the history in the form the backend reads,
+//! then per replica its model name spliced in and the usage chunk asked for on streams — and
+//! where it goes: a Messages or Responses request for a backend that serves only chat
+//! completions is translated to a chat request for `/v1/chat/completions` (its answer is
+//! translated back). The body sent shares the client's bytes but for what is spliced in.
 
 use bytes::Bytes;
 
@@ -10,26 +11,24 @@ use super::Incoming;
 use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
 use crate::reasoning::{self, InputField};
+use crate::wire::payload::Payload;
 use crate::wire::request::ParsedRequest;
 use crate::wire::{responses, Api};
 
 /// Where the chat completions of a translated request go.
 pub const CHAT_PATH: &str = "/v1/chat/completions";
 
-/// The upstream body of `req` for `alias`, still in the client's API (the guard counts it and
-/// clamps its limits there); a part of a kind the alias does not take, or a bad legacy
-/// `images` field, is the API's 400.
-pub fn shape(req: &Incoming, view: &ParsedRequest, alias: &Alias) -> Result<Vec<u8>, ProxyError> {
+/// The body of `req` shaped for `alias`, still in the client's API and with the client's
+/// `model` (the guard counts it and clamps its limits there; [`for_backend`] splices the
+/// model in last): the client's own bytes when nothing changes. A part of a kind the alias
+/// does not take, or a bad legacy `images` field, is the API's 400.
+pub fn shape(req: &Incoming, alias: &Alias) -> Result<Bytes, ProxyError> {
     let adapter = req.adapter;
     let api = adapter.api();
     let translated = alias.backend.translation(api).is_some();
-    let mut body = view.upstream_body(
-        &req.body,
-        &alias.upstream_model,
-        adapter.takes_stream_usage(),
-    );
+    let mut body = req.body.clone();
     if let Some(b) = crate::wire::shape::shape(&body, &alias.shape, api)? {
-        body = b;
+        body = Bytes::from(b);
     }
     if translated {
         return Ok(body);
@@ -37,11 +36,11 @@ pub fn shape(req: &Incoming, view: &ParsedRequest, alias: &Alias) -> Result<Vec<
     let flavor = alias.backend.flavor;
     if adapter.normalizes_reasoning() {
         if let Some(b) = reasoning::rewrite_request_history(&body, InputField::for_flavor(flavor)) {
-            body = b;
+            body = Bytes::from(b);
         }
     } else if api == Api::Responses {
         if let Some(b) = responses::history::reasoning_items(&body, flavor)? {
-            body = b;
+            body = Bytes::from(b);
         }
     }
     Ok(body)
@@ -49,7 +48,7 @@ pub fn shape(req: &Incoming, view: &ParsedRequest, alias: &Alias) -> Result<Vec<
 
 /// One attempt's request: the body and path `backend` gets.
 pub struct Outgoing {
-    pub body: Bytes,
+    pub body: Payload,
     /// The chat completions path when the request was translated, else the client's own.
     pub path: Option<&'static str>,
     /// The client's API when the request was translated to chat completions: the backend's
@@ -57,21 +56,13 @@ pub struct Outgoing {
     pub translated: Option<Api>,
 }
 
-impl Outgoing {
-    fn as_is(body: Bytes) -> Outgoing {
-        Outgoing {
-            body,
-            path: None,
-            translated: None,
-        }
-    }
-}
-
-/// `shaped` (the body shaped for the alias's first backend) as `backend` gets it: translated to
-/// chat for a backend that serves only chat completions; its history rewritten again only for
-/// a replica whose runtime reads reasoning in another form.
+/// `shaped` (the body [`shape`]d for the alias's first backend, perhaps clamped by the guard)
+/// as `backend` gets it: translated to chat for a backend that serves only chat completions;
+/// its history rewritten again only for a replica whose runtime reads reasoning in another
+/// form; then the alias's upstream model and, for streams, the usage option spliced in.
 pub fn for_backend(
     req: &Incoming,
+    view: &ParsedRequest,
     alias: &Alias,
     backend: &Backend,
     shaped: &Bytes,
@@ -79,28 +70,56 @@ pub fn for_backend(
     let adapter = req.adapter;
     let api = adapter.api();
     if let Some(converter) = backend.translation(api) {
-        let chat = adapter.to_chat(shaped, converter)?.into_owned();
+        let chat = Bytes::from(adapter.to_chat(shaped, converter)?.into_owned());
+        // The translation asks for a stream's usage itself.
+        let body =
+            ParsedRequest::parse(&chat)?.upstream_payload(&chat, &alias.upstream_model, false);
         return Ok(Outgoing {
-            body: Bytes::from(chat),
+            body,
             path: Some(CHAT_PATH),
             translated: Some(api),
         });
     }
+    let body = history_for(req, alias, backend, shaped)?;
+    let reparsed;
+    let view = if body.as_ptr() == req.body.as_ptr() && body.len() == req.body.len() {
+        view
+    } else {
+        // Shaped anew: where its model and stream options sit now.
+        reparsed = ParsedRequest::parse(&body)?;
+        &reparsed
+    };
+    Ok(Outgoing {
+        body: view.upstream_payload(&body, &alias.upstream_model, adapter.takes_stream_usage()),
+        path: None,
+        translated: None,
+    })
+}
+
+/// `shaped` with its history in the form `backend` reads (it is in the form of the alias's
+/// first backend).
+fn history_for(
+    req: &Incoming,
+    alias: &Alias,
+    backend: &Backend,
+    shaped: &Bytes,
+) -> Result<Bytes, ProxyError> {
+    let adapter = req.adapter;
+    let api = adapter.api();
     let (from, to) = (alias.backend.flavor, backend.flavor);
     let first_translated = alias.backend.translation(api).is_some();
     if adapter.normalizes_reasoning() {
         let target = InputField::for_flavor(to);
         if target == InputField::for_flavor(from) {
-            return Ok(Outgoing::as_is(shaped.clone()));
+            return Ok(shaped.clone());
         }
-        let body = reasoning::rewrite_request_history(shaped, target)
-            .map_or_else(|| shaped.clone(), Bytes::from);
-        return Ok(Outgoing::as_is(body));
+        return Ok(reasoning::rewrite_request_history(shaped, target)
+            .map_or_else(|| shaped.clone(), Bytes::from));
     }
     if api == Api::Responses && (from != to || first_translated) {
         if let Some(b) = responses::history::reasoning_items(shaped, to)? {
-            return Ok(Outgoing::as_is(Bytes::from(b)));
+            return Ok(Bytes::from(b));
         }
     }
-    Ok(Outgoing::as_is(shaped.clone()))
+    Ok(shaped.clone())
 }

@@ -35,7 +35,7 @@ impl Transport for Client {
             let path = format!("{}{path}", to.path_prefix);
             let exchange = async {
                 let resp = self
-                    .post(origin, &path, headers, Bytes::from(body))
+                    .post(origin, &path, headers, body.into())
                     .await
                     .map_err(|e| e.to_string())?;
                 let status = resp.status.as_u16();

@@ -16,6 +16,7 @@ use tokio::io::AsyncWrite;
 use super::conn::Conn;
 use super::framing::{parse_head, Head};
 use super::{SendError, FIRST_READ};
+use crate::wire::payload::Payload;
 
 /// An exchange that ended without an answer head.
 #[derive(Debug)]
@@ -41,7 +42,7 @@ enum Unread {
 pub async fn exchange(
     conn: &mut Conn,
     head: &Bytes,
-    body: &Bytes,
+    body: &Payload,
     wrote: &mut bool,
 ) -> Result<(Head, BytesMut), Unanswered> {
     let before = conn.sent();
@@ -118,8 +119,8 @@ pub async fn read_head(conn: &mut Conn) -> Result<(Head, BytesMut), SendError> {
 /// out), `Ready(Ok(false))` while there is more to write.
 fn write(conn: &mut Conn, cx: &mut Context<'_>, req: &mut impl Buf) -> Poll<io::Result<bool>> {
     if req.has_remaining() {
-        // A head and a body: two slices (`tokio_util::io::poll_write_buf` readies 64 per call).
-        let mut slices = [IoSlice::new(&[]); 4];
+        // A head and a body's parts (`tokio_util::io::poll_write_buf` readies 64 per call).
+        let mut slices = [IoSlice::new(&[]); 8];
         let n = req.chunks_vectored(&mut slices);
         match ready!(Pin::new(&mut *conn).poll_write_vectored(cx, &slices[..n])) {
             Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
@@ -197,8 +198,8 @@ mod tests {
     }
 
     /// 20 MiB: more than the kernel takes before the backend reads.
-    fn big() -> Bytes {
-        Bytes::from(vec![b'x'; 20 << 20])
+    fn big() -> Payload {
+        Payload::from(vec![b'x'; 20 << 20])
     }
 
     /// Read until the request head is in (the body stays unread, but for what came with it).
@@ -277,7 +278,7 @@ mod tests {
         drop(server);
         conn.tcp().readable().await.unwrap();
         let mut wrote = false;
-        let body = Bytes::from_static(b"{}");
+        let body = Payload::from(Bytes::from_static(b"{}"));
         let sent = exchange(&mut conn, &Bytes::from_static(HEAD), &body, &mut wrote).await;
         assert!(matches!(sent, Err(Unanswered::Untouched(_))), "{sent:?}");
         assert!(!wrote);

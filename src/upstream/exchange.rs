@@ -12,6 +12,7 @@ use crate::error::ProxyError;
 use crate::upstream::hop;
 pub use crate::upstream::{read_all, read_within, Held, TooLong};
 use crate::upstream::{BoxError, Client, SendError, Target};
+use crate::wire::payload::Payload;
 
 /// Why an upstream exchange failed.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -97,7 +98,7 @@ pub async fn send(
     backend: &Backend,
     path_and_query: &str,
     headers: HeaderMap,
-    body: Bytes,
+    body: Payload,
     header_timeout: Duration,
 ) -> Result<Answer, Unanswered> {
     let started = Instant::now();

@@ -41,6 +41,8 @@ use duplex::{exchange, read_head, Unanswered};
 use framing::{Decoder, Head};
 use tls::{BackendTls, TlsSettings};
 
+use crate::wire::payload::Payload;
+
 /// Any error of the exchange with a backend, as the relay sees it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -211,7 +213,7 @@ impl Client {
         to: Origin<'_>,
         path: &str,
         headers: HeaderMap,
-        body: Bytes,
+        body: Payload,
     ) -> Result<UpstreamResponse, SendError> {
         let tls = self.tls_for(to)?;
         let target = Target {
@@ -503,7 +505,7 @@ impl Pool {
         to: Target<'_>,
         path: &str,
         headers: HeaderMap,
-        body: Bytes,
+        body: Payload,
         wrote: &mut bool,
     ) -> Result<UpstreamResponse, SendError> {
         let head = request_head(b"POST ", to.authority, path, &headers, Some(body.len()));
@@ -756,7 +758,7 @@ mod tests {
                 Target::plain(addr),
                 "/v1/chat/completions",
                 HeaderMap::new(),
-                Bytes::from_static(b"{}"),
+                Bytes::from_static(b"{}").into(),
                 &mut false,
             )
             .await
@@ -855,7 +857,7 @@ mod tests {
                 Target::plain(&addr),
                 "/",
                 HeaderMap::new(),
-                Bytes::from_static(b"{}"),
+                Bytes::from_static(b"{}").into(),
                 &mut false,
             )
             .await;
@@ -955,7 +957,7 @@ mod tests {
                     Target::plain(&addr),
                     "/",
                     HeaderMap::new(),
-                    Bytes::from_static(b"{}"),
+                    Bytes::from_static(b"{}").into(),
                     &mut false,
                 )
                 .await
@@ -1065,7 +1067,7 @@ mod tests {
                 Target::plain(&addr),
                 "/",
                 HeaderMap::new(),
-                Bytes::new(),
+                Payload::default(),
                 &mut false,
             )
             .await;

@@ -282,7 +282,7 @@ mod tests {
                 to,
                 "/v1/chat/completions",
                 HeaderMap::new(),
-                Bytes::from_static(b"{}"),
+                Bytes::from_static(b"{}").into(),
                 &mut false,
             )
             .await?;

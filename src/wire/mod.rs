@@ -14,6 +14,7 @@ pub mod chat_form;
 pub mod endpoint;
 pub mod messages;
 pub mod passthrough;
+pub mod payload;
 pub mod request;
 pub mod responses;
 pub mod shape;

@@ -1,13 +1,16 @@
 //! The request view the proxy needs (model, stream, limits) and byte-level edits of the body.
 //!
 //! The body is parsed once into borrowed fields; everything else stays as the client's bytes.
-//! Edits (the rewritten `model`, an injected `stream_options`) are spliced into the original.
+//! Edits (the rewritten `model`, an injected `stream_options`) are spliced into the original,
+//! in one new buffer or as a [`Payload`] that shares the original's bytes.
 
 use std::ops::Range;
 
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::payload::Payload;
 use crate::error::{bounded, ProxyError};
 
 /// The fields of an OpenAI-style request body the proxy looks at; the rest are skipped.
@@ -85,10 +88,31 @@ impl ParsedRequest {
         self.stream_options.as_ref().is_some_and(|(_, inc)| *inc)
     }
 
-    /// The body to send upstream: `model` replaced by `upstream_model` (JSON-encoded), and for
-    /// streams `stream_options.include_usage` forced on when `force_usage`.
+    /// The body to send upstream, in one buffer: `model` replaced by `upstream_model`
+    /// (JSON-encoded), and for streams `stream_options.include_usage` forced on when
+    /// `force_usage`.
     pub fn upstream_body(&self, body: &[u8], upstream_model: &str, force_usage: bool) -> Vec<u8> {
-        let mut edits: Vec<(Range<usize>, Vec<u8>)> = Vec::with_capacity(2);
+        apply_edits(body, self.edits(body, upstream_model, force_usage))
+    }
+
+    /// The body to send upstream as [`ParsedRequest::upstream_body`] gives it, sharing every
+    /// byte it keeps with `body`.
+    pub fn upstream_payload(
+        &self,
+        body: &Bytes,
+        upstream_model: &str,
+        force_usage: bool,
+    ) -> Payload {
+        Payload::spliced(body, self.edits(body, upstream_model, force_usage))
+    }
+
+    fn edits(
+        &self,
+        body: &[u8],
+        upstream_model: &str,
+        force_usage: bool,
+    ) -> Vec<(Range<usize>, Vec<u8>)> {
+        let mut edits: Vec<(Range<usize>, Vec<u8>)> = Vec::new();
         let model_json = serde_json::to_vec(upstream_model).unwrap_or_default();
         if body.get(self.model_span.clone()) != Some(model_json.as_slice()) {
             edits.push((self.model_span.clone(), model_json));
@@ -113,7 +137,7 @@ impl ParsedRequest {
                 }
             }
         }
-        apply_edits(body, edits)
+        edits
     }
 }
 
@@ -250,8 +274,10 @@ mod tests {
             proptest::prop_assert_eq!(&p.model, &model);
             proptest::prop_assert_eq!(p.stream, stream);
             proptest::prop_assert_eq!(p.client_wants_usage(), options == 3);
-            let out: serde_json::Value =
-                serde_json::from_slice(&p.upstream_body(text.as_bytes(), "up/\"m\"", true)).unwrap();
+            let whole = p.upstream_body(text.as_bytes(), "up/\"m\"", true);
+            let shared = p.upstream_payload(&bytes::Bytes::from(text.clone()), "up/\"m\"", true);
+            proptest::prop_assert_eq!(&shared.to_vec(), &whole, "the payload is the body spliced");
+            let out: serde_json::Value = serde_json::from_slice(&whole).unwrap();
             let mut want = v.clone();
             want["model"] = "up/\"m\"".into();
             if stream && options != 3 {
