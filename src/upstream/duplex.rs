@@ -46,7 +46,7 @@ pub async fn exchange(
     wrote: &mut bool,
 ) -> Result<(Head, BytesMut), Unanswered> {
     let before = conn.sent();
-    let mut req = head.clone().chain(body.clone());
+    let mut req = head.clone().chain(body.cursor());
     *wrote = true;
     // One try, not awaited: its `Pending` goes on below as any other unfinished write.
     let first = poll_fn(|cx| Poll::Ready(write(conn, cx, &mut req))).await;

@@ -3,61 +3,82 @@
 
 use std::io::IoSlice;
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
-use smallvec::SmallVec;
 
-/// The parts of a body, in order; none is empty. As a [`Buf`] it is written out (and used up)
-/// part by part, each a slice of its own, so a `writev` takes them all at once.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Payload {
-    parts: SmallVec<[Bytes; 5]>,
-    /// The first part not written out whole.
-    at: usize,
+/// The parts of a body, in order; none is empty. Cheap to clone (a reference count); written
+/// out through a [`Cursor`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload(Repr);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Repr {
+    /// Nothing spliced: one piece (the common case, no allocation).
+    Whole(Bytes),
+    Parts(Arc<[Bytes]>),
 }
 
 impl Payload {
     /// `body` with `edits` (ranges of it and what takes their place; not overlapping, in any
     /// order) applied, the unchanged spans shared with `body`.
     pub fn spliced(body: &Bytes, mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Payload {
+        if edits.is_empty() {
+            return Payload::from(body.clone());
+        }
         edits.sort_by_key(|(r, _)| r.start);
-        let mut p = Payload::default();
+        let mut parts = Vec::with_capacity(2 * edits.len() + 1);
         let mut at = 0;
         for (range, bytes) in edits {
-            p.push(body.slice(at..range.start));
-            p.push(Bytes::from(bytes));
+            parts.push(body.slice(at..range.start));
+            parts.push(Bytes::from(bytes));
             at = range.end;
         }
-        p.push(body.slice(at..));
-        p
+        parts.push(body.slice(at..));
+        parts.retain(|p| !p.is_empty());
+        Payload(Repr::Parts(parts.into()))
     }
 
-    fn push(&mut self, part: Bytes) {
-        if !part.is_empty() {
-            self.parts.push(part);
+    fn parts(&self) -> &[Bytes] {
+        match &self.0 {
+            Repr::Whole(b) => std::slice::from_ref(b),
+            Repr::Parts(p) => p,
         }
     }
 
-    /// The bytes left to write.
     pub fn len(&self) -> usize {
-        self.parts[self.at..].iter().map(Bytes::len).sum()
+        self.parts().iter().map(Bytes::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.at == self.parts.len()
+        self.len() == 0
     }
 
-    /// The bytes left, in one buffer.
+    /// The body in one buffer.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.parts[self.at..].concat()
+        self.parts().concat()
+    }
+
+    /// A reader of the body from its start, to write it out.
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            left: self.len(),
+            payload: self.clone(),
+            at: 0,
+            off: 0,
+        }
+    }
+}
+
+impl Default for Payload {
+    fn default() -> Payload {
+        Payload(Repr::Whole(Bytes::new()))
     }
 }
 
 impl From<Bytes> for Payload {
     fn from(body: Bytes) -> Payload {
-        let mut p = Payload::default();
-        p.push(body);
-        p
+        Payload(Repr::Whole(body))
     }
 }
 
@@ -67,34 +88,56 @@ impl From<Vec<u8>> for Payload {
     }
 }
 
-impl Buf for Payload {
+/// A [`Payload`] being written out: each part a slice of its own, so a `writev` takes them
+/// all at once.
+#[derive(Debug)]
+pub struct Cursor {
+    payload: Payload,
+    /// The part being written, and how much of it is.
+    at: usize,
+    off: usize,
+    left: usize,
+}
+
+impl Buf for Cursor {
     fn remaining(&self) -> usize {
-        self.len()
+        self.left
     }
 
     fn chunk(&self) -> &[u8] {
-        self.parts.get(self.at).map_or(&[], |b| b)
+        self.payload
+            .parts()
+            .get(self.at)
+            .map_or(&[], |b| &b[self.off..])
     }
 
     fn chunks_vectored<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        let parts = self.payload.parts();
+        let Some(first) = parts.get(self.at).filter(|_| self.left > 0) else {
+            return 0;
+        };
+        let rest = parts[self.at + 1..].iter().map(|b| &b[..]);
         let mut n = 0;
-        for (slot, part) in dst.iter_mut().zip(&self.parts[self.at..]) {
+        for (slot, part) in dst
+            .iter_mut()
+            .zip(std::iter::once(&first[self.off..]).chain(rest))
+        {
             *slot = IoSlice::new(part);
             n += 1;
         }
         n
     }
 
-    fn advance(&mut self, mut cnt: usize) {
-        while cnt > 0 {
-            let part = &mut self.parts[self.at];
-            if cnt < part.len() {
-                part.advance(cnt);
-                return;
-            }
-            cnt -= part.len();
+    fn advance(&mut self, cnt: usize) {
+        assert!(cnt <= self.left, "advanced past the end of a payload");
+        self.left -= cnt;
+        let parts = self.payload.parts();
+        let mut cnt = cnt + self.off;
+        while self.at < parts.len() && cnt >= parts[self.at].len() {
+            cnt -= parts[self.at].len();
             self.at += 1;
         }
+        self.off = cnt;
     }
 }
 
@@ -109,17 +152,20 @@ mod tests {
         let p = Payload::spliced(&body, vec![(9..12, b"\"up\"".to_vec())]);
         assert_eq!(p.to_vec(), br#"{"model":"up","x":1}"#);
         assert_eq!(p.len(), 20);
-        assert_eq!(p.parts.len(), 3);
+        assert_eq!(p.parts().len(), 3);
         assert_eq!(
-            p.parts[0].as_ptr(),
+            p.parts()[0].as_ptr(),
             body.as_ptr(),
             "the client's bytes, not a copy"
         );
         // An edit at either end leaves no empty part.
         let p = Payload::spliced(&body, vec![(0..0, b"[".to_vec()), (19..19, b"]".to_vec())]);
         assert_eq!(p.to_vec(), br#"[{"model":"a","x":1}]"#);
-        assert_eq!(p.parts.len(), 3);
+        assert_eq!(p.parts().len(), 3);
+        let whole = Payload::spliced(&body, Vec::new());
+        assert_eq!(whole.parts()[0].as_ptr(), body.as_ptr());
         assert!(Payload::from(Bytes::new()).is_empty());
+        assert!(!Payload::default().cursor().has_remaining());
     }
 
     proptest! {
@@ -142,8 +188,9 @@ mod tests {
                 }
             }
             let want = crate::wire::request::apply_edits(&body, edits.clone());
-            let mut p = Payload::spliced(&Bytes::from(body), edits);
-            prop_assert_eq!(p.len(), want.len());
+            let payload = Payload::spliced(&Bytes::from(body), edits);
+            prop_assert_eq!(payload.len(), want.len());
+            let mut p = payload.cursor();
             let mut got = Vec::new();
             for step in steps.iter().cycle() {
                 if !p.has_remaining() {

@@ -113,9 +113,12 @@ impl ParsedRequest {
         force_usage: bool,
     ) -> Vec<(Range<usize>, Vec<u8>)> {
         let mut edits: Vec<(Range<usize>, Vec<u8>)> = Vec::new();
-        let model_json = serde_json::to_vec(upstream_model).unwrap_or_default();
-        if body.get(self.model_span.clone()) != Some(model_json.as_slice()) {
-            edits.push((self.model_span.clone(), model_json));
+        let written = body.get(self.model_span.clone()).unwrap_or_default();
+        if !is_json_string_of(written, upstream_model) {
+            let model_json = serde_json::to_vec(upstream_model).unwrap_or_default();
+            if written != model_json.as_slice() {
+                edits.push((self.model_span.clone(), model_json));
+            }
         }
         if force_usage && self.stream && !self.client_wants_usage() {
             match &self.stream_options {
@@ -139,6 +142,16 @@ impl ParsedRequest {
         }
         edits
     }
+}
+
+/// Whether `raw` is `text` as serde_json writes it, when that is `text` in quotes: it escapes
+/// nothing but quotes, backslashes and control characters.
+fn is_json_string_of(raw: &[u8], text: &str) -> bool {
+    raw.len() == text.len() + 2
+        && raw.first() == Some(&b'"')
+        && raw.last() == Some(&b'"')
+        && &raw[1..raw.len() - 1] == text.as_bytes()
+        && !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
 }
 
 /// The top-level values of `keys` in `body`, borrowed (a missing key is `None`).
@@ -286,6 +299,33 @@ mod tests {
                 want["stream_options"]["include_usage"] = true.into();
             }
             proptest::prop_assert_eq!(out, want, "{}", text);
+        }
+    }
+
+    proptest::proptest! {
+        /// The model is spliced exactly when serde_json's spelling of the upstream model is
+        /// not what the body holds: the quick comparison never says "the same" wrongly.
+        #[test]
+        fn a_model_spelled_as_serde_writes_it_is_left_alone(
+            text in "\\PC{0,8}|[a-z\"\\\\\u{0}-\u{1f}\u{7f}/é]{0,8}",
+            spelling in 0u8..3,
+        ) {
+            let json = serde_json::to_vec(&text).unwrap();
+            let raw = match spelling {
+                0 => json.clone(),
+                1 => format!("\"{text}\"").into_bytes(),
+                _ => serde_json::to_vec(&serde_json::Value::String(text.clone())).unwrap()
+                    .iter().flat_map(|&b| if b == b'/' { b"\\/".to_vec() } else { vec![b] }).collect(),
+            };
+            if is_json_string_of(&raw, &text) {
+                proptest::prop_assert_eq!(&raw, &json);
+            }
+            let body = [br#"{"model":"#.as_slice(), &raw, b"}"].concat();
+            let p = ParsedRequest::parse(&body);
+            if let Ok(p) = p {
+                let edited = p.upstream_body(&body, &text, false) != body;
+                proptest::prop_assert_eq!(edited, raw != json);
+            }
         }
     }
 
