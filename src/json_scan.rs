@@ -14,6 +14,22 @@
 use memchr::arch::all::packedpair::HeuristicFrequencyRank;
 use memchr::memmem::{Finder, FinderBuilder};
 
+/// The keys of a chat answer or event that more than one reader looks for, each with its
+/// quotes, as [`finder`]s.
+pub mod keys {
+    use std::sync::LazyLock;
+
+    use memchr::memmem::Finder;
+
+    use super::finder;
+
+    pub static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""content""#));
+    pub static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""reasoning""#));
+    pub static REASONING_CONTENT: LazyLock<Finder<'static>> =
+        LazyLock::new(|| finder(br#""reasoning_content""#));
+    pub static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""tool_calls""#));
+}
+
 /// How common a byte is in JSON text, for `memchr`'s choice of the two needle bytes it
 /// scans for. Its default ranking, made for prose and code, takes `"` for one of the rarest
 /// bytes of a key like `"usage"` and so stops at every quote of a JSON body; here the

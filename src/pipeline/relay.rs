@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::error::ProxyError;
 use crate::fleet::breaker::Breaker;
 use crate::fleet::slots::SlotPermit;
+use crate::json_scan::keys::{CONTENT, REASONING, REASONING_CONTENT, TOOL_CALLS};
 use crate::json_scan::{self, finder};
 use crate::observe::record::Record;
 use crate::upstream::exchange::UpstreamReason;
@@ -102,11 +103,6 @@ fn tagged_data(ev: &[u8]) -> Option<&[u8]> {
 }
 
 /// Searchers built once: building one per event costs more than the search.
-static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""content""#));
-static REASONING_CONTENT: LazyLock<Finder<'static>> =
-    LazyLock::new(|| finder(br#""reasoning_content""#));
-static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""reasoning""#));
-static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""tool_calls""#));
 static DELTA: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""delta""#));
 static TEXT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""text""#));
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""usage""#));

@@ -10,20 +10,14 @@
 //! same. Checking that costs two comparisons and one short search, where the readings cost
 //! three searches of the whole event.
 
-use std::sync::LazyLock;
-
 use memchr::memmem::Finder;
 
-use crate::json_scan::{self, finder};
+use crate::json_scan::{self, keys};
 
 /// Keys whose string value is the text that changes from one event to the next.
-static TEXT_KEYS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
-    [
-        finder(br#""content""#),
-        finder(br#""reasoning_content""#),
-        finder(br#""reasoning""#),
-    ]
-});
+fn text_keys() -> [&'static Finder<'static>; 3] {
+    [&keys::CONTENT, &keys::REASONING_CONTENT, &keys::REASONING]
+}
 
 /// The last event remembered as the bytes around its text: `head` up to and including the
 /// text's opening quote, `tail` from its closing quote on.
@@ -74,7 +68,7 @@ impl LastShape {
 /// The inside of the string value of the first text key found, when it holds no quote or
 /// backslash: `(first byte, closing quote)`.
 fn text_span(data: &[u8]) -> Option<(usize, usize)> {
-    TEXT_KEYS.iter().find_map(|key| {
+    text_keys().into_iter().find_map(|key| {
         json_scan::values(data, key).find_map(|v| {
             let open = data.len() - v.len();
             (v.first() == Some(&b'"')).then_some(())?;

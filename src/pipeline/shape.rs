@@ -10,6 +10,7 @@ use bytes::Bytes;
 use super::Incoming;
 use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::reasoning::{self, InputField};
 use crate::wire::payload::Payload;
 use crate::wire::request::ParsedRequest;
@@ -33,15 +34,8 @@ pub fn shape(req: &Incoming, alias: &Alias) -> Result<Bytes, ProxyError> {
     if translated {
         return Ok(body);
     }
-    let flavor = alias.backend.flavor;
-    if adapter.normalizes_reasoning() {
-        if let Some(b) = reasoning::rewrite_request_history(&body, InputField::for_flavor(flavor)) {
-            body = Bytes::from(b);
-        }
-    } else if api == Api::Responses {
-        if let Some(b) = responses::history::reasoning_items(&body, flavor)? {
-            body = Bytes::from(b);
-        }
+    if let Some(b) = history_in(req, &body, alias.backend.flavor)? {
+        body = Bytes::from(b);
     }
     Ok(body)
 }
@@ -97,7 +91,7 @@ pub fn for_backend(
 }
 
 /// `shaped` with its history in the form `backend` reads (it is in the form of the alias's
-/// first backend).
+/// first backend, or the client's when that one was translated).
 fn history_for(
     req: &Incoming,
     alias: &Alias,
@@ -105,21 +99,30 @@ fn history_for(
     shaped: &Bytes,
 ) -> Result<Bytes, ProxyError> {
     let adapter = req.adapter;
-    let api = adapter.api();
     let (from, to) = (alias.backend.flavor, backend.flavor);
-    let first_translated = alias.backend.translation(api).is_some();
+    let again = if adapter.normalizes_reasoning() {
+        InputField::for_flavor(to) != InputField::for_flavor(from)
+    } else {
+        from != to || alias.backend.translation(adapter.api()).is_some()
+    };
+    if !again {
+        return Ok(shaped.clone());
+    }
+    Ok(history_in(req, shaped, to)?.map_or_else(|| shaped.clone(), Bytes::from))
+}
+
+/// `body` with the reasoning in its history in the form a `flavor` runtime reads; `None` when
+/// it is in that form already.
+fn history_in(req: &Incoming, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
+    let adapter = req.adapter;
     if adapter.normalizes_reasoning() {
-        let target = InputField::for_flavor(to);
-        if target == InputField::for_flavor(from) {
-            return Ok(shaped.clone());
-        }
-        return Ok(reasoning::rewrite_request_history(shaped, target)
-            .map_or_else(|| shaped.clone(), Bytes::from));
+        Ok(reasoning::rewrite_request_history(
+            body,
+            InputField::for_flavor(flavor),
+        ))
+    } else if adapter.api() == Api::Responses {
+        responses::history::reasoning_items(body, flavor)
+    } else {
+        Ok(None)
     }
-    if api == Api::Responses && (from != to || first_translated) {
-        if let Some(b) = responses::history::reasoning_items(shaped, to)? {
-            return Ok(Bytes::from(b));
-        }
-    }
-    Ok(shaped.clone())
 }

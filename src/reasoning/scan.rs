@@ -13,14 +13,10 @@ use memchr::memmem::Finder;
 
 use super::field::OutputField;
 use super::tags::ThinkTags;
+use crate::json_scan::keys::{CONTENT, REASONING, REASONING_CONTENT, TOOL_CALLS};
 use crate::json_scan::{finder, skip_ws, values};
 
-static REASONING: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"reasoning\""));
-static REASONING_CONTENT: LazyLock<Finder<'static>> =
-    LazyLock::new(|| finder(b"\"reasoning_content\""));
-static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"content\""));
 static INDEX: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"index\""));
-static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"tool_calls\""));
 static UNICODE_ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\\u"));
 
 fn has_string(data: &[u8], key: &Finder<'static>) -> bool {
