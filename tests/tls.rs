@@ -4,13 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use rustls::pki_types::PrivateKeyDer;
 use serde_json::Value;
 use switchboard::flavor::Flavor;
 use switchboard::fleet::health::BackendState;
@@ -19,43 +17,14 @@ use switchboard::sim::{Sim, SimConfig};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
-/// A CA made for the test (its PEM file in a temp dir) and the TLS config of a server whose
-/// certificate it signed for `localhost`.
-struct Fleet {
-    dir: tempfile::TempDir,
-    ca_file: PathBuf,
-    server: Arc<rustls::ServerConfig>,
+/// A CA made at test time and a server certificate it signed.
+mod test_ca {
+    include!("common/test_ca.rs");
 }
 
-fn fleet() -> Fleet {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "test fleet CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("fleet-ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-    let key = PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
-    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![leaf_cert.der().clone()], key)
-    .unwrap();
-    Fleet {
-        dir,
-        ca_file,
-        server: Arc::new(server),
-    }
+/// The fleet's CA.
+fn fleet() -> test_ca::TestCa {
+    test_ca::test_ca("test fleet CA")
 }
 
 /// An https backend: TLS ends on 127.0.0.1:0, the bytes go on to the simulator. Counts the

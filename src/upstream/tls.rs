@@ -178,55 +178,18 @@ mod tests {
     use http::{HeaderMap, StatusCode};
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-    use rustls::pki_types::PrivateKeyDer;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
     use tokio_rustls::TlsAcceptor;
 
-    use std::path::PathBuf;
-
     use super::*;
     use crate::upstream::{read_all, Pool, SendError, Target};
 
-    /// A CA named `name` made for the test, its PEM file in a temp dir, and a server
-    /// certificate it signed for `localhost` and 127.0.0.1.
-    struct TestCa {
-        dir: tempfile::TempDir,
-        ca_file: PathBuf,
-        server: Arc<rustls::ServerConfig>,
+    /// A CA made at test time and a server certificate it signed.
+    mod test_ca {
+        include!("../../tests/common/test_ca.rs");
     }
-
-    fn test_ca(name: &str) -> TestCa {
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.distinguished_name.push(rcgen::DnType::CommonName, name);
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_key = KeyPair::generate().unwrap();
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca, ca_key);
-        let leaf =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-        let leaf_key = KeyPair::generate().unwrap();
-        let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let ca_file = dir.path().join("fleet-ca.pem");
-        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-        let key = PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap();
-        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf_cert.der().clone()], key)
-        .unwrap();
-        TestCa {
-            dir,
-            ca_file,
-            server: Arc::new(server),
-        }
-    }
+    use test_ca::test_ca;
 
     /// An https backend answering "ok" (kept alive) that counts its TCP connections.
     async fn tls_backend(server: Arc<rustls::ServerConfig>) -> (String, Arc<AtomicUsize>) {
