@@ -25,15 +25,7 @@ fn sim_cfg(flavor: Flavor, model: &str, slot_ctx: u32, slots: u32) -> SimConfig 
 }
 
 async fn models(p: &Proxy) -> Value {
-    let v: Value = client()
-        .get(p.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v
+    p.get_json("/v1/models").await
 }
 
 fn entry<'a>(list: &'a Value, id: &str) -> &'a Value {

@@ -128,14 +128,7 @@ backend = "dead"
         );
         assert_eq!(up, if state == "up" { 1.0 } else { 0.0 }, "{backend}");
     }
-    let v: Value = client()
-        .get(p.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = p.get_json("/v1/models").await;
     let status: Vec<_> = v["data"]
         .as_array()
         .unwrap()

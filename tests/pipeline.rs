@@ -128,14 +128,7 @@ async fn r2_other_endpoints_are_routed_by_model() {
 async fn r2_models_lists_aliases_only() {
     let sim = sim(sim_cfg(Flavor::Vllm)).await;
     let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
-    let v: Value = client()
-        .get(p.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = p.get_json("/v1/models").await;
     assert_eq!(v["object"], "list");
     let data = v["data"].as_array().unwrap();
     assert_eq!(data.len(), 1);

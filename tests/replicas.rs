@@ -376,14 +376,7 @@ async fn r19_the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() 
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "no_backend");
     assert_eq!(p.state.shown_state("b"), "breaker_open");
-    let models: Value = c
-        .get(p.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = p.get_json("/v1/models").await;
     assert_eq!(models["data"][0]["status"], "breaker_open");
     let m = p.metrics().await;
     assert_eq!(

@@ -55,6 +55,16 @@ impl Proxy {
         .unwrap()
     }
 
+    /// GET `path` of the proxy, its answer read as JSON.
+    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+        reqwest::get(self.url(path))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(self.url("/metrics"))
             .await
