@@ -133,3 +133,57 @@ async fn r19_an_idle_connection_is_closed_at_the_idle_limit() {
     assert!(took >= Duration::from_millis(350), "{took:?}");
     assert!(took < Duration::from_millis(3000), "{took:?}");
 }
+
+#[tokio::test]
+async fn r19_an_answer_longer_than_the_idle_limit_is_served_whole_and_the_limit_counts_from_its_end(
+) {
+    let s = sim(SimConfig {
+        gate: true,
+        ..SimConfig::default()
+    })
+    .await;
+    let toml = one_alias(
+        "llamacpp",
+        "client_header_timeout_ms = 5000\nclient_idle_timeout_ms = 300",
+        "",
+    );
+    let p = proxy(&toml, &[("b", s.url())]).await;
+    let mut tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let body = serde_json::to_vec(&chat("a", true)).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("data: ") {
+        let n = within("the first event", tcp.read(&mut buf)).await.unwrap();
+        assert!(n > 0, "closed before the first event");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    // The backend holds the answer for more than twice the idle limit: the connection
+    // stays open meanwhile.
+    let held = Instant::now();
+    while held.elapsed() < Duration::from_millis(800) {
+        let read = tokio::time::timeout(Duration::from_millis(50), tcp.read(&mut buf)).await;
+        if let Ok(read) = read {
+            let n = read.unwrap();
+            assert!(n > 0, "closed while the answer was held");
+            answer.extend_from_slice(&buf[..n]);
+        }
+    }
+    s.release();
+    while !answer.ends_with(b"0\r\n\r\n") {
+        let n = within("the rest of the answer", tcp.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(n > 0, "closed before the answer's end");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&answer).contains("data: [DONE]"));
+    let took = closed_after(tcp, None).await;
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(took < Duration::from_millis(3000), "{took:?}");
+}

@@ -2,13 +2,19 @@
 //! (from its first byte) and the time a connection may sit idle with no request (after accept,
 //! or after an answer's end). Either ends the connection. Serving a request (from its head to
 //! its answer's last byte) is bounded by the backend-side limits, not by these.
+//!
+//! One timer serves both, armed lazily: it is moved only when the limit in force comes due
+//! earlier than it is set for; set earlier, it may fire before the limit is due, and is then
+//! set again for the limit's own time. It is polled only when it was moved, has fired, or the
+//! connection is polled with another waker than the one it holds, so a read costs no timer
+//! work in the common case (each request makes the limit later, never earlier).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -120,7 +126,10 @@ pub struct ClientIo {
     idle_since: Instant,
     /// When the first byte of the next request's head came.
     head_since: Option<Instant>,
+    /// Set for the limit in force or earlier (see the module header).
     timer: Pin<Box<Sleep>>,
+    /// The waker the timer was last polled with, while it has not fired or been moved since.
+    polled: Option<Waker>,
 }
 
 impl ClientIo {
@@ -135,6 +144,7 @@ impl ClientIo {
             idle_since: now,
             head_since: None,
             timer: Box::pin(tokio::time::sleep_until(now + idle)),
+            polled: None,
         }
     }
 
@@ -144,10 +154,38 @@ impl ClientIo {
             Some(t) => (t + self.header, "request head not received in time"),
             None => (self.idle_since + self.idle, "connection idle too long"),
         };
-        if self.timer.deadline() != due {
-            self.timer.as_mut().reset(due);
+        if due < self.timer.deadline() {
+            self.set_timer(due);
         }
-        self.timer.as_mut().poll(cx).is_ready().then_some(what)
+        while self.timer_fired(cx) {
+            if self.timer.deadline() >= due {
+                return Some(what);
+            }
+            // Set for an earlier limit: the one in force is not due yet.
+            self.set_timer(due);
+        }
+        None
+    }
+
+    fn set_timer(&mut self, deadline: Instant) {
+        self.timer.as_mut().reset(deadline);
+        self.polled = None;
+    }
+
+    /// Whether the timer has fired; else its wake-up is registered with `cx`'s waker.
+    fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
+        let registered = self
+            .polled
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()));
+        if registered && !self.timer.is_elapsed() {
+            return false;
+        }
+        // A poll the task's budget refuses registers no wake-up: then none is recorded.
+        let reaches = tokio::task::coop::has_budget_remaining();
+        let fired = self.timer.as_mut().poll(cx).is_ready();
+        self.polled = (reaches && !fired).then(|| cx.waker().clone());
+        fired
     }
 }
 
@@ -178,11 +216,10 @@ impl AsyncRead for ClientIo {
             Poll::Pending if busy => {
                 // Keep a wake-up within the idle limit, so the connection is looked at again
                 // after the answer ends even if the client sends nothing.
-                let now = Instant::now();
-                if this.timer.deadline() <= now {
-                    this.timer.as_mut().reset(now + this.idle);
+                if this.timer_fired(cx) {
+                    this.set_timer(Instant::now() + this.idle);
+                    let _ = this.timer_fired(cx);
                 }
-                let _ = this.timer.as_mut().poll(cx);
                 Poll::Pending
             }
             Poll::Pending => match this.expired(cx) {

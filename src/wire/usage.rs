@@ -2,18 +2,19 @@
 //!
 //! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
 //! A whole answer is mostly text the proxy does not need: its `usage` object is found by its
-//! key (see `json_scan`) and parsed alone, and llama.cpp's two speeds are read as the numbers
-//! under their keys in `timings`. Every backend's answer carries `usage` (and llama.cpp's
-//! `timings`) at the top level after `choices`, and no such object after it: the last
-//! occurrence is the one read. A body that writes a word character as an escape (where a
-//! key may hide from the search, see `json_scan`) is parsed whole instead.
+//! key (see `json_scan`) and read alone by a walk of its members (`json_scan::Walk`, parsed
+//! where the walk is unsure), and llama.cpp's two speeds are read as the numbers under their
+//! keys in `timings` (to the bit as serde_json reads them). Every backend's answer carries
+//! `usage` (and llama.cpp's `timings`) at the top level after `choices`, and no such object
+//! after it: the last occurrence is the one read. A body that writes a word character as an
+//! escape (where a key may hide from the search, see `json_scan`) is parsed whole instead.
 
 use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 use serde::Deserialize;
 
-use crate::json_scan::{finder, may_escape_word, skip_ws, values};
+use crate::json_scan::{finder, may_escape_word, skip_ws, values, Unsure, Walk};
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -87,8 +88,9 @@ static PREDICTED_PER_SECOND: LazyLock<Finder<'static>> =
 ///
 /// Reads what [`of_event`] reads, for a fraction of its cost, when the top-level `usage` is
 /// the last `usage` object of the answer (as in every backend's layout): that object is
-/// found by its key and parsed alone; the two speeds are the numbers under their keys after
-/// the last `timings` key (llama.cpp's names, found nowhere else).
+/// found by its key and read alone (walked, or parsed where the walk is unsure); the two
+/// speeds are the numbers under their keys after the last `timings` key (llama.cpp's names,
+/// found nowhere else).
 pub fn of_body(body: &[u8]) -> Option<Usage> {
     // An array (llama.cpp's answer to several prompts at once) holds a usage per prompt.
     if skip_ws(body).first() != Some(&b'{') {
@@ -98,7 +100,12 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
         return of_event(body).map(|(u, _)| u);
     }
     let usage = last_object(body, &USAGE)?;
-    let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?;
+    let u = match read_usage(&mut Walk::new(usage)) {
+        Ok(u) => u,
+        Err(Unsure) => {
+            WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?
+        }
+    };
     let timings = last_object(body, &TIMINGS).unwrap_or_default();
     Some(usage_with(
         u,
@@ -116,10 +123,58 @@ fn last_object<'b>(body: &'b [u8], key: &'b Finder<'static>) -> Option<&'b [u8]>
         .last()
 }
 
-/// The number under the first `key` in `bytes`; `None` when its value is not a number.
+/// The number under the first `key` in `bytes`, read as serde_json reads an `f64`; `None`
+/// when its value is not a number.
 fn number(bytes: &[u8], key: &Finder<'static>) -> Option<f64> {
     let value = values(bytes, key).next()?;
-    f64::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
+    Walk::new(value).float().ok()
+}
+
+/// [`WireUsage`] from the object next in `w`, as serde reads it, where the walk is sure.
+fn read_usage(w: &mut Walk<'_>) -> Result<WireUsage, Unsure> {
+    let (mut prompt, mut completion, mut details) = (None, None, None);
+    w.object(|key, w| match key {
+        b"prompt_tokens" => once(&mut prompt, w.uint()?),
+        b"completion_tokens" => once(&mut completion, w.uint()?),
+        b"completion_tokens_details" => {
+            let d = if w.null() {
+                None
+            } else {
+                Some(read_details(w)?)
+            };
+            once(&mut details, d)
+        }
+        _ => w.skip(),
+    })?;
+    Ok(WireUsage {
+        prompt_tokens: prompt.unwrap_or_default(),
+        completion_tokens: completion.unwrap_or_default(),
+        completion_tokens_details: details.flatten(),
+    })
+}
+
+/// [`Details`] from the object next in `w`.
+fn read_details(w: &mut Walk<'_>) -> Result<Details, Unsure> {
+    let mut reasoning = None;
+    w.object(|key, w| match key {
+        b"reasoning_tokens" => {
+            let r = if w.null() { None } else { Some(w.uint()?) };
+            once(&mut reasoning, r)
+        }
+        _ => w.skip(),
+    })?;
+    Ok(Details {
+        reasoning_tokens: reasoning.flatten(),
+    })
+}
+
+/// Sets a member's value; a member met twice is an error to serde, so not read here.
+fn once<T>(slot: &mut Option<T>, value: T) -> Result<(), Unsure> {
+    if slot.is_some() {
+        return Err(Unsure);
+    }
+    *slot = Some(value);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -280,6 +335,215 @@ mod tests {
             prop_assert_eq!((read.prompt, read.completion, read.reasoning), (prompt, completion, reasoning));
         }
     }
+
+    /// A key of the usage object or its details, or any other (`extra` adds the keys a
+    /// whole answer is searched by).
+    fn name(extra: bool) -> impl Strategy<Value = String> {
+        let mut names = vec![
+            "prompt_tokens",
+            "completion_tokens",
+            "completion_tokens_details",
+            "reasoning_tokens",
+        ];
+        if extra {
+            names.extend(["usage", "timings", "prompt_per_second", "choices"]);
+        }
+        prop_oneof![
+            2 => prop::sample::select(names).prop_map(String::from),
+            3 => "[a-z_]{0,8}",
+            1 => "[a-z_\"\\\\]{0,8}",
+        ]
+    }
+
+    /// A few members of any value a few levels deep, under any of those names.
+    fn members(extra: bool) -> impl Strategy<Value = Vec<(String, serde_json::Value)>> {
+        let value =
+            crate::json_scan::respell::json_value().prop_recursive(2, 12, 3, move |inner| {
+                proptest::collection::vec((name(extra), inner), 0..3)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect()))
+            });
+        proptest::collection::vec((name(extra), value), 0..3)
+    }
+
+    fn with(
+        mut m: serde_json::Map<String, serde_json::Value>,
+        extra: &[(String, serde_json::Value)],
+    ) -> serde_json::Value {
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// Any spelling, escapes now and then.
+    fn spelled(v: &serde_json::Value, seed: u64) -> String {
+        let style = crate::json_scan::respell::Style {
+            escapes: seed % 8 == 0,
+            ..crate::json_scan::respell::Style::body(seed)
+        };
+        crate::json_scan::respell::respell(v, style)
+    }
+
+    /// Where each object of `text` opens (outside strings).
+    fn objects(text: &str) -> Vec<usize> {
+        let (mut at, mut in_string, mut escaped) = (Vec::new(), false, false);
+        for (i, b) in text.bytes().enumerate() {
+            match (in_string, escaped, b) {
+                (true, true, _) => escaped = false,
+                (true, false, b'\\') => escaped = true,
+                (true, false, b'"') => in_string = false,
+                (false, _, b'"') => in_string = true,
+                (false, _, b'{') => at.push(i),
+                _ => {}
+            }
+        }
+        at
+    }
+
+    /// `text` with `"key":value` added as the first member of one of its objects.
+    fn with_member(text: &str, which: prop::sample::Index, key: &str, value: &str) -> String {
+        let at = objects(text);
+        let open = at[which.index(at.len())];
+        let empty = text[open + 1..].trim_start().starts_with('}');
+        let key = serde_json::to_string(key).unwrap_or_default();
+        let mut text = text.to_string();
+        text.insert_str(
+            open + 1,
+            &format!("{key}:{value}{}", if empty { "" } else { "," }),
+        );
+        text
+    }
+
+    /// A value for a member given twice.
+    fn twice() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "null",
+            "3",
+            "2.5",
+            "-1",
+            "{\"prompt_tokens\":1}",
+            "[]",
+            "\"x\"",
+        ])
+    }
+
+    fn parsed(text: &str) -> Option<(u64, u64, Option<u64>)> {
+        let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_str(text)).ok()?;
+        Some((
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        ))
+    }
+
+    proptest! {
+        /// A usage object the walk reads, it reads as serde reads it: members under the names
+        /// it reads nested anywhere, given twice, of the wrong type, `null`s, in any
+        /// whitespace, order and escapes. (Where it is unsure, serde reads it.)
+        #[test]
+        fn a_usage_object_is_walked_as_serde_parses_it(
+            prompt in proptest::option::of(0u64..1_000_000),
+            completion in proptest::option::of(prop_oneof![0u64..1_000_000, Just(u64::MAX)]),
+            details in proptest::option::of(proptest::option::of(proptest::option::of(0u64..1000))),
+            (in_usage, in_details) in (members(true), members(true)),
+            twice in proptest::option::of((any::<prop::sample::Index>(), name(false), twice())),
+            seed: u64,
+        ) {
+            use serde_json::{Map, Value};
+            let mut usage = Map::new();
+            if let Some(p) = prompt {
+                usage.insert("prompt_tokens".into(), p.into());
+            }
+            if let Some(c) = completion {
+                usage.insert("completion_tokens".into(), c.into());
+            }
+            if let Some(d) = details {
+                let d = d.map_or(Value::Null, |r| {
+                    with(Map::from_iter([("reasoning_tokens".to_string(), r.map_or(Value::Null, Value::from))]), &in_details)
+                });
+                usage.insert("completion_tokens_details".into(), d);
+            }
+            let mut text = spelled(&with(usage, &in_usage), seed);
+            if let Some((which, key, value)) = twice {
+                text = with_member(&text, which, &key, value);
+            }
+            prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(), "{}", text);
+            if let Ok(u) = read_usage(&mut Walk::new(text.as_bytes())) {
+                let walked = (u.prompt_tokens, u.completion_tokens, u.completion_tokens_details.and_then(|d| d.reasoning_tokens));
+                prop_assert_eq!(Some(walked), parsed(&text), "{}", text);
+            }
+        }
+
+        /// Any answer in the backends' layout (`usage` and `timings` the last objects under
+        /// their keys) reads as its full parse reads it: members under the names of the usage
+        /// object nested anywhere, given twice, of the wrong type, `null`s, speeds in any
+        /// spelling of a number, in any whitespace, order and escapes.
+        #[test]
+        fn of_body_agrees_with_the_full_parse_whatever_the_answer_holds(
+            content in r#"[a-z "\\{}:,]{0,20}"#,
+            prompt in proptest::option::of(0u64..1_000_000),
+            completion in proptest::option::of(0u64..1_000_000),
+            details in proptest::option::of(proptest::option::of(proptest::option::of(0u64..1000))),
+            timings in proptest::option::of(proptest::option::of((any::<bool>(), any::<bool>()))),
+            prefill in json_number(),
+            decode in prop_oneof![json_number(), Just("null".to_string())],
+            (top, in_choice, in_usage, in_details, in_timings) in (members(false), members(false), members(false), members(false), members(false)),
+            twice in proptest::option::of((any::<prop::sample::Index>(), name(false), twice())),
+            seed: u64,
+        ) {
+            use serde_json::{json, Map, Value};
+            let mut body = Map::new();
+            let choice = with(Map::from_iter([("message".to_string(), json!({"content": content}))]), &in_choice);
+            body.insert("choices".into(), json!([choice]));
+            let mut usage = Map::new();
+            if let Some(p) = prompt {
+                usage.insert("prompt_tokens".into(), p.into());
+            }
+            if let Some(c) = completion {
+                usage.insert("completion_tokens".into(), c.into());
+            }
+            if let Some(d) = details {
+                let d = d.map_or(Value::Null, |r| {
+                    with(Map::from_iter([("reasoning_tokens".to_string(), r.map_or(Value::Null, Value::from))]), &in_details)
+                });
+                usage.insert("completion_tokens_details".into(), d);
+            }
+            body.insert("usage".into(), with(usage, &in_usage));
+            if let Some(t) = timings {
+                let t = t.map_or(Value::Null, |(p, d)| {
+                    let mut m = Map::new();
+                    m.insert("prompt_n".into(), 17.into());
+                    if p {
+                        m.insert("prompt_per_second".into(), PREFILL_AT.into());
+                    }
+                    if d {
+                        m.insert("predicted_per_second".into(), DECODE_AT.into());
+                    }
+                    with(m, &in_timings)
+                });
+                body.insert("timings".into(), t);
+            }
+            let mut text = spelled(&with(body, &top), seed)
+                .replace(&PREFILL_AT.to_string(), &prefill)
+                .replace(&DECODE_AT.to_string(), &decode);
+            if let Some((which, key, value)) = twice {
+                text = with_member(&text, which, &key, value);
+            }
+            prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(), "{}", text);
+            prop_assert_eq!(of_body(text.as_bytes()), of_event(text.as_bytes()).map(|(u, _)| u), "{}", text);
+        }
+    }
+
+    /// A number in any spelling JSON allows, within an `f64`'s range.
+    fn json_number() -> impl Strategy<Value = String> {
+        crate::json_scan::tests::number_token()
+            .prop_filter("a number", |t| serde_json::from_str::<f64>(t).is_ok())
+    }
+
+    /// Where the speeds go in the text, to be replaced by their tokens after respelling
+    /// (integers are written as they are, never escaped).
+    const PREFILL_AT: u64 = 9_876_543_210_123;
+    const DECODE_AT: u64 = 9_876_543_210_457;
 
     #[test]
     fn an_escaped_usage_key_is_read() {
