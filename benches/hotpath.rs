@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use http::HeaderValue;
 use serde_json::json;
 use switchboard::observe::metrics::Metrics;
 use switchboard::observe::record::Record;
@@ -82,7 +83,11 @@ fn metrics_per_request(c: &mut Criterion) {
     let alias = metrics.alias("frank-zealot");
     c.bench_function("metrics_record_per_request", |bench| {
         bench.iter(|| {
-            let mut ex = Record::start(&unknown, Endpoint::chat_completions, String::new());
+            let mut ex = Record::start(
+                &unknown,
+                Endpoint::chat_completions,
+                HeaderValue::from_static(""),
+            );
             ex.route(&alias, "dankclaw-7771");
             ex.stream = true;
             ex.sending();
@@ -169,7 +174,11 @@ fn relay_stream(c: &mut Criterion) {
     g.throughput(Throughput::Elements(203));
     g.bench_function("llamacpp_200_tokens", |bench| {
         bench.iter(|| {
-            let ex = Record::start(&alias, Endpoint::chat_completions, String::new());
+            let ex = Record::start(
+                &alias,
+                Endpoint::chat_completions,
+                HeaderValue::from_static(""),
+            );
             let upstream = futures_util::stream::iter([Ok::<_, switchboard::upstream::BoxError>(
                 events.clone(),
             )])

@@ -21,6 +21,7 @@
 
 use memchr::arch::all::packedpair::HeuristicFrequencyRank;
 use memchr::memmem::{Finder, FinderBuilder};
+use serde::Deserialize;
 
 /// The keys of a chat answer or event that more than one reader looks for, each with its
 /// quotes, as [`finder`]s.
@@ -324,7 +325,8 @@ impl<'b> Walk<'b> {
         Ok(n)
     }
 
-    /// The value next as serde_json reads an `f64` (any number; `Unsure` for another value).
+    /// The value next as serde_json reads an `f64` at the front of the text (any number;
+    /// `Unsure` for another value).
     ///
     /// A number in the plain form (digits, then perhaps `.` and more, at most 19 digits in
     /// all, no sign or exponent) is read as serde_json reads it without its `float_roundtrip`
@@ -350,8 +352,10 @@ impl<'b> Walk<'b> {
                 return Ok(value);
             }
         }
-        let token = self.number_token();
-        serde_json::from_slice::<f64>(token).map_err(|_| Unsure)
+        // Any other as serde_json reads the number at the front, whatever follows it.
+        let value = f64::deserialize(&mut serde_json::Deserializer::from_slice(rest));
+        self.number_token();
+        value.map_err(|_| Unsure)
     }
 }
 
@@ -547,7 +551,8 @@ pub(crate) mod tests {
         /// read.
         #[test]
         fn numbers_read_as_serde_json_reads_them(token in number_token()) {
-            let serde = serde_json::from_str::<f64>(&token).ok().map(f64::to_bits);
+            let at_front = f64::deserialize(&mut serde_json::Deserializer::from_str(&token));
+            let serde = at_front.ok().map(f64::to_bits);
             let walked = Walk::new(token.as_bytes()).float().ok().map(f64::to_bits);
             proptest::prop_assert_eq!(walked, serde, "{}", token);
             let serde = serde_json::from_str::<u64>(&token).ok();

@@ -173,6 +173,7 @@ impl ClientIo {
     }
 
     /// Whether the timer has fired; else its wake-up is registered with `cx`'s waker.
+    #[inline]
     fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
         let registered = self
             .polled

@@ -13,19 +13,21 @@ use crate::wire::Adapter;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The request id: the client's `x-request-id` when it sent a sane one, else a new one.
-pub fn request_id(headers: &HeaderMap) -> String {
+/// The request id: the client's `x-request-id` when it sent a sane one (visible ASCII, 1 to
+/// 128 bytes; copied, so the request's buffer is not held), else a new one. Kept as the header
+/// value it is echoed in.
+pub fn request_id(headers: &HeaderMap) -> HeaderValue {
     headers
         .get(REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map(String::from)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| HeaderValue::from_str(v).ok())
         .unwrap_or_else(new_request_id)
 }
 
 /// 32 random hex digits (without `format!`, which costs more than the rest of the id), from
 /// a fast per-thread generator: an id needs to be unique, not unpredictable.
-fn new_request_id() -> String {
+fn new_request_id() -> HeaderValue {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let n = u128::from(fastrand::u64(..)) << 64 | u128::from(fastrand::u64(..));
     let mut id = [0u8; 32];
@@ -33,9 +35,8 @@ fn new_request_id() -> String {
         pair[0] = HEX[usize::from(byte >> 4)];
         pair[1] = HEX[usize::from(byte & 0xf)];
     }
-    // Hex digits are ASCII, so this is never empty; one copy costs less than 32 pushes, and
-    // the plain check less than the lossy one.
-    String::from_utf8(id.to_vec()).unwrap_or_default()
+    // Hex digits are visible ASCII: never refused.
+    HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static("-"))
 }
 
 /// Clients must present one of the configured keys, when keys are configured.
@@ -150,9 +151,7 @@ pub fn respond(
     };
     ex.status = resp.status().as_u16();
     ex.completed = true;
-    if let Ok(v) = HeaderValue::from_str(&ex.request_id) {
-        resp.headers_mut().insert(REQUEST_ID, v);
-    }
+    resp.headers_mut().insert(REQUEST_ID, ex.request_id.clone());
     resp
 }
 
@@ -176,7 +175,8 @@ mod tests {
         let (a, b) = (new_request_id(), new_request_id());
         assert_eq!(a.len(), 32);
         assert!(a
-            .bytes()
+            .as_bytes()
+            .iter()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_ne!(a, b);
         let mut h = HeaderMap::new();
@@ -184,6 +184,13 @@ mod tests {
         assert_eq!(request_id(&h), "client-id-1");
         h.insert(REQUEST_ID, HeaderValue::from_static(""));
         assert_eq!(request_id(&h).len(), 32);
+        // Not visible ASCII, or too long: a new one.
+        h.insert(REQUEST_ID, HeaderValue::from_bytes(b"id\xff").unwrap());
+        assert_eq!(request_id(&h).len(), 32);
+        h.insert(REQUEST_ID, HeaderValue::from_str(&"a".repeat(129)).unwrap());
+        assert_eq!(request_id(&h).len(), 32);
+        h.insert(REQUEST_ID, HeaderValue::from_str(&"a".repeat(128)).unwrap());
+        assert_eq!(request_id(&h).len(), 128);
     }
 
     fn pieces(

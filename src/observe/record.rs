@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use http::HeaderValue;
+
 use crate::tokens::Counter;
 
 use crate::observe::metrics::AliasMetrics;
@@ -20,7 +22,8 @@ pub struct Record {
     endpoint: Endpoint,
     pub stream: bool,
     started: Instant,
-    pub request_id: String,
+    /// As it is echoed in `x-request-id`.
+    pub request_id: HeaderValue,
     pub backend: Option<String>,
     pub status: u16,
     pub usage: Option<Usage>,
@@ -38,7 +41,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn start(m: &AliasMetrics, endpoint: Endpoint, request_id: String) -> Record {
+    pub fn start(m: &AliasMetrics, endpoint: Endpoint, request_id: HeaderValue) -> Record {
         m.inflight.inc();
         Record {
             armed: true,
@@ -162,7 +165,7 @@ impl Record {
         let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
         tracing::info!(
             target: "switchboard::request",
-            request_id = %self.request_id,
+            request_id = self.request_id.to_str().unwrap_or_default(),
             alias = m.name(),
             endpoint = ?self.endpoint,
             backend = self.backend.as_deref().unwrap_or("-"),

@@ -12,7 +12,7 @@ use crate::fleet::balance::{least_loaded, AffinityResult, Load};
 use crate::fleet::breaker::{Breaker, Pass};
 use crate::fleet::health::BackendState;
 use crate::fleet::routes::FallbackReason;
-use crate::fleet::slots::SlotPermit;
+use crate::fleet::slots::{SlotPermit, Slots};
 use crate::live::{AppState, Snapshot};
 
 /// The replica a request goes to, with its slot and its breaker's leave.
@@ -28,21 +28,31 @@ pub struct Chosen {
 /// Why no replica was chosen: `None` when every usable one was tried already.
 pub type Refusal = Option<(FallbackReason, ProxyError)>;
 
-/// Why one replica cannot take a request now.
-fn unusable(
+/// Why one replica cannot take a request now; else its breaker.
+fn unusable<'s>(
     state: &AppState,
-    snap: &Snapshot,
+    snap: &'s Snapshot,
     b: &Backend,
     now: Instant,
-) -> Option<FallbackReason> {
+) -> Result<Option<&'s Arc<Breaker>>, FallbackReason> {
     match state.health.get(&b.name) {
-        Some(BackendState::down) => return Some(FallbackReason::down),
-        Some(BackendState::loading) => return Some(FallbackReason::loading),
+        Some(BackendState::down) => return Err(FallbackReason::down),
+        Some(BackendState::loading) => return Err(FallbackReason::loading),
         _ => {}
     }
-    let open = snap.breaker(&b.name).is_some_and(|br| !br.usable(now));
-    open.then_some(FallbackReason::breaker_open)
+    let breaker = snap.breaker(&b.name);
+    match breaker {
+        Some(br) if !br.usable(now) => Err(FallbackReason::breaker_open),
+        _ => Ok(breaker),
+    }
 }
+
+/// A replica's breaker and slots, as the snapshot holds them.
+type Handles<'s> = (Option<&'s Arc<Breaker>>, Option<&'s Arc<Slots>>);
+
+/// The handles of the first few replicas, as looked up for their load (so the chosen one's
+/// are not looked up again).
+const KEPT: usize = 4;
 
 /// Choose a replica of `alias` that `tried` does not name, for conversation `key`.
 pub async fn choose(
@@ -55,23 +65,31 @@ pub async fn choose(
     let now = Instant::now();
     loop {
         let mut why: Option<FallbackReason> = None;
+        let mut kept: [Option<Handles<'_>>; KEPT] = [None; KEPT];
         let mut load = |i: usize| {
             let b = &alias.backends[i];
             if tried.contains(&i) {
                 return None;
             }
-            if let Some(w) = unusable(state, snap, b, now) {
-                // Loading tells the client most (it keeps its model_loading answer).
-                why = Some(match (why, w) {
-                    (Some(FallbackReason::loading), _) => FallbackReason::loading,
-                    (Some(FallbackReason::breaker_open), FallbackReason::down) => {
-                        FallbackReason::breaker_open
-                    }
-                    _ => w,
-                });
-                return None;
+            let breaker = match unusable(state, snap, b, now) {
+                Ok(breaker) => breaker,
+                Err(w) => {
+                    // Loading tells the client most (it keeps its model_loading answer).
+                    why = Some(match (why, w) {
+                        (Some(FallbackReason::loading), _) => FallbackReason::loading,
+                        (Some(FallbackReason::breaker_open), FallbackReason::down) => {
+                            FallbackReason::breaker_open
+                        }
+                        _ => w,
+                    });
+                    return None;
+                }
+            };
+            let slots = snap.slots(&b.name);
+            if let Some(k) = kept.get_mut(i) {
+                *k = Some((breaker, slots));
             }
-            let s = snap.slots(&b.name)?;
+            let s = slots?;
             Some(Load {
                 free: s.free(),
                 load: s.load(),
@@ -88,7 +106,12 @@ pub async fn choose(
             }
         };
         let backend = &alias.backends[index];
-        let breaker = snap.breaker(&backend.name).cloned();
+        let (breaker, slots) = kept
+            .get(index)
+            .copied()
+            .flatten()
+            .unwrap_or_else(|| (snap.breaker(&backend.name), snap.slots(&backend.name)));
+        let breaker = breaker.cloned();
         let pass = match &breaker {
             Some(br) => match br.enter(now) {
                 Some(p) => Some(p),
@@ -100,7 +123,7 @@ pub async fn choose(
             },
             None => None,
         };
-        let slot = slot(snap, alias, backend).await.map_err(Some)?;
+        let slot = slot(snap, alias, slots).await.map_err(Some)?;
         if let Some(key) = key.filter(|_| n > 1) {
             let m = snap.metrics(Some(&alias.name));
             let was = snap.affinity().get(key);
@@ -182,13 +205,14 @@ fn refusal(
     }
 }
 
-/// A slot of `backend` now, or a place in its queue (429 when full, 503 when the wait runs out).
+/// A slot of a replica with `slots` now, or a place in its queue (429 when full, 503 when the
+/// wait runs out).
 async fn slot(
     snap: &Snapshot,
     alias: &Alias,
-    backend: &Backend,
+    slots: Option<&Arc<Slots>>,
 ) -> Result<Option<SlotPermit>, (FallbackReason, ProxyError)> {
-    let Some(slots) = snap.slots(&backend.name) else {
+    let Some(slots) = slots else {
         return Ok(None);
     };
     if let Some(p) = slots.try_acquire() {

@@ -650,7 +650,11 @@ mod tests {
 
     fn burst(chunks: &[&'static str]) -> Body {
         let metrics = crate::observe::metrics::Metrics::new();
-        let ex = Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into());
+        let ex = Record::start(
+            &metrics.alias("a"),
+            Endpoint::chat_completions,
+            http::HeaderValue::from_static("id"),
+        );
         let items: Vec<Result<Bytes, BoxError>> = chunks
             .iter()
             .map(|c| Ok(Bytes::from_static(c.as_bytes())))
@@ -680,7 +684,11 @@ mod tests {
             buf: BytesMut::new(),
             searched: 0,
             t: Tracker {
-                ex: Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into()),
+                ex: Record::start(
+                    &metrics.alias("a"),
+                    Endpoint::chat_completions,
+                    http::HeaderValue::from_static("id"),
+                ),
                 opts: options(false, None),
                 saw_done: false,
                 last: LastShape::default(),
@@ -783,7 +791,11 @@ mod tests {
     #[tokio::test]
     async fn r20_spaced_usage_chunk_is_dropped_for_a_client_that_did_not_ask() {
         let metrics = crate::observe::metrics::Metrics::new();
-        let ex = Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into());
+        let ex = Record::start(
+            &metrics.alias("a"),
+            Endpoint::chat_completions,
+            http::HeaderValue::from_static("id"),
+        );
         let chunks: Vec<Result<Bytes, BoxError>> = [
             "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Hi\"}}]}\n\n",
             "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 7, \"completion_tokens\": 3}}\n\n",
@@ -927,7 +939,11 @@ mod tests {
             let metrics = crate::observe::metrics::Metrics::new();
             let tags = tags.then(|| Arc::new(ThinkTags::preset("qwen3").unwrap()));
             Tracker {
-                ex: Record::start(&metrics.alias("a"), Endpoint::chat_completions, "id".into()),
+                ex: Record::start(
+                    &metrics.alias("a"),
+                    Endpoint::chat_completions,
+                    http::HeaderValue::from_static("id"),
+                ),
                 opts: options(
                     true,
                     Some(Box::new(StreamRewriter::new(Default::default(), tags))),

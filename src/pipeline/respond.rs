@@ -248,7 +248,8 @@ async fn whole(
     body: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
 ) -> Result<Response, ProxyError> {
     let alias = served.alias;
-    let m = snap.metrics(Some(&alias.name));
+    // Looked up only for a failure to count.
+    let m = || snap.metrics(Some(&alias.name));
     let backend = || rec.backend.clone().unwrap_or_default();
     let limit = snap.config.server.answer_limit;
     let mut bytes = match exchange::read_within(body, limit).await {
@@ -259,7 +260,7 @@ async fn whole(
                 b.failure(std::time::Instant::now());
             }
             if let Some(expired) = Expired::of(&e) {
-                m.upstream_error(UpstreamReason::timeout);
+                m().upstream_error(UpstreamReason::timeout);
                 return Err(ProxyError::UpstreamTimeout {
                     backend: backend(),
                     elapsed: expired.limit(),
@@ -269,10 +270,10 @@ async fn whole(
             // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
             // is the answer breaking off.
             return Err(if crate::upstream::is_malformed(e.as_ref()) {
-                m.upstream_error(UpstreamReason::protocol);
+                m().upstream_error(UpstreamReason::protocol);
                 ProxyError::UpstreamMalformed { backend, detail }
             } else {
-                m.upstream_error(UpstreamReason::stream_broken);
+                m().upstream_error(UpstreamReason::stream_broken);
                 ProxyError::UpstreamProtocol { backend, detail }
             });
         }
@@ -287,7 +288,7 @@ async fn whole(
     if status.is_client_error() {
         let window = alias.context_window.map_or(0, |w| w.get());
         if let Some(e) = guard::canonical::from_backend_error(status.as_u16(), &bytes, window) {
-            m.rejection(Method::Backend);
+            m().rejection(Method::Backend);
             return Err(e);
         }
     }

@@ -78,10 +78,8 @@ pub fn of_event(data: &[u8]) -> Option<(Usage, bool)> {
 
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"usage\""));
 static TIMINGS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"timings\""));
-static PROMPT_PER_SECOND: LazyLock<Finder<'static>> =
-    LazyLock::new(|| finder(b"\"prompt_per_second\""));
-static PREDICTED_PER_SECOND: LazyLock<Finder<'static>> =
-    LazyLock::new(|| finder(b"\"predicted_per_second\""));
+/// The end both speeds' keys share.
+static PER_SECOND: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"_per_second\""));
 
 /// Usage and timings of a whole (non-streamed) answer; `None` when it is not a JSON object
 /// or has no usage object.
@@ -107,11 +105,12 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
         }
     };
     let timings = last_object(body, &TIMINGS).unwrap_or_default();
+    let (prompt_per_second, predicted_per_second) = speeds(timings);
     Some(usage_with(
         u,
         Timings {
-            prompt_per_second: number(timings, &PROMPT_PER_SECOND),
-            predicted_per_second: number(timings, &PREDICTED_PER_SECOND),
+            prompt_per_second,
+            predicted_per_second,
         },
     ))
 }
@@ -123,11 +122,41 @@ fn last_object<'b>(body: &'b [u8], key: &'b Finder<'static>) -> Option<&'b [u8]>
         .last()
 }
 
-/// The number under the first `key` in `bytes`, read as serde_json reads an `f64`; `None`
-/// when its value is not a number.
-fn number(bytes: &[u8], key: &Finder<'static>) -> Option<f64> {
-    let value = values(bytes, key).next()?;
-    Walk::new(value).float().ok()
+/// The numbers under the first `"prompt_per_second"` and the first `"predicted_per_second"`
+/// key in `bytes` (as `json_scan::values` finds a key: not after a backslash, before a `:`,
+/// occurrences of one key not overlapping), read as serde_json reads an `f64`; `None` when
+/// there is no such key or its value is not a number. One search, for the keys' common end.
+fn speeds(bytes: &[u8]) -> (Option<f64>, Option<f64>) {
+    const PROMPT: &[u8] = b"\"prompt";
+    const PREDICTED: &[u8] = b"\"predicted";
+    let end = PER_SECOND.needle().len();
+    // Per key: its value once found, and where its next occurrence may start.
+    let mut keys = [(PROMPT, None, 0), (PREDICTED, None, 0)];
+    let mut from = 0;
+    while keys.iter().any(|(_, found, _)| found.is_none()) {
+        let Some(at) = bytes.get(from..).and_then(|rest| PER_SECOND.find(rest)) else {
+            break;
+        };
+        let at = from + at;
+        from = at + end;
+        for (name, found, next) in &mut keys {
+            let Some(start) = at.checked_sub(name.len()) else {
+                continue;
+            };
+            if found.is_some() || start < *next || &bytes[start..at] != *name {
+                continue;
+            }
+            *next = at + end;
+            if start > 0 && bytes[start - 1] == b'\\' {
+                continue;
+            }
+            if let Some(value) = skip_ws(&bytes[at + end..]).strip_prefix(b":") {
+                *found = Some(Walk::new(value).float().ok());
+            }
+        }
+    }
+    let [(_, prefill, _), (_, decode, _)] = keys;
+    (prefill.flatten(), decode.flatten())
 }
 
 /// [`WireUsage`] from the object next in `w`, as serde reads it, where the walk is sure.
@@ -544,6 +573,31 @@ mod tests {
     /// (integers are written as they are, never escaped).
     const PREFILL_AT: u64 = 9_876_543_210_123;
     const DECODE_AT: u64 = 9_876_543_210_457;
+
+    /// The number under the first `key` in `bytes`, as the speeds were read one search each.
+    fn number(bytes: &[u8], key: &[u8]) -> Option<f64> {
+        let key = finder(key);
+        let value = values(bytes, &key).next()?;
+        f64::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
+    }
+
+    proptest! {
+        /// One search for the keys' common end finds what a search for each key finds, in
+        /// any text of their pieces.
+        #[test]
+        fn the_speeds_read_as_a_search_for_each_key_reads_them(
+            pieces in proptest::collection::vec(prop::sample::select(vec![
+                "\"prompt_per_second\"", "\"predicted_per_second\"", "_per_second\"", "\"prompt",
+                "\"predicted", "prompt_per_second\"", "\\", ":", " ", "\n", "2.5", "7", "-1e3", "null",
+                "\"x\"", ",", "{", "}", "1966.3223151467574",
+            ]), 0..24),
+        ) {
+            let text = pieces.concat();
+            let bytes = text.as_bytes();
+            let each = (number(bytes, b"\"prompt_per_second\""), number(bytes, b"\"predicted_per_second\""));
+            prop_assert_eq!(speeds(bytes), each, "{}", text);
+        }
+    }
 
     #[test]
     fn an_escaped_usage_key_is_read() {
