@@ -141,7 +141,12 @@ async def one(conn, port, kind, tally):
         else:
             data = await r.readexactly(int(headers.get("content-length", "0")))
         if status != 200:
-            tally.lose(f"{'stream' if stream else 'plain'} status {status}")
+            try:
+                e = json.loads(data)["error"]
+                why = f"{e.get('code')}: {str(e.get('message'))[:60]}"
+            except (ValueError, KeyError, TypeError):
+                why = "no error envelope"
+            tally.lose(f"{'stream' if stream else 'plain'} status {status} ({why})")
             return
         try:
             json.loads(data)
