@@ -273,15 +273,59 @@ backend = "f"
     assert!(!m.contains("switchboard_fallbacks_total{"), "{m}");
 }
 
+/// With `server.resend_unanswered`, a request each replica took and closed without a word
+/// (a backend killed mid-request) goes on to the next, then to the fallback, which serves it.
+#[tokio::test]
+async fn with_resend_unanswered_a_request_closed_unanswered_goes_on() {
+    let a = Backend::start(|_| Reply::Cut).await;
+    let b = Backend::start(|_| Reply::Cut).await;
+    let f = Backend::start(|_| Reply::Serve).await;
+    let toml = r#"
+[server]
+resend_unanswered = true
+[backends.a]
+url = "{a}"
+flavor = "llamacpp"
+[backends.b]
+url = "{b}"
+flavor = "llamacpp"
+[backends.f]
+url = "{f}"
+flavor = "llamacpp"
+[aliases.m]
+backends = ["a", "b"]
+fallbacks = ["spare"]
+[aliases.spare]
+backend = "f"
+"#;
+    let urls = [
+        ("a", a.url.clone()),
+        ("b", b.url.clone()),
+        ("f", f.url.clone()),
+    ];
+    let p = proxy(toml, &urls).await;
+    let (status, body) = post(&p, &client(), big_chat("m", BIG)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!((a.heads(), b.heads(), f.heads()), (1, 1, 1));
+    let m = p.metrics().await;
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("switchboard_fallbacks_total{") && l.contains(r#"to="spare""#))
+        .unwrap_or_default();
+    assert!(line.contains(r#"reason="connect""#), "{m}");
+}
+
 /// A replica that read the whole request and gives no head within the first-byte limit may
 /// be running it: 504, and the other replica does not get it too.
 #[tokio::test]
 async fn a_request_that_timed_out_on_a_replica_is_not_sent_to_another() {
     let a = Backend::start(|_| Reply::Hold).await;
     let b = Backend::start(|_| Reply::Hold).await;
+    // Not even with `resend_unanswered`: no answer in time is not a closed connection.
     let toml = r#"
 [server]
 header_timeout_secs = 1
+resend_unanswered = true
 [backends.a]
 url = "{a}"
 flavor = "llamacpp"

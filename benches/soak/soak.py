@@ -6,7 +6,8 @@ replicas r1 and r2, falling back to `spare` on r3) and, for MINUTES minutes, mix
 non-streaming requests, streams read to the end, streams the client drops after a few
 events, kills (SIGKILL) and restarts of r1 and r2 in turn, and reloads (the config written
 anew and renamed over the old file, picked up by the watcher; every third one by SIGHUP).
-Then it stops the traffic and prints: requests lost (non-streaming answers that are not a
+With --resend the proxy runs with `server.resend_unanswered`, so requests a killed backend
+had taken go on to the other replica. Then it stops the traffic and prints: requests lost (non-streaming answers that are not a
 200 with a whole JSON body, streams that ended with neither [DONE] nor an error event),
 streams cut by a killed backend (they must end with an error event), in-flight and queued
 requests at the end (from /metrics), and the proxy's RSS before and after. Exits 1 when a
@@ -52,6 +53,7 @@ breaker_failures = 3
 breaker_open_ms = 500
 stream_idle_timeout_ms = 10000
 queue_timeout_secs = 30
+resend_unanswered = {resend}
 
 [backends.r1]
 url = "http://{host}:{p1}"
@@ -186,8 +188,8 @@ async def client(port, deadline, tally):
 
 
 class Fleet:
-    def __init__(self, binary, workdir):
-        self.binary, self.workdir = binary, workdir
+    def __init__(self, binary, workdir, resend):
+        self.binary, self.workdir, self.resend = binary, workdir, resend
         self.ports = {name: free_port() for name in ("proxy", "r1", "r2", "r3")}
         self.procs = {}
         self.path = os.path.join(workdir, "routes.toml")
@@ -196,7 +198,8 @@ class Fleet:
 
     def config(self):
         p = self.ports
-        return CONFIG.format(host=HOST, port=p["proxy"], p1=p["r1"], p2=p["r2"], p3=p["r3"], round=self.round)
+        return CONFIG.format(host=HOST, port=p["proxy"], p1=p["r1"], p2=p["r2"], p3=p["r3"], round=self.round,
+                             resend="true" if self.resend else "false")
 
     def sim(self, name):
         log = open(os.path.join(self.workdir, f"{name}.log"), "ab")
@@ -277,9 +280,11 @@ async def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--resend", action="store_true",
+                    help="server.resend_unanswered: requests a killed backend took go on")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        fleet = Fleet(os.path.abspath(args.bin), workdir)
+        fleet = Fleet(os.path.abspath(args.bin), workdir, args.resend)
         fleet.start()
         try:
             return await run(fleet, args)

@@ -4,10 +4,11 @@
 # end and RSS before and after (see soak.py). Bounded in time; stops everything it started.
 #   benches/soak/soak.sh                 # 10 minutes
 #   MINUTES=1 benches/soak/soak.sh       # a quick look
+#   RESEND=1 benches/soak/soak.sh        # with server.resend_unanswered
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${SWITCHBOARD_BIN:-target/release/switchboard}
 if [ -z "${SWITCHBOARD_BIN:-}" ]; then
   cargo build --release --bin switchboard
 fi
-exec timeout $(( ${MINUTES:-10} * 60 + 180 )) python3 benches/soak/soak.py --bin "$bin" --minutes "${MINUTES:-10}" --clients "${CLIENTS:-16}"
+exec timeout $(( ${MINUTES:-10} * 60 + 180 )) python3 benches/soak/soak.py --bin "$bin" --minutes "${MINUTES:-10}" --clients "${CLIENTS:-16}" ${RESEND:+--resend}

@@ -28,6 +28,7 @@ pub struct RawServer {
     pub body_limit_bytes: Option<u64>,
     pub answer_limit_bytes: Option<u64>,
     pub event_limit_bytes: Option<u64>,
+    pub resend_unanswered: Option<bool>,
     pub connect_timeout_ms: Option<u64>,
     pub header_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,

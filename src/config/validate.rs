@@ -37,6 +37,10 @@ pub struct Server {
     pub answer_limit: usize,
     /// Most bytes of one stream event held until its end; a longer one ends the stream.
     pub event_limit: usize,
+    /// A request a backend took and then closed or reset without a byte of answer goes to
+    /// the next replica or fallback (off: it is the client's 502, as the backend may have
+    /// run it).
+    pub resend_unanswered: bool,
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
     pub shutdown_grace: Duration,
@@ -527,6 +531,7 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             raw.event_limit_bytes.unwrap_or(8 << 20),
             errs,
         ) as usize,
+        resend_unanswered: raw.resend_unanswered.unwrap_or(false),
         connect_timeout: timeouts.connect,
         header_timeout: timeouts.first_byte,
         shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),

@@ -2,7 +2,9 @@
 //! answer's head awaited (within the first-byte limit), its body bounded by the idle and total
 //! limits. A failure before any byte of the answer could reach the client is handed back: one
 //! before any byte of the request could reach the backend, or a 5xx answer, can go on to the
-//! next replica or fallback; once the backend may have the request, it is sent nowhere else.
+//! next replica or fallback; once the backend may have the request, it is sent nowhere else,
+//! unless `server.resend_unanswered` lets a connection closed or reset without a byte of
+//! answer send it on (a timeout or a malformed answer never does).
 
 use std::time::Instant;
 
@@ -77,7 +79,9 @@ pub async fn send(
             if let Some(reason) = reason {
                 m.upstream_error(reason);
             }
-            if reached {
+            let resend =
+                server.resend_unanswered && matches!(error, ProxyError::UpstreamProtocol { .. });
+            if reached && !resend {
                 return Err(Failed::Delivered(error));
             }
             let why = match reason {
