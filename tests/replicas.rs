@@ -130,14 +130,14 @@ async fn traffic(url: String, stream: bool, stop: Arc<AtomicBool>, tally: Arc<Ta
     }
 }
 
-/// Killed, a replica drops the requests it had: each is a 502, not sent to the other replica
-/// (issue 17: it may have run them). Every request it had not been sent goes to the other.
-#[tokio::test]
-async fn r19_a_killed_replica_loses_only_the_requests_it_had_and_gets_traffic_back() {
+/// Two replicas under six client loops (four non-streaming, two streaming); one killed once
+/// both serve, restarted once the other takes it all. What the loops saw, non-streaming and
+/// streams; the in-flight gauge is back at 0.
+async fn kill_one_replica(config: &str) -> (Arc<Tally>, Arc<Tally>) {
     let a = sim(paced()).await;
     let b = sim(paced()).await;
     let a_addr = a.addr();
-    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
+    let p = proxy(config, &[("a", a.url()), ("b", b.url())]).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (plain, streams) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
     let mut loops = Vec::new();
@@ -164,14 +164,6 @@ async fn r19_a_killed_replica_loses_only_the_requests_it_had_and_gets_traffic_ba
     for l in loops {
         within("the client loops", l).await.unwrap();
     }
-    // A request fails only on a connection the proxy had to the killed replica, and a failed
-    // connection is not used again: at most one failure for each of the 6 client loops, and
-    // one for a connection a health probe may have left in the pool.
-    let failed = plain.failed.load(Ordering::SeqCst) + streams.failed.load(Ordering::SeqCst);
-    let bad_gateway =
-        plain.bad_gateway.load(Ordering::SeqCst) + streams.bad_gateway.load(Ordering::SeqCst);
-    assert_eq!(failed, bad_gateway, "failures other than a 502");
-    assert!(failed <= 7, "{failed} requests failed");
     assert_eq!(
         streams.lost.load(Ordering::SeqCst),
         0,
@@ -183,6 +175,32 @@ async fn r19_a_killed_replica_loses_only_the_requests_it_had_and_gets_traffic_ba
         sample(&m, r#"switchboard_inflight_requests{alias="m"}"#),
         0.0
     );
+    (plain, streams)
+}
+
+/// Killed, a replica drops the requests it had: each is a 502, not sent to the other replica
+/// (issue 17: it may have run them). Every request it had not been sent goes to the other.
+#[tokio::test]
+async fn r19_a_killed_replica_loses_only_the_requests_it_had_and_gets_traffic_back() {
+    let (plain, streams) = kill_one_replica(TWO_REPLICAS).await;
+    // A request fails only on a connection the proxy had to the killed replica, and a failed
+    // connection is not used again: at most one failure for each of the 6 client loops, and
+    // one for a connection a health probe may have left in the pool.
+    let failed = plain.failed.load(Ordering::SeqCst) + streams.failed.load(Ordering::SeqCst);
+    let bad_gateway =
+        plain.bad_gateway.load(Ordering::SeqCst) + streams.bad_gateway.load(Ordering::SeqCst);
+    assert_eq!(failed, bad_gateway, "failures other than a 502");
+    assert!(failed <= 7, "{failed} requests failed");
+}
+
+/// With `server.resend_unanswered`, the requests a killed replica had go to the other: not
+/// one fails (streams it had begun end with an error event).
+#[tokio::test]
+async fn r19_with_resend_unanswered_a_killed_replica_loses_no_request() {
+    let config = TWO_REPLICAS.replace("[server]\n", "[server]\nresend_unanswered = true\n");
+    let (plain, streams) = kill_one_replica(&config).await;
+    assert_eq!(plain.failed.load(Ordering::SeqCst), 0, "failed requests");
+    assert_eq!(streams.failed.load(Ordering::SeqCst), 0, "failed streams");
 }
 
 #[tokio::test]
