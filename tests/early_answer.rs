@@ -237,41 +237,57 @@ async fn a_request_written_to_a_pooled_connection_is_never_sent_again() {
     assert_eq!((status, b.heads(), b.connections()), (200, 3, 2));
 }
 
-/// Two replicas, then a fallback: the replica that got the request resets it mid-body, and
-/// the request goes to no other backend (each would cut it too, or serve it, and count it).
-#[tokio::test]
-async fn a_request_cut_mid_body_by_a_replica_is_not_sent_to_another() {
+/// Two replicas that each cut a request mid-body, then a fallback that serves, under the
+/// `[server]` lines `server`; one large request sent. What the client got, and the request
+/// heads each backend saw (a, b, fallback), and the proxy's metrics.
+async fn cut_by_both_replicas(server: &str) -> (u16, Vec<u8>, (usize, usize, usize), String) {
     let a = Backend::start(|_| Reply::Cut).await;
     let b = Backend::start(|_| Reply::Cut).await;
     let f = Backend::start(|_| Reply::Serve).await;
-    let toml = r#"
+    let toml = format!(
+        r#"
+[server]
+{server}
 [backends.a]
-url = "{a}"
+url = "{{a}}"
 flavor = "llamacpp"
 [backends.b]
-url = "{b}"
+url = "{{b}}"
 flavor = "llamacpp"
 [backends.f]
-url = "{f}"
+url = "{{f}}"
 flavor = "llamacpp"
 [aliases.m]
 backends = ["a", "b"]
 fallbacks = ["spare"]
 [aliases.spare]
 backend = "f"
-"#;
+"#
+    );
     let urls = [
         ("a", a.url.clone()),
         ("b", b.url.clone()),
         ("f", f.url.clone()),
     ];
-    let p = proxy(toml, &urls).await;
+    let p = proxy(&toml, &urls).await;
     let (status, body) = post(&p, &client(), big_chat("m", BIG)).await;
+    (
+        status,
+        body,
+        (a.heads(), b.heads(), f.heads()),
+        p.metrics().await,
+    )
+}
+
+/// Two replicas, then a fallback: the replica that got the request resets it mid-body, and
+/// the request goes to no other backend (each would cut it too, or serve it, and count it).
+#[tokio::test]
+async fn a_request_cut_mid_body_by_a_replica_is_not_sent_to_another() {
+    let (status, body, (a, b, f), m) = cut_by_both_replicas("").await;
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(status, 502, "{v}");
     assert_eq!(v["error"]["code"], "bad_gateway", "{v}");
-    assert_eq!(a.heads() + b.heads() + f.heads(), 1, "the request went on");
-    let m = p.metrics().await;
+    assert_eq!(a + b + f, 1, "the request went on");
     assert!(!m.contains("switchboard_fallbacks_total{"), "{m}");
 }
 
@@ -279,37 +295,9 @@ backend = "f"
 /// (a backend killed mid-request) goes on to the next, then to the fallback, which serves it.
 #[tokio::test]
 async fn with_resend_unanswered_a_request_closed_unanswered_goes_on() {
-    let a = Backend::start(|_| Reply::Cut).await;
-    let b = Backend::start(|_| Reply::Cut).await;
-    let f = Backend::start(|_| Reply::Serve).await;
-    let toml = r#"
-[server]
-resend_unanswered = true
-[backends.a]
-url = "{a}"
-flavor = "llamacpp"
-[backends.b]
-url = "{b}"
-flavor = "llamacpp"
-[backends.f]
-url = "{f}"
-flavor = "llamacpp"
-[aliases.m]
-backends = ["a", "b"]
-fallbacks = ["spare"]
-[aliases.spare]
-backend = "f"
-"#;
-    let urls = [
-        ("a", a.url.clone()),
-        ("b", b.url.clone()),
-        ("f", f.url.clone()),
-    ];
-    let p = proxy(toml, &urls).await;
-    let (status, body) = post(&p, &client(), big_chat("m", BIG)).await;
+    let (status, body, heads, m) = cut_by_both_replicas("resend_unanswered = true").await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    assert_eq!((a.heads(), b.heads(), f.heads()), (1, 1, 1));
-    let m = p.metrics().await;
+    assert_eq!(heads, (1, 1, 1));
     let line = m
         .lines()
         .find(|l| l.starts_with("switchboard_fallbacks_total{") && l.contains(r#"to="spare""#))
