@@ -81,6 +81,35 @@ async fn closed_after(mut tcp: tokio::net::TcpStream, trickle: Option<&[u8]>) ->
     started.elapsed()
 }
 
+/// A chat request (streamed or not) written on a new raw connection to the proxy.
+async fn post_raw(p: &Proxy, stream: bool) -> tokio::net::TcpStream {
+    let mut tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let body = serde_json::to_vec(&chat("a", stream)).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body).await.unwrap();
+    tcp
+}
+
+/// Read from `tcp` into `answer` until `done` says it holds `what`; the connection must not
+/// close first.
+async fn read_until(
+    tcp: &mut tokio::net::TcpStream,
+    answer: &mut Vec<u8>,
+    what: &str,
+    done: impl Fn(&[u8]) -> bool,
+) {
+    let mut buf = [0u8; 4096];
+    while !done(answer) {
+        let n = within(what, tcp.read(&mut buf)).await.unwrap();
+        assert!(n > 0, "closed before {what}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+}
+
 #[tokio::test]
 async fn r19_a_client_trickling_headers_is_cut_off_at_the_header_limit() {
     let s = sim(SimConfig::default()).await;
@@ -114,21 +143,12 @@ async fn r19_an_idle_connection_is_closed_at_the_idle_limit() {
     );
     let p = proxy(&toml, &[("b", s.url())]).await;
     // Kept alive after an answer, then idle.
-    let mut tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
-    let body = serde_json::to_vec(&chat("a", false)).unwrap();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    tcp.write_all(&body).await.unwrap();
+    let mut tcp = post_raw(&p, false).await;
     let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&answer).contains("\"choices\"") {
-        let n = within("the answer", tcp.read(&mut buf)).await.unwrap();
-        assert!(n > 0, "closed before the answer");
-        answer.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut tcp, &mut answer, "the answer", |a| {
+        String::from_utf8_lossy(a).contains("\"choices\"")
+    })
+    .await;
     let took = closed_after(tcp, None).await;
     assert!(took >= Duration::from_millis(350), "{took:?}");
     assert!(took < Duration::from_millis(3000), "{took:?}");
@@ -148,21 +168,13 @@ async fn r19_an_answer_longer_than_the_idle_limit_is_served_whole_and_the_limit_
         "",
     );
     let p = proxy(&toml, &[("b", s.url())]).await;
-    let mut tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
-    let body = serde_json::to_vec(&chat("a", true)).unwrap();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    tcp.write_all(&body).await.unwrap();
+    let mut tcp = post_raw(&p, true).await;
     let mut answer = Vec::new();
+    read_until(&mut tcp, &mut answer, "the first event", |a| {
+        String::from_utf8_lossy(a).contains("data: ")
+    })
+    .await;
     let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&answer).contains("data: ") {
-        let n = within("the first event", tcp.read(&mut buf)).await.unwrap();
-        assert!(n > 0, "closed before the first event");
-        answer.extend_from_slice(&buf[..n]);
-    }
     // The backend holds the answer for more than twice the idle limit: the connection
     // stays open meanwhile.
     let held = Instant::now();
@@ -175,13 +187,10 @@ async fn r19_an_answer_longer_than_the_idle_limit_is_served_whole_and_the_limit_
         }
     }
     s.release();
-    while !answer.ends_with(b"0\r\n\r\n") {
-        let n = within("the rest of the answer", tcp.read(&mut buf))
-            .await
-            .unwrap();
-        assert!(n > 0, "closed before the answer's end");
-        answer.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut tcp, &mut answer, "the rest of the answer", |a| {
+        a.ends_with(b"0\r\n\r\n")
+    })
+    .await;
     assert!(String::from_utf8_lossy(&answer).contains("data: [DONE]"));
     let took = closed_after(tcp, None).await;
     assert!(took >= Duration::from_millis(250), "{took:?}");
