@@ -404,6 +404,35 @@ mod tests {
         serde_json::Value::Object(m)
     }
 
+    /// A usage object with the counts given (`details`: absent, `null`, or an object whose
+    /// `reasoning_tokens` is `null` or a count, beside the members `in_details`).
+    fn usage_object(
+        prompt: Option<u64>,
+        completion: Option<u64>,
+        details: Option<Option<Option<u64>>>,
+        in_details: &[(String, serde_json::Value)],
+    ) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::{Map, Value};
+        let mut usage = Map::new();
+        if let Some(p) = prompt {
+            usage.insert("prompt_tokens".into(), p.into());
+        }
+        if let Some(c) = completion {
+            usage.insert("completion_tokens".into(), c.into());
+        }
+        if let Some(d) = details {
+            let d = d.map_or(Value::Null, |r| {
+                let reasoning = (
+                    "reasoning_tokens".to_string(),
+                    r.map_or(Value::Null, Value::from),
+                );
+                with(Map::from_iter([reasoning]), in_details)
+            });
+            usage.insert("completion_tokens_details".into(), d);
+        }
+        usage
+    }
+
     /// Any spelling, escapes now and then.
     fn spelled(v: &serde_json::Value, seed: u64) -> String {
         let style = crate::json_scan::respell::Style {
@@ -478,20 +507,7 @@ mod tests {
             twice in proptest::option::of((any::<prop::sample::Index>(), name(false), twice())),
             seed: u64,
         ) {
-            use serde_json::{Map, Value};
-            let mut usage = Map::new();
-            if let Some(p) = prompt {
-                usage.insert("prompt_tokens".into(), p.into());
-            }
-            if let Some(c) = completion {
-                usage.insert("completion_tokens".into(), c.into());
-            }
-            if let Some(d) = details {
-                let d = d.map_or(Value::Null, |r| {
-                    with(Map::from_iter([("reasoning_tokens".to_string(), r.map_or(Value::Null, Value::from))]), &in_details)
-                });
-                usage.insert("completion_tokens_details".into(), d);
-            }
+            let usage = usage_object(prompt, completion, details, &in_details);
             let mut text = spelled(&with(usage, &in_usage), seed);
             if let Some((which, key, value)) = twice {
                 text = with_member(&text, which, &key, value);
@@ -524,19 +540,7 @@ mod tests {
             let mut body = Map::new();
             let choice = with(Map::from_iter([("message".to_string(), json!({"content": content}))]), &in_choice);
             body.insert("choices".into(), json!([choice]));
-            let mut usage = Map::new();
-            if let Some(p) = prompt {
-                usage.insert("prompt_tokens".into(), p.into());
-            }
-            if let Some(c) = completion {
-                usage.insert("completion_tokens".into(), c.into());
-            }
-            if let Some(d) = details {
-                let d = d.map_or(Value::Null, |r| {
-                    with(Map::from_iter([("reasoning_tokens".to_string(), r.map_or(Value::Null, Value::from))]), &in_details)
-                });
-                usage.insert("completion_tokens_details".into(), d);
-            }
+            let usage = usage_object(prompt, completion, details, &in_details);
             body.insert("usage".into(), with(usage, &in_usage));
             if let Some(t) = timings {
                 let t = t.map_or(Value::Null, |(p, d)| {
