@@ -94,6 +94,12 @@ pub enum ProxyError {
     },
     #[error("invalid or missing API key")]
     Unauthorized,
+    /// `server.max_connections` client connections are open: a new one is answered and closed.
+    #[error("too many open connections (server.max_connections = {limit}); retry shortly")]
+    TooManyConnections { limit: usize },
+    /// The client did not send the request's body in time; the connection is closed.
+    #[error("{} {waited:?}", if *.total { "the request body was not received within" } else { "the request body stalled: no byte for" })]
+    BodyTimeout { waited: Duration, total: bool },
 }
 
 /// Most bytes of one piece of client input (a model name, a path, a header value) that an
@@ -280,6 +286,8 @@ impl ProxyError {
             QueueTimeout { .. } => (S::SERVICE_UNAVAILABLE, None, "queue_timeout"),
             NoBackend { .. } => (S::SERVICE_UNAVAILABLE, None, "no_backend"),
             Unauthorized => (S::UNAUTHORIZED, None, "invalid_api_key"),
+            BodyTimeout { .. } => (S::REQUEST_TIMEOUT, None, "request_timeout"),
+            TooManyConnections { .. } => (S::SERVICE_UNAVAILABLE, None, "too_many_connections"),
         }
     }
 
@@ -333,6 +341,10 @@ impl IntoResponse for ProxyError {
         );
         if let Some(secs) = self.retry_after() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if matches!(self, ProxyError::BodyTimeout { .. }) {
+            // The rest of the body may still come: the connection cannot carry another request.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }

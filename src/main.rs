@@ -86,6 +86,12 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     let grace = cfg.server.shutdown_grace;
     let n = cfg.server.workers;
     let metrics_listen = cfg.server.metrics_listen;
+    // Each client connection takes a descriptor and its backend connection another: the soft
+    // limit (often 1024) is raised to the hard one, as far as the system lets it.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(descriptors = n, "file descriptor limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the file descriptor limit"),
+    }
     let state = new_state(cfg, path)?;
     if let Some(addr) = metrics_listen {
         let l = TcpListener::bind(addr)

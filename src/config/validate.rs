@@ -58,6 +58,14 @@ pub struct Server {
     pub client_header_timeout: Duration,
     /// Time a client connection may sit idle between requests (or before the first).
     pub client_idle_timeout: Duration,
+    /// Time a client may leave between two pieces of a request's body (and from the head to
+    /// the first piece).
+    pub client_body_timeout: Duration,
+    /// Time a client has to send a request's whole body, from its head.
+    pub client_body_total_timeout: Duration,
+    /// Most client connections open at once (all workers); `None`: from the process's file
+    /// descriptor limit when the server starts ([`crate::http::server`]).
+    pub max_connections: Option<usize>,
     pub breaker: BreakerConfig,
     /// Reload when the config file changes (besides SIGHUP).
     pub watch_config: bool,
@@ -510,6 +518,21 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             120_000,
             errs,
         ),
+        client_body_timeout: ms(
+            "server.client_body_timeout_ms",
+            raw.client_body_timeout_ms,
+            30_000,
+            errs,
+        ),
+        client_body_total_timeout: ms(
+            "server.client_body_total_timeout_ms",
+            raw.client_body_total_timeout_ms,
+            300_000,
+            errs,
+        ),
+        max_connections: raw
+            .max_connections
+            .map(|n| nonzero("server.max_connections", n, errs) as usize),
         breaker,
         watch_config: raw.watch_config.unwrap_or(true),
         reload_debounce: Duration::from_millis(raw.reload_debounce_ms.unwrap_or(200)),

@@ -1,9 +1,12 @@
 //! Request intake shared by the handlers: request id, client auth, content type, size-limited body.
 
+use std::time::Duration;
+
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::time::Instant;
 
 use crate::error::{Echo, ProxyError};
 use crate::live::Snapshot;
@@ -77,7 +80,31 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
     }
 }
 
-pub async fn read_body<B>(body: B, limit: usize, headers: &HeaderMap) -> Result<Bytes, ProxyError>
+/// How long a client may take over a request's body: between two of its pieces (and from the
+/// head to the first), and in all.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTime {
+    pub idle: Duration,
+    pub total: Duration,
+}
+
+impl BodyTime {
+    pub fn of(server: &crate::config::Server) -> BodyTime {
+        BodyTime {
+            idle: server.client_body_timeout,
+            total: server.client_body_total_timeout,
+        }
+    }
+}
+
+/// The body, whole, within `limit` bytes and the time `time` allows; a body that stalls or
+/// trickles past it is [`ProxyError::BodyTimeout`] (its answer closes the connection).
+pub async fn read_body<B>(
+    body: B,
+    limit: usize,
+    time: BodyTime,
+    headers: &HeaderMap,
+) -> Result<Bytes, ProxyError>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -101,7 +128,21 @@ where
     let mut body = std::pin::pin!(Limited::new(body, limit));
     let mut first: Option<Bytes> = None;
     let mut gathered: Option<BytesMut> = None;
-    while let Some(frame) = body.frame().await {
+    let end = Instant::now() + time.total;
+    loop {
+        // A piece already here is taken without a timer being armed.
+        let due = end.min(Instant::now() + time.idle);
+        let frame = match tokio::time::timeout_at(due, body.frame()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) => {
+                let total = due >= end;
+                return Err(ProxyError::BodyTimeout {
+                    waited: if total { time.total } else { time.idle },
+                    total,
+                });
+            }
+        };
         let Ok(data) = frame.map_err(failed)?.into_data() else {
             continue;
         };
@@ -132,7 +173,8 @@ where
 {
     authorize(snap, headers)?;
     check_content_type(headers)?;
-    read_body(body, snap.config.server.body_limit, headers).await
+    let server = &snap.config.server;
+    read_body(body, server.body_limit, BodyTime::of(server), headers).await
 }
 
 /// The answer to the client: the error rendered in the API's envelope if there is one, the
@@ -205,22 +247,92 @@ mod tests {
         http_body_util::StreamBody::new(futures_util::stream::iter(frames))
     }
 
+    const T: BodyTime = BodyTime {
+        idle: Duration::from_secs(2),
+        total: Duration::from_secs(10),
+    };
+
+    /// A body that sends `parts`, each `gap` after the one before, then ends or (`stall`)
+    /// sends nothing more.
+    fn timed(
+        parts: Vec<&'static str>,
+        gap: Duration,
+        stall: bool,
+    ) -> impl http_body::Body<Data = Bytes, Error = std::io::Error> {
+        use futures_util::StreamExt;
+        let sent = futures_util::stream::iter(parts).then(move |p| async move {
+            tokio::time::sleep(gap).await;
+            Ok::<_, std::io::Error>(http_body::Frame::data(Bytes::from_static(p.as_bytes())))
+        });
+        let tail = futures_util::stream::pending().take(usize::from(stall));
+        http_body_util::StreamBody::new(sent.chain(tail))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_is_cut_at_the_idle_limit() {
+        let started = Instant::now();
+        let body = timed(vec!["{\"mo"], Duration::from_millis(500), true);
+        let r = read_body(body, 64, T, &HeaderMap::new()).await;
+        assert!(
+            matches!(r, Err(ProxyError::BodyTimeout { total: false, .. })),
+            "{r:?}"
+        );
+        // The first piece after 0.5 s, then nothing for the idle limit.
+        assert_eq!(started.elapsed(), Duration::from_millis(2500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickling_body_is_cut_at_the_total_limit() {
+        let started = Instant::now();
+        let body = timed(vec!["x"; 1000], Duration::from_millis(500), false);
+        let r = read_body(body, 4096, T, &HeaderMap::new()).await;
+        assert!(
+            matches!(r, Err(ProxyError::BodyTimeout { total: true, .. })),
+            "{r:?}"
+        );
+        assert_eq!(started.elapsed(), T.total);
+        let e = ProxyError::BodyTimeout {
+            waited: T.total,
+            total: true,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the request body was not received within 10s"
+        );
+        assert_eq!(e.parts().0.as_u16(), 408);
+        let resp = axum::response::IntoResponse::into_response(e);
+        assert_eq!(resp.headers()[header::CONNECTION], "close");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_within_both_limits_is_read_whole() {
+        let body = timed(
+            vec!["{", "\"a\"", ":", "1", "}"],
+            Duration::from_millis(1900),
+            false,
+        );
+        let r = read_body(body, 64, T, &HeaderMap::new()).await;
+        assert_eq!(r.unwrap(), "{\"a\":1}");
+    }
+
     #[tokio::test]
     async fn a_body_is_read_whole_in_one_buffer_within_its_limit() {
         let none = HeaderMap::new();
-        let one = read_body(pieces(&["{\"a\":1}"]), 64, &none).await.unwrap();
+        let one = read_body(pieces(&["{\"a\":1}"]), 64, T, &none)
+            .await
+            .unwrap();
         assert_eq!(one, "{\"a\":1}");
         let mut declared = HeaderMap::new();
         declared.insert(header::CONTENT_LENGTH, HeaderValue::from_static("9"));
-        let many = read_body(pieces(&["{\"a\"", ":", "12}", "", "  "]), 64, &declared).await;
+        let many = read_body(pieces(&["{\"a\"", ":", "12}", "", "  "]), 64, T, &declared).await;
         assert_eq!(many.unwrap(), "{\"a\":12}  ");
-        let over = read_body(pieces(&["0123456789", "0123456789"]), 15, &none).await;
+        let over = read_body(pieces(&["0123456789", "0123456789"]), 15, T, &none).await;
         assert!(matches!(
             over,
             Err(ProxyError::PayloadTooLarge { limit: 15 })
         ));
         declared.insert(header::CONTENT_LENGTH, HeaderValue::from_static("16"));
-        let said = read_body(pieces(&["x"]), 15, &declared).await;
+        let said = read_body(pieces(&["x"]), 15, T, &declared).await;
         assert!(matches!(
             said,
             Err(ProxyError::PayloadTooLarge { limit: 15 })

@@ -154,6 +154,10 @@ pub struct Metrics {
     affinity: Family<AffinityLabels, Counter>,
     overhead: Hist,
     reloads: Family<ReloadLabel, Counter>,
+    /// Client connections open now (all workers): what `server.max_connections` bounds.
+    pub client_connections: Gauge,
+    /// Client connections closed at once because `server.max_connections` were open.
+    pub connections_refused: Counter,
     /// The status page's rolling window of every alias, kept across reloads like the series.
     windows: Mutex<HashMap<String, Arc<Window>>>,
     /// Where every window counts its steps from.
@@ -199,6 +203,8 @@ impl Metrics {
             affinity: Family::default(),
             overhead: Family::new_with_constructor(overhead_hist),
             reloads: Family::default(),
+            client_connections: Gauge::default(),
+            connections_refused: Counter::default(),
             windows: Mutex::default(),
             origin: Instant::now(),
             registry: Registry::default(),
@@ -337,6 +343,16 @@ impl Metrics {
             "config_reloads",
             "Configuration reloads by result",
             self.reloads.clone(),
+        );
+        r.register(
+            "client_connections",
+            "Client connections open now",
+            self.client_connections.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Client connections closed at once because server.max_connections were open",
+            self.connections_refused.clone(),
         );
         let info: Family<VersionLabel, Gauge> = Family::default();
         info.get_or_create(&VersionLabel {
