@@ -94,6 +94,12 @@ pub enum ProxyError {
     },
     #[error("invalid or missing API key")]
     Unauthorized,
+    /// A request body nested deeper than `server.json_depth_limit`.
+    #[error("the request body nests arrays and objects more than {limit} deep (server.json_depth_limit)")]
+    TooDeep { limit: usize },
+    /// The proxy is out of file descriptors: no backend connection could be opened.
+    #[error("the proxy cannot open a backend connection now ({detail}); retry shortly")]
+    ProxyExhausted { detail: String },
     /// `server.max_connections` client connections are open: a new one is answered and closed.
     #[error("too many open connections (server.max_connections = {limit}); retry shortly")]
     TooManyConnections { limit: usize },
@@ -286,8 +292,10 @@ impl ProxyError {
             QueueTimeout { .. } => (S::SERVICE_UNAVAILABLE, None, "queue_timeout"),
             NoBackend { .. } => (S::SERVICE_UNAVAILABLE, None, "no_backend"),
             Unauthorized => (S::UNAUTHORIZED, None, "invalid_api_key"),
+            TooDeep { .. } => (S::BAD_REQUEST, None, "json_too_deep"),
             BodyTimeout { .. } => (S::REQUEST_TIMEOUT, None, "request_timeout"),
             TooManyConnections { .. } => (S::SERVICE_UNAVAILABLE, None, "too_many_connections"),
+            ProxyExhausted { .. } => (S::SERVICE_UNAVAILABLE, None, "proxy_overloaded"),
         }
     }
 
@@ -325,6 +333,7 @@ impl ProxyError {
             | ProxyError::Overloaded { retry_after, .. }
             | ProxyError::QueueTimeout { retry_after, .. }
             | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
+            ProxyError::TooManyConnections { .. } | ProxyError::ProxyExhausted { .. } => Some(1),
             _ => None,
         }
     }

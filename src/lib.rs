@@ -16,6 +16,7 @@ pub mod flavor;
 pub mod fleet;
 pub mod guard;
 pub mod http;
+pub mod json_depth;
 mod json_scan;
 pub mod live;
 pub mod observe;

@@ -224,3 +224,63 @@ async fn connections_past_the_cap_are_refused_at_once_and_the_connected_are_serv
     let mut again = TcpStream::connect(p.addr).await.unwrap();
     assert_eq!(get_on(&mut again, "/health").await.0, 200);
 }
+
+/// A body nesting 5,000 arrays deep in `tools` (which the proxy forwards unread) is refused
+/// with a 400 in each API's envelope before any backend sees it, however often it comes: the
+/// backend's breaker never hears of it and the alias keeps serving.
+#[tokio::test]
+async fn a_body_nested_past_the_limit_never_reaches_a_backend_nor_its_breaker() {
+    let s = sim(SimConfig::default()).await;
+    let toml = one_alias("llamacpp", "breaker_failures = 2", "");
+    let p = proxy(&toml, &[("b", s.url())]).await;
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let c = client();
+    for (path, anthropic) in [
+        ("/v1/chat/completions", false),
+        ("/v1/responses", false),
+        ("/v1/messages", true),
+        ("/v1/messages/count_tokens", true),
+        ("/v1/completions", false),
+    ] {
+        for _ in 0..3 {
+            let body = format!(
+                r#"{{"model":"a","max_tokens":4,"messages":[{{"role":"user","content":"hi"}}],"input":"hi","prompt":"hi","tools":{deep}}}"#
+            );
+            let r = c
+                .post(p.url(path))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{path}");
+            let v: serde_json::Value = r.json().await.unwrap();
+            if anthropic {
+                assert_eq!(v["type"], "error", "{v}");
+                assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+            } else {
+                assert_eq!(v["error"]["code"], "json_too_deep", "{v}");
+            }
+            let message = v["error"]["message"].as_str().unwrap();
+            assert!(message.contains("more than 64 deep"), "{v}");
+        }
+    }
+    assert!(
+        s.recorder().requests().is_empty(),
+        "a backend saw a refused body"
+    );
+    // Nesting within the limit passes.
+    let body = serde_json::json!({
+        "model": "a", "max_tokens": 4,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "array", "items": {"type": "object"}}}
+        }}}],
+    });
+    assert_eq!(status(&c, &p.url("/v1/chat/completions"), &body).await, 200);
+    let m = p.metrics().await;
+    assert!(
+        m.contains(r#"switchboard_breaker_state{backend="b",state="closed"} 1"#),
+        "{m}"
+    );
+}

@@ -241,6 +241,12 @@ async fn a_request_written_to_a_pooled_connection_is_never_sent_again() {
 /// `[server]` lines `server`; one large request sent. What the client got, and the request
 /// heads each backend saw (a, b, fallback), and the proxy's metrics.
 async fn cut_by_both_replicas(server: &str) -> (u16, Vec<u8>, (usize, usize, usize), String) {
+    cut_by(server, r#"["a", "b"]"#).await
+}
+
+/// Replicas `a` and `b` that cut every request, and `f`, the fallback's, that serves it; the
+/// alias `m` on `replicas` of them.
+async fn cut_by(server: &str, replicas: &str) -> (u16, Vec<u8>, (usize, usize, usize), String) {
     let a = Backend::start(|_| Reply::Cut).await;
     let b = Backend::start(|_| Reply::Cut).await;
     let f = Backend::start(|_| Reply::Serve).await;
@@ -258,7 +264,7 @@ flavor = "llamacpp"
 url = "{{f}}"
 flavor = "llamacpp"
 [aliases.m]
-backends = ["a", "b"]
+backends = {replicas}
 fallbacks = ["spare"]
 [aliases.spare]
 backend = "f"
@@ -279,11 +285,12 @@ backend = "f"
     )
 }
 
-/// Two replicas, then a fallback: the replica that got the request resets it mid-body, and
-/// the request goes to no other backend (each would cut it too, or serve it, and count it).
+/// With `resend_unanswered = false`, two replicas, then a fallback: the replica that got the
+/// request resets it mid-body, and the request goes to no other backend (each would cut it
+/// too, or serve it, and count it).
 #[tokio::test]
-async fn a_request_cut_mid_body_by_a_replica_is_not_sent_to_another() {
-    let (status, body, (a, b, f), m) = cut_by_both_replicas("").await;
+async fn with_resend_unanswered_off_a_request_cut_mid_body_goes_nowhere_else() {
+    let (status, body, (a, b, f), m) = cut_by_both_replicas("resend_unanswered = false").await;
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(status, 502, "{v}");
     assert_eq!(v["error"]["code"], "bad_gateway", "{v}");
@@ -291,18 +298,42 @@ async fn a_request_cut_mid_body_by_a_replica_is_not_sent_to_another() {
     assert!(!m.contains("switchboard_fallbacks_total{"), "{m}");
 }
 
-/// With `server.resend_unanswered`, a request each replica took and closed without a word
-/// (a backend killed mid-request) goes on to the next, then to the fallback, which serves it.
+/// By default a chat a replica took and closed without a word (a backend killed
+/// mid-request) goes on, once: to the fallback, which serves it.
 #[tokio::test]
-async fn with_resend_unanswered_a_request_closed_unanswered_goes_on() {
-    let (status, body, heads, m) = cut_by_both_replicas("resend_unanswered = true").await;
+async fn a_chat_dropped_unanswered_is_sent_on_by_default() {
+    let (status, body, heads, m) = cut_by("", r#"["a"]"#).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    assert_eq!(heads, (1, 1, 1));
+    assert_eq!(heads, (1, 0, 1));
     let line = m
         .lines()
         .find(|l| l.starts_with("switchboard_fallbacks_total{") && l.contains(r#"to="spare""#))
         .unwrap_or_default();
     assert!(line.contains(r#"reason="connect""#), "{m}");
+    // A hang-up is not the backend failing on its own: its breaker stays closed.
+    assert!(
+        m.contains(r#"switchboard_breaker_state{backend="a",state="closed"} 1"#),
+        "{m}"
+    );
+}
+
+/// Only once, even with `resend_unanswered = true`: a request each replica hangs up on (one
+/// that makes backends fail, say) reaches two backends, not every one.
+#[tokio::test]
+async fn a_request_dropped_unanswered_is_sent_on_only_once() {
+    for server in ["", "resend_unanswered = true"] {
+        let (status, body, heads, m) = cut_by_both_replicas(server).await;
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 502, "{v}");
+        assert_eq!(v["error"]["code"], "bad_gateway", "{v}");
+        assert_eq!(heads, (1, 1, 0), "{server}");
+        assert!(!m.contains("switchboard_fallbacks_total{"), "{m}");
+        for backend in ["a", "b"] {
+            let closed =
+                format!(r#"switchboard_breaker_state{{backend="{backend}",state="closed"}} 1"#);
+            assert!(m.contains(&closed), "{m}");
+        }
+    }
 }
 
 /// A replica that read the whole request and gives no head within the first-byte limit may

@@ -178,11 +178,13 @@ async fn kill_one_replica(config: &str) -> (Arc<Tally>, Arc<Tally>) {
     (plain, streams)
 }
 
-/// Killed, a replica drops the requests it had: each is a 502, not sent to the other replica
-/// (issue 17: it may have run them). Every request it had not been sent goes to the other.
+/// With `resend_unanswered = false`, a killed replica drops the requests it had: each is a
+/// 502, not sent to the other replica
+/// (it may have run them). Every request it had not been sent goes to the other.
 #[tokio::test]
-async fn r19_a_killed_replica_loses_only_the_requests_it_had_and_gets_traffic_back() {
-    let (plain, streams) = kill_one_replica(TWO_REPLICAS).await;
+async fn with_resend_unanswered_off_a_killed_replica_loses_only_the_requests_it_had() {
+    let config = TWO_REPLICAS.replace("[server]\n", "[server]\nresend_unanswered = false\n");
+    let (plain, streams) = kill_one_replica(&config).await;
     // A request fails only on a connection the proxy had to the killed replica, and a failed
     // connection is not used again: at most one failure for each of the 6 client loops, and
     // one for a connection a health probe may have left in the pool.
@@ -193,12 +195,11 @@ async fn r19_a_killed_replica_loses_only_the_requests_it_had_and_gets_traffic_ba
     assert!(failed <= 7, "{failed} requests failed");
 }
 
-/// With `server.resend_unanswered`, the requests a killed replica had go to the other: not
-/// one fails (streams it had begun end with an error event).
+/// By default the requests a killed replica had go to the other: not one fails (streams it
+/// had begun end with an error event), and the killed replica gets traffic back.
 #[tokio::test]
-async fn r19_with_resend_unanswered_a_killed_replica_loses_no_request() {
-    let config = TWO_REPLICAS.replace("[server]\n", "[server]\nresend_unanswered = true\n");
-    let (plain, streams) = kill_one_replica(&config).await;
+async fn a_killed_replica_loses_no_request_by_default() {
+    let (plain, streams) = kill_one_replica(TWO_REPLICAS).await;
     assert_eq!(plain.failed.load(Ordering::SeqCst), 0, "failed requests");
     assert_eq!(streams.failed.load(Ordering::SeqCst), 0, "failed streams");
 }

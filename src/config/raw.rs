@@ -44,6 +44,7 @@ pub struct RawServer {
     pub client_body_timeout_ms: Option<u64>,
     pub client_body_total_timeout_ms: Option<u64>,
     pub max_connections: Option<u64>,
+    pub json_depth_limit: Option<u64>,
     pub breaker_failures: Option<u32>,
     pub breaker_open_ms: Option<u64>,
     pub watch_config: Option<bool>,

@@ -38,9 +38,10 @@ pub struct Server {
     /// Most bytes of one stream event held until its end; a longer one ends the stream.
     pub event_limit: usize,
     /// A request a backend took and then closed or reset without a byte of answer goes to
-    /// the next replica or fallback (off: it is the client's 502, as the backend may have
-    /// run it).
-    pub resend_unanswered: bool,
+    /// the next replica or fallback, once (false: it is the client's 502, as the backend may
+    /// have run it). Unset: for the APIs whose adapter says so (chat completions, Responses,
+    /// Messages), not for the others.
+    pub resend_unanswered: Option<bool>,
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
     pub shutdown_grace: Duration,
@@ -66,6 +67,8 @@ pub struct Server {
     /// Most client connections open at once (all workers); `None`: from the process's file
     /// descriptor limit when the server starts ([`crate::http::server`]).
     pub max_connections: Option<usize>,
+    /// Deepest nesting of arrays and objects a request body may have.
+    pub json_depth_limit: usize,
     pub breaker: BreakerConfig,
     /// Reload when the config file changes (besides SIGHUP).
     pub watch_config: bool,
@@ -533,6 +536,11 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         max_connections: raw
             .max_connections
             .map(|n| nonzero("server.max_connections", n, errs) as usize),
+        json_depth_limit: nonzero(
+            "server.json_depth_limit",
+            raw.json_depth_limit.unwrap_or(64),
+            errs,
+        ) as usize,
         breaker,
         watch_config: raw.watch_config.unwrap_or(true),
         reload_debounce: Duration::from_millis(raw.reload_debounce_ms.unwrap_or(200)),
@@ -554,7 +562,7 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             raw.event_limit_bytes.unwrap_or(8 << 20),
             errs,
         ) as usize,
-        resend_unanswered: raw.resend_unanswered.unwrap_or(false),
+        resend_unanswered: raw.resend_unanswered,
         connect_timeout: timeouts.connect,
         header_timeout: timeouts.first_byte,
         shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),

@@ -67,8 +67,9 @@ pub fn shown_state(
 ///
 /// llama.cpp answers `/health` 503 while loading; SGLang sends an empty 503 while starting;
 /// vLLM accepts connections but does not answer HTTP until loaded, so a read timeout after a
-/// successful connect means loading. A refused or failed connection means down.
-pub async fn probe(client: &Client, backend: &Backend, timeout: Duration) -> BackendState {
+/// successful connect means loading. A refused or failed connection means down. `None`: the
+/// proxy could not open a socket (out of file descriptors), which says nothing of the backend.
+pub async fn probe(client: &Client, backend: &Backend, timeout: Duration) -> Option<BackendState> {
     let path = match backend.flavor {
         Flavor::Openai => "/v1/models",
         _ => "/health",
@@ -78,11 +79,14 @@ pub async fn probe(client: &Client, backend: &Backend, timeout: Duration) -> Bac
     if let Some(auth) = &backend.api_key {
         headers.insert(header::AUTHORIZATION, auth.clone());
     }
-    match client.get(backend.origin(), &path, &headers, timeout).await {
-        Ok(r) if r.status.is_success() => BackendState::up,
-        Ok(r) if r.status == StatusCode::SERVICE_UNAVAILABLE => BackendState::loading,
-        Ok(_) => BackendState::down,
-        Err(SendError::Timeout) => BackendState::loading,
-        Err(_) => BackendState::down,
-    }
+    Some(
+        match client.get(backend.origin(), &path, &headers, timeout).await {
+            Ok(r) if r.status.is_success() => BackendState::up,
+            Ok(r) if r.status == StatusCode::SERVICE_UNAVAILABLE => BackendState::loading,
+            Ok(_) => BackendState::down,
+            Err(SendError::Timeout) => BackendState::loading,
+            Err(SendError::Local(_)) => return None,
+            Err(_) => BackendState::down,
+        },
+    )
 }

@@ -161,7 +161,8 @@ where
     Ok(gathered.map_or_else(|| first.unwrap_or_default(), BytesMut::freeze))
 }
 
-/// The intake every model-routed endpoint shares: client auth, content type, the size-limited body.
+/// The intake every model-routed endpoint shares: client auth, content type, the body within
+/// its size, time and nesting limits.
 pub async fn routed_body<B>(
     snap: &Snapshot,
     headers: &HeaderMap,
@@ -174,7 +175,14 @@ where
     authorize(snap, headers)?;
     check_content_type(headers)?;
     let server = &snap.config.server;
-    read_body(body, server.body_limit, BodyTime::of(server), headers).await
+    let body = read_body(body, server.body_limit, BodyTime::of(server), headers).await?;
+    // Refused before any backend's parser meets it (one may drop the connection on it).
+    if crate::json_depth::deeper_than(&body, server.json_depth_limit) {
+        return Err(ProxyError::TooDeep {
+            limit: server.json_depth_limit,
+        });
+    }
+    Ok(body)
 }
 
 /// The answer to the client: the error rendered in the API's envelope if there is one, the

@@ -21,6 +21,12 @@ pub async fn probe_all(state: &AppState) {
     let mut recovered = Vec::new();
     for (name, st) in futures_util::future::join_all(probes).await {
         let before = state.health.get(&name);
+        let Some(st) = st else {
+            // The proxy could not open a socket: the backend keeps the state it had.
+            tracing::warn!(backend = %name, "health probe not made: out of file descriptors");
+            continue;
+        };
+        log_change(&name, before, st);
         state.health.set(&name, st);
         state.metrics.backend_state(&name, st);
         // A half-open breaker takes the probe as its trial.
@@ -48,6 +54,21 @@ pub async fn probe_all(state: &AppState) {
     }
     if let Err(e) = state.apply_found(fresh) {
         tracing::error!("cannot put the discovered figures in force:\n{e}");
+    }
+}
+
+/// A backend's state as probed, logged when it changes (once per change, not per probe).
+fn log_change(backend: &str, before: Option<BackendState>, now: BackendState) {
+    if before == Some(now) {
+        return;
+    }
+    let from = crate::fleet::health::state_name(before);
+    let to = crate::fleet::health::state_name(Some(now));
+    match now {
+        BackendState::up => tracing::info!(backend, from, to, "backend state changed"),
+        BackendState::loading | BackendState::down => {
+            tracing::warn!(backend, from, to, "backend state changed")
+        }
     }
 }
 

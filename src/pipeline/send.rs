@@ -3,8 +3,9 @@
 //! limits. A failure before any byte of the answer could reach the client is handed back: one
 //! before any byte of the request could reach the backend, or a 5xx answer, can go on to the
 //! next replica or fallback; once the backend may have the request, it is sent nowhere else,
-//! unless `server.resend_unanswered` lets a connection closed or reset without a byte of
-//! answer send it on (a timeout or a malformed answer never does).
+//! but a connection the backend closed or reset without a byte of answer (a backend killed
+//! mid-request) may send it on once ([`Failed::Dropped`]; a timeout or a malformed answer
+//! never does). The proxy's own want of file descriptors is no failure of the backend's.
 
 use std::time::Instant;
 
@@ -25,10 +26,17 @@ pub enum Failed {
     /// No answer head, and not a byte of the request reached the backend: refused, not
     /// delivered, a failed TLS handshake, timed out while connecting.
     Error(ProxyError, FallbackReason),
-    /// No answer head, and some of the request may have reached the backend (closed or reset
-    /// after a write, a malformed head, no head in time): the client's answer, as the backend
-    /// may be running the request.
+    /// No answer head, and some of the request may have reached the backend (a malformed
+    /// head, no head in time): the client's answer, as the backend may be running the request.
     Delivered(ProxyError),
+    /// The backend closed or reset the connection after taking some of the request, without a
+    /// byte of answer: killed mid-request, or refusing this request by hanging up. Not the
+    /// backend's failure for its breaker (the request may be the cause; a backend that is
+    /// gone fails its next connection and its probe); sent on once where resending is allowed.
+    Dropped(ProxyError),
+    /// The proxy itself is out of file descriptors: nothing is said of the backend, and no
+    /// other backend would fare better now.
+    Local(ProxyError),
     /// A 5xx answer, its body read whole (it is the client's answer if nothing else serves).
     Answer(Answer, FallbackReason),
 }
@@ -41,6 +49,7 @@ impl Failed {
                 Some(UpstreamReason::timeout) => FallbackReason::timeout,
                 _ => FallbackReason::connect,
             },
+            Failed::Dropped(_) | Failed::Local(_) => FallbackReason::connect,
         }
     }
 }
@@ -75,13 +84,17 @@ pub async fn send(
     let mut answer = match sent {
         Ok(a) => a,
         Err(exchange::Unanswered { error, reached }) => {
+            if matches!(error, ProxyError::ProxyExhausted { .. }) {
+                return Err(Failed::Local(error));
+            }
             let reason = exchange::reason_of(&error);
             if let Some(reason) = reason {
                 m.upstream_error(reason);
             }
-            let resend =
-                server.resend_unanswered && matches!(error, ProxyError::UpstreamProtocol { .. });
-            if reached && !resend {
+            if reached && matches!(error, ProxyError::UpstreamProtocol { .. }) {
+                return Err(Failed::Dropped(error));
+            }
+            if reached {
                 return Err(Failed::Delivered(error));
             }
             let why = match reason {

@@ -34,6 +34,10 @@ pub struct Tries<'s> {
     /// Why the current alias did not serve (the fallback's reason label).
     why: Option<FallbackReason>,
     last: Option<Last>,
+    /// A request a backend dropped unanswered may go on once more (`server.resend_unanswered`,
+    /// or by default for the APIs whose adapter says so); spent by the first such resend, so a
+    /// request that makes backends hang up on it reaches two of them at most.
+    resend: bool,
 }
 
 impl<'s> Tries<'s> {
@@ -44,6 +48,11 @@ impl<'s> Tries<'s> {
             .any(|a| a.backends.len() > 1)
             .then(|| conversation_key(&alias.name, &req.headers, &req.body))
             .flatten();
+        let resend = snap
+            .config
+            .server
+            .resend_unanswered
+            .unwrap_or_else(|| req.adapter.resent_by_default());
         Tries {
             order,
             at: 0,
@@ -51,6 +60,7 @@ impl<'s> Tries<'s> {
             tried: Vec::new(),
             why: None,
             last: None,
+            resend,
         }
     }
 
@@ -74,13 +84,17 @@ impl<'s> Tries<'s> {
         }
     }
 
-    /// Sending to `chosen` failed before any byte reached the client: its breaker counts it
-    /// (a loading backend is not failing), and the next replica is tried — unless some of the
-    /// request may have reached the backend: then its error is the client's answer (`Err`).
+    /// Sending to `chosen` failed before any byte reached the client: its breaker counts what
+    /// the backend did on its own (refused, not delivered, timed out, malformed, a 5xx; not
+    /// loading, not a hang-up after taking the request, not the proxy's own want of
+    /// descriptors), and the next replica is tried — unless some of the request may have
+    /// reached the backend: then its error is the client's answer (`Err`), but for one
+    /// hang-up while a resend is left.
     pub fn failed(&mut self, chosen: Chosen, failed: Failed) -> Result<(), ProxyError> {
         let why = failed.reason();
+        let counts = !matches!(failed, Failed::Dropped(_) | Failed::Local(_));
         if let Some(pass) = chosen.pass {
-            if why != FallbackReason::loading {
+            if counts && why != FallbackReason::loading {
                 pass.failed();
             }
         }
@@ -88,7 +102,12 @@ impl<'s> Tries<'s> {
         self.why = Some(why);
         self.last = Some(match failed {
             Failed::Error(e, _) => Last::Error(e),
-            Failed::Delivered(e) => return Err(e),
+            Failed::Delivered(e) | Failed::Local(e) => return Err(e),
+            Failed::Dropped(e) if !self.resend => return Err(e),
+            Failed::Dropped(e) => {
+                self.resend = false;
+                Last::Error(e)
+            }
             Failed::Answer(answer, _) => Last::Answer(self.order[self.at].clone(), answer),
         });
         Ok(())

@@ -139,6 +139,7 @@ pub async fn send(
         SendError::Tls(detail) => ProxyError::UpstreamTls { backend, detail },
         SendError::Protocol(detail) => ProxyError::UpstreamProtocol { backend, detail },
         SendError::Malformed(detail) => ProxyError::UpstreamMalformed { backend, detail },
+        SendError::Local(detail) => ProxyError::ProxyExhausted { detail },
         SendError::Timeout => ProxyError::UpstreamTimeout {
             backend,
             elapsed: started.elapsed(),

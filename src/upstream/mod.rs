@@ -63,6 +63,15 @@ pub enum SendError {
     Timeout,
     /// The backend's head breaks HTTP/1.1 ([`Malformed`]).
     Malformed(String),
+    /// The proxy could not open a socket: out of file descriptors (EMFILE, ENFILE). Says
+    /// nothing of the backend.
+    Local(String),
+}
+
+/// Whether a failed `socket`/`connect` is the process or the system out of file descriptors.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    // EMFILE and ENFILE, 24 and 23 on Linux and the BSDs.
+    matches!(e.raw_os_error(), Some(23 | 24))
 }
 
 /// A backend's answer that breaks HTTP/1.1 framing: a malformed head, chunk or trailer. A
@@ -96,6 +105,7 @@ impl std::fmt::Display for SendError {
             SendError::Connect(e) => write!(f, "cannot connect: {e}"),
             SendError::Unsent(e) => write!(f, "not delivered: {e}"),
             SendError::Tls(e) | SendError::Protocol(e) | SendError::Malformed(e) => f.write_str(e),
+            SendError::Local(e) => write!(f, "cannot open a connection: {e}"),
             SendError::Timeout => f.write_str("no answer in time"),
         }
     }
@@ -478,7 +488,13 @@ impl Pool {
         let tcp = tokio::time::timeout(within, TcpStream::connect(to.authority))
             .await
             .map_err(|_| SendError::Connect("connect timed out".into()))?
-            .map_err(|e| SendError::Connect(e.to_string()))?;
+            .map_err(|e| {
+                if out_of_descriptors(&e) {
+                    SendError::Local(e.to_string())
+                } else {
+                    SendError::Connect(e.to_string())
+                }
+            })?;
         let _ = tcp.set_nodelay(true);
         let Some(tls) = to.tls else {
             return Ok(Conn::Plain(Wire::new(tcp)));

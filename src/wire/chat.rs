@@ -30,6 +30,10 @@ impl Adapter for Chat {
         true
     }
 
+    fn resent_by_default(&self) -> bool {
+        true
+    }
+
     fn stream_transform(
         &self,
         output: OutputField,

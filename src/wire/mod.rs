@@ -75,6 +75,13 @@ pub trait Adapter: Sync {
         false
     }
 
+    /// A model call with no effect beyond compute: one a backend dropped without a byte of
+    /// answer goes on to another replica or fallback unless `server.resend_unanswered` is
+    /// false (requests of other APIs: only where it is true).
+    fn resent_by_default(&self) -> bool {
+        false
+    }
+
     /// The chat-completions body `converter` makes of this API's `body`: what a backend
     /// templates (and so what the counter counts), or what a chat-only backend is sent.
     /// Chat bodies are chat form already.

@@ -108,6 +108,10 @@ impl Adapter for Messages {
         true
     }
 
+    fn resent_by_default(&self) -> bool {
+        true
+    }
+
     fn to_chat<'a>(
         &self,
         body: &'a [u8],

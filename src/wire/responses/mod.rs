@@ -37,6 +37,10 @@ impl Adapter for Responses {
         true
     }
 
+    fn resent_by_default(&self) -> bool {
+        true
+    }
+
     fn to_chat<'a>(
         &self,
         body: &'a [u8],
