@@ -199,6 +199,69 @@ async fn r19_a_file_replaced_by_rename_is_reloaded_without_a_signal() {
     assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
 }
 
+/// A file renamed over every 20 ms without a pause (a generator rewriting it, a sync loop)
+/// is still reloaded: the debounce (here 3 s, far longer than any gap between the renames)
+/// waits for a pause only up to `reload_max_delay_ms`.
+#[tokio::test]
+async fn a_file_that_keeps_changing_is_reloaded_within_the_most_delay() {
+    let sim = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.toml");
+    let url = sim.url();
+    let text = move |alias: &str| {
+        fill(
+            &one_alias(
+                "llamacpp",
+                "reload_debounce_ms = 3000\nreload_max_delay_ms = 300",
+                "",
+            )
+            .replace("[aliases.a]", &format!("[aliases.{alias}]")),
+            &[("b", url.clone())],
+        )
+    };
+    std::fs::write(&path, text("a")).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    let watching = switchboard::live::watch::start(&p.state).expect("the folder is watched");
+    tokio::spawn(watching.run());
+    // Renamed over every 20 ms, a new alias name each time, from a thread of its own, until
+    // the test has seen a reload.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renamer = {
+        let (stop, path) = (stop.clone(), path.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                replace_by_rename(&path, &text(&format!("z{n}")));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            n
+        })
+    };
+    within("a reload while the file keeps changing", async {
+        loop {
+            let m = p.metrics().await;
+            if sample(&m, r#"switchboard_config_reloads_total{result="success"}"#) >= 1.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let renames = renamer.join().unwrap();
+    assert!(renames > 1, "{renames}");
+    assert!(p
+        .state
+        .live
+        .load()
+        .config
+        .aliases
+        .keys()
+        .all(|k| k.starts_with('z')));
+}
+
 /// A Kubernetes ConfigMap volume: `routes.toml` links to `..data/routes.toml`, and an update
 /// writes a new timestamped folder and renames a new `..data` link over the old one.
 #[cfg(unix)]

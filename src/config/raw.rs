@@ -49,6 +49,7 @@ pub struct RawServer {
     pub breaker_open_ms: Option<u64>,
     pub watch_config: Option<bool>,
     pub reload_debounce_ms: Option<u64>,
+    pub reload_max_delay_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

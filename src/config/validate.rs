@@ -74,6 +74,8 @@ pub struct Server {
     pub watch_config: bool,
     /// Changes to the file closer together than this are one reload.
     pub reload_debounce: Duration,
+    /// A file that keeps changing is reloaded at least this often.
+    pub reload_max_delay: Duration,
 }
 
 /// The limits of one exchange with a backend.
@@ -544,6 +546,12 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         breaker,
         watch_config: raw.watch_config.unwrap_or(true),
         reload_debounce: Duration::from_millis(raw.reload_debounce_ms.unwrap_or(200)),
+        reload_max_delay: ms(
+            "server.reload_max_delay_ms",
+            raw.reload_max_delay_ms,
+            2000,
+            errs,
+        ),
         listen,
         metrics_listen,
         reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),

@@ -1,6 +1,7 @@
 //! Reload when the config file changes: its folder is watched (so a file written anew and
-//! renamed over the old one, as editors save, is seen), changes are debounced, and a file whose
-//! bytes did not change is not reloaded.
+//! renamed over the old one, as editors save, is seen), changes are debounced (but a file that
+//! keeps changing is reloaded at least every `reload_max_delay_ms`), and a file whose bytes did
+//! not change is not reloaded.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -80,8 +81,9 @@ impl Watching {
     /// Reload on each change, debounced, while the process lives.
     pub async fn run(mut self) {
         while self.rx.recv().await.is_some() {
-            let quiet = self.state.live.load().config.server.reload_debounce;
-            settle(&mut self.rx, quiet).await;
+            let server = &self.state.live.load().config.server;
+            let (quiet, most) = (server.reload_debounce, server.reload_max_delay);
+            settle(&mut self.rx, quiet, most).await;
             let now = std::fs::read(&self.path).ok();
             if now.is_none() || now == self.seen {
                 // Gone for now (a rename under way) or the same bytes: nothing to reload.
@@ -93,7 +95,53 @@ impl Watching {
     }
 }
 
-/// Wait until no change came for `quiet`.
-async fn settle(rx: &mut mpsc::Receiver<()>, quiet: Duration) {
-    while let Ok(Some(())) = tokio::time::timeout(quiet, rx.recv()).await {}
+/// Wait until no change came for `quiet`, or `most` after the first change, whichever is
+/// sooner: changes that never pause still get a reload every `most`.
+async fn settle(rx: &mut mpsc::Receiver<()>, quiet: Duration, most: Duration) {
+    let end = tokio::time::Instant::now() + most;
+    loop {
+        let due = end.min(tokio::time::Instant::now() + quiet);
+        match tokio::time::timeout_at(due, rx.recv()).await {
+            Ok(Some(())) if tokio::time::Instant::now() < end => {}
+            _ => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_that_pause_are_one_reload_after_the_pause() {
+        let (tx, mut rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = tx.send(()).await;
+            }
+            // The watcher lives on.
+            std::future::pending::<()>().await;
+        });
+        let started = tokio::time::Instant::now();
+        settle(&mut rx, Duration::from_millis(200), Duration::from_secs(2)).await;
+        // The last change at 250 ms, then 200 ms of quiet.
+        assert_eq!(started.elapsed(), Duration::from_millis(450));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_that_never_pause_are_reloaded_at_the_most_delay() {
+        let (tx, mut rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if tx.send(()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let started = tokio::time::Instant::now();
+        settle(&mut rx, Duration::from_millis(200), Duration::from_secs(2)).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
 }
