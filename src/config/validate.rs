@@ -268,6 +268,15 @@ const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let mut errs = Vec::new();
     let server = server(raw.server, &mut errs);
+    for name in raw.backends.keys() {
+        name_check(&format!("backends.{name}"), name, &mut errs);
+    }
+    for (name, a) in &raw.aliases {
+        name_check(&format!("aliases.{name}"), name, &mut errs);
+        for (i, old) in a.old_names.iter().enumerate() {
+            name_check(&format!("aliases.{name}.old_names[{i}]"), old, &mut errs);
+        }
+    }
     let mut backends = BTreeMap::new();
     for (name, b) in raw.backends {
         if let Some(b) = backend(&name, b, &server.timeouts, &mut errs) {
@@ -307,6 +316,33 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         })
     } else {
         Err(ConfigErrors(errs))
+    }
+}
+
+/// Longest name of a backend, alias or old name.
+pub const NAME_LIMIT: usize = 128;
+
+/// Whether `name` can name a backend or an alias: what a Prometheus label value, a URL path
+/// (`/v1/models/NAME`), a header value (`x-switchboard-alias`) and the status page carry as it
+/// is: ASCII letters and digits and `.`, `_`, `-`, `:`, `/`, `@`, `+`, from a letter or digit
+/// on, at most [`NAME_LIMIT`] bytes (model names as runtimes and hubs spell them:
+/// `qwen3-coder:30b`, `Qwen/Qwen3-8B`).
+pub fn is_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= NAME_LIMIT
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"._-:/@+".contains(c))
+}
+
+fn name_check(key: &str, name: &str, errs: &mut Vec<ConfigError>) {
+    if !is_name(name) {
+        errs.push(ConfigError::BadValue {
+            key: key.to_string(),
+            value: crate::error::Echo::new(name).to_string(),
+            reason: format!("is not a name: use ASCII letters, digits and . _ - : / @ + (from a letter or digit on, at most {NAME_LIMIT} bytes)"),
+        });
     }
 }
 
@@ -1013,6 +1049,7 @@ fn shape(
 
 #[cfg(test)]
 mod tests {
+    use super::{is_name, NAME_LIMIT};
     use crate::config::from_toml;
 
     const BASE: &str = r#"
@@ -1052,6 +1089,44 @@ mod tests {
             let e = super::bearer(key).unwrap_err();
             assert!(e.contains(what), "{key:?}: {e}");
             assert!(!e.contains("secret"), "{e}");
+        }
+    }
+
+    #[test]
+    fn names_that_labels_urls_and_the_page_cannot_carry_are_refused() {
+        let e = errors("[aliases.\"m\\\"} 1\\ninjected_total{a=\\\"1\"]\nbackend = \"gpu\"");
+        assert!(e.contains("is not a name"), "{e}");
+        assert!(e.contains("aliases.m\"} 1\ninjected_total"), "{e}");
+        let e = errors("[backends.\"g p u\"]\nurl = \"http://h:1\"\nflavor = \"llamacpp\"");
+        assert!(e.contains("backends.g p u: \"g p u\" is not a name"), "{e}");
+        let e = errors("[aliases.y]\nbackend = \"gpu\"\nold_names = [\"ok\", \"<b>\"]");
+        assert!(
+            e.contains("aliases.y.old_names[1]: \"<b>\" is not a name"),
+            "{e}"
+        );
+        for good in [
+            "qwen3-coder:30b",
+            "Qwen/Qwen3-8B",
+            "frank_zealot.v2",
+            "a@b+c",
+            "x",
+        ] {
+            assert!(is_name(good), "{good}");
+        }
+        let long = "a".repeat(NAME_LIMIT + 1);
+        for bad in [
+            "",
+            "-lead",
+            ".hidden",
+            "sp ace",
+            "quo\"te",
+            "new\nline",
+            "é",
+            "a?b",
+            "a%20",
+            &long,
+        ] {
+            assert!(!is_name(bad), "{bad:?}");
         }
     }
 
