@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{chat, client, proxy, sample};
+use common::{chat, client, fill, proxy, sample, within};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -180,6 +180,83 @@ async fn r17_a_chat_answer_past_the_limit_is_refused_without_being_held() {
     let m = p.metrics().await;
     let key = r#"switchboard_upstream_errors_total{alias="a",reason="too_large"}"#;
     assert_eq!(sample(&m, key), 1.0, "{m}");
+}
+
+/// Resident memory of process `pid`, in bytes.
+fn rss_of(pid: u32) -> usize {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// A chat answer past a 64 MiB `answer_limit_bytes` is refused holding about the limit: the
+/// pieces read are not gathered into a growing buffer (which, as the binary's allocator moves
+/// it to a doubled block, held up to three times the limit). Measured on the binary itself,
+/// with its own allocator, as a child process.
+#[tokio::test]
+async fn a_chat_answer_past_the_default_limit_holds_about_the_limit() {
+    let _one = MEASURING.lock().await;
+    let (url, _) =
+        flooding_backend("content-type: application/json\r\n", b"{\"a\": 1} ", SENT).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.toml");
+    let server = format!("listen = \"127.0.0.1:{port}\"\nworkers = 1\nwatch_config = false");
+    std::fs::write(&path, fill(&config("vllm", &server), &[("b", url)])).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let c = client();
+    let base = format!("http://127.0.0.1:{port}");
+    within("the proxy to listen", async {
+        while c.get(format!("{base}/health")).send().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let before = rss_of(pid);
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(Ordering::SeqCst) {
+                peak = peak.max(rss_of(pid));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            peak
+        })
+    };
+    let resp = c
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&chat("a", false))
+        .send()
+        .await
+        .unwrap();
+    done.store(true, Ordering::SeqCst);
+    let growth = sampler.join().unwrap().saturating_sub(before);
+    assert_eq!(resp.status(), 502);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "answer_too_large", "{e}");
+    let _ = child.kill().await;
+    assert!(
+        growth < 64 * MIB + GROWTH,
+        "the proxy held {} MiB for a limit of 64",
+        growth / MIB
+    );
 }
 
 /// Regression (issue 17): an SSE event that never ends (lines with single newlines) was

@@ -316,7 +316,7 @@ pub struct TooLong(pub usize);
 pub enum Held {
     /// The whole body, within the limit (a body that came in one piece is not copied).
     Whole(Bytes),
-    /// A body longer than the limit: the bytes read (at most the limit and one piece), and
+    /// A body longer than the limit: the pieces read (at most the limit and one piece), and
     /// the rest as it comes.
     Over(BoxStream<'static, Result<Bytes, BoxError>>),
 }
@@ -334,19 +334,29 @@ pub async fn read_within(
             futures_util::stream::iter([Ok(first)]).chain(body).boxed(),
         ));
     }
-    let Some(second) = body.next().await.transpose()? else {
-        return Ok(Held::Whole(first));
-    };
-    let mut out = BytesMut::with_capacity(first.len() + second.len());
-    out.extend_from_slice(&first);
-    out.extend_from_slice(&second);
-    while out.len() <= limit {
+    // The pieces are kept as they came and joined once at the end, into a buffer of their
+    // size: a buffer grown as they come would hold up to three times the limit while it
+    // moves (the old block and the doubled one), and a body past the limit is never joined.
+    let mut pieces = vec![first];
+    let mut len = pieces[0].len();
+    while len <= limit {
         match body.next().await {
-            Some(chunk) => out.extend_from_slice(&chunk?),
-            None => return Ok(Held::Whole(out.freeze())),
+            Some(chunk) => {
+                let chunk = chunk?;
+                len += chunk.len();
+                pieces.push(chunk);
+            }
+            None if pieces.len() == 1 => return Ok(Held::Whole(pieces.swap_remove(0))),
+            None => {
+                let mut out = BytesMut::with_capacity(len);
+                for p in pieces {
+                    out.extend_from_slice(&p);
+                }
+                return Ok(Held::Whole(out.freeze()));
+            }
         }
     }
-    let held = futures_util::stream::iter([Ok(out.freeze())]);
+    let held = futures_util::stream::iter(pieces.into_iter().map(Ok));
     Ok(Held::Over(held.chain(body).boxed()))
 }
 
