@@ -266,9 +266,6 @@ impl Client {
 pub struct Pool {
     idle: Mutex<HashMap<String, Vec<(Conn, Instant)>>>,
     connect_timeout: Duration,
-    /// Connections idle at least this long are checked by asking the kernel (see
-    /// [`open_by_the_kernel`]); `PROBE_AFTER` but in tests.
-    probe_after: Duration,
 }
 
 impl std::fmt::Debug for Pool {
@@ -284,9 +281,6 @@ const MAX_IDLE: usize = 256;
 /// a request seldom meets a connection the backend is closing at that very moment: once the
 /// request is written it is never sent again (RFC 9112 §9.3.1), so that race is an error.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
-/// A connection idle this long or longer is checked with a system call at checkout; one
-/// reused sooner, by the readiness tokio last saw (no system call under load).
-const PROBE_AFTER: Duration = Duration::from_millis(100);
 /// First read buffer of a response; it doubles while reads fill it, up to `MAX_READ`.
 const FIRST_READ: usize = 8 * 1024;
 const MAX_READ: usize = 128 * 1024;
@@ -371,23 +365,12 @@ where
     }
 }
 
-/// An idle connection is still usable: the backend has neither closed it nor sent anything.
-/// Every read of a connection goes through `AsyncRead::poll_read`, which forgets the socket's
-/// read readiness when a read comes back short (the socket is drained), so here `try_read`
-/// makes a system call only if the backend has written or closed since and the runtime has
-/// polled the OS for events after that. A close the runtime has not seen yet would go
-/// unnoticed (the write succeeds, the answer never comes), so this check is used only for
-/// connections back in the pool for less than `PROBE_AFTER`; older ones, which is where a
-/// backend's keep-alive timeout strikes, are asked with [`open_by_the_kernel`]. A byte it
-/// does read means the connection is dropped anyway. Under TLS the check is on the TCP
-/// socket: a backend's close (its `close_notify`, then the FIN) is bytes to read there.
-fn still_open(tcp: &TcpStream) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-}
-
 /// The kernel's word that `tcp` is still open and has nothing to read: a peek that would
-/// block (it sees a FIN the runtime has not yet been told of).
+/// block. Asked at every checkout (one system call): it sees a FIN the runtime has not been
+/// told of yet (the backend's keep-alive timeout struck while the runtime was busy), which
+/// tokio's readiness alone misses, and a request written into such a connection would fail,
+/// never to be sent again. Under TLS the check is on the TCP socket: a backend's close (its
+/// `close_notify`, then the FIN) is bytes to read there.
 fn open_by_the_kernel(tcp: &TcpStream) -> bool {
     let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
     matches!(
@@ -443,7 +426,6 @@ impl Pool {
         Pool {
             idle: Mutex::default(),
             connect_timeout,
-            probe_after: PROBE_AFTER,
         }
     }
 
@@ -453,13 +435,8 @@ impl Pool {
         let list = idle.get_mut(key)?;
         let now = Instant::now();
         prune(list, now);
-        while let Some((conn, since)) = list.pop() {
-            let open = if now.saturating_duration_since(since) < self.probe_after {
-                still_open(conn.tcp())
-            } else {
-                open_by_the_kernel(conn.tcp())
-            };
-            if open {
+        while let Some((conn, _)) = list.pop() {
+            if open_by_the_kernel(conn.tcp()) {
                 return Some(conn);
             }
         }
@@ -915,8 +892,8 @@ mod tests {
 
     /// A backend closes a kept-alive connection (its keep-alive timeout, say) while the
     /// runtime is busy: the FIN is in the kernel, not yet in tokio's readiness. Checked out
-    /// after `probe_after`, the connection is asked of the kernel and replaced; trusting the
-    /// readiness alone, the request would be written into the closed connection and fail.
+    /// at once, the connection is asked of the kernel and replaced; trusting the readiness
+    /// alone, the request would be written into the closed connection and fail.
     #[tokio::test]
     async fn a_connection_closed_while_the_runtime_was_busy_is_replaced() {
         use std::io::{Read, Write};
@@ -946,9 +923,7 @@ mod tests {
                 }
             }
         });
-        let mut pool = Pool::new(Duration::from_secs(5));
-        pool.probe_after = Duration::ZERO;
-        let pool = Arc::new(pool);
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
         assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
         close_tx.send(()).unwrap();
         // Blocks the runtime's only thread: tokio polls no events until the close is done.

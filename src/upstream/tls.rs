@@ -348,59 +348,48 @@ mod tests {
     }
 
     /// A backend that closes a kept-alive TLS connection (`close_notify`, then the FIN): the
-    /// idle check sees it on the TCP socket, by tokio's readiness or by asking the kernel,
-    /// and the next request goes on a new connection.
+    /// idle check sees it on the TCP socket by asking the kernel, and the next request goes
+    /// on a new connection.
     #[tokio::test]
     async fn a_tls_connection_the_backend_closed_is_replaced() {
         let ca = test_ca("fleet CA");
-        for probe_after in [super::super::PROBE_AFTER, Duration::ZERO] {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
-            let accepted = Arc::new(AtomicUsize::new(0));
-            let count = Arc::clone(&accepted);
-            let acceptor = TlsAcceptor::from(Arc::clone(&ca.server));
-            // Answers one request per connection, kept alive, then closes it cleanly.
-            tokio::spawn(async move {
-                while let Ok((tcp, _)) = listener.accept().await {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    let Ok(mut tls) = acceptor.accept(tcp).await else {
-                        continue;
-                    };
-                    let mut req = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !req.ends_with(b"{}") {
-                        match tls.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => req.extend_from_slice(&buf[..n]),
-                        }
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        let acceptor = TlsAcceptor::from(Arc::clone(&ca.server));
+        // Answers one request per connection, kept alive, then closes it cleanly.
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !req.ends_with(b"{}") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
                     }
-                    let _ = tls
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                        .await;
-                    let _ = tls.flush().await;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    let _ = tls.shutdown().await;
                 }
-            });
-            let tls = settings(&addr, &spec("localhost", Some(&ca.ca_file)));
-            let tls = tls.get("b").unwrap();
-            let mut pool = Pool::new(Duration::from_secs(5));
-            pool.probe_after = probe_after;
-            let pool = Arc::new(pool);
-            assert_eq!(post(&pool, &addr, tls).await.unwrap(), "ok");
-            assert_eq!(pool.idle_count(&tls.pool_key), 1);
-            tokio::time::sleep(Duration::from_millis(80)).await;
-            assert!(
-                pool.checkout(&tls.pool_key).is_none(),
-                "probe after {probe_after:?}"
-            );
-            assert_eq!(post(&pool, &addr, tls).await.unwrap(), "ok");
-            assert_eq!(
-                accepted.load(Ordering::SeqCst),
-                2,
-                "probe after {probe_after:?}"
-            );
-        }
+                let _ = tls
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                let _ = tls.flush().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let _ = tls.shutdown().await;
+            }
+        });
+        let tls = settings(&addr, &spec("localhost", Some(&ca.ca_file)));
+        let tls = tls.get("b").unwrap();
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        assert_eq!(post(&pool, &addr, tls).await.unwrap(), "ok");
+        assert_eq!(pool.idle_count(&tls.pool_key), 1);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert!(pool.checkout(&tls.pool_key).is_none());
+        assert_eq!(post(&pool, &addr, tls).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     /// CA files that cannot be used are errors naming the key and the file; the backend
