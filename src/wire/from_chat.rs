@@ -361,3 +361,8 @@ pub fn feed(order: &mut Order, delta: &Value, ops: &mut Vec<Op>) {
         order.tool(index, id_of(call), name_of(call), &args, ops);
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[path = "from_chat_tests.rs"]
+mod tests;
