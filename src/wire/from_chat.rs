@@ -329,18 +329,20 @@ impl Order {
     }
 }
 
-/// The error of an event that cannot be read (not JSON, a lone surrogate, bytes that are not
-/// UTF-8): the answer cannot be translated further.
-pub fn unreadable(data: &[u8], e: &serde_json::Error) -> ProxyError {
-    let what = if std::str::from_utf8(data).is_err() {
-        "an event that is not UTF-8".to_owned()
-    } else {
-        format!("an event that is not JSON ({e})")
+/// A chat stream event's JSON object, or the error of an event that cannot be read (not JSON,
+/// a lone surrogate, bytes that are not UTF-8, JSON that is not an object): the answer cannot
+/// be translated further.
+pub fn chunk_of(data: &[u8]) -> Result<Value, ProxyError> {
+    let what = match serde_json::from_slice::<Value>(data) {
+        Ok(v) if v.is_object() => return Ok(v),
+        Ok(_) => "an event that is not a JSON object".to_owned(),
+        Err(_) if std::str::from_utf8(data).is_err() => "an event that is not UTF-8".to_owned(),
+        Err(e) => format!("an event that is not JSON ({e})"),
     };
-    ProxyError::UpstreamMalformed {
+    Err(ProxyError::UpstreamMalformed {
         backend: String::new(),
         detail: what,
-    }
+    })
 }
 
 /// One chat chunk's choice-0 delta fed to `order`: reasoning, text, then tool calls.

@@ -331,7 +331,8 @@ fn an_unreadable_event_ends_the_stream_with_an_error_event() {
     let start = chunk(call(0, Some("c0"), Some("f"), "{\"k\":"));
     let finish = stream_of(&[], "tool_calls");
     let finish: Vec<&str> = finish.split_inclusive("\n\n").collect();
-    let bad: [&[u8]; 3] = [
+    let bad: [&[u8]; 4] = [
+        b"data: [1]\n\n",
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\n\n",
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1\\ud800}\"}}]}}]}\n\n",
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\xff1}\"}}]}}]}\n\n",

@@ -25,7 +25,7 @@ use super::stream::{complete_response, unix_now, ResponsesStream};
 use crate::error::ProxyError;
 use crate::reasoning::TextSplitter;
 use crate::wire::from_chat::{
-    arguments_of, choice0, feed, id_of, name_of, reasoning_of, text_of, unreadable, Block, Ids, Op,
+    arguments_of, choice0, chunk_of, feed, id_of, name_of, reasoning_of, text_of, Block, Ids, Op,
     Order,
 };
 use crate::wire::stream::{data_payload, Action, ApiEvents, Seen, StreamContext};
@@ -282,11 +282,9 @@ impl ApiEvents for FromChat {
             }
             return Action::Replace(out);
         }
-        let v = match serde_json::from_slice::<Value>(data) {
-            Ok(v) if v.is_object() => v,
-            Ok(_) => return Action::Drop,
+        let v = match chunk_of(data) {
+            Ok(v) => v,
             Err(e) => {
-                let e = unreadable(data, &e);
                 seen.error = Some(e.to_string());
                 return Action::Replace(self.broken(&e, seen));
             }

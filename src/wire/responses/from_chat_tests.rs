@@ -299,7 +299,8 @@ fn an_unreadable_event_ends_the_stream_with_error_then_response_failed() {
         "data: {}\n\n",
         chunk(call(0, Some("c0"), Some("f"), "{\"k\":")).1
     );
-    let bad: [&[u8]; 3] = [
+    let bad: [&[u8]; 4] = [
+        b"data: [1]\n\n",
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\n\n",
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1\\ud800}\"}}]}}]}\n\n",
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\xff1}\"}}]}}]}\n\n",
