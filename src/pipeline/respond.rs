@@ -293,7 +293,16 @@ async fn whole(
         }
     }
     if status.is_success() {
-        bytes = answer_body(rec, &served, bytes);
+        bytes = match answer_body(rec, &served, bytes) {
+            Ok(b) => b,
+            Err(detail) => {
+                m().upstream_error(UpstreamReason::protocol);
+                return Err(ProxyError::UpstreamMalformed {
+                    backend: rec.backend.clone().unwrap_or_default(),
+                    detail,
+                });
+            }
+        };
     }
     rec.responding();
     let mut r = Response::new(Body::from(bytes));
@@ -303,24 +312,26 @@ async fn whole(
 }
 
 /// A successful whole answer: its usage recorded, then rewritten (reasoning, think tags) or
-/// translated from chat.
-fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Bytes {
+/// translated from chat; what is wrong with a chat answer that cannot be translated.
+fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Result<Bytes, String> {
     let adapter = served.adapter;
     if served.translated.is_some() {
         if let Some(u) = crate::wire::usage::of_body(&bytes) {
             rec.usage = Some(u);
         }
-        return match adapter.answer_from_chat(&bytes, &served.context()) {
+        return Ok(match adapter.answer_from_chat(&bytes, &served.context())? {
             Some(b) => Bytes::from(b),
             None => bytes,
-        };
+        });
     }
     if let Some(usage) = adapter.usage_of_answer(&bytes) {
         rec.usage = Some(usage);
     }
     let tags = served.alias.think_tags.as_deref();
-    match adapter.rewrite_answer(&bytes, served.routed.output, tags) {
-        Some(b) => Bytes::from(b),
-        None => bytes,
-    }
+    Ok(
+        match adapter.rewrite_answer(&bytes, served.routed.output, tags) {
+            Some(b) => Bytes::from(b),
+            None => bytes,
+        },
+    )
 }

@@ -12,6 +12,7 @@
 pub mod chat;
 pub mod chat_form;
 pub mod endpoint;
+pub mod from_chat;
 pub mod messages;
 pub mod passthrough;
 pub mod payload;
@@ -152,10 +153,15 @@ pub trait Adapter: Sync {
         usage::of_body(body)
     }
 
-    /// A chat completion answer (of a request translated to chat) as this API's answer;
-    /// `None` when this API is not served by translation.
-    fn answer_from_chat(&self, _chat: &[u8], _ctx: &StreamContext) -> Option<Vec<u8>> {
-        None
+    /// A chat completion answer (of a request translated to chat) as this API's answer:
+    /// `Ok(None)` when this API is not served by translation, `Err` (what is wrong) when the
+    /// answer is not a chat completion.
+    fn answer_from_chat(
+        &self,
+        _chat: &[u8],
+        _ctx: &StreamContext,
+    ) -> Result<Option<Vec<u8>>, String> {
+        Ok(None)
     }
 
     /// The transform that turns a chat completion stream (of a request translated to chat)

@@ -3,7 +3,7 @@
 import anthropic
 import pytest
 
-from conftest import squeeze
+from conftest import sim_only, squeeze
 
 LONG = "hello " * 6000
 MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "Say hi."}]}]
@@ -98,3 +98,58 @@ def test_messages_stream_by_translation_matches_the_native_stream(client):
     kinds = lambda evs: squeeze([e.type if e.type != "content_block_delta" else
                                  "content_block_delta:" + e.delta.type for e in evs])
     assert kinds(translated) == kinds(native)
+
+
+# Chat answers of a replay backend translated (see conftest's REPLAY).
+
+@sim_only
+def test_interleaved_tool_calls_stream_each_into_its_own_tool_use_block(client):
+    events = []
+    with client.messages.stream(model="replay-interleaved", max_tokens=50,
+                                messages=MESSAGES) as s:
+        for ev in s:
+            events.append(ev)
+        final = s.get_final_message()
+    starts = [e for e in events if e.type == "content_block_start"]
+    assert [e.index for e in starts] == list(range(len(final.content)))
+    assert [b.type for b in final.content] == ["thinking", "text", "tool_use", "text", "tool_use"]
+    weather, clock = final.content[2], final.content[4]
+    assert (weather.id, weather.name) == ("call_w", "get_weather")
+    assert weather.input == {"city": "Paris, Île-de-France"}
+    assert clock.name == "get_time" and clock.id.startswith("toolu_")
+    assert clock.input == {"tz": "Europe/Paris"}
+    assert "".join(b.text for b in final.content if b.type == "text") == "Let me look. One moment."
+    assert final.stop_reason == "tool_use"
+
+
+@sim_only
+def test_a_whole_answer_with_list_content_object_arguments_and_no_id(client):
+    m = client.messages.create(model="replay-interleaved", max_tokens=50, messages=MESSAGES)
+    assert [b.type for b in m.content] == ["text", "tool_use"]
+    assert m.content[0].text == "ab"
+    assert m.content[1].input == {"city": "Paris"}
+    assert m.content[1].id.startswith("toolu_")
+
+
+@sim_only
+def test_an_answer_that_is_not_a_chat_completion_is_anthropics_api_error(client):
+    with pytest.raises(anthropic.InternalServerError) as e:
+        client.messages.create(model="replay-not-a-completion", max_tokens=50, messages=MESSAGES)
+    assert e.value.status_code == 502
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "api_error"
+
+
+@sim_only
+@pytest.mark.parametrize("scenario", ["lone-surrogate", "not-utf8"])
+def test_an_unreadable_event_is_an_error_the_sdk_raises(client, scenario):
+    events = []
+    with pytest.raises(anthropic.APIStatusError) as e:
+        with client.messages.stream(model="replay-" + scenario, max_tokens=50,
+                                    messages=MESSAGES) as s:
+            for ev in s:
+                events.append(ev)
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "api_error"
+    assert events[0].type == "message_start"
+    assert not any(ev.type == "message_delta" for ev in events)

@@ -3,6 +3,13 @@
 //! time: thinking, text, tool use; `message_delta` with the stop reason and usage,
 //! `message_stop`), tool calls as `tool_use` blocks, finish reasons as stop reasons.
 //!
+//! Blocks come in the order [`Order`] gives (its header has the design): one open at a time,
+//! a tool call streamed live while no other call is open and kept open to the end, whatever
+//! comes in the meantime held and written whole at the end, so a call's later fragment still
+//! reaches its own block. A tool call without an id gets `toolu_` and an id made for the
+//! answer; an event that cannot be read ends the stream with Anthropic's `error` event; only
+//! choice 0 is translated.
+//!
 //! The events are built in the shape llama.cpp's own Messages endpoint sends and go through
 //! the same repair as a native stream, so both reach the client alike.
 
@@ -13,6 +20,10 @@ use serde_json::{json, Value};
 use super::stream::MessagesStream;
 use crate::error::ProxyError;
 use crate::reasoning::TextSplitter;
+use crate::wire::from_chat::{
+    arguments_of, choice0, chunk_of, feed, id_of, name_of, reasoning_of, text_of, Block, Ids, Op,
+    Order,
+};
 use crate::wire::stream::{data_payload, Action, ApiEvents, Seen, StreamContext};
 use crate::wire::usage::{self, Usage};
 
@@ -37,36 +48,32 @@ fn usage_json(u: Option<&Value>) -> Value {
         "output_tokens": completion})
 }
 
-/// The reasoning of a chat message or delta, under either field name.
-fn reasoning_of(m: &Value) -> Option<&str> {
-    ["reasoning_content", "reasoning"]
-        .iter()
-        .find_map(|k| m.get(*k).and_then(Value::as_str))
-        .filter(|s| !s.is_empty())
-}
-
 /// Anthropic's id for a chat id.
 fn message_id(chat: &Value) -> String {
     let id = chat.get("id").and_then(Value::as_str).unwrap_or("");
     format!("msg_{}", id.strip_prefix("chatcmpl-").unwrap_or(id))
 }
 
-/// A whole `chat.completion` as a Messages answer.
-pub fn answer(chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
-    let v: Value = serde_json::from_slice(chat).ok()?;
-    let choice = v.get("choices")?.get(0)?;
-    let message = choice.get("message")?;
+/// A whole `chat.completion` as a Messages answer; what is wrong with it when it is not one
+/// (no choice 0, or a choice without a message).
+pub fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
+    let v: Value = serde_json::from_slice(chat).map_err(|e| format!("not JSON: {e}"))?;
+    let choice = choice0(&v).ok_or("an answer without choice 0")?;
+    let message = choice
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or("choice 0 without a message")?;
     let mut content = Vec::new();
     if let Some(r) = reasoning_of(message) {
         content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
     }
-    let text = message.get("content").and_then(Value::as_str).unwrap_or("");
+    let text = text_of(message.get("content"));
     let (thinking, text) = match ctx.tags.as_deref() {
         Some(tags) => {
-            let split = TextSplitter::split_all(tags, text);
+            let split = TextSplitter::split_all(tags, &text);
             (split.reasoning, split.answer)
         }
-        None => (String::new(), text.to_owned()),
+        None => (String::new(), text),
     };
     if !thinking.is_empty() {
         content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
@@ -74,13 +81,15 @@ pub fn answer(chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
     if !text.is_empty() {
         content.push(json!({"type": "text", "text": text}));
     }
-    for call in message
+    let ids = Ids::new("toolu_");
+    for (n, call) in message
         .get("tool_calls")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        .enumerate()
     {
-        content.push(tool_use(call));
+        content.push(tool_use(call, &ids.id(id_of(call), n)));
     }
     let finish = choice.get("finish_reason").and_then(Value::as_str);
     let model = v.get("model").and_then(Value::as_str).unwrap_or(&ctx.model);
@@ -89,32 +98,19 @@ pub fn answer(chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
         "content": content, "stop_reason": stop_reason(finish), "stop_sequence": null,
         "usage": usage_json(v.get("usage")),
     });
-    serde_json::to_vec(&out).ok()
+    serde_json::to_vec(&out).map_err(|e| e.to_string())
 }
 
-/// A chat tool call as a `tool_use` block (arguments that are not a JSON object: `{}`).
-fn tool_use(call: &Value) -> Value {
-    let f = call.get("function");
-    let args = f
-        .and_then(|f| f.get("arguments"))
-        .and_then(Value::as_str)
-        .and_then(|a| serde_json::from_str::<Value>(a).ok())
+/// A chat tool call as a `tool_use` block with id `id` (arguments that are not a JSON object:
+/// `{}`).
+fn tool_use(call: &Value, id: &str) -> Value {
+    let args = serde_json::from_str::<Value>(&arguments_of(call))
+        .ok()
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
     json!({
-        "type": "tool_use",
-        "id": call.get("id").and_then(Value::as_str).unwrap_or(""),
-        "name": f.and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or(""),
-        "input": args,
+        "type": "tool_use", "id": id, "name": name_of(call).unwrap_or(""), "input": args,
     })
-}
-
-/// The block the chat stream is writing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Current {
-    Thinking,
-    Text,
-    Tool(u64),
 }
 
 /// A chat stream translated into a Messages stream, event by event.
@@ -123,8 +119,11 @@ pub struct FromChat {
     model: String,
     started: bool,
     finished: bool,
-    current: Option<Current>,
-    next_index: u64,
+    order: Order,
+    /// The backend index of the block open now (the repair renumbers them).
+    block: u64,
+    /// The delta type of the block open now.
+    delta_type: &'static str,
     finish: Option<String>,
     usage: Option<Value>,
     reported: Option<Usage>,
@@ -137,8 +136,9 @@ impl FromChat {
             model: ctx.model.clone(),
             started: false,
             finished: false,
-            current: None,
-            next_index: 0,
+            order: Order::new(Ids::new("toolu_")),
+            block: 0,
+            delta_type: "text_delta",
             finish: None,
             usage: None,
             reported: None,
@@ -149,91 +149,40 @@ impl FromChat {
         self.inner.handle(v, now, seen, out);
     }
 
-    /// The backend index of a block of `kind`: the current one, or a new one started.
-    fn block(
-        &mut self,
-        kind: Current,
-        start: Value,
-        now: Instant,
-        seen: &mut Seen,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        if self.current != Some(kind) {
-            self.current = Some(kind);
-            self.next_index += 1;
-            let ev = json!({"type": "content_block_start", "index": self.next_index,
-                "content_block": start});
+    /// The blocks [`Order`] wrote, as Messages events.
+    fn write(&mut self, ops: Vec<Op>, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
+        for op in ops {
+            let ev = match op {
+                Op::Open(block) => {
+                    self.block += 1;
+                    let start = match block {
+                        Block::Thinking => {
+                            self.delta_type = "thinking_delta";
+                            json!({"type": "thinking", "thinking": "", "signature": ""})
+                        }
+                        Block::Text => {
+                            self.delta_type = "text_delta";
+                            json!({"type": "text", "text": ""})
+                        }
+                        Block::Tool { id, name } => {
+                            self.delta_type = "input_json_delta";
+                            json!({"type": "tool_use", "id": id, "name": name, "input": {}})
+                        }
+                    };
+                    json!({"type": "content_block_start", "index": self.block,
+                        "content_block": start})
+                }
+                Op::Delta(d) => {
+                    let delta = match self.delta_type {
+                        "thinking_delta" => json!({"type": self.delta_type, "thinking": d}),
+                        "input_json_delta" => json!({"type": self.delta_type, "partial_json": d}),
+                        _ => json!({"type": self.delta_type, "text": d}),
+                    };
+                    json!({"type": "content_block_delta", "index": self.block, "delta": delta})
+                }
+                Op::Close => json!({"type": "content_block_stop", "index": self.block}),
+            };
             self.put(ev, now, seen, out);
-        }
-        self.next_index
-    }
-
-    fn delta(
-        &mut self,
-        index: u64,
-        delta: Value,
-        now: Instant,
-        seen: &mut Seen,
-        out: &mut Vec<u8>,
-    ) {
-        let ev = json!({"type": "content_block_delta", "index": index, "delta": delta});
-        self.put(ev, now, seen, out);
-    }
-
-    /// One chat choice delta: reasoning, text and tool calls, in that order.
-    fn on_delta(&mut self, d: &Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        if let Some(r) = reasoning_of(d) {
-            let start = json!({"type": "thinking", "thinking": "", "signature": ""});
-            let i = self.block(Current::Thinking, start, now, seen, out);
-            self.delta(
-                i,
-                json!({"type": "thinking_delta", "thinking": r}),
-                now,
-                seen,
-                out,
-            );
-        }
-        if let Some(t) = d
-            .get("content")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-        {
-            let i = self.block(
-                Current::Text,
-                json!({"type": "text", "text": ""}),
-                now,
-                seen,
-                out,
-            );
-            self.delta(i, json!({"type": "text_delta", "text": t}), now, seen, out);
-        }
-        for call in d
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let n = call.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let f = call.get("function");
-            let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
-            if self.current != Some(Current::Tool(n))
-                && (name.is_some() || call.get("id").is_some())
-            {
-                let mut start = tool_use(call);
-                start["input"] = json!({});
-                self.block(Current::Tool(n), start, now, seen, out);
-            }
-            let args = f.and_then(|f| f.get("arguments")).and_then(Value::as_str);
-            if let Some(a) = args.filter(|a| !a.is_empty()) {
-                let i = self.next_index;
-                self.delta(
-                    i,
-                    json!({"type": "input_json_delta", "partial_json": a}),
-                    now,
-                    seen,
-                    out,
-                );
-            }
         }
     }
 
@@ -258,19 +207,25 @@ impl FromChat {
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());
         }
-        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+        // Choice 0 only: a backend's other choices (n > 1) are not the client's answer.
+        let Some(choice) = choice0(&v) else {
             return;
         };
         if let Some(d) = choice.get("delta") {
-            self.on_delta(d, now, seen, out);
+            let mut ops = Vec::new();
+            feed(&mut self.order, d, &mut ops);
+            self.write(ops, now, seen, out);
         }
         if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish = Some(f.to_owned());
         }
     }
 
-    /// The end of the answer: stop reason and usage, then `message_stop`.
+    /// The end of the answer: the blocks held written, stop reason and usage, `message_stop`.
     fn finish(&mut self, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
+        let mut ops = Vec::new();
+        self.order.finish(&mut ops);
+        self.write(ops, now, seen, out);
         self.finished = true;
         let delta = json!({"type": "message_delta",
             "delta": {"stop_reason": stop_reason(self.finish.as_deref()), "stop_sequence": null},
@@ -289,21 +244,23 @@ impl ApiEvents for FromChat {
         let Some(data) = data_payload(ev) else {
             return Action::Drop;
         };
+        if self.finished {
+            return Action::Drop;
+        }
         let mut out = Vec::new();
         if data == b"[DONE]" {
-            if !self.finished {
-                self.finish(now, seen, &mut out);
-            }
+            self.finish(now, seen, &mut out);
             return Action::Replace(out);
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data) else {
-            return Action::Drop;
+        let v = match chunk_of(data) {
+            Ok(v) => v,
+            Err(e) => {
+                seen.error = Some(e.to_string());
+                return Action::Replace(self.broken(&e, seen));
+            }
         };
         if let Some((u, _)) = usage::of_event(data) {
             self.reported = Some(u);
-        }
-        if self.finished || !v.is_object() {
-            return Action::Drop;
         }
         self.on_chunk(v, now, seen, &mut out);
         Action::Replace(out)

@@ -3,6 +3,13 @@
 //! `response.in_progress`, one output item at a time — reasoning, message, function calls —
 //! then `response.completed` with the usage), tool calls as `function_call` items.
 //!
+//! Items come in the order [`Order`] gives (its header has the design): one open at a time,
+//! as the writer keeps them, a function call streamed live while no other call is open and
+//! kept open to the end, whatever comes in the meantime held and written whole at the end,
+//! so every arguments delta names its own item. A call without an id gets `call_` and an id
+//! made for the answer; an event that cannot be read ends the stream with `error` and
+//! `response.failed`; only choice 0 is translated.
+//!
 //! The events are built in the shape llama.cpp's own Responses endpoint sends and go through
 //! the same repair as a native stream, so both reach the client alike. A chat answer cut by
 //! its token budget completes with `incomplete_details.reason = "max_output_tokens"`, as a
@@ -17,6 +24,10 @@ use super::answer::reasoning_item;
 use super::stream::{complete_response, unix_now, ResponsesStream};
 use crate::error::ProxyError;
 use crate::reasoning::TextSplitter;
+use crate::wire::from_chat::{
+    arguments_of, choice0, chunk_of, feed, id_of, name_of, reasoning_of, text_of, Block, Ids, Op,
+    Order,
+};
 use crate::wire::stream::{data_payload, Action, ApiEvents, Seen, StreamContext};
 use crate::wire::usage::{self, Usage};
 
@@ -24,13 +35,6 @@ use crate::wire::usage::{self, Usage};
 fn tail(chat: &Value) -> String {
     let id = chat["id"].as_str().unwrap_or("");
     id.strip_prefix("chatcmpl-").unwrap_or(id).to_owned()
-}
-
-fn reasoning_of(m: &Value) -> Option<&str> {
-    ["reasoning_content", "reasoning"]
-        .iter()
-        .find_map(|k| m.get(*k).and_then(Value::as_str))
-        .filter(|s| !s.is_empty())
 }
 
 /// A chat usage object as the Responses usage.
@@ -57,22 +61,24 @@ fn incomplete(finish: Option<&str>) -> Value {
     }
 }
 
-/// A chat tool call as a `function_call` item.
-fn function_call(call: &Value, status: &str) -> Value {
-    let id = call["id"].as_str().unwrap_or("");
-    json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
-        "name": call["function"]["name"].as_str().unwrap_or(""),
-        "arguments": call["function"]["arguments"].as_str().unwrap_or(""), "status": status})
+/// A chat tool call as a `function_call` item with call id `id`.
+fn function_call(id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id, "name": name,
+        "arguments": arguments, "status": status})
 }
 
-/// A whole `chat.completion` as a Responses answer.
-pub fn answer(chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
-    let v: Value = serde_json::from_slice(chat).ok()?;
-    let choice = v.get("choices")?.get(0)?;
-    let message = choice.get("message")?;
+/// A whole `chat.completion` as a Responses answer; what is wrong with it when it is not one
+/// (no choice 0, or a choice without a message).
+pub fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
+    let v: Value = serde_json::from_slice(chat).map_err(|e| format!("not JSON: {e}"))?;
+    let choice = choice0(&v).ok_or("an answer without choice 0")?;
+    let message = choice
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or("choice 0 without a message")?;
     let t = tail(&v);
     let mut reasoning = reasoning_of(message).unwrap_or("").to_owned();
-    let mut text = message["content"].as_str().unwrap_or("").to_owned();
+    let mut text = text_of(message.get("content"));
     if let Some(tags) = ctx.tags.as_deref() {
         let split = TextSplitter::split_all(tags, &text);
         reasoning.push_str(&split.reasoning);
@@ -89,8 +95,16 @@ pub fn answer(chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
             "logprobs": [], "text": text}]}),
         );
     }
-    for call in message["tool_calls"].as_array().into_iter().flatten() {
-        output.push(function_call(call, "completed"));
+    let ids = Ids::new("call_");
+    for (n, call) in message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let id = ids.id(id_of(call), n);
+        let name = name_of(call).unwrap_or("");
+        output.push(function_call(&id, name, &arguments_of(call), "completed"));
     }
     let mut r = Map::new();
     r.insert("id".into(), json!(format!("resp_{t}")));
@@ -106,15 +120,7 @@ pub fn answer(chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
     r.insert("output".into(), Value::Array(output));
     r.insert("usage".into(), usage_json(v.get("usage")));
     complete_response(&mut r, &ctx.model);
-    serde_json::to_vec(&Value::Object(r)).ok()
-}
-
-/// The item the chat stream is writing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Current {
-    Reasoning,
-    Message,
-    Tool(u64),
+    serde_json::to_vec(&Value::Object(r)).map_err(|e| e.to_string())
 }
 
 /// A chat stream translated into a Responses stream, event by event.
@@ -124,9 +130,10 @@ pub struct FromChat {
     tail: String,
     started: bool,
     finished: bool,
-    current: Option<Current>,
-    /// The backend id of the item written now.
+    order: Order,
+    /// The backend id of the item open now and the kind of its deltas.
     item: String,
+    delta_type: &'static str,
     items: u32,
     finish: Option<String>,
     usage: Option<Value>,
@@ -141,8 +148,9 @@ impl FromChat {
             tail: String::new(),
             started: false,
             finished: false,
-            current: None,
+            order: Order::new(Ids::new("call_")),
             item: String::new(),
+            delta_type: "response.output_text.delta",
             items: 0,
             finish: None,
             usage: None,
@@ -154,82 +162,46 @@ impl FromChat {
         self.inner.handle(v, now, seen, out);
     }
 
-    /// Makes `kind` the item written now (adding `item` when it is not): its backend id.
-    fn item(
-        &mut self,
-        kind: Current,
-        mut item: Value,
-        now: Instant,
-        seen: &mut Seen,
-        out: &mut Vec<u8>,
-    ) -> String {
-        if self.current != Some(kind) {
-            self.current = Some(kind);
-            self.items += 1;
-            if item["id"].is_null() {
-                let prefix = if kind == Current::Reasoning {
-                    "rs"
-                } else {
-                    "msg"
-                };
-                let n = if self.items > 1 {
-                    format!("_{}", self.items)
-                } else {
-                    String::new()
-                };
-                item["id"] = json!(format!("{prefix}_{}{n}", self.tail));
-            }
-            self.item = item["id"].as_str().unwrap_or("").to_owned();
-            self.put(
-                json!({"type": "response.output_item.added", "item": item}),
-                now,
-                seen,
-                out,
-            );
-        }
-        self.item.clone()
+    /// The id of a reasoning or message item: the response's tail, numbered after the first.
+    fn item_id(&self, prefix: &str) -> String {
+        let n = if self.items > 1 {
+            format!("_{}", self.items)
+        } else {
+            String::new()
+        };
+        format!("{prefix}_{}{n}", self.tail)
     }
 
-    /// One chat choice delta: reasoning, text and tool calls, in that order.
-    fn on_delta(&mut self, d: &Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        if let Some(r) = reasoning_of(d) {
-            let id = self.item(
-                Current::Reasoning,
-                json!({"type": "reasoning"}),
-                now,
-                seen,
-                out,
-            );
-            let ev = json!({"type": "response.reasoning_text.delta", "item_id": id, "delta": r});
+    /// The items [`Order`] wrote, as Responses events.
+    fn write(&mut self, ops: Vec<Op>, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
+        for op in ops {
+            let ev = match op {
+                Op::Open(block) => {
+                    self.items += 1;
+                    let item = match block {
+                        Block::Thinking => {
+                            self.delta_type = "response.reasoning_text.delta";
+                            json!({"type": "reasoning", "id": self.item_id("rs")})
+                        }
+                        Block::Text => {
+                            self.delta_type = "response.output_text.delta";
+                            json!({"type": "message", "role": "assistant",
+                                "id": self.item_id("msg")})
+                        }
+                        Block::Tool { id, name } => {
+                            self.delta_type = "response.function_call_arguments.delta";
+                            function_call(&id, &name, "", "in_progress")
+                        }
+                    };
+                    self.item = item["id"].as_str().unwrap_or("").to_owned();
+                    json!({"type": "response.output_item.added", "item": item})
+                }
+                Op::Delta(d) => json!({"type": self.delta_type, "item_id": self.item, "delta": d}),
+                Op::Close => {
+                    json!({"type": "response.output_item.done", "item": {"id": self.item}})
+                }
+            };
             self.put(ev, now, seen, out);
-        }
-        if let Some(t) = d["content"].as_str().filter(|t| !t.is_empty()) {
-            let id = self.item(
-                Current::Message,
-                json!({"type": "message", "role": "assistant"}),
-                now,
-                seen,
-                out,
-            );
-            let ev = json!({"type": "response.output_text.delta", "item_id": id, "delta": t});
-            self.put(ev, now, seen, out);
-        }
-        for call in d["tool_calls"].as_array().into_iter().flatten() {
-            let n = call["index"].as_u64().unwrap_or(0);
-            let starts = call["function"]["name"].is_string() || call["id"].is_string();
-            if self.current != Some(Current::Tool(n)) && starts {
-                let mut item = function_call(call, "in_progress");
-                item["arguments"] = json!("");
-                self.item(Current::Tool(n), item, now, seen, out);
-            }
-            if let Some(a) = call["function"]["arguments"]
-                .as_str()
-                .filter(|a| !a.is_empty())
-            {
-                let ev = json!({"type": "response.function_call_arguments.delta",
-                    "item_id": self.item, "delta": a});
-                self.put(ev, now, seen, out);
-            }
         }
     }
 
@@ -260,19 +232,25 @@ impl FromChat {
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());
         }
-        let Some(choice) = v["choices"].get(0) else {
+        // Choice 0 only: a backend's other choices (n > 1) are not the client's answer.
+        let Some(choice) = choice0(&v) else {
             return;
         };
         if let Some(d) = choice.get("delta") {
-            self.on_delta(d, now, seen, out);
+            let mut ops = Vec::new();
+            feed(&mut self.order, d, &mut ops);
+            self.write(ops, now, seen, out);
         }
         if let Some(f) = choice["finish_reason"].as_str() {
             self.finish = Some(f.to_owned());
         }
     }
 
-    /// The end of the answer: `response.completed` with the usage.
+    /// The end of the answer: the items held written, `response.completed` with the usage.
     fn finish(&mut self, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
+        let mut ops = Vec::new();
+        self.order.finish(&mut ops);
+        self.write(ops, now, seen, out);
         self.finished = true;
         let r = json!({"status": "completed", "completed_at": unix_now(),
             "incomplete_details": incomplete(self.finish.as_deref()),
@@ -294,21 +272,25 @@ impl ApiEvents for FromChat {
         let Some(data) = data_payload(ev) else {
             return Action::Drop;
         };
+        if self.finished {
+            return Action::Drop;
+        }
         let mut out = Vec::new();
         if data == b"[DONE]" {
-            if !self.finished && self.started {
+            if self.started {
                 self.finish(now, seen, &mut out);
             }
             return Action::Replace(out);
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data) else {
-            return Action::Drop;
+        let v = match chunk_of(data) {
+            Ok(v) => v,
+            Err(e) => {
+                seen.error = Some(e.to_string());
+                return Action::Replace(self.broken(&e, seen));
+            }
         };
         if let Some((u, _)) = usage::of_event(data) {
             self.reported = Some(u);
-        }
-        if self.finished || !v.is_object() {
-            return Action::Drop;
         }
         self.on_chunk(v, now, seen, &mut out);
         Action::Replace(out)

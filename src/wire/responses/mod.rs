@@ -75,8 +75,12 @@ impl Adapter for Responses {
         usage::of_answer(body)
     }
 
-    fn answer_from_chat(&self, chat: &[u8], ctx: &StreamContext) -> Option<Vec<u8>> {
-        from_chat::answer(chat, ctx)
+    fn answer_from_chat(
+        &self,
+        chat: &[u8],
+        ctx: &StreamContext,
+    ) -> Result<Option<Vec<u8>>, String> {
+        from_chat::answer(chat, ctx).map(Some)
     }
 
     fn stream_from_chat(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {

@@ -1,0 +1,473 @@
+//! Tests of the order of a translated chat stream: the state machine alone, and a property
+//! test of both translations over any interleaving of text, reasoning and tool calls.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::reasoning::OutputField;
+use crate::wire::responses::stream::tests::spec;
+use crate::wire::stream::{Action, ApiEvents, Seen, StreamContext};
+use crate::wire::{messages, responses};
+
+fn ctx() -> StreamContext {
+    StreamContext {
+        output: OutputField::ReasoningContent,
+        tags: None,
+        model: "alias".into(),
+    }
+}
+
+/// Feeds `events` (SSE `data:` payloads) through `t`, each as its own event; the client's bytes.
+fn translate(t: &mut dyn ApiEvents, events: &[String], seen: &mut Seen) -> Vec<u8> {
+    let mut out = Vec::new();
+    let now = Instant::now();
+    for data in events {
+        let ev = format!("data: {data}\n\n");
+        match t.event(ev.as_bytes(), now, seen) {
+            Action::Keep => out.extend_from_slice(ev.as_bytes()),
+            Action::Drop => {}
+            Action::Replace(b) => out.extend_from_slice(&b),
+        }
+    }
+    if let Some(tail) = t.end(seen) {
+        out.extend_from_slice(&tail);
+    }
+    out
+}
+
+fn tool(o: &mut Order, index: u64, id: Option<&str>, name: Option<&str>, args: &str) -> Vec<Op> {
+    let mut ops = Vec::new();
+    o.tool(index, id, name, args, &mut ops);
+    ops
+}
+
+fn open_tool(id: &str, name: &str) -> Op {
+    Op::Open(Block::Tool {
+        id: id.into(),
+        name: name.into(),
+    })
+}
+
+fn delta(s: &str) -> Op {
+    Op::Delta(s.into())
+}
+
+#[test]
+fn text_after_an_open_tool_call_is_held_and_the_calls_continuation_stays_in_its_block() {
+    let mut o = Order::new(Ids::new("toolu_"));
+    let mut ops = Vec::new();
+    o.text("hi", &mut ops);
+    assert_eq!(ops, [Op::Open(Block::Text), delta("hi")]);
+    let ops = tool(&mut o, 0, Some("c0"), Some("f"), "{\"k\":");
+    assert_eq!(ops, [Op::Close, open_tool("c0", "f"), delta("{\"k\":")]);
+    let mut ops = Vec::new();
+    o.text(" more", &mut ops);
+    assert!(ops.is_empty(), "text is held while the call is open");
+    assert_eq!(tool(&mut o, 0, None, None, "1}"), [delta("1}")]);
+    let mut ops = Vec::new();
+    o.finish(&mut ops);
+    assert_eq!(
+        ops,
+        [Op::Close, Op::Open(Block::Text), delta(" more"), Op::Close]
+    );
+}
+
+#[test]
+fn interleaved_indexes_each_keep_their_own_fragments() {
+    let mut o = Order::new(Ids::new("call_"));
+    tool(&mut o, 0, Some("a"), Some("f"), "{\"a\":");
+    assert!(tool(&mut o, 7, Some("b"), Some("g"), "{}").is_empty());
+    assert_eq!(tool(&mut o, 0, None, None, "1}"), [delta("1}")]);
+    let mut ops = Vec::new();
+    o.finish(&mut ops);
+    assert_eq!(
+        ops,
+        [Op::Close, open_tool("b", "g"), delta("{}"), Op::Close]
+    );
+}
+
+#[test]
+fn a_call_whose_name_comes_late_is_held_until_it_comes() {
+    let mut o = Order::new(Ids::new("call_"));
+    assert!(tool(&mut o, 0, None, None, "{").is_empty());
+    let ops = tool(&mut o, 0, None, Some("f"), "}");
+    let [Op::Open(Block::Tool { id, name }), Op::Delta(d)] = &ops[..] else {
+        panic!("{ops:?}");
+    };
+    assert!(id.starts_with("call_") && id.ends_with("_0"), "{id}");
+    assert_eq!((name.as_str(), d.as_str()), ("f", "{}"));
+}
+
+#[test]
+fn made_ids_are_distinct_per_call_and_per_answer() {
+    let (a, b) = (Ids::new("toolu_"), Ids::new("toolu_"));
+    assert_ne!(a.id(None, 0), a.id(None, 1));
+    assert_ne!(a.id(None, 0), b.id(None, 0));
+    assert_eq!(a.id(None, 3), a.id(None, 3));
+    assert_eq!(a.id(Some("given"), 0), "given");
+}
+
+#[test]
+fn arguments_and_content_of_any_shape_read_as_text() {
+    let call = json!({"function": {"arguments": {"k": [1, "é"]}}});
+    assert_eq!(arguments_of(&call), r#"{"k":[1,"é"]}"#);
+    assert_eq!(arguments_of(&json!({"function": {}})), "");
+    let parts = json!([{"type": "text", "text": "a"}, {"type": "image_url"}, {"text": "b"}]);
+    assert_eq!(text_of(Some(&parts)), "ab");
+    assert_eq!(text_of(Some(&Value::Null)), "");
+}
+
+/// One piece of a generated chat stream.
+#[derive(Debug, Clone)]
+enum Piece {
+    Text(String),
+    Reasoning(String),
+    /// Fragment `k` of call number `c`.
+    Call(usize, usize),
+}
+
+/// A generated tool call: its chat index, id (or none), name, and arguments cut in pieces.
+#[derive(Debug, Clone)]
+struct Gen {
+    index: u64,
+    id: Option<String>,
+    name: String,
+    /// The name comes with the second fragment rather than the first.
+    name_late: bool,
+    fragments: Vec<String>,
+}
+
+impl Gen {
+    fn args(&self) -> String {
+        self.fragments.concat()
+    }
+}
+
+/// `s` cut at the char boundaries `cuts` pick (mid-UTF-8 never: a JSON string holds chars).
+fn cut(s: &str, cuts: &[usize]) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut at: Vec<usize> = cuts.iter().map(|c| c % (chars.len() + 1)).collect();
+    at.push(chars.len());
+    at.sort_unstable();
+    let mut out = Vec::new();
+    let mut from = 0;
+    for to in at {
+        out.push(chars[from..to].iter().collect());
+        from = to;
+    }
+    out
+}
+
+fn gen_calls() -> impl Strategy<Value = Vec<Gen>> {
+    let call = (
+        any::<bool>(),
+        "[a-z]{1,6}",
+        any::<bool>(),
+        "[a-zé€😀\"{}:,0-9 \\\\]{0,16}",
+        prop::collection::vec(any::<usize>(), 0..5),
+    );
+    (
+        prop::collection::vec(call, 0..4),
+        prop::sample::subsequence(vec![0u64, 1, 2, 5, 7], 4),
+    )
+        .prop_map(|(calls, indexes)| {
+            calls
+                .into_iter()
+                .zip(indexes)
+                .enumerate()
+                .map(|(n, ((has_id, name, late, args, cuts), index))| Gen {
+                    index,
+                    id: has_id.then(|| format!("id{n}")),
+                    name,
+                    name_late: late,
+                    fragments: cut(&args, &cuts),
+                })
+                .collect()
+        })
+}
+
+fn gen_prose() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec("[a-zé€😀 ]{1,6}", 0..4)
+}
+
+/// The chat stream: pieces merged in the order `picks` chooses, some pairs in one chunk.
+fn chat_events(
+    calls: &[Gen],
+    text: &[String],
+    reasoning: &[String],
+    picks: &[(u8, bool)],
+    field: &str,
+) -> Vec<String> {
+    let mut queues: Vec<Vec<Piece>> = vec![
+        text.iter().cloned().map(Piece::Text).collect(),
+        reasoning.iter().cloned().map(Piece::Reasoning).collect(),
+    ];
+    for (c, g) in calls.iter().enumerate() {
+        queues.push((0..g.fragments.len()).map(|k| Piece::Call(c, k)).collect());
+    }
+    for q in &mut queues {
+        q.reverse();
+    }
+    let mut deltas: Vec<Value> = Vec::new();
+    let mut picks = picks.iter().cycle();
+    while queues.iter().any(|q| !q.is_empty()) {
+        let &(pick, join) = picks.next().unwrap_or(&(0, false));
+        let live: Vec<usize> = (0..queues.len())
+            .filter(|q| !queues[*q].is_empty())
+            .collect();
+        let q = live[pick as usize % live.len()];
+        let piece = queues[q].pop().unwrap();
+        let mut d = match (join, deltas.pop()) {
+            (true, Some(d)) => d,
+            (_, last) => {
+                deltas.extend(last);
+                json!({})
+            }
+        };
+        let taken = match &piece {
+            Piece::Text(_) => d.get("content").is_some(),
+            Piece::Reasoning(_) => d.get(field).is_some(),
+            Piece::Call(c, _) => d["tool_calls"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|t| t["index"] == calls[*c].index)),
+        };
+        if taken {
+            // The kind is in this delta already: the piece goes in a chunk of its own.
+            deltas.push(d);
+            d = json!({});
+        }
+        match piece {
+            Piece::Text(t) => d["content"] = json!(t),
+            Piece::Reasoning(r) => d[field] = json!(r),
+            Piece::Call(c, k) => {
+                let g = &calls[c];
+                let mut f = json!({"arguments": g.fragments[k]});
+                let name_here = if g.name_late && g.fragments.len() > 1 {
+                    k == 1
+                } else {
+                    k == 0
+                };
+                if name_here {
+                    f["name"] = json!(g.name);
+                }
+                let mut t = json!({"index": g.index, "function": f});
+                if k == 0 {
+                    if let Some(id) = &g.id {
+                        t["id"] = json!(id);
+                        t["type"] = json!("function");
+                    }
+                }
+                match d["tool_calls"].as_array_mut() {
+                    Some(a) => a.push(t),
+                    None => d["tool_calls"] = json!([t]),
+                }
+            }
+        }
+        deltas.push(d);
+    }
+    let chunk = |choice: Value| {
+        json!({"id": "chatcmpl-p", "object": "chat.completion.chunk", "model": "m",
+            "created": 1, "choices": [choice]})
+        .to_string()
+    };
+    let mut events: Vec<String> = deltas
+        .into_iter()
+        .map(|d| chunk(json!({"index": 0, "delta": d, "finish_reason": null})))
+        .collect();
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    events.push(chunk(
+        json!({"index": 0, "delta": {}, "finish_reason": finish}),
+    ));
+    events.push(
+        json!({"id": "chatcmpl-p", "object": "chat.completion.chunk", "choices": [],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}})
+        .to_string(),
+    );
+    events.push("[DONE]".into());
+    events
+}
+
+/// A Messages stream's grammar beyond the block order (checked by `spec`): each delta of its
+/// block's own type; the blocks' text, thinking and each tool call's arguments as streamed.
+fn messages_content(events: &[(String, Value)]) -> Result<(String, String, Vec<Value>), String> {
+    spec::check_messages(events)?;
+    let (mut text, mut thinking, mut tools) = (String::new(), String::new(), Vec::new());
+    let mut kind = String::new();
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    let tail = &names[names.len().saturating_sub(2)..];
+    if tail != ["message_delta", "message_stop"] {
+        return Err(format!(
+            "the stream does not end in message_delta, message_stop: {tail:?}"
+        ));
+    }
+    for (name, v) in events {
+        match name.as_str() {
+            "content_block_start" => {
+                kind = v["content_block"]["type"].as_str().unwrap_or("").to_owned();
+                if kind == "tool_use" {
+                    let mut b = v["content_block"].clone();
+                    b["args"] = json!("");
+                    tools.push(b);
+                }
+            }
+            "content_block_delta" => {
+                let d = &v["delta"];
+                match (kind.as_str(), d["type"].as_str().unwrap_or("")) {
+                    ("text", "text_delta") => text.push_str(d["text"].as_str().unwrap_or("")),
+                    ("thinking", "thinking_delta") => {
+                        thinking.push_str(d["thinking"].as_str().unwrap_or(""))
+                    }
+                    ("thinking", "signature_delta") => {}
+                    ("tool_use", "input_json_delta") => {
+                        let last = tools.last_mut().ok_or("no tool block")?;
+                        let so_far = last["args"].as_str().unwrap_or("").to_owned();
+                        last["args"] = json!(so_far + d["partial_json"].as_str().unwrap_or(""));
+                    }
+                    (k, t) => return Err(format!("a {t} in a {k} block: {v}")),
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((text, thinking, tools))
+}
+
+/// A Responses stream's grammar beyond `spec`'s: `response.in_progress` second, every
+/// `output_index` its item's, arguments deltas and done naming their own item, the done
+/// events and the final output carrying each call's full arguments.
+fn responses_content(events: &[(String, Value)]) -> Result<(String, String, Vec<Value>), String> {
+    spec::check_responses(events)?;
+    if events.get(1).map(|e| e.0.as_str()) != Some("response.in_progress") {
+        return Err("response.in_progress is not second".into());
+    }
+    let last = events.last().ok_or("no events")?;
+    if last.0 != "response.completed" {
+        return Err(format!("the stream ends with {}", last.0));
+    }
+    let (mut text, mut reasoning) = (String::new(), String::new());
+    let mut items: Vec<Value> = Vec::new();
+    let mut args: Vec<String> = Vec::new();
+    for (name, v) in events {
+        let at = v["output_index"].as_u64().map(|i| i as usize);
+        match name.as_str() {
+            "response.output_item.added" => {
+                items.push(v["item"].clone());
+                args.push(String::new());
+            }
+            "response.output_text.delta" => text.push_str(v["delta"].as_str().unwrap_or("")),
+            "response.reasoning_text.delta" => {
+                reasoning.push_str(v["delta"].as_str().unwrap_or(""))
+            }
+            "response.function_call_arguments.delta" => {
+                let i = at.ok_or("no output_index")?;
+                if items[i]["type"] != "function_call" {
+                    return Err(format!("arguments for a {} item", items[i]["type"]));
+                }
+                args[i].push_str(v["delta"].as_str().unwrap_or(""));
+            }
+            "response.function_call_arguments.done" => {
+                let i = at.ok_or("no output_index")?;
+                if v["arguments"] != args[i].as_str() {
+                    return Err(format!("done with other arguments: {v}"));
+                }
+            }
+            "response.output_item.done" => {
+                let i = at.ok_or("no output_index")?;
+                if items[i]["type"] == "function_call" && v["item"]["arguments"] != args[i].as_str()
+                {
+                    return Err(format!("an item done with other arguments: {v}"));
+                }
+                items[i] = v["item"].clone();
+            }
+            _ => {}
+        }
+    }
+    let output = last.1["response"]["output"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if output != items {
+        return Err("the final output is not the items as done".into());
+    }
+    let calls = items
+        .into_iter()
+        .filter(|i| i["type"] == "function_call")
+        .collect();
+    Ok((text, reasoning, calls))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Any interleaving of text, reasoning and tool calls over several indexes (ids missing,
+    /// arguments cut anywhere between chars, multibyte ones included) becomes a Messages and a
+    /// Responses stream that follow each API's grammar, with each call's arguments exactly its
+    /// fragments joined, in its own block or item, under a distinct id.
+    #[test]
+    fn any_chat_stream_translates_to_streams_of_each_apis_grammar(
+        calls in gen_calls(),
+        text in gen_prose(),
+        reasoning in gen_prose(),
+        picks in prop::collection::vec((any::<u8>(), any::<bool>()), 1..40),
+        field in prop::sample::select(vec!["reasoning_content", "reasoning"]),
+    ) {
+        let events = chat_events(&calls, &text, &reasoning, &picks, field);
+        let (all_text, all_reasoning) = (text.concat(), reasoning.concat());
+        // Each call once, by its given id or none, with its name and its fragments joined;
+        // the ids distinct, the made ones with the API's prefix.
+        let by_call = |found: &[Value], id_key: &str, args_key: &str, prefix: &str| {
+            let mut want: Vec<(Option<String>, String, String)> = calls
+                .iter()
+                .map(|g| (g.id.clone(), g.name.clone(), g.args()))
+                .collect();
+            let mut got: Vec<(Option<String>, String, String)> = Vec::new();
+            let mut ids = HashSet::new();
+            for f in found {
+                let id = f[id_key].as_str().unwrap_or("").to_owned();
+                if !ids.insert(id.clone()) || id.is_empty() {
+                    return Err(format!("an id twice or empty: {found:?}"));
+                }
+                let given = id.starts_with("id").then(|| id.clone());
+                if given.is_none() && !id.starts_with(prefix) {
+                    return Err(format!("a made id without {prefix}: {id}"));
+                }
+                let name = f["name"].as_str().unwrap_or("").to_owned();
+                got.push((given, name, f[args_key].as_str().unwrap_or("").to_owned()));
+            }
+            want.sort();
+            got.sort();
+            if want == got {
+                Ok(())
+            } else {
+                Err(format!("calls {got:?}, sent {want:?}"))
+            }
+        };
+
+        let mut seen = Seen::default();
+        let bytes = translate(&mut messages::from_chat::FromChat::new(&ctx()), &events, &mut seen);
+        let out = spec::parse_sse(&bytes);
+        let (t, r, tools) = messages_content(&out).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(&t, &all_text);
+        prop_assert_eq!(&r, &all_reasoning);
+        by_call(&tools, "id", "args", "toolu_").map_err(TestCaseError::fail)?;
+        let stop = &out[out.len() - 2].1["delta"]["stop_reason"];
+        prop_assert_eq!(stop, if calls.is_empty() { "end_turn" } else { "tool_use" });
+
+        let mut seen = Seen::default();
+        let bytes = translate(&mut responses::from_chat::FromChat::new(&ctx()), &events, &mut seen);
+        let out = spec::parse_sse(&bytes);
+        let (t, r, items) = responses_content(&out).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(&t, &all_text);
+        prop_assert_eq!(&r, &all_reasoning);
+        by_call(&items, "call_id", "arguments", "call_").map_err(TestCaseError::fail)?;
+        prop_assert_eq!(seen.usage.map(|u| u.completion), Some(5));
+    }
+}
