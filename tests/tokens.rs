@@ -220,6 +220,41 @@ fn cutting_long_fragments_keeps_counts_exact() {
     }
 }
 
+/// Random text over the characters that decide the Qwen3 pre-tokenizer's splits (letters,
+/// digits, runs of spaces, tabs and newlines, punctuation, an apostrophe, combining and
+/// multi-byte letters), cut into pieces of a few bytes wherever the chunker cuts: the sum of
+/// the pieces' counts is the tokenizer's count of the whole text, for both normalizers.
+#[test]
+fn cutting_at_spaces_newlines_and_digits_keeps_counts_exact() {
+    const ATOMS: [&str; 24] = [
+        "a", "Zq", "word", " ", " ", "  ", "\n", "\n\n", "\t", "\r\n", "1", "42", "9", ".", ",",
+        "'s", "'", "é", "e\u{301}", "\u{301}", "€", "_", "(x)", "Ü",
+    ];
+    for flavor in [Flavor::Llamacpp, Flavor::Vllm] {
+        let whole = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(usize::MAX);
+        let cut = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(8);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for case in 0..150 {
+            let mut text = String::new();
+            while text.len() < 600 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                text.push_str(ATOMS[(x % ATOMS.len() as u64) as usize]);
+            }
+            assert_eq!(
+                cut.count_text(&text).unwrap(),
+                whole.count_text(&text).unwrap(),
+                "{flavor} case {case}: {text:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn llamacpp_and_hf_differ_where_the_backends_do() {
     // `e` + U+0301: llama.cpp skips tokenizer.json's NFC normalizer, HF applies it.
