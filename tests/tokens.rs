@@ -301,12 +301,7 @@ fn sglang_flattens_parts_with_spaces() {
 }
 
 fn spec(counter: Arc<Counter>, window: u32, clamp: bool) -> GuardSpec {
-    GuardSpec {
-        window,
-        counter,
-        media: MediaCosts::default(),
-        clamp_max_tokens: clamp,
-    }
+    GuardSpec::with_counter(counter, window, clamp)
 }
 
 #[tokio::test]
@@ -455,9 +450,10 @@ async fn estimate_never_rejects_what_fits() {
 async fn counting_endpoints() {
     let client = switchboard::upstream::Client::default();
     let s = spec(counter(Flavor::Llamacpp).clone(), 4096, false);
-    let v = guard::tokenize_response(&s, &client, &body_of("system_user"))
+    let (v, fallback) = guard::tokenize_response(&s, &client, &body_of("system_user"))
         .await
         .unwrap();
+    assert_eq!(fallback, None);
     assert_eq!(
         v,
         json!({"count": 23, "max_model_len": 4096, "method": "local"})
@@ -469,7 +465,7 @@ async fn counting_endpoints() {
     });
     let body = serde_json::to_vec(&anthropic).unwrap();
     let llamacpp = switchboard::wire::Converter::Llamacpp;
-    let v = guard::count_tokens_response(&s, &client, &body, llamacpp)
+    let (v, _) = guard::count_tokens_response(&s, &client, &body, llamacpp)
         .await
         .unwrap();
     assert_eq!(v, json!({"input_tokens": 23}));

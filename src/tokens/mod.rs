@@ -5,6 +5,7 @@ pub mod bound;
 pub mod cache;
 pub mod chunk;
 pub mod estimate;
+pub mod gate;
 pub mod json;
 pub mod local;
 pub mod preprocess;
@@ -120,6 +121,36 @@ impl CountKind {
     }
 }
 
+/// Why a count was made another way than the alias's own (a metric label:
+/// `switchboard_count_fallbacks_total{alias,reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fallback {
+    /// More text to count than `server.count_limit_bytes`.
+    TooLarge,
+    /// No turn to count within `server.count_queue_timeout_ms`.
+    Busy,
+}
+
+impl Fallback {
+    pub const ALL: [Fallback; 2] = [Fallback::TooLarge, Fallback::Busy];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::TooLarge => "too_large",
+            Fallback::Busy => "busy",
+        }
+    }
+}
+
+impl prometheus_client::encoding::EncodeLabelValue for Fallback {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
 /// Why a count could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CountError {
@@ -129,6 +160,15 @@ pub enum CountError {
     /// The chat template raised or failed on this request.
     #[error("chat template failed: {0}")]
     Template(String),
+    /// More text not counted yet than `server.count_limit_bytes` allows.
+    #[error("the request has {bytes} bytes of prompt text to count, more than server.count_limit_bytes ({limit})")]
+    TooLarge { bytes: usize, limit: usize },
+    /// No turn to count came within `server.count_queue_timeout_ms`.
+    #[error("{running} token counts are running and no turn came within {waited:?} (server.count_concurrency, server.count_queue_timeout_ms)")]
+    Busy {
+        running: usize,
+        waited: std::time::Duration,
+    },
     #[error("tokenizer failed: {0}")]
     Tokenizer(String),
     /// The backend's tokenize endpoints failed; `status` when it answered.
@@ -146,6 +186,8 @@ pub enum CountError {
 /// Counts prompt tokens for one alias. Cheap to share in an `Arc`.
 pub struct Counter {
     inner: Inner,
+    /// The estimate, for a request that cannot be counted otherwise.
+    estimate: Estimator,
 }
 
 enum Inner {
@@ -189,7 +231,10 @@ impl Counter {
             }
             CountKind::Estimate => Inner::Estimate(Estimator::new()),
         };
-        Ok(Counter { inner })
+        Ok(Counter {
+            inner,
+            estimate: Estimator::new(),
+        })
     }
 
     /// Name the backend in errors and authenticate with its key (backend counting only).
@@ -203,6 +248,7 @@ impl Counter {
     pub fn from_local(local: LocalCounter) -> Counter {
         Counter {
             inner: Inner::Local(Arc::new(local)),
+            estimate: Estimator::new(),
         }
     }
 
@@ -231,17 +277,42 @@ impl Counter {
         body: &[u8],
         media: &MediaCosts,
     ) -> Result<u32, CountError> {
+        let body = bytes::Bytes::copy_from_slice(body);
+        self.count_within(client, body, media, usize::MAX).await
+    }
+
+    /// [`Self::count_prompt`] refusing with [`CountError::TooLarge`] past `limit` bytes to
+    /// count: of prompt text not in the fragment cache (local counting), of body (backend
+    /// counting). The estimate has no limit (it reads the body once).
+    pub async fn count_within(
+        &self,
+        client: &dyn crate::tokens::backend::Transport,
+        body: bytes::Bytes,
+        media: &MediaCosts,
+        limit: usize,
+    ) -> Result<u32, CountError> {
         match &self.inner {
             Inner::Local(local) => {
                 let local = Arc::clone(local);
-                let body = body.to_vec();
                 let media = *media;
-                tokio::task::spawn_blocking(move || local.count(&body, &media))
+                tokio::task::spawn_blocking(move || local.count_within(&body, &media, limit))
                     .await
                     .map_err(|e| CountError::Task(e.to_string()))?
             }
-            Inner::Backend(b) => b.count(client, body, media).await,
+            Inner::Backend(_) if body.len() > limit => Err(CountError::TooLarge {
+                bytes: body.len(),
+                limit,
+            }),
+            Inner::Backend(b) => b.count(client, &body, media).await,
+            Inner::Estimate(e) => e.count(&body, media),
+        }
+    }
+
+    /// The estimate of a body (what every fallback ends in).
+    pub fn estimate(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
+        match &self.inner {
             Inner::Estimate(e) => e.count(body, media),
+            _ => self.estimate.count(body, media),
         }
     }
 
