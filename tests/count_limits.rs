@@ -1,5 +1,6 @@
-//! Token counting bounded in concurrency and size through the real server: a turn at the count
-//! gate (`server.count_concurrency`, `server.count_queue_timeout_ms`), the text one count may
+//! Token counting bounded in concurrency and size through the real server, and counted another
+//! way where the local template cannot render what the backend takes: a turn at the count gate
+//! (`server.count_concurrency`, `server.count_queue_timeout_ms`), the text one count may
 //! tokenize (`server.count_limit_bytes`), and `switchboard_count_fallbacks_total`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -210,4 +211,36 @@ async fn text_already_counted_is_not_held_against_the_limit() {
     ]});
     let (status, v) = post(&p, "/v1/messages/count_tokens", &fresh).await;
     assert_eq!(status, 413, "{v}");
+}
+
+#[tokio::test]
+async fn requests_the_local_template_cannot_render_are_counted_another_way_and_forwarded() {
+    let sim = llama_sim().await;
+    // A window under the byte bound of any request: the guard must count each one.
+    let p = qwen_proxy(&sim, 1000, "").await;
+    let empty = json!({"model": "a", "max_tokens": 4, "messages": []});
+    let prefill = json!({"model": "a", "max_tokens": 4,
+        "messages": [{"role": "assistant", "content": "Sure, the rivers are"}]});
+    for body in [&empty, &prefill] {
+        let (status, v) = post(&p, "/v1/chat/completions", body).await;
+        assert_eq!(status, 200, "{body}: {v}");
+        assert_eq!(v["object"], "chat.completion", "{v}");
+    }
+    let m = p.metrics().await;
+    assert_eq!(fallbacks(&m, "template"), 2.0, "{m}");
+    // The counting endpoints give the backend's own count of them.
+    let (status, v) = post(&p, "/tokenize", &empty).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["method"], "backend", "{v}");
+    let (status, v) = post(&p, "/v1/messages/count_tokens", &prefill).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["input_tokens"].as_u64().unwrap() > 0, "{v}");
+    let m = p.metrics().await;
+    assert_eq!(fallbacks(&m, "template"), 4.0, "{m}");
+    // A request the template renders is counted locally, as before.
+    let (status, v) = post(&p, "/tokenize", &hello()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["method"], "local", "{v}");
+    assert_eq!(v["count"], 13, "{v}");
+    assert_eq!(fallbacks(&p.metrics().await, "template"), 4.0);
 }

@@ -1,6 +1,9 @@
 //! One count of a chat body, for the guard or a counting endpoint: a turn at the gate, the
-//! byte limit, and the estimate when the alias's own count cannot be made in them.
+//! byte limit, and the other ways to count when the alias's own cannot.
 //!
+//! - The local template engine fails where the backend's may not (an undefined value of a
+//!   request with no user message): the backend's own count where its flavour has one,
+//!   else the estimate. Both uses; a template's own `raise_exception` stays the client's 400.
 //! - More text to tokenize than `server.count_limit_bytes`, or no turn within
 //!   `server.count_queue_timeout_ms`: the guard takes the estimate (the request is not
 //!   refused for it); a counting endpoint answers 413 or 503.
@@ -56,10 +59,20 @@ pub async fn count(
         Err(busy) => busy,
     };
     let reason = match (&failed, used) {
+        (CountError::Template(_), _) => Fallback::Template,
         (CountError::TooLarge { .. }, Use::Guard) => Fallback::TooLarge,
         (CountError::Busy { .. }, Use::Guard) => Fallback::Busy,
         _ => return Err(count_error(failed)),
     };
+    if reason == Fallback::Template {
+        if let Some(Ok(tokens)) = counter.count_spare(client, &chat, &spec.media).await {
+            return Ok(Count {
+                tokens,
+                method: Method::Backend,
+                fallback: Some(reason),
+            });
+        }
+    }
     let tokens = counter.estimate(&chat, &spec.media).map_err(count_error)?;
     Ok(Count {
         tokens,

@@ -254,9 +254,10 @@ pub(crate) fn view_error(e: ViewError) -> ProxyError {
 /// How a counting failure reaches the client.
 pub fn count_error(e: CountError) -> ProxyError {
     match e {
-        CountError::Invalid(_) | CountError::Template(_) | CountError::Tokenizer(_) => {
-            ProxyError::InvalidRequest(e.to_string())
-        }
+        CountError::Invalid(_)
+        | CountError::Refused(_)
+        | CountError::Template(_)
+        | CountError::Tokenizer(_) => ProxyError::InvalidRequest(e.to_string()),
         CountError::TooLarge { bytes, limit } => ProxyError::CountTooLarge { bytes, limit },
         CountError::Busy { running, waited } => ProxyError::CountBusy { running, waited },
         // The backend refused the request itself (a bad message); its auth failing is ours.

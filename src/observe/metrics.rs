@@ -307,7 +307,7 @@ impl Metrics {
         );
         r.register(
             "count_fallbacks",
-            "Token counts made another way than the alias's own (too_large: past server.count_limit_bytes; busy: no turn within server.count_queue_timeout_ms), by reason",
+            "Token counts made another way than the alias's own (template: the local template failed, so the backend's count or the estimate; too_large: past server.count_limit_bytes; busy: no turn within server.count_queue_timeout_ms), by reason",
             self.count_fallbacks.clone(),
         );
         r.register(

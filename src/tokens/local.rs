@@ -116,7 +116,13 @@ impl LocalCounter {
         let render = |vars: JMap| {
             self.template
                 .render(Arc::new(vars), prep.tool_use)
-                .map_err(|e| CountError::Template(e.to_string()))
+                .map_err(|e| {
+                    if super::template::raised(&e) {
+                        CountError::Refused(e.to_string())
+                    } else {
+                        CountError::Template(e.to_string())
+                    }
+                })
         };
         let prompt = match prep.post {
             Post::None => render(prep.vars)?,

@@ -125,6 +125,8 @@ impl CountKind {
 /// `switchboard_count_fallbacks_total{alias,reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fallback {
+    /// The local template engine failed on a request the backend may take.
+    Template,
     /// More text to count than `server.count_limit_bytes`.
     TooLarge,
     /// No turn to count within `server.count_queue_timeout_ms`.
@@ -132,10 +134,11 @@ pub enum Fallback {
 }
 
 impl Fallback {
-    pub const ALL: [Fallback; 2] = [Fallback::TooLarge, Fallback::Busy];
+    pub const ALL: [Fallback; 3] = [Fallback::Template, Fallback::TooLarge, Fallback::Busy];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Fallback::Template => "template",
             Fallback::TooLarge => "too_large",
             Fallback::Busy => "busy",
         }
@@ -157,7 +160,11 @@ pub enum CountError {
     /// The request is not a chat request the backend would accept.
     #[error("{0}")]
     Invalid(String),
-    /// The chat template raised or failed on this request.
+    /// The chat template refused the request with its own `raise_exception`.
+    #[error("chat template refused the request: {0}")]
+    Refused(String),
+    /// The template engine failed on this request (an undefined value, say) where the
+    /// backend's engine may not: the request is counted another way (see [`Fallback`]).
     #[error("chat template failed: {0}")]
     Template(String),
     /// More text not counted yet than `server.count_limit_bytes` allows.
@@ -186,6 +193,9 @@ pub enum CountError {
 /// Counts prompt tokens for one alias. Cheap to share in an `Arc`.
 pub struct Counter {
     inner: Inner,
+    /// The backend's own count, for a request the local template cannot render (local
+    /// counting only; `None` where the backend's flavour has no tokenize endpoints).
+    spare: Option<BackendCounter>,
     /// The estimate, for a request that cannot be counted otherwise.
     estimate: Estimator,
 }
@@ -219,11 +229,15 @@ impl Counter {
         } else {
             CountKind::Estimate
         });
+        let mut spare = None;
         let inner = match kind {
             CountKind::Local => {
                 let files = tokenizer.ok_or(
                     "count = \"local\" needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)",
                 )?;
+                spare = (flavor != Flavor::Openai)
+                    .then(|| BackendCounter::new(flavor, backend_url, upstream_model).ok())
+                    .flatten();
                 Inner::Local(Arc::new(LocalCounter::load(files, flavor)?))
             }
             CountKind::Backend => {
@@ -233,13 +247,18 @@ impl Counter {
         };
         Ok(Counter {
             inner,
+            spare,
             estimate: Estimator::new(),
         })
     }
 
-    /// Name the backend in errors and authenticate with its key (backend counting only).
+    /// Name the backend in errors and authenticate with its key (backend counting, and the
+    /// backend count a local counter falls back to).
     pub fn identify_backend(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
         if let Inner::Backend(b) = &mut self.inner {
+            b.identify(name, authorization);
+        }
+        if let Some(b) = &mut self.spare {
             b.identify(name, authorization);
         }
     }
@@ -248,6 +267,7 @@ impl Counter {
     pub fn from_local(local: LocalCounter) -> Counter {
         Counter {
             inner: Inner::Local(Arc::new(local)),
+            spare: None,
             estimate: Estimator::new(),
         }
     }
@@ -305,6 +325,19 @@ impl Counter {
             }),
             Inner::Backend(b) => b.count(client, &body, media).await,
             Inner::Estimate(e) => e.count(&body, media),
+        }
+    }
+
+    /// The backend's own count, where a local counter has one to fall back to.
+    pub async fn count_spare(
+        &self,
+        client: &dyn crate::tokens::backend::Transport,
+        body: &[u8],
+        media: &MediaCosts,
+    ) -> Option<Result<u32, CountError>> {
+        match &self.spare {
+            Some(b) => Some(b.count(client, body, media).await),
+            None => None,
         }
     }
 
