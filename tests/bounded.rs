@@ -459,7 +459,13 @@ async fn a_count_of_varied_text_is_held_in_a_small_multiple_of_its_body() {
     assert_eq!(status, 200, "{v}");
     assert!(v["input_tokens"].as_u64().unwrap() > 400_000, "{v}");
     eprintln!("MEASURE 2 MiB varied: growth {} MiB", growth / MIB);
-    assert!(growth < 10 * 2 * MIB, "the proxy held {} MiB", growth / MIB);
+    // Counted whole, as one fragment, this text took about 330 MiB; cut, 7 to 15 MiB were
+    // measured (allocator and thread slack vary from run to run).
+    assert!(
+        growth < 10 * 2 * MIB + 16 * MIB,
+        "the proxy held {} MiB",
+        growth / MIB
+    );
 }
 
 /// A 32 MiB text that does not repeat is past the default `count_limit_bytes`: refused with
