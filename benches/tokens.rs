@@ -155,12 +155,7 @@ fn bench_guard(c: &mut Criterion) {
     let mut group = c.benchmark_group("guard_100KB");
     // 10M tokens: the byte bound clears both; 1000: the exact count runs (and rejects).
     for (label, window) in [("bound", 10_000_000), ("exact_warm", 1000)] {
-        let spec = GuardSpec {
-            window,
-            counter: Arc::clone(&counter),
-            media: MediaCosts::default(),
-            clamp_max_tokens: false,
-        };
+        let spec = GuardSpec::with_counter(Arc::clone(&counter), window, false);
         for (api, endpoint, body) in [
             ("chat", Endpoint::chat_completions, &chat),
             ("messages", Endpoint::messages, &messages),

@@ -45,6 +45,14 @@ pub enum ProxyError {
     UnsupportedContentType(Echo),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// A count endpoint's request has more text to tokenize than `server.count_limit_bytes`.
+    #[error("the request has {bytes} bytes of prompt text to count, more than the limit of {limit} bytes (server.count_limit_bytes)")]
+    CountTooLarge { bytes: usize, limit: usize },
+    /// A count endpoint's request found no turn to count within the wait.
+    #[error(
+        "token counting is busy: {running} counts are running and no turn came within {waited:?}"
+    )]
+    CountBusy { running: usize, waited: Duration },
     #[error("{}", context_message(*.window, *.prompt, *.completion, *.estimate))]
     ContextLengthExceeded {
         window: u32,
@@ -275,7 +283,10 @@ impl ProxyError {
             UnsupportedInput { param, .. } => (S::BAD_REQUEST, Some(param), "unsupported_input"),
             LegacyImages { .. } => (S::BAD_REQUEST, Some("images"), "unsupported_input"),
             UnsupportedContentType(_) => (S::BAD_REQUEST, None, "unsupported_content_type"),
-            PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, None, "request_too_large"),
+            PayloadTooLarge { .. } | CountTooLarge { .. } => {
+                (S::PAYLOAD_TOO_LARGE, None, "request_too_large")
+            }
+            CountBusy { .. } => (S::SERVICE_UNAVAILABLE, None, "count_busy"),
             ContextLengthExceeded { .. } => {
                 (S::BAD_REQUEST, Some("messages"), "context_length_exceeded")
             }
@@ -334,6 +345,7 @@ impl ProxyError {
             | ProxyError::QueueTimeout { retry_after, .. }
             | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
             ProxyError::TooManyConnections { .. } | ProxyError::ProxyExhausted { .. } => Some(1),
+            ProxyError::CountBusy { .. } => Some(1),
             _ => None,
         }
     }

@@ -220,6 +220,41 @@ fn cutting_long_fragments_keeps_counts_exact() {
     }
 }
 
+/// Random text over the characters that decide the Qwen3 pre-tokenizer's splits (letters,
+/// digits, runs of spaces, tabs and newlines, punctuation, an apostrophe, combining and
+/// multi-byte letters), cut into pieces of a few bytes wherever the chunker cuts: the sum of
+/// the pieces' counts is the tokenizer's count of the whole text, for both normalizers.
+#[test]
+fn cutting_at_spaces_newlines_and_digits_keeps_counts_exact() {
+    const ATOMS: [&str; 24] = [
+        "a", "Zq", "word", " ", " ", "  ", "\n", "\n\n", "\t", "\r\n", "1", "42", "9", ".", ",",
+        "'s", "'", "é", "e\u{301}", "\u{301}", "€", "_", "(x)", "Ü",
+    ];
+    for flavor in [Flavor::Llamacpp, Flavor::Vllm] {
+        let whole = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(usize::MAX);
+        let cut = LocalCounter::load(&files(), flavor)
+            .unwrap()
+            .with_chunk_bytes(8);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for case in 0..150 {
+            let mut text = String::new();
+            while text.len() < 600 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                text.push_str(ATOMS[(x % ATOMS.len() as u64) as usize]);
+            }
+            assert_eq!(
+                cut.count_text(&text).unwrap(),
+                whole.count_text(&text).unwrap(),
+                "{flavor} case {case}: {text:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn llamacpp_and_hf_differ_where_the_backends_do() {
     // `e` + U+0301: llama.cpp skips tokenizer.json's NFC normalizer, HF applies it.
@@ -266,12 +301,7 @@ fn sglang_flattens_parts_with_spaces() {
 }
 
 fn spec(counter: Arc<Counter>, window: u32, clamp: bool) -> GuardSpec {
-    GuardSpec {
-        window,
-        counter,
-        media: MediaCosts::default(),
-        clamp_max_tokens: clamp,
-    }
+    GuardSpec::with_counter(counter, window, clamp)
 }
 
 #[tokio::test]
@@ -420,9 +450,10 @@ async fn estimate_never_rejects_what_fits() {
 async fn counting_endpoints() {
     let client = switchboard::upstream::Client::default();
     let s = spec(counter(Flavor::Llamacpp).clone(), 4096, false);
-    let v = guard::tokenize_response(&s, &client, &body_of("system_user"))
+    let (v, fallback) = guard::tokenize_response(&s, &client, &body_of("system_user"))
         .await
         .unwrap();
+    assert_eq!(fallback, None);
     assert_eq!(
         v,
         json!({"count": 23, "max_model_len": 4096, "method": "local"})
@@ -434,7 +465,7 @@ async fn counting_endpoints() {
     });
     let body = serde_json::to_vec(&anthropic).unwrap();
     let llamacpp = switchboard::wire::Converter::Llamacpp;
-    let v = guard::count_tokens_response(&s, &client, &body, llamacpp)
+    let (v, _) = guard::count_tokens_response(&s, &client, &body, llamacpp)
         .await
         .unwrap();
     assert_eq!(v, json!({"input_tokens": 23}));

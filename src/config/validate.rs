@@ -15,6 +15,7 @@ use super::routing::{context_fallbacks, fallbacks, replicas};
 use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
+use crate::tokens::gate::GateConfig;
 use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
 use crate::wire::shape::ShapeSpec;
 
@@ -42,6 +43,8 @@ pub struct Server {
     /// have run it). Unset: for the APIs whose adapter says so (chat completions, Responses,
     /// Messages), not for the others.
     pub resend_unanswered: Option<bool>,
+    /// Token counts at once, their wait for a turn, and the text one may tokenize.
+    pub count: GateConfig,
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
     pub shutdown_grace: Duration,
@@ -607,6 +610,27 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             errs,
         ) as usize,
         resend_unanswered: raw.resend_unanswered,
+        count: GateConfig {
+            concurrency: nonzero(
+                "server.count_concurrency",
+                raw.count_concurrency.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+                }),
+                errs,
+            ) as usize,
+            wait: ms(
+                "server.count_queue_timeout_ms",
+                raw.count_queue_timeout_ms,
+                30_000,
+                errs,
+            ),
+            limit_bytes: usize::try_from(nonzero(
+                "server.count_limit_bytes",
+                raw.count_limit_bytes.unwrap_or(8 << 20),
+                errs,
+            ))
+            .unwrap_or(usize::MAX),
+        },
         connect_timeout: timeouts.connect,
         header_timeout: timeouts.first_byte,
         shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),

@@ -3,7 +3,8 @@
 
 use memchr::memmem;
 
-use super::{check, count_error, decide, fits, GuardSpec, Verdict};
+use super::count::{count, Use};
+use super::{check_chat, counted, fits, Checked, GuardSpec, Verdict};
 use crate::error::ProxyError;
 use crate::tokens::bound::{BASE_BYTES, PER_ITEM_BYTES};
 use crate::tokens::preprocess::Media;
@@ -24,28 +25,39 @@ pub async fn check_request(
     client: &dyn crate::tokens::backend::Transport,
     req: Counted<'_>,
 ) -> Result<Verdict, ProxyError> {
+    check_counted(spec, client, req).await.map(|c| c.verdict)
+}
+
+/// [`check_request`], with the fallback the count took (for its metric).
+pub async fn check_counted(
+    spec: &GuardSpec,
+    client: &dyn crate::tokens::backend::Transport,
+    req: Counted<'_>,
+) -> Result<Checked, ProxyError> {
     if req.adapter.api() == Api::ChatCompletions {
-        return check(spec, client, req.body).await;
+        return check_chat(spec, client, req.body).await;
     }
     let output = req.adapter.requested_output(req.body)?;
     if fits(raw_bound(req.body, &spec.media), output, spec.window) {
-        return Ok(Verdict::Pass {
-            method: Method::Bound,
+        return Ok(Checked {
+            verdict: Verdict::Pass {
+                method: Method::Bound,
+            },
+            fallback: None,
         });
     }
     let chat = req.adapter.to_chat(req.body, req.converter)?;
-    let prompt = spec
-        .counter
-        .count_prompt(client, &chat, &spec.media)
-        .await
-        .map_err(count_error)?;
-    Ok(decide(
-        prompt,
+    counted(
+        spec,
         output,
-        spec.window,
-        spec.clamp_max_tokens,
-        spec.counter.kind(),
-    ))
+        count(
+            spec,
+            client,
+            bytes::Bytes::from(chat.into_owned()),
+            Use::Guard,
+        )
+        .await?,
+    )
 }
 
 /// The body with its output limit lowered to `max_tokens`, in its API's keys.

@@ -3,8 +3,10 @@
 
 use serde_json::{json, Value};
 
-use super::{count_error, GuardSpec};
+use super::count::{count, Use};
+use super::GuardSpec;
 use crate::error::ProxyError;
+use crate::tokens::Fallback;
 use crate::wire::{Adapter, Converter};
 
 /// `POST /tokenize` with `{model, messages, tools?}` → `{count, max_model_len, method}`:
@@ -13,17 +15,14 @@ pub async fn tokenize_response(
     spec: &GuardSpec,
     client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
-) -> Result<Value, ProxyError> {
-    let count = spec
-        .counter
-        .count_prompt(client, body, &spec.media)
-        .await
-        .map_err(count_error)?;
-    Ok(json!({
-        "count": count,
+) -> Result<(Value, Option<Fallback>), ProxyError> {
+    let c = count(spec, client, body.to_vec().into(), Use::Endpoint).await?;
+    let value = json!({
+        "count": c.tokens,
         "max_model_len": spec.window,
-        "method": spec.counter.kind().as_str(),
-    }))
+        "method": c.method.as_str(),
+    });
+    Ok((value, c.fallback))
 }
 
 /// The prompt tokens of a Messages or Responses body, counted as the alias's backend converts
@@ -34,12 +33,16 @@ async fn count_in_api(
     adapter: &dyn Adapter,
     body: &[u8],
     converter: Converter,
-) -> Result<u32, ProxyError> {
+) -> Result<(u32, Option<Fallback>), ProxyError> {
     let chat = adapter.to_chat(body, converter)?;
-    spec.counter
-        .count_prompt(client, &chat, &spec.media)
-        .await
-        .map_err(count_error)
+    let c = count(
+        spec,
+        client,
+        bytes::Bytes::from(chat.into_owned()),
+        Use::Endpoint,
+    )
+    .await?;
+    Ok((c.tokens, c.fallback))
 }
 
 /// `POST /v1/messages/count_tokens` → `{input_tokens}`.
@@ -48,10 +51,10 @@ pub async fn count_tokens_response(
     client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
     converter: Converter,
-) -> Result<Value, ProxyError> {
+) -> Result<(Value, Option<Fallback>), ProxyError> {
     let adapter = crate::wire::adapter(crate::wire::Endpoint::messages);
-    let count = count_in_api(spec, client, adapter, body, converter).await?;
-    Ok(json!({ "input_tokens": count }))
+    let (n, fallback) = count_in_api(spec, client, adapter, body, converter).await?;
+    Ok((json!({ "input_tokens": n }), fallback))
 }
 
 /// `POST /v1/responses/input_tokens` → `{input_tokens, object: "response.input_tokens"}`.
@@ -60,8 +63,11 @@ pub async fn input_tokens_response(
     client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
     converter: Converter,
-) -> Result<Value, ProxyError> {
+) -> Result<(Value, Option<Fallback>), ProxyError> {
     let adapter = crate::wire::adapter(crate::wire::Endpoint::responses);
-    let count = count_in_api(spec, client, adapter, body, converter).await?;
-    Ok(json!({ "input_tokens": count, "object": "response.input_tokens" }))
+    let (n, fallback) = count_in_api(spec, client, adapter, body, converter).await?;
+    Ok((
+        json!({ "input_tokens": n, "object": "response.input_tokens" }),
+        fallback,
+    ))
 }

@@ -2,6 +2,7 @@
 
 mod api;
 pub mod canonical;
+pub mod count;
 mod endpoints;
 
 use std::sync::Arc;
@@ -12,10 +13,11 @@ use serde_json::value::RawValue;
 use crate::config::{Alias, GuardConfig};
 use crate::error::{bounded, ProxyError};
 use crate::tokens::bound::{PromptView, ViewError};
-use crate::tokens::{CountError, Counter, MediaCosts, Method};
+use crate::tokens::gate::CountGate;
+use crate::tokens::{CountError, Counter, Fallback, MediaCosts, Method};
 use crate::wire::request::{apply_edits, span_of};
 
-pub use api::{check_request, clamp_request, raw_bound, Counted};
+pub use api::{check_counted, check_request, clamp_request, raw_bound, Counted};
 pub use endpoints::{count_tokens_response, input_tokens_response, tokenize_response};
 
 /// One alias's guard settings (config keys `context_window`, `count`, `tokenizer`,
@@ -28,12 +30,19 @@ pub struct GuardSpec {
     pub media: MediaCosts,
     /// Lower an over-large `max_tokens` to fit instead of rejecting, when the prompt fits.
     pub clamp_max_tokens: bool,
+    /// The turns and byte limit every count of the server shares.
+    pub gate: Arc<CountGate>,
 }
 
 impl GuardSpec {
     /// The guard of `alias` over `window` tokens, its counter built: this loads the tokenizer
     /// of a local count.
-    pub fn build(cfg: &GuardConfig, window: u32, alias: &Alias) -> Result<GuardSpec, String> {
+    pub fn build(
+        cfg: &GuardConfig,
+        window: u32,
+        alias: &Alias,
+        gate: Arc<CountGate>,
+    ) -> Result<GuardSpec, String> {
         let backend = &alias.backend;
         let mut counter = Counter::new(
             Some(cfg.count),
@@ -48,7 +57,21 @@ impl GuardSpec {
             counter: Arc::new(counter),
             media: cfg.media,
             clamp_max_tokens: cfg.clamp_max_tokens,
+            gate,
         })
+    }
+
+    /// A guard over a built counter, default media costs, and a gate of its own with no byte
+    /// limit (tests, benches, CLI).
+    pub fn with_counter(counter: Arc<Counter>, window: u32, clamp_max_tokens: bool) -> GuardSpec {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        GuardSpec {
+            window,
+            counter,
+            media: MediaCosts::default(),
+            clamp_max_tokens,
+            gate: Arc::new(CountGate::unlimited(cores)),
+        }
     }
 }
 
@@ -107,6 +130,13 @@ impl Verdict {
     }
 }
 
+/// What the guard decided, and why its count was made another way, if it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    pub verdict: Verdict,
+    pub fallback: Option<Fallback>,
+}
+
 /// Bound first, exact count only when the bound cannot clear. Errors only for a malformed
 /// body (invalid JSON, messages, or token limits) or a counting failure.
 ///
@@ -118,25 +148,45 @@ pub async fn check(
     client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Verdict, ProxyError> {
+    check_chat(spec, client, body).await.map(|c| c.verdict)
+}
+
+/// [`check`], with the fallback the count took.
+pub(crate) async fn check_chat(
+    spec: &GuardSpec,
+    client: &dyn crate::tokens::backend::Transport,
+    body: &[u8],
+) -> Result<Checked, ProxyError> {
     let view = PromptView::parse(body).map_err(view_error)?;
     let output = view.requested_output();
     if fits(view.prompt_bound(&spec.media), output, spec.window) {
-        return Ok(Verdict::Pass {
-            method: Method::Bound,
+        return Ok(Checked {
+            verdict: Verdict::Pass {
+                method: Method::Bound,
+            },
+            fallback: None,
         });
     }
-    let prompt = spec
-        .counter
-        .count_prompt(client, body, &spec.media)
-        .await
-        .map_err(count_error)?;
-    Ok(decide(
-        prompt,
+    let chat = bytes::Bytes::copy_from_slice(body);
+    counted(
+        spec,
         output,
-        spec.window,
-        spec.clamp_max_tokens,
-        spec.counter.kind(),
-    ))
+        count::count(spec, client, chat, count::Use::Guard).await?,
+    )
+}
+
+/// The verdict on a counted prompt.
+fn counted(spec: &GuardSpec, output: Option<u32>, c: count::Count) -> Result<Checked, ProxyError> {
+    Ok(Checked {
+        verdict: decide(
+            c.tokens,
+            output,
+            spec.window,
+            spec.clamp_max_tokens,
+            c.method,
+        ),
+        fallback: c.fallback,
+    })
 }
 
 /// The verdict for a counted prompt.
@@ -204,9 +254,12 @@ pub(crate) fn view_error(e: ViewError) -> ProxyError {
 /// How a counting failure reaches the client.
 pub fn count_error(e: CountError) -> ProxyError {
     match e {
-        CountError::Invalid(_) | CountError::Template(_) | CountError::Tokenizer(_) => {
-            ProxyError::InvalidRequest(e.to_string())
-        }
+        CountError::Invalid(_)
+        | CountError::Refused(_)
+        | CountError::Template(_)
+        | CountError::Tokenizer(_) => ProxyError::InvalidRequest(e.to_string()),
+        CountError::TooLarge { bytes, limit } => ProxyError::CountTooLarge { bytes, limit },
+        CountError::Busy { running, waited } => ProxyError::CountBusy { running, waited },
         // The backend refused the request itself (a bad message); its auth failing is ours.
         CountError::Backend {
             status: Some(status),

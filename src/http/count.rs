@@ -89,11 +89,14 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         }
         let converter = alias.backend.counting(shape.api());
         let client = &state.client;
-        let value = match shape {
+        let (value, fallback) = match shape {
             Shape::Vllm => guard::tokenize_response(spec, client, &body).await,
             Shape::Anthropic => guard::count_tokens_response(spec, client, &body, converter).await,
             Shape::Responses => guard::input_tokens_response(spec, client, &body, converter).await,
         }?;
+        if let Some(reason) = fallback {
+            snap.metrics(Some(&alias.name)).count_fallback(reason);
+        }
         Ok(Json(value).into_response())
     }
     .await;

@@ -24,6 +24,7 @@ use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
 use crate::guard::GuardSpec;
 use crate::observe::metrics::{AliasMetrics, Metrics};
+use crate::tokens::gate::CountGate;
 use crate::upstream::tls::TlsSettings;
 use crate::upstream::Client;
 use figures::{Figures, Found, Fresh};
@@ -45,6 +46,9 @@ pub struct Snapshot {
     /// The context guard of every alias with guard settings, its counter built; in force
     /// where the window is known (not a pending `"auto"`).
     guards: HashMap<String, Arc<GuardSpec>>,
+    /// The turns every token count takes (kept from the previous snapshot while its
+    /// settings are unchanged, so counts running still count against it).
+    gate: Arc<CountGate>,
     /// What the backends reported, where it was asked.
     found: Found,
 }
@@ -73,7 +77,15 @@ impl Snapshot {
     ) -> Result<Snapshot, ConfigErrors> {
         let found = figures::carry(&config, previous, fresh);
         let config = figures::apply(config, &found);
-        let guards = guards(&config, previous)?;
+        let gate = previous
+            .map(|p| &p.gate)
+            .filter(|g| g.config() == config.server.count)
+            .map(Arc::clone)
+            .unwrap_or_else(|| {
+                let (running, waiting) = metrics.count_gauges();
+                Arc::new(CountGate::new(config.server.count, running, waiting))
+            });
+        let guards = guards(&config, previous, &gate)?;
         let routes = RouteTable::new(&config);
         let slots: HashMap<String, Arc<Slots>> = config
             .backends
@@ -137,6 +149,7 @@ impl Snapshot {
             affinity,
             turn: std::sync::atomic::AtomicUsize::new(0),
             guards,
+            gate,
             found,
         })
     }
@@ -157,6 +170,11 @@ impl Snapshot {
     /// The context guard of an alias, if it has one in force.
     pub fn guard(&self, alias: &str) -> Option<&Arc<GuardSpec>> {
         self.guards.get(alias).filter(|g| g.window > 0)
+    }
+
+    /// The gate every token count of this snapshot takes a turn at.
+    pub fn count_gate(&self) -> &Arc<CountGate> {
+        &self.gate
     }
 
     /// An alias's window and slots in force and where they come from (config, discovered
@@ -295,6 +313,7 @@ impl AppState {
 pub fn guards(
     config: &Config,
     previous: Option<&Snapshot>,
+    gate: &Arc<CountGate>,
 ) -> Result<HashMap<String, Arc<GuardSpec>>, ConfigErrors> {
     let mut guards = HashMap::default();
     let mut errs = Vec::new();
@@ -315,17 +334,18 @@ pub fn guards(
                 .and_then(|_| p.guards.get(&alias.name))
         });
         match kept {
-            Some(g) if g.window == window => {
+            Some(g) if g.window == window && Arc::ptr_eq(&g.gate, gate) => {
                 guards.insert(alias.name.clone(), Arc::clone(g));
             }
             Some(g) => {
                 let g = GuardSpec {
                     window,
+                    gate: Arc::clone(gate),
                     ..GuardSpec::clone(g)
                 };
                 guards.insert(alias.name.clone(), Arc::new(g));
             }
-            None => match GuardSpec::build(cfg, window, alias) {
+            None => match GuardSpec::build(cfg, window, alias, Arc::clone(gate)) {
                 Ok(g) => {
                     guards.insert(alias.name.clone(), Arc::new(g));
                 }
@@ -351,7 +371,8 @@ pub fn guards(
 /// guard's tokenizer, as start-up and reload load them; every error, naming its key.
 pub fn check(config: &Config) -> Result<(), ConfigErrors> {
     let (_, mut errors) = tls_settings(config);
-    if let Err(ConfigErrors(more)) = guards(config, None) {
+    let gate = Arc::new(CountGate::unlimited(config.server.count.concurrency));
+    if let Err(ConfigErrors(more)) = guards(config, None, &gate) {
         errors.extend(more);
     }
     if errors.is_empty() {

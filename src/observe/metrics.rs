@@ -19,7 +19,7 @@ use crate::fleet::breaker::BreakerState;
 use crate::fleet::health::BackendState;
 use crate::fleet::routes::FallbackReason;
 use crate::fleet::slots::QueueWatch;
-use crate::tokens::Method;
+use crate::tokens::{Fallback as CountFallback, Method};
 use crate::upstream::exchange::UpstreamReason;
 use crate::wire::Endpoint;
 
@@ -49,6 +49,12 @@ struct AliasLabel {
 struct RejectionLabels {
     alias: Name,
     method: Method,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CountFallbackLabels {
+    alias: Name,
+    reason: CountFallback,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,6 +152,9 @@ pub struct Metrics {
     queue_wait: Hist,
     cancels: Family<AliasLabel, Counter>,
     rejections: Family<RejectionLabels, Counter>,
+    count_fallbacks: Family<CountFallbackLabels, Counter>,
+    counts_running: Gauge,
+    counts_waiting: Gauge,
     upstream_errors: Family<UpstreamLabels, Counter>,
     backend_up: Family<BackendLabel, Gauge>,
     backend_state: Family<BackendStateLabels, Gauge>,
@@ -195,6 +204,9 @@ impl Metrics {
             queue_wait: Family::new_with_constructor(ttft_hist),
             cancels: Family::default(),
             rejections: Family::default(),
+            count_fallbacks: Family::default(),
+            counts_running: Gauge::default(),
+            counts_waiting: Gauge::default(),
             upstream_errors: Family::default(),
             backend_up: Family::default(),
             backend_state: Family::default(),
@@ -300,6 +312,21 @@ impl Metrics {
             self.rejections.clone(),
         );
         r.register(
+            "count_fallbacks",
+            "Token counts made another way than the alias's own (template: the local template failed, so the backend's count or the estimate; too_large: past server.count_limit_bytes; busy: no turn within server.count_queue_timeout_ms), by reason",
+            self.count_fallbacks.clone(),
+        );
+        r.register(
+            "counts_running",
+            "Token counts running now (at most server.count_concurrency)",
+            self.counts_running.clone(),
+        );
+        r.register(
+            "counts_waiting",
+            "Token counts waiting for a turn to run",
+            self.counts_waiting.clone(),
+        );
+        r.register(
             "upstream_errors",
             "Failed exchanges with backends, by reason",
             self.upstream_errors.clone(),
@@ -383,6 +410,12 @@ impl Metrics {
                 method,
             });
         }
+        for reason in CountFallback::ALL {
+            let _ = self.count_fallbacks.get_or_create(&CountFallbackLabels {
+                alias: Arc::clone(&name),
+                reason,
+            });
+        }
         for reason in [
             UpstreamReason::connect,
             UpstreamReason::timeout,
@@ -422,6 +455,7 @@ impl Metrics {
             requests: self.requests.clone(),
             ok: Default::default(),
             rejections: self.rejections.clone(),
+            count_fallbacks: self.count_fallbacks.clone(),
             upstream_errors: self.upstream_errors.clone(),
             fallbacks: self.fallbacks.clone(),
             affinity: [
@@ -437,6 +471,11 @@ impl Metrics {
             }),
             name,
         }))
+    }
+
+    /// The gauges of the count gate: running, waiting.
+    pub fn count_gauges(&self) -> (Gauge, Gauge) {
+        (self.counts_running.clone(), self.counts_waiting.clone())
     }
 
     /// Record a backend's breaker state.
@@ -569,6 +608,7 @@ pub struct AliasHandles {
     /// family once (a lock and a hash) and then kept.
     ok: [[OnceLock<Counter>; 2]; Endpoint::COUNT],
     rejections: Family<RejectionLabels, Counter>,
+    count_fallbacks: Family<CountFallbackLabels, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     fallbacks: Family<FallbackLabels, Counter>,
     /// By [`AffinityResult`] in declaration order.
@@ -619,6 +659,16 @@ impl AliasHandles {
             .get_or_create(&RejectionLabels {
                 alias: Arc::clone(&self.name),
                 method,
+            })
+            .inc();
+    }
+
+    /// A count of this alias was made another way than its own.
+    pub fn count_fallback(&self, reason: CountFallback) {
+        self.count_fallbacks
+            .get_or_create(&CountFallbackLabels {
+                alias: Arc::clone(&self.name),
+                reason,
             })
             .inc();
     }

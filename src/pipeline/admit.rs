@@ -44,7 +44,11 @@ pub async fn admit(
             body: &body,
             converter: alias.backend.counting(adapter.api()),
         };
-        let verdict = guard::check_request(spec, &state.client, counted).await?;
+        let checked = guard::check_counted(spec, &state.client, counted).await?;
+        if let Some(reason) = checked.fallback {
+            snap.metrics(Some(&alias.name)).count_fallback(reason);
+        }
+        let verdict = checked.verdict;
         match verdict {
             Verdict::Pass { .. } => break Admitted { alias, body },
             Verdict::Clamp { max_tokens, .. } => {

@@ -25,6 +25,9 @@ use super::{
 };
 use crate::flavor::Flavor;
 
+/// The longest request body the simulator reads.
+const BODY_LIMIT: usize = 256 << 20;
+
 /// The routes of one flavour.
 fn router(sh: Arc<Shared>) -> Router {
     let mut r = Router::new()
@@ -71,8 +74,11 @@ fn router(sh: Arc<Shared>) -> Router {
             .route("/v1/messages/count_tokens", post(api_tokens::count_tokens))
             .route("/v1/responses", post(responses_stream::responses));
     }
+    // llama-server and vLLM take a long prompt's body whole (axum's default would refuse
+    // one past 2 MB).
     r.fallback(info::not_found)
         .method_not_allowed_fallback(info::not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(sh)
 }
 

@@ -116,7 +116,13 @@ impl LocalCounter {
         let render = |vars: JMap| {
             self.template
                 .render(Arc::new(vars), prep.tool_use)
-                .map_err(|e| CountError::Template(e.to_string()))
+                .map_err(|e| {
+                    if super::template::raised(&e) {
+                        CountError::Refused(e.to_string())
+                    } else {
+                        CountError::Template(e.to_string())
+                    }
+                })
         };
         let prompt = match prep.post {
             Post::None => render(prep.vars)?,
@@ -168,8 +174,19 @@ impl LocalCounter {
 
     /// The token count of a chat body: its rendered prompt plus its media parts.
     pub fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
+        self.count_within(body, media, usize::MAX)
+    }
+
+    /// [`Self::count`], refusing with [`CountError::TooLarge`] when more than `limit` bytes
+    /// of the prompt are not in the fragment cache (before any of them is tokenized).
+    pub fn count_within(
+        &self,
+        body: &[u8],
+        media: &MediaCosts,
+        limit: usize,
+    ) -> Result<u32, CountError> {
         let rendered = self.render(body)?;
-        let text = self.count_text(&rendered.prompt);
+        let text = self.count_text_within(&rendered.prompt, limit);
         let media_tokens = media.cost(rendered.media);
         // Freeing a megabyte-sized prompt is off the answer's path.
         rayon::spawn(move || drop(rendered));
@@ -178,7 +195,20 @@ impl LocalCounter {
 
     /// The prompt's token count without media.
     pub fn count_text(&self, text: &str) -> Result<u32, CountError> {
+        self.count_text_within(text, usize::MAX)
+    }
+
+    /// The prompt's token count without media, in pieces: between added tokens, and long
+    /// fragments cut where the pre-tokenizer always cuts (see [`Chunker`]); `TooLarge` when
+    /// the pieces not in the cache hold more than `limit` bytes.
+    pub fn count_text_within(&self, text: &str, limit: usize) -> Result<u32, CountError> {
         let Some(specials) = &self.specials else {
+            if text.len() > limit {
+                return Err(CountError::TooLarge {
+                    bytes: text.len(),
+                    limit,
+                });
+            }
             return self.encode(text);
         };
         let mut pieces: Vec<&str> = Vec::new();
@@ -197,6 +227,13 @@ impl LocalCounter {
                 Some(n) => total += u64::from(n),
                 None => misses.entry(key).or_insert((piece, 0)).1 += 1,
             }
+        }
+        let missing: usize = misses.values().map(|(s, _)| s.len()).sum();
+        if missing > limit {
+            return Err(CountError::TooLarge {
+                bytes: missing,
+                limit,
+            });
         }
         let mut work: Vec<(u128, &str, u32)> =
             misses.into_iter().map(|(k, (s, n))| (k, s, n)).collect();

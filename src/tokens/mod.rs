@@ -5,6 +5,7 @@ pub mod bound;
 pub mod cache;
 pub mod chunk;
 pub mod estimate;
+pub mod gate;
 pub mod json;
 pub mod local;
 pub mod preprocess;
@@ -120,15 +121,61 @@ impl CountKind {
     }
 }
 
+/// Why a count was made another way than the alias's own (a metric label:
+/// `switchboard_count_fallbacks_total{alias,reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fallback {
+    /// The local template engine failed on a request the backend may take.
+    Template,
+    /// More text to count than `server.count_limit_bytes`.
+    TooLarge,
+    /// No turn to count within `server.count_queue_timeout_ms`.
+    Busy,
+}
+
+impl Fallback {
+    pub const ALL: [Fallback; 3] = [Fallback::Template, Fallback::TooLarge, Fallback::Busy];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Template => "template",
+            Fallback::TooLarge => "too_large",
+            Fallback::Busy => "busy",
+        }
+    }
+}
+
+impl prometheus_client::encoding::EncodeLabelValue for Fallback {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
 /// Why a count could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CountError {
     /// The request is not a chat request the backend would accept.
     #[error("{0}")]
     Invalid(String),
-    /// The chat template raised or failed on this request.
+    /// The chat template refused the request with its own `raise_exception`.
+    #[error("chat template refused the request: {0}")]
+    Refused(String),
+    /// The template engine failed on this request (an undefined value, say) where the
+    /// backend's engine may not: the request is counted another way (see [`Fallback`]).
     #[error("chat template failed: {0}")]
     Template(String),
+    /// More text not counted yet than `server.count_limit_bytes` allows.
+    #[error("the request has {bytes} bytes of prompt text to count, more than server.count_limit_bytes ({limit})")]
+    TooLarge { bytes: usize, limit: usize },
+    /// No turn to count came within `server.count_queue_timeout_ms`.
+    #[error("{running} token counts are running and no turn came within {waited:?} (server.count_concurrency, server.count_queue_timeout_ms)")]
+    Busy {
+        running: usize,
+        waited: std::time::Duration,
+    },
     #[error("tokenizer failed: {0}")]
     Tokenizer(String),
     /// The backend's tokenize endpoints failed; `status` when it answered.
@@ -146,6 +193,11 @@ pub enum CountError {
 /// Counts prompt tokens for one alias. Cheap to share in an `Arc`.
 pub struct Counter {
     inner: Inner,
+    /// The backend's own count, for a request the local template cannot render (local
+    /// counting only; `None` where the backend's flavour has no tokenize endpoints).
+    spare: Option<BackendCounter>,
+    /// The estimate, for a request that cannot be counted otherwise.
+    estimate: Estimator,
 }
 
 enum Inner {
@@ -177,11 +229,15 @@ impl Counter {
         } else {
             CountKind::Estimate
         });
+        let mut spare = None;
         let inner = match kind {
             CountKind::Local => {
                 let files = tokenizer.ok_or(
                     "count = \"local\" needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)",
                 )?;
+                spare = (flavor != Flavor::Openai)
+                    .then(|| BackendCounter::new(flavor, backend_url, upstream_model).ok())
+                    .flatten();
                 Inner::Local(Arc::new(LocalCounter::load(files, flavor)?))
             }
             CountKind::Backend => {
@@ -189,12 +245,20 @@ impl Counter {
             }
             CountKind::Estimate => Inner::Estimate(Estimator::new()),
         };
-        Ok(Counter { inner })
+        Ok(Counter {
+            inner,
+            spare,
+            estimate: Estimator::new(),
+        })
     }
 
-    /// Name the backend in errors and authenticate with its key (backend counting only).
+    /// Name the backend in errors and authenticate with its key (backend counting, and the
+    /// backend count a local counter falls back to).
     pub fn identify_backend(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
         if let Inner::Backend(b) = &mut self.inner {
+            b.identify(name, authorization);
+        }
+        if let Some(b) = &mut self.spare {
             b.identify(name, authorization);
         }
     }
@@ -203,6 +267,8 @@ impl Counter {
     pub fn from_local(local: LocalCounter) -> Counter {
         Counter {
             inner: Inner::Local(Arc::new(local)),
+            spare: None,
+            estimate: Estimator::new(),
         }
     }
 
@@ -231,17 +297,55 @@ impl Counter {
         body: &[u8],
         media: &MediaCosts,
     ) -> Result<u32, CountError> {
+        let body = bytes::Bytes::copy_from_slice(body);
+        self.count_within(client, body, media, usize::MAX).await
+    }
+
+    /// [`Self::count_prompt`] refusing with [`CountError::TooLarge`] past `limit` bytes to
+    /// count: of prompt text not in the fragment cache (local counting), of body (backend
+    /// counting). The estimate has no limit (it reads the body once).
+    pub async fn count_within(
+        &self,
+        client: &dyn crate::tokens::backend::Transport,
+        body: bytes::Bytes,
+        media: &MediaCosts,
+        limit: usize,
+    ) -> Result<u32, CountError> {
         match &self.inner {
             Inner::Local(local) => {
                 let local = Arc::clone(local);
-                let body = body.to_vec();
                 let media = *media;
-                tokio::task::spawn_blocking(move || local.count(&body, &media))
+                tokio::task::spawn_blocking(move || local.count_within(&body, &media, limit))
                     .await
                     .map_err(|e| CountError::Task(e.to_string()))?
             }
-            Inner::Backend(b) => b.count(client, body, media).await,
+            Inner::Backend(_) if body.len() > limit => Err(CountError::TooLarge {
+                bytes: body.len(),
+                limit,
+            }),
+            Inner::Backend(b) => b.count(client, &body, media).await,
+            Inner::Estimate(e) => e.count(&body, media),
+        }
+    }
+
+    /// The backend's own count, where a local counter has one to fall back to.
+    pub async fn count_spare(
+        &self,
+        client: &dyn crate::tokens::backend::Transport,
+        body: &[u8],
+        media: &MediaCosts,
+    ) -> Option<Result<u32, CountError>> {
+        match &self.spare {
+            Some(b) => Some(b.count(client, body, media).await),
+            None => None,
+        }
+    }
+
+    /// The estimate of a body (what every fallback ends in).
+    pub fn estimate(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
+        match &self.inner {
             Inner::Estimate(e) => e.count(body, media),
+            _ => self.estimate.count(body, media),
         }
     }
 

@@ -39,6 +39,24 @@ pub struct ChatTemplate {
 
 const MARK: &str = "sb_probe_7391";
 
+/// The source of the error `raise_exception(...)` gives: the template itself refused the
+/// request (as it does in the backend's engine), unlike an error of the template engine.
+#[derive(Debug, thiserror::Error)]
+#[error("raised by the chat template")]
+struct Raised;
+
+/// Whether a render error is the template's own `raise_exception`.
+pub fn raised(e: &Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<Raised>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 impl ChatTemplate {
     /// Compiles the `chat_template` of a parsed `tokenizer_config.json`.
     pub fn from_config(config: &J, floats: FloatStyle) -> Result<ChatTemplate, String> {
@@ -110,7 +128,7 @@ impl ChatTemplate {
             )
         });
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
+            Err(Error::new(ErrorKind::InvalidOperation, msg).with_source(Raised))
         });
         env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
         let harmony = default.contains("<|channel|>");
@@ -290,6 +308,27 @@ mod tests {
             r#"{"messages":[{"content":"a</think>\n\nb"},{"content":"c"}]}"#,
         );
         assert_eq!(out, "cbTrue");
+    }
+
+    #[test]
+    fn raise_exception_is_told_from_engine_errors() {
+        let t = ChatTemplate::new(
+            "{% if messages|length == 0 %}{{ raise_exception('no messages') }}{% endif %}{{ messages[0].role.name }}".into(),
+            None,
+            vec![],
+            FloatStyle::Python,
+        )
+        .unwrap();
+        let vars = |m: &str| {
+            let J::Obj(m) = J::parse(m.as_bytes()).unwrap() else {
+                panic!("an object")
+            };
+            m
+        };
+        let refused = t.render(vars(r#"{"messages": []}"#), false).unwrap_err();
+        assert!(raised(&refused), "{refused}");
+        let engine = t.render(vars(r#"{"messages": [1]}"#), false).unwrap_err();
+        assert!(!raised(&engine), "{engine}");
     }
 
     #[test]

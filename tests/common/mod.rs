@@ -215,3 +215,27 @@ pub fn sample(text: &str, name_and_labels: &str) -> f64 {
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or(0.0)
 }
+
+/// About `n` bytes of prose-like text that does not repeat (words, numbers, punctuation and
+/// newlines drawn by a xorshift from `seed`): no two long pieces of it are alike.
+pub fn varied_text(n: usize, seed: u64) -> String {
+    const WORDS: [&str; 16] = [
+        "river", "Oslo", "the", "of", "and", "tokens", "über", "naïve", "x = 1;", "(a, b)", "fn",
+        "count", "window", "a", "é", "end.",
+    ];
+    let mut s = String::with_capacity(n + 16);
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while s.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(WORDS[(x % 16) as usize]);
+        match (x >> 8) % 16 {
+            0 => s.push('\n'),
+            1 => s.push_str(&(x >> 20).to_string()),
+            2 => s.push_str(", "),
+            _ => s.push(' '),
+        }
+    }
+    s
+}
