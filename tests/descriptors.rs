@@ -7,7 +7,7 @@
 
 mod common;
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// A backend that answers every request (a probe's or a chat) with a chat completion and
@@ -32,33 +32,6 @@ async fn closing_backend() -> String {
         }
     });
     url
-}
-
-/// `request` on the kept-alive `tcp`; the answer's status and body.
-async fn send_on(tcp: &mut TcpStream, request: &[u8]) -> (u16, String) {
-    tcp.write_all(request).await.unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = within("an answer", tcp.read(&mut chunk)).await.unwrap();
-        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&buf));
-        buf.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let Some((head, body)) = text.split_once("\r\n\r\n") else {
-            continue;
-        };
-        let len: usize = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .unwrap_or(0);
-        if body.len() >= len {
-            return (head[9..12].parse().unwrap(), body[..len].to_string());
-        }
-    }
 }
 
 fn chat_request() -> Vec<u8> {

@@ -239,3 +239,32 @@ pub fn varied_text(n: usize, seed: u64) -> String {
     }
     s
 }
+
+/// `request` on the kept-alive `tcp`; the answer's status and body (by its content-length).
+pub async fn send_on(tcp: &mut tokio::net::TcpStream, request: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(request).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = within("an answer", tcp.read(&mut chunk)).await.unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&buf));
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().to_string())
+            })
+            .map_or(0, |v| v.parse().unwrap());
+        if body.len() >= len {
+            let status = head[9..12].parse().unwrap();
+            return (status, body[..len].to_string());
+        }
+    }
+}
