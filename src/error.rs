@@ -94,6 +94,15 @@ pub enum ProxyError {
     },
     #[error("invalid or missing API key")]
     Unauthorized,
+    /// A client's limit refuses the request; `retry_after` `None`: it never fits.
+    #[error("rate limit of client {client}: {detail}")]
+    RateLimited {
+        client: String,
+        detail: String,
+        /// The day's quota is spent (OpenAI's `insufficient_quota`).
+        quota: bool,
+        retry_after: Option<u64>,
+    },
 }
 
 /// Most bytes of one piece of client input (a model name, a path, a header value) that an
@@ -280,6 +289,8 @@ impl ProxyError {
             QueueTimeout { .. } => (S::SERVICE_UNAVAILABLE, None, "queue_timeout"),
             NoBackend { .. } => (S::SERVICE_UNAVAILABLE, None, "no_backend"),
             Unauthorized => (S::UNAUTHORIZED, None, "invalid_api_key"),
+            RateLimited { quota: true, .. } => (S::TOO_MANY_REQUESTS, None, "insufficient_quota"),
+            RateLimited { .. } => (S::TOO_MANY_REQUESTS, None, "rate_limit_exceeded"),
         }
     }
 
@@ -317,6 +328,7 @@ impl ProxyError {
             | ProxyError::Overloaded { retry_after, .. }
             | ProxyError::QueueTimeout { retry_after, .. }
             | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
+            ProxyError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }
     }

@@ -24,6 +24,8 @@ pub struct Config {
     pub server: Server,
     pub backends: BTreeMap<String, Arc<Backend>>,
     pub aliases: BTreeMap<String, Arc<Alias>>,
+    /// Named clients and the queue's classes.
+    pub clients: Arc<super::clients::Clients>,
 }
 
 #[derive(Debug, Clone)]
@@ -286,11 +288,19 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
     context_fallbacks(&aliases, &mut errs);
     fallbacks(&aliases, &mut errs);
+    let clients = super::clients::validate(
+        raw.clients,
+        raw.priority,
+        server.api_keys.as_deref(),
+        &aliases,
+        &mut errs,
+    );
     if errs.is_empty() {
         Ok(Config {
             server,
             backends,
             aliases,
+            clients: Arc::new(clients),
         })
     } else {
         Err(ConfigErrors(errs))
@@ -602,7 +612,7 @@ fn backend_timeouts(
 
 /// Why `key` cannot be sent as a header value as it is (nothing if it can): an API key is
 /// visible ASCII with no space. The reason never quotes the key.
-fn sendable(key: &str) -> Result<(), String> {
+pub(super) fn sendable(key: &str) -> Result<(), String> {
     if key.is_empty() {
         return Err("is empty".into());
     }

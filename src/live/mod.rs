@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 
+use crate::clients::Registry;
 use crate::config::{Config, ConfigError, ConfigErrors};
 use crate::fleet::balance::Affinity;
 use crate::fleet::breaker::Breaker;
@@ -47,6 +48,8 @@ pub struct Snapshot {
     guards: HashMap<String, Arc<GuardSpec>>,
     /// What the backends reported, where it was asked.
     found: Found,
+    /// Who holds which key; each client's counters kept across snapshots.
+    pub clients: Registry,
 }
 
 impl Snapshot {
@@ -75,6 +78,7 @@ impl Snapshot {
         let config = figures::apply(config, &found);
         let guards = guards(&config, previous)?;
         let routes = RouteTable::new(&config);
+        let clients = Registry::build(&config, metrics, previous.map(|p| &p.clients));
         let slots: HashMap<String, Arc<Slots>> = config
             .backends
             .values()
@@ -138,6 +142,7 @@ impl Snapshot {
             turn: std::sync::atomic::AtomicUsize::new(0),
             guards,
             found,
+            clients,
         })
     }
 

@@ -62,9 +62,8 @@ fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError> {
     let Err(e) = intake::authorize(snap, headers) else {
         return Ok(());
     };
-    let keys = snap.config.server.api_keys.as_deref().unwrap_or_default();
     match basic_password(headers) {
-        Some(p) if keys.contains(&p) => Ok(()),
+        Some(p) if snap.clients.holder(&p).is_some() => Ok(()),
         _ => Err(e),
     }
 }
