@@ -813,3 +813,46 @@ async fn a_reload_keeps_counters_and_queued_requests_and_drops_a_removed_key_at_
         .unwrap();
     assert_eq!(r.status(), 401);
 }
+
+#[tokio::test]
+async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
+    set_key("SB_T_PAGE_OPS", "page-ops");
+    set_key("SB_T_PAGE_LIM", "page-limited");
+    let (_s, p) = two_aliases(
+        "[clients.ops]\nkey_env = \"SB_T_PAGE_OPS\"\n\
+         [clients.limited]\nkey_env = \"SB_T_PAGE_LIM\"\naliases = [\"a\"]\ntokens_per_minute = 500",
+    )
+    .await;
+    let page = |key: &'static str| {
+        let url = p.url("/");
+        async move {
+            client()
+                .get(url)
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let all = page("page-ops").await;
+    assert!(all.contains("<h2>Clients</h2>"), "{all}");
+    assert!(all.contains("<td>limited</td>") && all.contains("<td>ops</td>"));
+    assert!(all.contains("tokens / min: 500 / 500"), "{all}");
+    assert!(
+        all.contains("data-alias=\"hidden\""),
+        "ops sees every alias"
+    );
+    assert!(
+        !all.contains("page-ops") && !all.contains("page-limited"),
+        "no key is shown"
+    );
+    let mine = page("page-limited").await;
+    assert!(
+        !mine.contains("data-alias=\"hidden\"") && mine.contains("data-alias=\"a\""),
+        "{mine}"
+    );
+    assert!(mine.contains("<td>limited</td>") && !mine.contains("<td>ops</td>"));
+}

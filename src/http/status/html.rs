@@ -127,7 +127,9 @@ fn status_section(out: &mut String, fleet: &Fleet) {
     for a in &fleet.aliases {
         alias_row(out, a);
     }
-    out.push_str("</tbody>\n</table>\n</main>\n");
+    out.push_str("</tbody>\n</table>\n");
+    super::clients::render(out, &fleet.clients);
+    out.push_str("</main>\n");
 }
 
 fn alias_row(out: &mut String, a: &AliasView) {
@@ -284,6 +286,7 @@ mod tests {
             now: UNIX_EPOCH + Duration::from_secs(1_735_689_599),
             started: 1_735_689_000,
             reload: None,
+            clients: Vec::new(),
             aliases: vec![AliasView {
                 name: "a<b>".into(),
                 description: Some(description.into()),

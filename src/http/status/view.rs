@@ -3,6 +3,8 @@
 
 use std::time::{Instant, SystemTime};
 
+use super::clients::ClientView;
+use crate::clients::Caller;
 use crate::live::reload::LastReload;
 use crate::live::{AppState, Snapshot};
 use crate::observe::window::Summary;
@@ -16,6 +18,7 @@ pub struct Fleet {
     pub started: u64,
     pub reload: Option<LastReload>,
     pub aliases: Vec<AliasView>,
+    pub clients: Vec<ClientView>,
 }
 
 /// One alias's row.
@@ -47,12 +50,13 @@ pub struct BackendView {
 }
 
 /// Gather the page's data from one snapshot.
-pub fn collect(state: &AppState, snap: &Snapshot) -> Fleet {
+pub fn collect(state: &AppState, snap: &Snapshot, caller: Option<&Caller>) -> Fleet {
     let now = Instant::now();
     let aliases = snap
         .routes
         .aliases()
         .iter()
+        .filter(|a| caller.is_none_or(|c| c.may_use(&a.name)))
         .map(|a| {
             let m = snap.metrics(Some(&a.name));
             let backends = a
@@ -86,6 +90,7 @@ pub fn collect(state: &AppState, snap: &Snapshot) -> Fleet {
         started: state.started,
         reload: state.reloads.last(),
         aliases,
+        clients: super::clients::collect(snap, caller),
     }
 }
 
