@@ -837,8 +837,19 @@ async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
                 .unwrap()
         }
     };
+    assert_eq!(
+        post(&p, "/v1/chat/completions", "page-ops", chat_body("a", 4))
+            .await
+            .0,
+        200
+    );
     let all = page("page-ops").await;
     assert!(all.contains("<h2>Clients</h2>"), "{all}");
+    // The alias's five minutes as inline SVG: a bar for the request, a point of its TTFT.
+    assert!(
+        all.contains("<svg class=\"spark\"") && all.contains("<rect "),
+        "{all}"
+    );
     assert!(all.contains("<td>limited</td>") && all.contains("<td>ops</td>"));
     assert!(all.contains("tokens / min: 500 / 500"), "{all}");
     assert!(

@@ -150,6 +150,12 @@ fn alias_row(out: &mut String, a: &AliasView) {
         }
         out.push_str("</div>");
     }
+    if !a.series.is_empty() {
+        out.push_str("<div class=\"charts\">");
+        super::charts::requests(out, &a.series);
+        super::charts::ttft(out, &a.series);
+        out.push_str("</div>");
+    }
     out.push_str("</td><td>");
     for b in &a.backends {
         backend_cell(out, b);
@@ -234,6 +240,7 @@ fn span(d: Duration) -> String {
 }
 
 const STYLE: &str = "\
+.charts svg{vertical-align:middle;margin:2px 6px 0 0;color:#4a7}\
 :root{color-scheme:light dark;--bg:#fff;--fg:#1b1f24;--dim:#5b6470;--line:#d8dde3;\
 --up:#1a7f37;--loading:#9a6700;--down:#cf222e;--breaker:#8250df;--head:#f3f5f7}\
 @media (prefers-color-scheme:dark){:root{--bg:#0f1216;--fg:#e6e9ed;--dim:#9aa4af;\
@@ -310,6 +317,7 @@ mod tests {
                     ttft_p50: Some(0.25),
                     decode_p50: Some(41.6),
                 },
+                series: vec![(1, Some(0.25))],
             }],
         }
     }

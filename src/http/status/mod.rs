@@ -1,6 +1,7 @@
 //! `GET /`: the status page. Server-rendered HTML from the live snapshot, readable without
 //! JavaScript; client auth as `/v1/models` has it, plus HTTP Basic for browsers.
 
+mod charts;
 mod clients;
 mod html;
 mod view;

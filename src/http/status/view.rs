@@ -32,6 +32,8 @@ pub struct AliasView {
     pub inflight: i64,
     pub queued: i64,
     pub last_5m: Summary,
+    /// Requests and median time to first token of each 10-second step, oldest first.
+    pub series: Vec<(u32, Option<f64>)>,
 }
 
 /// A backend serving an alias.
@@ -81,6 +83,7 @@ pub fn collect(state: &AppState, snap: &Snapshot, caller: Option<&Caller>) -> Fl
                 inflight: m.inflight.get(),
                 queued: m.queued.get(),
                 last_5m: m.window.summary(now),
+                series: m.window.series(now),
             }
         })
         .collect();
