@@ -852,6 +852,12 @@ async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
     );
     assert!(all.contains("<td>limited</td>") && all.contains("<td>ops</td>"));
     assert!(all.contains("tokens / min: 500 / 500"), "{all}");
+    // Its tokens of the last five minutes: the usage of its one request (a client without
+    // limits is counted all the same).
+    let row = "<td>ops</td><td>normal</td><td>all</td><td class=\"n\">0</td><td class=\"n\">0</td><td class=\"n\">";
+    let at = all.find(row).expect("the ops row") + row.len();
+    let tokens: u64 = all[at..].split('<').next().unwrap().parse().unwrap();
+    assert!(tokens > 0, "{all}");
     assert!(
         all.contains("data-alias=\"hidden\""),
         "ops sees every alias"

@@ -91,10 +91,9 @@ impl Settle for Charge {
             m.prompt_tokens.inc_by(u.prompt);
             m.completion_tokens.inc_by(u.completion);
         }
-        self.caller
-            .state
-            .limiter
-            .settle(self.reserved, used, Instant::now());
+        let now = Instant::now();
+        self.caller.state.limiter.settle(self.reserved, used, now);
+        self.caller.state.recent.add(now, used);
         self.reserved = 0;
     }
 }

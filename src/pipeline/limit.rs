@@ -11,7 +11,8 @@ use crate::error::ProxyError;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 
-/// Charge the request's client, when it has limits and the request is not charged yet.
+/// Charge the request's client (its requests in flight and tokens are counted whether it
+/// has limits or not), when the request is not charged yet.
 pub async fn charge(
     state: &AppState,
     snap: &Snapshot,
@@ -20,7 +21,7 @@ pub async fn charge(
     alias: &Alias,
     body: &[u8],
 ) -> Result<(), ProxyError> {
-    let Some(caller) = req.caller.as_ref().filter(|c| c.spec.limited()) else {
+    let Some(caller) = req.caller.as_ref() else {
         return Ok(());
     };
     if rec.charge.is_some() {

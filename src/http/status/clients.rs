@@ -20,6 +20,8 @@ pub struct ClientView {
     pub inflight: u32,
     pub queued: i64,
     pub max_concurrent: Option<u32>,
+    /// Tokens charged in the last five minutes.
+    pub tokens_5m: u64,
     /// Label, limit and what is left.
     pub limits: Vec<(&'static str, Left)>,
 }
@@ -52,6 +54,7 @@ pub fn collect(snap: &Snapshot, caller: Option<&Caller>) -> Vec<ClientView> {
                 inflight: c.state.inflight.load(Ordering::Relaxed),
                 queued: c.state.queued.load(Ordering::Relaxed),
                 max_concurrent: c.spec.max_concurrent.map(|m| m.get()),
+                tokens_5m: c.state.recent.sum(now),
                 limits,
             }
         })
@@ -66,7 +69,7 @@ pub fn render(out: &mut String, clients: &[ClientView]) {
     out.push_str(
         "<h2>Clients</h2>\n<table class=\"clients\">\n<thead><tr><th>client</th><th>priority</th>\
          <th>aliases</th><th class=\"n\">in flight</th><th class=\"n\">queued</th>\
-         <th>limits (left / limit)</th></tr></thead>\n<tbody>\n",
+         <th class=\"n\">tokens<br>5 min</th><th>limits (left / limit)</th></tr></thead>\n<tbody>\n",
     );
     for c in clients {
         let aliases = c
@@ -79,12 +82,14 @@ pub fn render(out: &mut String, clients: &[ClientView]) {
         };
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td>",
             E(&c.name),
             c.priority,
             E(&aliases),
             inflight,
-            c.queued
+            c.queued,
+            c.tokens_5m
         );
         if c.limits.is_empty() {
             out.push_str("none");
@@ -117,6 +122,7 @@ mod tests {
             inflight: 1,
             queued: 2,
             max_concurrent: Some(4),
+            tokens_5m: 321,
             limits: vec![("tokens / min", crate::clients::headers::full(100))],
         };
         let mut out = String::new();
