@@ -544,6 +544,21 @@ async fn a_tokens_per_minute_limit_refuses_before_the_backend_and_counts_down() 
     assert!(h.contains_key("retry-after"));
     assert_eq!(h["anthropic-ratelimit-tokens-limit"], "100");
     assert!(h.contains_key("anthropic-ratelimit-requests-remaining"));
+    // The counting endpoint and the model list carry them too; counting charges nothing.
+    let (st, h, _) = post(&p, "/v1/messages/count_tokens", k, messages_body("a")).await;
+    assert_eq!(st, 200);
+    assert_eq!(h["anthropic-ratelimit-tokens-limit"], "100");
+    // 49 left (refilled to 50 on a slow run): the count took no request.
+    let left = |v: &reqwest::header::HeaderValue| v.to_str().unwrap().parse::<u64>().unwrap();
+    assert!((49..=50).contains(&left(&h["anthropic-ratelimit-requests-remaining"])));
+    let r = client()
+        .get(p.url("/v1/models"))
+        .bearer_auth(k)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-ratelimit-limit-requests"], "50");
+    assert!((49..=50).contains(&left(&r.headers()["x-ratelimit-remaining-requests"])));
     let m = p.metrics().await;
     assert_eq!(
         sample(
@@ -773,7 +788,7 @@ async fn a_reload_keeps_counters_and_queued_requests_and_drops_a_removed_key_at_
     set_key("SB_T_RELOAD_A", "reload-a");
     set_key("SB_T_RELOAD_B", "reload-b");
     let mut b = Held::start().await;
-    let both = "[clients.a]\nkey_env = \"SB_T_RELOAD_A\"\nrequests_per_minute = 10\n\
+    let both = "[clients.a]\nkey_env = \"SB_T_RELOAD_A\"\ntokens_per_day = 1000\n\
                 [clients.b]\nkey_env = \"SB_T_RELOAD_B\"";
     let url = b.url.clone();
     let p = proxy(&one_slot(both), &[("b", url.clone())]).await;
@@ -782,7 +797,7 @@ async fn a_reload_keeps_counters_and_queued_requests_and_drops_a_removed_key_at_
     let waiting = send(&p, "reload-b", "waiting");
     queued(&p, 1.0).await;
     // The same clients, a's limit raised: its one request so far stays counted.
-    let raised = both.replace("requests_per_minute = 10", "requests_per_minute = 20");
+    let raised = both.replace("tokens_per_day = 1000", "tokens_per_day = 2000");
     let cfg =
         switchboard::config::from_toml(&common::fill(&one_slot(&raised), &[("b", url.clone())]))
             .unwrap();
@@ -801,10 +816,13 @@ async fn a_reload_keeps_counters_and_queued_requests_and_drops_a_removed_key_at_
     let (_, release) = b.next().await;
     release.send(()).unwrap();
     let r = within("the third", third).await.unwrap();
-    assert_eq!(r.headers()["x-ratelimit-limit-requests"], "20");
-    assert_eq!(r.headers()["x-ratelimit-remaining-requests"], "18");
+    // The first request's 10 tokens (its usage) still counted under the raised limit; this
+    // one's prompt reserved.
+    assert_eq!(r.headers()["x-ratelimit-limit-tokens"], "2000");
+    let left = tokens_left(r.headers());
+    assert!((1970..=1990).contains(&left), "{left}");
     // b's key removed: refused on its next request.
-    let only_a = "[clients.a]\nkey_env = \"SB_T_RELOAD_A\"\nrequests_per_minute = 20";
+    let only_a = "[clients.a]\nkey_env = \"SB_T_RELOAD_A\"\ntokens_per_day = 2000";
     let cfg =
         switchboard::config::from_toml(&common::fill(&one_slot(only_a), &[("b", url)])).unwrap();
     p.state.swap(cfg).unwrap();

@@ -36,6 +36,14 @@ pub fn write(headers: &mut HeaderMap, standing: &Standing, anthropic: bool) {
     }
 }
 
+/// The headers of `caller`'s standing now, when it has limits.
+pub fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthropic: bool) {
+    if let Some(c) = caller.filter(|c| c.spec.limited()) {
+        let standing = c.state.limiter.standing(std::time::Instant::now());
+        write(headers, &standing, anthropic);
+    }
+}
+
 /// OpenAI's spelling of a duration: `1s`, `6m0s`, `20ms`.
 pub fn duration(d: Duration) -> String {
     let ms = d.as_millis();

@@ -63,10 +63,12 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
     let endpoint = shape.endpoint();
     let adapter = wire::adapter(endpoint);
     let mut ex = Record::start(snap.metrics(None), endpoint, request_id(&headers));
+    let mut known: Option<crate::clients::Caller> = None;
     let result = async {
         let caller = identify(&snap, &headers)?;
         if let Some(c) = &caller {
             ex.client = Some(c.state.metrics.clone());
+            known = Some(c.clone());
         }
         let body = routed_body(&snap, &headers, body).await?;
         let req = Incoming {
@@ -102,7 +104,10 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         Ok(Json(value).into_response())
     }
     .await;
-    respond(&mut ex, adapter, result)
+    let mut resp = respond(&mut ex, adapter, result);
+    let anthropic = endpoint == Endpoint::count_tokens;
+    crate::clients::headers::of_caller(resp.headers_mut(), known.as_ref(), anthropic);
+    resp
 }
 
 /// The backend's own count: the request posted to its endpoint (within its first-byte and

@@ -97,7 +97,9 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
         .filter(|a| caller.as_ref().is_none_or(|c| c.may_use(&a.name)))
         .map(|a| model_entry(&state, &snap, a))
         .collect();
-    Json(json!({"object": "list", "data": data})).into_response()
+    let mut resp = Json(json!({"object": "list", "data": data})).into_response();
+    crate::clients::headers::of_caller(resp.headers_mut(), caller.as_ref(), false);
+    resp
 }
 
 /// `GET /v1/models/{id}`: one alias, by its name or an old name.

@@ -42,7 +42,7 @@ where
     let adapter = wire::adapter(endpoint);
     let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let mut limited = None;
+    let mut limited: Option<crate::clients::Caller> = None;
     let result = async {
         if !canonical {
             return Err(ProxyError::NotFound {
@@ -53,7 +53,7 @@ where
         let caller = identify(&snap, &headers)?;
         if let Some(c) = &caller {
             rec.client = Some(c.state.metrics.clone());
-            limited = c.spec.limited().then(|| c.clone());
+            limited = Some(c.clone());
         }
         let body = routed_body(&snap, &headers, body).await?;
         let req = Incoming {
@@ -67,11 +67,8 @@ where
     }
     .await;
     let mut resp = respond(&mut rec, adapter, result);
-    if let Some(c) = limited {
-        let standing = c.state.limiter.standing(std::time::Instant::now());
-        let anthropic = endpoint == Endpoint::messages;
-        crate::clients::headers::write(resp.headers_mut(), &standing, anthropic);
-    }
+    let anthropic = endpoint == Endpoint::messages;
+    crate::clients::headers::of_caller(resp.headers_mut(), limited.as_ref(), anthropic);
     resp
 }
 
