@@ -114,6 +114,15 @@ pub enum ProxyError {
     /// The client did not send the request's body in time; the connection is closed.
     #[error("{} {waited:?}", if *.total { "the request body was not received within" } else { "the request body stalled: no byte for" })]
     BodyTimeout { waited: Duration, total: bool },
+    /// A client's limit refuses the request; `retry_after` `None`: it never fits.
+    #[error("rate limit of client {client}: {detail}")]
+    RateLimited {
+        client: String,
+        detail: String,
+        /// The day's quota is spent (OpenAI's `insufficient_quota`).
+        quota: bool,
+        retry_after: Option<u64>,
+    },
 }
 
 /// Most bytes of one piece of client input (a model name, a path, a header value) that an
@@ -307,6 +316,8 @@ impl ProxyError {
             BodyTimeout { .. } => (S::REQUEST_TIMEOUT, None, "request_timeout"),
             TooManyConnections { .. } => (S::SERVICE_UNAVAILABLE, None, "too_many_connections"),
             ProxyExhausted { .. } => (S::SERVICE_UNAVAILABLE, None, "proxy_overloaded"),
+            RateLimited { quota: true, .. } => (S::TOO_MANY_REQUESTS, None, "insufficient_quota"),
+            RateLimited { .. } => (S::TOO_MANY_REQUESTS, None, "rate_limit_exceeded"),
         }
     }
 
@@ -346,6 +357,7 @@ impl ProxyError {
             | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
             ProxyError::TooManyConnections { .. } | ProxyError::ProxyExhausted { .. } => Some(1),
             ProxyError::CountBusy { .. } => Some(1),
+            ProxyError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }
     }

@@ -8,6 +8,7 @@
 
 pub mod address;
 pub mod alloc;
+pub mod clients;
 pub mod config;
 pub mod demo;
 pub mod error;

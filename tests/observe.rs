@@ -253,6 +253,7 @@ fn r5_exported_families_match_the_documented_contract() {
     m.alias("a")
         .request(switchboard::wire::Endpoint::chat_completions, 200, false);
     m.backend_state("b", switchboard::fleet::health::BackendState::up);
+    m.client("c").request(200);
     m.breaker_state("b", switchboard::fleet::breaker::BreakerState::closed);
     m.alias("a").fallback(
         &m.alias("f"),

@@ -1,6 +1,8 @@
 //! Configuration: load `routes.toml` plus `SWITCHBOARD_*` overrides, then validate into typed structs.
 
 mod apis;
+mod clients;
+mod names;
 mod raw;
 mod routing;
 mod validate;
@@ -11,6 +13,7 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
 pub use apis::Apis;
+pub use clients::{ClientSpec, Clients, Priority};
 pub use raw::{RawConfig, RawSizing};
 pub use validate::{
     bearer, validate, Alias, Backend, BreakerConfig, Config, ConfigError, ConfigErrors,
@@ -30,7 +33,7 @@ pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {
         .merge(Env::prefixed("SWITCHBOARD_").split("__").filter(|key| {
             // Only config sections: other SWITCHBOARD_* variables (API keys, log level) are not config.
             let key = key.as_str().to_ascii_lowercase();
-            ["server.", "backends.", "aliases."]
+            ["server.", "backends.", "aliases.", "clients.", "priority."]
                 .iter()
                 .any(|section| key.starts_with(section))
         }))

@@ -17,6 +17,12 @@ pub struct RawConfig {
     pub backends: BTreeMap<String, RawBackend>,
     #[serde(default)]
     pub aliases: BTreeMap<String, RawAlias>,
+    /// Named clients: keys, allowed aliases, priority, limits.
+    #[serde(default)]
+    pub clients: BTreeMap<String, super::clients::RawClient>,
+    /// The queue's classes: how long a request of each may wait before it goes ahead.
+    #[serde(default)]
+    pub priority: super::clients::RawPriorities,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -10,6 +10,7 @@ use http::HeaderValue;
 use url::Url;
 
 use super::apis::Apis;
+use super::names::name_check;
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer, RawSizing};
 use super::routing::{context_fallbacks, fallbacks, replicas};
 use crate::address::TlsSpec;
@@ -25,6 +26,8 @@ pub struct Config {
     pub server: Server,
     pub backends: BTreeMap<String, Arc<Backend>>,
     pub aliases: BTreeMap<String, Arc<Alias>>,
+    /// Named clients and the queue's classes.
+    pub clients: Arc<super::clients::Clients>,
 }
 
 #[derive(Debug, Clone)]
@@ -311,41 +314,22 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
     context_fallbacks(&aliases, &mut errs);
     fallbacks(&aliases, &mut errs);
+    let clients = super::clients::validate(
+        raw.clients,
+        raw.priority,
+        server.api_keys.as_deref(),
+        &aliases,
+        &mut errs,
+    );
     if errs.is_empty() {
         Ok(Config {
             server,
             backends,
             aliases,
+            clients: Arc::new(clients),
         })
     } else {
         Err(ConfigErrors(errs))
-    }
-}
-
-/// Longest name of a backend, alias or old name.
-pub const NAME_LIMIT: usize = 128;
-
-/// Whether `name` can name a backend or an alias: what a Prometheus label value, a URL path
-/// (`/v1/models/NAME`), a header value (`x-switchboard-alias`) and the status page carry as it
-/// is: ASCII letters and digits and `.`, `_`, `-`, `:`, `/`, `@`, `+`, from a letter or digit
-/// on, at most [`NAME_LIMIT`] bytes (model names as runtimes and hubs spell them:
-/// `qwen3-coder:30b`, `Qwen/Qwen3-8B`).
-pub fn is_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= NAME_LIMIT
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || b"._-:/@+".contains(c))
-}
-
-fn name_check(key: &str, name: &str, errs: &mut Vec<ConfigError>) {
-    if !is_name(name) {
-        errs.push(ConfigError::BadValue {
-            key: key.to_string(),
-            value: crate::error::Echo::new(name).to_string(),
-            reason: format!("is not a name: use ASCII letters, digits and . _ - : / @ + (from a letter or digit on, at most {NAME_LIMIT} bytes)"),
-        });
     }
 }
 
@@ -701,7 +685,7 @@ fn backend_timeouts(
 
 /// Why `key` cannot be sent as a header value as it is (nothing if it can): an API key is
 /// visible ASCII with no space. The reason never quotes the key.
-fn sendable(key: &str) -> Result<(), String> {
+pub(super) fn sendable(key: &str) -> Result<(), String> {
     if key.is_empty() {
         return Err("is empty".into());
     }
@@ -1073,7 +1057,7 @@ fn shape(
 
 #[cfg(test)]
 mod tests {
-    use super::{is_name, NAME_LIMIT};
+    use super::super::names::{is_name, NAME_LIMIT};
     use crate::config::from_toml;
 
     const BASE: &str = r#"

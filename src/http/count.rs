@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::intake::{request_id, respond, routed_body};
+use super::intake::{identify, request_id, respond, routed_body};
 use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
@@ -63,13 +63,20 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
     let endpoint = shape.endpoint();
     let adapter = wire::adapter(endpoint);
     let mut ex = Record::start(snap.metrics(None), endpoint, request_id(&headers));
+    let mut known: Option<crate::clients::Caller> = None;
     let result = async {
+        let caller = identify(&snap, &headers)?;
+        if let Some(c) = &caller {
+            ex.client = Some(c.state.metrics.clone());
+            known = Some(c.clone());
+        }
         let body = routed_body(&snap, &headers, body).await?;
         let req = Incoming {
             adapter,
             path: String::new(),
             headers,
             body,
+            caller,
         };
         let routed = resolve(&snap, &mut ex, &req)?;
         let alias = &routed.route.alias;
@@ -100,7 +107,10 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         Ok(Json(value).into_response())
     }
     .await;
-    respond(&mut ex, adapter, result)
+    let mut resp = respond(&mut ex, adapter, result);
+    let anthropic = endpoint == Endpoint::count_tokens;
+    crate::clients::headers::of_caller(resp.headers_mut(), known.as_ref(), anthropic);
+    resp
 }
 
 /// The backend's own count: the request posted to its endpoint (within its first-byte and
@@ -115,8 +125,7 @@ async fn forward(
 ) -> Result<Response, ProxyError> {
     let backend = &alias.backend;
     let limits = backend.timeouts;
-    let headers =
-        exchange::upstream_headers(headers, backend, snap.config.server.api_keys.is_some());
+    let headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
     let sent = exchange::send(
         &state.client,
         backend,

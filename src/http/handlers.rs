@@ -86,16 +86,20 @@ fn model_entry(state: &AppState, snap: &Snapshot, alias: &Alias) -> serde_json::
 /// `GET /v1/models`: every alias (old names are not listed).
 pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let snap = state.live.load_full();
-    if let Err(e) = intake::authorize(&snap, &headers) {
-        return e.into_response();
-    }
+    let caller = match intake::identify(&snap, &headers) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
     let data: Vec<_> = snap
         .routes
         .aliases()
         .iter()
+        .filter(|a| caller.as_ref().is_none_or(|c| c.may_use(&a.name)))
         .map(|a| model_entry(&state, &snap, a))
         .collect();
-    Json(json!({"object": "list", "data": data})).into_response()
+    let mut resp = Json(json!({"object": "list", "data": data})).into_response();
+    crate::clients::headers::of_caller(resp.headers_mut(), caller.as_ref(), false);
+    resp
 }
 
 /// `GET /v1/models/{id}`: one alias, by its name or an old name.
@@ -105,14 +109,19 @@ pub async fn model(
     headers: HeaderMap,
 ) -> Response {
     let snap = state.live.load_full();
-    if let Err(e) = intake::authorize(&snap, &headers) {
-        return e.into_response();
-    }
-    match snap.routes.resolve(&id) {
+    let caller = match intake::identify(&snap, &headers) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let allowed = snap
+        .routes
+        .resolve(&id)
+        .filter(|r| caller.as_ref().is_none_or(|c| c.may_use(&r.alias.name)));
+    match allowed {
         Some(r) => Json(model_entry(&state, &snap, &r.alias)).into_response(),
         None => ProxyError::ModelNotFound {
             model: Echo::new(&id),
-            known: snap.routes.known(),
+            known: crate::pipeline::known(&snap, caller.as_ref()),
         }
         .into_response(),
     }

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+
+use crate::clients::Caller;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -11,7 +13,6 @@ use tokio::time::Instant;
 use crate::error::{Echo, ProxyError};
 use crate::live::Snapshot;
 use crate::observe::record::Record;
-use crate::upstream::exchange::X_API_KEY;
 use crate::wire::Adapter;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -44,21 +45,13 @@ fn new_request_id() -> HeaderValue {
 
 /// Clients must present one of the configured keys, when keys are configured.
 pub fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError> {
-    let Some(keys) = &snap.config.server.api_keys else {
-        return Ok(());
-    };
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, key)| key.trim());
-    // Anthropic-style clients send `x-api-key`.
-    let given = bearer.or_else(|| headers.get(X_API_KEY).and_then(|v| v.to_str().ok()));
-    match given {
-        Some(k) if keys.iter().any(|key| key == k) => Ok(()),
-        _ => Err(ProxyError::Unauthorized),
-    }
+    identify(snap, headers).map(drop)
+}
+
+/// The client whose key the request presents (`None` when no key is configured); 401 for a
+/// missing or unknown key.
+pub fn identify(snap: &Snapshot, headers: &HeaderMap) -> Result<Option<Caller>, ProxyError> {
+    snap.clients.identify(headers).map(|c| c.cloned())
 }
 
 pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
@@ -161,8 +154,8 @@ where
     Ok(gathered.map_or_else(|| first.unwrap_or_default(), BytesMut::freeze))
 }
 
-/// The intake every model-routed endpoint shares: client auth, content type, the body within
-/// its size, time and nesting limits.
+/// The intake every model-routed endpoint shares after the client is identified
+/// ([`identify`]): content type, the body within its size, time and nesting limits.
 pub async fn routed_body<B>(
     snap: &Snapshot,
     headers: &HeaderMap,
@@ -172,7 +165,6 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    authorize(snap, headers)?;
     check_content_type(headers)?;
     let server = &snap.config.server;
     let body = read_body(body, server.body_limit, BodyTime::of(server), headers).await?;

@@ -4,7 +4,7 @@ use axum::http::{Method, Request};
 use axum::response::Response;
 use bytes::Bytes;
 
-use super::intake::{request_id, respond, routed_body};
+use super::intake::{identify, request_id, respond, routed_body};
 use crate::error::{Echo, ProxyError};
 use crate::live::AppState;
 use crate::observe::record::Record;
@@ -42,6 +42,7 @@ where
     let adapter = wire::adapter(endpoint);
     let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let mut limited: Option<crate::clients::Caller> = None;
     let result = async {
         if !canonical {
             return Err(ProxyError::NotFound {
@@ -49,17 +50,26 @@ where
                 path: Echo::new(path),
             });
         }
+        let caller = identify(&snap, &headers)?;
+        if let Some(c) = &caller {
+            rec.client = Some(c.state.metrics.clone());
+            limited = Some(c.clone());
+        }
         let body = routed_body(&snap, &headers, body).await?;
         let req = Incoming {
             adapter,
             path: path.to_string(),
             headers,
             body,
+            caller,
         };
         pipeline::handle(state, &snap, &mut rec, req).await
     }
     .await;
-    respond(&mut rec, adapter, result)
+    let mut resp = respond(&mut rec, adapter, result);
+    let anthropic = endpoint == Endpoint::messages;
+    crate::clients::headers::of_caller(resp.headers_mut(), limited.as_ref(), anthropic);
+    resp
 }
 
 #[cfg(test)]

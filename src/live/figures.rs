@@ -165,6 +165,7 @@ pub fn apply(config: Config, found: &Found) -> Config {
         server: config.server,
         backends,
         aliases,
+        clients: config.clients,
     }
 }
 

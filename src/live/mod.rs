@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 
+use crate::clients::Registry;
 use crate::config::{Config, ConfigError, ConfigErrors};
 use crate::fleet::balance::Affinity;
 use crate::fleet::breaker::Breaker;
@@ -51,6 +52,8 @@ pub struct Snapshot {
     gate: Arc<CountGate>,
     /// What the backends reported, where it was asked.
     found: Found,
+    /// Who holds which key; each client's counters kept across snapshots.
+    pub clients: Registry,
 }
 
 impl Snapshot {
@@ -87,6 +90,7 @@ impl Snapshot {
             });
         let guards = guards(&config, previous, &gate)?;
         let routes = RouteTable::new(&config);
+        let clients = Registry::build(&config, metrics, previous.map(|p| &p.clients));
         let slots: HashMap<String, Arc<Slots>> = config
             .backends
             .values()
@@ -151,6 +155,7 @@ impl Snapshot {
             guards,
             gate,
             found,
+            clients,
         })
     }
 

@@ -167,6 +167,7 @@ pub struct Metrics {
     pub client_connections: Gauge,
     /// Client connections closed at once because `server.max_connections` were open.
     pub connections_refused: Counter,
+    clients: ClientFamilies,
     /// The status page's rolling window of every alias, kept across reloads like the series.
     windows: Mutex<HashMap<String, Arc<Window>>>,
     /// Where every window counts its steps from.
@@ -217,6 +218,7 @@ impl Metrics {
             reloads: Family::default(),
             client_connections: Gauge::default(),
             connections_refused: Counter::default(),
+            clients: ClientFamilies::default(),
             windows: Mutex::default(),
             origin: Instant::now(),
             registry: Registry::default(),
@@ -224,6 +226,7 @@ impl Metrics {
         m.register_traffic(&mut r);
         m.register_load(&mut r);
         m.register_process(&mut r);
+        m.clients.register(&mut r);
         // Counters start at 0 so rate() and alerts see them before the first event.
         for result in [ReloadResult::success, ReloadResult::failure] {
             let _ = m.reloads.get_or_create(&ReloadLabel { result });
@@ -391,6 +394,11 @@ impl Metrics {
             "Build information; the value is always 1",
             info,
         );
+    }
+
+    /// Handles for one client (a configured name or `anonymous`); made per config snapshot.
+    pub fn client(&self, name: &str) -> ClientMetrics {
+        self.clients.handles(name)
     }
 
     /// Handles for one alias; created per config snapshot so the hot path takes no lock.
@@ -760,5 +768,170 @@ mod tests {
         assert!(text.contains("switchboard_backend_up{backend=\"b\"} 0"));
         assert!(text.contains("switchboard_backend_state{backend=\"b\",state=\"loading\"} 1"));
         assert!(text.contains("switchboard_build_info{version="));
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientLabel {
+    client: Name,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientRequestLabels {
+    client: Name,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientTokenLabels {
+    client: Name,
+    kind: TokenKind,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum TokenKind {
+    prompt,
+    completion,
+}
+
+/// Why a client's request was refused before it reached a backend.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum RefusalReason {
+    rate_limit,
+    quota,
+    concurrency,
+    not_allowed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientRefusalLabels {
+    client: Name,
+    reason: RefusalReason,
+}
+
+/// The families labelled by client.
+struct ClientFamilies {
+    requests: Family<ClientRequestLabels, Counter>,
+    tokens: Family<ClientTokenLabels, Counter>,
+    queue_wait: Family<ClientLabel, Histogram, fn() -> Histogram>,
+    refusals: Family<ClientRefusalLabels, Counter>,
+    inflight: Family<ClientLabel, Gauge>,
+    queued: Family<ClientLabel, Gauge>,
+}
+
+impl Default for ClientFamilies {
+    fn default() -> Self {
+        ClientFamilies {
+            requests: Family::default(),
+            tokens: Family::default(),
+            queue_wait: Family::new_with_constructor(ttft_hist),
+            refusals: Family::default(),
+            inflight: Family::default(),
+            queued: Family::default(),
+        }
+    }
+}
+
+impl ClientFamilies {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "client_requests",
+            "Requests answered, by client and HTTP status",
+            self.requests.clone(),
+        );
+        r.register(
+            "client_tokens",
+            "Tokens charged to clients from the usage backends report, by kind",
+            self.tokens.clone(),
+        );
+        r.register_with_unit(
+            "client_queue_wait",
+            "Time a client's requests spent waiting for a backend slot",
+            Unit::Seconds,
+            self.queue_wait.clone(),
+        );
+        r.register(
+            "client_refusals",
+            "Requests refused before reaching a backend, by client and reason",
+            self.refusals.clone(),
+        );
+        r.register(
+            "client_inflight_requests",
+            "A client's requests being served now",
+            self.inflight.clone(),
+        );
+        r.register(
+            "client_queued_requests",
+            "A client's requests waiting for a backend slot",
+            self.queued.clone(),
+        );
+    }
+
+    fn handles(&self, name: &str) -> ClientMetrics {
+        let client = Arc::new(name.to_string());
+        let l = ClientLabel {
+            client: Arc::clone(&client),
+        };
+        let tokens = |kind| {
+            self.tokens.get_or_create_owned(&ClientTokenLabels {
+                client: Arc::clone(&client),
+                kind,
+            })
+        };
+        let refusal = |reason| {
+            self.refusals.get_or_create_owned(&ClientRefusalLabels {
+                client: Arc::clone(&client),
+                reason,
+            })
+        };
+        ClientMetrics {
+            requests: self.requests.clone(),
+            prompt_tokens: tokens(TokenKind::prompt),
+            completion_tokens: tokens(TokenKind::completion),
+            queue_wait: self.queue_wait.get_or_create_owned(&l),
+            refusals: [
+                refusal(RefusalReason::rate_limit),
+                refusal(RefusalReason::quota),
+                refusal(RefusalReason::concurrency),
+                refusal(RefusalReason::not_allowed),
+            ],
+            inflight: self.inflight.get_or_create_owned(&l),
+            queued: self.queued.get_or_create_owned(&l),
+            name: client,
+        }
+    }
+}
+
+/// One client's metric handles.
+#[derive(Clone, Debug)]
+pub struct ClientMetrics {
+    name: Name,
+    requests: Family<ClientRequestLabels, Counter>,
+    pub prompt_tokens: Counter,
+    pub completion_tokens: Counter,
+    pub queue_wait: Histogram,
+    refusals: [Counter; 4],
+    pub inflight: Gauge,
+    pub queued: Gauge,
+}
+
+impl ClientMetrics {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn request(&self, status: u16) {
+        self.requests
+            .get_or_create(&ClientRequestLabels {
+                client: Arc::clone(&self.name),
+                status,
+            })
+            .inc();
+    }
+
+    pub fn refused(&self, reason: RefusalReason) {
+        self.refusals[reason as usize].inc();
     }
 }

@@ -8,10 +8,16 @@ use http::HeaderValue;
 
 use crate::tokens::Counter;
 
-use crate::observe::metrics::AliasMetrics;
+use crate::observe::metrics::{AliasMetrics, ClientMetrics};
 use crate::observe::window::Sample;
 use crate::wire::usage::Usage;
 use crate::wire::{Endpoint, Seen};
+
+/// A client's charge for the request, settled once as the record ends: from the usage the
+/// backend reported, else from the tokens seen generated.
+pub trait Settle: Send + Sync + std::fmt::Debug {
+    fn settle(&mut self, usage: Option<Usage>, generated: u64);
+}
 
 /// Lives as long as the request: dropped when the answer is complete or the client is gone.
 /// Dropping records every metric of the request once and writes its log line.
@@ -38,6 +44,12 @@ pub struct Record {
     sent_at: Option<Instant>,
     headers_at: Option<Instant>,
     post_headers: Duration,
+    /// The client's metrics, when the request came with a client's key.
+    pub client: Option<ClientMetrics>,
+    /// The client's charge, once its limits admitted the request.
+    pub charge: Option<Box<dyn Settle>>,
+    /// Token events seen in a stream (what a stream cut short is charged).
+    pub generated: u64,
 }
 
 impl Record {
@@ -62,7 +74,15 @@ impl Record {
             sent_at: None,
             headers_at: None,
             post_headers: Duration::ZERO,
+            client: None,
+            charge: None,
+            generated: 0,
         }
+    }
+
+    /// When the request arrived.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// Move the request to its alias's metrics once the model resolved.
@@ -97,6 +117,7 @@ impl Record {
         if seen.usage.is_some() {
             self.usage = seen.usage;
         }
+        self.generated += seen.tokens;
         self.first_token = self.first_token.or(seen.first_token);
         self.first_content = self.first_content.or(seen.first_content);
         self.last_token = seen.last_token.or(self.last_token);
@@ -126,6 +147,9 @@ impl Record {
             sent_at: None,
             headers_at: None,
             post_headers: Duration::ZERO,
+            client: None,
+            charge: None,
+            generated: 0,
         };
         std::mem::replace(self, husk)
     }
@@ -135,6 +159,9 @@ impl Record {
         let now = Instant::now();
         m.inflight.dec();
         m.request(self.endpoint, self.status, self.stream);
+        if let Some(c) = &self.client {
+            c.request(self.status);
+        }
         let total = now - self.started;
         m.duration.observe(total.as_secs_f64());
         if !self.completed {
@@ -166,6 +193,7 @@ impl Record {
         tracing::info!(
             target: "switchboard::request",
             request_id = self.request_id.to_str().unwrap_or_default(),
+            client = self.client.as_ref().map(ClientMetrics::name),
             alias = m.name(),
             endpoint = ?self.endpoint,
             backend = self.backend.as_deref().unwrap_or("-"),
@@ -216,6 +244,9 @@ impl Record {
 impl Drop for Record {
     fn drop(&mut self) {
         if self.armed {
+            if let Some(mut c) = self.charge.take() {
+                c.settle(self.usage, self.generated);
+            }
             self.record();
         }
     }

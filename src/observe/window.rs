@@ -222,9 +222,44 @@ impl Window {
     }
 }
 
+impl Window {
+    /// Each step of the last five minutes, oldest first: its requests and its median time
+    /// to first token (seconds), for the status page's charts.
+    pub fn series(&self, now: Instant) -> Vec<(u32, Option<f64>)> {
+        let n = self.step_of(now);
+        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        (0..STEPS as u64)
+            .rev()
+            .map(|back| {
+                let at = n.checked_sub(back);
+                match ring.iter().find(|s| Some(s.at) == at) {
+                    Some(step) => (step.requests, TTFT.quantile(&step.ttft, 0.5)),
+                    None => (0, None),
+                }
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_series_has_a_step_per_ten_seconds_oldest_first() {
+        let t0 = Instant::now();
+        let w = Window::new(t0);
+        w.record(t0, ok(100, 10.0));
+        w.record(t0 + STEP * 2, ok(200, 10.0));
+        w.record(t0 + STEP * 2, ok(200, 10.0));
+        let s = w.series(t0 + STEP * 2);
+        assert_eq!(s.len(), STEPS);
+        assert_eq!(s[STEPS - 1].0, 2);
+        assert_eq!(s[STEPS - 2], (0, None));
+        assert_eq!(s[STEPS - 3].0, 1);
+        let ttft = s[STEPS - 3].1.unwrap();
+        assert!((0.09..0.11).contains(&ttft), "{ttft}");
+    }
 
     fn ok(ttft_ms: u64, tps: f64) -> Sample {
         Sample {

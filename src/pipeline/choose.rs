@@ -6,13 +6,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::clients::Caller;
 use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
 use crate::fleet::balance::{least_loaded, AffinityResult, Load};
 use crate::fleet::breaker::{Breaker, Pass};
 use crate::fleet::health::BackendState;
 use crate::fleet::routes::FallbackReason;
-use crate::fleet::slots::{SlotPermit, Slots};
+use crate::fleet::slots::{SlotPermit, Slots, Ticket};
 use crate::live::{AppState, Snapshot};
 
 /// The replica a request goes to, with its slot and its breaker's leave.
@@ -54,6 +55,13 @@ type Handles<'s> = (Option<&'s Arc<Breaker>>, Option<&'s Arc<Slots>>);
 /// are not looked up again).
 const KEPT: usize = 4;
 
+/// Where a request stands in a queue: its ticket, and its client (for the client's queue
+/// figures).
+pub struct Place {
+    pub ticket: Ticket,
+    pub caller: Option<Caller>,
+}
+
 /// Choose a replica of `alias` that `tried` does not name, for conversation `key`.
 pub async fn choose(
     state: &AppState,
@@ -61,6 +69,7 @@ pub async fn choose(
     alias: &Alias,
     tried: &mut Vec<usize>,
     key: Option<u64>,
+    place: &Place,
 ) -> Result<Chosen, Refusal> {
     let now = Instant::now();
     loop {
@@ -123,7 +132,7 @@ pub async fn choose(
             },
             None => None,
         };
-        let slot = slot(snap, alias, slots).await.map_err(Some)?;
+        let slot = slot(snap, alias, slots, place).await.map_err(Some)?;
         if let Some(key) = key.filter(|_| n > 1) {
             let m = snap.metrics(Some(&alias.name));
             let was = snap.affinity().get(key);
@@ -211,6 +220,7 @@ async fn slot(
     snap: &Snapshot,
     alias: &Alias,
     slots: Option<&Arc<Slots>>,
+    place: &Place,
 ) -> Result<Option<SlotPermit>, (FallbackReason, ProxyError)> {
     let Some(slots) = slots else {
         return Ok(None);
@@ -220,9 +230,44 @@ async fn slot(
     }
     let m = snap.metrics(Some(&alias.name));
     let timeout = snap.config.server.queue_timeout;
-    match slots.acquire(&alias.name, timeout, &**m).await {
+    let _queued = place.caller.as_ref().map(ClientQueued::enter);
+    let got = slots
+        .acquire(&alias.name, timeout, place.ticket, &**m)
+        .await;
+    match got {
         Ok(p) => Ok(Some(p)),
         Err(e @ ProxyError::QueueTimeout { .. }) => Err((FallbackReason::queue_timeout, e)),
         Err(e) => Err((FallbackReason::overloaded, e)),
+    }
+}
+
+/// A client's request waiting for a slot: its queue gauge and wait, however the wait ends.
+struct ClientQueued<'a> {
+    caller: &'a Caller,
+    since: Instant,
+}
+
+impl<'a> ClientQueued<'a> {
+    fn enter(caller: &'a Caller) -> ClientQueued<'a> {
+        caller.state.metrics.queued.inc();
+        caller
+            .state
+            .queued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ClientQueued {
+            caller,
+            since: Instant::now(),
+        }
+    }
+}
+
+impl Drop for ClientQueued<'_> {
+    fn drop(&mut self) {
+        let s = &self.caller.state;
+        s.metrics.queued.dec();
+        s.queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        s.metrics
+            .queue_wait
+            .observe(self.since.elapsed().as_secs_f64());
     }
 }

@@ -9,6 +9,7 @@
 mod admit;
 mod choose;
 pub mod deadline;
+mod limit;
 mod peek;
 pub mod relay;
 mod resolve;
@@ -26,12 +27,14 @@ use bytes::Bytes;
 
 use tries::{Last, Tries};
 
+use crate::clients::Caller;
 use crate::error::ProxyError;
+use crate::fleet::slots::Ticket;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::wire::Adapter;
 
-pub use resolve::{resolve, Routed};
+pub use resolve::{known, resolve, Routed};
 
 /// A routed request as intake hands it over: authorized, its body read whole.
 pub struct Incoming {
@@ -40,6 +43,8 @@ pub struct Incoming {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The client whose key it came with (`None`: no key is configured).
+    pub caller: Option<Caller>,
 }
 
 /// Serve one routed request with the snapshot it started with: its alias's replicas, then
@@ -51,6 +56,7 @@ pub async fn handle(
     mut req: Incoming,
 ) -> Result<Response, ProxyError> {
     let routed = resolve(snap, rec, &req)?;
+    let place = place(snap, rec, &req)?;
     let mut tries = Tries::new(snap, &routed.route.alias, &req);
     let mut headers = Some(std::mem::take(&mut req.headers));
     // Whether the last failed attempt was translated to chat (its answer may be the client's).
@@ -66,12 +72,13 @@ pub async fn handle(
             Err(e) => return Err(e),
         };
         let (alias, body) = (admitted.alias, admitted.body);
+        limit::charge(state, snap, rec, &req, &alias, &body).await?;
         loop {
-            let chosen =
-                match choose::choose(state, snap, &alias, &mut tries.tried, tries.key).await {
-                    Ok(c) => c,
-                    Err(refusal) => break tries.refused(refusal),
-                };
+            let tried = &mut tries.tried;
+            let chosen = match choose::choose(state, snap, &alias, tried, tries.key, &place).await {
+                Ok(c) => c,
+                Err(refusal) => break tries.refused(refusal),
+            };
             rec.backend = Some(chosen.backend.name.clone());
             let out = shape::for_backend(&req, &routed.view, &alias, &chosen.backend, &body)?;
             let headers = tries.headers(&mut headers);
@@ -107,4 +114,28 @@ pub async fn handle(
         }
         Last::Error(e) => Err(e),
     }
+}
+
+/// The request's place in any queue it waits in: its class (its client's, or lower as its
+/// header asks), its client, and its arrival (kept on every replica and fallback).
+fn place(snap: &Snapshot, rec: &Record, req: &Incoming) -> Result<choose::Place, ProxyError> {
+    let since = rec.started();
+    let caller = req.caller.as_ref();
+    let own = caller.map_or(crate::config::Priority::Normal, |c| c.spec.priority);
+    if caller.is_none() && !req.headers.contains_key(crate::clients::PRIORITY) {
+        return Ok(choose::Place {
+            ticket: Ticket::plain(since),
+            caller: None,
+        });
+    }
+    let class = crate::clients::class(own, &req.headers)?;
+    Ok(choose::Place {
+        ticket: Ticket {
+            class,
+            client: caller.map_or(0, |c| c.state.id),
+            since,
+            max_wait: snap.config.clients.max_wait(class),
+        },
+        caller: caller.cloned(),
+    })
 }

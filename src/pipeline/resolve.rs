@@ -3,10 +3,12 @@
 use axum::http::{HeaderMap, HeaderName};
 
 use super::Incoming;
+use crate::clients::Caller;
 use crate::config::Alias;
 use crate::error::{Echo, ProxyError};
 use crate::fleet::routes::Route;
 use crate::live::Snapshot;
+use crate::observe::metrics::RefusalReason;
 use crate::observe::record::Record;
 use crate::reasoning::OutputField;
 use crate::wire::request::ParsedRequest;
@@ -25,12 +27,20 @@ pub struct Routed {
 /// alias's metrics.
 pub fn resolve(snap: &Snapshot, rec: &mut Record, req: &Incoming) -> Result<Routed, ProxyError> {
     let view = ParsedRequest::parse(&req.body)?;
+    let caller = req.caller.as_ref();
+    // An alias the client may not use is answered as if it did not exist.
     let route = snap
         .routes
         .resolve(&view.model)
-        .ok_or_else(|| ProxyError::ModelNotFound {
-            model: Echo::new(&view.model),
-            known: snap.routes.known(),
+        .filter(|r| caller.is_none_or(|c| c.may_use(&r.alias.name)))
+        .ok_or_else(|| {
+            if let Some(c) = caller.filter(|_| snap.routes.resolve(&view.model).is_some()) {
+                c.state.metrics.refused(RefusalReason::not_allowed);
+            }
+            ProxyError::ModelNotFound {
+                model: Echo::new(&view.model),
+                known: known(snap, caller),
+            }
         })?;
     rec.stream = view.stream;
     rec.route(
@@ -65,5 +75,22 @@ fn output_field(
         None => Ok(alias
             .reasoning_field
             .unwrap_or(snap.config.server.reasoning_field)),
+    }
+}
+
+/// The aliases `caller` may use, as a 404 lists them.
+pub fn known(snap: &Snapshot, caller: Option<&Caller>) -> String {
+    match caller.filter(|c| c.spec.aliases.is_some()) {
+        None => snap.routes.known(),
+        Some(c) => {
+            let names: Vec<&str> = snap
+                .routes
+                .aliases()
+                .iter()
+                .map(|a| a.name.as_str())
+                .filter(|a| c.may_use(a))
+                .collect();
+            names.join(", ")
+        }
     }
 }

@@ -68,7 +68,7 @@ pub async fn send(
 ) -> Result<Answer, Failed> {
     let server = &snap.config.server;
     let m = snap.metrics(Some(&alias.name));
-    let headers = exchange::upstream_headers(headers, backend, server.api_keys.is_some());
+    let headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
     let limits = backend.timeouts;
     let started = Instant::now();
     rec.sending();

@@ -24,11 +24,14 @@ pub struct Seen {
     pub last_token: Option<Instant>,
     /// The backend reported an error inside the stream.
     pub error: Option<String>,
+    /// Token events seen.
+    pub tokens: u64,
 }
 
 impl Seen {
     /// A token arrived at `now`; `content`: it is answer text.
     pub fn token(&mut self, now: Instant, content: bool) {
+        self.tokens += 1;
         self.first_token.get_or_insert(now);
         if content {
             self.first_content.get_or_insert(now);

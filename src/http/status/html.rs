@@ -127,7 +127,9 @@ fn status_section(out: &mut String, fleet: &Fleet) {
     for a in &fleet.aliases {
         alias_row(out, a);
     }
-    out.push_str("</tbody>\n</table>\n</main>\n");
+    out.push_str("</tbody>\n</table>\n");
+    super::clients::render(out, &fleet.clients);
+    out.push_str("</main>\n");
 }
 
 fn alias_row(out: &mut String, a: &AliasView) {
@@ -146,6 +148,12 @@ fn alias_row(out: &mut String, a: &AliasView) {
             let sep = if i == 0 { "" } else { ", " };
             let _ = write!(out, "{sep}{}", E(old));
         }
+        out.push_str("</div>");
+    }
+    if !a.series.is_empty() {
+        out.push_str("<div class=\"charts\">");
+        super::charts::requests(out, &a.series);
+        super::charts::ttft(out, &a.series);
         out.push_str("</div>");
     }
     out.push_str("</td><td>");
@@ -232,6 +240,7 @@ fn span(d: Duration) -> String {
 }
 
 const STYLE: &str = "\
+.charts svg{vertical-align:middle;margin:2px 6px 0 0;color:#4a7}\
 :root{color-scheme:light dark;--bg:#fff;--fg:#1b1f24;--dim:#5b6470;--line:#d8dde3;\
 --up:#1a7f37;--loading:#9a6700;--down:#cf222e;--breaker:#8250df;--head:#f3f5f7}\
 @media (prefers-color-scheme:dark){:root{--bg:#0f1216;--fg:#e6e9ed;--dim:#9aa4af;\
@@ -284,6 +293,7 @@ mod tests {
             now: UNIX_EPOCH + Duration::from_secs(1_735_689_599),
             started: 1_735_689_000,
             reload: None,
+            clients: Vec::new(),
             aliases: vec![AliasView {
                 name: "a<b>".into(),
                 description: Some(description.into()),
@@ -307,6 +317,7 @@ mod tests {
                     ttft_p50: Some(0.25),
                     decode_p50: Some(41.6),
                 },
+                series: vec![(1, Some(0.25))],
             }],
         }
     }

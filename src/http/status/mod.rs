@@ -1,6 +1,8 @@
 //! `GET /`: the status page. Server-rendered HTML from the live snapshot, readable without
 //! JavaScript; client auth as `/v1/models` has it, plus HTTP Basic for browsers.
 
+mod charts;
+mod clients;
 mod html;
 mod view;
 
@@ -10,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
 use super::intake;
+use crate::clients::Caller;
 use crate::error::ProxyError;
 use crate::live::{AppState, Snapshot};
 
@@ -18,16 +21,16 @@ pub use html::REFRESH_SECS;
 /// `GET /`: aliases, their backends and health, load and the last five minutes.
 pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let snap = state.live.load_full();
-    if authorize(&snap, &headers).is_err() {
+    let Ok(caller) = authorize(&snap, &headers) else {
         let mut resp = ProxyError::Unauthorized.into_response();
         resp.headers_mut().insert(
             header::WWW_AUTHENTICATE,
             HeaderValue::from_static("Basic realm=\"switchboard\", charset=\"UTF-8\""),
         );
         return resp;
-    }
+    };
     let nonce = format!("{:032x}", rand::random::<u128>());
-    let body = html::render(&view::collect(&state, &snap), &nonce);
+    let body = html::render(&view::collect(&state, &snap, caller.as_ref()), &nonce);
     let csp = format!(
         "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
          connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
@@ -58,14 +61,14 @@ pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response
 /// `/v1/models` takes. A browser cannot send a bearer token when it opens a page, so a key
 /// is also accepted as the password of HTTP Basic auth (any user name), which browsers ask
 /// for after the 401's `WWW-Authenticate` and then send with the page's own refreshes.
-fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError> {
-    let Err(e) = intake::authorize(snap, headers) else {
-        return Ok(());
+fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<Option<Caller>, ProxyError> {
+    let e = match intake::identify(snap, headers) {
+        Ok(c) => return Ok(c),
+        Err(e) => e,
     };
-    let keys = snap.config.server.api_keys.as_deref().unwrap_or_default();
-    match basic_password(headers) {
-        Some(p) if keys.contains(&p) => Ok(()),
-        _ => Err(e),
+    match basic_password(headers).and_then(|p| snap.clients.holder(&p).cloned()) {
+        Some(c) => Ok(Some(c)),
+        None => Err(e),
     }
 }
 

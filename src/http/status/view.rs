@@ -3,6 +3,8 @@
 
 use std::time::{Instant, SystemTime};
 
+use super::clients::ClientView;
+use crate::clients::Caller;
 use crate::live::reload::LastReload;
 use crate::live::{AppState, Snapshot};
 use crate::observe::window::Summary;
@@ -16,6 +18,7 @@ pub struct Fleet {
     pub started: u64,
     pub reload: Option<LastReload>,
     pub aliases: Vec<AliasView>,
+    pub clients: Vec<ClientView>,
 }
 
 /// One alias's row.
@@ -29,6 +32,8 @@ pub struct AliasView {
     pub inflight: i64,
     pub queued: i64,
     pub last_5m: Summary,
+    /// Requests and median time to first token of each 10-second step, oldest first.
+    pub series: Vec<(u32, Option<f64>)>,
 }
 
 /// A backend serving an alias.
@@ -47,12 +52,13 @@ pub struct BackendView {
 }
 
 /// Gather the page's data from one snapshot.
-pub fn collect(state: &AppState, snap: &Snapshot) -> Fleet {
+pub fn collect(state: &AppState, snap: &Snapshot, caller: Option<&Caller>) -> Fleet {
     let now = Instant::now();
     let aliases = snap
         .routes
         .aliases()
         .iter()
+        .filter(|a| caller.is_none_or(|c| c.may_use(&a.name)))
         .map(|a| {
             let m = snap.metrics(Some(&a.name));
             let backends = a
@@ -77,6 +83,7 @@ pub fn collect(state: &AppState, snap: &Snapshot) -> Fleet {
                 inflight: m.inflight.get(),
                 queued: m.queued.get(),
                 last_5m: m.window.summary(now),
+                series: m.window.series(now),
             }
         })
         .collect();
@@ -86,6 +93,7 @@ pub fn collect(state: &AppState, snap: &Snapshot) -> Fleet {
         started: state.started,
         reload: state.reloads.last(),
         aliases,
+        clients: super::clients::collect(snap, caller),
     }
 }
 

@@ -1,0 +1,107 @@
+//! A client's request admitted against its limits: a place among its requests in flight and
+//! its tokens reserved (prompt and `max_tokens`), settled from the usage when it ends.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::limiter::{Refusal, Which};
+use super::Caller;
+use crate::error::ProxyError;
+use crate::observe::metrics::RefusalReason;
+use crate::observe::record::Settle;
+use crate::wire::usage::Usage;
+
+/// Held (in the request's record) from admission to the end of the answer.
+#[derive(Debug)]
+pub struct Charge {
+    caller: Caller,
+    reserved: u64,
+    prompt: u64,
+}
+
+impl Charge {
+    /// Admit a request of `caller` whose prompt is `prompt` tokens and which asks room for
+    /// `output` more: its place in flight, then one request and the tokens of its limits.
+    pub fn admit(caller: &Caller, prompt: u64, output: u64) -> Result<Charge, ProxyError> {
+        let state = &caller.state;
+        let spec = &caller.spec;
+        let n = state.inflight.fetch_add(1, Ordering::AcqRel);
+        let mut charge = Charge {
+            caller: caller.clone(),
+            reserved: 0,
+            prompt,
+        };
+        state.metrics.inflight.inc();
+        if let Some(max) = spec.max_concurrent.filter(|m| n >= m.get()) {
+            state.metrics.refused(RefusalReason::concurrency);
+            return Err(ProxyError::RateLimited {
+                client: spec.name.clone(),
+                detail: format!("{max} requests in flight, the most this client may have"),
+                quota: false,
+                retry_after: Some(1),
+            });
+        }
+        let cost = prompt + output;
+        match state.limiter.reserve(cost, Instant::now()) {
+            Ok(_) => {
+                charge.reserved = cost;
+                Ok(charge)
+            }
+            Err(r) => {
+                let reason = match r.which {
+                    Which::Day => RefusalReason::quota,
+                    _ => RefusalReason::rate_limit,
+                };
+                state.metrics.refused(reason);
+                Err(refusal(&spec.name, r))
+            }
+        }
+    }
+}
+
+/// The 429 of a refusal, saying which limit and whether waiting helps.
+fn refusal(client: &str, r: Refusal) -> ProxyError {
+    let what = match r.which {
+        Which::Requests => "requests per minute",
+        Which::Tokens => "tokens per minute",
+        Which::Day => "tokens per day",
+    };
+    let detail = match r.retry_after {
+        None => format!(
+            "the request needs {} tokens, more than the limit of {} {what}: it can never fit, do not retry it",
+            r.needed, r.limit
+        ),
+        Some(s) => format!("limit of {} {what} reached, retry in {s}s", r.limit),
+    };
+    ProxyError::RateLimited {
+        client: client.to_string(),
+        detail,
+        quota: r.which == Which::Day,
+        retry_after: r.retry_after,
+    }
+}
+
+impl Settle for Charge {
+    /// What it used: the usage reported, else (a stream cut short, an answer without usage)
+    /// its prompt and the tokens seen generated.
+    fn settle(&mut self, usage: Option<Usage>, generated: u64) {
+        let used = usage.map_or(self.prompt + generated, |u| u.prompt + u.completion);
+        let m = &self.caller.state.metrics;
+        if let Some(u) = usage {
+            m.prompt_tokens.inc_by(u.prompt);
+            m.completion_tokens.inc_by(u.completion);
+        }
+        let now = Instant::now();
+        self.caller.state.limiter.settle(self.reserved, used, now);
+        self.caller.state.recent.add(now, used);
+        self.reserved = 0;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let state = &self.caller.state;
+        state.inflight.fetch_sub(1, Ordering::AcqRel);
+        state.metrics.inflight.dec();
+    }
+}

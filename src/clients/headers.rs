@@ -1,0 +1,132 @@
+//! The rate-limit headers a client with limits gets on every answer: OpenAI's
+//! `x-ratelimit-*` and, on `/v1/messages`, Anthropic's `anthropic-ratelimit-*`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::limiter::{Left, Standing};
+
+/// Write `standing` into `headers`; `anthropic`: in Anthropic's names (reset as an RFC 3339
+/// time) instead of OpenAI's (reset as a duration).
+pub fn write(headers: &mut HeaderMap, standing: &Standing, anthropic: bool) {
+    let tokens = standing.tokens.or(standing.day);
+    for (kind, left) in [("requests", standing.requests), ("tokens", tokens)] {
+        let Some(left) = left else { continue };
+        let reset = if anthropic {
+            rfc3339(SystemTime::now() + left.reset)
+        } else {
+            duration(left.reset)
+        };
+        let values = [
+            ("limit", left.limit.to_string()),
+            ("remaining", left.remaining.to_string()),
+            ("reset", reset),
+        ];
+        for (what, value) in values {
+            let name = if anthropic {
+                format!("anthropic-ratelimit-{kind}-{what}")
+            } else {
+                format!("x-ratelimit-{what}-{kind}")
+            };
+            if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+                headers.insert(n, v);
+            }
+        }
+    }
+}
+
+/// The headers of `caller`'s standing now, when it has limits.
+pub fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthropic: bool) {
+    if let Some(c) = caller.filter(|c| c.spec.limited()) {
+        let standing = c.state.limiter.standing(std::time::Instant::now());
+        write(headers, &standing, anthropic);
+    }
+}
+
+/// OpenAI's spelling of a duration: `1s`, `6m0s`, `20ms`.
+pub fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = d.as_secs_f64().ceil() as u64;
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// `2026-12-02T04:05:06Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// A limit nothing has been taken of (for tests and the status page).
+pub fn full(limit: u64) -> Left {
+    Left {
+        limit,
+        remaining: limit,
+        reset: Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_times_are_spelled_as_clients_read_them() {
+        assert_eq!(duration(Duration::from_millis(20)), "20ms");
+        assert_eq!(duration(Duration::from_secs(1)), "1s");
+        assert_eq!(duration(Duration::from_secs(360)), "6m0s");
+        assert_eq!(duration(Duration::from_secs(3661)), "1h1m1s");
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_752_306);
+        assert_eq!(rfc3339(t), "2026-11-27T04:05:06Z");
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn both_spellings_are_written() {
+        let s = Standing {
+            requests: Some(full(10)),
+            tokens: None,
+            day: Some(Left {
+                limit: 1000,
+                remaining: 400,
+                reset: Duration::from_secs(61),
+            }),
+        };
+        let mut h = HeaderMap::new();
+        write(&mut h, &s, false);
+        assert_eq!(h["x-ratelimit-limit-requests"], "10");
+        assert_eq!(h["x-ratelimit-remaining-tokens"], "400");
+        assert_eq!(h["x-ratelimit-reset-tokens"], "1m1s");
+        let mut a = HeaderMap::new();
+        write(&mut a, &s, true);
+        assert_eq!(a["anthropic-ratelimit-tokens-remaining"], "400");
+        assert!(a["anthropic-ratelimit-requests-reset"]
+            .to_str()
+            .unwrap()
+            .ends_with('Z'));
+    }
+}

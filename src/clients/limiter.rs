@@ -1,0 +1,314 @@
+//! The limits of one client behind one small trait ([`Limiter`]), so that a store shared by
+//! several processes can back it later; [`Local`] keeps them in this process: a token bucket
+//! per limit, refilled continuously over its window (a minute, a day).
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The limits of one client (each `None`: no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub tokens_per_day: Option<u64>,
+}
+
+/// One limit as the rate-limit headers show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Left {
+    pub limit: u64,
+    pub remaining: u64,
+    /// Until the bucket is full again.
+    pub reset: Duration,
+}
+
+/// Where a client stands against each of its limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standing {
+    pub requests: Option<Left>,
+    pub tokens: Option<Left>,
+    pub day: Option<Left>,
+}
+
+/// Which limit refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    Requests,
+    Tokens,
+    /// The day's quota.
+    Day,
+}
+
+/// A request the limits do not let through now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub which: Which,
+    pub limit: u64,
+    /// What the request needs of it.
+    pub needed: u64,
+    /// Seconds until it would fit; `None`: it never fits (more than the whole budget).
+    pub retry_after: Option<u64>,
+}
+
+/// A client's limits: one request and `tokens` taken together or not at all; a refund (or
+/// a further charge) when the request's real cost is known.
+pub trait Limiter: Send + Sync + std::fmt::Debug {
+    fn reserve(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal>;
+    /// The request took `used` tokens of the `reserved` ones (more or fewer).
+    fn settle(&self, reserved: u64, used: u64, now: Instant);
+    fn standing(&self, now: Instant) -> Standing;
+    /// New limits from a reload; what was used is kept.
+    fn reconfigure(&self, limits: Limits);
+}
+
+/// A token bucket: `capacity` over `window`; its level may go below zero when a request
+/// used more than it reserved (the debt is paid off by the refill).
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    capacity: f64,
+    window: Duration,
+    level: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(capacity: u64, window: Duration, now: Instant) -> Bucket {
+        Bucket {
+            capacity: capacity as f64,
+            window,
+            level: capacity as f64,
+            at: now,
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.capacity / self.window.as_secs_f64()
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.level = (self.level + dt * self.rate()).min(self.capacity);
+        self.at = self.at.max(now);
+    }
+
+    /// Seconds until `cost` fits (0: it does now), `None` when it never does.
+    fn wait_for(&self, cost: f64) -> Option<u64> {
+        if cost > self.capacity {
+            return None;
+        }
+        let short = cost - self.level;
+        Some(if short <= 0.0 {
+            0
+        } else {
+            (short / self.rate()).ceil().max(1.0) as u64
+        })
+    }
+
+    fn left(&self) -> Left {
+        let empty = (self.capacity - self.level).max(0.0);
+        Left {
+            limit: self.capacity as u64,
+            remaining: self.level.max(0.0).floor() as u64,
+            reset: Duration::from_secs_f64(empty / self.rate()),
+        }
+    }
+
+    fn set_capacity(&mut self, capacity: u64) {
+        let used = self.capacity - self.level;
+        self.capacity = capacity as f64;
+        self.level = self.capacity - used;
+    }
+}
+
+#[derive(Debug)]
+struct Buckets {
+    requests: Option<Bucket>,
+    tokens: Option<Bucket>,
+    day: Option<Bucket>,
+}
+
+/// The limits kept in this process.
+#[derive(Debug)]
+pub struct Local(Mutex<Buckets>);
+
+const MINUTE: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(86_400);
+
+impl Local {
+    pub fn new(limits: Limits, now: Instant) -> Local {
+        Local(Mutex::new(Buckets {
+            requests: limits
+                .requests_per_minute
+                .map(|n| Bucket::new(n, MINUTE, now)),
+            tokens: limits
+                .tokens_per_minute
+                .map(|n| Bucket::new(n, MINUTE, now)),
+            day: limits.tokens_per_day.map(|n| Bucket::new(n, DAY, now)),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Buckets> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Buckets {
+    fn refill(&mut self, now: Instant) {
+        for b in [&mut self.requests, &mut self.tokens, &mut self.day]
+            .into_iter()
+            .flatten()
+        {
+            b.refill(now);
+        }
+    }
+
+    fn standing(&self) -> Standing {
+        Standing {
+            requests: self.requests.as_ref().map(Bucket::left),
+            tokens: self.tokens.as_ref().map(Bucket::left),
+            day: self.day.as_ref().map(Bucket::left),
+        }
+    }
+}
+
+impl Limiter for Local {
+    fn reserve(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal> {
+        let mut guard = self.lock();
+        let b = &mut *guard;
+        b.refill(now);
+        let checks = [
+            (Which::Requests, b.requests, 1),
+            (Which::Day, b.day, tokens),
+            (Which::Tokens, b.tokens, tokens),
+        ];
+        // A request that can never fit is told so first, whichever limit it is.
+        let mut refusal: Option<Refusal> = None;
+        for (which, bucket, cost) in checks {
+            let Some(bucket) = bucket else { continue };
+            let wait = bucket.wait_for(cost as f64);
+            if wait == Some(0) {
+                continue;
+            }
+            let worse = match (&refusal, wait) {
+                (None, _) => true,
+                (Some(r), None) => r.retry_after.is_some(),
+                (Some(r), Some(w)) => r.retry_after.is_some_and(|rw| w > rw),
+            };
+            if worse {
+                refusal = Some(Refusal {
+                    which,
+                    limit: bucket.capacity as u64,
+                    needed: cost,
+                    retry_after: wait,
+                });
+            }
+        }
+        if let Some(r) = refusal {
+            return Err(r);
+        }
+        if let Some(r) = &mut b.requests {
+            r.level -= 1.0;
+        }
+        let b = &mut *b;
+        for t in [&mut b.tokens, &mut b.day].into_iter().flatten() {
+            t.level -= tokens as f64;
+        }
+        Ok(b.standing())
+    }
+
+    fn settle(&self, reserved: u64, used: u64, now: Instant) {
+        let mut b = self.lock();
+        b.refill(now);
+        let back = reserved as f64 - used as f64;
+        let b = &mut *b;
+        for t in [&mut b.tokens, &mut b.day].into_iter().flatten() {
+            t.level = (t.level + back).min(t.capacity);
+        }
+    }
+
+    fn standing(&self, now: Instant) -> Standing {
+        let mut b = self.lock();
+        b.refill(now);
+        b.standing()
+    }
+
+    fn reconfigure(&self, limits: Limits) {
+        let mut b = self.lock();
+        let now = Instant::now();
+        b.refill(now);
+        let apply =
+            |slot: &mut Option<Bucket>, limit: Option<u64>, window| match (slot.as_mut(), limit) {
+                (Some(bucket), Some(n)) => bucket.set_capacity(n),
+                (None, Some(n)) => *slot = Some(Bucket::new(n, window, now)),
+                (_, None) => *slot = None,
+            };
+        apply(&mut b.requests, limits.requests_per_minute, MINUTE);
+        apply(&mut b.tokens, limits.tokens_per_minute, MINUTE);
+        apply(&mut b.day, limits.tokens_per_day, DAY);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn local(rpm: Option<u64>, tpm: Option<u64>, tpd: Option<u64>) -> (Local, Instant) {
+        let now = Instant::now();
+        let limits = Limits {
+            requests_per_minute: rpm,
+            tokens_per_minute: tpm,
+            tokens_per_day: tpd,
+        };
+        (Local::new(limits, now), now)
+    }
+
+    #[test]
+    fn tokens_are_reserved_then_refunded_and_refill_over_the_minute() {
+        let (l, t0) = local(None, Some(600), None);
+        let s = l.reserve(500, t0).unwrap();
+        assert_eq!(s.tokens.unwrap().remaining, 100);
+        let r = l.reserve(200, t0).unwrap_err();
+        assert_eq!((r.which, r.retry_after), (Which::Tokens, Some(10)));
+        // Used 50 of the 500: 450 back.
+        l.settle(500, 50, t0);
+        assert_eq!(l.standing(t0).tokens.unwrap().remaining, 550);
+        // 10 tokens a second come back.
+        let later = t0 + Duration::from_secs(3);
+        assert_eq!(l.standing(later).tokens.unwrap().remaining, 580);
+        // More than the whole minute's budget never fits.
+        let never = l.reserve(601, later).unwrap_err();
+        assert_eq!(never.retry_after, None);
+    }
+
+    #[test]
+    fn requests_per_minute_and_the_day_count_alike() {
+        let (l, t0) = local(Some(2), None, Some(1000));
+        l.reserve(400, t0).unwrap();
+        let s = l.reserve(400, t0).unwrap();
+        assert_eq!(s.requests.unwrap().remaining, 0);
+        assert_eq!(s.requests.unwrap().reset, Duration::from_secs(60));
+        let r = l.reserve(1, t0).unwrap_err();
+        assert_eq!((r.which, r.retry_after), (Which::Requests, Some(30)));
+        let t1 = t0 + Duration::from_secs(30);
+        let r = l.reserve(400, t1).unwrap_err();
+        assert_eq!(r.which, Which::Day);
+        // A usage over the reservation goes into debt.
+        l.settle(0, 300, t1);
+        assert_eq!(l.standing(t1).day.unwrap().remaining, 0);
+        let r = l.reserve(1, t1).unwrap_err();
+        assert_eq!(r.which, Which::Day);
+    }
+
+    #[test]
+    fn a_reload_keeps_what_was_used() {
+        let (l, t0) = local(None, Some(100), None);
+        l.reserve(60, t0).unwrap();
+        l.reconfigure(Limits {
+            tokens_per_minute: Some(200),
+            ..Limits::default()
+        });
+        let left = l.standing(t0).tokens.unwrap();
+        assert_eq!((left.limit, left.remaining / 10), (200, 14));
+    }
+}

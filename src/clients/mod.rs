@@ -1,0 +1,282 @@
+//! Named clients at run time: which client a key belongs to (compared in constant time), what
+//! it may use, its priority, and its limits and counters (kept across reloads while the
+//! client exists).
+
+pub mod charge;
+pub mod headers;
+pub mod limiter;
+
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::{header, HeaderMap, HeaderName};
+
+use crate::config::{ClientSpec, Config, Priority};
+use crate::error::ProxyError;
+use crate::observe::metrics::{ClientMetrics, Metrics};
+use limiter::{Limiter, Limits, Local};
+
+/// The header a client lowers its own priority with, per request.
+pub const PRIORITY: HeaderName = HeaderName::from_static("x-switchboard-priority");
+
+/// The name of the clients of `server.api_keys_env`.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// What lives as long as a client does, across reloads: its counters.
+#[derive(Debug)]
+pub struct ClientState {
+    /// Unique in the process: the unit of the queue's fair turn.
+    pub id: u64,
+    pub limiter: Box<dyn Limiter>,
+    pub inflight: AtomicU32,
+    pub queued: AtomicI64,
+    pub metrics: ClientMetrics,
+    /// Tokens charged, in 10-second steps: the status page's last five minutes.
+    pub recent: Recent,
+}
+
+/// Tokens charged in the last five minutes, in a ring of 30 steps of 10 s.
+#[derive(Debug)]
+pub struct Recent {
+    origin: Instant,
+    ring: std::sync::Mutex<[(u64, u64); 30]>,
+}
+
+impl Recent {
+    fn new() -> Recent {
+        Recent {
+            origin: Instant::now(),
+            ring: std::sync::Mutex::new([(u64::MAX, 0); 30]),
+        }
+    }
+
+    fn step(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.origin).as_secs() / 10
+    }
+
+    pub fn add(&self, at: Instant, tokens: u64) {
+        let n = self.step(at);
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut ring[(n % 30) as usize];
+        if slot.0 != n {
+            *slot = (n, 0);
+        }
+        slot.1 += tokens;
+    }
+
+    /// The tokens of the steps within five minutes of `now`.
+    pub fn sum(&self, now: Instant) -> u64 {
+        let n = self.step(now);
+        let oldest = n.saturating_sub(29);
+        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        ring.iter()
+            .filter(|(at, _)| (oldest..=n).contains(at))
+            .map(|(_, t)| t)
+            .sum()
+    }
+}
+
+/// The client a request comes from, as the snapshot knows it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub spec: Arc<ClientSpec>,
+    pub state: Arc<ClientState>,
+}
+
+impl Caller {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn may_use(&self, alias: &str) -> bool {
+        self.spec.may_use(alias)
+    }
+
+    /// Its class for this request: its own, or lower when the request asks
+    /// (`x-switchboard-priority`); never higher. A value that is no class is a 400.
+    pub fn class(&self, headers: &HeaderMap) -> Result<Priority, ProxyError> {
+        class(self.spec.priority, headers)
+    }
+}
+
+/// The class of a request of a client of class `own`, as its headers may lower it.
+pub fn class(own: Priority, headers: &HeaderMap) -> Result<Priority, ProxyError> {
+    let Some(v) = headers.get(PRIORITY) else {
+        return Ok(own);
+    };
+    let asked = v.to_str().ok().and_then(Priority::parse).ok_or_else(|| {
+        ProxyError::InvalidRequest(format!(
+            "invalid x-switchboard-priority header {:?}: expected interactive, normal or batch",
+            crate::error::Echo::new(&String::from_utf8_lossy(v.as_bytes()))
+        ))
+    })?;
+    Ok(asked.max(own))
+}
+
+/// Every client of one config: who holds which key.
+#[derive(Debug, Default)]
+pub struct Registry {
+    /// Some key is configured: a request without a known one is refused.
+    closed: bool,
+    callers: Vec<Caller>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn limits(spec: &ClientSpec) -> Limits {
+    Limits {
+        requests_per_minute: spec.requests_per_minute.map(|n| u64::from(n.get())),
+        tokens_per_minute: spec.tokens_per_minute.map(|n| n.get()),
+        tokens_per_day: spec.tokens_per_day.map(|n| n.get()),
+    }
+}
+
+impl Registry {
+    /// The clients of `config`; one that `previous` has too keeps its counters (its limits
+    /// set to the new ones).
+    pub fn build(config: &Config, metrics: &Metrics, previous: Option<&Registry>) -> Registry {
+        let anonymous = config.server.api_keys.as_ref().map(|keys| {
+            Arc::new(ClientSpec {
+                name: ANONYMOUS.into(),
+                keys: keys.clone(),
+                aliases: None,
+                priority: Priority::Normal,
+                max_concurrent: None,
+                requests_per_minute: None,
+                tokens_per_minute: None,
+                tokens_per_day: None,
+            })
+        });
+        let specs = anonymous
+            .into_iter()
+            .chain(config.clients.named.iter().cloned());
+        let callers: Vec<Caller> = specs
+            .map(|spec| {
+                let kept = previous
+                    .and_then(|p| p.callers.iter().find(|c| c.spec.name == spec.name))
+                    .map(|c| Arc::clone(&c.state));
+                let state = match kept {
+                    Some(s) => {
+                        s.limiter.reconfigure(limits(&spec));
+                        s
+                    }
+                    None => Arc::new(ClientState {
+                        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                        limiter: Box::new(Local::new(limits(&spec), Instant::now())),
+                        inflight: AtomicU32::new(0),
+                        queued: AtomicI64::new(0),
+                        metrics: metrics.client(&spec.name),
+                        recent: Recent::new(),
+                    }),
+                };
+                Caller { spec, state }
+            })
+            .collect();
+        Registry {
+            closed: !callers.is_empty(),
+            callers,
+        }
+    }
+
+    /// Some key is required.
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn callers(&self) -> &[Caller] {
+        &self.callers
+    }
+
+    /// The client holding `key`: every key is compared, each in constant time, so the time
+    /// taken says nothing of which (or how much of one) matched.
+    pub fn holder(&self, key: &str) -> Option<&Caller> {
+        let mut found = None;
+        for c in &self.callers {
+            for k in &c.spec.keys {
+                if same(k.as_bytes(), key.as_bytes()) {
+                    found = Some(c);
+                }
+            }
+        }
+        found
+    }
+
+    /// The client of a request by the key in its headers; `None` when no key is configured;
+    /// 401 for a missing or unknown key.
+    pub fn identify(&self, headers: &HeaderMap) -> Result<Option<&Caller>, ProxyError> {
+        if !self.closed {
+            return Ok(None);
+        }
+        presented(headers)
+            .and_then(|k| self.holder(k))
+            .map(Some)
+            .ok_or(ProxyError::Unauthorized)
+    }
+}
+
+/// The key a request presents: `Authorization: Bearer …`, or Anthropic's `x-api-key`.
+pub fn presented(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim());
+    bearer.or_else(|| {
+        headers
+            .get(crate::upstream::exchange::X_API_KEY)
+            .and_then(|v| v.to_str().ok())
+    })
+}
+
+/// Equal bytes, in a time that depends on the lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= x ^ y;
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn recent_tokens_are_the_last_five_minutes() {
+        let r = Recent::new();
+        let t0 = r.origin;
+        r.add(t0, 5);
+        r.add(t0 + std::time::Duration::from_secs(100), 7);
+        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(100)), 12);
+        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(305)), 7);
+        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(500)), 0);
+    }
+
+    #[test]
+    fn keys_are_compared_whole() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"abcd"));
+        assert!(!same(b"", b"a"));
+        assert!(same(b"", b""));
+    }
+
+    #[test]
+    fn a_request_may_lower_its_class_never_raise_it() {
+        let mut h = HeaderMap::new();
+        assert_eq!(class(Priority::Normal, &h).unwrap(), Priority::Normal);
+        h.insert(PRIORITY, HeaderValue::from_static("batch"));
+        assert_eq!(class(Priority::Normal, &h).unwrap(), Priority::Batch);
+        h.insert(PRIORITY, HeaderValue::from_static("interactive"));
+        assert_eq!(class(Priority::Batch, &h).unwrap(), Priority::Batch);
+        h.insert(PRIORITY, HeaderValue::from_static("urgent"));
+        assert!(class(Priority::Batch, &h).is_err());
+    }
+}

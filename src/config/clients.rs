@@ -1,0 +1,329 @@
+//! Named clients as configured: their keys (read from the environment), allowed aliases,
+//! priority and limits; and the queue's classes with the wait after which each goes ahead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::{NonZeroU32, NonZeroU64};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::validate::{sendable, Alias, ConfigError};
+
+/// `[clients.NAME]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClient {
+    pub key_env: String,
+    pub aliases: Option<Vec<String>>,
+    pub priority: Option<String>,
+    pub max_concurrent: Option<u32>,
+    pub requests_per_minute: Option<u32>,
+    pub tokens_per_minute: Option<u64>,
+    pub tokens_per_day: Option<u64>,
+}
+
+/// `[priority.CLASS]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClass {
+    pub max_wait_ms: Option<u64>,
+}
+
+/// `[priority]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPriorities {
+    pub interactive: Option<RawClass>,
+    pub normal: Option<RawClass>,
+    pub batch: Option<RawClass>,
+}
+
+/// A request's class in a backend's queue; the lower goes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Priority {
+    Interactive = 0,
+    #[default]
+    Normal = 1,
+    Batch = 2,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Normal, Priority::Batch];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Normal => "normal",
+            Priority::Batch => "batch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Priority> {
+        Priority::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
+    }
+}
+
+/// One named client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSpec {
+    pub name: String,
+    pub keys: Vec<String>,
+    /// The aliases it may use; `None`: every alias.
+    pub aliases: Option<BTreeSet<String>>,
+    pub priority: Priority,
+    pub max_concurrent: Option<NonZeroU32>,
+    pub requests_per_minute: Option<NonZeroU32>,
+    pub tokens_per_minute: Option<NonZeroU64>,
+    pub tokens_per_day: Option<NonZeroU64>,
+}
+
+impl ClientSpec {
+    /// Whether it has any limit (and so gets the rate-limit headers).
+    pub fn limited(&self) -> bool {
+        self.max_concurrent.is_some()
+            || self.requests_per_minute.is_some()
+            || self.tokens_per_minute.is_some()
+            || self.tokens_per_day.is_some()
+    }
+
+    pub fn may_use(&self, alias: &str) -> bool {
+        self.aliases.as_ref().is_none_or(|a| a.contains(alias))
+    }
+}
+
+/// Every named client (by name) and the wait after which each class goes ahead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clients {
+    pub named: Vec<Arc<ClientSpec>>,
+    max_wait: [Duration; 3],
+}
+
+impl Default for Clients {
+    fn default() -> Clients {
+        Clients {
+            named: Vec::new(),
+            max_wait: DEFAULT_MAX_WAIT.map(Duration::from_millis),
+        }
+    }
+}
+
+/// Interactive, normal, batch.
+const DEFAULT_MAX_WAIT: [u64; 3] = [5_000, 30_000, 120_000];
+
+impl Clients {
+    /// How long a request of `class` waits before it goes ahead of newer ones.
+    pub fn max_wait(&self, class: Priority) -> Duration {
+        self.max_wait[class as usize]
+    }
+
+    pub fn max_waits(&self) -> [Duration; 3] {
+        self.max_wait
+    }
+}
+
+/// Validate `[clients]` and `[priority]`; `anonymous`: the keys of `server.api_keys_env`.
+pub fn validate(
+    raw: BTreeMap<String, RawClient>,
+    priorities: RawPriorities,
+    anonymous: Option<&[String]>,
+    aliases: &BTreeMap<String, Arc<Alias>>,
+    errs: &mut Vec<ConfigError>,
+) -> Clients {
+    let mut max_wait = DEFAULT_MAX_WAIT.map(Duration::from_millis);
+    for (class, raw) in
+        Priority::ALL
+            .into_iter()
+            .zip([priorities.interactive, priorities.normal, priorities.batch])
+    {
+        if let Some(ms) = raw.and_then(|r| r.max_wait_ms) {
+            if ms == 0 {
+                errs.push(ConfigError::Zero {
+                    key: format!("priority.{}.max_wait_ms", class.as_str()),
+                });
+            }
+            max_wait[class as usize] = Duration::from_millis(ms);
+        }
+    }
+    // Who holds each key, to find a key held twice (the key itself is never shown).
+    let mut holder: BTreeMap<String, String> = BTreeMap::new();
+    for k in anonymous.unwrap_or_default() {
+        holder.insert(k.clone(), "server.api_keys_env".into());
+    }
+    let mut named = Vec::new();
+    for (name, c) in raw {
+        if name == "anonymous" {
+            errs.push(ConfigError::BadValue {
+                key: "clients".into(),
+                value: name.clone(),
+                reason: "is the name of the clients of server.api_keys_env".into(),
+            });
+        }
+        super::names::name_check(&format!("clients.{name}"), &name, errs);
+        let key = |k: &str| format!("clients.{name}.{k}");
+        let keys = keys_of(&key("key_env"), &c.key_env, errs);
+        for k in &keys {
+            let mine = format!("clients.{name}.key_env");
+            match holder.get(k) {
+                Some(other) if *other != mine => errs.push(ConfigError::BadValue {
+                    key: mine,
+                    value: c.key_env.clone(),
+                    reason: format!("holds a key that {other} holds too (the key is not shown)"),
+                }),
+                _ => {
+                    holder.insert(k.clone(), mine);
+                }
+            }
+        }
+        let allowed = c.aliases.map(|list| {
+            for a in &list {
+                if !aliases.contains_key(a) {
+                    errs.push(ConfigError::BadValue {
+                        key: key("aliases"),
+                        value: a.clone(),
+                        reason: "is not a defined alias".into(),
+                    });
+                }
+            }
+            list.into_iter().collect::<BTreeSet<_>>()
+        });
+        let priority = match c.priority.as_deref() {
+            None => Priority::Normal,
+            Some(p) => Priority::parse(p).unwrap_or_else(|| {
+                errs.push(ConfigError::BadValue {
+                    key: key("priority"),
+                    value: p.into(),
+                    reason: "is not one of interactive, normal, batch".into(),
+                });
+                Priority::Normal
+            }),
+        };
+        let nz32 = |k: &str, v: Option<u32>, errs: &mut Vec<ConfigError>| {
+            v.and_then(|v| {
+                NonZeroU32::new(v).or_else(|| {
+                    errs.push(ConfigError::Zero { key: key(k) });
+                    None
+                })
+            })
+        };
+        let nz64 = |k: &str, v: Option<u64>, errs: &mut Vec<ConfigError>| {
+            v.and_then(|v| {
+                NonZeroU64::new(v).or_else(|| {
+                    errs.push(ConfigError::Zero { key: key(k) });
+                    None
+                })
+            })
+        };
+        named.push(Arc::new(ClientSpec {
+            max_concurrent: nz32("max_concurrent", c.max_concurrent, errs),
+            requests_per_minute: nz32("requests_per_minute", c.requests_per_minute, errs),
+            tokens_per_minute: nz64("tokens_per_minute", c.tokens_per_minute, errs),
+            tokens_per_day: nz64("tokens_per_day", c.tokens_per_day, errs),
+            name,
+            keys,
+            aliases: allowed,
+            priority,
+        }));
+    }
+    Clients { named, max_wait }
+}
+
+/// The comma-separated keys in the environment variable `var`.
+fn keys_of(key: &str, var: &str, errs: &mut Vec<ConfigError>) -> Vec<String> {
+    let Ok(v) = std::env::var(var) else {
+        errs.push(ConfigError::BadValue {
+            key: key.into(),
+            value: var.into(),
+            reason: "is not set in the environment".into(),
+        });
+        return Vec::new();
+    };
+    let keys: Vec<String> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(String::from)
+        .collect();
+    if keys.is_empty() {
+        errs.push(ConfigError::BadValue {
+            key: key.into(),
+            value: var.into(),
+            reason: "holds no keys".into(),
+        });
+    }
+    for (i, k) in keys.iter().enumerate() {
+        if let Err(reason) = sendable(k) {
+            errs.push(ConfigError::BadValue {
+                key: key.into(),
+                value: var.into(),
+                reason: format!("key {} of {}: {reason}", i + 1, keys.len()),
+            });
+        }
+    }
+    keys
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn errors(toml: &str) -> String {
+        match crate::config::from_toml(toml) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const FLEET: &str = r#"
+[backends.b]
+url = "http://127.0.0.1:1"
+flavor = "llamacpp"
+slots = 1
+[aliases.a]
+backend = "b"
+"#;
+
+    #[test]
+    fn clients_are_validated_naming_the_key() {
+        std::env::set_var("SB_TEST_CLIENTS_ONE", "k1, k2");
+        std::env::set_var("SB_TEST_CLIENTS_TWO", "k3,k2");
+        let cfg = crate::config::from_toml(&format!(
+            "{FLEET}\n[clients.ci]\nkey_env = \"SB_TEST_CLIENTS_ONE\"\npriority = \"batch\"\naliases = [\"a\"]\ntokens_per_minute = 100\n[priority.batch]\nmax_wait_ms = 7"
+        ))
+        .unwrap();
+        let ci = &cfg.clients.named[0];
+        assert_eq!((ci.name.as_str(), ci.priority), ("ci", Priority::Batch));
+        assert_eq!(ci.keys, ["k1", "k2"]);
+        assert!(ci.may_use("a") && !ci.may_use("b") && ci.limited());
+        assert_eq!(
+            cfg.clients.max_wait(Priority::Batch),
+            Duration::from_millis(7)
+        );
+        assert_eq!(
+            cfg.clients.max_wait(Priority::Interactive),
+            Duration::from_secs(5)
+        );
+        let twice = errors(&format!(
+            "{FLEET}\n[clients.ci]\nkey_env = \"SB_TEST_CLIENTS_ONE\"\n[clients.dev]\nkey_env = \"SB_TEST_CLIENTS_TWO\""
+        ));
+        assert!(
+            twice.contains("clients.dev.key_env") && twice.contains("clients.ci.key_env"),
+            "{twice}"
+        );
+        assert!(!twice.contains("k2"), "{twice}");
+        let bad = errors(&format!(
+            "{FLEET}\n[clients.ci]\nkey_env = \"SB_TEST_CLIENTS_UNSET\"\npriority = \"urgent\"\naliases = [\"zz\"]\nmax_concurrent = 0"
+        ));
+        for part in [
+            "clients.ci.key_env: \"SB_TEST_CLIENTS_UNSET\" is not set",
+            "clients.ci.priority: \"urgent\" is not one of",
+            "clients.ci.aliases: \"zz\" is not a defined alias",
+            "clients.ci.max_concurrent: must be greater than zero",
+        ] {
+            assert!(bad.contains(part), "{part}: {bad}");
+        }
+    }
+}

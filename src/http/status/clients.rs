@@ -1,0 +1,142 @@
+//! The status page's section per client: in flight, queued, its class, each limit and what
+//! is left of it. Names are escaped; keys are never shown.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::html::E;
+use crate::clients::limiter::Left;
+use crate::clients::Caller;
+use crate::live::Snapshot;
+
+/// One client's section.
+#[derive(Clone, Debug)]
+pub struct ClientView {
+    pub name: String,
+    pub priority: &'static str,
+    /// `None`: every alias.
+    pub aliases: Option<Vec<String>>,
+    pub inflight: u32,
+    pub queued: i64,
+    pub max_concurrent: Option<u32>,
+    /// Tokens charged in the last five minutes.
+    pub tokens_5m: u64,
+    /// Label, limit and what is left.
+    pub limits: Vec<(&'static str, Left)>,
+}
+
+/// The clients the page shows `caller`: all of them, or only its own when it is a named
+/// client limited to some aliases.
+pub fn collect(snap: &Snapshot, caller: Option<&Caller>) -> Vec<ClientView> {
+    let now = Instant::now();
+    snap.clients
+        .callers()
+        .iter()
+        .filter(|c| match caller {
+            Some(me) if me.spec.aliases.is_some() => me.spec.name == c.spec.name,
+            _ => true,
+        })
+        .map(|c| {
+            let s = c.state.limiter.standing(now);
+            let limits = [
+                ("requests / min", s.requests),
+                ("tokens / min", s.tokens),
+                ("tokens / day", s.day),
+            ]
+            .into_iter()
+            .filter_map(|(l, left)| Some((l, left?)))
+            .collect();
+            ClientView {
+                name: c.spec.name.clone(),
+                priority: c.spec.priority.as_str(),
+                aliases: c.spec.aliases.as_ref().map(|a| a.iter().cloned().collect()),
+                inflight: c.state.inflight.load(Ordering::Relaxed),
+                queued: c.state.queued.load(Ordering::Relaxed),
+                max_concurrent: c.spec.max_concurrent.map(|m| m.get()),
+                tokens_5m: c.state.recent.sum(now),
+                limits,
+            }
+        })
+        .collect()
+}
+
+/// The clients' table (nothing when no client is configured).
+pub fn render(out: &mut String, clients: &[ClientView]) {
+    if clients.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>Clients</h2>\n<table class=\"clients\">\n<thead><tr><th>client</th><th>priority</th>\
+         <th>aliases</th><th class=\"n\">in flight</th><th class=\"n\">queued</th>\
+         <th class=\"n\">tokens<br>5 min</th><th>limits (left / limit)</th></tr></thead>\n<tbody>\n",
+    );
+    for c in clients {
+        let aliases = c
+            .aliases
+            .as_ref()
+            .map_or("all".to_string(), |a| a.join(", "));
+        let inflight = match c.max_concurrent {
+            Some(m) => format!("{} / {m}", c.inflight),
+            None => c.inflight.to_string(),
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td>",
+            E(&c.name),
+            c.priority,
+            E(&aliases),
+            inflight,
+            c.queued,
+            c.tokens_5m
+        );
+        if c.limits.is_empty() {
+            out.push_str("none");
+        }
+        for (i, (label, left)) in c.limits.iter().enumerate() {
+            let _ = write!(
+                out,
+                "{}{label}: {} / {}",
+                if i > 0 { " · " } else { "" },
+                left.remaining,
+                left.limit
+            );
+        }
+        out.push_str("</td></tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n");
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_row_shows_its_limits_escaped() {
+        let c = ClientView {
+            name: "ci<x>".into(),
+            priority: "batch",
+            aliases: Some(vec!["a".into(), "b".into()]),
+            inflight: 1,
+            queued: 2,
+            max_concurrent: Some(4),
+            tokens_5m: 321,
+            limits: vec![("tokens / min", crate::clients::headers::full(100))],
+        };
+        let mut out = String::new();
+        render(&mut out, &[c]);
+        assert!(
+            out.contains("<td>ci&lt;x&gt;</td><td>batch</td><td>a, b</td>"),
+            "{out}"
+        );
+        assert!(
+            out.contains("1 / 4") && out.contains("tokens / min: 100 / 100"),
+            "{out}"
+        );
+        let mut none = String::new();
+        render(&mut none, &[]);
+        assert!(none.is_empty());
+    }
+}

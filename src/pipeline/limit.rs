@@ -1,0 +1,66 @@
+//! Limit: a client's request admitted against its limits before any byte reaches a backend —
+//! its place among its requests in flight, one request, and its prompt (the guard's count:
+//! exact with a local or backend counter, the estimate otherwise) and `max_tokens` reserved.
+
+use std::borrow::Cow;
+
+use super::Incoming;
+use crate::clients::charge::Charge;
+use crate::config::Alias;
+use crate::error::ProxyError;
+use crate::live::{AppState, Snapshot};
+use crate::observe::record::Record;
+
+/// Charge the request's client (its requests in flight and tokens are counted whether it
+/// has limits or not), when the request is not charged yet.
+pub async fn charge(
+    state: &AppState,
+    snap: &Snapshot,
+    rec: &mut Record,
+    req: &Incoming,
+    alias: &Alias,
+    body: &[u8],
+) -> Result<(), ProxyError> {
+    let Some(caller) = req.caller.as_ref() else {
+        return Ok(());
+    };
+    if rec.charge.is_some() {
+        return Ok(());
+    }
+    let counts_tokens =
+        caller.spec.tokens_per_minute.is_some() || caller.spec.tokens_per_day.is_some();
+    let (prompt, output) = if counts_tokens {
+        let adapter = req.adapter;
+        let output = adapter.requested_output(body)?.map_or(0, u64::from);
+        (prompt_tokens(state, snap, req, alias, body).await?, output)
+    } else {
+        (0, 0)
+    };
+    rec.charge = Some(Box::new(Charge::admit(caller, prompt, output)?));
+    Ok(())
+}
+
+/// The prompt's tokens as the alias's guard counts them (in the chat form its backend
+/// templates); without a guard, its text bytes over four.
+async fn prompt_tokens(
+    state: &AppState,
+    snap: &Snapshot,
+    req: &Incoming,
+    alias: &Alias,
+    body: &[u8],
+) -> Result<u64, ProxyError> {
+    let adapter = req.adapter;
+    let converter = alias.backend.counting(adapter.api());
+    let chat = adapter
+        .to_chat(body, converter)
+        .unwrap_or(Cow::Borrowed(body));
+    match snap.guard(&alias.name) {
+        Some(spec) => spec
+            .counter
+            .count_prompt(&state.client, &chat, &spec.media)
+            .await
+            .map(u64::from)
+            .map_err(crate::guard::count_error),
+        None => Ok((crate::tokens::prompt_bytes(&chat) as u64).div_ceil(4)),
+    }
+}
