@@ -49,6 +49,12 @@
 #   REPLICAS=1       2: Switchboard's aliases get two replicas each (`backends = [...]`), a
 #                    second pair of simulators on SIM_PORT+100 and SIM_STREAM_PORT+100
 #                    (nginx and direct keep the first pair)
+#   CLIENTS=0        N > 0: Switchboard gets N named clients, each with a key and limits
+#                    far above the load (requests_per_minute, tokens_per_minute,
+#                    tokens_per_day, max_concurrent), and every request carries one of
+#                    their keys in turn (`Authorization: Bearer`; nginx and direct ignore
+#                    it): the cost of identifying, limiting and charging each request.
+#                    Not with BASELINE_BIN (an earlier build may not read [clients])
 #   FIRST_BYTE_SAMPLES=400  samples per path of the time to the first SSE byte (0: skip)
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
@@ -72,6 +78,7 @@ SIM_PORT=${SIM_PORT:-17801}
 SIM_STREAM_PORT=${SIM_STREAM_PORT:-17802}
 SB_WORKERS=${SB_WORKERS:-1}
 REPLICAS=${REPLICAS:-1}
+CLIENTS=${CLIENTS:-0}
 FIRST_BYTE_SAMPLES=${FIRST_BYTE_SAMPLES:-400}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
@@ -222,7 +229,18 @@ upstream_model = "bench"
 [aliases.bench-stream]
 $([[ $REPLICAS == 2 ]] && echo 'backends = ["sim-stream", "sim-stream-2"]' || echo 'backend = "sim-stream"')
 upstream_model = "bench-stream"
+$(for ((c = 1; c <= CLIENTS; c++)); do
+    classes=(batch interactive normal)
+    printf '\n[clients.bench-%s]\nkey_env = "SB_BENCH_KEY_%s"\npriority = "%s"\n' "$c" "$c" "${classes[c % 3]}"
+    printf 'max_concurrent = 100000\nrequests_per_minute = 1000000000\ntokens_per_minute = 1000000000000\ntokens_per_day = 1000000000000000\n'
+  done)
 EOF
+  BEARER_KEYS=
+  for ((c = 1; c <= CLIENTS; c++)); do
+    export "SB_BENCH_KEY_$c=bench-key-$c"
+    BEARER_KEYS+="${BEARER_KEYS:+,}bench-key-$c"
+  done
+  export BEARER_KEYS
   start_switchboard "$BIN" "$WORK/bench.toml"
   if [[ -n ${BASELINE_BIN:-} ]]; then
     sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/" "$WORK/bench.toml" >"$WORK/baseline.toml"
@@ -255,7 +273,10 @@ proxy_pid() {
 }
 
 # ---------------------------------------------------------------- correctness
-post() { curl -sS --max-time 10 -H 'Content-Type: application/json' --data-binary "@$2" "$1"; }
+post() {
+  curl -sS --max-time 10 -H 'Content-Type: application/json' \
+    ${BEARER_KEYS:+-H "Authorization: Bearer ${BEARER_KEYS%%,*}"} --data-binary "@$2" "$1"
+}
 
 verify_paths() {
   local path url out events
