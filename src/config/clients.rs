@@ -230,8 +230,9 @@ pub fn validate(
     Clients { named, max_wait }
 }
 
-/// The comma-separated keys in the environment variable `var`.
-fn keys_of(key: &str, var: &str, errs: &mut Vec<ConfigError>) -> Vec<String> {
+/// The comma-separated keys in the environment variable `var` (`key` names the setting);
+/// each must be sendable: a key no header can carry would never match what a client sends.
+pub(super) fn keys_of(key: &str, var: &str, errs: &mut Vec<ConfigError>) -> Vec<String> {
     let Ok(v) = std::env::var(var) else {
         errs.push(ConfigError::BadValue {
             key: key.into(),

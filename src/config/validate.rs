@@ -367,42 +367,7 @@ fn nonzero(key: &str, value: u64, errs: &mut Vec<ConfigError>) -> u64 {
 
 /// The client keys in the environment variable `server.api_keys_env` names.
 fn api_keys(var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String>> {
-    var.and_then(|var| match std::env::var(var) {
-        Ok(v) => {
-            let keys: Vec<String> = v
-                .split(',')
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .map(String::from)
-                .collect();
-            if keys.is_empty() {
-                errs.push(ConfigError::BadValue {
-                    key: "server.api_keys_env".into(),
-                    value: var.into(),
-                    reason: "holds no keys".into(),
-                });
-            }
-            // A key no header can carry would never match what a client sends.
-            for (i, k) in keys.iter().enumerate() {
-                if let Err(reason) = sendable(k) {
-                    errs.push(ConfigError::BadValue {
-                        key: "server.api_keys_env".into(),
-                        value: var.into(),
-                        reason: format!("key {} of {}: {reason}", i + 1, keys.len()),
-                    });
-                }
-            }
-            Some(keys)
-        }
-        Err(_) => {
-            errs.push(ConfigError::BadValue {
-                key: "server.api_keys_env".into(),
-                value: var.into(),
-                reason: "is not set in the environment".into(),
-            });
-            None
-        }
-    })
+    var.map(|var| super::clients::keys_of("server.api_keys_env", var, errs))
 }
 
 /// The backend-side defaults of `[server]`: timeouts and the breaker.

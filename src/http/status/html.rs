@@ -209,23 +209,9 @@ fn unix(t: SystemTime) -> u64 {
 
 /// `2025-01-31 23:59:59 UTC`.
 fn utc(secs: u64) -> String {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let t = UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let iso = humantime::format_rfc3339_seconds(t).to_string();
+    format!("{} UTC", iso.trim_end_matches('Z').replace('T', " "))
 }
 
 /// A span of time in its two largest units: `42 s`, `3 min 5 s`, `2 h 10 min`, `3 d 4 h`.
