@@ -132,6 +132,21 @@ pub fn validate(
     aliases: &BTreeMap<String, Arc<Alias>>,
     errs: &mut Vec<ConfigError>,
 ) -> Clients {
+    let max_wait = max_waits(priorities, errs);
+    // Who holds each key, to find a key held twice (the key itself is never shown).
+    let mut holder: BTreeMap<String, String> = BTreeMap::new();
+    for k in anonymous.unwrap_or_default() {
+        holder.insert(k.clone(), "server.api_keys_env".into());
+    }
+    let named = raw
+        .into_iter()
+        .map(|(name, c)| Arc::new(client(name, c, &mut holder, aliases, errs)))
+        .collect();
+    Clients { named, max_wait }
+}
+
+/// Each class's `max_wait_ms`, or its default.
+fn max_waits(priorities: RawPriorities, errs: &mut Vec<ConfigError>) -> [Duration; 3] {
     let mut max_wait = DEFAULT_MAX_WAIT.map(Duration::from_millis);
     for (class, raw) in
         Priority::ALL
@@ -147,87 +162,89 @@ pub fn validate(
             max_wait[class as usize] = Duration::from_millis(ms);
         }
     }
-    // Who holds each key, to find a key held twice (the key itself is never shown).
-    let mut holder: BTreeMap<String, String> = BTreeMap::new();
-    for k in anonymous.unwrap_or_default() {
-        holder.insert(k.clone(), "server.api_keys_env".into());
-    }
-    let mut named = Vec::new();
-    for (name, c) in raw {
-        if name == "anonymous" {
-            errs.push(ConfigError::BadValue {
-                key: "clients".into(),
-                value: name.clone(),
-                reason: "is the name of the clients of server.api_keys_env".into(),
-            });
-        }
-        super::names::name_check(&format!("clients.{name}"), &name, errs);
-        let key = |k: &str| format!("clients.{name}.{k}");
-        let keys = keys_of(&key("key_env"), &c.key_env, errs);
-        for k in &keys {
-            let mine = format!("clients.{name}.key_env");
-            match holder.get(k) {
-                Some(other) if *other != mine => errs.push(ConfigError::BadValue {
-                    key: mine,
-                    value: c.key_env.clone(),
-                    reason: format!("holds a key that {other} holds too (the key is not shown)"),
-                }),
-                _ => {
-                    holder.insert(k.clone(), mine);
-                }
-            }
-        }
-        let allowed = c.aliases.map(|list| {
-            for a in &list {
-                if !aliases.contains_key(a) {
-                    errs.push(ConfigError::BadValue {
-                        key: key("aliases"),
-                        value: a.clone(),
-                        reason: "is not a defined alias".into(),
-                    });
-                }
-            }
-            list.into_iter().collect::<BTreeSet<_>>()
+    max_wait
+}
+
+/// One client; `holder`: who holds each key so far (this client's keys are added).
+fn client(
+    name: String,
+    c: RawClient,
+    holder: &mut BTreeMap<String, String>,
+    aliases: &BTreeMap<String, Arc<Alias>>,
+    errs: &mut Vec<ConfigError>,
+) -> ClientSpec {
+    if name == "anonymous" {
+        errs.push(ConfigError::BadValue {
+            key: "clients".into(),
+            value: name.clone(),
+            reason: "is the name of the clients of server.api_keys_env".into(),
         });
-        let priority = match c.priority.as_deref() {
-            None => Priority::Normal,
-            Some(p) => Priority::parse(p).unwrap_or_else(|| {
-                errs.push(ConfigError::BadValue {
-                    key: key("priority"),
-                    value: p.into(),
-                    reason: "is not one of interactive, normal, batch".into(),
-                });
-                Priority::Normal
-            }),
-        };
-        let nz32 = |k: &str, v: Option<u32>, errs: &mut Vec<ConfigError>| {
-            v.and_then(|v| {
-                NonZeroU32::new(v).or_else(|| {
-                    errs.push(ConfigError::Zero { key: key(k) });
-                    None
-                })
-            })
-        };
-        let nz64 = |k: &str, v: Option<u64>, errs: &mut Vec<ConfigError>| {
-            v.and_then(|v| {
-                NonZeroU64::new(v).or_else(|| {
-                    errs.push(ConfigError::Zero { key: key(k) });
-                    None
-                })
-            })
-        };
-        named.push(Arc::new(ClientSpec {
-            max_concurrent: nz32("max_concurrent", c.max_concurrent, errs),
-            requests_per_minute: nz32("requests_per_minute", c.requests_per_minute, errs),
-            tokens_per_minute: nz64("tokens_per_minute", c.tokens_per_minute, errs),
-            tokens_per_day: nz64("tokens_per_day", c.tokens_per_day, errs),
-            name,
-            keys,
-            aliases: allowed,
-            priority,
-        }));
     }
-    Clients { named, max_wait }
+    super::names::name_check(&format!("clients.{name}"), &name, errs);
+    let key = |k: &str| format!("clients.{name}.{k}");
+    let keys = keys_of(&key("key_env"), &c.key_env, errs);
+    for k in &keys {
+        let mine = key("key_env");
+        match holder.get(k) {
+            Some(other) if *other != mine => errs.push(ConfigError::BadValue {
+                key: mine,
+                value: c.key_env.clone(),
+                reason: format!("holds a key that {other} holds too (the key is not shown)"),
+            }),
+            _ => {
+                holder.insert(k.clone(), mine);
+            }
+        }
+    }
+    let allowed = c.aliases.map(|list| {
+        for a in &list {
+            if !aliases.contains_key(a) {
+                errs.push(ConfigError::BadValue {
+                    key: key("aliases"),
+                    value: a.clone(),
+                    reason: "is not a defined alias".into(),
+                });
+            }
+        }
+        list.into_iter().collect::<BTreeSet<_>>()
+    });
+    let priority = match c.priority.as_deref() {
+        None => Priority::Normal,
+        Some(p) => Priority::parse(p).unwrap_or_else(|| {
+            errs.push(ConfigError::BadValue {
+                key: key("priority"),
+                value: p.into(),
+                reason: "is not one of interactive, normal, batch".into(),
+            });
+            Priority::Normal
+        }),
+    };
+    let nz32 = |k: &str, v: Option<u32>, errs: &mut Vec<ConfigError>| {
+        v.and_then(|v| {
+            NonZeroU32::new(v).or_else(|| {
+                errs.push(ConfigError::Zero { key: key(k) });
+                None
+            })
+        })
+    };
+    let nz64 = |k: &str, v: Option<u64>, errs: &mut Vec<ConfigError>| {
+        v.and_then(|v| {
+            NonZeroU64::new(v).or_else(|| {
+                errs.push(ConfigError::Zero { key: key(k) });
+                None
+            })
+        })
+    };
+    ClientSpec {
+        max_concurrent: nz32("max_concurrent", c.max_concurrent, errs),
+        requests_per_minute: nz32("requests_per_minute", c.requests_per_minute, errs),
+        tokens_per_minute: nz64("tokens_per_minute", c.tokens_per_minute, errs),
+        tokens_per_day: nz64("tokens_per_day", c.tokens_per_day, errs),
+        name,
+        keys,
+        aliases: allowed,
+        priority,
+    }
 }
 
 /// The comma-separated keys in the environment variable `var` (`key` names the setting);

@@ -16,7 +16,7 @@ pub use apis::Apis;
 pub use clients::{ClientSpec, Clients, Priority};
 pub use raw::{RawConfig, RawSizing};
 pub use validate::{
-    bearer, validate, Alias, Backend, BreakerConfig, Config, ConfigError, ConfigErrors,
+    bearer, validate, Alias, Backend, BreakerConfig, ClientSide, Config, ConfigError, ConfigErrors,
     GuardConfig, Input, Server, Sizing, Timeouts,
 };
 

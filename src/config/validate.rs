@@ -61,20 +61,8 @@ pub struct Server {
     pub api_keys: Option<Vec<String>>,
     /// The backend-side timeouts of a backend that sets none of its own.
     pub timeouts: Timeouts,
-    /// Time a client has to send a request's whole head, from its first byte.
-    pub client_header_timeout: Duration,
-    /// Time a client connection may sit idle between requests (or before the first).
-    pub client_idle_timeout: Duration,
-    /// Time a client may leave between two pieces of a request's body (and from the head to
-    /// the first piece).
-    pub client_body_timeout: Duration,
-    /// Time a client has to send a request's whole body, from its head.
-    pub client_body_total_timeout: Duration,
-    /// Most client connections open at once (all workers); `None`: from the process's file
-    /// descriptor limit when the server starts ([`crate::http::server`]).
-    pub max_connections: Option<usize>,
-    /// Deepest nesting of arrays and objects a request body may have.
-    pub json_depth_limit: usize,
+    /// What a client connection may take: time, connections, nesting.
+    pub client: ClientSide,
     pub breaker: BreakerConfig,
     /// Reload when the config file changes (besides SIGHUP).
     pub watch_config: bool,
@@ -82,6 +70,25 @@ pub struct Server {
     pub reload_debounce: Duration,
     /// A file that keeps changing is reloaded at least this often.
     pub reload_max_delay: Duration,
+}
+
+/// The client side's limits (`[server]` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientSide {
+    /// Time a client has to send a request's whole head, from its first byte.
+    pub header_timeout: Duration,
+    /// Time a client connection may sit idle between requests (or before the first).
+    pub idle_timeout: Duration,
+    /// Time a client may leave between two pieces of a request's body (and from the head to
+    /// the first piece).
+    pub body_timeout: Duration,
+    /// Time a client has to send a request's whole body, from its head.
+    pub body_total_timeout: Duration,
+    /// Most client connections open at once (all workers); `None`: from the process's file
+    /// descriptor limit when the server starts ([`crate::http::server`]).
+    pub max_connections: Option<usize>,
+    /// Deepest nesting of arrays and objects a request body may have.
+    pub json_depth_limit: usize,
 }
 
 /// The limits of one exchange with a backend.
@@ -372,12 +379,6 @@ fn api_keys(var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String
 
 /// The backend-side defaults of `[server]`: timeouts and the breaker.
 fn backend_side(raw: &RawServer, errs: &mut Vec<ConfigError>) -> (Timeouts, BreakerConfig) {
-    let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
-        Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
-    };
-    let ms = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
-        Duration::from_millis(nonzero(key, v.unwrap_or(default), errs))
-    };
     let timeouts = Timeouts {
         connect: ms(
             "server.connect_timeout_ms",
@@ -477,6 +478,21 @@ fn slots_auto_refused(flavor: Flavor) -> Option<&'static str> {
     }
 }
 
+/// `value` (or `default`) milliseconds, refused when zero.
+fn ms(key: &str, value: Option<u64>, default: u64, errs: &mut Vec<ConfigError>) -> Duration {
+    Duration::from_millis(nonzero(key, value.unwrap_or(default), errs))
+}
+
+/// `value` (or `default`) seconds, refused when zero.
+fn secs(key: &str, value: Option<u64>, default: u64, errs: &mut Vec<ConfigError>) -> Duration {
+    Duration::from_secs(nonzero(key, value.unwrap_or(default), errs))
+}
+
+/// One per CPU: the default of the worker and count concurrency.
+fn cores() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
 fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
     let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen = socket_addr("server.listen", listen, errs)
@@ -490,47 +506,10 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         .as_deref()
         .unwrap_or("reasoning_content");
     let api_keys = api_keys(raw.api_keys_env.as_deref(), errs);
-    let secs = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
-        Duration::from_secs(nonzero(key, v.unwrap_or(default), errs))
-    };
-    let ms = |key: &str, v: Option<u64>, default: u64, errs: &mut Vec<ConfigError>| {
-        Duration::from_millis(nonzero(key, v.unwrap_or(default), errs))
-    };
     let (timeouts, breaker) = backend_side(&raw, errs);
     Server {
         timeouts,
-        client_header_timeout: ms(
-            "server.client_header_timeout_ms",
-            raw.client_header_timeout_ms,
-            30_000,
-            errs,
-        ),
-        client_idle_timeout: ms(
-            "server.client_idle_timeout_ms",
-            raw.client_idle_timeout_ms,
-            120_000,
-            errs,
-        ),
-        client_body_timeout: ms(
-            "server.client_body_timeout_ms",
-            raw.client_body_timeout_ms,
-            30_000,
-            errs,
-        ),
-        client_body_total_timeout: ms(
-            "server.client_body_total_timeout_ms",
-            raw.client_body_total_timeout_ms,
-            300_000,
-            errs,
-        ),
-        max_connections: raw
-            .max_connections
-            .map(|n| nonzero("server.max_connections", n, errs) as usize),
-        json_depth_limit: nonzero(
-            "server.json_depth_limit",
-            raw.json_depth_limit.unwrap_or(64),
-            errs,
-        ) as usize,
+        client: client_side(&raw, errs),
         breaker,
         watch_config: raw.watch_config.unwrap_or(true),
         reload_debounce: Duration::from_millis(raw.reload_debounce_ms.unwrap_or(200)),
@@ -559,27 +538,7 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             errs,
         ) as usize,
         resend_unanswered: raw.resend_unanswered,
-        count: GateConfig {
-            concurrency: nonzero(
-                "server.count_concurrency",
-                raw.count_concurrency.unwrap_or_else(|| {
-                    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
-                }),
-                errs,
-            ) as usize,
-            wait: ms(
-                "server.count_queue_timeout_ms",
-                raw.count_queue_timeout_ms,
-                30_000,
-                errs,
-            ),
-            limit_bytes: usize::try_from(nonzero(
-                "server.count_limit_bytes",
-                raw.count_limit_bytes.unwrap_or(8 << 20),
-                errs,
-            ))
-            .unwrap_or(usize::MAX),
-        },
+        count: count_gate(&raw, errs),
         connect_timeout: timeouts.connect,
         header_timeout: timeouts.first_byte,
         shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
@@ -598,13 +557,71 @@ fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         stream_peek: Duration::from_millis(raw.stream_peek_ms.unwrap_or(2000)),
         workers: nonzero(
             "server.workers",
-            raw.workers.map_or_else(
-                || std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
-                |w| w as u64,
-            ),
+            raw.workers.map_or_else(cores, |w| w as u64),
             errs,
         ) as usize,
         api_keys,
+    }
+}
+
+/// The client side's limits of `[server]`.
+fn client_side(raw: &RawServer, errs: &mut Vec<ConfigError>) -> ClientSide {
+    ClientSide {
+        header_timeout: ms(
+            "server.client_header_timeout_ms",
+            raw.client_header_timeout_ms,
+            30_000,
+            errs,
+        ),
+        idle_timeout: ms(
+            "server.client_idle_timeout_ms",
+            raw.client_idle_timeout_ms,
+            120_000,
+            errs,
+        ),
+        body_timeout: ms(
+            "server.client_body_timeout_ms",
+            raw.client_body_timeout_ms,
+            30_000,
+            errs,
+        ),
+        body_total_timeout: ms(
+            "server.client_body_total_timeout_ms",
+            raw.client_body_total_timeout_ms,
+            300_000,
+            errs,
+        ),
+        max_connections: raw
+            .max_connections
+            .map(|n| nonzero("server.max_connections", n, errs) as usize),
+        json_depth_limit: nonzero(
+            "server.json_depth_limit",
+            raw.json_depth_limit.unwrap_or(64),
+            errs,
+        ) as usize,
+    }
+}
+
+/// Token counts at once, their wait for a turn, and the text one may tokenize.
+fn count_gate(raw: &RawServer, errs: &mut Vec<ConfigError>) -> GateConfig {
+    GateConfig {
+        concurrency: nonzero(
+            "server.count_concurrency",
+            raw.count_concurrency.unwrap_or_else(cores),
+            errs,
+        ) as usize,
+        wait: ms(
+            "server.count_queue_timeout_ms",
+            raw.count_queue_timeout_ms,
+            30_000,
+            errs,
+        ),
+        limit_bytes: usize::try_from(nonzero(
+            "server.count_limit_bytes",
+            raw.count_limit_bytes.unwrap_or(8 << 20),
+            errs,
+        ))
+        .unwrap_or(usize::MAX),
     }
 }
 

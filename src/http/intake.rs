@@ -84,8 +84,8 @@ pub struct BodyTime {
 impl BodyTime {
     pub fn of(server: &crate::config::Server) -> BodyTime {
         BodyTime {
-            idle: server.client_body_timeout,
-            total: server.client_body_total_timeout,
+            idle: server.client.body_timeout,
+            total: server.client.body_total_timeout,
         }
     }
 }
@@ -169,9 +169,9 @@ where
     let server = &snap.config.server;
     let body = read_body(body, server.body_limit, BodyTime::of(server), headers).await?;
     // Refused before any backend's parser meets it (one may drop the connection on it).
-    if crate::json_depth::deeper_than(&body, server.json_depth_limit) {
+    if crate::json_depth::deeper_than(&body, server.client.json_depth_limit) {
         return Err(ProxyError::TooDeep {
-            limit: server.json_depth_limit,
+            limit: server.client.json_depth_limit,
         });
     }
     Ok(body)

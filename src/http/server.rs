@@ -64,8 +64,8 @@ pub async fn run(
         let io = ClientIo::new(
             tcp,
             Arc::clone(&serving),
-            server.client_header_timeout,
-            server.client_idle_timeout,
+            server.client.header_timeout,
+            server.client.idle_timeout,
         );
         let service = service_fn(move |req: Request<Incoming>| {
             let (state, router) = (Arc::clone(&state), router.clone());
@@ -105,7 +105,7 @@ pub async fn run(
 /// (for probes, the config file and the log).
 fn cap(server: &crate::config::Server) -> usize {
     static FROM_LIMIT: OnceLock<usize> = OnceLock::new();
-    server.max_connections.unwrap_or_else(|| {
+    server.client.max_connections.unwrap_or_else(|| {
         *FROM_LIMIT.get_or_init(|| {
             let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(8192, |(soft, _)| soft);
             usize::try_from(soft.saturating_sub(SPARE_DESCRIPTORS) / 2)
