@@ -44,6 +44,7 @@ pub async fn check_counted(
                 method: Method::Bound,
             },
             fallback: None,
+            prompt: None,
         });
     }
     let chat = req.adapter.to_chat(req.body, req.converter)?;

@@ -135,6 +135,8 @@ impl Verdict {
 pub struct Checked {
     pub verdict: Verdict,
     pub fallback: Option<Fallback>,
+    /// The prompt's tokens where they were counted (`None`: the byte bound decided).
+    pub prompt: Option<u32>,
 }
 
 /// Bound first, exact count only when the bound cannot clear. Errors only for a malformed
@@ -165,6 +167,7 @@ pub(crate) async fn check_chat(
                 method: Method::Bound,
             },
             fallback: None,
+            prompt: None,
         });
     }
     let chat = bytes::Bytes::copy_from_slice(body);
@@ -186,6 +189,7 @@ fn counted(spec: &GuardSpec, output: Option<u32>, c: count::Count) -> Result<Che
             c.method,
         ),
         fallback: c.fallback,
+        prompt: Some(c.tokens),
     })
 }
 

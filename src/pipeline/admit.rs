@@ -20,6 +20,9 @@ use crate::tokens::Method;
 pub struct Admitted {
     pub alias: Arc<Alias>,
     pub body: Bytes,
+    /// The prompt's tokens as the guard counted them, where it counted (not where its byte
+    /// bound alone let the request pass, nor where the alias has no guard).
+    pub prompt: Option<u32>,
 }
 
 /// Shape and guard `req` for `start` (its alias, or a fallback of it) or, when it does not
@@ -37,7 +40,13 @@ pub async fn admit(
         let body = shape(req, &alias)?;
         let spec = match snap.guard(&alias.name) {
             Some(spec) if adapter.guarded() => spec,
-            _ => break Admitted { alias, body },
+            _ => {
+                break Admitted {
+                    alias,
+                    body,
+                    prompt: None,
+                }
+            }
         };
         let counted = Counted {
             adapter,
@@ -48,12 +57,22 @@ pub async fn admit(
         if let Some(reason) = checked.fallback {
             snap.metrics(Some(&alias.name)).count_fallback(reason);
         }
-        let verdict = checked.verdict;
+        let (verdict, prompt) = (checked.verdict, checked.prompt);
         match verdict {
-            Verdict::Pass { .. } => break Admitted { alias, body },
+            Verdict::Pass { .. } => {
+                break Admitted {
+                    alias,
+                    body,
+                    prompt,
+                }
+            }
             Verdict::Clamp { max_tokens, .. } => {
                 let body = Bytes::from(guard::clamp_request(adapter, &body, max_tokens)?);
-                break Admitted { alias, body };
+                break Admitted {
+                    alias,
+                    body,
+                    prompt,
+                };
             }
             Verdict::Over { method, .. } => {
                 let next = alias

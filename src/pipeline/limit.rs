@@ -12,7 +12,8 @@ use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 
 /// Charge the request's client (its requests in flight and tokens are counted whether it
-/// has limits or not), when the request is not charged yet.
+/// has limits or not), when the request is not charged yet. `counted`: the prompt's tokens
+/// where the guard counted them already (then they are not counted again).
 pub async fn charge(
     state: &AppState,
     snap: &Snapshot,
@@ -20,6 +21,7 @@ pub async fn charge(
     req: &Incoming,
     alias: &Alias,
     body: &[u8],
+    counted: Option<u32>,
 ) -> Result<(), ProxyError> {
     let Some(caller) = req.caller.as_ref() else {
         return Ok(());
@@ -32,7 +34,11 @@ pub async fn charge(
     let (prompt, output) = if counts_tokens {
         let adapter = req.adapter;
         let output = adapter.requested_output(body)?.map_or(0, u64::from);
-        (prompt_tokens(state, snap, req, alias, body).await?, output)
+        let prompt = match counted {
+            Some(n) => u64::from(n),
+            None => prompt_tokens(state, snap, req, alias, body).await?,
+        };
+        (prompt, output)
     } else {
         (0, 0)
     };

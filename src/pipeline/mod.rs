@@ -72,7 +72,7 @@ pub async fn handle(
             Err(e) => return Err(e),
         };
         let (alias, body) = (admitted.alias, admitted.body);
-        limit::charge(state, snap, rec, &req, &alias, &body).await?;
+        limit::charge(state, snap, rec, &req, &alias, &body, admitted.prompt).await?;
         loop {
             let tried = &mut tries.tried;
             let chosen = match choose::choose(state, snap, &alias, tried, tries.key, &place).await {
