@@ -2,7 +2,6 @@
 //! test of both translations over any interleaving of text, reasoning and tool calls.
 
 use std::collections::HashSet;
-use std::time::Instant;
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -10,7 +9,7 @@ use serde_json::{json, Value};
 use super::*;
 use crate::reasoning::OutputField;
 use crate::wire::responses::stream::tests::spec;
-use crate::wire::stream::{Action, ApiEvents, Seen, StreamContext};
+use crate::wire::stream::{ApiEvents, Seen, StreamContext};
 use crate::wire::{messages, responses};
 
 fn ctx() -> StreamContext {
@@ -21,22 +20,11 @@ fn ctx() -> StreamContext {
     }
 }
 
-/// Feeds `events` (SSE `data:` payloads) through `t`, each as its own event; the client's bytes.
+/// Feeds `events` (SSE `data:` payloads, one line each) through `t`, each as its own event;
+/// the client's bytes.
 fn translate(t: &mut dyn ApiEvents, events: &[String], seen: &mut Seen) -> Vec<u8> {
-    let mut out = Vec::new();
-    let now = Instant::now();
-    for data in events {
-        let ev = format!("data: {data}\n\n");
-        match t.event(ev.as_bytes(), now, seen) {
-            Action::Keep => out.extend_from_slice(ev.as_bytes()),
-            Action::Drop => {}
-            Action::Replace(b) => out.extend_from_slice(&b),
-        }
-    }
-    if let Some(tail) = t.end(seen) {
-        out.extend_from_slice(&tail);
-    }
-    out
+    let sse: String = events.iter().map(|d| format!("data: {d}\n\n")).collect();
+    crate::wire::messages::from_chat::tests::translate(t, &sse, seen)
 }
 
 fn tool(o: &mut Order, index: u64, id: Option<&str>, name: Option<&str>, args: &str) -> Vec<Op> {

@@ -286,4 +286,4 @@ impl ApiEvents for FromChat {
 
 #[cfg(test)]
 #[path = "from_chat_tests.rs"]
-mod tests;
+pub(crate) mod tests;
