@@ -258,8 +258,7 @@ impl Slots {
         ticket: Ticket,
         watch: &dyn QueueWatch,
     ) -> Result<SlotPermit, ProxyError> {
-        let (tx, mut rx) = oneshot::channel();
-        let seq = {
+        let (seq, mut rx) = {
             let mut st = self.inner.lock();
             if let Some(p) = self.take(&mut st) {
                 return Ok(p);
@@ -271,13 +270,15 @@ impl Slots {
                     retry_after: 1,
                 });
             }
+            // Only a request that waits gets the channel its slot is handed over on.
+            let (tx, rx) = oneshot::channel();
             st.seq += 1;
             let seq = st.seq;
             st.waiters.push(Waiter { seq, ticket, tx });
             self.inner
                 .waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
-            seq
+            (seq, rx)
         };
         watch.entered();
         let waiting = Waiting {
