@@ -100,6 +100,7 @@ fn metrics_per_request(c: &mut Criterion) {
                 prompt: 1200,
                 completion: 200,
                 reasoning: Some(50),
+                cached: None,
                 prefill_tps: Some(2500.0),
                 decode_tps: Some(80.0),
             });

@@ -22,6 +22,9 @@ pub struct Usage {
     pub prompt: u64,
     pub completion: u64,
     pub reasoning: Option<u64>,
+    /// Prompt tokens read from the backend's cache, where it says so (`cached_tokens` of
+    /// the prompt's details, Messages' `cache_read_input_tokens`).
+    pub cached: Option<u64>,
     /// llama.cpp `timings`: prompt and generation speed as the backend measured them.
     pub prefill_tps: Option<f64>,
     pub decode_tps: Option<f64>,
@@ -41,11 +44,17 @@ struct WireUsage {
     #[serde(default)]
     completion_tokens: u64,
     completion_tokens_details: Option<Details>,
+    prompt_tokens_details: Option<PromptDetails>,
 }
 
 #[derive(Deserialize)]
 struct Details {
     reasoning_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
 }
 
 /// llama.cpp's `timings`: prompt and generation speed as the backend measured them.
@@ -60,6 +69,7 @@ fn usage_with(u: WireUsage, timings: Timings) -> Usage {
         prompt: u.prompt_tokens,
         completion: u.completion_tokens,
         reasoning: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        cached: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
         prefill_tps: timings.prompt_per_second,
         decode_tps: timings.predicted_per_second,
     }
@@ -161,7 +171,7 @@ fn speeds(bytes: &[u8]) -> (Option<f64>, Option<f64>) {
 
 /// [`WireUsage`] from the object next in `w`, as serde reads it, where the walk is sure.
 fn read_usage(w: &mut Walk<'_>) -> Result<WireUsage, Unsure> {
-    let (mut prompt, mut completion, mut details) = (None, None, None);
+    let (mut prompt, mut completion, mut details, mut cached) = (None, None, None, None);
     w.object(|key, w| match key {
         b"prompt_tokens" => once(&mut prompt, w.uint()?),
         b"completion_tokens" => once(&mut completion, w.uint()?),
@@ -173,12 +183,21 @@ fn read_usage(w: &mut Walk<'_>) -> Result<WireUsage, Unsure> {
             };
             once(&mut details, d)
         }
+        b"prompt_tokens_details" => {
+            let d = if w.null() {
+                None
+            } else {
+                Some(read_prompt_details(w)?)
+            };
+            once(&mut cached, d)
+        }
         _ => w.skip(),
     })?;
     Ok(WireUsage {
         prompt_tokens: prompt.unwrap_or_default(),
         completion_tokens: completion.unwrap_or_default(),
         completion_tokens_details: details.flatten(),
+        prompt_tokens_details: cached.flatten(),
     })
 }
 
@@ -194,6 +213,21 @@ fn read_details(w: &mut Walk<'_>) -> Result<Details, Unsure> {
     })?;
     Ok(Details {
         reasoning_tokens: reasoning.flatten(),
+    })
+}
+
+/// [`PromptDetails`] from the object next in `w`.
+fn read_prompt_details(w: &mut Walk<'_>) -> Result<PromptDetails, Unsure> {
+    let mut cached = None;
+    w.object(|key, w| match key {
+        b"cached_tokens" => {
+            let c = if w.null() { None } else { Some(w.uint()?) };
+            once(&mut cached, c)
+        }
+        _ => w.skip(),
+    })?;
+    Ok(PromptDetails {
+        cached_tokens: cached.flatten(),
     })
 }
 
@@ -373,6 +407,8 @@ mod tests {
             "completion_tokens",
             "completion_tokens_details",
             "reasoning_tokens",
+            "prompt_tokens_details",
+            "cached_tokens",
         ];
         if extra {
             names.extend(["usage", "timings", "prompt_per_second", "choices"]);

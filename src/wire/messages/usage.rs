@@ -54,6 +54,7 @@ impl MessagesUsage {
         Usage {
             prompt,
             completion: self.output_tokens.unwrap_or(0),
+            cached: self.cache_read_input_tokens,
             ..Usage::default()
         }
     }

@@ -14,11 +14,17 @@ struct WireUsage {
     #[serde(default)]
     output_tokens: u64,
     output_tokens_details: Option<Details>,
+    input_tokens_details: Option<InputDetails>,
 }
 
 #[derive(Deserialize)]
 struct Details {
     reasoning_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct InputDetails {
+    cached_tokens: Option<u64>,
 }
 
 fn usage_with(u: WireUsage, timings: Option<&Value>) -> Usage {
@@ -27,6 +33,7 @@ fn usage_with(u: WireUsage, timings: Option<&Value>) -> Usage {
         prompt: u.input_tokens,
         completion: u.output_tokens,
         reasoning: u.output_tokens_details.and_then(|d| d.reasoning_tokens),
+        cached: u.input_tokens_details.and_then(|d| d.cached_tokens),
         prefill_tps: speed("prompt_per_second"),
         decode_tps: speed("predicted_per_second"),
     }
