@@ -5,6 +5,7 @@ mod clients;
 mod names;
 mod raw;
 mod routing;
+mod tracing;
 mod validate;
 
 use std::path::Path;
@@ -15,6 +16,7 @@ use figment::Figment;
 pub use apis::Apis;
 pub use clients::{ClientSpec, Clients, Priority};
 pub use raw::{RawConfig, RawSizing};
+pub use tracing::Tracing;
 pub use validate::{
     bearer, validate, Alias, Backend, BreakerConfig, ClientSide, Config, ConfigError, ConfigErrors,
     GuardConfig, Input, Server, Sizing, Timeouts,
@@ -33,9 +35,16 @@ pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {
         .merge(Env::prefixed("SWITCHBOARD_").split("__").filter(|key| {
             // Only config sections: other SWITCHBOARD_* variables (API keys, log level) are not config.
             let key = key.as_str().to_ascii_lowercase();
-            ["server.", "backends.", "aliases.", "clients.", "priority."]
-                .iter()
-                .any(|section| key.starts_with(section))
+            [
+                "server.",
+                "backends.",
+                "aliases.",
+                "clients.",
+                "priority.",
+                "tracing.",
+            ]
+            .iter()
+            .any(|section| key.starts_with(section))
         }))
         .extract::<RawConfig>()
         .map_err(|e| {

@@ -23,6 +23,9 @@ pub struct RawConfig {
     /// The queue's classes: how long a request of each may wait before it goes ahead.
     #[serde(default)]
     pub priority: super::clients::RawPriorities,
+    /// Spans exported over OTLP: where, how many.
+    #[serde(default)]
+    pub tracing: super::tracing::RawTracing,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -28,6 +28,8 @@ pub struct Config {
     pub aliases: BTreeMap<String, Arc<Alias>>,
     /// Named clients and the queue's classes.
     pub clients: Arc<super::clients::Clients>,
+    /// Where spans go; `None`: tracing off.
+    pub tracing: Option<super::tracing::Tracing>,
 }
 
 #[derive(Debug, Clone)]
@@ -328,12 +330,14 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         &aliases,
         &mut errs,
     );
+    let tracing = super::tracing::validate(raw.tracing, &mut errs);
     if errs.is_empty() {
         Ok(Config {
             server,
             backends,
             aliases,
             clients: Arc::new(clients),
+            tracing,
         })
     } else {
         Err(ConfigErrors(errs))

@@ -188,6 +188,9 @@ pub fn respond(
         Ok(resp) => resp,
         Err(e) => {
             ex.error = Some(e.to_string());
+            if let Some(t) = ex.trace.as_deref_mut() {
+                t.error_type(e.parts().3.unwrap_or("error"));
+            }
             adapter.error_response(e)
         }
     };

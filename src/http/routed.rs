@@ -41,6 +41,10 @@ where
     let canonical = endpoint != Endpoint::other || crate::path::check(uri.path()).is_ok();
     let adapter = wire::adapter(endpoint);
     let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
+    if let Some(tracer) = &snap.tracer {
+        let id = rec.request_id.to_str().unwrap_or_default();
+        rec.trace = Some(tracer.request(&headers, endpoint, rec.started(), id));
+    }
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let mut limited: Option<crate::clients::Caller> = None;
     let result = async {

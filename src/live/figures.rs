@@ -166,6 +166,7 @@ pub fn apply(config: Config, found: &Found) -> Config {
         backends,
         aliases,
         clients: config.clients,
+        tracing: config.tracing,
     }
 }
 

@@ -25,6 +25,7 @@ use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
 use crate::guard::GuardSpec;
 use crate::observe::metrics::{AliasMetrics, Metrics};
+use crate::observe::trace::Tracer;
 use crate::tokens::gate::CountGate;
 use crate::upstream::tls::TlsSettings;
 use crate::upstream::Client;
@@ -54,6 +55,8 @@ pub struct Snapshot {
     found: Found,
     /// Who holds which key; each client's counters kept across snapshots.
     pub clients: Registry,
+    /// The tracer, when `[tracing]` is on (kept while its setting is unchanged).
+    pub tracer: Option<Arc<Tracer>>,
 }
 
 impl Snapshot {
@@ -91,6 +94,7 @@ impl Snapshot {
         let guards = guards(&config, previous, &gate)?;
         let routes = RouteTable::new(&config);
         let clients = Registry::build(&config, metrics, previous.map(|p| &p.clients));
+        let tracer = tracer(&config, metrics, previous)?;
         let slots: HashMap<String, Arc<Slots>> = config
             .backends
             .values()
@@ -156,6 +160,7 @@ impl Snapshot {
             gate,
             found,
             clients,
+            tracer,
         })
     }
 
@@ -413,4 +418,31 @@ fn tls_settings(config: &Config) -> (TlsSettings, Vec<ConfigError>) {
         })
         .collect();
     (tls, errors)
+}
+
+/// The tracer of `config`: the previous snapshot's while its setting is the same, else a new
+/// one (its export thread started); none while tracing is off.
+fn tracer(
+    config: &Config,
+    metrics: &Metrics,
+    previous: Option<&Snapshot>,
+) -> Result<Option<Arc<Tracer>>, ConfigErrors> {
+    let Some(settings) = &config.tracing else {
+        return Ok(None);
+    };
+    let kept = previous
+        .and_then(|p| p.tracer.as_ref())
+        .filter(|t| t.settings() == settings);
+    if let Some(t) = kept {
+        return Ok(Some(Arc::clone(t)));
+    }
+    Tracer::start(settings, metrics.spans_dropped.clone())
+        .map(|t| Some(Arc::new(t)))
+        .map_err(|reason| {
+            ConfigErrors(vec![ConfigError::BadValue {
+                key: "tracing.otlp_endpoint".into(),
+                value: settings.url.clone(),
+                reason,
+            }])
+        })
 }

@@ -57,6 +57,36 @@ struct CountFallbackLabels {
     reason: CountFallback,
 }
 
+/// Why an ended span was not exported.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum SpanDrop {
+    /// The export queue (`tracing.queue_spans`) was full: the collector is slow or down.
+    queue_full,
+    /// The collector refused the export, could not be reached, or did not answer in time.
+    export_failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpanDropLabels {
+    reason: SpanDrop,
+}
+
+/// Spans not exported, by reason: what the tracer counts its losses with.
+#[derive(Clone, Debug, Default)]
+pub struct SpansDropped(Family<SpanDropLabels, Counter>);
+
+impl SpansDropped {
+    pub fn add(&self, reason: SpanDrop, n: u64) {
+        self.0.get_or_create(&SpanDropLabels { reason }).inc_by(n);
+    }
+
+    /// How many were dropped for `reason` so far.
+    pub fn get(&self, reason: SpanDrop) -> u64 {
+        self.0.get_or_create(&SpanDropLabels { reason }).get()
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     alias: Name,
@@ -167,6 +197,8 @@ pub struct Metrics {
     pub client_connections: Gauge,
     /// Client connections closed at once because `server.max_connections` were open.
     pub connections_refused: Counter,
+    /// Spans the tracer could not export.
+    pub spans_dropped: SpansDropped,
     clients: ClientFamilies,
     /// The status page's rolling window of every alias, kept across reloads like the series.
     windows: Mutex<HashMap<String, Arc<Window>>>,
@@ -218,6 +250,7 @@ impl Metrics {
             reloads: Family::default(),
             client_connections: Gauge::default(),
             connections_refused: Counter::default(),
+            spans_dropped: SpansDropped::default(),
             clients: ClientFamilies::default(),
             windows: Mutex::default(),
             origin: Instant::now(),
@@ -383,6 +416,14 @@ impl Metrics {
             "connections_refused",
             "Client connections closed at once because server.max_connections were open",
             self.connections_refused.clone(),
+        );
+        for reason in [SpanDrop::queue_full, SpanDrop::export_failed] {
+            self.spans_dropped.add(reason, 0);
+        }
+        r.register(
+            "trace_spans_dropped",
+            "Spans not exported (queue_full: tracing.queue_spans were waiting; export_failed: the collector refused, was unreachable or too slow), by reason",
+            self.spans_dropped.0.clone(),
         );
         let info: Family<VersionLabel, Gauge> = Family::default();
         info.get_or_create(&VersionLabel {

@@ -3,4 +3,5 @@
 
 pub mod metrics;
 pub mod record;
+pub mod trace;
 pub mod window;

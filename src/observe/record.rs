@@ -9,6 +9,7 @@ use http::HeaderValue;
 use crate::tokens::Counter;
 
 use crate::observe::metrics::{AliasMetrics, ClientMetrics};
+use crate::observe::trace::{End, RequestTrace};
 use crate::observe::window::Sample;
 use crate::wire::usage::Usage;
 use crate::wire::{Endpoint, Seen};
@@ -50,6 +51,8 @@ pub struct Record {
     pub charge: Option<Box<dyn Settle>>,
     /// Token events seen in a stream (what a stream cut short is charged).
     pub generated: u64,
+    /// The request's spans, when tracing is on.
+    pub trace: Option<Box<RequestTrace>>,
 }
 
 impl Record {
@@ -77,6 +80,7 @@ impl Record {
             client: None,
             charge: None,
             generated: 0,
+            trace: None,
         }
     }
 
@@ -150,6 +154,7 @@ impl Record {
             client: None,
             charge: None,
             generated: 0,
+            trace: None,
         };
         std::mem::replace(self, husk)
     }
@@ -246,6 +251,15 @@ impl Drop for Record {
         if self.armed {
             if let Some(mut c) = self.charge.take() {
                 c.settle(self.usage, self.generated);
+            }
+            if let Some(t) = self.trace.take() {
+                t.finish(&End {
+                    status: self.status,
+                    usage: self.usage,
+                    first_token: self.first_token,
+                    completed: self.completed,
+                    error: self.error.as_deref(),
+                });
             }
             self.record();
         }

@@ -58,6 +58,13 @@ pub async fn admit(
             snap.metrics(Some(&alias.name)).count_fallback(reason);
         }
         let (verdict, prompt) = (checked.verdict, checked.prompt);
+        if let Some(t) = rec.trace.as_deref() {
+            let counted = match &verdict {
+                Verdict::Over { prompt, .. } => Some(*prompt),
+                _ => prompt,
+            };
+            t.counted(verdict.method().as_str(), counted, spec.window);
+        }
         match verdict {
             Verdict::Pass { .. } => {
                 break Admitted {
@@ -82,11 +89,18 @@ pub async fn admit(
                     .cloned();
                 let Some(next) = next else {
                     snap.metrics(Some(&alias.name)).rejection(method);
+                    if let Some(t) = rec.trace.as_deref() {
+                        t.rejected();
+                    }
                     return Err(verdict.into_error(spec.window).unwrap_or_else(|| {
                         ProxyError::InvalidRequest("the request does not fit".into())
                     }));
                 };
                 rec.route(snap.metrics(Some(&next.name)), &next.backend.name);
+                if let Some(t) = rec.trace.as_deref_mut() {
+                    t.fallback(&alias.name, &next.name, "context_window");
+                    t.alias(&next.name);
+                }
                 alias = next;
             }
         }

@@ -24,6 +24,10 @@ pub struct Chosen {
     pub slot: Option<SlotPermit>,
     pub pass: Option<Pass>,
     pub breaker: Option<Arc<Breaker>>,
+    /// How long it waited for the slot.
+    pub queued: std::time::Duration,
+    /// Where its conversation was (an alias with replicas and a conversation key only).
+    pub affinity: Option<AffinityResult>,
 }
 
 /// Why no replica was chosen: `None` when every usable one was tried already.
@@ -132,7 +136,10 @@ pub async fn choose(
             },
             None => None,
         };
+        let waiting = Instant::now();
         let slot = slot(snap, alias, slots, place).await.map_err(Some)?;
+        let queued = waiting.elapsed();
+        let mut found = None;
         if let Some(key) = key.filter(|_| n > 1) {
             let m = snap.metrics(Some(&alias.name));
             let was = snap.affinity().get(key);
@@ -142,6 +149,7 @@ pub async fn choose(
                 (None, _) => AffinityResult::new,
             };
             m.affinity(result);
+            found = Some(result);
             if result != AffinityResult::hit {
                 snap.affinity().set(key, &backend.name);
             }
@@ -152,6 +160,8 @@ pub async fn choose(
             slot,
             pass,
             breaker,
+            queued,
+            affinity: found,
         });
     }
 }

@@ -17,6 +17,7 @@ mod respond;
 mod same_shape;
 mod send;
 mod shape;
+mod traced;
 mod tries;
 
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub async fn handle(
     mut req: Incoming,
 ) -> Result<Response, ProxyError> {
     let routed = resolve(snap, rec, &req)?;
+    traced::resolved(rec, &req, &routed);
     let place = place(snap, rec, &req)?;
     let mut tries = Tries::new(snap, &routed.route.alias, &req);
     let mut headers = Some(std::mem::take(&mut req.headers));
@@ -81,6 +83,7 @@ pub async fn handle(
             };
             rec.backend = Some(chosen.backend.name.clone());
             let out = shape::for_backend(&req, &routed.view, &alias, &chosen.backend, &body)?;
+            traced::attempt(rec, &alias, &chosen, out.translated.is_some(), tries.resent);
             let headers = tries.headers(&mut headers);
             let sent = send::send(
                 state,
@@ -99,6 +102,7 @@ pub async fn handle(
                     return respond::respond(snap, rec, served, answer).await;
                 }
                 Err(failed) => {
+                    traced::failed(rec, &failed);
                     translated = out.translated;
                     tries.failed(chosen, failed)?;
                 }

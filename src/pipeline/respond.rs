@@ -315,6 +315,7 @@ async fn whole(
 /// translated from chat; what is wrong with a chat answer that cannot be translated.
 fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Result<Bytes, String> {
     let adapter = served.adapter;
+    super::traced::answer(rec, &bytes);
     if served.translated.is_some() {
         if let Some(u) = crate::wire::usage::of_body(&bytes) {
             rec.usage = Some(u);

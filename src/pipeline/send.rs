@@ -68,7 +68,10 @@ pub async fn send(
 ) -> Result<Answer, Failed> {
     let server = &snap.config.server;
     let m = snap.metrics(Some(&alias.name));
-    let headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
+    let mut headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
+    if let Some(t) = rec.trace.as_deref() {
+        t.inject(&mut headers);
+    }
     let limits = backend.timeouts;
     let started = Instant::now();
     rec.sending();

@@ -38,6 +38,8 @@ pub struct Tries<'s> {
     /// or by default for the APIs whose adapter says so); spent by the first such resend, so a
     /// request that makes backends hang up on it reaches two of them at most.
     resend: bool,
+    /// The resend was spent: the attempts from now on carry a request sent before.
+    pub resent: bool,
 }
 
 impl<'s> Tries<'s> {
@@ -61,6 +63,7 @@ impl<'s> Tries<'s> {
             why: None,
             last: None,
             resend,
+            resent: false,
         }
     }
 
@@ -106,6 +109,7 @@ impl<'s> Tries<'s> {
             Failed::Dropped(e) if !self.resend => return Err(e),
             Failed::Dropped(e) => {
                 self.resend = false;
+                self.resent = true;
                 Last::Error(e)
             }
             Failed::Answer(answer, _) => Last::Answer(self.order[self.at].clone(), answer),
@@ -139,6 +143,10 @@ impl<'s> Tries<'s> {
             let to_m = snap.metrics(Some(&to.name));
             snap.metrics(Some(&from.name)).fallback(to_m, why);
             tracing::debug!(alias = %from.name, to = %to.name, reason = ?why, "fallback");
+            if let Some(t) = rec.trace.as_deref_mut() {
+                t.fallback(&from.name, &to.name, &format!("{why:?}"));
+                t.alias(&to.name);
+            }
             rec.route(to_m, &to.backend.name);
         }
         self.why = None;

@@ -12,6 +12,7 @@
 pub mod chat;
 pub mod chat_form;
 pub mod endpoint;
+pub mod facts;
 pub mod from_chat;
 pub mod messages;
 pub mod passthrough;

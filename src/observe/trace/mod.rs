@@ -1,0 +1,127 @@
+//! Traces: a server span for each model-routed request and a client span for each attempt at
+//! a backend, named and attributed by the OpenTelemetry GenAI conventions, continuing the
+//! client's W3C trace context and handing the attempt's on to the backend; exported over OTLP.
+//! Off (no tracer, nothing read or sent) while `[tracing]` names no endpoint.
+
+mod export;
+pub mod names;
+mod span;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::HeaderMap;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{SpanKind, Tracer as _, TracerProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_http::HeaderExtractor;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+
+pub use span::{Attempt, End, RequestTrace};
+
+use crate::config::Tracing;
+use crate::observe::metrics::SpansDropped;
+use crate::wire::Endpoint;
+
+/// The tracer of one `[tracing]` setting: its provider (sampler, resource, export queue).
+/// Kept across reloads while the setting is unchanged.
+pub struct Tracer {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    settings: Tracing,
+    propagator: TraceContextPropagator,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer")
+            .field("url", &self.settings.url)
+            .field("sample_ratio", &self.settings.sample_ratio)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tracer {
+    /// The tracer for `settings`, its export thread started; lost spans are counted in
+    /// `dropped`.
+    pub fn start(settings: &Tracing, dropped: SpansDropped) -> Result<Tracer, String> {
+        let resource = Resource::builder_empty()
+            .with_service_name(settings.service_name.clone())
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+            .build();
+        let queue = export::start(settings, &resource, dropped)?;
+        let sampler =
+            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio)));
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(queue)
+            .with_sampler(sampler)
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("switchboard");
+        Ok(Tracer {
+            provider,
+            tracer,
+            settings: settings.clone(),
+            propagator: TraceContextPropagator::new(),
+        })
+    }
+
+    /// The setting it was made for.
+    pub fn settings(&self) -> &Tracing {
+        &self.settings
+    }
+
+    /// Whether prompts and answers go into spans.
+    pub fn captures_content(&self) -> bool {
+        self.settings.capture_content
+    }
+
+    /// The trace of a request to `endpoint` that arrived at `started` with `headers`: its
+    /// server span begun, a child of the client's `traceparent` where it sent one.
+    pub fn request(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        endpoint: Endpoint,
+        started: Instant,
+        request_id: &str,
+    ) -> Box<RequestTrace> {
+        let parent = self.propagator.extract(&HeaderExtractor(headers));
+        let operation = names::operation(endpoint);
+        let wall = span::wall_clock(started);
+        let span = self
+            .tracer
+            .span_builder(operation)
+            .with_kind(SpanKind::Server)
+            .with_start_time(wall)
+            .with_attributes([
+                KeyValue::new(names::OPERATION, operation),
+                KeyValue::new(names::HTTP_METHOD, "POST"),
+                KeyValue::new(names::URL_PATH, names::path(endpoint)),
+                KeyValue::new(names::REQUEST_ID, request_id.to_string()),
+            ])
+            .start_with_context(&self.tracer, &parent);
+        Box::new(RequestTrace::new(
+            Arc::clone(self),
+            span,
+            operation,
+            started,
+        ))
+    }
+
+    fn sdk(&self) -> &SdkTracer {
+        &self.tracer
+    }
+
+    fn propagator(&self) -> &TraceContextPropagator {
+        &self.propagator
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        // The export thread sends what is queued and ends once the last span is gone.
+        let _ = self.provider.shutdown();
+    }
+}

@@ -1,0 +1,117 @@
+//! What the steps tell the request's trace, where tracing is on: the request as resolved, each
+//! attempt at a backend as it starts and as it fails. Nothing is read while it is off.
+
+use super::choose::Chosen;
+use super::resolve::Routed;
+use super::send::Failed;
+use super::Incoming;
+use crate::config::Alias;
+use crate::fleet::balance::SESSION_HEADER;
+use crate::observe::record::Record;
+use crate::observe::trace::Attempt;
+use crate::wire::facts;
+
+/// The model asked for, the output limit, the conversation, the client, the prompt.
+pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
+    let Some(t) = rec.trace.as_deref_mut() else {
+        return;
+    };
+    let max = req.adapter.requested_output(&req.body).ok().flatten();
+    t.resolved(&routed.view.model, max.map(u64::from), routed.view.stream);
+    t.alias(&routed.route.alias.name);
+    if let Some(id) = req
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        t.conversation(id);
+    }
+    if let Some(c) = &req.caller {
+        t.client(c.name());
+    }
+    if t.captures_content() {
+        if let Some(prompt) = prompt_of(&req.body) {
+            t.input(&prompt);
+        }
+    }
+}
+
+/// The prompt as the client wrote it: its `messages` (chat, Messages) or `input` (Responses).
+fn prompt_of(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    ["messages", "input", "prompt"]
+        .iter()
+        .find_map(|k| v.get(*k))
+        .map(ToString::to_string)
+}
+
+/// An attempt at `chosen`, a replica of `alias`, begins.
+pub fn attempt(rec: &mut Record, alias: &Alias, chosen: &Chosen, translated: bool, resent: bool) {
+    let Some(t) = rec.trace.as_deref_mut() else {
+        return;
+    };
+    let b = &chosen.backend;
+    t.attempt(&Attempt {
+        backend: &b.name,
+        flavor: b.flavor.as_str(),
+        authority: &b.authority,
+        model: &alias.upstream_model,
+        alias: &alias.name,
+        queued: chosen.queued,
+        affinity: chosen.affinity.map(|a| match a {
+            crate::fleet::balance::AffinityResult::hit => "hit",
+            crate::fleet::balance::AffinityResult::moved => "moved",
+            crate::fleet::balance::AffinityResult::new => "new",
+        }),
+        resent,
+    });
+    if translated {
+        t.translated("chat_completions");
+    }
+}
+
+/// The attempt failed before any byte reached the client.
+pub fn failed(rec: &mut Record, failed: &Failed) {
+    let Some(t) = rec.trace.as_deref_mut() else {
+        return;
+    };
+    let status = match failed {
+        Failed::Answer(a, _) => Some(a.status.as_u16()),
+        _ => None,
+    };
+    let kind = match failed {
+        Failed::Dropped(_) => "dropped".to_string(),
+        Failed::Local(_) => "proxy_overloaded".to_string(),
+        Failed::Delivered(e) => e.parts().3.unwrap_or("upstream").to_string(),
+        other => format!("{:?}", other.reason()),
+    };
+    t.attempt_failed(&kind, status);
+}
+
+/// A whole answer as the backend sent it: its model, finish reason and (captured) text.
+pub fn answer(rec: &mut Record, body: &[u8]) {
+    let Some(t) = rec.trace.as_deref_mut() else {
+        return;
+    };
+    let f = facts::read(body);
+    t.response(f.model.as_deref(), f.finish.as_deref());
+    if let Some(text) = f.text {
+        t.output(&text);
+    }
+}
+
+/// One stream event's data as the backend sent it: read in full for the model (until it is
+/// known), a finish reason, or (captured) text; other events are passed over unread.
+pub fn event(rec: &mut Record, data: &[u8]) {
+    let Some(t) = rec.trace.as_deref_mut() else {
+        return;
+    };
+    if !t.captures_content() && t.knows_model() && !facts::may_finish(data) {
+        return;
+    }
+    let f = facts::read(data);
+    t.response(f.model.as_deref(), f.finish.as_deref());
+    if let Some(text) = f.text {
+        t.output(&text);
+    }
+}
