@@ -55,6 +55,10 @@
 #                    their keys in turn (`Authorization: Bearer`; nginx and direct ignore
 #                    it): the cost of identifying, limiting and charging each request.
 #                    Not with BASELINE_BIN (an earlier build may not read [clients])
+#   TRACE_RATIO=     set (e.g. 1 or 0.01): Switchboard gets a [tracing] section with that
+#                    sample_ratio, exporting to an OTLP sink (otlp_sink.py, python3, its CPU
+#                    not counted) on OTLP_PORT (default 17790): the cost of tracing.
+#                    Not with BASELINE_BIN (an earlier build may not read [tracing])
 #   FIRST_BYTE_SAMPLES=400  samples per path of the time to the first SSE byte (0: skip)
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
@@ -79,6 +83,8 @@ SIM_STREAM_PORT=${SIM_STREAM_PORT:-17802}
 SB_WORKERS=${SB_WORKERS:-1}
 REPLICAS=${REPLICAS:-1}
 CLIENTS=${CLIENTS:-0}
+TRACE_RATIO=${TRACE_RATIO:-}
+OTLP_PORT=${OTLP_PORT:-17790}
 FIRST_BYTE_SAMPLES=${FIRST_BYTE_SAMPLES:-400}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
@@ -234,7 +240,12 @@ $(for ((c = 1; c <= CLIENTS; c++)); do
     printf '\n[clients.bench-%s]\nkey_env = "SB_BENCH_KEY_%s"\npriority = "%s"\n' "$c" "$c" "${classes[c % 3]}"
     printf 'max_concurrent = 100000\nrequests_per_minute = 1000000000\ntokens_per_minute = 1000000000000\ntokens_per_day = 1000000000000000\n'
   done)
+$([[ -n $TRACE_RATIO ]] && printf '\n[tracing]\notlp_endpoint = "http://127.0.0.1:%s"\nsample_ratio = %s\n' "$OTLP_PORT" "$TRACE_RATIO")
 EOF
+  if [[ -n $TRACE_RATIO ]]; then
+    spawn "otlp sink" "$WORK/otlp.log" python3 "$(dirname "${BASH_SOURCE[0]}")/otlp_sink.py" "$OTLP_PORT"
+    wait_http "http://127.0.0.1:$OTLP_PORT/" "$SPAWNED" "otlp sink"
+  fi
   BEARER_KEYS=
   for ((c = 1; c <= CLIENTS; c++)); do
     export "SB_BENCH_KEY_$c=bench-key-$c"
