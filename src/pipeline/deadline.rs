@@ -123,13 +123,17 @@ impl Stream for Bounded {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    /// On the paused clock: time moves only when every task waits, straight to the next
+    /// timer, so the limits are met to the millisecond whatever the machine's load.
+    #[tokio::test(start_paused = true)]
     async fn an_idle_body_ends_with_the_idle_error_and_a_busy_one_with_the_total() {
         let ms = Duration::from_millis;
+        let started = Instant::now();
         let pending = futures_util::stream::pending().boxed();
-        let mut b = bounded(pending, ms(50), std::time::Instant::now(), ms(10_000));
+        let mut b = bounded(pending, ms(50), started.into_std(), ms(10_000));
         let e = b.next().await.unwrap().unwrap_err();
         assert!(matches!(Expired::of(&e), Some(Expired::Idle(_))), "{e}");
+        assert_eq!(started.elapsed(), ms(50));
         assert!(b.next().await.is_none());
 
         // Pieces every 10 ms never let it go idle for 200 ms; the total of 300 ms ends it.
@@ -138,8 +142,8 @@ mod tests {
             Some((Ok::<_, BoxError>(Bytes::from_static(b"x")), ()))
         })
         .boxed();
-        let started = std::time::Instant::now();
-        let mut b = bounded(ticks, ms(200), started, ms(300));
+        let started = Instant::now();
+        let mut b = bounded(ticks, ms(200), started.into_std(), ms(300));
         let e = loop {
             match b.next().await.unwrap() {
                 Ok(_) => {}
@@ -147,6 +151,6 @@ mod tests {
             }
         };
         assert!(matches!(Expired::of(&e), Some(Expired::Total(_))), "{e}");
-        assert!(started.elapsed() >= ms(300));
+        assert_eq!(started.elapsed(), ms(300));
     }
 }
