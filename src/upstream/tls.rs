@@ -358,6 +358,9 @@ mod tests {
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&accepted);
         let acceptor = TlsAcceptor::from(Arc::clone(&ca.server));
+        // The test says when to close; the backend says when it has.
+        let (close, mut close_now) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (closed_tx, mut closed) = tokio::sync::mpsc::unbounded_channel::<()>();
         // Answers one request per connection, kept alive, then closes it cleanly.
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
@@ -377,8 +380,9 @@ mod tests {
                     .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                     .await;
                 let _ = tls.flush().await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                let _ = close_now.recv().await;
                 let _ = tls.shutdown().await;
+                let _ = closed_tx.send(());
             }
         });
         let tls = settings(&addr, &spec("localhost", Some(&ca.ca_file)));
@@ -386,10 +390,37 @@ mod tests {
         let pool = Arc::new(Pool::new(Duration::from_secs(5)));
         assert_eq!(post(&pool, &addr, tls).await.unwrap(), "ok");
         assert_eq!(pool.idle_count(&tls.pool_key), 1);
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        close.send(()).unwrap();
+        let wait = Duration::from_secs(10);
+        tokio::time::timeout(wait, closed.recv())
+            .await
+            .expect("the backend to close")
+            .unwrap();
+        // Its close reaches the pooled connection's socket: wait until the kernel has bytes
+        // (or the FIN) to read there, the connection left in the pool.
+        tokio::time::timeout(wait, async {
+            while !close_arrived(&pool, &tls.pool_key) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the close to reach the pooled connection");
+        assert_eq!(pool.idle_count(&tls.pool_key), 1);
         assert!(pool.checkout(&tls.pool_key).is_none());
         assert_eq!(post(&pool, &addr, tls).await.unwrap(), "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// Whether the last idle connection under `key` has something to read (a peek: it stays
+    /// in the pool).
+    fn close_arrived(pool: &Pool, key: &str) -> bool {
+        let idle = pool.idle.lock().unwrap();
+        idle.get(key)
+            .and_then(|list| list.last())
+            .is_some_and(|(conn, _)| {
+                let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+                socket2::SockRef::from(conn.tcp()).peek(&mut probe).is_ok()
+            })
     }
 
     /// CA files that cannot be used are errors naming the key and the file; the backend
