@@ -34,10 +34,11 @@ backend = "b"
     let events = sse_payloads(r).await;
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(400), "{took:?}");
-    assert!(took < Duration::from_millis(3000), "{took:?}");
+    // The idle limit ended it (the event names it), within `WAIT` of the stall.
     let last = events.last().unwrap();
     assert!(last.starts_with("{\"error\""), "{events:?}");
     assert!(last.contains("upstream_timeout"), "{last}");
+    assert!(last.contains("did not answer within 400ms"), "{last}");
     assert!(!events.iter().any(|e| e == "[DONE]"));
     // The slot and the in-flight count are free already.
     let snap = p.state.live.load_full();
@@ -60,7 +61,8 @@ backend = "b"
 }
 
 /// How long until the proxy closes `tcp` (reads give 0 or an error), writing `trickle`
-/// every 50 ms meanwhile; bounded by `WAIT`.
+/// every 50 ms meanwhile; failing if it is still open after `WAIT` (the tests set the limit
+/// not under test beyond it, so only the limit under test can close the connection in time).
 async fn closed_after(mut tcp: tokio::net::TcpStream, trickle: Option<&[u8]>) -> Duration {
     let started = Instant::now();
     within("the proxy to close the connection", async {
@@ -115,7 +117,7 @@ async fn r19_a_client_trickling_headers_is_cut_off_at_the_header_limit() {
     let s = sim(SimConfig::default()).await;
     let toml = one_alias(
         "llamacpp",
-        "client_header_timeout_ms = 400\nclient_idle_timeout_ms = 5000",
+        "client_header_timeout_ms = 400\nclient_idle_timeout_ms = 60000",
         "",
     );
     let p = proxy(&toml, &[("b", s.url())]).await;
@@ -125,7 +127,6 @@ async fn r19_a_client_trickling_headers_is_cut_off_at_the_header_limit() {
         .unwrap();
     let took = closed_after(tcp, Some(b"x-slow: 1\r\n")).await;
     assert!(took >= Duration::from_millis(350), "{took:?}");
-    assert!(took < Duration::from_millis(3000), "{took:?}");
     // A client that sends its request in time is served on the same settings.
     assert_eq!(
         p.post_chat(&client(), &chat("a", false)).await.status(),
@@ -138,7 +139,7 @@ async fn r19_an_idle_connection_is_closed_at_the_idle_limit() {
     let s = sim(SimConfig::default()).await;
     let toml = one_alias(
         "llamacpp",
-        "client_header_timeout_ms = 5000\nclient_idle_timeout_ms = 400",
+        "client_header_timeout_ms = 60000\nclient_idle_timeout_ms = 400",
         "",
     );
     let p = proxy(&toml, &[("b", s.url())]).await;
@@ -149,9 +150,10 @@ async fn r19_an_idle_connection_is_closed_at_the_idle_limit() {
         String::from_utf8_lossy(a).contains("\"choices\"")
     })
     .await;
+    // Counted from the answer's end, which came before the client read it: half the limit
+    // leaves room for the test being scheduled late.
     let took = closed_after(tcp, None).await;
-    assert!(took >= Duration::from_millis(350), "{took:?}");
-    assert!(took < Duration::from_millis(3000), "{took:?}");
+    assert!(took >= Duration::from_millis(200), "{took:?}");
 }
 
 #[tokio::test]
@@ -164,7 +166,7 @@ async fn r19_an_answer_longer_than_the_idle_limit_is_served_whole_and_the_limit_
     .await;
     let toml = one_alias(
         "llamacpp",
-        "client_header_timeout_ms = 5000\nclient_idle_timeout_ms = 300",
+        "client_header_timeout_ms = 60000\nclient_idle_timeout_ms = 300",
         "",
     );
     let p = proxy(&toml, &[("b", s.url())]).await;
@@ -192,7 +194,8 @@ async fn r19_an_answer_longer_than_the_idle_limit_is_served_whole_and_the_limit_
     })
     .await;
     assert!(String::from_utf8_lossy(&answer).contains("data: [DONE]"));
+    // Closed after the answer's end (counted from the request, it would close at once):
+    // half the limit leaves room for the test being scheduled late.
     let took = closed_after(tcp, None).await;
-    assert!(took >= Duration::from_millis(250), "{took:?}");
-    assert!(took < Duration::from_millis(3000), "{took:?}");
+    assert!(took >= Duration::from_millis(150), "{took:?}");
 }
