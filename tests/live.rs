@@ -172,16 +172,14 @@ async fn r19_a_file_replaced_by_rename_is_reloaded_without_a_signal() {
     let c = client();
     let url = p.url("/v1/chat/completions");
 
+    // The watch reloads it: the new routes serve within `WAIT`.
     replace_by_rename(&path, &text("z"));
-    let changed = std::time::Instant::now();
     within("the new routes", async {
         while status(&c, &url, &chat("z", false)).await != 200 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
-    let took = changed.elapsed();
-    assert!(took < Duration::from_secs(2), "{took:?}");
     assert_eq!(status(&c, &url, &chat("a", false)).await, 404);
 
     // A broken file is refused and reported; the running config stays.
