@@ -1065,7 +1065,7 @@ mod tests {
     }
 
     #[test]
-    fn r17_keys_that_cannot_be_sent_are_refused_without_being_shown() {
+    fn keys_that_cannot_be_sent_are_refused_without_being_shown() {
         let v = super::bearer("sk-backend_1.x~/+=").unwrap();
         assert_eq!(v, "Bearer sk-backend_1.x~/+=");
         assert!(v.is_sensitive());
@@ -1341,7 +1341,7 @@ mod tests {
     }
 
     #[test]
-    fn r21_auto_window_and_slots_are_typed_and_refused_where_no_backend_reports_them() {
+    fn auto_window_and_slots_are_typed_and_refused_where_no_backend_reports_them() {
         let cfg = from_toml(&format!(
             "{BASE}\n[backends.a]\nurl = \"http://h:1\"\nflavor = \"sglang\"\nslots = \"auto\"\n\
              [aliases.x]\nbackend = \"a\"\ncontext_window = \"auto\"\nmax_output_tokens = 512"

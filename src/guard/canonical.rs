@@ -261,7 +261,7 @@ mod tests {
     }
 
     #[test]
-    fn r20_escaped_error_key_in_a_stream_is_recognised() {
+    fn escaped_error_key_in_a_stream_is_recognised() {
         let event = br#"data: {"\u0065rror": {"message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).", "code": 400}}"#;
         assert_eq!(parts(from_sse_event(event, 1)), (8192, 9000, None));
     }
@@ -270,7 +270,7 @@ mod tests {
         /// Issue 20: a context error reads the same in any spelling (whitespace, member
         /// order, escapes), in a stream event as in a body.
         #[test]
-        fn r20_context_errors_read_the_same_in_any_spelling(
+        fn context_errors_read_the_same_in_any_spelling(
             kind in 0u8..4,
             prompt in 1u32..1_000_000,
             window in 1u32..1_000_000,

@@ -682,7 +682,7 @@ mod tests {
     /// Regression (issue 17): an event that does not end was searched from its start again
     /// with every piece (time quadratic in its length); the search now resumes where it ended.
     #[test]
-    fn r17_an_unfinished_event_is_not_searched_again() {
+    fn an_unfinished_event_is_not_searched_again() {
         let metrics = crate::observe::metrics::Metrics::new();
         let mut r = Relay {
             upstream: futures_util::stream::empty().boxed(),
@@ -794,7 +794,7 @@ mod tests {
     /// Issue 20: a usage chunk written with spaces after the separators (Python's
     /// `json.dumps`) is recognised, counted and dropped like a compact one.
     #[tokio::test]
-    async fn r20_spaced_usage_chunk_is_dropped_for_a_client_that_did_not_ask() {
+    async fn spaced_usage_chunk_is_dropped_for_a_client_that_did_not_ask() {
         let metrics = crate::observe::metrics::Metrics::new();
         let ex = Record::start(
             &metrics.alias("a"),

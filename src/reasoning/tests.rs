@@ -268,7 +268,7 @@ proptest! {
     /// rename, give what the parse gives for any spelling of the same events (whitespace,
     /// member order, escapes in keys and strings).
     #[test]
-    fn r20_stream_rewrite_agrees_with_the_parse_in_any_spelling(
+    fn stream_rewrite_agrees_with_the_parse_in_any_spelling(
         events in prop::collection::vec((any_event(), any::<u64>()), 1..12),
         output in prop::sample::select(OUTPUTS.to_vec()),
         tags in prop::option::of(tags()),
@@ -288,7 +288,7 @@ proptest! {
 
     /// The same for a whole answer and for the history of a request.
     #[test]
-    fn r20_body_rewrites_agree_with_the_parse_in_any_spelling(
+    fn body_rewrites_agree_with_the_parse_in_any_spelling(
         event in any_event(),
         seed: u64,
         output in prop::sample::select(OUTPUTS.to_vec()),

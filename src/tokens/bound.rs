@@ -307,7 +307,7 @@ mod tests {
 
     /// Issue 20: media parts and tool calls count the same however the message is spelled.
     #[test]
-    fn r20_escaped_keys_count_like_plain_ones() {
+    fn escaped_keys_count_like_plain_ones() {
         let plain = br#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"role":"assistant","content":"","tool_calls":[{"id":"t"}]}]}"#;
         let escaped = br#"{"messages":[{"role":"user","content":[{"\u0074ype":"image_url","image_url":{"url":"x"}}]},{"role":"assistant","content":"","tool\u005fcalls":[{"id":"t"}]}]}"#;
         let spaced = b"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\" : \"image_url\", \"image_url\": {\"url\": \"x\"}}]}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\" :\n[{\"id\": \"t\"}]}]}";

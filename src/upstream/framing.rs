@@ -419,7 +419,7 @@ mod tests {
 
     /// Regression (issue 17): framings the RFC lets a recipient read on through are refused.
     #[test]
-    fn r17_doubtful_framings_are_refused() {
+    fn doubtful_framings_are_refused() {
         for bad in [
             // Chunked in HTTP/1.0, or chunked with a length too (RFC 9112 §6.1, §6.3).
             "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n",
@@ -565,7 +565,7 @@ mod tests {
     /// Regression (issue 17): a bare LF after chunk data was taken for CRLF, and a trailer
     /// line of only CRs ended the body.
     #[test]
-    fn r17_chunked_framing_is_strict() {
+    fn chunked_framing_is_strict() {
         for (wire, error) in [
             (
                 &b"5\r\nhello\n0\r\n\r\n"[..],

@@ -251,7 +251,7 @@ mod tests {
     /// Issue 20: a `stream_options` of `null` is replaced, never given a twin key (a backend
     /// reading the last of two would see `null` and send no usage).
     #[test]
-    fn r20_null_stream_options_is_replaced_not_duplicated() {
+    fn null_stream_options_is_replaced_not_duplicated() {
         let body = br#"{"model":"a","stream":true,"stream_options":null}"#;
         let p = ParsedRequest::parse(body).unwrap();
         assert!(!p.client_wants_usage());
@@ -267,7 +267,7 @@ mod tests {
         /// request (whitespace, member order, escapes), the request a parse and an edit of
         /// the parsed value give.
         #[test]
-        fn r20_splice_agrees_with_the_parse_in_any_spelling(
+        fn splice_agrees_with_the_parse_in_any_spelling(
             model in "[a-z0-9/._-]{1,12}",
             stream: bool,
             options in 0u8..4,

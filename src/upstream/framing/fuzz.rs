@@ -136,7 +136,7 @@ fn cases() -> u32 {
 /// The decoder, given each input whole, byte by byte and cut at random offsets, reads it as
 /// the reference does.
 #[test]
-fn r17_decoder_agrees_with_the_reference_whatever_the_pieces() {
+fn decoder_agrees_with_the_reference_whatever_the_pieces() {
     let cases = cases();
     let mut runner = TestRunner::new(Config {
         cases,

@@ -312,7 +312,7 @@ proptest! {
     /// Issue 20: shaping reads a request the same in any spelling (whitespace, member order,
     /// escapes in keys and strings): the same refusals, the same shaped request.
     #[test]
-    fn r20_shape_agrees_in_any_spelling(
+    fn shape_agrees_in_any_spelling(
         kind in 0u8..5,
         sent_temperature: bool,
         sent_kwargs: bool,
