@@ -14,7 +14,7 @@ fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
 }
 
 #[test]
-fn r2_check_accepts_the_repo_config() {
+fn check_accepts_the_repo_config() {
     let out = switchboard()
         .args([
             "check",
@@ -33,7 +33,7 @@ fn r2_check_accepts_the_repo_config() {
 }
 
 #[test]
-fn r2_check_prints_every_error_once_and_exits_2() {
+fn check_prints_every_error_once_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(
         &dir,
@@ -62,7 +62,7 @@ backend = "missing"
 }
 
 #[test]
-fn r2_serve_refuses_a_bad_config() {
+fn serve_refuses_a_bad_config() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(&dir, "[server]\nlisten = \"127.0.0.1:0\"\nbogus = 1\n");
     let out = switchboard()
@@ -75,7 +75,7 @@ fn r2_serve_refuses_a_bad_config() {
 }
 
 #[test]
-fn r2_environment_overrides_the_file() {
+fn environment_overrides_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(&dir, "[server]\nlisten = \"127.0.0.1:7700\"\n");
     let out = switchboard()
@@ -90,7 +90,7 @@ fn r2_environment_overrides_the_file() {
 }
 
 #[test]
-fn r2_missing_config_file_is_a_clear_error() {
+fn missing_config_file_is_a_clear_error() {
     let out = switchboard()
         .args(["check", "--config", "/nonexistent/routes.toml"])
         .output()
@@ -100,7 +100,7 @@ fn r2_missing_config_file_is_a_clear_error() {
 }
 
 #[test]
-fn r4_tokens_cli_prints_count_method_and_verdict() {
+fn tokens_cli_prints_count_method_and_verdict() {
     let dir = tempfile::tempdir().unwrap();
     let fx = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/qwen3");
     let p = write(
@@ -194,7 +194,7 @@ fn with_keys(command: &str, backend_key: &str, client_keys: &str) -> std::proces
 /// dropped from every request without a word. `check` and `serve` refuse it, naming the
 /// variable and never the key.
 #[test]
-fn r17_check_and_serve_refuse_a_key_that_cannot_be_sent() {
+fn check_and_serve_refuse_a_key_that_cannot_be_sent() {
     let ok = with_keys("check", "sk-backend-7", "sk-team-1,sk-team-2");
     assert!(
         ok.status.success(),

@@ -102,7 +102,7 @@ async fn context_error(resp: reqwest::Response) -> Value {
 }
 
 #[tokio::test]
-async fn r4_exactly_at_the_window_passes_one_token_over_is_rejected() {
+async fn exactly_at_the_window_passes_one_token_over_is_rejected() {
     for flavor in FLAVORS {
         let sim = sim(sim_cfg(flavor)).await;
         let n = count(&guarded(flavor, &sim.url(), 100_000, "").await).await;
@@ -153,7 +153,7 @@ async fn r4_exactly_at_the_window_passes_one_token_over_is_rejected() {
 }
 
 #[tokio::test]
-async fn r4_stream_requests_get_the_400_before_any_sse_byte() {
+async fn stream_requests_get_the_400_before_any_sse_byte() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = guarded(Flavor::Llamacpp, &sim.url(), 12, "").await;
     let r = p.post_chat(&client(), &request(Some(100), true)).await;
@@ -163,7 +163,7 @@ async fn r4_stream_requests_get_the_400_before_any_sse_byte() {
 }
 
 #[tokio::test]
-async fn r4_async_openai_surfaces_context_length_exceeded() {
+async fn async_openai_surfaces_context_length_exceeded() {
     let sim = sim(sim_cfg(Flavor::Vllm)).await;
     let p = guarded(Flavor::Vllm, &sim.url(), 12, "").await;
     let client = async_openai::Client::with_config(
@@ -196,7 +196,7 @@ async fn r4_async_openai_surfaces_context_length_exceeded() {
 }
 
 #[tokio::test]
-async fn r4_backend_context_errors_are_canonicalised() {
+async fn backend_context_errors_are_canonicalised() {
     // No window configured at the proxy: the backend's own error is what comes back, rewritten.
     for flavor in FLAVORS {
         let sim = sim(SimConfig {
@@ -232,7 +232,7 @@ async fn r4_backend_context_errors_are_canonicalised() {
 }
 
 #[tokio::test]
-async fn r4_over_window_requests_go_to_the_fallback_alias() {
+async fn over_window_requests_go_to_the_fallback_alias() {
     let small = sim(sim_cfg(Flavor::Llamacpp)).await;
     let big = sim(SimConfig {
         model: "big-model".into(),
@@ -273,7 +273,7 @@ count = "backend"
 }
 
 #[tokio::test]
-async fn r4_clamp_lowers_max_tokens_when_the_prompt_fits() {
+async fn clamp_lowers_max_tokens_when_the_prompt_fits() {
     let sim = sim(sim_cfg(Flavor::Sglang)).await;
     let n = count(&guarded(Flavor::Sglang, &sim.url(), 100_000, "").await).await;
     let p = guarded(
@@ -298,7 +298,7 @@ async fn r4_clamp_lowers_max_tokens_when_the_prompt_fits() {
 }
 
 #[tokio::test]
-async fn r4_local_tokenizer_count_through_the_server_matches_llama_server() {
+async fn local_tokenizer_count_through_the_server_matches_llama_server() {
     // `single_user` of tests/fixtures/conversations.json: llama-server reported 13 prompt tokens.
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let dir = env!("CARGO_MANIFEST_DIR");

@@ -18,7 +18,7 @@ fn sim_cfg() -> SimConfig {
 }
 
 #[tokio::test]
-async fn r5_known_traffic_gives_exact_counts() {
+async fn known_traffic_gives_exact_metric_counts() {
     let sim = sim(sim_cfg()).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     let c = client();
@@ -120,7 +120,7 @@ async fn r5_known_traffic_gives_exact_counts() {
 }
 
 #[tokio::test]
-async fn r5_usage_chunk_hidden_from_clients_that_did_not_ask_but_counted() {
+async fn usage_chunk_hidden_from_clients_that_did_not_ask_but_counted() {
     let sim = sim(sim_cfg()).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     let c = client();
@@ -154,7 +154,7 @@ async fn r5_usage_chunk_hidden_from_clients_that_did_not_ask_but_counted() {
 }
 
 #[tokio::test]
-async fn r5_inflight_returns_to_zero_after_failures_rejections_and_disconnects() {
+async fn inflight_returns_to_zero_after_failures_rejections_and_disconnects() {
     let sim = sim(SimConfig {
         gate: true,
         ..sim_cfg()
@@ -223,7 +223,7 @@ backend = "dead"
 }
 
 #[tokio::test]
-async fn r5_metrics_negotiates_openmetrics() {
+async fn metrics_negotiates_openmetrics() {
     let sim = sim(sim_cfg()).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     let r = client()
@@ -246,7 +246,7 @@ async fn r5_metrics_negotiates_openmetrics() {
 }
 
 #[test]
-fn r5_exported_families_match_the_documented_contract() {
+fn exported_families_match_the_documented_contract() {
     let contract = include_str!("../deploy/metrics.txt");
     // One alias, one request and one probed backend: every family has a series.
     let m = switchboard::observe::metrics::Metrics::new();

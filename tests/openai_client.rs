@@ -45,7 +45,7 @@ async fn setup() -> (switchboard::sim::Sim, Proxy, Client<OpenAIConfig>) {
 }
 
 #[tokio::test]
-async fn r2_async_openai_chat_call() {
+async fn async_openai_chat_call_gets_text_and_usage() {
     let (_sim, _p, client) = setup().await;
     let resp = within("chat", client.chat().create(request("a")))
         .await
@@ -56,7 +56,7 @@ async fn r2_async_openai_chat_call() {
 }
 
 #[tokio::test]
-async fn r2_async_openai_stream_read_to_end() {
+async fn async_openai_stream_reads_to_its_finish_reason() {
     let (_sim, _p, client) = setup().await;
     let mut stream = within("stream", client.chat().create_stream(request("a")))
         .await
@@ -77,7 +77,7 @@ async fn r2_async_openai_stream_read_to_end() {
 }
 
 #[tokio::test]
-async fn r2_async_openai_unknown_alias_is_model_not_found() {
+async fn async_openai_unknown_alias_is_model_not_found() {
     let (_sim, _p, client) = setup().await;
     let err = within("chat", client.chat().create(request("no-such-model")))
         .await

@@ -29,7 +29,7 @@ async fn error_of(resp: reqwest::Response) -> (u16, Value) {
 }
 
 #[tokio::test]
-async fn r2_routes_by_alias_and_old_name_rewriting_model() {
+async fn routes_by_alias_and_old_name_rewriting_model() {
     for flavor in [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang] {
         let sim = sim(sim_cfg(flavor)).await;
         let p = proxy(&one_alias(flavor.as_str(), "", ""), &[("b", sim.url())]).await;
@@ -69,7 +69,7 @@ async fn r2_routes_by_alias_and_old_name_rewriting_model() {
 /// Regression: a stream's answer carried an empty `x-request-id` (the id left with the
 /// exchange when the stream body took it over).
 #[tokio::test]
-async fn r2_stream_answers_echo_the_request_id() {
+async fn stream_answers_echo_the_request_id() {
     let sim = sim(sim_cfg(Flavor::Vllm)).await;
     let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
     let c = client();
@@ -100,7 +100,7 @@ async fn r2_stream_answers_echo_the_request_id() {
 }
 
 #[tokio::test]
-async fn r2_other_endpoints_are_routed_by_model() {
+async fn other_endpoints_are_routed_by_model() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     let c = client();
@@ -125,7 +125,7 @@ async fn r2_other_endpoints_are_routed_by_model() {
 }
 
 #[tokio::test]
-async fn r2_models_lists_aliases_only() {
+async fn models_lists_aliases_only() {
     let sim = sim(sim_cfg(Flavor::Vllm)).await;
     let p = proxy(&one_alias("vllm", "", ""), &[("b", sim.url())]).await;
     let v: Value = p.get_json("/v1/models").await;
@@ -149,7 +149,7 @@ async fn r2_models_lists_aliases_only() {
 /// The accept loop sends model-routed POSTs to their handler itself; the fixed routes under
 /// `/v1/` stay the Router's: POSTed to, `/v1/models` is a 404 that never reaches a backend.
 #[tokio::test]
-async fn r6_fixed_v1_routes_are_not_model_routed() {
+async fn fixed_v1_routes_are_not_model_routed() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     let c = client();
@@ -174,7 +174,7 @@ async fn r6_fixed_v1_routes_are_not_model_routed() {
 }
 
 #[tokio::test]
-async fn r2_client_errors_get_the_envelope() {
+async fn client_errors_get_the_envelope() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(
         &one_alias("llamacpp", "body_limit_bytes = 2048", ""),
@@ -260,7 +260,7 @@ async fn r2_client_errors_get_the_envelope() {
 }
 
 #[tokio::test]
-async fn r2_backend_unreachable_is_502() {
+async fn backend_unreachable_is_502() {
     let url = dead_url().await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
     let (s, e) = error_of(p.post_chat(&client(), &chat("a", false)).await).await;
@@ -272,7 +272,7 @@ async fn r2_backend_unreachable_is_502() {
 }
 
 #[tokio::test]
-async fn r2_backend_too_slow_for_headers_is_504() {
+async fn backend_too_slow_for_headers_is_504() {
     // A vLLM backend that is loading accepts the connection but never answers.
     let sim = sim(SimConfig {
         loading: Duration::from_secs(3600),
@@ -289,7 +289,7 @@ async fn r2_backend_too_slow_for_headers_is_504() {
 }
 
 #[tokio::test]
-async fn r2_backend_loading_is_503_with_retry_after() {
+async fn backend_loading_is_503_with_retry_after() {
     let sim = sim(SimConfig {
         loading: Duration::from_secs(3600),
         ..sim_cfg(Flavor::Llamacpp)
@@ -303,7 +303,7 @@ async fn r2_backend_loading_is_503_with_retry_after() {
 }
 
 #[tokio::test]
-async fn r2_stream_events_arrive_while_backend_still_generating() {
+async fn stream_events_arrive_while_backend_still_generating() {
     for flavor in [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang] {
         let sim = sim(SimConfig {
             gate: true,
@@ -333,7 +333,7 @@ async fn r2_stream_events_arrive_while_backend_still_generating() {
 }
 
 #[tokio::test]
-async fn r2_client_disconnect_cancels_upstream() {
+async fn client_disconnect_cancels_upstream() {
     for gated_before_first_byte in [false, true] {
         let sim = sim(SimConfig {
             gate: true,
@@ -382,7 +382,7 @@ async fn r2_client_disconnect_cancels_upstream() {
 }
 
 #[tokio::test]
-async fn r2_backend_death_mid_stream_ends_with_error_not_done() {
+async fn backend_death_mid_stream_ends_with_error_not_done() {
     let sim = sim(SimConfig {
         fail_after: Some(3),
         completion_tokens: 20,
@@ -419,7 +419,7 @@ async fn r2_backend_death_mid_stream_ends_with_error_not_done() {
 }
 
 #[tokio::test]
-async fn r2_graceful_shutdown_lets_running_stream_finish() {
+async fn graceful_shutdown_lets_running_stream_finish() {
     let sim = sim(SimConfig {
         gate: true,
         ..sim_cfg(Flavor::Llamacpp)
@@ -468,7 +468,7 @@ async fn raw_exchange(p: &Proxy, request: &str) -> String {
 }
 
 #[tokio::test]
-async fn r2_dot_segments_never_reach_backend_paths() {
+async fn dot_segments_never_reach_backend_paths() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     // A raw TCP request: HTTP clients normalise `..` away before sending.
@@ -492,7 +492,7 @@ async fn r2_dot_segments_never_reach_backend_paths() {
 /// The hop-by-hop fields of a client's request (and the ones its `Connection` names) stay
 /// between the client and the proxy: the backend's head is written without them.
 #[tokio::test]
-async fn r6_hop_by_hop_request_fields_never_reach_the_backend() {
+async fn hop_by_hop_request_fields_never_reach_the_backend() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     // A raw TCP request: HTTP clients set some of these fields themselves.
@@ -533,7 +533,7 @@ async fn r6_hop_by_hop_request_fields_never_reach_the_backend() {
 }
 
 #[tokio::test]
-async fn r2_limits_the_backends_accept_pass_unchanged() {
+async fn limits_the_backends_accept_pass_unchanged() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(
         &one_alias("llamacpp", "", "").replace("context_window = 4096", ""),
@@ -561,7 +561,7 @@ async fn r2_limits_the_backends_accept_pass_unchanged() {
 }
 
 #[tokio::test]
-async fn r2_client_keys_are_checked_and_not_forwarded() {
+async fn client_keys_are_checked_and_not_forwarded() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let mut cfg =
         switchboard::config::from_toml(&fill(&one_alias("llamacpp", "", ""), &[("b", sim.url())]))
@@ -601,7 +601,7 @@ async fn r2_client_keys_are_checked_and_not_forwarded() {
 }
 
 #[tokio::test]
-async fn r2_reload_keeps_the_backend_slots_of_unchanged_backends() {
+async fn reload_keeps_the_backend_slots_of_unchanged_backends() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let text = fill(&one_alias("llamacpp", "", ""), &[("b", sim.url())]);
     let state =
@@ -658,7 +658,7 @@ async fn raw_backend(answer: String) -> (String, std::sync::Arc<std::sync::atomi
 /// The fields of a backend's connection (and the ones its `Connection` names) stay between the
 /// proxy and the backend; the connection itself is reused.
 #[tokio::test]
-async fn r6_backend_connection_fields_are_not_relayed() {
+async fn backend_connection_fields_are_not_relayed() {
     // A real llama-server's head (../shared/realworld captures), plus a field `Connection`
     // names and one that is the message's own.
     let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
@@ -698,7 +698,7 @@ async fn r6_backend_connection_fields_are_not_relayed() {
 /// A stream stays a stream when the backend's `Connection` names its `Content-Type`: the proxy
 /// reads the type before it drops the fields `Connection` names.
 #[tokio::test]
-async fn r6_a_stream_whose_content_type_connection_names_is_relayed_as_a_stream() {
+async fn a_stream_whose_content_type_connection_names_is_relayed_as_a_stream() {
     let events = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
         "data: [DONE]\n\n"

@@ -82,7 +82,7 @@ async fn direct(sim_url: &str, flavor: Flavor, inline: bool) -> (String, String)
 }
 
 #[tokio::test]
-async fn r3_every_flavour_every_field_stream_and_not() {
+async fn reasoning_comes_in_the_configured_field_for_every_flavour_streamed_and_not() {
     for flavor in [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang] {
         for inline in [false, true] {
             let sim = sim(SimConfig {
@@ -126,7 +126,7 @@ async fn r3_every_flavour_every_field_stream_and_not() {
 }
 
 #[tokio::test]
-async fn r3_header_overrides_the_configured_field() {
+async fn the_reasoning_field_header_overrides_the_config_and_a_bad_one_is_400() {
     let sim = sim(SimConfig {
         flavor: Flavor::Vllm,
         model: "up-model".into(),
@@ -168,7 +168,7 @@ async fn r3_header_overrides_the_configured_field() {
 }
 
 #[tokio::test]
-async fn r3_history_reasoning_reaches_backend_under_its_own_name() {
+async fn history_reasoning_reaches_backend_under_its_own_name() {
     for (flavor, want, other) in [
         (Flavor::Vllm, "reasoning", "reasoning_content"),
         (Flavor::Llamacpp, "reasoning_content", "reasoning"),
