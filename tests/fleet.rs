@@ -64,7 +64,7 @@ fn auto(flavor: &str) -> String {
 }
 
 #[tokio::test]
-async fn r21_auto_window_and_slots_are_taken_at_start() {
+async fn auto_window_and_slots_are_taken_at_start() {
     let sim = sim(sim_cfg(Flavor::Llamacpp, "up-model", 3000, 3)).await;
     let p = proxy(&auto("llamacpp"), &[("b", sim.url())]).await;
     let c = client();
@@ -116,7 +116,7 @@ async fn r21_auto_window_and_slots_are_taken_at_start() {
 }
 
 #[tokio::test]
-async fn r21_auto_figures_are_taken_again_on_reload() {
+async fn auto_figures_are_taken_again_on_reload() {
     let llama = sim(sim_cfg(Flavor::Llamacpp, "up-model", 3000, 3)).await;
     let sglang = sim(sim_cfg(Flavor::Sglang, "up-model", 5000, 2)).await;
     let vllm = sim(sim_cfg(Flavor::Vllm, "up-model", 7000, 8)).await;
@@ -165,7 +165,7 @@ async fn r21_auto_figures_are_taken_again_on_reload() {
 }
 
 #[tokio::test]
-async fn r21_auto_figures_are_taken_when_the_backend_recovers() {
+async fn auto_figures_are_taken_when_the_backend_recovers() {
     // A port that accepts connections but answers nothing (as a backend loading its model).
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -277,7 +277,7 @@ upstream_model = "zealot"
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r21_check_probe_reports_every_disagreement_and_exits_1() {
+async fn check_probe_reports_every_disagreement_and_exits_1() {
     let fleet = Drifted::start().await;
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, &fleet.config());
@@ -313,7 +313,7 @@ async fn r21_check_probe_reports_every_disagreement_and_exits_1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r21_check_probe_exits_0_when_the_fleet_agrees() {
+async fn check_probe_exits_0_when_the_fleet_agrees() {
     let llama = sim(sim_cfg(Flavor::Llamacpp, "m", 4096, 2)).await;
     let vllm = sim(sim_cfg(Flavor::Vllm, "v", 32768, 16)).await;
     let toml = fill(
@@ -346,7 +346,7 @@ context_window = "auto"
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r21_routes_says_which_figures_were_discovered() {
+async fn routes_says_which_figures_were_discovered() {
     let llama = sim(sim_cfg(Flavor::Llamacpp, "up-model", 3000, 3)).await;
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, &fill(&auto("llamacpp"), &[("b", llama.url())]));
@@ -379,7 +379,7 @@ fn exported(doc: &Value) -> (&Value, std::collections::BTreeMap<String, Value>) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r21_export_parses_back_and_matches_the_config() {
+async fn export_parses_back_and_matches_the_config() {
     let fleet = Drifted::start().await;
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, &fleet.config());
@@ -437,7 +437,7 @@ async fn r21_export_parses_back_and_matches_the_config() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r21_export_probe_takes_the_simulators_figures() {
+async fn export_probe_takes_the_simulators_figures() {
     let fleet = Drifted::start().await;
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, &fleet.config());
@@ -476,7 +476,7 @@ async fn r21_export_probe_takes_the_simulators_figures() {
 }
 
 #[tokio::test]
-async fn r21_simulators_report_their_knobs_in_each_flavours_shape() {
+async fn simulators_report_their_knobs_in_each_flavours_shape() {
     let llama = sim(SimConfig {
         audio: true,
         ..sim_cfg(Flavor::Llamacpp, "m", 1234, 3)

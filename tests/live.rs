@@ -12,7 +12,7 @@ use switchboard::live::AppState;
 use switchboard::sim::SimConfig;
 
 #[tokio::test]
-async fn r5_reload_swaps_config_and_keeps_it_on_error() {
+async fn reload_swaps_config_and_keeps_it_on_error() {
     let sim = sim(SimConfig {
         model: "up-model".into(),
         ..SimConfig::default()
@@ -56,7 +56,7 @@ async fn r5_reload_swaps_config_and_keeps_it_on_error() {
 }
 
 #[tokio::test]
-async fn r5_health_probes_tell_up_loading_and_down() {
+async fn health_probes_tell_up_loading_and_down() {
     let up = sim(SimConfig::default()).await;
     let loading_llama = sim(SimConfig {
         loading: Duration::from_secs(3600),
@@ -154,7 +154,7 @@ fn replace_by_rename(path: &std::path::Path, text: &str) {
 }
 
 #[tokio::test]
-async fn r19_a_file_replaced_by_rename_is_reloaded_without_a_signal() {
+async fn a_file_replaced_by_rename_is_reloaded_without_a_signal() {
     let sim = sim(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("routes.toml");
@@ -264,7 +264,7 @@ async fn a_file_that_keeps_changing_is_reloaded_within_the_most_delay() {
 /// writes a new timestamped folder and renames a new `..data` link over the old one.
 #[cfg(unix)]
 #[tokio::test]
-async fn r21_a_configmap_volume_update_is_reloaded_without_a_signal() {
+async fn a_configmap_volume_update_is_reloaded_without_a_signal() {
     use std::os::unix::fs::symlink;
     let sim = sim(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -304,7 +304,7 @@ async fn r21_a_configmap_volume_update_is_reloaded_without_a_signal() {
 }
 
 #[tokio::test]
-async fn r19_slots_breaker_state_and_affinity_survive_a_reload() {
+async fn slots_breaker_state_and_affinity_survive_a_reload() {
     let sim = sim(SimConfig {
         fail_status: Some(500),
         ..SimConfig::default()

@@ -205,7 +205,7 @@ async fn a_killed_replica_loses_no_request_by_default() {
 }
 
 #[tokio::test]
-async fn r19_the_least_loaded_replica_takes_requests_while_the_other_is_full() {
+async fn the_least_loaded_replica_takes_requests_while_the_other_is_full() {
     let a = sim(SimConfig::default()).await;
     let b = sim(SimConfig::default()).await;
     let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
@@ -240,7 +240,7 @@ fn turn(conversation: &str, n: usize) -> Value {
 }
 
 #[tokio::test]
-async fn r19_a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
+async fn a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
     let a = sim(SimConfig::default()).await;
     let b = sim(SimConfig::default()).await;
     let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
@@ -324,7 +324,7 @@ async fn fall_back(primary: String, stream: bool, reason: &str) -> (String, f64,
 }
 
 #[tokio::test]
-async fn r19_fallback_on_refused_loading_and_a_500_before_the_first_byte_not_after_it() {
+async fn falls_back_on_refused_loading_and_a_500_before_the_first_byte_not_after_it() {
     let (served, n, spare, _) = fall_back(dead_url().await, false, "connect").await;
     assert_eq!((served.as_str(), n), ("f", 1.0));
     assert!(
@@ -372,7 +372,7 @@ async fn r19_fallback_on_refused_loading_and_a_500_before_the_first_byte_not_aft
 }
 
 #[tokio::test]
-async fn r19_the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() {
+async fn the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() {
     let s = sim(SimConfig {
         fail_status: Some(500),
         ..SimConfig::default()
@@ -431,7 +431,7 @@ async fn r19_the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() 
 }
 
 #[tokio::test]
-async fn r19_no_usable_backend_is_answered_at_once_with_503_and_retry_after() {
+async fn no_usable_backend_is_a_503_with_retry_after_without_being_tried() {
     let loading = sim(SimConfig {
         flavor: switchboard::flavor::Flavor::Vllm,
         loading: Duration::from_secs(3600),
@@ -485,7 +485,7 @@ backend = "loading"
 }
 
 #[tokio::test]
-async fn r19_a_queue_wait_that_runs_out_is_a_503_and_a_full_queue_a_429() {
+async fn a_queue_wait_that_runs_out_is_a_503_and_a_full_queue_a_429() {
     let s = sim(SimConfig {
         gate: true,
         ..SimConfig::default()

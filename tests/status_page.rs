@@ -35,7 +35,7 @@ fn row<'a>(html: &'a str, alias: &str) -> &'a str {
 }
 
 #[tokio::test]
-async fn r21_status_page_lists_every_alias_with_values_escaped() {
+async fn status_page_lists_every_alias_with_values_escaped() {
     let sim = sim(SimConfig {
         model: "up-model".into(),
         ..SimConfig::default()
@@ -71,7 +71,7 @@ async fn r21_status_page_lists_every_alias_with_values_escaped() {
 }
 
 #[tokio::test]
-async fn r21_status_page_takes_the_keys_models_takes_and_basic_auth() {
+async fn status_page_takes_the_keys_models_takes_and_basic_auth() {
     std::env::set_var("R21_STATUS_KEYS", "sk-one,sk-two");
     let toml = one_alias("llamacpp", "api_keys_env = \"R21_STATUS_KEYS\"", "");
     let p = proxy(&toml, &[("b", dead_url().await)]).await;
@@ -97,7 +97,7 @@ async fn r21_status_page_takes_the_keys_models_takes_and_basic_auth() {
 }
 
 #[tokio::test]
-async fn r21_window_counts_requests_errors_and_context_rejections() {
+async fn window_counts_requests_errors_and_context_rejections() {
     let up = sim(SimConfig {
         model: "up-model".into(),
         ..SimConfig::default()
@@ -141,7 +141,7 @@ async fn r21_window_counts_requests_errors_and_context_rejections() {
 }
 
 #[tokio::test]
-async fn r21_status_page_shows_the_last_reload() {
+async fn status_page_shows_the_last_reload() {
     let sim = sim(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("routes.toml");
@@ -225,7 +225,7 @@ async fn assert_rows(s: &Session, p: &Proxy, expected: impl Fn(&str) -> &'static
 
 #[tokio::test]
 #[ignore = "needs chromium and chromedriver (Debian packages chromium, chromium-driver); .ci/run installs them and runs it with --ignored"]
-async fn r21_browser_status_page_shows_a_killed_backend_down_within_one_refresh() {
+async fn browser_status_page_shows_a_killed_backend_down_within_one_refresh() {
     let (p, mut sims) = demo_fleet().await;
     let browser = Browser::start().await;
     let s = browser.session(true).await;

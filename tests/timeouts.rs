@@ -11,7 +11,7 @@ use switchboard::sim::SimConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
-async fn r19_a_stalled_stream_ends_with_an_error_event_within_the_idle_limit() {
+async fn a_stalled_stream_ends_at_the_idle_limit_with_an_error_event() {
     let s = sim(SimConfig {
         stall_after: Some(2),
         ..SimConfig::default()
@@ -113,7 +113,7 @@ async fn read_until(
 }
 
 #[tokio::test]
-async fn r19_a_client_trickling_headers_is_cut_off_at_the_header_limit() {
+async fn a_client_trickling_headers_is_cut_off_at_the_header_limit() {
     let s = sim(SimConfig::default()).await;
     let toml = one_alias(
         "llamacpp",
@@ -135,7 +135,7 @@ async fn r19_a_client_trickling_headers_is_cut_off_at_the_header_limit() {
 }
 
 #[tokio::test]
-async fn r19_an_idle_connection_is_closed_at_the_idle_limit() {
+async fn an_idle_connection_is_closed_at_the_idle_limit() {
     let s = sim(SimConfig::default()).await;
     let toml = one_alias(
         "llamacpp",
@@ -157,8 +157,7 @@ async fn r19_an_idle_connection_is_closed_at_the_idle_limit() {
 }
 
 #[tokio::test]
-async fn r19_an_answer_longer_than_the_idle_limit_is_served_whole_and_the_limit_counts_from_its_end(
-) {
+async fn an_answer_longer_than_the_idle_limit_is_served_whole_and_the_limit_counts_from_its_end() {
     let s = sim(SimConfig {
         gate: true,
         ..SimConfig::default()
