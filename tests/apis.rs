@@ -76,7 +76,7 @@ fn messages_usage(whole: Option<&Value>, events: &[(String, Value)]) -> (u64, u6
 }
 
 #[tokio::test]
-async fn r18_messages_usage_and_first_tokens_are_counted_streamed_and_not() {
+async fn messages_usage_and_first_tokens_are_counted_streamed_and_not() {
     for flavor in [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang] {
         let sim = sim(sim_cfg(flavor)).await;
         let p = proxy(&one_alias(flavor.as_str(), "", ""), &[("b", sim.url())]).await;
@@ -110,7 +110,7 @@ async fn r18_messages_usage_and_first_tokens_are_counted_streamed_and_not() {
 }
 
 #[tokio::test]
-async fn r18_responses_usage_and_first_tokens_are_counted_streamed_and_not() {
+async fn responses_usage_and_first_tokens_are_counted_streamed_and_not() {
     for flavor in [Flavor::Llamacpp, Flavor::Vllm] {
         let sim = sim(sim_cfg(flavor)).await;
         let p = proxy(&one_alias(flavor.as_str(), "", ""), &[("b", sim.url())]).await;
@@ -148,7 +148,7 @@ async fn r18_responses_usage_and_first_tokens_are_counted_streamed_and_not() {
 
 /// llama.cpp's own Responses stream fails the specification; through the proxy it passes.
 #[tokio::test]
-async fn r18_the_repaired_llamacpp_responses_stream_is_consistent() {
+async fn the_repaired_llamacpp_responses_stream_is_consistent() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let raw = client()
         .post(format!("{}/v1/responses", sim.url()))
@@ -199,7 +199,7 @@ async fn r18_the_repaired_llamacpp_responses_stream_is_consistent() {
 /// `think_tags` the client gets thinking blocks and reasoning items, whether a tag arrives in
 /// an event of its own or cut across two.
 #[tokio::test]
-async fn r18_think_tags_become_thinking_blocks_and_reasoning_items() {
+async fn think_tags_become_thinking_blocks_and_reasoning_items() {
     let sim = sim(SimConfig {
         think_tags_in_content: true,
         ..sim_cfg(Flavor::Llamacpp)
@@ -250,7 +250,7 @@ async fn r18_think_tags_become_thinking_blocks_and_reasoning_items() {
 }
 
 #[tokio::test]
-async fn r18_a_mid_stream_failure_is_each_apis_error_event() {
+async fn a_mid_stream_failure_is_each_apis_error_event() {
     let sim = sim(SimConfig {
         fail_after: Some(3),
         token_delay: Duration::from_millis(2),
@@ -292,7 +292,7 @@ async fn r18_a_mid_stream_failure_is_each_apis_error_event() {
 /// Chat usage the proxy asked for is counted and kept from a client that did not ask; the
 /// other APIs always carry their usage (their specifications have no way to leave it out).
 #[tokio::test]
-async fn r18_usage_asked_of_the_backend_is_hidden_from_a_chat_client() {
+async fn usage_asked_of_the_backend_is_hidden_from_a_chat_client() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", sim.url())]).await;
     let r = p.post_chat(&client(), &chat("a", true)).await;
@@ -312,7 +312,7 @@ async fn r18_usage_asked_of_the_backend_is_hidden_from_a_chat_client() {
 /// thinking block late and its Responses stream lacks the specification's fields; vLLM's are
 /// to the specification; SGLang streams no thinking; a chat-only server has neither API.
 #[tokio::test]
-async fn r18_the_simulator_speaks_each_flavours_messages_and_responses() {
+async fn the_simulator_speaks_each_flavours_messages_and_responses() {
     let raw = |flavor: Flavor, path: &'static str, body: Value| async move {
         let sim = sim(sim_cfg(flavor)).await;
         let r = client()
@@ -348,7 +348,7 @@ async fn r18_the_simulator_speaks_each_flavours_messages_and_responses() {
 /// completion, the answer comes back in the client's API (whole, and streamed to the
 /// specification in the native stream's event order), its usage in the metrics.
 #[tokio::test]
-async fn r18_a_chat_only_backend_serves_both_apis_by_translation() {
+async fn a_chat_only_backend_serves_both_apis_by_translation() {
     let native = sim(sim_cfg(Flavor::Llamacpp)).await;
     let chat_only = sim(sim_cfg(Flavor::Openai)).await;
     let n = proxy(&one_alias("llamacpp", "", ""), &[("b", native.url())]).await;
@@ -412,7 +412,7 @@ async fn r18_a_chat_only_backend_serves_both_apis_by_translation() {
 /// Replicas of one alias may differ in what they serve: a Messages request that the native
 /// replica did not take goes to the chat-only one translated, and comes back as Messages.
 #[tokio::test]
-async fn r18_a_chat_only_replica_gets_the_request_translated() {
+async fn a_chat_only_replica_gets_the_request_translated() {
     let chat_only = sim(sim_cfg(Flavor::Openai)).await;
     let toml = r#"
 [backends.b]

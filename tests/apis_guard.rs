@@ -111,7 +111,7 @@ async fn counted(p: &Proxy, path: &str, body: &Value) -> u32 {
 }
 
 #[tokio::test]
-async fn r18_messages_over_the_window_get_anthropics_400_before_the_backend() {
+async fn messages_over_the_window_get_anthropics_400_before_the_backend() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let probe = local_proxy(&sim, 100_000, "").await;
     let n = counted(&probe, "/v1/messages/count_tokens", &messages(1, false)).await;
@@ -152,7 +152,7 @@ async fn r18_messages_over_the_window_get_anthropics_400_before_the_backend() {
 }
 
 #[tokio::test]
-async fn r18_responses_over_the_window_get_openais_context_length_exceeded() {
+async fn responses_over_the_window_get_openais_context_length_exceeded() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let probe = local_proxy(&sim, 100_000, "").await;
     let n = counted(&probe, "/v1/responses/input_tokens", &responses(1, false)).await;
@@ -177,7 +177,7 @@ async fn r18_responses_over_the_window_get_openais_context_length_exceeded() {
 }
 
 #[tokio::test]
-async fn r18_clamp_lowers_each_apis_own_limit() {
+async fn clamp_lowers_each_apis_own_limit() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let probe = local_proxy(&sim, 100_000, "").await;
     let nm = counted(&probe, "/v1/messages/count_tokens", &messages(1, false)).await;
@@ -196,7 +196,7 @@ async fn r18_clamp_lowers_each_apis_own_limit() {
 }
 
 #[tokio::test]
-async fn r18_context_fallback_serves_both_apis_from_the_larger_alias() {
+async fn context_fallback_serves_both_apis_from_the_larger_alias() {
     let small = sim(sim_cfg(Flavor::Llamacpp)).await;
     let big = sim(sim_cfg(Flavor::Llamacpp)).await;
     let toml = format!(
@@ -238,7 +238,7 @@ context_window = 100000
 
 /// The counting endpoints give the count the real llama-server gave for recorded requests.
 #[tokio::test]
-async fn r18_count_tokens_and_input_tokens_equal_the_real_servers_counts() {
+async fn count_tokens_and_input_tokens_equal_the_real_servers_counts() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = local_proxy(&sim, 100_000, "").await;
     for (kind, path) in [
@@ -269,7 +269,7 @@ async fn r18_count_tokens_and_input_tokens_equal_the_real_servers_counts() {
 }
 
 #[tokio::test]
-async fn r18_backend_count_strategy_on_both_apis() {
+async fn backend_counting_asks_the_backends_endpoints_on_both_apis() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let p = proxy(
         &config("llamacpp", 100_000, "count = \"backend\""),
@@ -333,7 +333,7 @@ async fn r18_backend_count_strategy_on_both_apis() {
 
 /// A backend context error on these endpoints reaches the client in its API's words.
 #[tokio::test]
-async fn r18_backend_context_errors_are_canonicalised_per_api() {
+async fn backend_context_errors_are_canonicalised_per_api() {
     let mut cfg = sim_cfg(Flavor::Llamacpp);
     cfg.slot_ctx = 32;
     let sim = sim(cfg).await;
@@ -359,7 +359,7 @@ fn dict_model(mut v: Value) -> Value {
 /// A chat-only backend (`flavor = "openai"`, or `apis = ["chat"]`) gets Messages and Responses
 /// requests as chat completions.
 #[tokio::test]
-async fn r18_chat_only_backends_receive_translated_chat_requests() {
+async fn chat_only_backends_receive_translated_chat_requests() {
     let openai = sim(sim_cfg(Flavor::Openai)).await;
     let p = proxy(&config("openai", 100_000, ""), &[("b", openai.url())]).await;
     let (status, _, v) = post(&p, "/v1/messages", &messages(10, false)).await;
@@ -423,7 +423,7 @@ async fn r18_chat_only_backends_receive_translated_chat_requests() {
 
 /// The guard counts a translated request as the chat request it became.
 #[tokio::test]
-async fn r18_translated_requests_are_guarded_as_chat() {
+async fn translated_requests_are_guarded_as_chat() {
     let openai = sim(sim_cfg(Flavor::Openai)).await;
     let extra = tokenizer();
     let p = proxy(&config("openai", 64, &extra), &[("b", openai.url())]).await;

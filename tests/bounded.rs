@@ -119,7 +119,7 @@ upstream_model = "up"
 /// Regression (issue 17): a non-streamed answer of hundreds of MiB was held whole before the
 /// client got a byte (RSS grew by twice its size). One nothing rewrites now flows through.
 #[tokio::test]
-async fn r17_a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
+async fn a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
     let _one = MEASURING.lock().await;
     let (url, _) = flooding_backend("content-type: application/json\r\n", b"[0.125, ", SENT).await;
     let p = proxy(
@@ -151,7 +151,7 @@ async fn r17_a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
 /// Regression (issue 17): a chat answer, which must be read whole to be rewritten, is refused
 /// past `answer_limit_bytes` with the API's error, and the backend is left at once.
 #[tokio::test]
-async fn r17_a_chat_answer_past_the_limit_is_refused_without_being_held() {
+async fn a_chat_answer_past_the_limit_is_refused_without_being_held() {
     let _one = MEASURING.lock().await;
     let (url, written) =
         flooding_backend("content-type: application/json\r\n", b"{\"a\": 1} ", SENT).await;
@@ -263,7 +263,7 @@ async fn a_chat_answer_past_the_default_limit_holds_about_the_limit() {
 /// gathered whole and searched again on every chunk. It is cut at `event_limit_bytes` with
 /// the stream's error event.
 #[tokio::test]
-async fn r17_an_event_that_never_ends_is_cut_at_the_limit() {
+async fn an_event_that_never_ends_is_cut_at_the_limit() {
     let _one = MEASURING.lock().await;
     let (url, written) =
         flooding_backend("content-type: text/event-stream\r\n", b"data: x\n", SENT).await;
@@ -330,7 +330,7 @@ async fn a_long_event_under_the_limit_arrives_whole() {
     assert_eq!(got, event + "data: [DONE]\n\n");
 }
 
-/// How many uploads [`r17_large_uploads_are_each_held_once`] sends at once, and how large.
+/// How many uploads [`large_uploads_are_each_held_once`] sends at once, and how large.
 const UPLOADS: usize = 10;
 const UPLOAD: usize = 60 * MIB;
 
@@ -409,7 +409,7 @@ async fn draining_backend(at_peak: Arc<AtomicUsize>) -> String {
 /// bytes: the body was held as read and again as sent (the model spliced into a copy). Now
 /// the body sent is the client's bytes with the splice between them: each is held once.
 #[tokio::test]
-async fn r17_large_uploads_are_each_held_once() {
+async fn large_uploads_are_each_held_once() {
     let _one = MEASURING.lock().await;
     let at_peak = Arc::new(AtomicUsize::new(0));
     let url = draining_backend(Arc::clone(&at_peak)).await;

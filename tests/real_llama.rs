@@ -100,7 +100,7 @@ fn chat_body(extra: Value) -> Value {
 
 #[tokio::test]
 #[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
-async fn r18_real_responses_streams_repaired_and_translated_alike() {
+async fn real_llama_responses_streams_repaired_and_translated_are_alike() {
     let p = real_proxy().await;
     for extra in [
         json!({"max_output_tokens": 64, "grammar": THINK_THEN_ANSWER}),
@@ -142,7 +142,7 @@ async fn r18_real_responses_streams_repaired_and_translated_alike() {
 
 #[tokio::test]
 #[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
-async fn r18_real_messages_streams_repaired_and_translated_alike() {
+async fn real_llama_messages_streams_repaired_and_translated_are_alike() {
     let p = real_proxy().await;
     let native = json!({"model": "a", "stream": true, "max_tokens": 6, "system": "Be brief.",
         "messages": [{"role": "user", "content": "Say hi."}]});

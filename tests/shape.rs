@@ -91,7 +91,7 @@ fn chat_to(model: &str) -> Value {
 }
 
 #[tokio::test]
-async fn r20_defaults_are_set_when_the_client_sends_none() {
+async fn defaults_are_set_when_the_client_sends_none() {
     let (sim, p) = fleet().await;
     for (alias, temperature, thinking) in [("think", 0.0, true), ("nothink", 0.6, false)] {
         let (status, _) = post(&p, "/v1/chat/completions", &chat_to(alias)).await;
@@ -113,7 +113,7 @@ async fn r20_defaults_are_set_when_the_client_sends_none() {
 }
 
 #[tokio::test]
-async fn r20_defaults_leave_what_the_client_sent_and_fill_nested_gaps() {
+async fn defaults_leave_what_the_client_sent_and_fill_nested_gaps() {
     let (sim, p) = fleet().await;
     let mut body = chat_to("nothink");
     body["temperature"] = json!(1.2);
@@ -139,7 +139,7 @@ async fn r20_defaults_leave_what_the_client_sent_and_fill_nested_gaps() {
 }
 
 #[tokio::test]
-async fn r20_defaults_reach_every_api_that_has_the_field() {
+async fn defaults_reach_every_api_that_has_the_field() {
     let (sim, p) = fleet().await;
     let requests = [
         (
@@ -166,7 +166,7 @@ async fn r20_defaults_reach_every_api_that_has_the_field() {
 }
 
 #[tokio::test]
-async fn r20_stripped_fields_never_reach_the_backend() {
+async fn stripped_fields_never_reach_the_backend() {
     let (sim, p) = fleet().await;
     let mut body = chat_to("capped");
     body["logprobs"] = json!(true);
@@ -180,7 +180,7 @@ async fn r20_stripped_fields_never_reach_the_backend() {
 }
 
 #[tokio::test]
-async fn r20_output_cap_is_applied_on_each_api() {
+async fn output_cap_is_applied_on_each_api() {
     let (sim, p) = fleet().await;
     let messages = json!([{"role": "user", "content": "Hi"}]);
     let cases = [
@@ -233,7 +233,7 @@ async fn r20_output_cap_is_applied_on_each_api() {
 }
 
 #[tokio::test]
-async fn r20_the_guard_counts_the_capped_request() {
+async fn the_guard_counts_the_capped_request() {
     let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
     let toml = one_alias("llamacpp", "", "max_output_tokens = 4000");
     let p = Fleet {
@@ -320,7 +320,7 @@ fn assert_refusal(path: &str, err: &Value, param: &str) {
 }
 
 #[tokio::test]
-async fn r20_image_and_audio_parts_are_refused_per_alias_on_every_api() {
+async fn image_and_audio_parts_are_refused_per_alias_on_every_api() {
     let (sim, p) = fleet().await;
     for path in ["/v1/chat/completions", "/v1/responses", "/v1/messages"] {
         let param = if path == "/v1/responses" {
@@ -364,7 +364,7 @@ async fn r20_image_and_audio_parts_are_refused_per_alias_on_every_api() {
 }
 
 #[tokio::test]
-async fn r20_legacy_images_become_image_parts_of_the_last_user_message() {
+async fn legacy_images_become_image_parts_of_the_last_user_message() {
     let (sim, p) = fleet().await;
     let body = json!({"model": "seeing", "max_tokens": 4, "images": ["iVBORw0KGgo", "https://example.invalid/cat.jpg"],
         "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "what is this?"}]});
@@ -400,7 +400,7 @@ async fn r20_legacy_images_become_image_parts_of_the_last_user_message() {
 }
 
 #[tokio::test]
-async fn r20_legacy_images_are_refused_for_an_alias_without_images() {
+async fn legacy_images_are_refused_for_an_alias_without_images() {
     let (sim, p) = fleet().await;
     let body = json!({"model": "text", "max_tokens": 4, "images": ["iVBORw0KGgo"],
         "messages": [{"role": "user", "content": "what is this?"}]});
@@ -431,7 +431,7 @@ async fn r20_legacy_images_are_refused_for_an_alias_without_images() {
 }
 
 #[tokio::test]
-async fn r20_models_list_each_alias_input_kinds() {
+async fn models_list_each_alias_input_kinds() {
     let (_sim, p) = fleet().await;
     let list: Value = within("models", p.c.get(p.p.url("/v1/models")).send())
         .await
@@ -473,7 +473,7 @@ async fn backend_counter(sim: &Sim, name: &str) -> f64 {
 }
 
 #[tokio::test]
-async fn r20_spaced_json_usage_is_hidden_from_the_client_and_counted() {
+async fn spaced_json_usage_is_hidden_from_the_client_and_counted() {
     for (flavor, prompt_name, completion_name) in [
         (
             Flavor::Llamacpp,

@@ -36,7 +36,7 @@ async fn error_of(resp: reqwest::Response) -> (u16, usize, Value) {
 
 /// Regression (issue 17): a 20 MB `model` came back as a 20 MB 404 body (and log line).
 #[tokio::test]
-async fn r17_a_huge_model_value_is_echoed_truncated() {
+async fn a_huge_model_value_is_echoed_truncated() {
     let sim = backend().await;
     let p = proxy(&config(), &[("b", sim.url())]).await;
     let c = client();
@@ -174,7 +174,7 @@ async fn refused_everywhere(paths: &[(&str, &str)]) {
 /// forwarded unguarded, without the usage request and under another endpoint label, and
 /// llama.cpp and vLLM decode it to their chat handler.
 #[tokio::test]
-async fn r17_percent_encoded_chat_path_is_guarded() {
+async fn percent_encoded_chat_path_is_guarded() {
     refused_everywhere(&[
         ("/v1/ch%61t/completions", "/v1/chat/completions"),
         ("/v1/%63hat/completions", "/v1/chat/completions"),
@@ -188,7 +188,7 @@ async fn r17_percent_encoded_chat_path_is_guarded() {
 }
 
 #[tokio::test]
-async fn r17_percent_encoded_responses_path_is_refused() {
+async fn percent_encoded_responses_path_is_refused() {
     refused_everywhere(&[
         ("/v1/re%73ponses", "/v1/responses"),
         ("/v1/%72esponses", "/v1/responses"),
@@ -198,7 +198,7 @@ async fn r17_percent_encoded_responses_path_is_refused() {
 }
 
 #[tokio::test]
-async fn r17_percent_encoded_messages_path_is_refused() {
+async fn percent_encoded_messages_path_is_refused() {
     refused_everywhere(&[
         ("/v1/me%73sages", "/v1/messages"),
         ("/v1/messages%2F", "/v1/messages"),
@@ -210,7 +210,7 @@ async fn r17_percent_encoded_messages_path_is_refused() {
 /// The fixed routes under `/v1/` and the other routed APIs: another spelling is not a way
 /// around their own handling (count_tokens counts, it does not forward).
 #[tokio::test]
-async fn r17_other_spellings_of_v1_paths_are_refused() {
+async fn other_spellings_of_v1_paths_are_refused() {
     let sim = backend().await;
     let p = proxy(&config(), &[("b", sim.url())]).await;
     for path in [
@@ -262,7 +262,7 @@ fn reason(m: &str, reason: &str) -> f64 {
 
 /// Regression (issue 17): malformed backend heads were counted as `connect` errors.
 #[tokio::test]
-async fn r17_a_malformed_backend_head_counts_as_protocol() {
+async fn a_malformed_backend_head_counts_as_protocol() {
     let c = client();
     for answer in [
         &b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabc"[..],
@@ -286,7 +286,7 @@ async fn r17_a_malformed_backend_head_counts_as_protocol() {
 
 /// A connection closed before any head is a connection failure, not the backend's protocol.
 #[tokio::test]
-async fn r17_a_backend_closing_before_its_head_counts_as_connect() {
+async fn a_backend_closing_before_its_head_counts_as_connect() {
     let (url, _) = raw_backend(Vec::new()).await;
     let p = proxy(&config(), &[("b", url)]).await;
     let resp = p.post_chat(&client(), &chat("a", false)).await;
@@ -297,7 +297,7 @@ async fn r17_a_backend_closing_before_its_head_counts_as_connect() {
 
 /// A malformed chunked body of a non-streamed answer: 502, counted as `protocol`.
 #[tokio::test]
-async fn r17_a_malformed_chunked_body_counts_as_protocol() {
+async fn a_malformed_chunked_body_counts_as_protocol() {
     let c = client();
     const HEAD: &str =
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
@@ -328,7 +328,7 @@ async fn r17_a_malformed_chunked_body_counts_as_protocol() {
 /// A stream whose chunked body turns malformed after its first event: the client gets the
 /// event, then the error event; counted as `protocol`. Cut instead, it is `stream_broken`.
 #[tokio::test]
-async fn r17_a_stream_malformed_mid_way_counts_as_protocol_and_a_cut_one_as_broken() {
+async fn a_stream_malformed_mid_way_counts_as_protocol_and_a_cut_one_as_broken() {
     let c = client();
     const HEAD: &str =
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";

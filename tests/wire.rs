@@ -29,7 +29,7 @@ fn assert_anthropic(v: &Value, kind: &str) {
 }
 
 #[tokio::test]
-async fn r16_messages_errors_come_in_anthropics_envelope() {
+async fn messages_errors_come_in_anthropics_envelope() {
     let dead = dead_url().await;
     let keys = "api_keys_env = \"R16_MESSAGES_KEYS\"";
     std::env::set_var("R16_MESSAGES_KEYS", "k1");
@@ -79,7 +79,7 @@ async fn r16_messages_errors_come_in_anthropics_envelope() {
 }
 
 #[tokio::test]
-async fn r16_chat_and_responses_errors_come_in_openais_envelope() {
+async fn chat_and_responses_errors_come_in_openais_envelope() {
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", dead_url().await)]).await;
     let c = client();
     for path in ["/v1/chat/completions", "/v1/responses"] {
