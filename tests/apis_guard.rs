@@ -1,4 +1,4 @@
-//! Issue 18: the context guard, clamping, fallback and counting endpoints on Anthropic
+//! The context guard, clamping, fallback and counting endpoints on Anthropic
 //! Messages and OpenAI Responses through the real server, and the translation of both to chat
 //! completions for a backend that serves only chat.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

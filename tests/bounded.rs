@@ -116,7 +116,7 @@ upstream_model = "up"
     )
 }
 
-/// Regression (issue 17): a non-streamed answer of hundreds of MiB was held whole before the
+/// Regression: a non-streamed answer of hundreds of MiB was held whole before the
 /// client got a byte (RSS grew by twice its size). One nothing rewrites now flows through.
 #[tokio::test]
 async fn a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
@@ -148,7 +148,7 @@ async fn a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
     assert!(growth < GROWTH, "the proxy held {} MiB", growth / MIB);
 }
 
-/// Regression (issue 17): a chat answer, which must be read whole to be rewritten, is refused
+/// Regression: a chat answer, which must be read whole to be rewritten, is refused
 /// past `answer_limit_bytes` with the API's error, and the backend is left at once.
 #[tokio::test]
 async fn a_chat_answer_past_the_limit_is_refused_without_being_held() {
@@ -259,7 +259,7 @@ async fn a_chat_answer_past_the_default_limit_holds_about_the_limit() {
     );
 }
 
-/// Regression (issue 17): an SSE event that never ends (lines with single newlines) was
+/// Regression: an SSE event that never ends (lines with single newlines) was
 /// gathered whole and searched again on every chunk. It is cut at `event_limit_bytes` with
 /// the stream's error event.
 #[tokio::test]
@@ -405,7 +405,7 @@ async fn draining_backend(at_peak: Arc<AtomicUsize>) -> String {
     url
 }
 
-/// Regression (issue 17): ten concurrent 60 MB uploads grew the proxy by 2.7 times their
+/// Regression: ten concurrent 60 MB uploads grew the proxy by 2.7 times their
 /// bytes: the body was held as read and again as sent (the model spliced into a copy). Now
 /// the body sent is the client's bytes with the splice between them: each is held once.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Issue 2: the `switchboard` binary's config commands and exit codes.
+//! The `switchboard` binary's config commands and exit codes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -190,7 +190,7 @@ fn with_keys(command: &str, backend_key: &str, client_keys: &str) -> std::proces
     }
 }
 
-/// Regression (issue 17): a backend key with a trailing CR passed `check` and was then
+/// Regression: a backend key with a trailing CR passed `check` and was then
 /// dropped from every request without a word. `check` and `serve` refuse it, naming the
 /// variable and never the key.
 #[test]

@@ -74,9 +74,8 @@ fn example_keys(text: &str, prefix: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_config_key_is_in_the_example_and_the_reference_and_no_other() {
-    let raw = read("src/config/raw.rs")
-        + &read("src/config/clients.rs")
-        + &read("src/config/tracing.rs");
+    let raw =
+        read("src/config/raw.rs") + &read("src/config/clients.rs") + &read("src/config/tracing.rs");
     let docs = read("docs/CONFIG.md");
     let example = read("routes.toml");
     let mut problems = Vec::new();

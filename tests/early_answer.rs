@@ -1,4 +1,4 @@
-//! Issue 17, item 2: a backend that answers before it has read the request's body is heard,
+//! A backend that answers before it has read the request's body is heard,
 //! and a request that may have reached a backend is never sent again — not on a new
 //! connection, not to another replica or fallback. Raw-socket backends on 127.0.0.1:0 that
 //! count the request heads they receive; 20 MiB bodies (made at test time), far more than the

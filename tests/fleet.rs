@@ -1,4 +1,4 @@
-//! Issue 21: fleet discovery (`"auto"` windows and slots, `check --probe`) and the harness
+//! Fleet discovery (`"auto"` windows and slots, `check --probe`) and the harness
 //! export, against simulators whose windows, slots and input kinds differ from the config.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

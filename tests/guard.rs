@@ -1,4 +1,4 @@
-//! Issue 4: the context guard through the real server — exact boundaries, OpenAI's 400 before any
+//! The context guard through the real server — exact boundaries, OpenAI's 400 before any
 //! byte reaches the backend, canonical backend errors, fallback and clamping.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

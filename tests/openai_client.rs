@@ -1,4 +1,4 @@
-//! Issue 2: the proxy driven by `async-openai`, a real OpenAI client written by others.
+//! The proxy driven by `async-openai`, a real OpenAI client written by others.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,4 +1,4 @@
-//! Issue 3: reasoning reaches clients in one configured field, whatever the backend wrote.
+//! Reasoning reaches clients in one configured field, whatever the backend wrote.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

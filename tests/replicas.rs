@@ -1,4 +1,4 @@
-//! Replicas and the fleet changing under the proxy (issue 19): replicas, conversation affinity, fallbacks,
+//! Replicas and the fleet changing under the proxy: replicas, conversation affinity, fallbacks,
 //! the circuit breaker, failing fast — through the real server against simulators.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

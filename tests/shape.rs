@@ -1,4 +1,4 @@
-//! Issue 20: requests shaped per alias (defaults, stripped fields, the output cap, inputs
+//! Requests shaped per alias (defaults, stripped fields, the output cap, inputs
 //! enforced, legacy images) as the backend receives them, and a backend that writes spaced
 //! JSON counted and relayed like any other.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! Issue 17: paths spelled another way are refused before they are classified, client input
+//! Paths spelled another way are refused before they are classified, client input
 //! is echoed bounded, and a backend answer that breaks HTTP/1.1 is counted as `protocol`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,7 +34,7 @@ async fn error_of(resp: reqwest::Response) -> (u16, usize, Value) {
     (status, body.len(), v["error"].clone())
 }
 
-/// Regression (issue 17): a 20 MB `model` came back as a 20 MB 404 body (and log line).
+/// Regression: a 20 MB `model` came back as a 20 MB 404 body (and log line).
 #[tokio::test]
 async fn a_huge_model_value_is_echoed_truncated() {
     let sim = backend().await;
@@ -148,7 +148,7 @@ async fn refused_everywhere(paths: &[(&str, &str)]) {
             .collect::<Vec<_>>()
     );
     // Spelled canonically, the same requests are classified as their API: the guard refuses
-    // each prompt in its API's words (issue 18: Messages and Responses are guarded too).
+    // each prompt in its API's words (Messages and Responses are guarded too).
     for (_, canonical) in paths {
         let out = raw_post(&p, canonical, &over_window(canonical)).await;
         assert!(out.starts_with("HTTP/1.1 400"), "{canonical}: {out}");
@@ -170,7 +170,7 @@ async fn refused_everywhere(paths: &[(&str, &str)]) {
     );
 }
 
-/// Regression (issue 17): `POST /v1/ch%61t/completions` with an over-window prompt was
+/// Regression: `POST /v1/ch%61t/completions` with an over-window prompt was
 /// forwarded unguarded, without the usage request and under another endpoint label, and
 /// llama.cpp and vLLM decode it to their chat handler.
 #[tokio::test]
@@ -260,7 +260,7 @@ fn reason(m: &str, reason: &str) -> f64 {
     )
 }
 
-/// Regression (issue 17): malformed backend heads were counted as `connect` errors.
+/// Regression: malformed backend heads were counted as `connect` errors.
 #[tokio::test]
 async fn a_malformed_backend_head_counts_as_protocol() {
     let c = client();

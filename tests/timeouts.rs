@@ -1,4 +1,4 @@
-//! Timeouts on both sides (issue 19): a stalled stream, a client trickling its headers, an idle
+//! Timeouts on both sides: a stalled stream, a client trickling its headers, an idle
 //! kept-alive connection — through the real server on loopback.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

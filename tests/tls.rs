@@ -1,4 +1,4 @@
-//! Issue 16: https backends through the one upstream client, against a local TLS backend whose
+//! Https backends through the one upstream client, against a local TLS backend whose
 //! CA is made at test time (a TLS front on 127.0.0.1:0 in front of the simulator).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -245,7 +245,7 @@ async fn tls_unusable_ca_file_is_reported_by_its_key() {
     assert_eq!(r.status(), 200);
 }
 
-/// Issue 17: an https backend that answers 413 once it has the head, before reading the
+/// An https backend that answers 413 once it has the head, before reading the
 /// 20 MiB body, and closes: the client gets that 413 and its body, and the backend saw the
 /// request once.
 #[tokio::test]

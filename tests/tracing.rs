@@ -706,7 +706,8 @@ async fn a_translated_responses_stream_names_the_chat_backend_and_its_finish() {
         tracing_section(&otlp.url, "")
     );
     let p = proxy(&toml, &[("b", backend.url())]).await;
-    let body = json!({"model": "a", "max_output_tokens": 6, "stream": true, "input": "Hello there"});
+    let body =
+        json!({"model": "a", "max_output_tokens": 6, "stream": true, "input": "Hello there"});
     let resp = client()
         .post(p.url("/v1/responses"))
         .json(&body)
@@ -715,16 +716,31 @@ async fn a_translated_responses_stream_names_the_chat_backend_and_its_finish() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let text = String::from_utf8(resp.bytes().await.unwrap().to_vec()).unwrap();
-    assert!(text.contains("response.completed") || text.contains("response.incomplete"), "{text}");
-    assert_eq!(backend.recorder().last().unwrap().path, "/v1/chat/completions");
+    assert!(
+        text.contains("response.completed") || text.contains("response.incomplete"),
+        "{text}"
+    );
+    assert_eq!(
+        backend.recorder().last().unwrap().path,
+        "/v1/chat/completions"
+    );
     let spans = otlp.requests(1).await;
     let srv = server(&spans);
     assert_eq!(s(&srv, "url.path").as_deref(), Some("/v1/responses"));
     assert_eq!(int(&srv, "gen_ai.request.max_tokens"), Some(6));
     assert_eq!(int(&srv, "gen_ai.usage.output_tokens"), Some(6));
     assert_eq!(strings(&srv, "gen_ai.response.finish_reasons"), ["length"]);
-    assert_eq!(s(&srv, "gen_ai.response.model").as_deref(), Some("up-model"));
+    assert_eq!(
+        s(&srv, "gen_ai.response.model").as_deref(),
+        Some("up-model")
+    );
     let at = &clients(&spans)[0];
-    assert_eq!(s(at, "switchboard.translated_to").as_deref(), Some("chat_completions"));
-    assert!(at.events.iter().any(|e| e.name == "switchboard.first_token"));
+    assert_eq!(
+        s(at, "switchboard.translated_to").as_deref(),
+        Some("chat_completions")
+    );
+    assert!(at
+        .events
+        .iter()
+        .any(|e| e.name == "switchboard.first_token"));
 }

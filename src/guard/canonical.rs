@@ -267,7 +267,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Issue 20: a context error reads the same in any spelling (whitespace, member
+        /// A context error reads the same in any spelling (whitespace, member
         /// order, escapes), in a stream event as in a body.
         #[test]
         fn context_errors_read_the_same_in_any_spelling(

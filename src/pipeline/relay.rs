@@ -679,7 +679,7 @@ mod tests {
         assert_eq!(&out[..], b"data: a\n\ndata: b\r\n\r\ndata: c\n\n");
     }
 
-    /// Regression (issue 17): an event that does not end was searched from its start again
+    /// Regression: an event that does not end was searched from its start again
     /// with every piece (time quadratic in its length); the search now resumes where it ended.
     #[test]
     fn an_unfinished_event_is_not_searched_again() {
@@ -791,7 +791,7 @@ mod tests {
         ));
     }
 
-    /// Issue 20: a usage chunk written with spaces after the separators (Python's
+    /// A usage chunk written with spaces after the separators (Python's
     /// `json.dumps`) is recognised, counted and dropped like a compact one.
     #[tokio::test]
     async fn spaced_usage_chunk_is_dropped_for_a_client_that_did_not_ask() {

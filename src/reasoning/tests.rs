@@ -264,7 +264,7 @@ fn parsed(bytes: &[u8]) -> Value {
 }
 
 proptest! {
-    /// Issue 20: the byte searches that let an event pass unparsed, and the in-place key
+    /// The byte searches that let an event pass unparsed, and the in-place key
     /// rename, give what the parse gives for any spelling of the same events (whitespace,
     /// member order, escapes in keys and strings).
     #[test]

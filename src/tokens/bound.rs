@@ -305,7 +305,7 @@ mod tests {
         assert!(v.message_bytes < 60, "{}", v.message_bytes);
     }
 
-    /// Issue 20: media parts and tool calls count the same however the message is spelled.
+    /// Media parts and tool calls count the same however the message is spelled.
     #[test]
     fn escaped_keys_count_like_plain_ones() {
         let plain = br#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"role":"assistant","content":"","tool_calls":[{"id":"t"}]}]}"#;

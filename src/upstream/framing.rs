@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(h.framing, Framing::Chunked);
     }
 
-    /// Regression (issue 17): framings the RFC lets a recipient read on through are refused.
+    /// Regression: framings the RFC lets a recipient read on through are refused.
     #[test]
     fn doubtful_framings_are_refused() {
         for bad in [
@@ -562,7 +562,7 @@ mod tests {
         }
     }
 
-    /// Regression (issue 17): a bare LF after chunk data was taken for CRLF, and a trailer
+    /// Regression: a bare LF after chunk data was taken for CRLF, and a trailer
     /// line of only CRs ended the body.
     #[test]
     fn chunked_framing_is_strict() {

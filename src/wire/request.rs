@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(p.upstream_body(body, "a", true), body.to_vec());
     }
 
-    /// Issue 20: a `stream_options` of `null` is replaced, never given a twin key (a backend
+    /// A `stream_options` of `null` is replaced, never given a twin key (a backend
     /// reading the last of two would see `null` and send no usage).
     #[test]
     fn null_stream_options_is_replaced_not_duplicated() {
@@ -263,7 +263,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Issue 20: the model splice and the usage injection give, for any spelling of a
+        /// The model splice and the usage injection give, for any spelling of a
         /// request (whitespace, member order, escapes), the request a parse and an edit of
         /// the parsed value give.
         #[test]

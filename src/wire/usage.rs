@@ -366,7 +366,7 @@ mod tests {
             prop_assert_eq!(read.decode_tps.is_some(), timings.is_some());
         }
 
-        /// Issue 20: the same answer in any spelling (whitespace anywhere, members in any
+        /// The same answer in any spelling (whitespace anywhere, members in any
         /// order, escapes in keys and strings) reads as its full parse does.
         #[test]
         fn of_body_agrees_with_the_full_parse_in_any_spelling(

@@ -309,7 +309,7 @@ fn legacy_images_are_refused_with_a_reason() {
 }
 
 proptest! {
-    /// Issue 20: shaping reads a request the same in any spelling (whitespace, member order,
+    /// Shaping reads a request the same in any spelling (whitespace, member order,
     /// escapes in keys and strings): the same refusals, the same shaped request.
     #[test]
     fn shape_agrees_in_any_spelling(
