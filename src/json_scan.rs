@@ -22,10 +22,14 @@
 //! object took 2,092 instructions per chat answer and its `f64` reads of llama.cpp's two
 //! speeds 1,512 (callgrind, `benches/load/instructions.sh`); with the walk, reading a whole
 //! answer's usage and speeds (`wire::usage::of_body`) went from 4,978 to 3,184.
+//!
+//! [`token_limit`] reads one value more, a request's token limit, for the two readers of a
+//! request's limits (`tokens::bound` for the guard, `wire::request` for the adapters).
 
 use memchr::arch::all::packedpair::HeuristicFrequencyRank;
 use memchr::memmem::{Finder, FinderBuilder};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 /// The keys of a chat answer or event that more than one reader looks for, each with its
 /// quotes, as [`finder`]s.
@@ -454,6 +458,32 @@ const POW10: [f64; 20] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19,
 ];
+
+/// A token limit's value (`max_tokens` and its kin): a non-negative integer (an integral
+/// float is accepted; past `u32::MAX` it saturates), unset when missing or `null`. The error
+/// is what is wrong with the value, for the refusal that names the parameter.
+pub(crate) fn token_limit(raw: Option<&RawValue>) -> Result<Option<u32>, &'static str> {
+    let Some(raw) = raw else { return Ok(None) };
+    let n: serde_json::Number = match serde_json::from_str::<Option<serde_json::Number>>(raw.get())
+    {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok(None),
+        Err(_) => return Err("must be an integer"),
+    };
+    if let Some(u) = n.as_u64() {
+        return Ok(Some(u32::try_from(u).unwrap_or(u32::MAX)));
+    }
+    match n.as_f64() {
+        Some(f) if f >= 0.0 && f.fract() == 0.0 => Ok(Some(if f >= f64::from(u32::MAX) {
+            u32::MAX
+        } else {
+            // in range and integral: exact
+            f as u32
+        })),
+        Some(f) if f < 0.0 => Err("must be non-negative"),
+        _ => Err("must be an integer"),
+    }
+}
 
 #[cfg(test)]
 pub(crate) mod tests {

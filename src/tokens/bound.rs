@@ -232,36 +232,12 @@ fn len(s: &str) -> u64 {
     u64::try_from(s.len()).unwrap_or(u64::MAX)
 }
 
-/// A token limit: a non-negative integer (an integral float is accepted), `null` = absent.
-pub fn token_limit(raw: Option<&RawValue>, param: &'static str) -> Result<Option<u32>, ViewError> {
-    limit(raw, param)
-}
-
+/// A token limit (see [`crate::json_scan::token_limit`]), refused as the parameter `param`.
 fn limit(raw: Option<&RawValue>, param: &'static str) -> Result<Option<u32>, ViewError> {
-    let Some(raw) = raw else { return Ok(None) };
-    let bad = |message: &str| ViewError::Param {
+    crate::json_scan::token_limit(raw).map_err(|message| ViewError::Param {
         param,
         message: message.into(),
-    };
-    let n: serde_json::Number = match serde_json::from_str::<Option<serde_json::Number>>(raw.get())
-    {
-        Ok(Some(n)) => n,
-        Ok(None) => return Ok(None),
-        Err(_) => return Err(bad("must be an integer")),
-    };
-    if let Some(u) = n.as_u64() {
-        return Ok(Some(u32::try_from(u).unwrap_or(u32::MAX)));
-    }
-    match n.as_f64() {
-        Some(f) if f >= 0.0 && f.fract() == 0.0 => Ok(Some(if f >= f64::from(u32::MAX) {
-            u32::MAX
-        } else {
-            // in range and integral: exact
-            f as u32
-        })),
-        Some(f) if f < 0.0 => Err(bad("must be non-negative")),
-        _ => Err(bad("must be an integer")),
-    }
+    })
 }
 
 #[cfg(test)]

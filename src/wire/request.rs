@@ -165,13 +165,15 @@ fn top_level<'a>(body: &'a [u8], keys: &[&str]) -> Result<Vec<Option<&'a RawValu
 /// unset).
 pub fn output_limit(body: &[u8], keys: &[&'static str]) -> Result<Option<u32>, ProxyError> {
     for (key, raw) in keys.iter().zip(top_level(body, keys)?) {
-        match crate::tokens::bound::token_limit(raw, key) {
+        match crate::json_scan::token_limit(raw) {
             Ok(Some(n)) => return Ok(Some(n)),
             Ok(None) => {}
-            Err(crate::tokens::bound::ViewError::Param { param, message }) => {
-                return Err(ProxyError::InvalidParam { param, message })
+            Err(message) => {
+                return Err(ProxyError::InvalidParam {
+                    param: key,
+                    message: message.into(),
+                })
             }
-            Err(e) => return Err(ProxyError::InvalidRequest(e.to_string())),
         }
     }
     Ok(None)
