@@ -15,11 +15,12 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+use switchboard::config::MediaCosts;
 use switchboard::flavor::Flavor;
 use switchboard::guard::{self, Counted, GuardSpec};
 use switchboard::tokens::bound::PromptView;
 use switchboard::tokens::local::LocalCounter;
-use switchboard::tokens::{Counter, MediaCosts};
+use switchboard::tokens::Counter;
 use switchboard::wire::{self, Endpoint};
 
 /// The recorded 100k-token spec, doubled: about 200k Qwen3 tokens.

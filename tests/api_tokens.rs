@@ -18,9 +18,9 @@ mod conversation_gen;
 use conversation_gen::{files, fixtures};
 
 use serde_json::Value;
+use switchboard::config::MediaCosts;
 use switchboard::flavor::Flavor;
 use switchboard::tokens::local::LocalCounter;
-use switchboard::tokens::MediaCosts;
 use switchboard::wire::{self, Converter, Endpoint};
 
 fn recorded(kind: &str) -> Vec<Value> {

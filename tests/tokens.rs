@@ -22,11 +22,12 @@ use std::time::Duration;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use switchboard::config::{CountKind, MediaCosts, TokenizerFiles};
 use switchboard::flavor::Flavor;
 use switchboard::guard::{self, GuardSpec, Verdict};
 use switchboard::tokens::bound::PromptView;
 use switchboard::tokens::local::LocalCounter;
-use switchboard::tokens::{CountKind, Counter, MediaCosts, Method, TokenizerFiles};
+use switchboard::tokens::{Counter, Method};
 
 fn counter(flavor: Flavor) -> &'static Arc<Counter> {
     static LLAMA: OnceLock<Arc<Counter>> = OnceLock::new();

@@ -2,6 +2,7 @@
 
 mod apis;
 mod clients;
+mod counting;
 mod names;
 mod raw;
 mod routing;
@@ -15,6 +16,7 @@ use figment::Figment;
 
 pub use apis::Apis;
 pub use clients::{ClientSpec, Clients, Priority};
+pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use raw::{RawConfig, RawSizing};
 pub use tracing::Tracing;
 pub use validate::{

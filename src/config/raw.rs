@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::counting::{CountKind, MediaCosts, TokenizerFiles};
 use crate::flavor::Flavor;
 use crate::reasoning::ThinkTagsSpec;
-use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,14 +10,13 @@ use http::HeaderValue;
 use url::Url;
 
 use super::apis::Apis;
+use super::counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 use super::names::name_check;
 use super::raw::{RawAlias, RawBackend, RawConfig, RawServer, RawSizing};
 use super::routing::{context_fallbacks, fallbacks, replicas};
 use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
-use crate::tokens::gate::GateConfig;
-use crate::tokens::{CountKind, MediaCosts, TokenizerFiles};
 use crate::wire::shape::ShapeSpec;
 
 /// A validated configuration: every reference resolved, every value in range.

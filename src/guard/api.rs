@@ -5,10 +5,11 @@ use memchr::memmem;
 
 use super::count::{count, Use};
 use super::{check_chat, counted, fits, Checked, GuardSpec, Verdict};
+use crate::config::MediaCosts;
 use crate::error::ProxyError;
 use crate::tokens::bound::{BASE_BYTES, PER_ITEM_BYTES};
 use crate::tokens::preprocess::Media;
-use crate::tokens::{MediaCosts, Method};
+use crate::tokens::Method;
 use crate::wire::{Adapter, Api, Converter};
 
 /// What the guard counts of one request: its body in its API, and whose conversion makes the
@@ -104,7 +105,7 @@ pub fn raw_bound(body: &[u8], media: &MediaCosts) -> u64 {
     len.saturating_mul(2)
         .saturating_add(BASE_BYTES)
         .saturating_add(PER_ITEM_BYTES.saturating_mul(objects))
-        .saturating_add(media.cost(parts))
+        .saturating_add(parts.cost(media))
 }
 
 #[cfg(test)]

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::config::{Alias, GuardConfig};
+use crate::config::{Alias, GuardConfig, MediaCosts};
 use crate::error::{bounded, ProxyError};
 use crate::tokens::bound::{PromptView, ViewError};
 use crate::tokens::gate::CountGate;
-use crate::tokens::{CountError, Counter, Fallback, MediaCosts, Method};
+use crate::tokens::{CountError, Counter, Fallback, Method};
 use crate::wire::request::{apply_edits, span_of};
 
 pub use api::{check_counted, check_request, clamp_request, raw_bound, Counted};

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
-use super::{saturate, CountError, MediaCosts};
+use super::{saturate, CountError};
+use crate::config::MediaCosts;
 use crate::flavor::Flavor;
 
 /// How long one counting round trip may take.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::preprocess::Media;
-use super::MediaCosts;
+use crate::config::MediaCosts;
 
 /// Template text outside the messages (system preamble, tool instructions, generation prompt).
 pub const BASE_BYTES: u64 = 1024;
@@ -224,7 +224,7 @@ impl PromptView {
             + self.kwargs_bytes
             + BASE_BYTES
             + PER_ITEM_BYTES.saturating_mul(items)
-            + media.cost(self.media)
+            + self.media.cost(media)
     }
 }
 

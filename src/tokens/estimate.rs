@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::bound::PromptView;
-use super::{saturate, CountError, MediaCosts};
+use super::{saturate, CountError};
+use crate::config::MediaCosts;
 
 /// Bytes per token assumed before the backend has reported any usage. BPE tokenizers
 /// average 3–4.5 bytes per token on English and code; starting above that keeps early
@@ -56,7 +57,7 @@ impl Estimator {
         let view = PromptView::parse(body).map_err(|e| CountError::Invalid(e.to_string()))?;
         let text = text_bytes(body).unwrap_or(body.len());
         Ok(saturate(
-            u64::from(self.tokens(text)) + media.cost(view.media),
+            u64::from(self.tokens(text)) + view.media.cost(media),
         ))
     }
 

@@ -13,18 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::CountError;
-
-/// The gate's settings (`server.count_concurrency`, `server.count_queue_timeout_ms`,
-/// `server.count_limit_bytes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateConfig {
-    /// Counts running at once.
-    pub concurrency: usize,
-    /// Longest wait for a turn.
-    pub wait: Duration,
-    /// Most bytes one count may tokenize (text not in the fragment cache).
-    pub limit_bytes: usize,
-}
+use crate::config::GateConfig;
 
 /// The shared gate. Its gauges are `switchboard_counts_running` and `_waiting`.
 #[derive(Debug)]

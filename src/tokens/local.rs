@@ -25,7 +25,8 @@ use super::json::{JMap, J};
 use super::preprocess::{prepare, Media, Post};
 use super::special::{Piece, Specials};
 use super::template::{ChatTemplate, FloatStyle};
-use super::{saturate, CountError, MediaCosts, TokenizerFiles};
+use super::{saturate, CountError};
+use crate::config::{MediaCosts, TokenizerFiles};
 use crate::flavor::Flavor;
 
 /// A tokenizer and chat template, prepared as one backend flavour uses them.
@@ -187,7 +188,7 @@ impl LocalCounter {
     ) -> Result<u32, CountError> {
         let rendered = self.render(body)?;
         let text = self.count_text_within(&rendered.prompt, limit);
-        let media_tokens = media.cost(rendered.media);
+        let media_tokens = rendered.media.cost(media);
         // Freeing a megabyte-sized prompt is off the answer's path.
         rayon::spawn(move || drop(rendered));
         Ok(saturate(u64::from(text?) + media_tokens))

@@ -13,11 +13,9 @@ pub mod special;
 pub mod template;
 pub mod tojson;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Deserialize;
-
+use crate::config::{CountKind, MediaCosts, TokenizerFiles};
 use crate::flavor::Flavor;
 use backend::BackendCounter;
 use estimate::Estimator;
@@ -54,70 +52,6 @@ impl prometheus_client::encoding::EncodeLabelValue for Method {
         encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
     ) -> Result<(), std::fmt::Error> {
         std::fmt::Write::write_str(encoder, self.as_str())
-    }
-}
-
-/// Tokens charged per media part (config key `media_tokens = { image, audio }`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MediaCosts {
-    /// Per image (or video) part. Default 1024.
-    #[serde(default = "default_media")]
-    pub image: u32,
-    /// Per audio part. Default 1024.
-    #[serde(default = "default_media")]
-    pub audio: u32,
-}
-
-fn default_media() -> u32 {
-    1024
-}
-
-impl Default for MediaCosts {
-    fn default() -> Self {
-        MediaCosts {
-            image: default_media(),
-            audio: default_media(),
-        }
-    }
-}
-
-impl MediaCosts {
-    /// Tokens for the given media parts.
-    pub fn cost(&self, media: preprocess::Media) -> u64 {
-        u64::from(media.images) * u64::from(self.image)
-            + u64::from(media.audio) * u64::from(self.audio)
-    }
-}
-
-/// The model's tokenizer files (config key `tokenizer = { file, config }`); either may be
-/// gzip-compressed.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenizerFiles {
-    /// `tokenizer.json`.
-    pub file: PathBuf,
-    /// `tokenizer_config.json`, holding `chat_template`.
-    pub config: PathBuf,
-}
-
-/// Counting strategy of an alias (config key `count`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CountKind {
-    Local,
-    Backend,
-    Estimate,
-}
-
-impl CountKind {
-    /// The config value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CountKind::Local => "local",
-            CountKind::Backend => "backend",
-            CountKind::Estimate => "estimate",
-        }
     }
 }
 
@@ -387,23 +321,5 @@ mod tests {
         .map(|m| m.as_str())
         .collect();
         assert_eq!(labels, ["bound", "local", "backend", "estimate"]);
-    }
-
-    #[test]
-    fn config_keys_deserialize() {
-        let media: MediaCosts = serde_json::from_str(r#"{"image": 256}"#).unwrap_or_default();
-        assert_eq!(
-            media,
-            MediaCosts {
-                image: 256,
-                audio: 1024
-            }
-        );
-        assert!(serde_json::from_str::<MediaCosts>(r#"{"video": 1}"#).is_err());
-        let kind: Result<CountKind, _> = serde_json::from_str(r#""backend""#);
-        assert_eq!(kind.ok(), Some(CountKind::Backend));
-        let files: Result<TokenizerFiles, _> =
-            serde_json::from_str(r#"{"file": "t.json", "config": "c.json", "x": 1}"#);
-        assert!(files.is_err());
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::json::{JMap, J};
 use super::template::ChatTemplate;
 use super::CountError;
+use crate::config::MediaCosts;
 use crate::flavor::Flavor;
 
 /// A request ready for the template: its globals and what happens around the rendering.
@@ -48,6 +49,14 @@ pub enum Post {
 pub struct Media {
     pub images: u32,
     pub audio: u32,
+}
+
+impl Media {
+    /// Tokens for these parts, each costed as `costs` says.
+    pub fn cost(self, costs: &MediaCosts) -> u64 {
+        u64::from(self.images) * u64::from(costs.image)
+            + u64::from(self.audio) * u64::from(costs.audio)
+    }
 }
 
 /// Prepares a parsed chat body as `flavor` would before rendering `tmpl`.
