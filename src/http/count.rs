@@ -102,7 +102,8 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
             Shape::Responses => guard::input_tokens_response(spec, client, &body, converter).await,
         }?;
         if let Some(reason) = fallback {
-            snap.metrics(Some(&alias.name)).count_fallback(reason);
+            snap.metrics(Some(&alias.name))
+                .count_fallback(reason.into());
         }
         Ok(Json(value).into_response())
     }

@@ -19,7 +19,6 @@ use crate::fleet::breaker::BreakerState;
 use crate::fleet::health::BackendState;
 use crate::fleet::routes::FallbackReason;
 use crate::fleet::slots::QueueWatch;
-use crate::tokens::{Fallback as CountFallback, Method};
 use crate::upstream::exchange::UpstreamReason;
 use crate::wire::Endpoint;
 
@@ -28,6 +27,51 @@ use crate::wire::Endpoint;
 enum ReloadResult {
     success,
     failure,
+}
+
+/// How the prompt of a request refused as too long was counted
+/// (`switchboard_context_rejections_total{method}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum CountMethod {
+    /// The free byte bound.
+    bound,
+    /// The model's tokenizer and chat template, in process.
+    local,
+    /// The backend's tokenize endpoints, or the backend's own context error.
+    backend,
+    /// A bytes-per-token estimate.
+    estimate,
+}
+
+impl CountMethod {
+    pub const ALL: [CountMethod; 4] = [
+        CountMethod::bound,
+        CountMethod::local,
+        CountMethod::backend,
+        CountMethod::estimate,
+    ];
+}
+
+/// Why a count was made another way than the alias's own
+/// (`switchboard_count_fallbacks_total{reason}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum CountFallback {
+    /// The local template engine failed on the request.
+    template,
+    /// More text to count than `server.count_limit_bytes`.
+    too_large,
+    /// No turn to count within `server.count_queue_timeout_ms`.
+    busy,
+}
+
+impl CountFallback {
+    pub const ALL: [CountFallback; 3] = [
+        CountFallback::template,
+        CountFallback::too_large,
+        CountFallback::busy,
+    ];
 }
 
 type Name = Arc<String>;
@@ -48,7 +92,7 @@ struct AliasLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RejectionLabels {
     alias: Name,
-    method: Method,
+    method: CountMethod,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -448,12 +492,7 @@ impl Metrics {
         let l = AliasLabel {
             alias: Arc::clone(&name),
         };
-        for method in [
-            Method::Bound,
-            Method::Local,
-            Method::Backend,
-            Method::Estimate,
-        ] {
+        for method in CountMethod::ALL {
             let _ = self.rejections.get_or_create(&RejectionLabels {
                 alias: Arc::clone(&name),
                 method,
@@ -702,7 +741,7 @@ impl AliasHandles {
         }
     }
 
-    pub fn rejection(&self, method: Method) {
+    pub fn rejection(&self, method: CountMethod) {
         self.window.rejection(Instant::now());
         self.rejections
             .get_or_create(&RejectionLabels {

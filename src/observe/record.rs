@@ -6,8 +6,6 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
-use crate::tokens::Counter;
-
 use crate::observe::metrics::{AliasMetrics, ClientMetrics};
 use crate::observe::trace::{End, RequestTrace};
 use crate::observe::window::Sample;
@@ -18,6 +16,12 @@ use crate::wire::{Endpoint, Seen};
 /// backend reported, else from the tokens seen generated.
 pub trait Settle: Send + Sync + std::fmt::Debug {
     fn settle(&mut self, usage: Option<Usage>, generated: u64);
+}
+
+/// A counter that learns from the prompt tokens the backend reports (an estimating one), fed
+/// as the record ends: `prompt_bytes` is the prompt's byte measure taken as it was sent.
+pub trait Learn: Send + Sync + std::fmt::Debug {
+    fn learn(&self, prompt_bytes: usize, prompt_tokens: u32);
 }
 
 /// Lives as long as the request: dropped when the answer is complete or the client is gone.
@@ -41,7 +45,7 @@ pub struct Record {
     pub completed: bool,
     pub error: Option<String>,
     /// An estimating counter and the prompt's byte measure: fed the reported prompt tokens.
-    pub estimator: Option<(Arc<Counter>, usize)>,
+    pub estimator: Option<(Arc<dyn Learn>, usize)>,
     sent_at: Option<Instant>,
     headers_at: Option<Instant>,
     post_headers: Duration,
@@ -218,7 +222,7 @@ impl Record {
     fn tokens(&self, u: Usage) -> Option<f64> {
         let m = &self.m;
         if let Some((counter, bytes)) = &self.estimator {
-            counter.observe(*bytes, u32::try_from(u.prompt).unwrap_or(u32::MAX));
+            counter.learn(*bytes, u32::try_from(u.prompt).unwrap_or(u32::MAX));
         }
         m.prompt_tokens.inc_by(u.prompt);
         m.completion_tokens.inc_by(u.completion);

@@ -2,6 +2,10 @@
 //! chat form its backend templates, following `context_fallback` while it does not fit; over
 //! the window with nowhere to go is the API's own context-length 400, before any byte reaches
 //! a backend.
+//!
+//! Here too the two ways a count reaches `observe`, which names no `tokens` type: its method
+//! and fallback as metric label values, and an estimating counter as what the record feeds
+//! the reported prompt tokens.
 
 use std::sync::Arc;
 
@@ -13,8 +17,9 @@ use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::guard::{self, Counted, Verdict};
 use crate::live::{AppState, Snapshot};
-use crate::observe::record::Record;
-use crate::tokens::Method;
+use crate::observe::metrics::{CountFallback, CountMethod};
+use crate::observe::record::{Learn, Record};
+use crate::tokens::{Counter, Fallback, Method};
 
 /// The alias that serves the request and the body its backend gets (in the client's API).
 pub struct Admitted {
@@ -55,7 +60,8 @@ pub async fn admit(
         };
         let checked = guard::check_counted(spec, &state.client, counted).await?;
         if let Some(reason) = checked.fallback {
-            snap.metrics(Some(&alias.name)).count_fallback(reason);
+            snap.metrics(Some(&alias.name))
+                .count_fallback(reason.into());
         }
         let (verdict, prompt) = (checked.verdict, checked.prompt);
         if let Some(t) = rec.trace.as_deref() {
@@ -88,7 +94,7 @@ pub async fn admit(
                     .and_then(|f| snap.routes.alias(f))
                     .cloned();
                 let Some(next) = next else {
-                    snap.metrics(Some(&alias.name)).rejection(method);
+                    snap.metrics(Some(&alias.name)).rejection(method.into());
                     if let Some(t) = rec.trace.as_deref() {
                         t.rejected();
                     }
@@ -117,7 +123,53 @@ pub async fn admit(
             Ok(chat) => crate::tokens::prompt_bytes(&chat),
             Err(_) => crate::tokens::prompt_bytes(body),
         };
-        rec.estimator = Some((Arc::clone(&spec.counter), bytes));
+        let counter: Arc<dyn Learn> = Arc::clone(&spec.counter) as _;
+        rec.estimator = Some((counter, bytes));
     }
     Ok(admitted)
+}
+
+impl From<Method> for CountMethod {
+    fn from(method: Method) -> CountMethod {
+        match method {
+            Method::Bound => CountMethod::bound,
+            Method::Local => CountMethod::local,
+            Method::Backend => CountMethod::backend,
+            Method::Estimate => CountMethod::estimate,
+        }
+    }
+}
+
+impl From<Fallback> for CountFallback {
+    fn from(reason: Fallback) -> CountFallback {
+        match reason {
+            Fallback::Template => CountFallback::template,
+            Fallback::TooLarge => CountFallback::too_large,
+            Fallback::Busy => CountFallback::busy,
+        }
+    }
+}
+
+/// Only an estimating counter learns; the others take no notice.
+impl Learn for Counter {
+    fn learn(&self, prompt_bytes: usize, prompt_tokens: u32) {
+        self.observe(prompt_bytes, prompt_tokens);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_method_is_labelled_by_its_name() {
+        for method in [
+            Method::Bound,
+            Method::Local,
+            Method::Backend,
+            Method::Estimate,
+        ] {
+            assert_eq!(format!("{:?}", CountMethod::from(method)), method.as_str());
+        }
+    }
 }

@@ -22,8 +22,8 @@ use crate::fleet::breaker::Breaker;
 use crate::fleet::slots::SlotPermit;
 use crate::guard;
 use crate::live::Snapshot;
+use crate::observe::metrics::CountMethod;
 use crate::observe::record::Record;
-use crate::tokens::Method;
 use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
 use crate::wire::{Adapter, Api, ApiEvents, StreamContext};
 
@@ -176,7 +176,8 @@ async fn stream(
         )
         .await;
         if let Some(e) = error {
-            snap.metrics(Some(&alias.name)).rejection(Method::Backend);
+            snap.metrics(Some(&alias.name))
+                .rejection(CountMethod::backend);
             return Err(e);
         }
         read = chunks;
@@ -288,7 +289,7 @@ async fn whole(
     if status.is_client_error() {
         let window = alias.context_window.map_or(0, |w| w.get());
         if let Some(e) = guard::canonical::from_backend_error(status.as_u16(), &bytes, window) {
-            m().rejection(Method::Backend);
+            m().rejection(CountMethod::backend);
             return Err(e);
         }
     }

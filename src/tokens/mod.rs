@@ -21,7 +21,7 @@ use backend::BackendCounter;
 use estimate::Estimator;
 use local::LocalCounter;
 
-/// How a prompt's token count was obtained (also a metric label).
+/// How a prompt's token count was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
     /// The free byte bound cleared the request; nothing was tokenized.
@@ -45,18 +45,7 @@ impl Method {
     }
 }
 
-/// The method as a metric label value (`switchboard_context_rejections_total{method}`).
-impl prometheus_client::encoding::EncodeLabelValue for Method {
-    fn encode(
-        &self,
-        encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
-    ) -> Result<(), std::fmt::Error> {
-        std::fmt::Write::write_str(encoder, self.as_str())
-    }
-}
-
-/// Why a count was made another way than the alias's own (a metric label:
-/// `switchboard_count_fallbacks_total{alias,reason}`).
+/// Why a count was made another way than the alias's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fallback {
     /// The local template engine failed on a request the backend may take.
@@ -65,27 +54,6 @@ pub enum Fallback {
     TooLarge,
     /// No turn to count within `server.count_queue_timeout_ms`.
     Busy,
-}
-
-impl Fallback {
-    pub const ALL: [Fallback; 3] = [Fallback::Template, Fallback::TooLarge, Fallback::Busy];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fallback::Template => "template",
-            Fallback::TooLarge => "too_large",
-            Fallback::Busy => "busy",
-        }
-    }
-}
-
-impl prometheus_client::encoding::EncodeLabelValue for Fallback {
-    fn encode(
-        &self,
-        encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
-    ) -> Result<(), std::fmt::Error> {
-        std::fmt::Write::write_str(encoder, self.as_str())
-    }
 }
 
 /// Why a count could not be made.
