@@ -1,10 +1,11 @@
 //! Switchboard: an OpenAI-compatible reverse proxy and alias router for a self-hosted LLM fleet.
 //!
 //! Layers, each using only the ones listed after it: `http` (the surface) → `pipeline` (one
-//! routed request, step by step) → `live` (the config snapshot in force) → `observe`
-//! (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the one HTTP
-//! client) → `wire` (one adapter per API) → `guard` → `config` → `tokens`, `reasoning` →
-//! `error`, `flavor`, `address`, `json_scan`. `.ci/module-cycles.py` fails the build on a cycle.
+//! routed request, step by step) → `live` (the config snapshot in force) → `clients` →
+//! `observe` (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the
+//! one HTTP client) → `guard` → `tokens` → `config` → `wire` (one adapter per API) →
+//! `reasoning` → `error`, `flavor`, `address`, `json_scan`. `.ci/module-cycles.py` fails the
+//! build on a cycle, on `config` naming a new layer, and on `observe` naming `tokens`.
 
 pub mod address;
 pub mod alloc;
