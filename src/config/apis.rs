@@ -1,7 +1,8 @@
 //! Which wire APIs a backend serves itself (config key `apis`); the others reach it translated
 //! to chat completions.
 
-use super::validate::{Backend, ConfigError};
+use super::error::ConfigError;
+use super::model::Backend;
 use crate::flavor::Flavor;
 use crate::wire::{Api, Converter};
 

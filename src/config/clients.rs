@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::{sendable, Alias, ConfigError};
+use super::error::ConfigError;
+use super::keys::keys_of;
+use super::model::Alias;
 
 /// `[clients.NAME]` as written.
 #[derive(Debug, Deserialize)]
@@ -245,42 +247,6 @@ fn client(
         aliases: allowed,
         priority,
     }
-}
-
-/// The comma-separated keys in the environment variable `var` (`key` names the setting);
-/// each must be sendable: a key no header can carry would never match what a client sends.
-pub(super) fn keys_of(key: &str, var: &str, errs: &mut Vec<ConfigError>) -> Vec<String> {
-    let Ok(v) = std::env::var(var) else {
-        errs.push(ConfigError::BadValue {
-            key: key.into(),
-            value: var.into(),
-            reason: "is not set in the environment".into(),
-        });
-        return Vec::new();
-    };
-    let keys: Vec<String> = v
-        .split(',')
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .map(String::from)
-        .collect();
-    if keys.is_empty() {
-        errs.push(ConfigError::BadValue {
-            key: key.into(),
-            value: var.into(),
-            reason: "holds no keys".into(),
-        });
-    }
-    for (i, k) in keys.iter().enumerate() {
-        if let Err(reason) = sendable(k) {
-            errs.push(ConfigError::BadValue {
-                key: key.into(),
-                value: var.into(),
-                reason: format!("key {} of {}: {reason}", i + 1, keys.len()),
-            });
-        }
-    }
-    keys
 }
 
 #[cfg(test)]

@@ -3,6 +3,9 @@
 mod apis;
 mod clients;
 mod counting;
+mod error;
+mod keys;
+mod model;
 mod names;
 mod raw;
 mod routing;
@@ -17,12 +20,14 @@ use figment::Figment;
 pub use apis::Apis;
 pub use clients::{ClientSpec, Clients, Priority};
 pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
+pub use error::{ConfigError, ConfigErrors};
+pub use keys::bearer;
+pub use model::{
+    Alias, Backend, BreakerConfig, ClientSide, Config, GuardConfig, Input, Server, Sizing, Timeouts,
+};
 pub use raw::{RawConfig, RawSizing};
 pub use tracing::Tracing;
-pub use validate::{
-    bearer, validate, Alias, Backend, BreakerConfig, ClientSide, Config, ConfigError, ConfigErrors,
-    GuardConfig, Input, Server, Sizing, Timeouts,
-};
+pub use validate::validate;
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.
 pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {

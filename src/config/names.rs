@@ -1,7 +1,7 @@
 //! What a backend, an alias, an old name or a client may be called: what labels, URLs, headers
 //! and the status page carry as it is.
 
-use super::validate::ConfigError;
+use super::error::ConfigError;
 
 /// Longest name of a backend, alias, old name or client.
 pub const NAME_LIMIT: usize = 128;

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::error::ConfigError;
+use super::model::{Alias, Backend, Sizing};
 use super::raw::RawAlias;
-use super::validate::{Alias, Backend, ConfigError, Sizing};
 
 /// Each of `fallbacks` names another alias, and following them never comes back.
 pub fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
-use super::validate::ConfigError;
+use super::error::ConfigError;
 use crate::address::{address, TlsSpec};
 
 #[derive(Debug, Default, Deserialize)]

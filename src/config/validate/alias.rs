@@ -1,0 +1,259 @@
+//! `[aliases.NAME]`: replicas, the window and its guard, reasoning, and the body's shaping.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use http::HeaderValue;
+
+use super::{reasoning_field, sizing};
+use crate::config::counting::CountKind;
+use crate::config::error::ConfigError;
+use crate::config::model::{Alias, Backend, GuardConfig, Input, Sizing};
+use crate::config::raw::RawAlias;
+use crate::config::routing::replicas;
+use crate::flavor::Flavor;
+use crate::reasoning::{ThinkTags, ThinkTagsSpec};
+use crate::wire::shape::ShapeSpec;
+
+/// An alias's `context_window` (a number, or "auto" where its backend reports one) and
+/// `max_output_tokens` (below a numeric window).
+fn window_and_cap(
+    name: &str,
+    raw: &mut RawAlias,
+    backend: &Backend,
+    errs: &mut Vec<ConfigError>,
+) -> (Option<Sizing>, Option<NonZeroU32>) {
+    let window_auto_refused = (backend.flavor == Flavor::Openai)
+        .then_some("needs a number: an openai backend reports no context window");
+    let window_setting = raw.context_window.take().and_then(|w| {
+        sizing(
+            &format!("aliases.{name}.context_window"),
+            w,
+            window_auto_refused,
+            errs,
+        )
+    });
+    let max_output_tokens = match raw.max_output_tokens {
+        Some(0) => {
+            errs.push(ConfigError::Zero {
+                key: format!("aliases.{name}.max_output_tokens"),
+            });
+            None
+        }
+        m => m.and_then(NonZeroU32::new),
+    };
+    if let (Some(m), Some(Sizing::Fixed(w))) = (max_output_tokens, window_setting) {
+        if m >= w {
+            errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.max_output_tokens"),
+                value: m.to_string(),
+                reason: format!("leaves no room for a prompt in context_window {w}"),
+            });
+        }
+    }
+    (window_setting, max_output_tokens)
+}
+
+/// The guard settings of an alias with a `context_window`; without one, each guard key set
+/// is an error.
+fn guard_config(
+    name: &str,
+    window_setting: Option<Sizing>,
+    raw: &mut RawAlias,
+    errs: &mut Vec<ConfigError>,
+) -> Option<GuardConfig> {
+    let Some(_) = window_setting else {
+        let set = [
+            ("count", raw.count.is_some()),
+            ("tokenizer", raw.tokenizer.is_some()),
+            ("clamp_max_tokens", raw.clamp_max_tokens.is_some()),
+            ("media_tokens", raw.media_tokens.is_some()),
+        ];
+        for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
+            errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.{key}"),
+                value: "set".into(),
+                reason: "needs context_window".into(),
+            });
+        }
+        return None;
+    };
+    let count = raw.count.unwrap_or(if raw.tokenizer.is_some() {
+        CountKind::Local
+    } else {
+        CountKind::Estimate
+    });
+    if count == CountKind::Local && raw.tokenizer.is_none() {
+        errs.push(ConfigError::BadValue {
+            key: format!("aliases.{name}.count"),
+            value: "local".into(),
+            reason: "needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)"
+                .into(),
+        });
+    }
+    Some(GuardConfig {
+        count,
+        tokenizer: raw.tokenizer.take(),
+        media: raw.media_tokens.unwrap_or_default(),
+        clamp_max_tokens: raw.clamp_max_tokens.unwrap_or(false),
+    })
+}
+
+/// The alias's inline reasoning markers (`think_tags`, `think_tags_start_open`).
+fn think_tags(name: &str, raw: &RawAlias, errs: &mut Vec<ConfigError>) -> Option<Arc<ThinkTags>> {
+    let tags = raw.think_tags.as_ref().and_then(|spec| {
+        match spec.resolve(raw.think_tags_start_open.unwrap_or(false)) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(reason) => {
+                errs.push(ConfigError::BadValue {
+                    key: format!("aliases.{name}.think_tags"),
+                    value: match spec {
+                        ThinkTagsSpec::Preset(p) => p.clone(),
+                        ThinkTagsSpec::Pair([open, close]) => format!("[{open}, {close}]"),
+                    },
+                    reason,
+                });
+                None
+            }
+        }
+    });
+    if raw.think_tags_start_open.is_some() && raw.think_tags.is_none() {
+        errs.push(ConfigError::BadValue {
+            key: format!("aliases.{name}.think_tags_start_open"),
+            value: "set".into(),
+            reason: "needs think_tags".into(),
+        });
+    }
+    tags
+}
+
+pub(super) fn alias(
+    name: &str,
+    mut raw: RawAlias,
+    backends: &BTreeMap<String, Arc<Backend>>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Alias> {
+    let replicas = replicas(name, &raw, backends, errs)?;
+    let backend = &replicas[0];
+    let (window_setting, max_output_tokens) = window_and_cap(name, &mut raw, backend, errs);
+    let guard = guard_config(name, window_setting, &mut raw, errs);
+    let mut inputs = Input::default();
+    for (i, kind) in raw
+        .inputs
+        .clone()
+        .unwrap_or_else(|| vec!["text".into()])
+        .iter()
+        .enumerate()
+    {
+        match kind.as_str() {
+            "text" => {}
+            "image" => inputs.image = true,
+            "audio" => inputs.audio = true,
+            other => errs.push(ConfigError::BadValue {
+                key: format!("aliases.{name}.inputs[{i}]"),
+                value: other.into(),
+                reason: "is not one of text, image, audio".into(),
+            }),
+        }
+    }
+    let reasoning = raw
+        .reasoning_field
+        .as_deref()
+        .map(|v| reasoning_field(&format!("aliases.{name}.reasoning_field"), v, errs));
+    let think_tags = think_tags(name, &raw, errs);
+    let shape = shape(
+        name,
+        inputs,
+        raw.defaults,
+        raw.strip_params,
+        max_output_tokens,
+        errs,
+    );
+    let upstream_model = raw.upstream_model.unwrap_or_else(|| name.to_string());
+    Some(Alias {
+        name: name.to_string(),
+        served_as: HeaderValue::from_str(name).unwrap_or(HeaderValue::from_static("invalid")),
+        backend: Arc::clone(backend),
+        backends: replicas.clone(),
+        fallbacks: raw.fallbacks,
+        upstream_model,
+        context_window: window_setting.and_then(Sizing::fixed),
+        window_setting,
+        guard,
+        context_fallback: raw.context_fallback,
+        shape,
+        old_names: raw.old_names,
+        reasoning_field: reasoning,
+        think_tags,
+        description: raw.description,
+    })
+}
+
+/// Sampling fields whose value must be a number that is not negative.
+const NUMERIC: [&str; 6] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+];
+
+/// The keys `defaults` and `strip_params` of one alias, with its inputs and its validated
+/// `max_output_tokens` ([`window_and_cap`]).
+fn shape(
+    name: &str,
+    inputs: Input,
+    defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    strip: Option<Vec<String>>,
+    max_output_tokens: Option<NonZeroU32>,
+    errs: &mut Vec<ConfigError>,
+) -> ShapeSpec {
+    let strip = strip.unwrap_or_default();
+    let defaults = defaults.unwrap_or_default();
+    let mut bad = |key: String, value: String, reason: &str| {
+        errs.push(ConfigError::BadValue {
+            key,
+            value,
+            reason: reason.into(),
+        })
+    };
+    for (key, value) in &defaults {
+        let at = format!("aliases.{name}.defaults.{key}");
+        let shown = match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if crate::wire::shape::is_request_field(key) {
+            bad(at, shown, "is part of each request, not a default");
+        } else if strip.contains(key) {
+            bad(at, shown, "is also in strip_params");
+        } else if NUMERIC.contains(&key.as_str())
+            && !value.as_f64().is_some_and(|v| v >= 0.0 && v.is_finite())
+        {
+            bad(at, shown, "is not a number of zero or more");
+        }
+    }
+    for (i, key) in strip.iter().enumerate() {
+        let at = format!("aliases.{name}.strip_params[{i}]");
+        if key.is_empty() {
+            bad(at, key.clone(), "is empty");
+        } else if crate::wire::shape::is_request_field(key) {
+            bad(
+                at,
+                key.clone(),
+                "is part of each request and cannot be removed",
+            );
+        } else if strip[..i].contains(key) {
+            bad(at, key.clone(), "is listed twice");
+        }
+    }
+    ShapeSpec {
+        alias: name.to_string(),
+        inputs,
+        defaults,
+        strip,
+        max_output_tokens,
+    }
+}
