@@ -2,9 +2,8 @@
 //!
 //! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
 //! A whole answer is mostly text the proxy does not need: its `usage` object is found by its
-//! key (see `json_scan`) and read alone by a walk of its members (`json_scan::Walk`, parsed
-//! where the walk is unsure), and llama.cpp's two speeds are read as the numbers under their
-//! keys in `timings` (to the bit as serde_json reads them). Every backend's answer carries
+//! key (see `json_scan`) and parsed alone, and llama.cpp's two speeds are parsed as the
+//! numbers under their keys in `timings`. Every backend's answer carries
 //! `usage` (and llama.cpp's `timings`) at the top level after `choices`, and no such object
 //! after it: the last occurrence is the one read. A body that writes a word character as an
 //! escape (where a key may hide from the search, see `json_scan`) is parsed whole instead.
@@ -14,7 +13,7 @@ use std::sync::LazyLock;
 use memchr::memmem::Finder;
 use serde::Deserialize;
 
-use crate::json_scan::{finder, may_escape_word, skip_ws, values, Unsure, Walk};
+use crate::json_scan::{finder, may_escape_word, skip_ws, values};
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -96,9 +95,8 @@ static PER_SECOND: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"_per_se
 ///
 /// Reads what [`of_event`] reads, for a fraction of its cost, when the top-level `usage` is
 /// the last `usage` object of the answer (as in every backend's layout): that object is
-/// found by its key and read alone (walked, or parsed where the walk is unsure); the two
-/// speeds are the numbers under their keys after the last `timings` key (llama.cpp's names,
-/// found nowhere else).
+/// found by its key and parsed alone; the two speeds are the numbers under their keys after
+/// the last `timings` key (llama.cpp's names, found nowhere else).
 pub fn of_body(body: &[u8]) -> Option<Usage> {
     // An array (llama.cpp's answer to several prompts at once) holds a usage per prompt.
     if skip_ws(body).first() != Some(&b'{') {
@@ -108,12 +106,7 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
         return of_event(body).map(|(u, _)| u);
     }
     let usage = last_object(body, &USAGE)?;
-    let u = match read_usage(&mut Walk::new(usage)) {
-        Ok(u) => u,
-        Err(Unsure) => {
-            WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?
-        }
-    };
+    let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?;
     let timings = last_object(body, &TIMINGS).unwrap_or_default();
     let (prompt_per_second, predicted_per_second) = speeds(timings);
     Some(usage_with(
@@ -161,83 +154,13 @@ fn speeds(bytes: &[u8]) -> (Option<f64>, Option<f64>) {
                 continue;
             }
             if let Some(value) = skip_ws(&bytes[at + end..]).strip_prefix(b":") {
-                *found = Some(Walk::new(value).float().ok());
+                *found =
+                    Some(f64::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok());
             }
         }
     }
     let [(_, prefill, _), (_, decode, _)] = keys;
     (prefill.flatten(), decode.flatten())
-}
-
-/// [`WireUsage`] from the object next in `w`, as serde reads it, where the walk is sure.
-fn read_usage(w: &mut Walk<'_>) -> Result<WireUsage, Unsure> {
-    let (mut prompt, mut completion, mut details, mut cached) = (None, None, None, None);
-    w.object(|key, w| match key {
-        b"prompt_tokens" => once(&mut prompt, w.uint()?),
-        b"completion_tokens" => once(&mut completion, w.uint()?),
-        b"completion_tokens_details" => {
-            let d = if w.null() {
-                None
-            } else {
-                Some(read_details(w)?)
-            };
-            once(&mut details, d)
-        }
-        b"prompt_tokens_details" => {
-            let d = if w.null() {
-                None
-            } else {
-                Some(read_prompt_details(w)?)
-            };
-            once(&mut cached, d)
-        }
-        _ => w.skip(),
-    })?;
-    Ok(WireUsage {
-        prompt_tokens: prompt.unwrap_or_default(),
-        completion_tokens: completion.unwrap_or_default(),
-        completion_tokens_details: details.flatten(),
-        prompt_tokens_details: cached.flatten(),
-    })
-}
-
-/// [`Details`] from the object next in `w`.
-fn read_details(w: &mut Walk<'_>) -> Result<Details, Unsure> {
-    let mut reasoning = None;
-    w.object(|key, w| match key {
-        b"reasoning_tokens" => {
-            let r = if w.null() { None } else { Some(w.uint()?) };
-            once(&mut reasoning, r)
-        }
-        _ => w.skip(),
-    })?;
-    Ok(Details {
-        reasoning_tokens: reasoning.flatten(),
-    })
-}
-
-/// [`PromptDetails`] from the object next in `w`.
-fn read_prompt_details(w: &mut Walk<'_>) -> Result<PromptDetails, Unsure> {
-    let mut cached = None;
-    w.object(|key, w| match key {
-        b"cached_tokens" => {
-            let c = if w.null() { None } else { Some(w.uint()?) };
-            once(&mut cached, c)
-        }
-        _ => w.skip(),
-    })?;
-    Ok(PromptDetails {
-        cached_tokens: cached.flatten(),
-    })
-}
-
-/// Sets a member's value; a member met twice is an error to serde, so not read here.
-fn once<T>(slot: &mut Option<T>, value: T) -> Result<(), Unsure> {
-    if slot.is_some() {
-        return Err(Unsure);
-    }
-    *slot = Some(value);
-    Ok(())
 }
 
 #[cfg(test)]
@@ -521,40 +444,7 @@ mod tests {
         ])
     }
 
-    fn parsed(text: &str) -> Option<(u64, u64, Option<u64>)> {
-        let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_str(text)).ok()?;
-        Some((
-            u.prompt_tokens,
-            u.completion_tokens,
-            u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
-        ))
-    }
-
     proptest! {
-        /// A usage object the walk reads, it reads as serde reads it: members under the names
-        /// it reads nested anywhere, given twice, of the wrong type, `null`s, in any
-        /// whitespace, order and escapes. (Where it is unsure, serde reads it.)
-        #[test]
-        fn a_usage_object_is_walked_as_serde_parses_it(
-            prompt in proptest::option::of(0u64..1_000_000),
-            completion in proptest::option::of(prop_oneof![0u64..1_000_000, Just(u64::MAX)]),
-            details in proptest::option::of(proptest::option::of(proptest::option::of(0u64..1000))),
-            (in_usage, in_details) in (members(true), members(true)),
-            twice in proptest::option::of((any::<prop::sample::Index>(), name(false), twice())),
-            seed: u64,
-        ) {
-            let usage = usage_object(prompt, completion, details, &in_details);
-            let mut text = spelled(&with(usage, &in_usage), seed);
-            if let Some((which, key, value)) = twice {
-                text = with_member(&text, which, &key, value);
-            }
-            prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(), "{}", text);
-            if let Ok(u) = read_usage(&mut Walk::new(text.as_bytes())) {
-                let walked = (u.prompt_tokens, u.completion_tokens, u.completion_tokens_details.and_then(|d| d.reasoning_tokens));
-                prop_assert_eq!(Some(walked), parsed(&text), "{}", text);
-            }
-        }
-
         /// Any answer in the backends' layout (`usage` and `timings` the last objects under
         /// their keys) reads as its full parse reads it: members under the names of the usage
         /// object nested anywhere, given twice, of the wrong type, `null`s, speeds in any
@@ -603,10 +493,22 @@ mod tests {
         }
     }
 
-    /// A number in any spelling JSON allows, within an `f64`'s range.
+    /// A number in any spelling JSON allows, within an `f64`'s range: serializers' (ryu,
+    /// `{}`, `{:e}`), any digits with or without a fraction and exponent, integers.
     fn json_number() -> impl Strategy<Value = String> {
-        crate::json_scan::tests::number_token()
-            .prop_filter("a number", |t| serde_json::from_str::<f64>(t).is_ok())
+        let finite = any::<f64>().prop_filter("finite", |f| f.is_finite());
+        prop_oneof![
+            finite
+                .clone()
+                .prop_map(|f| serde_json::to_string(&f).unwrap_or_default()),
+            finite.clone().prop_map(|f| format!("{f}")),
+            finite.prop_map(|f| format!("{f:e}")),
+            "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{0,26})?([eE][+-]?[0-9]{1,3})?",
+            "[0-9]{1,4}\\.[0-9]{10,22}",
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+        ]
+        .prop_filter("a number", |t| serde_json::from_str::<f64>(t).is_ok())
     }
 
     /// Where the speeds go in the text, to be replaced by their tokens after respelling
