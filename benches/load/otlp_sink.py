@@ -2,14 +2,17 @@
 """An OTLP/HTTP sink for the load harness: answers every POST /v1/traces with 200 after
 reading its body, and counts the exports and their bytes (printed on SIGTERM). Its CPU is
 not the proxy's, so the harness can trace to it without charging nginx or Switchboard.
+With `hang`, it reads each export and never answers: a collector that is stuck.
 
-usage: otlp_sink.py PORT"""
+usage: otlp_sink.py PORT [hang]"""
 
 import http.server
 import signal
 import sys
+import threading
 
 exports = bytes_in = 0
+HANG = sys.argv[2:] == ["hang"]
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -24,6 +27,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.rfile.read(n)
         exports += 1
         bytes_in += n
+        if HANG:
+            threading.Event().wait()
         self.send_response(200)
         self.send_header("content-type", "application/x-protobuf")
         self.send_header("content-length", "0")
@@ -41,4 +46,6 @@ def stop(*_):
 
 
 signal.signal(signal.SIGTERM, stop)
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+server.daemon_threads = True
+server.serve_forever()

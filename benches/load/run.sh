@@ -59,6 +59,9 @@
 #                    sample_ratio, exporting to an OTLP sink (otlp_sink.py, python3, its CPU
 #                    not counted) on OTLP_PORT (default 17790): the cost of tracing.
 #                    Not with BASELINE_BIN (an earlier build may not read [tracing])
+#   OTLP_SINK=ok     with TRACE_RATIO, the collector: ok (answers every export), hang (reads
+#                    each export and never answers), down (nothing listens on OTLP_PORT).
+#                    The report ends with the spans dropped and the proxy's peak RSS
 #   FIRST_BYTE_SAMPLES=400  samples per path of the time to the first SSE byte (0: skip)
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
@@ -85,6 +88,7 @@ REPLICAS=${REPLICAS:-1}
 CLIENTS=${CLIENTS:-0}
 TRACE_RATIO=${TRACE_RATIO:-}
 OTLP_PORT=${OTLP_PORT:-17790}
+OTLP_SINK=${OTLP_SINK:-ok}
 FIRST_BYTE_SAMPLES=${FIRST_BYTE_SAMPLES:-400}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
@@ -243,8 +247,15 @@ $(for ((c = 1; c <= CLIENTS; c++)); do
 $([[ -n $TRACE_RATIO ]] && printf '\n[tracing]\notlp_endpoint = "http://127.0.0.1:%s"\nsample_ratio = %s\n' "$OTLP_PORT" "$TRACE_RATIO")
 EOF
   if [[ -n $TRACE_RATIO ]]; then
-    spawn "otlp sink" "$WORK/otlp.log" python3 "$(dirname "${BASH_SOURCE[0]}")/otlp_sink.py" "$OTLP_PORT"
-    wait_http "http://127.0.0.1:$OTLP_PORT/" "$SPAWNED" "otlp sink"
+    case $OTLP_SINK in
+      ok | hang)
+        spawn "otlp sink" "$WORK/otlp.log" python3 "$(dirname "${BASH_SOURCE[0]}")/otlp_sink.py" \
+          "$OTLP_PORT" "$([[ $OTLP_SINK == hang ]] && echo hang)"
+        wait_http "http://127.0.0.1:$OTLP_PORT/" "$SPAWNED" "otlp sink"
+        ;;
+      down) ;;
+      *) die "OTLP_SINK=$OTLP_SINK: not ok, hang or down" ;;
+    esac
   fi
   BEARER_KEYS=
   for ((c = 1; c <= CLIENTS; c++)); do
@@ -468,6 +479,14 @@ report
 if [[ -n $FIRST_BYTE ]]; then
   printf '\n### Time to the first SSE byte (new connection per request)\n\n'
   printf '%s\n' "$FIRST_BYTE" | sed "s/:$SB_PORT/:$SB_PORT (switchboard)/; s/:$NGINX_STREAM_PORT/:$NGINX_STREAM_PORT (nginx)/"
+fi
+
+if [[ -n $TRACE_RATIO ]]; then
+  dropped=$(curl -sS --max-time 10 "http://127.0.0.1:$SB_PORT/metrics" |
+    awk '/^switchboard_trace_spans_dropped_total/ { printf "%s%s %s", sep, $1, $2; sep = ", " }')
+  printf '\n### Tracing (sample_ratio %s, collector %s)\n\n' "$TRACE_RATIO" "$OTLP_SINK"
+  printf 'Spans dropped: %s. Switchboard peak RSS: %s.\n' "${dropped:-none}" \
+    "$(awk '/^VmHWM/ { print $2 " " $3 }' "/proc/$SB_PID/status")"
 fi
 
 total_errors=$(awk -F'\t' '{ s += $9 + $10 } END { print s + 0 }' "$RESULTS")
