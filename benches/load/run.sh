@@ -58,7 +58,8 @@
 #   TRACE_RATIO=     set (e.g. 1 or 0.01): Switchboard gets a [tracing] section with that
 #                    sample_ratio, exporting to an OTLP sink (otlp_sink.py, python3, its CPU
 #                    not counted) on OTLP_PORT (default 17790): the cost of tracing.
-#                    Not with BASELINE_BIN (an earlier build may not read [tracing])
+#                    With BASELINE_BIN, the baseline runs without [tracing]: tracing on
+#                    against off in one run (give it a build that reads the same config)
 #   OTLP_SINK=ok     with TRACE_RATIO, the collector: ok (answers every export), hang (reads
 #                    each export and never answers), down (nothing listens on OTLP_PORT).
 #                    The report ends with the spans dropped and the proxy's peak RSS
@@ -265,7 +266,8 @@ EOF
   export BEARER_KEYS
   start_switchboard "$BIN" "$WORK/bench.toml"
   if [[ -n ${BASELINE_BIN:-} ]]; then
-    sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/" "$WORK/bench.toml" >"$WORK/baseline.toml"
+    # The baseline runs without the [tracing] section (the last): tracing on against off.
+    sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/; /^\[tracing\]/,\$d" "$WORK/bench.toml" >"$WORK/baseline.toml"
     spawn baseline "$WORK/baseline.log" "$BASELINE_BIN" serve --config "$WORK/baseline.toml"
     BASE_PID=$SPAWNED
     wait_http "http://127.0.0.1:$((SB_PORT + 1))/health" "$BASE_PID" baseline
