@@ -188,7 +188,7 @@ pub fn respond(
         Ok(resp) => resp,
         Err(e) => {
             ex.error = Some(e.to_string());
-            if let Some(t) = ex.trace.as_deref_mut() {
+            if let Some(t) = ex.traced() {
                 t.error_type(e.parts().3.unwrap_or("error"));
             }
             adapter.error_response(e)

@@ -88,6 +88,12 @@ impl Record {
         }
     }
 
+    /// The request's trace where it is sampled, to be told what happens; `None` when tracing
+    /// is off or the trace only passes through (unsampled).
+    pub fn traced(&mut self) -> Option<&mut RequestTrace> {
+        self.trace.as_deref_mut().filter(|t| t.recording())
+    }
+
     /// When the request arrived.
     pub fn started(&self) -> Instant {
         self.started

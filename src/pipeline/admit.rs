@@ -64,7 +64,7 @@ pub async fn admit(
                 .count_fallback(reason.into());
         }
         let (verdict, prompt) = (checked.verdict, checked.prompt);
-        if let Some(t) = rec.trace.as_deref() {
+        if let Some(t) = rec.traced() {
             let counted = match &verdict {
                 Verdict::Over { prompt, .. } => Some(*prompt),
                 _ => prompt,
@@ -95,7 +95,7 @@ pub async fn admit(
                     .cloned();
                 let Some(next) = next else {
                     snap.metrics(Some(&alias.name)).rejection(method.into());
-                    if let Some(t) = rec.trace.as_deref() {
+                    if let Some(t) = rec.traced() {
                         t.rejected();
                     }
                     return Err(verdict.into_error(spec.window).unwrap_or_else(|| {
@@ -103,7 +103,7 @@ pub async fn admit(
                     }));
                 };
                 rec.route(snap.metrics(Some(&next.name)), &next.backend.name);
-                if let Some(t) = rec.trace.as_deref_mut() {
+                if let Some(t) = rec.traced() {
                     t.fallback(&alias.name, &next.name, "context_window");
                     t.alias(&next.name);
                 }

@@ -229,7 +229,7 @@ impl Tracker {
     }
 
     fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
-        if self.ex.trace.is_some() {
+        if self.ex.traced().is_some() {
             if let Some(data) = data_payload(ev).or_else(|| tagged_data(ev)) {
                 super::traced::event(&mut self.ex, data);
             }

@@ -1,5 +1,6 @@
-//! What the steps tell the request's trace, where tracing is on: the request as resolved, each
-//! attempt at a backend as it starts and as it fails. Nothing is read while it is off.
+//! What the steps tell the request's trace, where it is sampled: the request as resolved, each
+//! attempt at a backend as it starts and as it fails. Nothing is read while tracing is off or
+//! the request's trace is not sampled.
 
 use super::choose::Chosen;
 use super::resolve::Routed;
@@ -13,7 +14,7 @@ use crate::wire::facts;
 
 /// The model asked for, the output limit, the conversation, the client, the prompt.
 pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
-    let Some(t) = rec.trace.as_deref_mut() else {
+    let Some(t) = rec.traced() else {
         return;
     };
     let max = req.adapter.requested_output(&req.body).ok().flatten();
@@ -47,7 +48,7 @@ fn prompt_of(body: &[u8]) -> Option<String> {
 
 /// An attempt at `chosen`, a replica of `alias`, begins.
 pub fn attempt(rec: &mut Record, alias: &Alias, chosen: &Chosen, translated: bool, resent: bool) {
-    let Some(t) = rec.trace.as_deref_mut() else {
+    let Some(t) = rec.traced() else {
         return;
     };
     let b = &chosen.backend;
@@ -72,7 +73,7 @@ pub fn attempt(rec: &mut Record, alias: &Alias, chosen: &Chosen, translated: boo
 
 /// The attempt failed before any byte reached the client.
 pub fn failed(rec: &mut Record, failed: &Failed) {
-    let Some(t) = rec.trace.as_deref_mut() else {
+    let Some(t) = rec.traced() else {
         return;
     };
     let status = match failed {
@@ -90,7 +91,7 @@ pub fn failed(rec: &mut Record, failed: &Failed) {
 
 /// A whole answer as the backend sent it: its model, finish reason and (captured) text.
 pub fn answer(rec: &mut Record, body: &[u8]) {
-    let Some(t) = rec.trace.as_deref_mut() else {
+    let Some(t) = rec.traced() else {
         return;
     };
     let f = facts::read(body);
@@ -103,7 +104,7 @@ pub fn answer(rec: &mut Record, body: &[u8]) {
 /// One stream event's data as the backend sent it: read in full for the model (until it is
 /// known), a finish reason, or (captured) text; other events are passed over unread.
 pub fn event(rec: &mut Record, data: &[u8]) {
-    let Some(t) = rec.trace.as_deref_mut() else {
+    let Some(t) = rec.traced() else {
         return;
     };
     if !t.captures_content() && t.knows_model() && !facts::may_finish(data) {

@@ -143,7 +143,7 @@ impl<'s> Tries<'s> {
             let to_m = snap.metrics(Some(&to.name));
             snap.metrics(Some(&from.name)).fallback(to_m, why);
             tracing::debug!(alias = %from.name, to = %to.name, reason = ?why, "fallback");
-            if let Some(t) = rec.trace.as_deref_mut() {
+            if let Some(t) = rec.traced() {
                 t.fallback(&from.name, &to.name, &format!("{why:?}"));
                 t.alias(&to.name);
             }

@@ -2,7 +2,12 @@
 //! stopped, and its text — in chat completions, Responses and Messages alike (their fields do
 //! not collide). Read for traces only, so a full parse of what is read.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde_json::Value;
+
+use crate::json_scan::finder;
 
 /// The facts of one answer or event.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -15,22 +20,30 @@ pub struct Facts {
 
 /// Whether an event may name a finish reason (a key for one with a string value, or a
 /// Responses stream's last event): the events worth a full parse once the model is known.
+/// Two searches, each for what the keys or event types share.
 pub fn may_finish(data: &[u8]) -> bool {
-    has_string(data, b"\"finish_reason\"")
-        || has_string(data, b"\"stop_reason\"")
-        || memchr::memmem::find(data, b"\"response.completed\"").is_some()
-        || memchr::memmem::find(data, b"\"response.incomplete\"").is_some()
-        || memchr::memmem::find(data, b"\"response.failed\"").is_some()
+    REASON.find_iter(data).any(|at| {
+        let key = &data[..at];
+        (key.ends_with(b"\"finish") || key.ends_with(b"\"stop"))
+            && string_follows(&data[at + REASON.needle().len()..])
+    }) || RESPONSE.find_iter(data).any(|at| {
+        let rest = &data[at + RESPONSE.needle().len()..];
+        [&b"completed\""[..], b"incomplete\"", b"failed\""]
+            .iter()
+            .any(|end| rest.starts_with(end))
+    })
 }
 
-/// `key` appears followed by `:` and a string (not `null`).
-fn has_string(data: &[u8], key: &[u8]) -> bool {
-    memchr::memmem::find_iter(data, key).any(|at| {
-        let rest = &data[at + key.len()..];
-        let rest = rest.trim_ascii_start();
-        rest.strip_prefix(b":")
-            .is_some_and(|r| r.trim_ascii_start().first() == Some(&b'"'))
-    })
+/// The end of `"finish_reason"` and `"stop_reason"`.
+static REASON: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"_reason\""));
+/// The start of a Responses event type's value.
+static RESPONSE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"response."));
+
+/// `rest`, after a key, is `:` and a string (not `null`).
+fn string_follows(rest: &[u8]) -> bool {
+    rest.trim_ascii_start()
+        .strip_prefix(b":")
+        .is_some_and(|r| r.trim_ascii_start().first() == Some(&b'"'))
 }
 
 /// The facts of a JSON answer or event `data`; nothing for what does not parse.
@@ -174,6 +187,28 @@ mod tests {
         let created =
             r#"{"type":"response.created","response":{"model":"r","status":"in_progress"}}"#;
         assert_eq!(facts(created), (some("r"), None, None));
+    }
+
+    #[test]
+    fn only_a_finish_or_stop_reason_with_a_string_or_a_last_responses_event_may_finish() {
+        for (data, may) in [
+            (r#"{"finish_reason":"length"}"#, true),
+            (r#"{"finish_reason" :  "stop"}"#, true),
+            (r#"{"finish_reason":null,"x":"finish_reason"}"#, false),
+            (r#"{"delta":{"stop_reason" : "end_turn"}}"#, true),
+            (r#"{"stop_reason":null}"#, false),
+            (r#"{"other_reason":"x","reason":"y"}"#, false),
+            (r#"{"type":"response.completed","response":{}}"#, true),
+            (r#"{"type":"response.incomplete"}"#, true),
+            (r#"{"type":"response.failed"}"#, true),
+            (r#"{"type":"response.created"}"#, false),
+            (
+                r#"{"type":"response.output_text.delta","delta":"response.completedX"}"#,
+                false,
+            ),
+        ] {
+            assert_eq!(may_finish(data.as_bytes()), may, "{data}");
+        }
     }
 
     #[test]

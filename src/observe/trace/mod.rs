@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use http::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{SpanKind, Tracer as _, TracerProvider as _};
+use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -90,18 +90,21 @@ impl Tracer {
         let parent = self.propagator.extract(&HeaderExtractor(headers));
         let operation = names::operation(endpoint);
         let wall = span::wall_clock(started);
-        let span = self
+        let mut span = self
             .tracer
             .span_builder(operation)
             .with_kind(SpanKind::Server)
             .with_start_time(wall)
-            .with_attributes([
+            .start_with_context(&self.tracer, &parent);
+        // The sampler reads no attributes: an unsampled span is given none.
+        if span.is_recording() {
+            span.set_attributes([
                 KeyValue::new(names::OPERATION, operation),
                 KeyValue::new(names::HTTP_METHOD, "POST"),
                 KeyValue::new(names::URL_PATH, names::path(endpoint)),
                 KeyValue::new(names::REQUEST_ID, request_id.to_string()),
-            ])
-            .start_with_context(&self.tracer, &parent);
+            ]);
+        }
         Box::new(RequestTrace::new(
             Arc::clone(self),
             span,

@@ -45,6 +45,8 @@ pub struct RequestTrace {
     alias: Option<String>,
     backend: Option<(String, &'static str)>,
     translated: Option<&'static str>,
+    /// The server span is sampled: false, it only carries the trace to the backend.
+    recording: bool,
 }
 
 impl std::fmt::Debug for RequestTrace {
@@ -90,7 +92,9 @@ impl RequestTrace {
         operation: &'static str,
         started: Instant,
     ) -> RequestTrace {
+        let recording = server.is_recording();
         RequestTrace {
+            recording,
             tracer,
             server: Context::new().with_span(server),
             attempt: None,
@@ -114,6 +118,12 @@ impl RequestTrace {
 
     fn set(&self, kv: KeyValue) {
         self.server.span().set_attribute(kv);
+    }
+
+    /// Whether this request's spans are sampled, so worth telling what happens; an unsampled
+    /// trace is only carried on to the backend.
+    pub fn recording(&self) -> bool {
+        self.recording
     }
 
     /// Whether prompts and answers are captured.
@@ -232,11 +242,14 @@ impl RequestTrace {
     pub fn inject(&self, headers: &mut HeaderMap) {
         headers.remove("traceparent");
         headers.remove("tracestate");
-        if let Some(a) = &self.attempt {
-            let cx = Context::new().with_remote_span_context(a.span_context().clone());
-            self.tracer
-                .propagator()
-                .inject_context(&cx, &mut HeaderInjector(headers));
+        let propagator = self.tracer.propagator();
+        match &self.attempt {
+            Some(a) => {
+                let cx = Context::new().with_remote_span_context(a.span_context().clone());
+                propagator.inject_context(&cx, &mut HeaderInjector(headers));
+            }
+            // Unsampled: no attempt spans; the trace goes on, unsampled, from the server span.
+            None => propagator.inject_context(&self.server, &mut HeaderInjector(headers)),
         }
     }
 
@@ -284,6 +297,10 @@ impl RequestTrace {
 
     /// The request ended: both spans told its outcome and ended.
     pub fn finish(mut self, end: &End<'_>) {
+        if !self.recording {
+            self.server.span().end();
+            return;
+        }
         let now = SystemTime::now();
         let mut attrs = Vec::with_capacity(12);
         attrs.push(KeyValue::new(n::HTTP_STATUS, i64::from(end.status)));
