@@ -25,6 +25,7 @@ pub mod observe;
 pub mod path;
 pub mod pipeline;
 pub mod reasoning;
+pub mod shared;
 pub mod sim;
 pub mod tokens;
 pub mod upstream;

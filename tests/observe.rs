@@ -255,6 +255,7 @@ fn exported_families_match_the_documented_contract() {
     m.backend_state("b", switchboard::fleet::health::BackendState::up);
     m.client("c").request(200);
     m.breaker_state("b", switchboard::fleet::breaker::BreakerState::closed);
+    let _store = m.shared_signals("redis://cache:6379/0");
     m.alias("a").fallback(
         &m.alias("f"),
         switchboard::fleet::routes::FallbackReason::connect,

@@ -17,12 +17,14 @@ pub struct Charge {
     caller: Caller,
     reserved: u64,
     prompt: u64,
+    /// Its place among the client's requests in flight in the shared store, if any.
+    _place: Option<crate::shared::lease::Lease>,
 }
 
 impl Charge {
     /// Admit a request of `caller` whose prompt is `prompt` tokens and which asks room for
     /// `output` more: its place in flight, then one request and the tokens of its limits.
-    pub fn admit(caller: &Caller, prompt: u64, output: u64) -> Result<Charge, ProxyError> {
+    pub async fn admit(caller: &Caller, prompt: u64, output: u64) -> Result<Charge, ProxyError> {
         let state = &caller.state;
         let spec = &caller.spec;
         let n = state.inflight.fetch_add(1, Ordering::AcqRel);
@@ -30,19 +32,25 @@ impl Charge {
             caller: caller.clone(),
             reserved: 0,
             prompt,
+            _place: None,
         };
         state.metrics.inflight.inc();
-        if let Some(max) = spec.max_concurrent.filter(|m| n >= m.get()) {
-            state.metrics.refused(RefusalReason::concurrency);
-            return Err(ProxyError::RateLimited {
-                client: spec.name.clone(),
-                detail: format!("{max} requests in flight, the most this client may have"),
-                quota: false,
-                retry_after: Some(1),
-            });
+        if let Some(max) = spec.max_concurrent {
+            match state.limiter.enter(max.get(), n).await {
+                Ok(place) => charge._place = place,
+                Err(()) => {
+                    state.metrics.refused(RefusalReason::concurrency);
+                    return Err(ProxyError::RateLimited {
+                        client: spec.name.clone(),
+                        detail: format!("{max} requests in flight, the most this client may have"),
+                        quota: false,
+                        retry_after: Some(1),
+                    });
+                }
+            }
         }
         let cost = prompt + output;
-        match state.limiter.reserve(cost, Instant::now()) {
+        match state.limiter.reserve(cost, Instant::now()).await {
             Ok(_) => {
                 charge.reserved = cost;
                 Ok(charge)

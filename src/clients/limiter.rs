@@ -1,9 +1,11 @@
-//! The limits of one client behind one small trait ([`Limiter`]), so that a store shared by
-//! several processes can back it later; [`Local`] keeps them in this process: a token bucket
-//! per limit, refilled continuously over its window (a minute, a day).
+//! The limits of one client behind one small trait ([`Limiter`]): [`Local`] keeps them in
+//! this process, a token bucket per limit, refilled continuously over its window (a minute,
+//! a day); [`super::shared::Shared`] keeps them in the store several processes share.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use crate::shared::lease::Lease;
 
 /// The limits of one client (each `None`: no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -51,14 +53,26 @@ pub struct Refusal {
 }
 
 /// A client's limits: one request and `tokens` taken together or not at all; a refund (or
-/// a further charge) when the request's real cost is known.
+/// a further charge) when the request's real cost is known; a place among its requests in
+/// flight.
+#[async_trait::async_trait]
 pub trait Limiter: Send + Sync + std::fmt::Debug {
-    fn reserve(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal>;
+    async fn reserve(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal>;
     /// The request took `used` tokens of the `reserved` ones (more or fewer).
     fn settle(&self, reserved: u64, used: u64, now: Instant);
     fn standing(&self, now: Instant) -> Standing;
     /// New limits from a reload; what was used is kept.
     fn reconfigure(&self, limits: Limits);
+    /// A place among at most `max` requests in flight, `here` of which are in flight in this
+    /// process already; `Err(())`: none is free. What it holds (a shared lease) is given
+    /// back when dropped.
+    async fn enter(&self, max: u32, here: u32) -> Result<Option<Lease>, ()> {
+        if here >= max {
+            Err(())
+        } else {
+            Ok(None)
+        }
+    }
 }
 
 /// A token bucket: `capacity` over `window`; its level may go below zero when a request
@@ -131,8 +145,8 @@ struct Buckets {
 #[derive(Debug)]
 pub struct Local(Mutex<Buckets>);
 
-const MINUTE: Duration = Duration::from_secs(60);
-const DAY: Duration = Duration::from_secs(86_400);
+pub(super) const MINUTE: Duration = Duration::from_secs(60);
+pub(super) const DAY: Duration = Duration::from_secs(86_400);
 
 impl Local {
     pub fn new(limits: Limits, now: Instant) -> Local {
@@ -171,17 +185,15 @@ impl Buckets {
     }
 }
 
-impl Limiter for Local {
-    fn reserve(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal> {
-        let mut guard = self.lock();
-        let b = &mut *guard;
-        b.refill(now);
+impl Buckets {
+    /// Why one request and `tokens` do not fit now, if they do not: a request that can never
+    /// fit is told so first, whichever limit it is.
+    fn refusal(&self, tokens: u64) -> Option<Refusal> {
         let checks = [
-            (Which::Requests, b.requests, 1),
-            (Which::Day, b.day, tokens),
-            (Which::Tokens, b.tokens, tokens),
+            (Which::Requests, self.requests, 1),
+            (Which::Day, self.day, tokens),
+            (Which::Tokens, self.tokens, tokens),
         ];
-        // A request that can never fit is told so first, whichever limit it is.
         let mut refusal: Option<Refusal> = None;
         for (which, bucket, cost) in checks {
             let Some(bucket) = bucket else { continue };
@@ -203,17 +215,67 @@ impl Limiter for Local {
                 });
             }
         }
-        if let Some(r) = refusal {
+        refusal
+    }
+}
+
+impl Local {
+    /// Take one request and `tokens`, or say which limit refuses them.
+    pub fn take(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal> {
+        let mut guard = self.lock();
+        let b = &mut *guard;
+        b.refill(now);
+        if let Some(r) = b.refusal(tokens) {
             return Err(r);
         }
         if let Some(r) = &mut b.requests {
             r.level -= 1.0;
         }
-        let b = &mut *b;
         for t in [&mut b.tokens, &mut b.day].into_iter().flatten() {
             t.level -= tokens as f64;
         }
         Ok(b.standing())
+    }
+
+    /// The levels a shared store reported (requests, tokens, day), as of `now`.
+    pub fn adopt(&self, levels: [Option<f64>; 3], now: Instant) {
+        let mut guard = self.lock();
+        let b = &mut *guard;
+        for (bucket, level) in [&mut b.requests, &mut b.tokens, &mut b.day]
+            .into_iter()
+            .zip(levels)
+        {
+            if let (Some(bucket), Some(level)) = (bucket, level) {
+                bucket.level = level.min(bucket.capacity);
+                bucket.at = now;
+            }
+        }
+    }
+
+    /// Why one request and `tokens` do not fit now (the store said they do not): the limit
+    /// and the wait, as this process's copy of the levels shows them.
+    pub fn refusal(&self, tokens: u64, now: Instant) -> Refusal {
+        let mut guard = self.lock();
+        guard.refill(now);
+        guard.refusal(tokens).unwrap_or(Refusal {
+            which: Which::Requests,
+            limit: guard.requests.map_or(0, |b| b.capacity as u64),
+            needed: 1,
+            retry_after: Some(1),
+        })
+    }
+
+    /// The buckets' capacities and windows (requests, tokens, day).
+    pub fn specs(&self) -> [Option<(u64, Duration)>; 3] {
+        let b = self.lock();
+        [b.requests, b.tokens, b.day].map(|x| x.map(|x| (x.capacity as u64, x.window)))
+    }
+}
+
+#[async_trait::async_trait]
+impl Limiter for Local {
+    async fn reserve(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal> {
+        self.take(tokens, now)
     }
 
     fn settle(&self, reserved: u64, used: u64, now: Instant) {
@@ -266,9 +328,9 @@ mod tests {
     #[test]
     fn tokens_are_reserved_then_refunded_and_refill_over_the_minute() {
         let (l, t0) = local(None, Some(600), None);
-        let s = l.reserve(500, t0).unwrap();
+        let s = l.take(500, t0).unwrap();
         assert_eq!(s.tokens.unwrap().remaining, 100);
-        let r = l.reserve(200, t0).unwrap_err();
+        let r = l.take(200, t0).unwrap_err();
         assert_eq!((r.which, r.retry_after), (Which::Tokens, Some(10)));
         // Used 50 of the 500: 450 back.
         l.settle(500, 50, t0);
@@ -277,33 +339,33 @@ mod tests {
         let later = t0 + Duration::from_secs(3);
         assert_eq!(l.standing(later).tokens.unwrap().remaining, 580);
         // More than the whole minute's budget never fits.
-        let never = l.reserve(601, later).unwrap_err();
+        let never = l.take(601, later).unwrap_err();
         assert_eq!(never.retry_after, None);
     }
 
     #[test]
     fn requests_per_minute_and_the_day_count_alike() {
         let (l, t0) = local(Some(2), None, Some(1000));
-        l.reserve(400, t0).unwrap();
-        let s = l.reserve(400, t0).unwrap();
+        l.take(400, t0).unwrap();
+        let s = l.take(400, t0).unwrap();
         assert_eq!(s.requests.unwrap().remaining, 0);
         assert_eq!(s.requests.unwrap().reset, Duration::from_secs(60));
-        let r = l.reserve(1, t0).unwrap_err();
+        let r = l.take(1, t0).unwrap_err();
         assert_eq!((r.which, r.retry_after), (Which::Requests, Some(30)));
         let t1 = t0 + Duration::from_secs(30);
-        let r = l.reserve(400, t1).unwrap_err();
+        let r = l.take(400, t1).unwrap_err();
         assert_eq!(r.which, Which::Day);
         // A usage over the reservation goes into debt.
         l.settle(0, 300, t1);
         assert_eq!(l.standing(t1).day.unwrap().remaining, 0);
-        let r = l.reserve(1, t1).unwrap_err();
+        let r = l.take(1, t1).unwrap_err();
         assert_eq!(r.which, Which::Day);
     }
 
     #[test]
     fn a_reload_keeps_what_was_used() {
         let (l, t0) = local(None, Some(100), None);
-        l.reserve(60, t0).unwrap();
+        l.take(60, t0).unwrap();
         l.reconfigure(Limits {
             tokens_per_minute: Some(200),
             ..Limits::default()

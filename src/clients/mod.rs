@@ -5,6 +5,7 @@
 pub mod charge;
 pub mod headers;
 pub mod limiter;
+pub mod shared;
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use axum::http::{header, HeaderMap, HeaderName};
 use crate::config::{ClientSpec, Config, Priority};
 use crate::error::ProxyError;
 use crate::observe::metrics::{ClientMetrics, Metrics};
+use crate::shared::Store;
 use limiter::{Limiter, Limits, Local};
 
 /// The header a client lowers its own priority with, per request.
@@ -114,6 +116,20 @@ pub fn class(own: Priority, headers: &HeaderMap) -> Result<Priority, ProxyError>
     Ok(asked.max(own))
 }
 
+/// The limits of a new client: in `store` when there is one, else in this process.
+fn limiter(spec: &ClientSpec, store: Option<&Arc<Store>>) -> Box<dyn Limiter> {
+    let now = Instant::now();
+    match store {
+        Some(store) => Box::new(shared::Shared::new(
+            Arc::clone(store),
+            &spec.name,
+            limits(spec),
+            now,
+        )),
+        None => Box::new(Local::new(limits(spec), now)),
+    }
+}
+
 /// Every client of one config: who holds which key.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -134,8 +150,14 @@ fn limits(spec: &ClientSpec) -> Limits {
 
 impl Registry {
     /// The clients of `config`; one that `previous` has too keeps its counters (its limits
-    /// set to the new ones).
-    pub fn build(config: &Config, metrics: &Metrics, previous: Option<&Registry>) -> Registry {
+    /// set to the new ones). With `store`, their limits are kept there, shared by every
+    /// process that uses it.
+    pub fn build(
+        config: &Config,
+        metrics: &Metrics,
+        previous: Option<&Registry>,
+        store: Option<&Arc<Store>>,
+    ) -> Registry {
         let anonymous = config.server.api_keys.as_ref().map(|keys| {
             Arc::new(ClientSpec {
                 name: ANONYMOUS.into(),
@@ -163,7 +185,7 @@ impl Registry {
                     }
                     None => Arc::new(ClientState {
                         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                        limiter: Box::new(Local::new(limits(&spec), Instant::now())),
+                        limiter: limiter(&spec, store),
                         inflight: AtomicU32::new(0),
                         queued: AtomicI64::new(0),
                         metrics: metrics.client(&spec.name),

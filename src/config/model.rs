@@ -67,6 +67,21 @@ pub struct Server {
     pub reload_debounce: Duration,
     /// A file that keeps changing is reloaded at least this often.
     pub reload_max_delay: Duration,
+    /// The store slot counts and client limits are kept in across processes; `None`: each
+    /// process counts on its own.
+    pub shared_state: Option<SharedState>,
+}
+
+/// `server.shared_state`: where the counts several processes share are kept, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedState {
+    /// `redis://HOST:PORT/N` (Redis or Valkey, one server, not Cluster).
+    pub url: String,
+    /// How long a slot or client lease lives without renewal: what a killed process holds
+    /// for at most.
+    pub lease: Duration,
+    /// Longest a call to the store may take before the process counts on its own.
+    pub timeout: Duration,
 }
 
 /// The client side's limits (`[server]` only).

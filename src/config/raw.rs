@@ -62,6 +62,9 @@ pub struct RawServer {
     pub watch_config: Option<bool>,
     pub reload_debounce_ms: Option<u64>,
     pub reload_max_delay_ms: Option<u64>,
+    pub shared_state: Option<String>,
+    pub shared_state_lease_ms: Option<u64>,
+    pub shared_state_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,5 +6,6 @@ pub mod breaker;
 pub mod discovery;
 pub mod drift;
 pub mod health;
+pub mod lease;
 pub mod routes;
 pub mod slots;

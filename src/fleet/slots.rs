@@ -2,7 +2,9 @@
 //! slots; the rest wait in a bounded queue and a freed slot goes to the waiting request first
 //! by priority class, then in turn among the clients with requests waiting in that class
 //! (round robin, so one client's many requests do not push another's few behind them), and
-//! ahead of both to a request waiting past its class's `max_wait` (aging).
+//! ahead of both to a request waiting past its class's `max_wait` (aging). With a shared
+//! store, a request holding its slot here takes the backend's shared lease too before it is
+//! sent ([`super::lease`]), so every process together keeps to the backend's slots.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -10,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::lease::SharedSlots;
 use crate::config::Priority;
 use crate::error::ProxyError;
+use crate::shared::lease::Lease;
 
 /// Told of a request's time in the queue (the per-alias queue metrics).
 pub trait QueueWatch: Sync {
@@ -58,6 +62,8 @@ pub struct Slots {
     inner: Arc<Inner>,
     slots: u32,
     queue: u32,
+    /// The backend's leases in the shared store, when there is one.
+    shared: Option<SharedSlots>,
 }
 
 #[derive(Debug)]
@@ -89,10 +95,15 @@ struct Waiter {
 #[derive(Debug)]
 pub struct SlotPermit {
     inner: Option<Arc<Inner>>,
+    /// The backend's shared lease, given back with the slot.
+    lease: Option<Lease>,
 }
 
 impl Drop for SlotPermit {
     fn drop(&mut self) {
+        // The shared lease first, so that its release is on its way before the slot goes
+        // to a request that will ask for it.
+        drop(self.lease.take());
         if let Some(inner) = self.inner.take() {
             inner.release();
         }
@@ -120,6 +131,7 @@ impl Inner {
             st.last[w.ticket.class as usize] = Some(w.ticket.client);
             let permit = SlotPermit {
                 inner: Some(Arc::clone(self)),
+                lease: None,
             };
             match w.tx.send(permit) {
                 Ok(()) => return,
@@ -202,7 +214,19 @@ impl Slots {
             }),
             slots,
             queue,
+            shared: None,
         }
+    }
+
+    /// The same slots, kept across processes in `shared` as well.
+    pub fn with_shared(mut self, shared: SharedSlots) -> Slots {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// Whether it counts in a shared store too.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
     }
 
     pub fn slots(&self) -> u32 {
@@ -241,17 +265,46 @@ impl Slots {
         self.inner.busy.fetch_add(1, Ordering::AcqRel);
         Some(SlotPermit {
             inner: Some(Arc::clone(&self.inner)),
+            lease: None,
         })
     }
 
-    /// A slot now, without waiting (and without passing anyone waiting).
+    /// A slot now, without waiting (and without passing anyone waiting). With a shared store
+    /// that is up, never: its lease is asked for in [`Self::acquire`].
     pub fn try_acquire(&self) -> Option<SlotPermit> {
+        let lease = match &self.shared {
+            Some(shared) => Some(shared.unasked()?),
+            None => None,
+        };
         let mut st = self.inner.lock();
-        self.take(&mut st)
+        let mut permit = self.take(&mut st)?;
+        permit.lease = lease;
+        Some(permit)
     }
 
-    /// Take a slot, waiting in the queue up to `timeout`, in the order of `ticket`.
+    /// Take a slot, waiting in the queue up to `timeout`, in the order of `ticket`; with a
+    /// shared store, then the backend's shared lease within the same `timeout`.
     pub async fn acquire(
+        &self,
+        alias: &str,
+        timeout: Duration,
+        ticket: Ticket,
+        watch: &dyn QueueWatch,
+    ) -> Result<SlotPermit, ProxyError> {
+        let start = Instant::now();
+        let mut permit = self.acquire_here(alias, timeout, ticket, watch).await?;
+        if let Some(shared) = &self.shared {
+            let deadline = start + timeout;
+            match shared.take(self.slots, &ticket, deadline, watch).await {
+                Ok(lease) => permit.lease = Some(lease),
+                Err(()) => return Err(self.timed_out(alias, timeout)),
+            }
+        }
+        Ok(permit)
+    }
+
+    /// A slot of this process, waiting in its queue up to `timeout`.
+    async fn acquire_here(
         &self,
         alias: &str,
         timeout: Duration,

@@ -21,11 +21,13 @@ use crate::fleet::balance::Affinity;
 use crate::fleet::breaker::Breaker;
 use crate::fleet::discovery::Discovered;
 use crate::fleet::health::Health;
+use crate::fleet::lease::SharedSlots;
 use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
 use crate::guard::GuardSpec;
 use crate::observe::metrics::{AliasMetrics, Metrics};
 use crate::observe::trace::Tracer;
+use crate::shared::Store;
 use crate::tokens::gate::CountGate;
 use crate::upstream::tls::TlsSettings;
 use crate::upstream::Client;
@@ -57,6 +59,9 @@ pub struct Snapshot {
     pub clients: Registry,
     /// The tracer, when `[tracing]` is on (kept while its setting is unchanged).
     pub tracer: Option<Arc<Tracer>>,
+    /// The store slots and client limits are shared in, when `server.shared_state` is set:
+    /// started with the process, the same in every snapshot.
+    pub shared: Option<Arc<Store>>,
 }
 
 impl Snapshot {
@@ -67,6 +72,25 @@ impl Snapshot {
         previous: Option<&Snapshot>,
     ) -> Result<Snapshot, ConfigErrors> {
         Self::build(config, metrics, previous, Vec::new())
+    }
+
+    /// The first snapshot of a process, its shared store started when the config has one.
+    fn first(config: Config, metrics: &Metrics) -> Result<Snapshot, ConfigErrors> {
+        let shared = match &config.server.shared_state {
+            Some(settings) => {
+                let signals = metrics.shared_signals(&crate::shared::shown(&settings.url));
+                let store = Store::start(settings, signals).map_err(|reason| {
+                    ConfigErrors(vec![ConfigError::BadValue {
+                        key: "server.shared_state".into(),
+                        value: crate::shared::shown(&settings.url),
+                        reason,
+                    }])
+                })?;
+                Some(store)
+            }
+            None => None,
+        };
+        Self::assemble(config, metrics, None, Vec::new(), shared)
     }
 
     /// `previous`: the snapshot being replaced. Its discoveries hold for backends still at the
@@ -81,6 +105,18 @@ impl Snapshot {
         previous: Option<&Snapshot>,
         fresh: Fresh,
     ) -> Result<Snapshot, ConfigErrors> {
+        let shared = previous.and_then(|p| p.shared.clone());
+        Self::assemble(config, metrics, previous, fresh, shared)
+    }
+
+    /// [`Self::build`] with the shared store given.
+    fn assemble(
+        config: Config,
+        metrics: &Metrics,
+        previous: Option<&Snapshot>,
+        fresh: Fresh,
+        shared: Option<Arc<Store>>,
+    ) -> Result<Snapshot, ConfigErrors> {
         let found = figures::carry(&config, previous, fresh);
         let config = figures::apply(config, &found);
         let gate = previous
@@ -93,18 +129,35 @@ impl Snapshot {
             });
         let guards = guards(&config, previous, &gate)?;
         let routes = RouteTable::new(&config);
-        let clients = Registry::build(&config, metrics, previous.map(|p| &p.clients));
+        let clients = Registry::build(
+            &config,
+            metrics,
+            previous.map(|p| &p.clients),
+            shared.as_ref(),
+        );
         let tracer = tracer(&config, metrics, previous)?;
         let slots: HashMap<String, Arc<Slots>> = config
             .backends
             .values()
             .map(|b| {
+                let url_kept = |p: &&Snapshot| {
+                    shared.is_none()
+                        || p.config
+                            .backends
+                            .get(&b.name)
+                            .is_some_and(|o| o.url == b.url)
+                };
                 let kept = previous
+                    .filter(url_kept)
                     .and_then(|p| p.slots.get(&b.name))
                     .filter(|s| s.slots() == b.slots.get() && s.queue_limit() == b.queue);
-                let s = kept
-                    .map(Arc::clone)
-                    .unwrap_or_else(|| Arc::new(Slots::new(b.slots.get(), b.queue)));
+                let s = kept.map(Arc::clone).unwrap_or_else(|| {
+                    let s = Slots::new(b.slots.get(), b.queue);
+                    Arc::new(match &shared {
+                        Some(store) => s.with_shared(SharedSlots::new(Arc::clone(store), &b.url)),
+                        None => s,
+                    })
+                });
                 (b.name.clone(), s)
             })
             .collect();
@@ -161,6 +214,7 @@ impl Snapshot {
             found,
             clients,
             tracer,
+            shared,
         })
     }
 
@@ -238,7 +292,7 @@ impl AppState {
         let tls = load_tls(&config)?;
         let metrics = Arc::new(Metrics::new());
         let client = Client::new(config.server.connect_timeout, tls);
-        let snap = Snapshot::new(config, &metrics, None)?;
+        let snap = Snapshot::first(config, &metrics)?;
         Ok(AppState {
             live: Arc::new(ArcSwap::from_pointee(snap)),
             client,

@@ -92,6 +92,10 @@ fn warn_at_restart(state: &AppState, cfg: &crate::config::Config) {
         ),
         ("server.watch_config", old.watch_config != new.watch_config),
         (
+            "server.shared_state (and its lease and timeout)",
+            old.shared_state != new.shared_state,
+        ),
+        (
             "server.shutdown_grace_secs",
             old.shutdown_grace != new.shutdown_grace,
         ),

@@ -142,6 +142,12 @@ struct BackendLabel {
     backend: Name,
 }
 
+/// The shared store, by its URL (without a password): one series, and only with a store.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabel {
+    store: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BackendStateLabels {
     backend: Name,
@@ -237,6 +243,8 @@ pub struct Metrics {
     affinity: Family<AffinityLabels, Counter>,
     overhead: Hist,
     reloads: Family<ReloadLabel, Counter>,
+    shared_up: Family<StoreLabel, Gauge>,
+    shared_fallbacks: Family<StoreLabel, Counter>,
     /// Client connections open now (all workers): what `server.max_connections` bounds.
     pub client_connections: Gauge,
     /// Client connections closed at once because `server.max_connections` were open.
@@ -292,6 +300,8 @@ impl Metrics {
             affinity: Family::default(),
             overhead: Family::new_with_constructor(overhead_hist),
             reloads: Family::default(),
+            shared_up: Family::default(),
+            shared_fallbacks: Family::default(),
             client_connections: Gauge::default(),
             connections_refused: Counter::default(),
             spans_dropped: SpansDropped::default(),
@@ -452,6 +462,16 @@ impl Metrics {
             self.reloads.clone(),
         );
         r.register(
+            "shared_state_up",
+            "1 while the shared store (server.shared_state) answers, 0 while this process counts slots and client limits on its own; no series without a store",
+            self.shared_up.clone(),
+        );
+        r.register(
+            "shared_state_fallbacks",
+            "Times the shared store stopped answering and this process fell back to its own counts",
+            self.shared_fallbacks.clone(),
+        );
+        r.register(
             "client_connections",
             "Client connections open now",
             self.client_connections.clone(),
@@ -609,6 +629,17 @@ impl Metrics {
 
     /// The exposition text. OpenMetrics when asked for it; otherwise the Prometheus text
     /// format (0.0.4), which older scrapers and `promtool check metrics` parse.
+    /// The series of the shared store at `store` (its URL as shown): up, and falls back.
+    pub fn shared_signals(&self, store: &str) -> crate::shared::Signals {
+        let label = StoreLabel {
+            store: store.to_string(),
+        };
+        crate::shared::Signals {
+            up: self.shared_up.get_or_create(&label).clone(),
+            fallbacks: self.shared_fallbacks.get_or_create(&label).clone(),
+        }
+    }
+
     pub fn render(&self, openmetrics: bool) -> String {
         let mut out = String::with_capacity(16 * 1024);
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {

@@ -42,7 +42,7 @@ pub async fn charge(
     } else {
         (0, 0)
     };
-    rec.charge = Some(Box::new(Charge::admit(caller, prompt, output)?));
+    rec.charge = Some(Box::new(Charge::admit(caller, prompt, output).await?));
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{cores, ms, nonzero, reasoning_field, secs, socket_addr};
 use crate::config::counting::GateConfig;
 use crate::config::error::ConfigError;
-use crate::config::model::{BreakerConfig, ClientSide, Server, Timeouts};
+use crate::config::model::{BreakerConfig, ClientSide, Server, SharedState, Timeouts};
 use crate::config::raw::RawServer;
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
@@ -126,7 +126,55 @@ pub(super) fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             errs,
         ) as usize,
         api_keys,
+        shared_state: shared_state(&raw, errs),
     }
+}
+
+/// `server.shared_state` and its lease and timeout: a `redis://` URL with a host (no I/O
+/// here); a lease at least a second and at least three times the timeout, so a renewal
+/// that times out once still comes before the lease runs out.
+fn shared_state(raw: &RawServer, errs: &mut Vec<ConfigError>) -> Option<SharedState> {
+    let lease = ms(
+        "server.shared_state_lease_ms",
+        raw.shared_state_lease_ms,
+        5000,
+        errs,
+    );
+    let timeout = ms(
+        "server.shared_state_timeout_ms",
+        raw.shared_state_timeout_ms,
+        250,
+        errs,
+    );
+    let url = raw.shared_state.as_deref()?.trim();
+    let bad = |reason: &str| ConfigError::BadValue {
+        key: "server.shared_state".into(),
+        value: url.to_string(),
+        reason: reason.into(),
+    };
+    match url::Url::parse(url) {
+        Ok(u) if u.scheme() != "redis" => {
+            errs.push(bad("expected a redis://HOST:PORT/N URL"));
+        }
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => errs.push(bad("no host")),
+        Ok(u) if !database(u.path()) => {
+            errs.push(bad("the path is the database number, e.g. /0"));
+        }
+        Ok(_) => {}
+        Err(e) => errs.push(bad(&e.to_string())),
+    }
+    if lease < Duration::from_secs(1) || lease < timeout * 3 {
+        errs.push(ConfigError::BadValue {
+            key: "server.shared_state_lease_ms".into(),
+            value: lease.as_millis().to_string(),
+            reason: "at least 1000 and at least three times server.shared_state_timeout_ms".into(),
+        });
+    }
+    Some(SharedState {
+        url: url.to_string(),
+        lease,
+        timeout,
+    })
 }
 
 /// The client side's limits of `[server]`.
@@ -188,4 +236,10 @@ fn count_gate(raw: &RawServer, errs: &mut Vec<ConfigError>) -> GateConfig {
         ))
         .unwrap_or(usize::MAX),
     }
+}
+
+/// A URL path that names a database: none, or `/N`.
+fn database(path: &str) -> bool {
+    let n = path.trim_start_matches('/');
+    n.is_empty() || n.parse::<u32>().is_ok()
 }

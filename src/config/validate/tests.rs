@@ -344,3 +344,32 @@ fn every_error_is_reported_not_just_the_first() {
     );
     assert_eq!(e.lines().count(), 2, "{e}");
 }
+
+#[test]
+fn the_shared_state_is_a_redis_url_with_a_lease_past_its_timeout() {
+    let cfg = from_toml(&format!(
+        "{BASE}\n[server]\nshared_state = \"redis://cache:6379/2\"\nshared_state_lease_ms = 3000"
+    ))
+    .unwrap();
+    let shared = cfg.server.shared_state.unwrap();
+    assert_eq!(shared.url, "redis://cache:6379/2");
+    assert_eq!(shared.lease, std::time::Duration::from_secs(3));
+    assert_eq!(shared.timeout, std::time::Duration::from_millis(250));
+    assert!(from_toml(BASE).unwrap().server.shared_state.is_none());
+    for (value, why) in [
+        ("http://cache:6379/0", "expected a redis://HOST:PORT/N URL"),
+        ("redis://cache:6379/zero", "the path is the database number"),
+        ("cache:6379", "expected a redis://HOST:PORT/N URL"),
+    ] {
+        let e = errors(&format!("[server]\nshared_state = \"{value}\""));
+        assert!(
+            e.contains("server.shared_state") && e.contains(why),
+            "{value}: {e}"
+        );
+    }
+    let e = errors(
+        "[server]\nshared_state = \"redis://cache\"\nshared_state_lease_ms = 1000\n\
+         shared_state_timeout_ms = 500",
+    );
+    assert!(e.contains("server.shared_state_lease_ms"), "{e}");
+}

@@ -112,6 +112,23 @@ fn status_section(out: &mut String, fleet: &Fleet) {
             };
         }
     }
+    match &fleet.shared {
+        None => {}
+        Some(sh) if sh.up => {
+            let _ = write!(
+                out,
+                " · shared state {}: <span class=\"ok\">up</span>, slots and client limits counted across processes",
+                E(&sh.store)
+            );
+        }
+        Some(sh) => {
+            let _ = write!(
+                out,
+                " · shared state {}: <span class=\"bad\">unreachable</span>, slots and client limits counted by this process alone",
+                E(&sh.store)
+            );
+        }
+    }
     out.push_str("</p>\n");
     if fleet.aliases.is_empty() {
         out.push_str("<p>No aliases are configured.</p>\n</main>\n");
@@ -279,6 +296,7 @@ mod tests {
             now: UNIX_EPOCH + Duration::from_secs(1_735_689_599),
             started: 1_735_689_000,
             reload: None,
+            shared: None,
             clients: Vec::new(),
             aliases: vec![AliasView {
                 name: "a<b>".into(),

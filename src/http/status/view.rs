@@ -17,8 +17,17 @@ pub struct Fleet {
     /// Unix time the process started.
     pub started: u64,
     pub reload: Option<LastReload>,
+    /// The shared store, when there is one.
+    pub shared: Option<SharedView>,
     pub aliases: Vec<AliasView>,
     pub clients: Vec<ClientView>,
+}
+
+/// The shared store's line: where, and whether it answers.
+#[derive(Clone, Debug)]
+pub struct SharedView {
+    pub store: String,
+    pub up: bool,
 }
 
 /// One alias's row.
@@ -92,6 +101,10 @@ pub fn collect(state: &AppState, snap: &Snapshot, caller: Option<&Caller>) -> Fl
         now: SystemTime::now(),
         started: state.started,
         reload: state.reloads.last(),
+        shared: snap.shared.as_ref().map(|s| SharedView {
+            store: s.shown().to_string(),
+            up: s.up(),
+        }),
         aliases,
         clients: super::clients::collect(snap, caller),
     }
