@@ -13,9 +13,10 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
+use super::body::FIRST_READ;
 use super::conn::Conn;
 use super::framing::{parse_head, Head};
-use super::{SendError, FIRST_READ};
+use super::SendError;
 use crate::wire::payload::Payload;
 
 /// An exchange that ended without an answer head.
