@@ -18,17 +18,17 @@ static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""error""#)
 /// One event's data as the relay reads it: by key searches (`json_scan::values`, whitespace
 /// and key order as they come), which answer what a parse answers unless a word character
 /// is written as an escape; then from a parse, made once.
-pub(crate) struct Payload<'a> {
+pub(crate) struct EventReadings<'a> {
     data: &'a [u8],
     /// The parse, when the key searches cannot be sure (`Null` for data that is no JSON).
     parsed: Option<Value>,
 }
 
-impl<'a> Payload<'a> {
+impl<'a> EventReadings<'a> {
     pub(crate) fn new(data: &'a [u8]) -> Self {
         let parsed = json_scan::may_escape_word(data)
             .then(|| serde_json::from_slice(data).unwrap_or(Value::Null));
-        Payload { data, parsed }
+        EventReadings { data, parsed }
     }
 
     /// Some member named `name` (searched as `key`) anywhere has a value `bytes` or `value`
@@ -124,8 +124,8 @@ mod tests {
 
     #[test]
     fn detects_tokens_and_content() {
-        let has_token = |d: &[u8]| Payload::new(d).has_token();
-        let has_content = |d: &[u8]| Payload::new(d).has_content();
+        let has_token = |d: &[u8]| EventReadings::new(d).has_token();
+        let has_content = |d: &[u8]| EventReadings::new(d).has_content();
         assert!(!has_token(
             br#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#
         ));
@@ -200,7 +200,7 @@ mod tests {
             fn readings_match(event in event(), seed: u64) {
                 let data = respell(&event, Style::line(seed));
                 let data = data.as_bytes();
-                let p = Payload::new(data);
+                let p = EventReadings::new(data);
                 let parsed: Value = serde_json::from_slice(data).unwrap();
                 let text = |name| any_member(&parsed, name, |v| v.as_str().is_some_and(|s| !s.is_empty()));
                 prop_assert_eq!(p.has_content(), text("content"));

@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::readings::Payload;
+use super::readings::EventReadings;
 use super::RelayOptions;
 use crate::observe::record::Record;
 use crate::pipeline::same_shape::LastShape;
-use crate::wire::stream::{data_payload, event_len};
+use crate::wire::stream::{data_payload, event_len, named_data};
 use crate::wire::{Action, Seen};
 
 /// Everything the relay tracks apart from the byte buffer.
@@ -30,25 +30,9 @@ impl Drop for Tracker {
     }
 }
 
-/// The one `data:` line of an event that also has other fields (`event:`, `id:`, comments),
-/// as the Responses and Messages APIs send; `None` when there is no or more than one.
-fn tagged_data(ev: &[u8]) -> Option<&[u8]> {
-    let mut data = None;
-    for line in ev.split(|b| *b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(rest) = line.strip_prefix(b"data:") {
-            if data.is_some() {
-                return None;
-            }
-            data = Some(rest.strip_prefix(b" ").unwrap_or(rest));
-        }
-    }
-    data
-}
-
 impl Tracker {
     /// First and last token times of one event's data.
-    fn track(&mut self, data: &Payload<'_>, now: Instant) {
+    fn track(&mut self, data: &EventReadings<'_>, now: Instant) {
         if self.ex.first_content.is_some() {
             // Both first times are known: every later event only moves the last one.
             self.ex.last_token = Some(now);
@@ -65,7 +49,7 @@ impl Tracker {
 
     pub(super) fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
         if self.ex.trace.is_some() {
-            if let Some(data) = data_payload(ev).or_else(|| tagged_data(ev)) {
+            if let Some(data) = data_payload(ev).or_else(|| named_data(ev).1) {
                 crate::pipeline::traced::event(&mut self.ex, data);
             }
         }
@@ -75,15 +59,15 @@ impl Tracker {
         let Some(data) = data_payload(ev) else {
             // An event with more fields is forwarded as it is; its data still counts for
             // TTFT and usage.
-            if let Some(data) = tagged_data(ev) {
-                let payload = Payload::new(data);
-                if self.ex.first_content.is_none() && payload.has_tagged_text() {
+            if let (_, Some(data)) = named_data(ev) {
+                let readings = EventReadings::new(data);
+                if self.ex.first_content.is_none() && readings.has_tagged_text() {
                     self.ex.first_token.get_or_insert(now);
                     self.ex.first_content.get_or_insert(now);
                     self.ex.last_token = Some(now);
                 }
-                self.track(&payload, now);
-                if payload.may_have_usage() {
+                self.track(&readings, now);
+                if readings.may_have_usage() {
                     if let Some((usage, _)) = crate::wire::usage::of_event(data) {
                         self.ex.usage = Some(usage);
                     }
@@ -111,14 +95,14 @@ impl Tracker {
                 self.transform(data).0
             };
         }
-        let payload = Payload::new(data);
-        if payload.is_error() {
+        let readings = EventReadings::new(data);
+        if readings.is_error() {
             self.last.forget();
             self.ex.error = Some("error event from backend".into());
             return Action::Keep;
         }
-        self.track(&payload, now);
-        if payload.may_have_usage() {
+        self.track(&readings, now);
+        if readings.may_have_usage() {
             self.last.forget();
             if let Some((usage, usage_only)) = crate::wire::usage::of_event(data) {
                 self.ex.usage = Some(usage);
@@ -132,7 +116,7 @@ impl Tracker {
             return self.transform(data).0;
         }
         let (action, kept) = self.transform(data);
-        if payload.searched() {
+        if readings.searched() {
             self.last.remember(data, kept);
         } else {
             self.last.forget();
@@ -145,7 +129,7 @@ impl Tracker {
         if self.ex.first_content.is_some() {
             self.ex.last_token = Some(now);
         } else {
-            self.track(&Payload::new(data), now);
+            self.track(&EventReadings::new(data), now);
         }
     }
 
@@ -199,15 +183,6 @@ mod tests {
 
     use crate::pipeline::relay::tests::options;
     use crate::wire::Endpoint;
-
-    #[test]
-    fn finds_the_data_of_events_with_more_fields() {
-        let ev = b"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n";
-        assert_eq!(data_payload(ev), None);
-        assert_eq!(tagged_data(ev), Some(&b"{\"delta\":\"Hi\"}"[..]));
-        assert_eq!(tagged_data(b"data: a\ndata: b\n\n"), None);
-        assert_eq!(tagged_data(b": keep-alive\n\n"), None);
-    }
 
     /// Events read by the shape of the last one against the same events read in full.
     mod same_shape_agrees_with_a_full_read {
