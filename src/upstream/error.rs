@@ -7,16 +7,21 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// What went wrong before a response head arrived. The texts name no address.
 #[derive(Debug)]
 pub enum SendError {
-    /// No TCP connection could be made (refused, unreachable, connect timeout).
+    /// No TCP connection could be made (refused, unreachable).
     Connect(String),
+    /// No TCP connection within the connect timeout.
+    ConnectTimeout,
     /// Not delivered: a new connection failed before the kernel took one byte of the request,
     /// so the backend cannot have seen it and it may go to another one.
     Unsent(String),
     /// The TLS handshake failed (an untrusted or wrong certificate, say).
     Tls(String),
-    /// The connection failed while sending or reading the head: some of the request may
-    /// have reached the backend.
-    Protocol(String),
+    /// The connection failed while the request was being sent, some of it taken by the
+    /// kernel: the backend may have seen part or all of it.
+    Write(String),
+    /// The connection closed, reset or failed while the answer's head was awaited, the
+    /// request sent: the backend may be running it.
+    Head(String),
     /// Connected, but no response head within the time the caller gave ([`Client::get`]).
     Timeout,
     /// The backend's head breaks HTTP/1.1 ([`Malformed`]).
@@ -62,7 +67,11 @@ impl std::fmt::Display for SendError {
         match self {
             SendError::Connect(e) => write!(f, "cannot connect: {e}"),
             SendError::Unsent(e) => write!(f, "not delivered: {e}"),
-            SendError::Tls(e) | SendError::Protocol(e) | SendError::Malformed(e) => f.write_str(e),
+            SendError::ConnectTimeout => f.write_str("cannot connect: connect timed out"),
+            SendError::Tls(e)
+            | SendError::Write(e)
+            | SendError::Head(e)
+            | SendError::Malformed(e) => f.write_str(e),
             SendError::Local(e) => write!(f, "cannot open a connection: {e}"),
             SendError::Timeout => f.write_str("no answer in time"),
         }

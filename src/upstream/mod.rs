@@ -9,7 +9,8 @@
 //!
 //! Here: the [`Client`] and where a backend is reached ([`Origin`]). The pool and the writing
 //! of requests are in `pool.rs`, an answer's body and the readers that hold one whole in
-//! `body.rs`, the client's errors in `error.rs`; the connection (`conn.rs`), the duplex write
+//! `body.rs`, the client's errors in `error.rs`, a failed exchange as the layers above read it
+//! (where, how, whether the request may have reached the backend) in `failure.rs`; the connection (`conn.rs`), the duplex write
 //! (`duplex.rs`), response framing (`framing/`), TLS (`tls.rs`), hop-by-hop fields (`hop.rs`),
 //! a proxied request's exchange (`exchange.rs`) and backend counting (`counting.rs`) have
 //! files of their own.
@@ -25,6 +26,7 @@ mod counting;
 mod duplex;
 mod error;
 pub mod exchange;
+pub mod failure;
 mod framing;
 pub mod hop;
 mod pool;

@@ -180,7 +180,7 @@ impl Pool {
         let within = to.connect.unwrap_or(self.connect_timeout);
         let tcp = tokio::time::timeout(within, TcpStream::connect(to.authority))
             .await
-            .map_err(|_| SendError::Connect("connect timed out".into()))?
+            .map_err(|_| SendError::ConnectTimeout)?
             .map_err(|e| {
                 if out_of_descriptors(&e) {
                     SendError::Local(e.to_string())
@@ -251,7 +251,7 @@ impl Pool {
         let head = request_head(b"GET ", to.authority, path, headers, None);
         let mut conn = tokio::time::timeout_at(deadline, self.written(to, &head))
             .await
-            .map_err(|_| SendError::Connect("connect timed out".into()))??;
+            .map_err(|_| SendError::ConnectTimeout)??;
         let (parsed, buf) = tokio::time::timeout_at(deadline, read_head(&mut conn))
             .await
             .map_err(|_| SendError::Timeout)??;
@@ -269,7 +269,7 @@ impl Pool {
                 Err(e) if conn.sent() == before => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
                 }
-                Err(e) => return Err(SendError::Protocol(sending(e))),
+                Err(e) => return Err(SendError::Write(sending(e))),
             }
         }
         let mut conn = self.connect(to).await?;
@@ -277,7 +277,7 @@ impl Pool {
         match write_request(&mut conn, head).await {
             Ok(()) => Ok(conn),
             Err(e) if conn.sent() == before => Err(SendError::Unsent(sending(e))),
-            Err(e) => Err(SendError::Protocol(sending(e))),
+            Err(e) => Err(SendError::Write(sending(e))),
         }
     }
 
@@ -495,7 +495,7 @@ mod tests {
                 &mut false,
             )
             .await;
-        assert!(matches!(second, Err(SendError::Protocol(_))));
+        assert!(matches!(second, Err(SendError::Head(_))));
         assert_eq!(requests.load(Ordering::SeqCst), 2);
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
         assert_eq!(pool.idle_count(&addr), 0);

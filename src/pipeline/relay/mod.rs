@@ -15,7 +15,6 @@
 mod readings;
 mod tracker;
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -24,7 +23,7 @@ use futures_util::stream::{BoxStream, StreamExt};
 use futures_util::FutureExt;
 
 use crate::error::ProxyError;
-use crate::fleet::breaker::Breaker;
+use crate::fleet::breaker::{Outcome, Tally};
 use crate::fleet::slots::SlotPermit;
 use crate::observe::record::Record;
 use crate::upstream::exchange::UpstreamReason;
@@ -33,6 +32,7 @@ use crate::wire::stream::event_end_after;
 use crate::wire::{Adapter, ApiEvents, EventTransform, Seen};
 
 use super::same_shape::LastShape;
+use super::send::body_failed;
 use tracker::Tracker;
 
 /// What the relay does besides forwarding.
@@ -45,8 +45,9 @@ pub struct RelayOptions {
     pub events: Option<Box<dyn ApiEvents>>,
     /// The API of the stream: how an error event is written.
     pub adapter: &'static dyn Adapter,
-    /// The breaker of the backend streaming: a broken or stalled stream is its failure.
-    pub breaker: Option<Arc<Breaker>>,
+    /// The word to the breaker of the backend streaming: a broken or stalled stream is its
+    /// failure.
+    pub tally: Tally,
     /// Most bytes of one event held until its end (`server.event_limit_bytes`).
     pub event_limit: usize,
 }
@@ -201,49 +202,30 @@ impl Relay {
             limit: self.t.opts.event_limit,
         };
         self.buf = BytesMut::new();
-        let end = self.cut(UpstreamReason::too_large, err);
+        let end = self.cut(Some(UpstreamReason::too_large), err);
         [out, end].concat().into()
     }
 
+    /// The end of a stream whose body failed, classified as a whole answer's is
+    /// ([`body_failed`], which counts it).
     fn broken(&mut self, e: &BoxError) -> Bytes {
-        let backend = self.t.ex.backend.clone().unwrap_or_default();
-        let (reason, err) = match super::deadline::Expired::of(e) {
-            Some(expired) => (
-                UpstreamReason::timeout,
-                ProxyError::UpstreamTimeout {
-                    backend,
-                    elapsed: expired.limit(),
-                },
-            ),
-            // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
-            // is the stream breaking off (the connection cut or reset).
-            None => (
-                if crate::upstream::is_malformed(e.as_ref()) {
-                    UpstreamReason::protocol
-                } else {
-                    UpstreamReason::stream_broken
-                },
-                ProxyError::UpstreamProtocol {
-                    backend,
-                    detail: format!("stream broken: {}", crate::upstream::chain(e.as_ref())),
-                },
-            ),
-        };
-        self.cut(reason, err)
+        let err = body_failed(&self.t.ex, e).to_client();
+        self.cut(None, err)
     }
 
     /// End the stream with `err` as the API's error event, after the text the transform holds.
-    fn cut(&mut self, reason: UpstreamReason, err: ProxyError) -> Bytes {
+    /// `reason`: the metric's, when not counted already.
+    fn cut(&mut self, reason: Option<UpstreamReason>, err: ProxyError) -> Bytes {
         self.done = true;
         // Text held back by the splitter goes out before the error, not lost with it.
         let mut out = match self.t.opts.transform.as_mut().and_then(|t| t.flush()) {
             Some(held) => crate::wire::data_event(&held),
             None => Vec::new(),
         };
-        self.t.ex.metrics().upstream_error(reason);
-        if let Some(b) = &self.t.opts.breaker {
-            b.failure(Instant::now());
+        if let Some(reason) = reason {
+            self.t.ex.metrics().upstream_error(reason);
         }
+        self.t.opts.tally.tell(Outcome::Failed);
         self.t.ex.error = Some(err.to_string());
         self.t.ex.completed = true;
         match self.t.opts.events.as_mut() {
@@ -339,7 +321,7 @@ mod tests {
             transform,
             events: None,
             adapter: crate::wire::adapter(Endpoint::chat_completions),
-            breaker: None,
+            tally: Tally::default(),
             event_limit: 1 << 20,
         }
     }
