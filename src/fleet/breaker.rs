@@ -1,5 +1,6 @@
 //! Circuit breaker per backend: consecutive failures open it; after a back-off one trial (a
 //! request or a health probe) is let through half-open, and its outcome closes or reopens it.
+//! An attempt tells its backend's breaker what it did through its [`Tally`], and only so.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};

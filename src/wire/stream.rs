@@ -1,6 +1,7 @@
 //! One stream as its API sees it: the per-stream handling the Messages and Responses adapters
 //! (and their translations from chat) supply to the relay, what the events showed (usage,
-//! first and last token), and SSE framing helpers.
+//! first and last token), and the SSE framing: where an event ends, its data lines, events
+//! written.
 //!
 //! The relay frames events and knows no API: each complete event of such a stream goes to its
 //! [`ApiEvents`], which forwards, drops or replaces it (with any number of events) and notes in
