@@ -238,7 +238,7 @@ impl Pool {
     }
 
     /// GET `path` of `to`: a connection within the connect timeout and `wait`
-    /// ([`SendError::Connect`] past it), then the head within what is left of `wait`
+    /// ([`SendError::ConnectTimeout`] past it), then the head within what is left of `wait`
     /// ([`SendError::Timeout`]: a backend that accepts connections but does not answer yet).
     pub async fn get(
         self: &Arc<Self>,
