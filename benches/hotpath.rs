@@ -192,7 +192,7 @@ fn relay_stream(c: &mut Criterion) {
                 ),
                 events: None,
                 adapter: switchboard::wire::adapter(Endpoint::chat_completions),
-                breaker: None,
+                tally: Default::default(),
                 event_limit: 8 << 20,
             };
             let body = relay(upstream, ex, None, opts);

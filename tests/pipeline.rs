@@ -718,3 +718,55 @@ async fn a_stream_whose_content_type_connection_names_is_relayed_as_a_stream() {
     assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"));
     assert!(payloads[0].contains("\"hi\""), "{payloads:?}");
 }
+
+/// A body that breaks HTTP/1.1 after a good head (a chunk size that is no number) is the
+/// same failure whole and streamed: the same error to the client (a stream's used to say the
+/// backend "failed", a whole answer's that it sent a malformed answer), and the metric reason
+/// `protocol`.
+#[tokio::test]
+async fn a_malformed_body_has_one_reason_whole_and_streamed() {
+    const WHOLE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+        transfer-encoding: chunked\r\n\r\n2\r\n{\"\r\nzz\r\n";
+    const STREAMED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+        transfer-encoding: chunked\r\n\r\n2\r\n{\"\r\nzz\r\n";
+    let mut codes = Vec::new();
+    for (answer, stream) in [(WHOLE, false), (STREAMED, true)] {
+        let p = proxy(
+            &one_alias("vllm", "", ""),
+            &[(
+                "b",
+                raw_backend(String::from_utf8(answer.to_vec()).unwrap())
+                    .await
+                    .0,
+            )],
+        )
+        .await;
+        let r = p.post_chat(&client(), &chat("a", stream)).await;
+        let error: Value = if stream {
+            assert_eq!(r.status(), 200);
+            let events = sse_payloads(r).await;
+            serde_json::from_str(events.last().unwrap()).unwrap()
+        } else {
+            assert_eq!(r.status(), 502);
+            r.json().await.unwrap()
+        };
+        codes.push((
+            error["error"]["type"].clone(),
+            error["error"]["code"].clone(),
+            error["error"]["message"].clone(),
+        ));
+        let m = p.metrics().await;
+        let reason = |r: &str| {
+            sample(
+                &m,
+                &format!(r#"switchboard_upstream_errors_total{{alias="a",reason="{r}"}}"#),
+            )
+        };
+        assert_eq!(
+            (reason("protocol"), reason("stream_broken")),
+            (1.0, 0.0),
+            "{m}"
+        );
+    }
+    assert_eq!(codes[0], codes[1], "{codes:?}");
+}

@@ -523,3 +523,39 @@ backend = "b"
     s.release();
     drop(held);
 }
+
+/// A body that breaks off after its head is not sent elsewhere, whatever the resend policy:
+/// the backend answered, and nothing is retried once its answer is under way; a connection
+/// refused is (`falls_back_on_refused_…` above).
+#[tokio::test]
+async fn a_body_broken_after_the_head_goes_to_no_fallback() {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let primary = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buf = Vec::new();
+            if read_request(&mut tcp, &mut buf).await.is_some() {
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"cut\":")
+                    .await;
+            }
+        }
+    });
+    let spare = sim(SimConfig::default()).await;
+    let toml = FALLBACKS.replace("[server]", "");
+    let toml = format!("[server]\nresend_unanswered = true\n{toml}");
+    let p = proxy(&toml, &[("primary", primary), ("spare", spare.url())]).await;
+    let r = p.post_chat(&client(), &chat("p", false)).await;
+    assert_eq!(r.status(), 502);
+    assert!(spare.recorder().last().is_none(), "the spare was asked");
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_upstream_errors_total{alias="p",reason="stream_broken"}"#
+        ),
+        1.0,
+        "{m}"
+    );
+}

@@ -1,5 +1,6 @@
 //! Circuit breaker per backend: consecutive failures open it; after a back-off one trial (a
 //! request or a health probe) is let through half-open, and its outcome closes or reopens it.
+//! An attempt tells its backend's breaker what it did through its [`Tally`], and only so.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -183,6 +184,47 @@ impl Drop for Pass {
     fn drop(&mut self) {
         if self.trial && !self.settled {
             self.breaker.lock().trial = false;
+        }
+    }
+}
+
+/// What one attempt did, as its backend's breaker counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The backend answered: a head that is not a 5xx.
+    Answered,
+    /// The backend failed on its own: refused, not delivered, timed out, malformed, a 5xx, a
+    /// body broken or stalled.
+    Failed,
+    /// Nothing said of the backend: a loading 503, a hang-up on a request it took, the
+    /// proxy's own want of descriptors. A half-open trial lets the next request try instead.
+    Neither,
+}
+
+/// An attempt's word to its backend's breaker, the one way an attempt tells it anything: its
+/// [`Pass`] until the head settles it, then the breaker itself for a body that fails after.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pass: Option<Pass>,
+    breaker: Option<Arc<Breaker>>,
+}
+
+impl Tally {
+    pub fn new(pass: Option<Pass>, breaker: Option<Arc<Breaker>>) -> Tally {
+        Tally { pass, breaker }
+    }
+
+    /// Tell the breaker what the attempt did (at most once per stage: the head, then the body).
+    pub fn tell(&mut self, outcome: Outcome) {
+        match (outcome, self.pass.take()) {
+            (Outcome::Answered, Some(pass)) => pass.succeeded(),
+            (Outcome::Failed, Some(pass)) => pass.failed(),
+            (Outcome::Failed, None) => {
+                if let Some(b) = &self.breaker {
+                    b.failure(Instant::now());
+                }
+            }
+            (Outcome::Answered | Outcome::Neither, _) => {}
         }
     }
 }

@@ -135,7 +135,7 @@ async fn forward(
         body.into(),
         limits.first_byte.min(limits.total),
     );
-    let answer = sent.await.map_err(|u| u.error)?;
+    let answer = sent.await.map_err(|u| u.to_client())?;
     let protocol = |detail: String| ProxyError::UpstreamProtocol {
         backend: backend.name.clone(),
         detail,

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 
-use super::relay;
 use crate::error::ProxyError;
 use crate::guard;
 use crate::upstream::BoxError;
@@ -36,8 +35,8 @@ pub async fn first_event(
         };
         read.push(item);
         seen.extend_from_slice(&chunk);
-        if relay::event_end_after(&seen, searched).is_some() {
-            if let Some(data) = relay::first_payload(&seen) {
+        if crate::wire::stream::event_end_after(&seen, searched).is_some() {
+            if let Some(data) = crate::wire::stream::first_payload(&seen) {
                 return (read, guard::canonical::from_sse_event(data, window));
             }
             break;

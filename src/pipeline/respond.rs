@@ -7,18 +7,15 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use std::sync::Arc;
-
 use super::choose::Chosen;
-use super::deadline::Expired;
 use super::peek;
 use super::relay::{self, RelayOptions};
 use super::resolve::Routed;
-use super::send::is_loading;
+use super::send::{body_failed, is_loading};
 use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
-use crate::fleet::breaker::Breaker;
+use crate::fleet::breaker::{Outcome, Tally};
 use crate::fleet::slots::SlotPermit;
 use crate::guard;
 use crate::live::Snapshot;
@@ -31,13 +28,13 @@ const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
 
 /// What the answer is for: the API, the request, the alias that served it, its slot, the
-/// breaker of the backend that answered.
+/// word to the breaker of the backend that answered.
 pub struct Served<'a> {
     pub adapter: &'static dyn Adapter,
     pub routed: &'a Routed,
     pub alias: &'a Alias,
     pub slot: Option<SlotPermit>,
-    pub breaker: Option<Arc<Breaker>>,
+    pub tally: Tally,
     /// The client's API when the request was translated to chat completions: the answer is a
     /// chat answer.
     pub translated: Option<Api>,
@@ -51,15 +48,14 @@ impl<'a> Served<'a> {
         alias: &'a Alias,
         chosen: Chosen,
     ) -> Served<'a> {
-        if let Some(pass) = chosen.pass {
-            pass.succeeded();
-        }
+        let mut tally = Tally::new(chosen.pass, chosen.breaker);
+        tally.tell(Outcome::Answered);
         Served {
             adapter,
             routed,
             alias,
             slot: chosen.slot,
-            breaker: chosen.breaker,
+            tally,
             translated: None,
         }
     }
@@ -75,7 +71,7 @@ impl<'a> Served<'a> {
             routed,
             alias,
             slot: None,
-            breaker: None,
+            tally: Tally::default(),
             translated: None,
         }
     }
@@ -161,7 +157,7 @@ async fn stream(
         routed,
         alias,
         slot,
-        breaker,
+        tally,
         ..
     } = served;
     let server = &snap.config.server;
@@ -196,7 +192,7 @@ async fn stream(
         transform,
         events,
         adapter,
-        breaker,
+        tally,
         event_limit: server.event_limit,
     };
     let upstream = if read.is_empty() {
@@ -257,26 +253,8 @@ async fn whole(
         Ok(Held::Whole(b)) => b,
         Ok(Held::Over(rest)) => return over_limit(rec, served, status, headers, rest, limit),
         Err(e) => {
-            if let Some(b) = &served.breaker {
-                b.failure(std::time::Instant::now());
-            }
-            if let Some(expired) = Expired::of(&e) {
-                m().upstream_error(UpstreamReason::timeout);
-                return Err(ProxyError::UpstreamTimeout {
-                    backend: backend(),
-                    elapsed: expired.limit(),
-                });
-            }
-            let (backend, detail) = (backend(), crate::upstream::chain(e.as_ref()));
-            // A body that breaks HTTP/1.1 is the backend's protocol error; any other failure
-            // is the answer breaking off.
-            return Err(if crate::upstream::is_malformed(e.as_ref()) {
-                m().upstream_error(UpstreamReason::protocol);
-                ProxyError::UpstreamMalformed { backend, detail }
-            } else {
-                m().upstream_error(UpstreamReason::stream_broken);
-                ProxyError::UpstreamProtocol { backend, detail }
-            });
+            served.tally.tell(Outcome::Failed);
+            return Err(body_failed(rec, &e).to_client());
         }
     };
     drop(served.slot.take());

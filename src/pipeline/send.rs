@@ -4,8 +4,9 @@
 //! before any byte of the request could reach the backend, or a 5xx answer, can go on to the
 //! next replica or fallback; once the backend may have the request, it is sent nowhere else,
 //! but a connection the backend closed or reset without a byte of answer (a backend killed
-//! mid-request) may send it on once ([`Failed::Dropped`]; a timeout or a malformed answer
-//! never does). The proxy's own want of file descriptors is no failure of the backend's.
+//! mid-request) may send it on once ([`UpstreamError::dropped`]; a timeout or a malformed
+//! answer never does). The proxy's own want of file descriptors is no failure of the
+//! backend's. What failed is read from the [`UpstreamError`], never from the client's error.
 
 use std::time::Instant;
 
@@ -14,29 +15,20 @@ use futures_util::StreamExt;
 
 use super::deadline;
 use crate::config::{Alias, Backend};
-use crate::error::ProxyError;
+use crate::fleet::breaker::Outcome;
 use crate::fleet::routes::FallbackReason;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
+use crate::upstream::failure::{Limit, UpstreamError};
+use crate::upstream::BoxError;
 use crate::wire::payload::Payload;
 
 /// An exchange that gave the client nothing yet, and why.
 pub enum Failed {
-    /// No answer head, and not a byte of the request reached the backend: refused, not
-    /// delivered, a failed TLS handshake, timed out while connecting.
-    Error(ProxyError, FallbackReason),
-    /// No answer head, and some of the request may have reached the backend (a malformed
-    /// head, no head in time): the client's answer, as the backend may be running the request.
-    Delivered(ProxyError),
-    /// The backend closed or reset the connection after taking some of the request, without a
-    /// byte of answer: killed mid-request, or refusing this request by hanging up. Not the
-    /// backend's failure for its breaker (the request may be the cause; a backend that is
-    /// gone fails its next connection and its probe); sent on once where resending is allowed.
-    Dropped(ProxyError),
-    /// The proxy itself is out of file descriptors: nothing is said of the backend, and no
-    /// other backend would fare better now.
-    Local(ProxyError),
+    /// No answer head, or a 5xx whose body broke off: what failed, where, and whether the
+    /// request may have reached the backend; the fallback's reason.
+    Error(UpstreamError, FallbackReason),
     /// A 5xx answer, its body read whole (it is the client's answer if nothing else serves).
     Answer(Answer, FallbackReason),
 }
@@ -45,13 +37,45 @@ impl Failed {
     pub fn reason(&self) -> FallbackReason {
         match self {
             Failed::Error(_, why) | Failed::Answer(_, why) => *why,
-            Failed::Delivered(e) => match exchange::reason_of(e) {
-                Some(UpstreamReason::timeout) => FallbackReason::timeout,
-                _ => FallbackReason::connect,
-            },
-            Failed::Dropped(_) | Failed::Local(_) => FallbackReason::connect,
         }
     }
+
+    /// What the backend's breaker is told of it.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Failed::Error(e, _) if !e.counts_against_backend() => Outcome::Neither,
+            Failed::Answer(_, FallbackReason::loading) => Outcome::Neither,
+            _ => Outcome::Failed,
+        }
+    }
+}
+
+/// The fallback's reason for a failed exchange: a limit run out, or a connection failing.
+fn fallback_reason(e: &UpstreamError) -> FallbackReason {
+    if e.timed_out() {
+        FallbackReason::timeout
+    } else {
+        FallbackReason::connect
+    }
+}
+
+/// The one classifier of an answer's body that failed after its head, whole
+/// ([`super::respond`]) or streamed ([`super::relay`]): a body limit run out
+/// ([`deadline::Expired`]), HTTP/1.1 broken, or the connection cut; counted by its reason.
+pub fn body_failed(rec: &Record, e: &BoxError) -> UpstreamError {
+    let limit = deadline::Expired::of(e).map(|expired| {
+        let limit = match expired {
+            deadline::Expired::Idle(_) => Limit::Idle,
+            deadline::Expired::Total(_) => Limit::Total,
+        };
+        (limit, expired.limit())
+    });
+    let backend = rec.backend.as_deref().unwrap_or_default();
+    let failed = UpstreamError::body(backend, e.as_ref(), limit);
+    if let Some(reason) = failed.reason() {
+        rec.metrics().upstream_error(reason);
+    }
+    failed
 }
 
 /// Post `body` to `backend` (a replica of `alias`) at `path`; failures are counted by reason.
@@ -86,25 +110,12 @@ pub async fn send(
     .await;
     let mut answer = match sent {
         Ok(a) => a,
-        Err(exchange::Unanswered { error, reached }) => {
-            if matches!(error, ProxyError::ProxyExhausted { .. }) {
-                return Err(Failed::Local(error));
-            }
-            let reason = exchange::reason_of(&error);
-            if let Some(reason) = reason {
+        Err(e) => {
+            if let Some(reason) = e.reason() {
                 m.upstream_error(reason);
             }
-            if reached && matches!(error, ProxyError::UpstreamProtocol { .. }) {
-                return Err(Failed::Dropped(error));
-            }
-            if reached {
-                return Err(Failed::Delivered(error));
-            }
-            let why = match reason {
-                Some(UpstreamReason::timeout) => FallbackReason::timeout,
-                _ => FallbackReason::connect,
-            };
-            return Err(Failed::Error(error, why));
+            let why = fallback_reason(&e);
+            return Err(Failed::Error(e, why));
         }
     };
     rec.headers_received();
@@ -133,11 +144,9 @@ async fn failed_answer(mut answer: Answer, backend: &Backend, limit: usize) -> F
             answer.body = futures_util::stream::once(async move { Ok(bytes) }).boxed();
             Failed::Answer(answer, why)
         }
+        // Not counted again: the 5xx was.
         Err(e) => Failed::Error(
-            ProxyError::UpstreamProtocol {
-                backend: backend.name.clone(),
-                detail: crate::upstream::chain(e.as_ref()),
-            },
+            UpstreamError::body(&backend.name, e.as_ref(), None),
             FallbackReason::status_5xx,
         ),
     }

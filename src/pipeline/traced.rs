@@ -10,6 +10,7 @@ use crate::config::Alias;
 use crate::fleet::balance::SESSION_HEADER;
 use crate::observe::record::Record;
 use crate::observe::trace::Attempt;
+use crate::upstream::failure::Kind;
 use crate::wire::facts;
 
 /// The model asked for, the output limit, the conversation, the client, the prompt.
@@ -81,9 +82,11 @@ pub fn failed(rec: &mut Record, failed: &Failed) {
         _ => None,
     };
     let kind = match failed {
-        Failed::Dropped(_) => "dropped".to_string(),
-        Failed::Local(_) => "proxy_overloaded".to_string(),
-        Failed::Delivered(e) => e.parts().3.unwrap_or("upstream").to_string(),
+        Failed::Error(e, _) if e.dropped() => "dropped".to_string(),
+        Failed::Error(e, _) if e.kind == Kind::Local => "proxy_overloaded".to_string(),
+        Failed::Error(e, _) if e.held_by_backend() => {
+            e.to_client().parts().3.unwrap_or("upstream").to_string()
+        }
         other => format!("{:?}", other.reason()),
     };
     t.attempt_failed(&kind, status);

@@ -11,10 +11,12 @@ use super::Incoming;
 use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::fleet::balance::conversation_key;
+use crate::fleet::breaker::Tally;
 use crate::fleet::routes::FallbackReason;
 use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::upstream::exchange::Answer;
+use crate::upstream::failure::Kind;
 
 /// What the client gets when no alias could serve the request.
 pub enum Last {
@@ -87,31 +89,26 @@ impl<'s> Tries<'s> {
         }
     }
 
-    /// Sending to `chosen` failed before any byte reached the client: its breaker counts what
-    /// the backend did on its own (refused, not delivered, timed out, malformed, a 5xx; not
-    /// loading, not a hang-up after taking the request, not the proxy's own want of
-    /// descriptors), and the next replica is tried — unless some of the request may have
-    /// reached the backend: then its error is the client's answer (`Err`), but for one
-    /// hang-up while a resend is left.
+    /// Sending to `chosen` failed before any byte reached the client: its breaker is told
+    /// what the backend did on its own ([`Failed::outcome`]), and the next replica is tried —
+    /// unless some of the request may be running on the backend, which gave no head
+    /// (`UpstreamError::held_by_backend`): then its error is the client's answer (`Err`),
+    /// but for one hang-up (`UpstreamError::dropped`) while a resend is left. The proxy's
+    /// own want of descriptors is the client's answer at once: no backend would fare better.
     pub fn failed(&mut self, chosen: Chosen, failed: Failed) -> Result<(), ProxyError> {
         let why = failed.reason();
-        let counts = !matches!(failed, Failed::Dropped(_) | Failed::Local(_));
-        if let Some(pass) = chosen.pass {
-            if counts && why != FallbackReason::loading {
-                pass.failed();
-            }
-        }
+        Tally::new(chosen.pass, None).tell(failed.outcome());
         self.tried.push(chosen.index);
         self.why = Some(why);
         self.last = Some(match failed {
-            Failed::Error(e, _) => Last::Error(e),
-            Failed::Delivered(e) | Failed::Local(e) => return Err(e),
-            Failed::Dropped(e) if !self.resend => return Err(e),
-            Failed::Dropped(e) => {
+            Failed::Error(e, _) if e.kind == Kind::Local => return Err(e.to_client()),
+            Failed::Error(e, _) if e.dropped() && self.resend => {
                 self.resend = false;
                 self.resent = true;
-                Last::Error(e)
+                Last::Error(e.to_client())
             }
+            Failed::Error(e, _) if e.held_by_backend() => return Err(e.to_client()),
+            Failed::Error(e, _) => Last::Error(e.to_client()),
             Failed::Answer(answer, _) => Last::Answer(self.order[self.at].clone(), answer),
         });
         Ok(())

@@ -13,9 +13,10 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
+use super::body::FIRST_READ;
 use super::conn::Conn;
 use super::framing::{parse_head, Head};
-use super::{SendError, FIRST_READ};
+use super::SendError;
 use crate::wire::payload::Payload;
 
 /// An exchange that ended without an answer head.
@@ -167,11 +168,11 @@ fn poll_head(
 fn unread(e: Unread, failed: Option<io::Error>) -> SendError {
     match (e, failed) {
         (Unread::Malformed(e), _) => SendError::Malformed(e),
-        (_, Some(w)) => SendError::Protocol(format!("sending the request: {w}")),
+        (_, Some(w)) => SendError::Write(format!("sending the request: {w}")),
         (Unread::Closed, None) => {
-            SendError::Protocol("connection closed before the response head".into())
+            SendError::Head("connection closed before the response head".into())
         }
-        (Unread::Io(e), None) => SendError::Protocol(format!("reading the response: {e}")),
+        (Unread::Io(e), None) => SendError::Head(format!("reading the response: {e}")),
     }
 }
 
@@ -260,7 +261,7 @@ mod tests {
         });
         let mut wrote = false;
         let sent = exchange(&mut conn, &Bytes::from_static(HEAD), &big(), &mut wrote).await;
-        let Err(Unanswered::Failed(SendError::Protocol(e))) = sent else {
+        let Err(Unanswered::Failed(SendError::Write(e))) = sent else {
             panic!("{sent:?}");
         };
         assert!(e.starts_with("sending the request: "), "{e}");

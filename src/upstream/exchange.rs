@@ -1,4 +1,5 @@
-//! The upstream exchange: header filtering, backend auth, send with a header timeout, error mapping.
+//! The upstream exchange: header filtering, backend auth, send with a header timeout; a failure
+//! told as an [`UpstreamError`], and the metric reasons of failures.
 
 use std::time::{Duration, Instant};
 
@@ -8,7 +9,7 @@ use futures_util::stream::{BoxStream, StreamExt};
 use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
-use crate::error::ProxyError;
+use crate::upstream::failure::UpstreamError;
 use crate::upstream::hop;
 pub use crate::upstream::{read_all, read_within, Held, TooLong};
 use crate::upstream::{BoxError, Client, SendError, Target};
@@ -27,18 +28,6 @@ pub enum UpstreamReason {
     protocol,
     /// An answer to be held whole, or one stream event, longer than the proxy holds.
     too_large,
-}
-
-/// The metric reason of an error [`send`] returned.
-pub fn reason_of(e: &ProxyError) -> Option<UpstreamReason> {
-    match e {
-        ProxyError::UpstreamConnect { .. }
-        | ProxyError::UpstreamTls { .. }
-        | ProxyError::UpstreamProtocol { .. } => Some(UpstreamReason::connect),
-        ProxyError::UpstreamMalformed { .. } => Some(UpstreamReason::protocol),
-        ProxyError::UpstreamTimeout { .. } => Some(UpstreamReason::timeout),
-        _ => None,
-    }
 }
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
@@ -80,16 +69,8 @@ pub struct Answer {
     pub body: BoxStream<'static, Result<Bytes, BoxError>>,
 }
 
-/// An exchange that got no answer head: what the client is told, and whether a byte of the
-/// request may have reached the backend (then it is sent nowhere else: the backend may be
-/// running it).
-#[derive(Debug)]
-pub struct Unanswered {
-    pub error: ProxyError,
-    pub reached: bool,
-}
-
-/// POST `body` to `backend` at `path_and_query`; errors mapped to what the client is told.
+/// POST `body` to `backend` at `path_and_query`; a failure says where it failed and whether
+/// a byte of the request may have reached the backend ([`UpstreamError`]).
 /// The client leaves the hop-by-hop fields out as it writes the request's head and reads the
 /// answer's; `Connection` and the fields it names stay in the answer's map
 /// ([`client_headers`]). A failed TLS handshake is a connect failure with its reason.
@@ -100,7 +81,7 @@ pub async fn send(
     headers: HeaderMap,
     body: Payload,
     header_timeout: Duration,
-) -> Result<Answer, Unanswered> {
+) -> Result<Answer, UpstreamError> {
     let started = Instant::now();
     let path = if backend.path_prefix.is_empty() {
         std::borrow::Cow::Borrowed(path_and_query)
@@ -133,19 +114,12 @@ pub async fn send(
             }
         }
     };
-    let backend = backend.name.clone();
-    let error = match failed {
-        SendError::Connect(_) | SendError::Unsent(_) => ProxyError::UpstreamConnect { backend },
-        SendError::Tls(detail) => ProxyError::UpstreamTls { backend, detail },
-        SendError::Protocol(detail) => ProxyError::UpstreamProtocol { backend, detail },
-        SendError::Malformed(detail) => ProxyError::UpstreamMalformed { backend, detail },
-        SendError::Local(detail) => ProxyError::ProxyExhausted { detail },
-        SendError::Timeout => ProxyError::UpstreamTimeout {
-            backend,
-            elapsed: started.elapsed(),
-        },
-    };
-    Err(Unanswered { error, reached })
+    Err(UpstreamError::unanswered(
+        &backend.name,
+        failed,
+        reached,
+        started.elapsed(),
+    ))
 }
 
 /// Seconds a client should wait before retrying a loading backend.

@@ -1,6 +1,7 @@
 //! One stream as its API sees it: the per-stream handling the Messages and Responses adapters
 //! (and their translations from chat) supply to the relay, what the events showed (usage,
-//! first and last token), and SSE framing helpers.
+//! first and last token), and the SSE framing: where an event ends, its data lines, events
+//! written.
 //!
 //! The relay frames events and knows no API: each complete event of such a stream goes to its
 //! [`ApiEvents`], which forwards, drops or replaces it (with any number of events) and notes in
@@ -106,6 +107,33 @@ pub fn named_data(ev: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
     (name, if several { None } else { data })
 }
 
+/// Length of the first complete event in `buf` (including its blank-line terminator).
+pub fn event_len(buf: &[u8]) -> Option<usize> {
+    event_end_after(buf, 0)
+}
+
+/// The end of the first event terminator in `buf` that does not lie wholly in its first
+/// `searched` bytes (bytes an earlier search found no terminator in): a terminator is at most
+/// three bytes, so the search resumes two bytes back.
+pub fn event_end_after(buf: &[u8], searched: usize) -> Option<usize> {
+    let mut from = searched.saturating_sub(2);
+    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
+        let i = from + i;
+        match buf.get(i + 1) {
+            Some(b'\n') => return Some(i + 2),
+            Some(b'\r') if buf.get(i + 2) == Some(&b'\n') => return Some(i + 3),
+            None => return None,
+            _ => from = i + 1,
+        }
+    }
+    None
+}
+
+/// The `data:` payload of the first complete event in `chunk`.
+pub fn first_payload(chunk: &[u8]) -> Option<&[u8]> {
+    data_payload(&chunk[..event_len(chunk)?])
+}
+
 /// `payload` as one SSE `data:` event.
 pub fn data_event(payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(payload.len() + 8);
@@ -128,6 +156,14 @@ pub fn push_named(out: &mut Vec<u8>, name: &str, payload: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_event_ends() {
+        assert_eq!(event_len(b"data: x\n\ndata: y"), Some(9));
+        assert_eq!(event_len(b"data: x\r\n\r\n"), Some(11));
+        assert_eq!(event_len(b"data: x\n"), None);
+        assert_eq!(event_len(b"event: a\ndata: x\n\n"), Some(18));
+    }
 
     #[test]
     fn extracts_single_data_payloads() {

@@ -1,0 +1,708 @@
+//! The keep-alive pool: connections by backend, checked with the kernel at checkout, new ones
+//! made within the connect timeout (TLS over them for https), requests written on them and
+//! never sent twice once a byte may have reached the backend.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+// foldhash: read on every request, keyed by names from the config (no untrusted keys).
+use foldhash::HashMap;
+use http::HeaderMap;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::body::{UpstreamBody, UpstreamResponse, FIRST_READ};
+use super::conn::{Conn, Wire};
+use super::duplex::{exchange, read_head, Unanswered};
+use super::error::out_of_descriptors;
+use super::framing::{Decoder, Head};
+use super::tls::{self, BackendTls};
+use super::{hop, SendError};
+use crate::wire::payload::Payload;
+
+/// Where the pool sends a request: the TCP address and, for https, the TLS session's settings.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub authority: &'a str,
+    pub tls: Option<&'a BackendTls>,
+    /// The connect timeout of this backend; `None`: the pool's.
+    pub connect: Option<Duration>,
+}
+
+impl<'a> Target<'a> {
+    pub fn plain(authority: &'a str) -> Target<'a> {
+        Target {
+            authority,
+            tls: None,
+            connect: None,
+        }
+    }
+
+    /// What its kept-alive connections are pooled under.
+    pub(super) fn key(&self) -> &'a str {
+        match self.tls {
+            None => self.authority,
+            Some(tls) => &tls.pool_key,
+        }
+    }
+}
+
+/// Keep-alive connections by pool key (`host:port` for plain http), each with the time it
+/// went idle (the newest last).
+#[derive(Default)]
+pub struct Pool {
+    pub(super) idle: Mutex<HashMap<String, Vec<(Conn, Instant)>>>,
+    pub(super) connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pool")
+    }
+}
+
+/// Most idle connections kept per backend.
+const MAX_IDLE: usize = 256;
+/// How long a connection may sit idle in the pool. Below the keep-alive timeout of the
+/// backends' HTTP servers (5 s in uvicorn as vLLM and SGLang run it, and in llama.cpp's), so
+/// a request seldom meets a connection the backend is closing at that very moment: once the
+/// request is written it is never sent again (RFC 9112 §9.3.1), so that race is an error.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The kernel's word that `tcp` is still open and has nothing to read: a peek that would
+/// block. Asked at every checkout (one system call): it sees a FIN the runtime has not been
+/// told of yet (the backend's keep-alive timeout struck while the runtime was busy), which
+/// tokio's readiness alone misses, and a request written into such a connection would fail,
+/// never to be sent again. Under TLS the check is on the TCP socket: a backend's close (its
+/// `close_notify`, then the FIN) is bytes to read there.
+fn open_by_the_kernel(tcp: &TcpStream) -> bool {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    matches!(
+        socket2::SockRef::from(tcp).peek(&mut probe),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+    )
+}
+
+/// Drop the connections of `list` idle since before `now - IDLE_TIMEOUT` (oldest first).
+fn prune<C>(list: &mut Vec<(C, Instant)>, now: Instant) {
+    let fresh = list
+        .iter()
+        .position(|(_, since)| now.saturating_duration_since(*since) < IDLE_TIMEOUT)
+        .unwrap_or(list.len());
+    list.drain(..fresh);
+}
+
+/// The request head: `METHOD path HTTP/1.1`, the headers but the hop-by-hop ones (`Host` and
+/// the length written anew), the body's length when there is a body.
+fn request_head(
+    method: &[u8],
+    authority: &str,
+    path: &str,
+    headers: &HeaderMap,
+    body_len: Option<usize>,
+) -> Bytes {
+    let mut head = BytesMut::with_capacity(128 + path.len() + headers.len() * 48);
+    head.put_slice(method);
+    head.put_slice(path.as_bytes());
+    head.put_slice(b" HTTP/1.1\r\nhost: ");
+    head.put_slice(authority.as_bytes());
+    head.put_slice(b"\r\n");
+    for (name, value) in headers {
+        if hop::request(name) {
+            continue;
+        }
+        head.put_slice(name.as_str().as_bytes());
+        head.put_slice(b": ");
+        head.put_slice(value.as_bytes());
+        head.put_slice(b"\r\n");
+    }
+    if let Some(len) = body_len {
+        head.put_slice(b"content-length: ");
+        let _ = write!(head, "{len}");
+        head.put_slice(b"\r\n");
+    }
+    head.put_slice(b"\r\n");
+    head.freeze()
+}
+
+impl Pool {
+    pub fn new(connect_timeout: Duration) -> Pool {
+        Pool {
+            idle: Mutex::default(),
+            connect_timeout,
+        }
+    }
+
+    /// An idle connection that is still open, if there is one.
+    pub(super) fn checkout(&self, key: &str) -> Option<Conn> {
+        let mut idle = self.idle.lock().ok()?;
+        let list = idle.get_mut(key)?;
+        let now = Instant::now();
+        prune(list, now);
+        while let Some((conn, _)) = list.pop() {
+            if open_by_the_kernel(conn.tcp()) {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    pub(super) fn checkin(&self, key: &str, conn: Conn) {
+        let now = Instant::now();
+        if let Ok(mut idle) = self.idle.lock() {
+            match idle.get_mut(key) {
+                Some(list) => {
+                    prune(list, now);
+                    if list.len() < MAX_IDLE {
+                        list.push((conn, now));
+                    }
+                }
+                None => {
+                    idle.insert(key.to_string(), vec![(conn, now)]);
+                }
+            }
+        }
+    }
+
+    /// Idle connections kept under `key` (for tests).
+    #[cfg(test)]
+    pub(super) fn idle_count(&self, key: &str) -> usize {
+        self.idle
+            .lock()
+            .map_or(0, |idle| idle.get(key).map_or(0, Vec::len))
+    }
+
+    /// A new connection to `to`: TCP, then for https the TLS handshake (SNI `to`'s server
+    /// name, ALPN `http/1.1`), each within the connect timeout.
+    async fn connect(&self, to: Target<'_>) -> Result<Conn, SendError> {
+        let within = to.connect.unwrap_or(self.connect_timeout);
+        let tcp = tokio::time::timeout(within, TcpStream::connect(to.authority))
+            .await
+            .map_err(|_| SendError::ConnectTimeout)?
+            .map_err(|e| {
+                if out_of_descriptors(&e) {
+                    SendError::Local(e.to_string())
+                } else {
+                    SendError::Connect(e.to_string())
+                }
+            })?;
+        let _ = tcp.set_nodelay(true);
+        let Some(tls) = to.tls else {
+            return Ok(Conn::Plain(Wire::new(tcp)));
+        };
+        let handshake = tls
+            .connector
+            .connect(tls.server_name.clone(), Wire::new(tcp));
+        match tokio::time::timeout(within, handshake).await {
+            Ok(Ok(stream)) => Ok(Conn::Tls(Box::new(stream))),
+            Ok(Err(e)) => Err(SendError::Tls(tls::handshake_error(&e))),
+            Err(_) => Err(SendError::Tls("tls handshake timed out".into())),
+        }
+    }
+
+    /// POST `body` to `path` of `to`; resolves with the response head. The body reads from
+    /// the connection as it is polled and returns it to the pool at its end. A request is
+    /// never sent twice once a byte of it may have reached the backend: a pooled connection
+    /// the backend closed after the check-out check is replaced only when the kernel took
+    /// nothing of the request, and a new connection that takes nothing is
+    /// [`SendError::Unsent`]. `wrote` tells a caller that stops waiting whether a byte of
+    /// the request may have reached the backend.
+    pub async fn post(
+        self: &Arc<Self>,
+        to: Target<'_>,
+        path: &str,
+        headers: HeaderMap,
+        body: Payload,
+        wrote: &mut bool,
+    ) -> Result<UpstreamResponse, SendError> {
+        let head = request_head(b"POST ", to.authority, path, &headers, Some(body.len()));
+        if let Some(mut conn) = self.checkout(to.key()) {
+            match exchange(&mut conn, &head, &body, wrote).await {
+                Ok((parsed, buf)) => return Ok(self.answer(to, conn, parsed, buf)),
+                Err(Unanswered::Failed(e)) => return Err(e),
+                Err(Unanswered::Untouched(e)) => {
+                    tracing::debug!(error = %e, "pooled connection failed; using a new one");
+                }
+            }
+        }
+        let mut conn = self.connect(to).await?;
+        match exchange(&mut conn, &head, &body, wrote).await {
+            Ok((parsed, buf)) => Ok(self.answer(to, conn, parsed, buf)),
+            Err(Unanswered::Failed(e)) => Err(e),
+            Err(Unanswered::Untouched(e)) => {
+                Err(SendError::Unsent(format!("sending the request: {e}")))
+            }
+        }
+    }
+
+    /// GET `path` of `to`: a connection within the connect timeout and `wait`
+    /// ([`SendError::ConnectTimeout`] past it), then the head within what is left of `wait`
+    /// ([`SendError::Timeout`]: a backend that accepts connections but does not answer yet).
+    pub async fn get(
+        self: &Arc<Self>,
+        to: Target<'_>,
+        path: &str,
+        headers: &HeaderMap,
+        wait: Duration,
+    ) -> Result<UpstreamResponse, SendError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let head = request_head(b"GET ", to.authority, path, headers, None);
+        let mut conn = tokio::time::timeout_at(deadline, self.written(to, &head))
+            .await
+            .map_err(|_| SendError::ConnectTimeout)??;
+        let (parsed, buf) = tokio::time::timeout_at(deadline, read_head(&mut conn))
+            .await
+            .map_err(|_| SendError::Timeout)??;
+        Ok(self.answer(to, conn, parsed, buf))
+    }
+
+    /// A connection with the bodiless request `head` written on it. As in [`Pool::post`], a
+    /// pooled connection is replaced only when the kernel took nothing of the request.
+    async fn written(&self, to: Target<'_>, head: &Bytes) -> Result<Conn, SendError> {
+        let sending = |e: std::io::Error| format!("sending the request: {e}");
+        if let Some(mut conn) = self.checkout(to.key()) {
+            let before = conn.sent();
+            match write_request(&mut conn, head).await {
+                Ok(()) => return Ok(conn),
+                Err(e) if conn.sent() == before => {
+                    tracing::debug!(error = %e, "pooled connection failed; using a new one");
+                }
+                Err(e) => return Err(SendError::Write(sending(e))),
+            }
+        }
+        let mut conn = self.connect(to).await?;
+        let before = conn.sent();
+        match write_request(&mut conn, head).await {
+            Ok(()) => Ok(conn),
+            Err(e) if conn.sent() == before => Err(SendError::Unsent(sending(e))),
+            Err(e) => Err(SendError::Write(sending(e))),
+        }
+    }
+
+    /// The response of a parsed head; its body reads on from `conn`.
+    #[inline]
+    fn answer(
+        self: &Arc<Self>,
+        to: Target<'_>,
+        conn: Conn,
+        parsed: Head,
+        buf: BytesMut,
+    ) -> UpstreamResponse {
+        UpstreamResponse {
+            status: parsed.status,
+            headers: parsed.headers,
+            body: UpstreamBody {
+                conn: Some(conn),
+                buf,
+                read: FIRST_READ,
+                decoder: Decoder::new(parsed.framing),
+                keep_alive: parsed.keep_alive,
+                pool: Arc::clone(self),
+                key: to.key().to_string(),
+            },
+        }
+    }
+}
+
+/// Write a bodiless request's head on `conn`; TLS records the socket did not take at once are
+/// flushed out.
+async fn write_request(conn: &mut Conn, head: &Bytes) -> std::io::Result<()> {
+    conn.write_all_buf(&mut head.clone()).await?;
+    if let Conn::Tls(_) = conn {
+        conn.flush().await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use http::{header, HeaderValue};
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::upstream::{read_all, SMALL_ANSWER_LIMIT};
+    use http::StatusCode;
+
+    /// How the test backend frames its "ok".
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// `content-length: 2`.
+        Length,
+        /// `content-length: 2` and `connection: close`.
+        Close,
+        /// `transfer-encoding: chunked`, in two chunks, as an SSE stream is sent.
+        Chunked,
+    }
+
+    /// A backend answering "ok" that counts its TCP connections.
+    async fn backend(answer: Answer) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req| async move {
+                        let chunks = match answer {
+                            Answer::Chunked => {
+                                vec![Bytes::from_static(b"o"), Bytes::from_static(b"k")]
+                            }
+                            _ => vec![Bytes::from_static(b"ok")],
+                        };
+                        let frames: Vec<Result<_, Infallible>> = chunks
+                            .into_iter()
+                            .map(|b| Ok(hyper::body::Frame::data(b)))
+                            .collect();
+                        let body =
+                            http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+                        let mut resp = hyper::Response::new(body);
+                        if !matches!(answer, Answer::Chunked) {
+                            resp.headers_mut()
+                                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("2"));
+                        }
+                        if matches!(answer, Answer::Close) {
+                            resp.headers_mut()
+                                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        }
+                        Ok::<_, Infallible>(resp)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn post(pool: &Arc<Pool>, addr: &str) -> Bytes {
+        let r = pool
+            .post(
+                Target::plain(addr),
+                "/v1/chat/completions",
+                HeaderMap::new(),
+                Bytes::from_static(b"{}").into(),
+                &mut false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        read_all(r.body, SMALL_ANSWER_LIMIT).await.unwrap()
+    }
+
+    /// How many connections three requests in a row took, each body read to its end.
+    async fn connections_for(answer: Answer) -> usize {
+        let (addr, accepted) = backend(answer).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        }
+        accepted.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn reuses_a_connection_read_to_the_end() {
+        assert_eq!(connections_for(Answer::Length).await, 1);
+    }
+
+    /// Regression: a chunked body (every SSE stream) read to its end used to close its
+    /// connection, so each stream paid for a new TCP connection to the backend.
+    #[tokio::test]
+    async fn reuses_a_connection_after_a_chunked_body() {
+        assert_eq!(connections_for(Answer::Chunked).await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_replaced() {
+        assert_eq!(connections_for(Answer::Close).await, 3);
+    }
+
+    /// A backend that answers each connection's first request with `answer`, byte for byte,
+    /// then closes it; counts connections.
+    async fn raw_backend(answer: &'static [u8]) -> (String, Arc<AtomicUsize>) {
+        let (addr, accepted, _) = scripted_backend(vec![answer]).await;
+        (addr, accepted)
+    }
+
+    /// The test backends' requests are complete: a head and the 2-byte body `{}`.
+    fn whole_request(req: &[u8]) -> bool {
+        req.windows(4).any(|w| w == b"\r\n\r\n") && req.ends_with(b"{}")
+    }
+
+    /// A backend that reads requests on each connection and answers the n-th with
+    /// `answers[n]` byte for byte; an empty answer, or running out of them, closes the
+    /// connection. Counts connections and requests received.
+    async fn scripted_backend(
+        answers: Vec<&'static [u8]>,
+    ) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (accepted, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (conns, reqs) = (Arc::clone(&accepted), Arc::clone(&requests));
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                conns.fetch_add(1, Ordering::SeqCst);
+                let reqs = Arc::clone(&reqs);
+                let answers = answers.clone();
+                tokio::spawn(async move {
+                    for answer in answers {
+                        let mut req = Vec::new();
+                        let mut buf = [0u8; 4096];
+                        while !whole_request(&req) {
+                            match tcp.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => req.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        reqs.fetch_add(1, Ordering::SeqCst);
+                        if answer.is_empty() || tcp.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted, requests)
+    }
+
+    /// A request written on a kept-alive connection that then closes without an answer is an
+    /// error: it is not sent again (the backend may be running it).
+    #[tokio::test]
+    async fn a_written_request_is_never_sent_twice() {
+        const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (addr, accepted, requests) = scripted_backend(vec![OK, b""]).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        assert_eq!(pool.idle_count(&addr), 1);
+        let second = pool
+            .post(
+                Target::plain(&addr),
+                "/",
+                HeaderMap::new(),
+                Bytes::from_static(b"{}").into(),
+                &mut false,
+            )
+            .await;
+        assert!(matches!(second, Err(SendError::Head(_))));
+        assert_eq!(requests.load(Ordering::SeqCst), 2);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(pool.idle_count(&addr), 0);
+    }
+
+    /// Connections idle for longer than `IDLE_TIMEOUT` are dropped, oldest first.
+    #[test]
+    fn idle_connections_expire() {
+        let now = Instant::now();
+        let ago = |s: u64| now.checked_sub(Duration::from_secs(s)).unwrap();
+        let mut list = vec![(1, ago(10)), (2, ago(4)), (3, ago(2)), (4, now)];
+        prune(&mut list, now);
+        assert_eq!(list.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [3, 4]);
+        prune(&mut list, now + IDLE_TIMEOUT);
+        assert!(list.is_empty());
+    }
+
+    /// A backend that drops a kept-alive connection without a word: the next request finds
+    /// out at checkout or on its first read, and goes again on a new connection.
+    #[tokio::test]
+    async fn a_connection_closed_silently_is_replaced() {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        assert_eq!(raw_connections(answer, b"ok", 3).await, 3);
+    }
+
+    /// A backend closes a kept-alive connection (its keep-alive timeout, say) while the
+    /// runtime is busy: the FIN is in the kernel, not yet in tokio's readiness. Checked out
+    /// at once, the connection is asked of the kernel and replaced; trusting the readiness
+    /// alone, the request would be written into the closed connection and fail.
+    #[tokio::test]
+    async fn a_connection_closed_while_the_runtime_was_busy_is_replaced() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
+        let (closed_tx, closed_rx) = std::sync::mpsc::channel::<()>();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for (i, conn) in listener.incoming().take(2).enumerate() {
+                let mut tcp = conn.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                let (mut req, mut buf) = (Vec::new(), [0u8; 4096]);
+                while !whole_request(&req) {
+                    match tcp.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .unwrap();
+                if i == 0 {
+                    close_rx.recv().unwrap();
+                    drop(tcp);
+                    closed_tx.send(()).unwrap();
+                }
+            }
+        });
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        close_tx.send(()).unwrap();
+        // Blocks the runtime's only thread: tokio polls no events until the close is done.
+        closed_rx.recv().unwrap();
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// How many connections `rounds` requests in a row took from a `raw_backend`, each
+    /// answer read to its end and equal to `body`.
+    async fn raw_connections(answer: &'static [u8], body: &'static [u8], rounds: usize) -> usize {
+        let (addr, accepted) = raw_backend(answer).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        for _ in 0..rounds {
+            assert_eq!(post(&pool, &addr).await, Bytes::from_static(body));
+        }
+        accepted.load(Ordering::SeqCst)
+    }
+
+    /// A body cut short is an error at its end, never a clean end of stream.
+    #[tokio::test]
+    async fn a_body_cut_short_is_an_error() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\ndata:"[..],
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\ndata:\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+        ] {
+            let (addr, _) = raw_backend(answer).await;
+            let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+            let r = pool
+                .post(
+                    Target::plain(&addr),
+                    "/",
+                    HeaderMap::new(),
+                    Bytes::from_static(b"{}").into(),
+                    &mut false,
+                )
+                .await
+                .unwrap();
+            let mut body = r.body;
+            let e = loop {
+                match futures_util::StreamExt::next(&mut body).await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => break e.to_string(),
+                    None => panic!("a clean end for a body cut short"),
+                }
+            };
+            assert!(e.contains("before the body was complete"), "{e}");
+            // The error is the body's last word.
+            assert!(futures_util::StreamExt::next(&mut body).await.is_none());
+        }
+    }
+
+    /// A body delimited by the end of the connection is complete at that end.
+    #[tokio::test]
+    async fn a_close_delimited_body_ends_with_the_connection() {
+        let answer = b"HTTP/1.1 200 OK\r\n\r\nall of it";
+        assert_eq!(raw_connections(answer, b"all of it", 2).await, 2);
+    }
+
+    /// What the backend receives: the path, a host, the caller's headers but the hop-by-hop
+    /// ones, and the body's real length.
+    #[tokio::test]
+    async fn the_request_head_is_well_formed() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        h.insert(header::HOST, HeaderValue::from_static("proxy:1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(
+            hop::PROXY_CONNECTION,
+            HeaderValue::from_static("keep-alive"),
+        );
+        let head = request_head(b"POST ", "b:1", "/v1/chat/completions?x=1", &h, Some(42));
+        let head = std::str::from_utf8(&head).unwrap();
+        assert!(head.starts_with("POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: b:1\r\n"));
+        assert!(head.contains("\r\nauthorization: Bearer k\r\n"));
+        assert!(head.ends_with("\r\ncontent-length: 42\r\n\r\n"));
+        assert!(!head.contains("999") && !head.contains("close"));
+        assert!(!head.contains("proxy:1") && !head.contains("trailers"));
+        assert!(!head.contains("keep-alive"));
+    }
+
+    /// A GET's head: no body, so no length.
+    #[test]
+    fn a_get_head_has_no_length() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        let head = request_head(b"GET ", "b:1", "/health", &h, None);
+        assert_eq!(
+            std::str::from_utf8(&head).unwrap(),
+            "GET /health HTTP/1.1\r\nhost: b:1\r\nauthorization: Bearer k\r\n\r\n"
+        );
+    }
+
+    /// What a health probe tells apart: an answer, a backend that accepts connections but
+    /// does not answer (loading), and one that refuses them (down).
+    #[tokio::test]
+    async fn a_get_tells_no_answer_from_no_connection() {
+        let (addr, _) = backend(Answer::Length).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        let wait = Duration::from_millis(300);
+        let r = pool
+            .get(Target::plain(&addr), "/health", &HeaderMap::new(), wait)
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(read_all(r.body, SMALL_ANSWER_LIMIT).await.unwrap(), "ok");
+
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((tcp, _)) = silent.accept().await {
+                held.push(tcp);
+            }
+        });
+        let r = pool
+            .get(Target::plain(&addr), "/health", &HeaderMap::new(), wait)
+            .await;
+        assert!(matches!(r, Err(SendError::Timeout)), "{:?}", r.err());
+        held.abort();
+
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let r = pool
+            .get(Target::plain(&addr), "/health", &HeaderMap::new(), wait)
+            .await;
+        assert!(matches!(r, Err(SendError::Connect(_))), "{:?}", r.err());
+    }
+
+    #[tokio::test]
+    async fn refused_connections_are_connect_errors() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        let r = pool
+            .post(
+                Target::plain(&addr),
+                "/",
+                HeaderMap::new(),
+                Payload::default(),
+                &mut false,
+            )
+            .await;
+        assert!(matches!(r, Err(SendError::Connect(_))));
+    }
+}
