@@ -62,6 +62,8 @@ pub struct RawServer {
     pub watch_config: Option<bool>,
     pub reload_debounce_ms: Option<u64>,
     pub reload_max_delay_ms: Option<u64>,
+    pub load_interval_ms: Option<u64>,
+    pub after_spill: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,10 +1,11 @@
 //! The fleet as the proxy sees it: the alias table, each backend's slots and queue, its health,
-//! its circuit breaker, and how a replica is chosen.
+//! its circuit breaker, the load it reports, and how a replica is chosen.
 
 pub mod balance;
 pub mod breaker;
 pub mod discovery;
 pub mod drift;
 pub mod health;
+pub mod load;
 pub mod routes;
 pub mod slots;
