@@ -12,16 +12,6 @@ use switchboard::flavor::Flavor;
 use switchboard::fleet::balance::{conversation_key, order, SESSION_HEADER};
 use switchboard::sim::{Sim, SimConfig};
 
-/// Chat requests a simulator received whose body holds `marker`.
-fn chats_with(s: &Sim, marker: &str) -> usize {
-    s.recorder()
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/chat/completions")
-        .filter(|r| String::from_utf8_lossy(&r.body).contains(marker))
-        .count()
-}
-
 /// Turn `n` of conversation `conv`: its leading messages the same every turn.
 fn turn(conv: usize, n: usize) -> Value {
     let mut messages = vec![
@@ -174,12 +164,7 @@ async fn a_replica_full_by_its_report_is_passed_over(flavor: Flavor) {
     let procs = [proxy(&config, &urls).await, proxy(&config, &urls).await];
     let c = client();
     let held = [hold(&c, &a).await, hold(&c, &a).await];
-    within("both of a's slots busy", async {
-        while a.recorder().running() < 2 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until("both of a's slots busy", || a.recorder().running() == 2).await;
     for p in &procs {
         within(
             "the load read",
@@ -205,12 +190,7 @@ async fn a_replica_full_by_its_report_is_passed_over(flavor: Flavor) {
 
     a.release();
     drop(held);
-    within("a's slots free", async {
-        while a.recorder().running() > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until("a's slots free", || a.recorder().running() == 0).await;
     for p in &procs {
         within(
             "the load read",

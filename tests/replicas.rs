@@ -22,26 +22,6 @@ fn chats(s: &Sim) -> usize {
         .count()
 }
 
-/// Chat requests a simulator received whose body holds `marker`.
-fn chats_with(s: &Sim, marker: &str) -> usize {
-    s.recorder()
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/chat/completions")
-        .filter(|r| String::from_utf8_lossy(&r.body).contains(marker))
-        .count()
-}
-
-/// Poll `cond` every 10 ms until it holds, failing after `WAIT`.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    within(what, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
-
 fn paced() -> SimConfig {
     SimConfig {
         token_delay: Duration::from_millis(2),
