@@ -31,7 +31,7 @@ pub struct Health {
 }
 
 impl Health {
-    /// The load the backends report, with what this process sent each since.
+    /// The load the backends report beyond this process's own requests.
     pub fn reported(&self) -> &Reported {
         &self.reported
     }

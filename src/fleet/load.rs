@@ -3,12 +3,11 @@
 //! `is_processing`; `GET /metrics` `llamacpp:requests_processing` + `requests_deferred` where
 //! `/slots` is off), vLLM's requests running and waiting (`vllm:num_requests_running` +
 //! `vllm:num_requests_waiting`) and SGLang's (`sglang:num_running_reqs` +
-//! `sglang:num_queue_reqs`) in `GET /metrics`. A reading counts with the requests this process
-//! sent the backend since it was taken (which it cannot show yet), and never for less than the
-//! process's own requests in flight.
+//! `sglang:num_queue_reqs`) in `GET /metrics`. What a reading shows beyond this process's own
+//! requests at that moment is the other processes' share; the choice counts that share on top
+//! of the process's own requests now (which it knows exactly, reading or not).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -147,97 +146,55 @@ pub fn max_age(interval: Duration) -> Duration {
     interval.saturating_mul(3)
 }
 
-/// The requests the choice counts on a backend: its own reading plus what this process sent
-/// since, never fewer than this process's own in flight (`own`).
-pub fn combined(own: u32, reported: Option<u32>) -> u32 {
-    reported.map_or(own, |r| r.max(own))
+/// The requests the choice counts on a backend: this process's own now, and the other
+/// processes' as of the last reading.
+pub fn combined(own: u32, others: Option<u32>) -> u32 {
+    own.saturating_add(others.unwrap_or(0))
 }
 
-/// The last reading of every backend whose load is read, with the requests this process sent
-/// each since.
+/// The last reading of every backend whose load is read: the requests it had beyond this
+/// process's own.
 #[derive(Debug, Default)]
 pub struct Reported {
-    cells: RwLock<HashMap<String, Arc<Cell>>>,
-}
-
-#[derive(Debug, Default)]
-struct Cell {
-    /// Requests this process sent the backend, ever.
-    sent: AtomicU64,
-    last: Mutex<Option<Reading>>,
-}
-
-/// When a reading began, and what had been sent by then.
-#[derive(Debug, Clone, Copy)]
-pub struct Mark {
-    at: Instant,
-    sent: u64,
+    readings: RwLock<HashMap<String, Reading>>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Reading {
-    busy: u32,
+    others: u32,
     at: Instant,
-    /// `sent` when it was taken.
-    sent: u64,
 }
 
 impl Reported {
-    fn cell(&self, backend: &str) -> Option<Arc<Cell>> {
-        let cells = self.cells.read().unwrap_or_else(PoisonError::into_inner);
-        cells.get(backend).cloned()
-    }
-
-    /// This process sent `backend` a request (counted only for a backend whose load is read).
-    pub fn sent(&self, backend: &str) {
-        if let Some(c) = self.cell(backend) {
-            c.sent.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// A reading of `backend` begins: now, and what this process has sent it so far (a
-    /// request sent while the backend answers counts on top of the reading, if twice).
-    pub fn mark(&self, backend: &str) -> Mark {
-        let cell = match self.cell(backend) {
-            Some(c) => c,
-            None => {
-                let mut cells = self.cells.write().unwrap_or_else(PoisonError::into_inner);
-                Arc::clone(cells.entry(backend.to_string()).or_default())
-            }
-        };
-        Mark {
-            at: Instant::now(),
-            sent: cell.sent.load(Ordering::Relaxed),
-        }
-    }
-
-    /// `backend` reported `busy` requests in the reading begun at `mark`; `None`: it could not
+    /// `backend` reported `busy` requests in a reading begun at `at`, when this process had
+    /// `own` on it (the more of its count as the reading began and ended: a request of its own
+    /// the backend may not show yet is not taken for another process's); `None`: it could not
     /// be read, and its last reading is no longer used.
-    pub fn set(&self, backend: &str, busy: Option<u32>, mark: Mark) {
-        let Some(cell) = self.cell(backend) else {
-            return;
-        };
-        let mut last = cell.last.lock().unwrap_or_else(PoisonError::into_inner);
-        *last = busy.map(|busy| Reading {
-            busy,
-            at: mark.at,
-            sent: mark.sent,
-        });
+    pub fn set(&self, backend: &str, busy: Option<u32>, own: u32, at: Instant) {
+        let mut readings = self
+            .readings
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match busy {
+            Some(busy) => {
+                let r = Reading {
+                    others: busy.saturating_sub(own),
+                    at,
+                };
+                readings.insert(backend.to_string(), r);
+            }
+            None => {
+                readings.remove(backend);
+            }
+        }
     }
 
-    /// The requests `backend` has by its last reading, taken within `max_age` of `now`, plus
-    /// those this process sent it since; `None` without such a reading.
-    pub fn busy(&self, backend: &str, now: Instant, max_age: Duration) -> Option<u32> {
-        let cell = self.cell(backend)?;
-        let r = (*cell.last.lock().unwrap_or_else(PoisonError::into_inner))?;
-        if now.saturating_duration_since(r.at) > max_age {
-            return None;
-        }
-        let since = cell.sent.load(Ordering::Relaxed).saturating_sub(r.sent);
-        Some(
-            r.busy
-                .saturating_add(u32::try_from(since).unwrap_or(u32::MAX)),
-        )
+    /// The requests of other processes on `backend` by its last reading, taken within
+    /// `max_age` of `now`; `None` without such a reading.
+    pub fn others(&self, backend: &str, now: Instant, max_age: Duration) -> Option<u32> {
+        let readings = self.readings.read().unwrap_or_else(PoisonError::into_inner);
+        let r = readings.get(backend)?;
+        (now.saturating_duration_since(r.at) <= max_age).then_some(r.others)
     }
 }
 
@@ -292,28 +249,22 @@ mod tests {
     }
 
     #[test]
-    fn a_reading_counts_what_was_sent_since_until_it_is_old() {
+    fn a_reading_counts_other_processes_requests_until_it_is_old() {
         let r = Reported::default();
         let age = Duration::from_secs(1);
-        r.sent("a");
-        assert_eq!(r.busy("a", Instant::now(), age), None);
-        let m = r.mark("a");
-        let t0 = m.at;
-        r.set("a", Some(1), m);
-        r.sent("a");
-        r.sent("a");
-        assert_eq!(r.busy("a", t0, age), Some(3));
-        // Sent while the backend was answering: counted on top.
-        let m = r.mark("a");
-        r.sent("a");
-        r.set("a", Some(2), m);
-        assert_eq!(r.busy("a", m.at, age), Some(3));
-        assert_eq!(r.busy("a", m.at + Duration::from_secs(2), age), None);
-        r.set("a", None, r.mark("a"));
-        assert_eq!(r.busy("a", m.at, age), None);
-        assert_eq!(r.busy("b", m.at, age), None);
+        let t0 = Instant::now();
+        assert_eq!(r.others("a", t0, age), None);
+        // The backend has 3, this process 1 of them: 2 are another's.
+        r.set("a", Some(3), 1, t0);
+        assert_eq!(r.others("a", t0, age), Some(2));
+        assert_eq!(combined(1, r.others("a", t0, age)), 3);
+        // Its own not shown yet: nobody else's.
+        r.set("a", Some(1), 2, t0);
+        assert_eq!(r.others("a", t0, age), Some(0));
+        assert_eq!(r.others("a", t0 + Duration::from_secs(2), age), None);
+        r.set("a", None, 0, t0);
+        assert_eq!(r.others("a", t0, age), None);
+        assert_eq!(r.others("b", t0, age), None);
         assert_eq!(combined(3, None), 3);
-        assert_eq!(combined(1, Some(2)), 2);
-        assert_eq!(combined(4, Some(2)), 4);
     }
 }

@@ -4,6 +4,7 @@
 //! interval.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{discover, AppState};
 use crate::config::{Backend, Config};
@@ -102,13 +103,15 @@ pub async fn read_loads(state: &AppState) {
     let reported = state.health.reported();
     let reads = replicas(&snap.config).into_iter().map(|b| {
         let client = state.client.clone();
+        let slots = snap.slots(&b.name).cloned();
+        let own = move || slots.as_ref().map_or(0, |s| s.busy());
         async move {
-            let mark = reported.mark(&b.name);
+            let (at, before) = (Instant::now(), own());
             let busy = load::read(&client, &b, timeout).await;
             if let Err(e) = &busy {
                 tracing::debug!(backend = %b.name, "load not read: {e}");
             }
-            reported.set(&b.name, busy.ok(), mark);
+            reported.set(&b.name, busy.ok(), before.max(own()), at);
         }
     });
     futures_util::future::join_all(reads).await;
@@ -120,7 +123,7 @@ async fn run_loads(state: AppState) {
         read_loads(&state).await;
         let every = state.live.load().config.server.load_interval;
         // Off: looked at again now and then, in case a reload turns it on.
-        tokio::time::sleep(every.unwrap_or(std::time::Duration::from_secs(1))).await;
+        tokio::time::sleep(every.unwrap_or(Duration::from_secs(1))).await;
     }
 }
 

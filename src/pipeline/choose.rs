@@ -1,8 +1,8 @@
 //! Choose: a replica of the alias that can take the request (not down, not loading, breaker not
 //! open) — the first of its conversation's own order with a free slot, else the least loaded —
 //! its breaker's leave and its slot, or a place in its bounded queue (429 when full, 503 when
-//! the wait runs out). A replica's load is the larger of this process's own requests and what
-//! the backend last reported plus what this process sent it since.
+//! the wait runs out). A replica's load is this process's own requests on it and the other
+//! processes' as the backend last reported them.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -113,8 +113,8 @@ pub async fn choose(
                 *k = Some((breaker, slots));
             }
             let s = slots?;
-            let reported = max_age.and_then(|age| state.health.reported().busy(&b.name, now, age));
-            let busy = load::combined(s.busy(), reported);
+            let others = max_age.and_then(|age| state.health.reported().others(&b.name, now, age));
+            let busy = load::combined(s.busy(), others);
             Some(Load {
                 free: s.slots().saturating_sub(busy),
                 load: busy + s.waiting(),
@@ -160,9 +160,6 @@ pub async fn choose(
         let waiting = Instant::now();
         let slot = slot(snap, alias, slots, place).await.map_err(Some)?;
         let queued = waiting.elapsed();
-        if max_age.is_some() {
-            state.health.reported().sent(&backend.name);
-        }
         let mut found = None;
         if let Some(key) = key {
             let was = snap.affinity().get(key);
