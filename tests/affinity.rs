@@ -219,3 +219,40 @@ async fn a_vllm_replica_busy_by_its_metrics_is_passed_over_by_every_process() {
 async fn a_sglang_replica_busy_by_its_metrics_is_passed_over_by_every_process() {
     a_replica_full_by_its_report_is_passed_over(Flavor::Sglang).await;
 }
+
+/// A reading that still counts other processes' requests that have ended (a conversation's own
+/// last turn, sent by the other process) does not move the conversation: the replica that
+/// looks full by it is read again first, and found free.
+#[tokio::test]
+async fn a_replica_full_only_by_a_stale_reading_is_read_again_before_a_conversation_moves() {
+    let a = sim(SimConfig {
+        gate: true,
+        slots: 2,
+        ..SimConfig::default()
+    })
+    .await;
+    let b = sim(SimConfig::default()).await;
+    let config = TWO_REPLICAS.replace("{flavor}", "llamacpp");
+    let p = proxy(&config, &[("a", a.url()), ("b", b.url())]).await;
+    let c = client();
+    let held = [hold(&c, &a).await, hold(&c, &a).await];
+    until("both of a's slots busy", || a.recorder().running() == 2).await;
+    within(
+        "the load read",
+        switchboard::live::probes::read_loads(&p.state),
+    )
+    .await;
+    a.release();
+    drop(held);
+    until("a's slots free", || a.recorder().running() == 0).await;
+    // The reading (interval 10 s) still says a is full.
+    let body =
+        json!({"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "turn"}]});
+    let r = c
+        .post(p.url("/v1/chat/completions"))
+        .header(SESSION_HEADER, session_first_on_a())
+        .json(&body)
+        .send();
+    assert_eq!(within("the answer", r).await.unwrap().status(), 200);
+    assert_eq!((chats_with(&a, "turn"), chats_with(&b, "turn")), (1, 0));
+}

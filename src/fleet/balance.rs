@@ -88,6 +88,15 @@ pub fn order(key: u64, replicas: &[(&str, u32)]) -> Vec<usize> {
     scored.into_iter().map(|(_, i)| i).collect()
 }
 
+/// Where a conversation goes among the usable replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    /// The replica it goes to.
+    pub index: usize,
+    /// The first usable replica of its order (`index` unless that one is full).
+    pub first: usize,
+}
+
 /// The replica of `n` that conversation `key` goes to: the first in its order
 /// ([`score`]) with a free slot, else the least loaded (ties in its order). `look` gives each
 /// usable replica (`None`: unusable) and is called once for each.
@@ -95,12 +104,16 @@ pub fn for_conversation<'a>(
     key: u64,
     n: usize,
     mut look: impl FnMut(usize) -> Option<Replica<'a>>,
-) -> Option<usize> {
+) -> Option<Pick> {
+    let mut first: Option<(usize, f64)> = None;
     let mut first_free: Option<(usize, f64)> = None;
     let mut least: Option<(usize, Load, f64)> = None;
     for i in 0..n {
         let Some(r) = look(i) else { continue };
         let s = score(key, r.name, r.weight);
+        if first.is_none_or(|(_, b)| s > b) {
+            first = Some((i, s));
+        }
         if r.load.free > 0 && first_free.is_none_or(|(_, b)| s > b) {
             first_free = Some((i, s));
         }
@@ -109,7 +122,11 @@ pub fn for_conversation<'a>(
             least = Some((i, r.load, s));
         }
     }
-    first_free.map(|(i, _)| i).or(least.map(|(i, _, _)| i))
+    let index = first_free.map(|(i, _)| i).or(least.map(|(i, _, _)| i))?;
+    Some(Pick {
+        index,
+        first: first.map_or(index, |(i, _)| i),
+    })
 }
 
 /// Where a conversation's request went, against where this process sent its last turn.
@@ -327,7 +344,7 @@ mod tests {
             let o = names(&one);
             assert_eq!(o, names(&other));
             let pick = |r: &[(&'static str, u32)], full_one: &str| {
-                let i = for_conversation(k, r.len(), |i| {
+                let p = for_conversation(k, r.len(), |i| {
                     Some(Replica {
                         name: r[i].0,
                         weight: r[i].1,
@@ -335,7 +352,8 @@ mod tests {
                     })
                 })
                 .unwrap();
-                r[i].0
+                assert_eq!(r[p.first].0, o[0]);
+                r[p.index].0
             };
             assert_eq!(pick(&one, ""), o[0]);
             assert_eq!(pick(&one, o[0]), o[1]);
@@ -356,6 +374,7 @@ mod tests {
                     load,
                 })
             })
+            .map(|p| p.index)
         };
         let free = Some(Load { free: 1, load: 0 });
         let mut loads = [free; 3];

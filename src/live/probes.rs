@@ -10,6 +10,7 @@ use super::{discover, AppState};
 use crate::config::{Backend, Config};
 use crate::fleet::health::{probe, BackendState};
 use crate::fleet::load;
+use crate::fleet::slots::Slots;
 
 /// Probe every backend of the live config now, and record the results. A backend found up
 /// that was not up before (down, loading, or never probed: this covers the start), or whose
@@ -99,22 +100,32 @@ pub async fn read_loads(state: &AppState) {
     let Some(interval) = snap.config.server.load_interval else {
         return;
     };
-    let timeout = load::max_age(interval).min(discover::timeout(&snap.config.server));
-    let reported = state.health.reported();
     let reads = replicas(&snap.config).into_iter().map(|b| {
-        let client = state.client.clone();
         let slots = snap.slots(&b.name).cloned();
-        let own = move || slots.as_ref().map_or(0, |s| s.busy());
-        async move {
-            let (at, before) = (Instant::now(), own());
-            let busy = load::read(&client, &b, timeout).await;
-            if let Err(e) = &busy {
-                tracing::debug!(backend = %b.name, "load not read: {e}");
-            }
-            reported.set(&b.name, busy.ok(), before.max(own()), at);
-        }
+        let timeout = load::max_age(interval).min(discover::timeout(&snap.config.server));
+        async move { read_load(state, &b, slots.as_deref(), timeout).await }
     });
     futures_util::future::join_all(reads).await;
+}
+
+/// Read one backend's load now, within `timeout`, `slots` its slots in this process, and
+/// record it.
+pub async fn read_load(
+    state: &AppState,
+    backend: &Backend,
+    slots: Option<&Slots>,
+    timeout: Duration,
+) {
+    let own = || slots.map_or(0, Slots::busy);
+    let (at, before) = (Instant::now(), own());
+    let busy = load::read(&state.client, backend, timeout).await;
+    if let Err(e) = &busy {
+        tracing::debug!(backend = %backend.name, "load not read: {e}");
+    }
+    state
+        .health
+        .reported()
+        .set(&backend.name, busy.ok(), before.max(own()), at);
 }
 
 /// Read the replicas' load forever on the configured interval (spawned by [`run`]).

@@ -2,10 +2,11 @@
 //! open) — the first of its conversation's own order with a free slot, else the least loaded —
 //! its breaker's leave and its slot, or a place in its bounded queue (429 when full, 503 when
 //! the wait runs out). A replica's load is this process's own requests on it and the other
-//! processes' as the backend last reported them.
+//! processes' as the backend last reported them; before a conversation is moved off its first
+//! replica, the replicas are read again.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::clients::Caller;
 use crate::config::{AfterSpill, Alias, Backend};
@@ -86,6 +87,9 @@ pub async fn choose(
         .load_interval
         .filter(|_| n > 1)
         .map(load::max_age);
+    // A replica that looks full only by other processes' requests is read again once before
+    // its conversation is moved off it.
+    let mut reread = max_age.is_some();
     loop {
         let mut why: Option<FallbackReason> = None;
         let mut kept: [Option<Handles<'_>>; KEPT] = [None; KEPT];
@@ -124,6 +128,7 @@ pub async fn choose(
         let stay = key
             .filter(|_| snap.config.server.after_spill == AfterSpill::Stay)
             .and_then(|k| where_sent(snap, alias, k, &mut load));
+        let mut first = None;
         let index = match (stay, key) {
             (Some(i), _) => Some(i),
             (None, Some(k)) => for_conversation(k, n, |i| {
@@ -133,12 +138,24 @@ pub async fn choose(
                     weight: b.slots.get(),
                     load,
                 })
+            })
+            .map(|p| {
+                first = Some(p.first);
+                p.index
             }),
             (None, None) => least_loaded(n, snap.next_turn(), &mut load),
         };
         let Some(index) = index else {
             return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
         };
+        if first.is_some_and(|f| f != index) && reread {
+            reread = false;
+            // Moving the conversation costs its cache: its replicas are read again first, as
+            // readings lag (one may still count the conversation's own last turn, sent through
+            // another process, or miss requests others sent since).
+            read_again(state, snap, alias).await;
+            continue;
+        }
         let backend = &alias.backends[index];
         let (breaker, slots) = kept
             .get(index)
@@ -184,6 +201,24 @@ pub async fn choose(
             affinity: found,
         });
     }
+}
+
+/// The longest a request waits for its replicas' load read again.
+const REREAD_WAIT: Duration = Duration::from_millis(250);
+
+/// Read the load of `alias`'s replicas now, within the load interval and [`REREAD_WAIT`], as
+/// the load loop does (a backend that does not answer in time leaves this process its own
+/// count).
+async fn read_again(state: &AppState, snap: &Snapshot, alias: &Alias) {
+    let Some(interval) = snap.config.server.load_interval else {
+        return;
+    };
+    let wait = interval.min(REREAD_WAIT);
+    let reads = alias.backends.iter().map(|b| {
+        let slots = snap.slots(&b.name).map(Arc::as_ref);
+        crate::live::probes::read_load(state, b, slots, wait)
+    });
+    futures_util::future::join_all(reads).await;
 }
 
 /// The replica this process last sent conversation `key` to, when it is usable, untried and
