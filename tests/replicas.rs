@@ -22,26 +22,6 @@ fn chats(s: &Sim) -> usize {
         .count()
 }
 
-/// Chat requests a simulator received whose body holds `marker`.
-fn chats_with(s: &Sim, marker: &str) -> usize {
-    s.recorder()
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/chat/completions")
-        .filter(|r| String::from_utf8_lossy(&r.body).contains(marker))
-        .count()
-}
-
-/// Poll `cond` every 10 ms until it holds, failing after `WAIT`.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    within(what, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
-
 fn paced() -> SimConfig {
     SimConfig {
         token_delay: Duration::from_millis(2),
@@ -213,18 +193,27 @@ async fn the_least_loaded_replica_takes_requests_while_the_other_is_full() {
     let slots = snap.slots("a").unwrap();
     let held: Vec<_> = (0..4).map(|_| slots.try_acquire().unwrap()).collect();
     let c = client();
-    // Each request a conversation of its own: no affinity at play.
+    // Conversations of their own, whichever replica comes first in their order.
     let one = |i: usize| json!({"model": "m", "messages": [{"role": "user", "content": format!("q{i}")}]});
     for i in 0..6 {
         assert_eq!(p.post_chat(&c, &one(i)).await.status(), 200);
     }
     assert_eq!((chats(&a), chats(&b)), (0, 6));
     drop(held);
-    for i in 6..12 {
-        assert_eq!(p.post_chat(&c, &one(i)).await.status(), 200);
+    // Requests of no conversation (a legacy completion's prompt): equally loaded, in turn.
+    for i in 0..6 {
+        let body = json!({"model": "m", "prompt": format!("p{i}"), "max_tokens": 2});
+        let url = p.url("/v1/completions");
+        assert_eq!(status(&c, &url, &body).await, 200);
     }
-    // Equally loaded again: in turn.
-    assert_eq!((chats(&a), chats(&b)), (3, 9));
+    let completions = |s: &Sim| {
+        s.recorder()
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/v1/completions")
+            .count()
+    };
+    assert_eq!((completions(&a), completions(&b)), (3, 3));
 }
 
 fn turn(conversation: &str, n: usize) -> Value {
@@ -251,11 +240,12 @@ async fn a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
             assert_eq!(r.status(), 200);
         }
     }
-    let on_a = chats_with(&a, "task of first");
-    let (first_on, second_on, first_off) = if on_a > 0 { (&a, &b, &b) } else { (&b, &a, &a) };
-    assert_eq!(chats_with(first_on, "task of first"), 10);
-    assert_eq!(chats_with(first_off, "task of first"), 0);
-    assert_eq!(chats_with(second_on, "task of second"), 10);
+    // Each conversation's ten turns all on one replica.
+    for conv in ["first", "second"] {
+        let marker = format!("task of {conv}");
+        let on = (chats_with(&a, &marker), chats_with(&b, &marker));
+        assert!(on == (10, 0) || on == (0, 10), "{conv}: {on:?}");
+    }
     let m = p.metrics().await;
     assert_eq!(
         sample(&m, r#"switchboard_affinity_total{alias="m",result="hit"}"#),
@@ -266,13 +256,15 @@ async fn a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
         2.0
     );
 
-    // The first conversation's replica dies: its next turns move to the other and stay.
-    let (dying, staying) = if std::ptr::eq(first_on, &a) {
+    // The first conversation's replica dies (its probe says so): its next turns move to the
+    // other and stay.
+    let (dying, staying) = if chats_with(&a, "task of first") > 0 {
         (a, b)
     } else {
         (b, a)
     };
     dying.shutdown().await;
+    within("probes", switchboard::live::probes::probe_all(&p.state)).await;
     for n in 11..=13 {
         assert_eq!(p.post_chat(&c, &turn("first", n)).await.status(), 200);
     }

@@ -23,7 +23,8 @@ pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use error::{ConfigError, ConfigErrors};
 pub use keys::bearer;
 pub use model::{
-    Alias, Backend, BreakerConfig, ClientSide, Config, GuardConfig, Input, Server, SharedState,
+    AfterSpill, Alias, Backend, BreakerConfig, ClientSide, Config, GuardConfig, Input, Server,
+    SharedState,
     Sizing, Timeouts,
 };
 pub use raw::{RawConfig, RawSizing};

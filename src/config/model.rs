@@ -70,6 +70,11 @@ pub struct Server {
     /// The store slot counts and client limits are kept in across processes; `None`: each
     /// process counts on its own.
     pub shared_state: Option<SharedState>,
+    /// How often the load of replicas is read from the backends; `None`: never (each process
+    /// counts only its own requests).
+    pub load_interval: Option<Duration>,
+    /// Where a conversation that spilled to its next replica goes next.
+    pub after_spill: AfterSpill,
 }
 
 /// `server.shared_state`: where the counts several processes share are kept, and how.
@@ -82,6 +87,19 @@ pub struct SharedState {
     pub lease: Duration,
     /// Longest a call to the store may take before the process counts on its own.
     pub timeout: Duration,
+}
+
+/// Where a conversation goes after its first replica was full and it went to the next in its
+/// order (`server.after_spill`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AfterSpill {
+    /// Back to its first replica as soon as that has a free slot: every process makes the same
+    /// choice from the request and the backends' load alone.
+    #[default]
+    Return,
+    /// On where this process sent it last, while that replica has a free slot (where its
+    /// prefix now is cached); another process does not know it spilled.
+    Stay,
 }
 
 /// The client side's limits (`[server]` only).

@@ -65,6 +65,8 @@ pub struct RawServer {
     pub shared_state: Option<String>,
     pub shared_state_lease_ms: Option<u64>,
     pub shared_state_timeout_ms: Option<u64>,
+    pub load_interval_ms: Option<u64>,
+    pub after_spill: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -11,6 +11,7 @@ use foldhash::HashMap;
 
 use crate::config::Backend;
 use crate::flavor::Flavor;
+use crate::fleet::load::Reported;
 use crate::upstream::{Client, SendError};
 
 /// A backend's health state.
@@ -22,13 +23,19 @@ pub enum BackendState {
     down,
 }
 
-/// The last probed state of every backend, by name.
+/// What the probes last found of every backend, by name: its state, and the load it reports.
 #[derive(Debug, Default)]
 pub struct Health {
     states: RwLock<HashMap<String, BackendState>>,
+    reported: Reported,
 }
 
 impl Health {
+    /// The load the backends report beyond this process's own requests.
+    pub fn reported(&self) -> &Reported {
+        &self.reported
+    }
+
     pub fn get(&self, backend: &str) -> Option<BackendState> {
         self.states.read().ok()?.get(backend).copied()
     }

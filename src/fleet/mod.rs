@@ -1,5 +1,5 @@
 //! The fleet as the proxy sees it: the alias table, each backend's slots and queue, its health,
-//! its circuit breaker, and how a replica is chosen.
+//! its circuit breaker, the load it reports, and how a replica is chosen.
 
 pub mod balance;
 pub mod breaker;
@@ -7,5 +7,6 @@ pub mod discovery;
 pub mod drift;
 pub mod health;
 pub mod lease;
+pub mod load;
 pub mod routes;
 pub mod slots;

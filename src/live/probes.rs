@@ -1,10 +1,16 @@
 //! The health loop: every backend of the live config probed on the interval, the states
 //! recorded; a backend that comes up with figures left to it (`"auto"`) is asked for them.
+//! Beside it the load loop: every replica's load read from the backend on the (shorter) load
+//! interval.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{discover, AppState};
+use crate::config::{Backend, Config};
 use crate::fleet::health::{probe, BackendState};
+use crate::fleet::load;
+use crate::fleet::slots::Slots;
 
 /// Probe every backend of the live config now, and record the results. A backend found up
 /// that was not up before (down, loading, or never probed: this covers the start), or whose
@@ -72,8 +78,70 @@ fn log_change(backend: &str, before: Option<BackendState>, now: BackendState) {
     }
 }
 
-/// Probe forever on the configured interval (spawned by `serve`).
+/// The backends whose load matters: those an alias has among two replicas or more, of a
+/// flavour that reports its load.
+fn replicas(config: &Config) -> Vec<Arc<Backend>> {
+    let mut found: Vec<Arc<Backend>> = Vec::new();
+    for alias in config.aliases.values().filter(|a| a.backends.len() > 1) {
+        for b in &alias.backends {
+            let reports = !load::sources(b.flavor).is_empty();
+            if reports && !found.iter().any(|f| f.name == b.name) {
+                found.push(Arc::clone(b));
+            }
+        }
+    }
+    found
+}
+
+/// Read the load of every replica of the live config now, and record it (a replica that
+/// cannot be read has its last reading set aside).
+pub async fn read_loads(state: &AppState) {
+    let snap = state.live.load_full();
+    let Some(interval) = snap.config.server.load_interval else {
+        return;
+    };
+    let reads = replicas(&snap.config).into_iter().map(|b| {
+        let slots = snap.slots(&b.name).cloned();
+        let timeout = load::max_age(interval).min(discover::timeout(&snap.config.server));
+        async move { read_load(state, &b, slots.as_deref(), timeout).await }
+    });
+    futures_util::future::join_all(reads).await;
+}
+
+/// Read one backend's load now, within `timeout`, `slots` its slots in this process, and
+/// record it.
+pub async fn read_load(
+    state: &AppState,
+    backend: &Backend,
+    slots: Option<&Slots>,
+    timeout: Duration,
+) {
+    let own = || slots.map_or(0, Slots::busy);
+    let (at, before) = (Instant::now(), own());
+    let busy = load::read(&state.client, backend, timeout).await;
+    if let Err(e) = &busy {
+        tracing::debug!(backend = %backend.name, "load not read: {e}");
+    }
+    state
+        .health
+        .reported()
+        .set(&backend.name, busy.ok(), before.max(own()), at);
+}
+
+/// Read the replicas' load forever on the configured interval (spawned by [`run`]).
+async fn run_loads(state: AppState) {
+    loop {
+        read_loads(&state).await;
+        let every = state.live.load().config.server.load_interval;
+        // Off: looked at again now and then, in case a reload turns it on.
+        tokio::time::sleep(every.unwrap_or(Duration::from_secs(1))).await;
+    }
+}
+
+/// Probe forever on the configured interval (spawned by `serve`), and read the replicas' load
+/// on its own.
 pub async fn run(state: AppState) {
+    tokio::spawn(run_loads(state.clone()));
     loop {
         probe_all(&state).await;
         let every = state.live.load().config.server.health_interval;

@@ -1,17 +1,20 @@
-//! Choose: a replica of the alias that can take the request — its conversation's own while it
-//! has a free slot, else the least loaded usable one (not down, not loading, breaker not
-//! open) — its breaker's leave and its slot, or a place in its bounded queue (429 when full,
-//! 503 when the wait runs out).
+//! Choose: a replica of the alias that can take the request (not down, not loading, breaker not
+//! open) — the first of its conversation's own order with a free slot, else the least loaded —
+//! its breaker's leave and its slot, or a place in its bounded queue (429 when full, 503 when
+//! the wait runs out). A replica's load is this process's own requests on it and the other
+//! processes' as the backend last reported them; before a conversation is moved off its first
+//! replica, the replicas are read again.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::clients::Caller;
-use crate::config::{Alias, Backend};
+use crate::config::{AfterSpill, Alias, Backend};
 use crate::error::ProxyError;
-use crate::fleet::balance::{least_loaded, AffinityResult, Load};
+use crate::fleet::balance::{for_conversation, least_loaded, AffinityResult, Load, Replica};
 use crate::fleet::breaker::{Breaker, Pass};
 use crate::fleet::health::BackendState;
+use crate::fleet::load;
 use crate::fleet::routes::FallbackReason;
 use crate::fleet::slots::{SlotPermit, Slots, Ticket};
 use crate::live::{AppState, Snapshot};
@@ -76,6 +79,17 @@ pub async fn choose(
     place: &Place,
 ) -> Result<Chosen, Refusal> {
     let now = Instant::now();
+    let n = alias.backends.len();
+    // Backend-reported load matters only where there is a choice.
+    let max_age = snap
+        .config
+        .server
+        .load_interval
+        .filter(|_| n > 1)
+        .map(load::max_age);
+    // A replica that looks full only by other processes' requests is read again once before
+    // its conversation is moved off it.
+    let mut reread = max_age.is_some();
     loop {
         let mut why: Option<FallbackReason> = None;
         let mut kept: [Option<Handles<'_>>; KEPT] = [None; KEPT];
@@ -103,21 +117,45 @@ pub async fn choose(
                 *k = Some((breaker, slots));
             }
             let s = slots?;
+            let others = max_age.and_then(|age| state.health.reported().others(&b.name, now, age));
+            let busy = load::combined(s.busy(), others);
             Some(Load {
-                free: s.free(),
-                load: s.load(),
+                free: s.slots().saturating_sub(busy),
+                load: busy + s.waiting(),
             })
         };
-        let n = alias.backends.len();
-        let (index, affinity) = match conversation_replica(snap, alias, key, &mut load) {
-            Some(i) => (i, Some(AffinityResult::hit)),
-            None => {
-                let Some(i) = least_loaded(n, snap.next_turn(), &mut load) else {
-                    return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
-                };
-                (i, key.map(|_| AffinityResult::new))
-            }
+        let key = key.filter(|_| n > 1);
+        let stay = key
+            .filter(|_| snap.config.server.after_spill == AfterSpill::Stay)
+            .and_then(|k| where_sent(snap, alias, k, &mut load));
+        let mut first = None;
+        let index = match (stay, key) {
+            (Some(i), _) => Some(i),
+            (None, Some(k)) => for_conversation(k, n, |i| {
+                let b = &alias.backends[i];
+                load(i).map(|load| Replica {
+                    name: &b.name,
+                    weight: b.slots.get(),
+                    load,
+                })
+            })
+            .map(|p| {
+                first = Some(p.first);
+                p.index
+            }),
+            (None, None) => least_loaded(n, snap.next_turn(), &mut load),
         };
+        let Some(index) = index else {
+            return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
+        };
+        if first.is_some_and(|f| f != index) && reread {
+            reread = false;
+            // Moving the conversation costs its cache: its replicas are read again first, as
+            // readings lag (one may still count the conversation's own last turn, sent through
+            // another process, or miss requests others sent since).
+            read_again(state, snap, alias).await;
+            continue;
+        }
         let backend = &alias.backends[index];
         let (breaker, slots) = kept
             .get(index)
@@ -140,15 +178,14 @@ pub async fn choose(
         let slot = slot(snap, alias, slots, place).await.map_err(Some)?;
         let queued = waiting.elapsed();
         let mut found = None;
-        if let Some(key) = key.filter(|_| n > 1) {
-            let m = snap.metrics(Some(&alias.name));
+        if let Some(key) = key {
             let was = snap.affinity().get(key);
-            let result = match (&was, affinity) {
-                (_, Some(AffinityResult::hit)) => AffinityResult::hit,
-                (Some(_), _) => AffinityResult::moved,
-                (None, _) => AffinityResult::new,
+            let result = match was {
+                Some(on) if *on == *backend.name => AffinityResult::hit,
+                Some(_) => AffinityResult::moved,
+                None => AffinityResult::new,
             };
-            m.affinity(result);
+            snap.metrics(Some(&alias.name)).affinity(result);
             found = Some(result);
             if result != AffinityResult::hit {
                 snap.affinity().set(key, &backend.name);
@@ -166,17 +203,33 @@ pub async fn choose(
     }
 }
 
-/// The replica conversation `key` is on, when it is usable, untried and has a free slot.
-fn conversation_replica(
+/// The longest a request waits for its replicas' load read again.
+const REREAD_WAIT: Duration = Duration::from_millis(250);
+
+/// Read the load of `alias`'s replicas now, within the load interval and [`REREAD_WAIT`], as
+/// the load loop does (a backend that does not answer in time leaves this process its own
+/// count).
+async fn read_again(state: &AppState, snap: &Snapshot, alias: &Alias) {
+    let Some(interval) = snap.config.server.load_interval else {
+        return;
+    };
+    let wait = interval.min(REREAD_WAIT);
+    let reads = alias.backends.iter().map(|b| {
+        let slots = snap.slots(&b.name).map(Arc::as_ref);
+        crate::live::probes::read_load(state, b, slots, wait)
+    });
+    futures_util::future::join_all(reads).await;
+}
+
+/// The replica this process last sent conversation `key` to, when it is usable, untried and
+/// has a free slot.
+fn where_sent(
     snap: &Snapshot,
     alias: &Alias,
-    key: Option<u64>,
+    key: u64,
     load: &mut impl FnMut(usize) -> Option<Load>,
 ) -> Option<usize> {
-    if alias.backends.len() < 2 {
-        return None;
-    }
-    let on = snap.affinity().get(key?)?;
+    let on = snap.affinity().get(key)?;
     let i = alias.backends.iter().position(|b| *b.name == *on)?;
     load(i).filter(|l| l.free > 0).map(|_| i)
 }

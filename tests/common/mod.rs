@@ -268,3 +268,23 @@ pub async fn send_on(tcp: &mut tokio::net::TcpStream, request: &[u8]) -> (u16, S
         }
     }
 }
+
+/// Poll `cond` every 10 ms until it holds, failing after `WAIT`.
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    within(what, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// Chat requests a simulator received whose body holds `marker`.
+pub fn chats_with(s: &Sim, marker: &str) -> usize {
+    s.recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .filter(|r| String::from_utf8_lossy(&r.body).contains(marker))
+        .count()
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{cores, ms, nonzero, reasoning_field, secs, socket_addr};
 use crate::config::counting::GateConfig;
 use crate::config::error::ConfigError;
-use crate::config::model::{BreakerConfig, ClientSide, Server, SharedState, Timeouts};
+use crate::config::model::{AfterSpill, BreakerConfig, ClientSide, Server, SharedState, Timeouts};
 use crate::config::raw::RawServer;
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
@@ -84,6 +84,11 @@ pub(super) fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             2000,
             errs,
         ),
+        load_interval: match raw.load_interval_ms.unwrap_or(500) {
+            0 => None,
+            n => Some(Duration::from_millis(n)),
+        },
+        after_spill: after_spill(raw.after_spill.as_deref(), errs),
         listen,
         metrics_listen,
         reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),
@@ -175,6 +180,22 @@ fn shared_state(raw: &RawServer, errs: &mut Vec<ConfigError>) -> Option<SharedSt
         lease,
         timeout,
     })
+}
+
+/// `server.after_spill`: `"return"` (the default) or `"stay"`.
+fn after_spill(value: Option<&str>, errs: &mut Vec<ConfigError>) -> AfterSpill {
+    match value {
+        None | Some("return") => AfterSpill::Return,
+        Some("stay") => AfterSpill::Stay,
+        Some(other) => {
+            errs.push(ConfigError::BadValue {
+                key: "server.after_spill".into(),
+                value: other.into(),
+                reason: "must be \"return\" or \"stay\"".into(),
+            });
+            AfterSpill::default()
+        }
+    }
 }
 
 /// The client side's limits of `[server]`.

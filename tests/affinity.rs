@@ -1,0 +1,258 @@
+//! Several Switchboard processes in front of the same replicas, as pods behind one Service:
+//! each conversation gets the same replica from every one of them, and a replica the others
+//! filled is seen full from the backend's own load report.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use http::{HeaderMap, HeaderValue};
+use serde_json::{json, Value};
+use switchboard::flavor::Flavor;
+use switchboard::fleet::balance::{conversation_key, order, SESSION_HEADER};
+use switchboard::sim::{Sim, SimConfig};
+
+/// Turn `n` of conversation `conv`: its leading messages the same every turn.
+fn turn(conv: usize, n: usize) -> Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": format!("task {conv} of the fleet")}),
+    ];
+    for i in 1..n {
+        messages.push(json!({"role": "assistant", "content": format!("step {i}")}));
+        messages.push(json!({"role": "user", "content": format!("go on {i}")}));
+    }
+    json!({"model": "m", "messages": messages, "max_tokens": 2})
+}
+
+/// Three replicas of two weights; `order` is how the alias lists them.
+fn three_replicas(order: &str) -> String {
+    format!(
+        r#"
+[backends.a]
+url = "{{a}}"
+flavor = "llamacpp"
+slots = 2
+[backends.b]
+url = "{{b}}"
+flavor = "llamacpp"
+slots = 2
+[backends.c]
+url = "{{c}}"
+flavor = "llamacpp"
+slots = 4
+[aliases.m]
+backends = [{order}]
+"#
+    )
+}
+
+#[tokio::test]
+async fn two_processes_send_each_conversation_to_the_same_replica() {
+    let sims = [
+        sim(SimConfig::default()).await,
+        sim(SimConfig::default()).await,
+        sim(SimConfig::default()).await,
+    ];
+    let urls = [
+        ("a", sims[0].url()),
+        ("b", sims[1].url()),
+        ("c", sims[2].url()),
+    ];
+    // Two processes, each with its own state; the second lists the replicas in another order.
+    let procs = [
+        proxy(&three_replicas(r#""a", "b", "c""#), &urls).await,
+        proxy(&three_replicas(r#""c", "a", "b""#), &urls).await,
+    ];
+    let c = client();
+    const CONVERSATIONS: usize = 12;
+    const TURNS: usize = 4;
+    for n in 1..=TURNS {
+        for conv in 0..CONVERSATIONS {
+            // The processes take turns, as a Service spreads requests.
+            let p = &procs[(conv + n) % 2];
+            assert_eq!(p.post_chat(&c, &turn(conv, n)).await.status(), 200);
+        }
+    }
+    let mut used = [0; 3];
+    for conv in 0..CONVERSATIONS {
+        let marker = format!("task {conv} of the fleet");
+        let on: Vec<usize> = sims.iter().map(|s| chats_with(s, &marker)).collect();
+        let at = on.iter().position(|&k| k == TURNS);
+        assert!(at.is_some(), "conversation {conv} split: {on:?}");
+        used[at.unwrap()] += 1;
+    }
+    assert!(
+        used.iter().filter(|&&k| k > 0).count() >= 2,
+        "one replica took every conversation: {used:?}"
+    );
+    // Each process saw every conversation's turns go where it had sent the one before.
+    for p in &procs {
+        let m = p.metrics().await;
+        assert_eq!(
+            sample(
+                &m,
+                r#"switchboard_affinity_total{alias="m",result="moved"}"#
+            ),
+            0.0
+        );
+    }
+}
+
+const TWO_REPLICAS: &str = r#"
+[server]
+load_interval_ms = 10000
+[backends.a]
+url = "{a}"
+flavor = "{flavor}"
+slots = 2
+[backends.b]
+url = "{b}"
+flavor = "{flavor}"
+slots = 2
+[aliases.m]
+backends = ["a", "b"]
+"#;
+
+/// A stream sent straight to `s` (as another process would), held by its gate after its first
+/// event.
+async fn hold(c: &reqwest::Client, s: &Sim) -> reqwest::Response {
+    let body =
+        json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "held"}]});
+    let r = c
+        .post(format!("{}/v1/chat/completions", s.url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r
+}
+
+/// A session id whose conversation has replica `a` first of `a` and `b`.
+fn session_first_on_a() -> HeaderValue {
+    (0..)
+        .map(|i| HeaderValue::try_from(format!("s{i}")).unwrap())
+        .find(|s| {
+            let mut h = HeaderMap::new();
+            h.insert(SESSION_HEADER, s.clone());
+            let key = conversation_key("m", &h, b"{}").unwrap();
+            order(key, &[("a", 2), ("b", 2)])[0] == 0
+        })
+        .unwrap()
+}
+
+/// Replica `a` of `flavor` is full with requests another process sent it (made directly to
+/// it here): once its load is read, both processes send a conversation whose first replica it
+/// is to `b`, though neither has a request of its own on `a`; once it reports free again,
+/// back to `a`.
+async fn a_replica_full_by_its_report_is_passed_over(flavor: Flavor) {
+    let gated = SimConfig {
+        flavor,
+        gate: true,
+        slots: 2,
+        ..SimConfig::default()
+    };
+    let a = sim(gated).await;
+    let b = sim(SimConfig {
+        flavor,
+        ..SimConfig::default()
+    })
+    .await;
+    let config = TWO_REPLICAS.replace("{flavor}", flavor.as_str());
+    let urls = [("a", a.url()), ("b", b.url())];
+    let procs = [proxy(&config, &urls).await, proxy(&config, &urls).await];
+    let c = client();
+    let held = [hold(&c, &a).await, hold(&c, &a).await];
+    until("both of a's slots busy", || a.recorder().running() == 2).await;
+    for p in &procs {
+        within(
+            "the load read",
+            switchboard::live::probes::read_loads(&p.state),
+        )
+        .await;
+    }
+    let session = session_first_on_a();
+    let ask = |p: &Proxy, n: usize| {
+        let body = json!({"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": format!("turn {n}")}]});
+        c.post(p.url("/v1/chat/completions"))
+            .header(SESSION_HEADER, session.clone())
+            .json(&body)
+            .send()
+    };
+    for (n, p) in procs.iter().enumerate() {
+        let r = within("the answer", ask(p, n)).await.unwrap();
+        assert_eq!(r.status(), 200);
+        // Its own count of a's slots says free: only the backend's report says full.
+        assert_eq!(p.state.live.load().slots("a").unwrap().free(), 2);
+    }
+    assert_eq!((chats_with(&a, "turn"), chats_with(&b, "turn")), (0, 2));
+
+    a.release();
+    drop(held);
+    until("a's slots free", || a.recorder().running() == 0).await;
+    for p in &procs {
+        within(
+            "the load read",
+            switchboard::live::probes::read_loads(&p.state),
+        )
+        .await;
+    }
+    for (n, p) in procs.iter().enumerate() {
+        let r = within("the answer", ask(p, n + 2)).await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!((chats_with(&a, "turn"), chats_with(&b, "turn")), (2, 2));
+}
+
+#[tokio::test]
+async fn a_llamacpp_replica_busy_by_its_slots_is_passed_over_by_every_process() {
+    a_replica_full_by_its_report_is_passed_over(Flavor::Llamacpp).await;
+}
+
+#[tokio::test]
+async fn a_vllm_replica_busy_by_its_metrics_is_passed_over_by_every_process() {
+    a_replica_full_by_its_report_is_passed_over(Flavor::Vllm).await;
+}
+
+#[tokio::test]
+async fn a_sglang_replica_busy_by_its_metrics_is_passed_over_by_every_process() {
+    a_replica_full_by_its_report_is_passed_over(Flavor::Sglang).await;
+}
+
+/// A reading that still counts other processes' requests that have ended (a conversation's own
+/// last turn, sent by the other process) does not move the conversation: the replica that
+/// looks full by it is read again first, and found free.
+#[tokio::test]
+async fn a_replica_full_only_by_a_stale_reading_is_read_again_before_a_conversation_moves() {
+    let a = sim(SimConfig {
+        gate: true,
+        slots: 2,
+        ..SimConfig::default()
+    })
+    .await;
+    let b = sim(SimConfig::default()).await;
+    let config = TWO_REPLICAS.replace("{flavor}", "llamacpp");
+    let p = proxy(&config, &[("a", a.url()), ("b", b.url())]).await;
+    let c = client();
+    let held = [hold(&c, &a).await, hold(&c, &a).await];
+    until("both of a's slots busy", || a.recorder().running() == 2).await;
+    within(
+        "the load read",
+        switchboard::live::probes::read_loads(&p.state),
+    )
+    .await;
+    a.release();
+    drop(held);
+    until("a's slots free", || a.recorder().running() == 0).await;
+    // The reading (interval 10 s) still says a is full.
+    let body =
+        json!({"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "turn"}]});
+    let r = c
+        .post(p.url("/v1/chat/completions"))
+        .header(SESSION_HEADER, session_first_on_a())
+        .json(&body)
+        .send();
+    assert_eq!(within("the answer", r).await.unwrap().status(), 200);
+    assert_eq!((chats_with(&a, "turn"), chats_with(&b, "turn")), (1, 0));
+}
