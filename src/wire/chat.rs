@@ -4,7 +4,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::{Adapter, Api, EventTransform};
-use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
+use crate::error::ProxyError;
+use crate::flavor::Flavor;
+use crate::reasoning::{self, InputField, OutputField, StreamRewriter, ThinkTags};
 
 /// The chat completions adapter.
 pub struct Chat;
@@ -12,6 +14,47 @@ pub struct Chat;
 impl Adapter for Chat {
     fn name(&self) -> &'static str {
         "chat"
+    }
+
+    fn label(&self) -> &'static str {
+        "chat_completions"
+    }
+
+    fn paths(&self) -> &'static [&'static str] {
+        &["/v1/chat/completions"]
+    }
+
+    /// vLLM's `/tokenize`; SGLang's spelling `/v1/tokenize` is routed as it is.
+    fn count_paths(&self) -> &'static [&'static str] {
+        &["/tokenize", "/v1/tokenize"]
+    }
+
+    fn count_label(&self) -> Option<&'static str> {
+        Some("tokenize")
+    }
+
+    /// vLLM's shape: `{count, max_model_len, method}`.
+    fn count_answer(&self, tokens: u32, window: u32, method: &str) -> serde_json::Value {
+        serde_json::json!({"count": tokens, "max_model_len": window, "method": method})
+    }
+
+    fn config_name(&self) -> Option<&'static str> {
+        Some("chat")
+    }
+
+    fn speaks_chat(&self) -> bool {
+        true
+    }
+
+    fn history_for(&self, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
+        Ok(reasoning::rewrite_request_history(
+            body,
+            InputField::for_flavor(flavor),
+        ))
+    }
+
+    fn rewrites_answers(&self) -> bool {
+        true
     }
 
     fn api(&self) -> Api {

@@ -7,6 +7,9 @@ use super::Adapter;
 /// A pass-through API; `usage_option`: its streams take `stream_options.include_usage`.
 pub struct Passthrough {
     name: &'static str,
+    label: &'static str,
+    paths: &'static [&'static str],
+    operation: &'static str,
     usage_option: bool,
     shaping: Api,
 }
@@ -14,13 +17,29 @@ pub struct Passthrough {
 /// Legacy completions: their streams carry a usage chunk when asked.
 pub const COMPLETIONS: Passthrough = Passthrough {
     name: "completions",
+    label: "completions",
+    paths: &["/v1/completions"],
+    operation: "text_completion",
     usage_option: true,
     shaping: Api::Completions,
 };
 
-/// Every other routed API.
+/// Embeddings: not shaped.
+pub const EMBEDDINGS: Passthrough = Passthrough {
+    name: "passthrough",
+    label: "embeddings",
+    paths: &["/v1/embeddings"],
+    operation: "embeddings",
+    usage_option: false,
+    shaping: Api::Other,
+};
+
+/// Every other routed API (not registered: what no registered path is).
 pub const OTHER: Passthrough = Passthrough {
     name: "passthrough",
+    label: "other",
+    paths: &[],
+    operation: "chat",
     usage_option: false,
     shaping: Api::Other,
 };
@@ -28,6 +47,18 @@ pub const OTHER: Passthrough = Passthrough {
 impl Adapter for Passthrough {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn label(&self) -> &'static str {
+        self.label
+    }
+
+    fn paths(&self) -> &'static [&'static str] {
+        self.paths
+    }
+
+    fn operation(&self) -> &'static str {
+        self.operation
     }
 
     fn takes_stream_usage(&self) -> bool {

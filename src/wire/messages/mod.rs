@@ -10,8 +10,6 @@ pub mod stream;
 pub mod to_chat;
 pub mod usage;
 
-use std::borrow::Cow;
-
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -19,8 +17,9 @@ use serde::Serialize;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Api, Converter};
+use super::{Adapter, Api};
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::chat_form;
 
@@ -100,6 +99,46 @@ impl Adapter for Messages {
         "messages"
     }
 
+    fn label(&self) -> &'static str {
+        "messages"
+    }
+
+    fn paths(&self) -> &'static [&'static str] {
+        &["/v1/messages"]
+    }
+
+    fn count_paths(&self) -> &'static [&'static str] {
+        &["/v1/messages/count_tokens"]
+    }
+
+    fn count_label(&self) -> Option<&'static str> {
+        Some("count_tokens")
+    }
+
+    fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
+        match flavor {
+            Flavor::Llamacpp | Flavor::Vllm | Flavor::Sglang => Some("/v1/messages/count_tokens"),
+            Flavor::Openai => None,
+        }
+    }
+
+    fn config_name(&self) -> Option<&'static str> {
+        Some("messages")
+    }
+
+    /// llama.cpp, vLLM and SGLang serve it; any other OpenAI-style server chat only.
+    fn served_by_default(&self, flavor: Flavor) -> bool {
+        flavor != Flavor::Openai
+    }
+
+    fn anthropic_rate_limits(&self) -> bool {
+        true
+    }
+
+    fn rewrites_answers(&self) -> bool {
+        true
+    }
+
     fn api(&self) -> Api {
         Api::Messages
     }
@@ -112,14 +151,8 @@ impl Adapter for Messages {
         true
     }
 
-    fn to_chat<'a>(
-        &self,
-        body: &'a [u8],
-        converter: Converter,
-    ) -> Result<Cow<'a, [u8]>, ProxyError> {
-        let req = chat_form::object(body)?;
-        let chat = to_chat::to_chat(req, converter)?;
-        Ok(Cow::Owned(chat_form::to_bytes(&chat)?))
+    fn chat_form(&self) -> Option<chat_form::Conversion> {
+        Some(to_chat::to_chat)
     }
 
     fn output_limit(&self) -> &'static [&'static str] {
@@ -169,7 +202,7 @@ impl Adapter for Messages {
     }
 
     fn stream_from_chat(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
-        Some(Box::new(from_chat::FromChat::new(ctx)))
+        Some(Box::new(from_chat::translation(ctx)))
     }
 }
 

@@ -12,12 +12,11 @@ pub mod stream;
 pub mod to_chat;
 pub mod usage;
 
-use std::borrow::Cow;
-
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Api, Converter};
+use super::{Adapter, Api};
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::chat_form;
 
@@ -27,6 +26,49 @@ pub struct Responses;
 impl Adapter for Responses {
     fn name(&self) -> &'static str {
         "responses"
+    }
+
+    fn label(&self) -> &'static str {
+        "responses"
+    }
+
+    fn paths(&self) -> &'static [&'static str] {
+        &["/v1/responses"]
+    }
+
+    fn count_paths(&self) -> &'static [&'static str] {
+        &["/v1/responses/input_tokens"]
+    }
+
+    fn count_label(&self) -> Option<&'static str> {
+        Some("input_tokens")
+    }
+
+    /// OpenAI's shape: `{input_tokens, object: "response.input_tokens"}`.
+    fn count_answer(&self, tokens: u32, _window: u32, _method: &str) -> serde_json::Value {
+        serde_json::json!({"input_tokens": tokens, "object": "response.input_tokens"})
+    }
+
+    fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
+        (flavor == Flavor::Llamacpp).then_some("/v1/responses/input_tokens")
+    }
+
+    fn config_name(&self) -> Option<&'static str> {
+        Some("responses")
+    }
+
+    /// llama.cpp, vLLM and SGLang serve it; any other OpenAI-style server chat only.
+    fn served_by_default(&self, flavor: Flavor) -> bool {
+        flavor != Flavor::Openai
+    }
+
+    /// Reasoning items in the form the runtime reads ([`history`]).
+    fn history_for(&self, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
+        history::reasoning_items(body, flavor)
+    }
+
+    fn rewrites_answers(&self) -> bool {
+        true
     }
 
     fn api(&self) -> Api {
@@ -41,14 +83,8 @@ impl Adapter for Responses {
         true
     }
 
-    fn to_chat<'a>(
-        &self,
-        body: &'a [u8],
-        converter: Converter,
-    ) -> Result<Cow<'a, [u8]>, ProxyError> {
-        let req = chat_form::object(body)?;
-        let chat = to_chat::to_chat(req, converter)?;
-        Ok(Cow::Owned(chat_form::to_bytes(&chat)?))
+    fn chat_form(&self) -> Option<chat_form::Conversion> {
+        Some(to_chat::to_chat)
     }
 
     fn output_limit(&self) -> &'static [&'static str] {
@@ -84,6 +120,6 @@ impl Adapter for Responses {
     }
 
     fn stream_from_chat(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
-        Some(Box::new(from_chat::FromChat::new(ctx)))
+        Some(Box::new(from_chat::translation(ctx)))
     }
 }
