@@ -22,7 +22,7 @@ use crate::error::ProxyError;
 use crate::reasoning::InputField;
 use crate::wire::payload::Payload;
 use crate::wire::request::ParsedRequest;
-use crate::wire::Api;
+use crate::wire::Adapter;
 
 /// Where the chat completions of a translated request go.
 pub const CHAT_PATH: &str = "/v1/chat/completions";
@@ -55,7 +55,7 @@ impl Shaped {
 pub fn shape(req: &Incoming, alias: &Alias) -> Result<Shaped, ProxyError> {
     let adapter = req.adapter;
     let mut body = None;
-    if let Some(b) = crate::wire::shape::shape(&req.body, &alias.shape, adapter.api())? {
+    if let Some(b) = crate::wire::shape::shape(&req.body, &alias.shape, adapter.shaping())? {
         body = Some(b);
     }
     // A first backend the request is translated for reads the client's form: the translation
@@ -82,7 +82,7 @@ pub struct Outgoing {
     pub path: Option<&'static str>,
     /// The client's API when the request was translated to chat completions: the backend's
     /// answer is a chat answer, to be translated back into this API.
-    pub translated: Option<Api>,
+    pub translated: Option<&'static dyn Adapter>,
 }
 
 /// `shaped` (the body [`shape`]d for the alias, perhaps clamped by the guard) as `backend`
@@ -101,7 +101,7 @@ pub fn for_replica(
         return Ok(Outgoing {
             body: Payload::from(chat),
             path: Some(CHAT_PATH),
-            translated: Some(adapter.api()),
+            translated: Some(adapter),
         });
     }
     let usage = adapter.takes_stream_usage();

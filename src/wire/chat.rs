@@ -3,13 +3,38 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::{Adapter, Api, EventTransform};
+use super::shape::{self, Form};
+use super::{Adapter, EventTransform};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{self, InputField, OutputField, StreamRewriter, ThinkTags};
 
 /// The chat completions adapter.
 pub struct Chat;
+
+/// How chat requests are shaped.
+pub const SHAPING: Form = Form {
+    conversation: Some("messages"),
+    limits: &["max_tokens", "max_completion_tokens"],
+    own: &[
+        "max_tokens",
+        "max_completion_tokens",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "n",
+        "seed",
+        "stop",
+        "response_format",
+        "reasoning_effort",
+        "parallel_tool_calls",
+    ],
+    image_part: shape::image_url_part,
+    text_part: "text",
+    typed_items: false,
+};
 
 impl Adapter for Chat {
     fn name(&self) -> &'static str {
@@ -57,8 +82,8 @@ impl Adapter for Chat {
         true
     }
 
-    fn api(&self) -> Api {
-        Api::ChatCompletions
+    fn shaping(&self) -> Option<&'static Form> {
+        Some(&SHAPING)
     }
 
     fn takes_stream_usage(&self) -> bool {

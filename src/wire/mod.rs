@@ -39,7 +39,7 @@ use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 pub use chat_form::Converter;
-pub use shape::Api;
+pub use shape::Form;
 use usage::Usage;
 
 /// Per-stream rewrite of chat `data:` payloads (reasoning normalization).
@@ -134,10 +134,10 @@ pub trait Adapter: Sync {
         false
     }
 
-    /// The API this adapter speaks (for request shaping: where its conversation and output
-    /// limits are).
-    fn api(&self) -> Api {
-        Api::Other
+    /// What request shaping knows of this API (where its conversation and output limits
+    /// are, its fields, its image parts); `None`: its requests are not shaped.
+    fn shaping(&self) -> Option<&'static Form> {
+        None
     }
 
     /// The prompt is counted against the alias's window before it is sent.

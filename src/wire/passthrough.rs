@@ -1,7 +1,7 @@
 //! The APIs relayed as they are (completions, embeddings, anything else under `/v1/`): routed by
 //! `model`, nothing rewritten but the model, OpenAI's error envelope.
 
-use super::shape::Api;
+use super::shape::{self, Form};
 use super::Adapter;
 
 /// A pass-through API; `usage_option`: its streams take `stream_options.include_usage`.
@@ -11,8 +11,30 @@ pub struct Passthrough {
     paths: &'static [&'static str],
     operation: &'static str,
     usage_option: bool,
-    shaping: Api,
+    shaping: Option<&'static Form>,
 }
+
+/// How legacy completions are shaped: no conversation (a `prompt`), their own fields.
+pub const COMPLETIONS_SHAPING: Form = Form {
+    conversation: None,
+    limits: &["max_tokens"],
+    own: &[
+        "max_tokens",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "n",
+        "seed",
+        "stop",
+        "suffix",
+        "echo",
+        "best_of",
+    ],
+    image_part: shape::image_url_part,
+    text_part: "text",
+    typed_items: false,
+};
 
 /// Legacy completions: their streams carry a usage chunk when asked.
 pub const COMPLETIONS: Passthrough = Passthrough {
@@ -21,7 +43,7 @@ pub const COMPLETIONS: Passthrough = Passthrough {
     paths: &["/v1/completions"],
     operation: "text_completion",
     usage_option: true,
-    shaping: Api::Completions,
+    shaping: Some(&COMPLETIONS_SHAPING),
 };
 
 /// Embeddings: not shaped.
@@ -31,7 +53,7 @@ pub const EMBEDDINGS: Passthrough = Passthrough {
     paths: &["/v1/embeddings"],
     operation: "embeddings",
     usage_option: false,
-    shaping: Api::Other,
+    shaping: None,
 };
 
 /// Every other routed API (not registered: what no registered path is).
@@ -41,7 +63,7 @@ pub const OTHER: Passthrough = Passthrough {
     paths: &[],
     operation: "chat",
     usage_option: false,
-    shaping: Api::Other,
+    shaping: None,
 };
 
 impl Adapter for Passthrough {
@@ -65,7 +87,7 @@ impl Adapter for Passthrough {
         self.usage_option
     }
 
-    fn api(&self) -> Api {
+    fn shaping(&self) -> Option<&'static Form> {
         self.shaping
     }
 }

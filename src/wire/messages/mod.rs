@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Api};
+use super::{Adapter, Form};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
@@ -25,6 +25,25 @@ use crate::wire::chat_form;
 
 /// The Messages adapter.
 pub struct Messages;
+
+/// How Messages requests are shaped: Anthropic's image blocks.
+pub const SHAPING: Form = Form {
+    conversation: Some("messages"),
+    limits: &["max_tokens"],
+    own: &["max_tokens", "stop_sequences", "thinking", "system"],
+    image_part,
+    text_part: "text",
+    typed_items: false,
+};
+
+/// An image block: by URL, or its base64 data.
+fn image_part(url: &str, data: Option<(&str, &str)>) -> serde_json::Value {
+    match data {
+        None => serde_json::json!({"type": "image", "source": {"type": "url", "url": url}}),
+        Some((media_type, data)) => serde_json::json!({"type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data}}),
+    }
+}
 
 #[derive(Serialize)]
 struct Envelope<'a> {
@@ -139,8 +158,8 @@ impl Adapter for Messages {
         true
     }
 
-    fn api(&self) -> Api {
-        Api::Messages
+    fn shaping(&self) -> Option<&'static Form> {
+        Some(&SHAPING)
     }
 
     fn guarded(&self) -> bool {

@@ -14,7 +14,7 @@ pub mod usage;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Api};
+use super::{Adapter, Form};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
@@ -22,6 +22,29 @@ use crate::wire::chat_form;
 
 /// The Responses adapter.
 pub struct Responses;
+
+/// How Responses requests are shaped: `input` items (or one string), `input_image` parts.
+pub const SHAPING: Form = Form {
+    conversation: Some("input"),
+    limits: &["max_output_tokens"],
+    own: &[
+        "max_output_tokens",
+        "top_logprobs",
+        "reasoning",
+        "instructions",
+        "text",
+        "truncation",
+        "parallel_tool_calls",
+    ],
+    image_part,
+    text_part: "input_text",
+    typed_items: true,
+};
+
+/// An `input_image` part.
+fn image_part(url: &str, _data: Option<(&str, &str)>) -> serde_json::Value {
+    serde_json::json!({"type": "input_image", "image_url": url, "detail": "auto"})
+}
 
 impl Adapter for Responses {
     fn name(&self) -> &'static str {
@@ -71,8 +94,8 @@ impl Adapter for Responses {
         true
     }
 
-    fn api(&self) -> Api {
-        Api::Responses
+    fn shaping(&self) -> Option<&'static Form> {
+        Some(&SHAPING)
     }
 
     fn guarded(&self) -> bool {
