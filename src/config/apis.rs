@@ -31,7 +31,7 @@ impl Apis {
             return true;
         }
         APIS.iter()
-            .position(|a| a.label() == api.label())
+            .position(|a| a.routes().label == api.routes().label)
             .is_some_and(|i| self.served & (1 << i) != 0)
     }
 }

@@ -20,7 +20,7 @@ pub fn is_routed(method: &Method, path: &str) -> bool {
         && path.starts_with("/v1/")
         && !wire::APIS
             .iter()
-            .any(|a| a.count_paths().first() == Some(&path))
+            .any(|a| a.routes().count_paths().first() == Some(&path))
         && path != "/v1/models"
         && !path.starts_with("/v1/models/")
 }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::shape::{self, Form};
-use super::{Adapter, EventTransform};
+use super::{Adapter, CountRoute, EventTransform, Routes};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{self, InputField, OutputField, StreamRewriter, ThinkTags};
@@ -41,21 +41,16 @@ impl Adapter for Chat {
         "chat"
     }
 
-    fn label(&self) -> &'static str {
-        "chat_completions"
-    }
-
-    fn paths(&self) -> &'static [&'static str] {
-        &["/v1/chat/completions"]
-    }
-
-    /// vLLM's `/tokenize`; SGLang's spelling `/v1/tokenize` is routed as it is.
-    fn count_paths(&self) -> &'static [&'static str] {
-        &["/tokenize", "/v1/tokenize"]
-    }
-
-    fn count_label(&self) -> Option<&'static str> {
-        Some("tokenize")
+    /// Counted at vLLM's `/tokenize`; SGLang's spelling `/v1/tokenize` is routed as it is.
+    fn routes(&self) -> &Routes {
+        &Routes {
+            label: "chat_completions",
+            paths: &["/v1/chat/completions"],
+            count: Some(CountRoute {
+                label: "tokenize",
+                paths: &["/tokenize", "/v1/tokenize"],
+            }),
+        }
     }
 
     /// vLLM's shape: `{count, max_model_len, method}`.

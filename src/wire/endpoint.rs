@@ -40,10 +40,10 @@ impl Endpoint {
             return Endpoint::models;
         }
         for (i, api) in (0u8..).zip(APIS) {
-            if api.paths().contains(&path) {
+            if api.routes().paths.contains(&path) {
                 return Endpoint(2 * i);
             }
-            if api.count_paths().contains(&path) {
+            if api.routes().count_paths().contains(&path) {
                 return Endpoint(2 * i + 1);
             }
         }
@@ -54,7 +54,7 @@ impl Endpoint {
     pub fn of(adapter: &dyn Adapter) -> Endpoint {
         (0u8..)
             .zip(APIS)
-            .find(|(_, a)| a.label() == adapter.label())
+            .find(|(_, a)| a.routes().label == adapter.routes().label)
             .map_or(Endpoint::other, |(i, _)| Endpoint(2 * i))
     }
 
@@ -87,8 +87,8 @@ impl Endpoint {
     pub fn label(self) -> &'static str {
         match (self.0, self.api()) {
             (MODELS, _) => "models",
-            (_, Some((a, false))) => a.label(),
-            (_, Some((a, true))) => a.count_label().unwrap_or("other"),
+            (_, Some((a, false))) => a.routes().label,
+            (_, Some((a, true))) => a.routes().count.as_ref().map_or("other", |c| c.label),
             _ => "other",
         }
     }
@@ -102,7 +102,7 @@ impl Endpoint {
     /// value (not the client's).
     pub fn span_path(self) -> &'static str {
         match self.api() {
-            Some((a, false)) => a.paths().first().copied().unwrap_or("/v1/*"),
+            Some((a, false)) => a.routes().paths.first().copied().unwrap_or("/v1/*"),
             _ => "/v1/*",
         }
     }

@@ -56,29 +56,42 @@ pub trait EventTransform: Send {
     }
 }
 
+/// Where an API is served, and the `endpoint` labels of its requests (unique among the
+/// registered APIs).
+#[derive(Debug)]
+pub struct Routes {
+    /// The label of its requests.
+    pub label: &'static str,
+    /// The paths it is served at, routed by the request's `model`.
+    pub paths: &'static [&'static str],
+    /// Its counting endpoint, if it has one.
+    pub count: Option<CountRoute>,
+}
+
+/// An API's counting endpoint.
+#[derive(Debug)]
+pub struct CountRoute {
+    /// The label of its requests.
+    pub label: &'static str,
+    /// The path served (the first), then other spellings that share its label (routed by
+    /// model as they are, not counted).
+    pub paths: &'static [&'static str],
+}
+
+impl Routes {
+    /// The counting endpoint's paths (none without one).
+    pub fn count_paths(&self) -> &'static [&'static str] {
+        self.count.as_ref().map_or(&[], |c| c.paths)
+    }
+}
+
 /// What differs between the APIs, for one API.
 pub trait Adapter: Sync {
     /// The API's name in logs.
     fn name(&self) -> &'static str;
 
-    /// The `endpoint` label of its requests (unique among the registered APIs).
-    fn label(&self) -> &'static str;
-
-    /// The paths it is served at, routed by the request's `model`.
-    fn paths(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    /// Its counting endpoint: the path served (the first), then other spellings that share
-    /// its label (routed as they are, not counted).
-    fn count_paths(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    /// The `endpoint` label of its counting endpoint.
-    fn count_label(&self) -> Option<&'static str> {
-        None
-    }
+    /// Where it is served: its paths and its counting endpoint, with their labels.
+    fn routes(&self) -> &Routes;
 
     /// The counting endpoint's answer: `tokens` of the prompt, of an alias whose window is
     /// `window`, counted by `method`.
@@ -300,15 +313,18 @@ mod tests {
 
     #[test]
     fn the_registry_names_each_api_once() {
-        let mut labels: Vec<&str> = APIS.iter().map(|a| a.label()).collect();
-        labels.extend(APIS.iter().filter_map(|a| a.count_label()));
+        let mut labels: Vec<&str> = APIS.iter().map(|a| a.routes().label).collect();
+        labels.extend(
+            APIS.iter()
+                .filter_map(|a| a.routes().count.as_ref().map(|c| c.label)),
+        );
         let n = labels.len();
         labels.sort_unstable();
         labels.dedup();
         assert_eq!(labels.len(), n, "an endpoint label twice");
         let mut paths: Vec<&str> = APIS
             .iter()
-            .flat_map(|a| a.paths().iter().chain(a.count_paths()))
+            .flat_map(|a| a.routes().paths.iter().chain(a.routes().count_paths()))
             .copied()
             .collect();
         let n = paths.len();

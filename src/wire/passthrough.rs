@@ -2,13 +2,12 @@
 //! `model`, nothing rewritten but the model, OpenAI's error envelope.
 
 use super::shape::{self, Form};
-use super::Adapter;
+use super::{Adapter, Routes};
 
 /// A pass-through API; `usage_option`: its streams take `stream_options.include_usage`.
 pub struct Passthrough {
     name: &'static str,
-    label: &'static str,
-    paths: &'static [&'static str],
+    routes: Routes,
     operation: &'static str,
     usage_option: bool,
     shaping: Option<&'static Form>,
@@ -39,8 +38,11 @@ pub const COMPLETIONS_SHAPING: Form = Form {
 /// Legacy completions: their streams carry a usage chunk when asked.
 pub const COMPLETIONS: Passthrough = Passthrough {
     name: "completions",
-    label: "completions",
-    paths: &["/v1/completions"],
+    routes: Routes {
+        label: "completions",
+        paths: &["/v1/completions"],
+        count: None,
+    },
     operation: "text_completion",
     usage_option: true,
     shaping: Some(&COMPLETIONS_SHAPING),
@@ -49,8 +51,11 @@ pub const COMPLETIONS: Passthrough = Passthrough {
 /// Embeddings: not shaped.
 pub const EMBEDDINGS: Passthrough = Passthrough {
     name: "passthrough",
-    label: "embeddings",
-    paths: &["/v1/embeddings"],
+    routes: Routes {
+        label: "embeddings",
+        paths: &["/v1/embeddings"],
+        count: None,
+    },
     operation: "embeddings",
     usage_option: false,
     shaping: None,
@@ -59,8 +64,11 @@ pub const EMBEDDINGS: Passthrough = Passthrough {
 /// Every other routed API (not registered: what no registered path is).
 pub const OTHER: Passthrough = Passthrough {
     name: "passthrough",
-    label: "other",
-    paths: &[],
+    routes: Routes {
+        label: "other",
+        paths: &[],
+        count: None,
+    },
     operation: "chat",
     usage_option: false,
     shaping: None,
@@ -71,12 +79,8 @@ impl Adapter for Passthrough {
         self.name
     }
 
-    fn label(&self) -> &'static str {
-        self.label
-    }
-
-    fn paths(&self) -> &'static [&'static str] {
-        self.paths
+    fn routes(&self) -> &Routes {
+        &self.routes
     }
 
     fn operation(&self) -> &'static str {

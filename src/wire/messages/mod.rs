@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Form};
+use super::{Adapter, CountRoute, Form, Routes};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
@@ -118,20 +118,15 @@ impl Adapter for Messages {
         "messages"
     }
 
-    fn label(&self) -> &'static str {
-        "messages"
-    }
-
-    fn paths(&self) -> &'static [&'static str] {
-        &["/v1/messages"]
-    }
-
-    fn count_paths(&self) -> &'static [&'static str] {
-        &["/v1/messages/count_tokens"]
-    }
-
-    fn count_label(&self) -> Option<&'static str> {
-        Some("count_tokens")
+    fn routes(&self) -> &Routes {
+        &Routes {
+            label: "messages",
+            paths: &["/v1/messages"],
+            count: Some(CountRoute {
+                label: "count_tokens",
+                paths: &["/v1/messages/count_tokens"],
+            }),
+        }
     }
 
     fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {

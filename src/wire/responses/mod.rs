@@ -14,7 +14,7 @@ pub mod usage;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Form};
+use super::{Adapter, CountRoute, Form, Routes};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
@@ -51,20 +51,15 @@ impl Adapter for Responses {
         "responses"
     }
 
-    fn label(&self) -> &'static str {
-        "responses"
-    }
-
-    fn paths(&self) -> &'static [&'static str] {
-        &["/v1/responses"]
-    }
-
-    fn count_paths(&self) -> &'static [&'static str] {
-        &["/v1/responses/input_tokens"]
-    }
-
-    fn count_label(&self) -> Option<&'static str> {
-        Some("input_tokens")
+    fn routes(&self) -> &Routes {
+        &Routes {
+            label: "responses",
+            paths: &["/v1/responses"],
+            count: Some(CountRoute {
+                label: "input_tokens",
+                paths: &["/v1/responses/input_tokens"],
+            }),
+        }
     }
 
     /// OpenAI's shape: `{input_tokens, object: "response.input_tokens"}`.
