@@ -114,7 +114,8 @@ fn metrics_per_request(c: &mut Criterion) {
 /// The shaping step on an alias that configures nothing (the byte searches only) and on one
 /// with defaults, a stripped field and an output cap (the members rewritten).
 fn shape_request(c: &mut Criterion) {
-    use switchboard::wire::shape::{shape, Api, Input, ShapeSpec};
+    use switchboard::wire::shape::{shape, Input, ShapeSpec};
+    let chat = Some(&switchboard::wire::chat::SHAPING);
     let mut g = c.benchmark_group("shape");
     let plain = ShapeSpec {
         alias: "frank-zealot".into(),
@@ -134,12 +135,12 @@ fn shape_request(c: &mut Criterion) {
         let b = body(size);
         g.throughput(Throughput::Bytes(b.len() as u64));
         g.bench_with_input(BenchmarkId::new("nothing_to_do", name), &b, |bench, b| {
-            bench.iter(|| shape(b, &plain, Api::ChatCompletions).unwrap())
+            bench.iter(|| shape(b, &plain, chat).unwrap())
         });
         g.bench_with_input(
             BenchmarkId::new("defaults_and_cap", name),
             &b,
-            |bench, b| bench.iter(|| shape(b, &shaped, Api::ChatCompletions).unwrap()),
+            |bench, b| bench.iter(|| shape(b, &shaped, chat).unwrap()),
         );
     }
     g.finish();

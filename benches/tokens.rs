@@ -159,7 +159,7 @@ fn bench_guard(c: &mut Criterion) {
         let spec = GuardSpec::with_counter(Arc::clone(&counter), window, false);
         for (api, endpoint, body) in [
             ("chat", Endpoint::chat_completions, &chat),
-            ("messages", Endpoint::messages, &messages),
+            ("messages", Endpoint::from_path("/v1/messages"), &messages),
         ] {
             let adapter = wire::adapter(endpoint);
             let check = || {

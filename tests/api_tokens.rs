@@ -31,8 +31,8 @@ fn recorded(kind: &str) -> Vec<Value> {
 
 fn endpoint(kind: &str) -> Endpoint {
     match kind {
-        "messages" => Endpoint::messages,
-        _ => Endpoint::responses,
+        "messages" => Endpoint::from_path("/v1/messages"),
+        _ => Endpoint::from_path("/v1/responses"),
     }
 }
 

@@ -133,7 +133,7 @@ async fn real_llama_responses_streams_repaired_and_translated_are_alike() {
             }
         }
         let chat_sse = sse(format!("{}/v1/chat/completions", real()), &chat_body(chat)).await;
-        let translated = parse_sse(&translated(Endpoint::responses, &chat_sse));
+        let translated = parse_sse(&translated(Endpoint::from_path("/v1/responses"), &chat_sse));
         check_responses(&translated).unwrap();
         eprintln!("responses events: {:?}", squeezed(&repaired));
         assert_eq!(squeezed(&translated), squeezed(&repaired), "{extra}");
@@ -153,7 +153,7 @@ async fn real_llama_messages_streams_repaired_and_translated_are_alike() {
         &chat_body(json!({"max_tokens": 6})),
     )
     .await;
-    let translated = parse_sse(&translated(Endpoint::messages, &chat_sse));
+    let translated = parse_sse(&translated(Endpoint::from_path("/v1/messages"), &chat_sse));
     check_messages(&translated).unwrap();
     eprintln!("messages events: {:?}", squeezed(&repaired));
     assert_eq!(squeezed(&translated), squeezed(&repaired));

@@ -451,7 +451,10 @@ async fn estimate_never_rejects_what_fits() {
 async fn counting_endpoints() {
     let client = switchboard::upstream::Client::default();
     let s = spec(counter(Flavor::Llamacpp).clone(), 4096, false);
-    let (v, fallback) = guard::tokenize_response(&s, &client, &body_of("system_user"))
+    let at = |path| switchboard::wire::Endpoint::from_path(path).adapter();
+    let llamacpp = switchboard::wire::Converter::Llamacpp;
+    let chat = body_of("system_user");
+    let (v, fallback) = guard::count_response(&s, &client, at("/tokenize"), &chat, llamacpp)
         .await
         .unwrap();
     assert_eq!(fallback, None);
@@ -465,8 +468,8 @@ async fn counting_endpoints() {
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello! Say hi."}]}]
     });
     let body = serde_json::to_vec(&anthropic).unwrap();
-    let llamacpp = switchboard::wire::Converter::Llamacpp;
-    let (v, _) = guard::count_tokens_response(&s, &client, &body, llamacpp)
+    let messages = at("/v1/messages/count_tokens");
+    let (v, _) = guard::count_response(&s, &client, messages, &body, llamacpp)
         .await
         .unwrap();
     assert_eq!(v, json!({"input_tokens": 23}));

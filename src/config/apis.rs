@@ -1,26 +1,38 @@
-//! Which wire APIs a backend serves itself (config key `apis`); the others reach it translated
-//! to chat completions.
+//! Which wire APIs a backend serves itself (config key `apis`, by the names the registered
+//! APIs give, [`crate::wire::APIS`]); the others reach it translated to chat completions.
 
 use super::error::ConfigError;
 use super::model::Backend;
 use crate::flavor::Flavor;
-use crate::wire::{Api, Converter};
+use crate::wire::{Adapter, Converter, APIS};
 
-/// Which wire APIs a backend serves itself, besides chat completions.
+/// The registered APIs a backend serves itself, by their place in [`APIS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Apis {
-    pub messages: bool,
-    pub responses: bool,
+    served: u32,
 }
 
 impl Apis {
-    /// llama.cpp, vLLM and SGLang serve all three; any other OpenAI-style server chat only.
+    /// What a backend of `flavor` serves when its `apis` list is not given: each API's own
+    /// say ([`Adapter::served_by_default`]).
     pub fn default_for(flavor: Flavor) -> Apis {
-        let all = flavor != Flavor::Openai;
-        Apis {
-            messages: all,
-            responses: all,
+        let mut out = Apis { served: 0 };
+        for (i, api) in APIS.iter().enumerate() {
+            if api.served_by_default(flavor) {
+                out.served |= 1 << i;
+            }
         }
+        out
+    }
+
+    /// Whether the backend serves `api` itself: an API with no name in `apis` always is.
+    pub fn serves(&self, api: &dyn Adapter) -> bool {
+        if api.config_name().is_none() {
+            return true;
+        }
+        APIS.iter()
+            .position(|a| a.routes().label == api.routes().label)
+            .is_some_and(|i| self.served & (1 << i) != 0)
     }
 }
 
@@ -29,24 +41,32 @@ impl Backend {
     /// an API the backend serves itself, converted there by its own converter) — see
     /// [`Backend::counting`] for what is counted then — else the translation to chat
     /// completions.
-    pub fn translation(&self, api: Api) -> Option<Converter> {
-        let native = match api {
-            Api::Messages => self.apis.messages,
-            Api::Responses => self.apis.responses,
-            Api::ChatCompletions | Api::Completions | Api::Other => true,
-        };
-        (!native).then(|| Converter::translate(self.flavor))
+    pub fn translation(&self, api: &dyn Adapter) -> Option<Converter> {
+        (!self.apis.serves(api)).then(|| Converter::translate(self.flavor))
     }
 
     /// The converter whose chat form of an `api` request is what this backend templates.
-    pub fn counting(&self, api: Api) -> Converter {
+    pub fn counting(&self, api: &dyn Adapter) -> Converter {
         self.translation(api)
             .unwrap_or_else(|| Converter::native(self.flavor))
     }
 }
 
-/// `apis = ["chat", "messages", "responses"]` of backend `name`: chat completions must be
-/// among them.
+/// The names of the registered APIs in `apis` lists, quoted: `"chat", "messages" or …`.
+fn names() -> String {
+    let names: Vec<String> = APIS
+        .iter()
+        .filter_map(|a| a.config_name())
+        .map(|n| format!("\"{n}\""))
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
+/// `apis = ["chat", "messages", "responses"]` of backend `name`: the API the others are
+/// translated to (chat completions) must be among them.
 pub fn parse(
     name: &str,
     raw: Option<Vec<String>>,
@@ -57,29 +77,31 @@ pub fn parse(
         return Apis::default_for(flavor);
     };
     let key = format!("backends.{name}.apis");
-    let mut out = Apis {
-        messages: false,
-        responses: false,
-    };
-    let mut chat = false;
+    let mut out = Apis { served: 0 };
     for v in list {
-        match v.as_str() {
-            "chat" => chat = true,
-            "messages" => out.messages = true,
-            "responses" => out.responses = true,
-            _ => errs.push(ConfigError::BadValue {
+        match APIS
+            .iter()
+            .position(|a| a.config_name() == Some(v.as_str()))
+        {
+            Some(i) => out.served |= 1 << i,
+            None => errs.push(ConfigError::BadValue {
                 key: key.clone(),
                 value: v,
-                reason: "is not an API: expected \"chat\", \"messages\" or \"responses\"".into(),
+                reason: format!("is not an API: expected {}", names()),
             }),
         }
     }
-    if !chat {
-        errs.push(ConfigError::BadValue {
-            key,
-            value: "[…]".into(),
-            reason: "must include \"chat\": the other APIs are translated to it".into(),
-        });
+    for chat in APIS.iter().filter(|a| a.speaks_chat()) {
+        if !out.serves(*chat) {
+            errs.push(ConfigError::BadValue {
+                key: key.clone(),
+                value: "[…]".into(),
+                reason: format!(
+                    "must include \"{}\": the other APIs are translated to it",
+                    chat.config_name().unwrap_or_default()
+                ),
+            });
+        }
     }
     out
 }
@@ -88,6 +110,7 @@ pub fn parse(
 mod tests {
     use super::*;
     use crate::config::from_toml;
+    use crate::wire::{adapter, Endpoint};
 
     fn backend(extra: &str) -> Result<Backend, String> {
         let toml =
@@ -99,21 +122,30 @@ mod tests {
 
     #[test]
     fn each_flavour_has_its_apis_and_the_key_narrows_them() {
+        let api = |path| adapter(Endpoint::from_path(path));
+        let (messages, responses) = (api("/v1/messages"), api("/v1/responses"));
+        let (chat, embeddings) = (api("/v1/chat/completions"), api("/v1/embeddings"));
         let native = backend("flavor = \"vllm\"").unwrap();
-        assert_eq!(native.translation(Api::Messages), None);
-        assert_eq!(native.counting(Api::Responses), Converter::Vllm);
+        assert_eq!(native.translation(messages), None);
+        assert_eq!(native.counting(responses), Converter::Vllm);
         let chat_only = backend("flavor = \"openai\"").unwrap();
-        assert!(chat_only.translation(Api::Responses).is_some());
+        assert!(chat_only.translation(responses).is_some());
+        assert_eq!(chat_only.translation(chat), None);
+        assert_eq!(chat_only.translation(embeddings), None);
         let narrowed = backend("flavor = \"llamacpp\"\napis = [\"chat\", \"responses\"]").unwrap();
         assert_eq!(
-            narrowed.translation(Api::Messages),
+            narrowed.translation(messages),
             Some(Converter::translate(Flavor::Llamacpp))
         );
-        assert_eq!(narrowed.translation(Api::Responses), None);
-        assert_eq!(narrowed.translation(Api::ChatCompletions), None);
+        assert_eq!(narrowed.translation(responses), None);
+        assert_eq!(narrowed.translation(chat), None);
         let e = backend("flavor = \"vllm\"\napis = [\"messages\", \"grpc\"]").unwrap_err();
         assert!(e.contains("backends.b.apis"), "{e}");
         assert!(e.contains("\"grpc\""), "{e}");
+        assert!(
+            e.contains("expected \"chat\", \"messages\" or \"responses\""),
+            "{e}"
+        );
         assert!(e.contains("must include \"chat\""), "{e}");
     }
 }

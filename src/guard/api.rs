@@ -1,5 +1,5 @@
-//! The guard of a request in any guarded API: chat bodies as they are; Messages and Responses
-//! bodies by a bound on their own bytes first, then their chat form as the backend converts it.
+//! The guard of a request in any guarded API: chat bodies as they are; the bodies of the other
+//! APIs by a bound on their own bytes first, then their chat form as the backend converts it.
 
 use memchr::memmem;
 
@@ -10,7 +10,7 @@ use crate::error::ProxyError;
 use crate::tokens::bound::{BASE_BYTES, PER_ITEM_BYTES};
 use crate::tokens::preprocess::Media;
 use crate::tokens::Method;
-use crate::wire::{Adapter, Api, Converter};
+use crate::wire::{Adapter, Converter};
 
 /// What the guard counts of one request: its body in its API, and whose conversion makes the
 /// chat form of it (the backend's own, or Switchboard's translation for a chat-only backend).
@@ -35,7 +35,7 @@ pub async fn check_counted(
     client: &dyn crate::tokens::backend::Transport,
     req: Counted<'_>,
 ) -> Result<Checked, ProxyError> {
-    if req.adapter.api() == Api::ChatCompletions {
+    if req.adapter.speaks_chat() {
         return check_chat(spec, client, req.body).await;
     }
     let output = req.adapter.requested_output(req.body)?;

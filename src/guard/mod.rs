@@ -18,7 +18,7 @@ use crate::tokens::{CountError, Counter, Fallback, Method};
 use crate::wire::request::{apply_edits, span_of};
 
 pub use api::{check_counted, check_request, clamp_request, raw_bound, Counted};
-pub use endpoints::{count_tokens_response, input_tokens_response, tokenize_response};
+pub use endpoints::count_response;
 
 /// One alias's guard settings (config keys `context_window`, `count`, `tokenizer`,
 /// `media_tokens`, `clamp_max_tokens`).

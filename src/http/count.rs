@@ -1,7 +1,8 @@
-//! Counting endpoints: `POST /tokenize` (vLLM's shape), `POST /v1/messages/count_tokens`
-//! (Anthropic's) and `POST /v1/responses/input_tokens` (OpenAI's): the exact count for the
-//! alias, or the backend's own answer where the alias counts with the backend and the backend
-//! has the endpoint itself.
+//! Counting endpoints, one per API that has one (its adapter's [`Adapter::routes`]):
+//! `POST /tokenize` (vLLM's shape), `POST /v1/messages/count_tokens` (Anthropic's),
+//! `POST /v1/responses/input_tokens` (OpenAI's): the exact count for the alias, or the
+//! backend's own answer where the alias counts with the backend and the backend has the
+//! endpoint itself.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -12,56 +13,23 @@ use axum::Json;
 use super::intake::{identify, request_id, respond, routed_body};
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::flavor::Flavor;
 use crate::guard::{self, GuardSpec};
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::pipeline::{resolve, Incoming};
 use crate::tokens::Method;
 use crate::upstream::exchange;
-use crate::wire::{self, Api, Endpoint};
+use crate::wire::{Adapter, Endpoint};
 
-/// Which counting answer to give.
-#[derive(Clone, Copy)]
-enum Shape {
-    Vllm,
-    Anthropic,
-    Responses,
-}
-
-impl Shape {
-    fn endpoint(self) -> Endpoint {
-        match self {
-            Shape::Vllm => Endpoint::tokenize,
-            Shape::Anthropic => Endpoint::count_tokens,
-            Shape::Responses => Endpoint::input_tokens,
-        }
-    }
-
-    fn api(self) -> Api {
-        match self {
-            Shape::Vllm => Api::ChatCompletions,
-            Shape::Anthropic => Api::Messages,
-            Shape::Responses => Api::Responses,
-        }
-    }
-
-    /// The backend's own endpoint for this count, where its flavour has one.
-    fn native_path(self, flavor: Flavor) -> Option<&'static str> {
-        match (self, flavor) {
-            (Shape::Anthropic, Flavor::Llamacpp | Flavor::Vllm | Flavor::Sglang) => {
-                Some("/v1/messages/count_tokens")
-            }
-            (Shape::Responses, Flavor::Llamacpp) => Some("/v1/responses/input_tokens"),
-            _ => None,
-        }
-    }
-}
-
-async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -> Response {
+/// `POST` to the counting endpoint of `adapter`'s API: the count in that API's answer.
+pub async fn answer(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+    adapter: &'static dyn Adapter,
+) -> Response {
     let snap = state.live.load_full();
-    let endpoint = shape.endpoint();
-    let adapter = wire::adapter(endpoint);
+    let endpoint = Endpoint::count_of(adapter);
     let mut ex = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     let mut known: Option<crate::clients::Caller> = None;
     let result = async {
@@ -89,18 +57,16 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
         let body = routed
             .view
             .upstream_body(&req.body, &alias.upstream_model, false);
-        let served = alias.backend.translation(shape.api()).is_none();
-        let native = shape.native_path(alias.backend.flavor).filter(|_| served);
+        let served = alias.backend.translation(adapter).is_none();
+        let native = adapter
+            .native_count_path(alias.backend.flavor)
+            .filter(|_| served);
         if let Some(path) = native.filter(|_| spec.counter.kind() == Method::Backend) {
             return forward(&state, &snap, alias, path, req.headers, body).await;
         }
-        let converter = alias.backend.counting(shape.api());
-        let client = &state.client;
-        let (value, fallback) = match shape {
-            Shape::Vllm => guard::tokenize_response(spec, client, &body).await,
-            Shape::Anthropic => guard::count_tokens_response(spec, client, &body, converter).await,
-            Shape::Responses => guard::input_tokens_response(spec, client, &body, converter).await,
-        }?;
+        let converter = alias.backend.counting(adapter);
+        let (value, fallback) =
+            guard::count_response(spec, &state.client, adapter, &body, converter).await?;
         if let Some(reason) = fallback {
             snap.metrics(Some(&alias.name))
                 .count_fallback(reason.into());
@@ -109,7 +75,7 @@ async fn answer(state: AppState, headers: HeaderMap, body: Body, shape: Shape) -
     }
     .await;
     let mut resp = respond(&mut ex, adapter, result);
-    let anthropic = endpoint == Endpoint::count_tokens;
+    let anthropic = adapter.anthropic_rate_limits();
     crate::clients::headers::of_caller(resp.headers_mut(), known.as_ref(), anthropic);
     resp
 }
@@ -169,28 +135,4 @@ async fn forward(
     let value: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| protocol(format!("token counting answered invalid JSON: {e}")))?;
     Ok(Json(value).into_response())
-}
-
-/// `POST /tokenize` `{model, messages, tools?}` → `{count, max_model_len, method}`.
-pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    answer(state, headers, body, Shape::Vllm).await
-}
-
-/// `POST /v1/messages/count_tokens` in Anthropic's shape → `{input_tokens}`.
-pub async fn count_tokens(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    answer(state, headers, body, Shape::Anthropic).await
-}
-
-/// `POST /v1/responses/input_tokens` in the Responses shape →
-/// `{input_tokens, object: "response.input_tokens"}`.
-pub async fn input_tokens(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    answer(state, headers, body, Shape::Responses).await
 }

@@ -11,15 +11,16 @@ use crate::observe::record::Record;
 use crate::pipeline::{self, Incoming};
 use crate::wire::{self, Endpoint};
 
-/// Whether a request is model-routed: a POST under `/v1/` other than the fixed routes
-/// `/v1/messages/count_tokens`, `/v1/responses/input_tokens` and `/v1/models[/…]` (chat,
-/// completions, embeddings, responses, messages, …). A path spelled in a non-canonical way is
-/// routed too, and refused there ([`crate::path`]).
+/// Whether a request is model-routed: a POST under `/v1/` other than the fixed routes — the
+/// APIs' counting endpoints (`/v1/messages/count_tokens`, `/v1/responses/input_tokens`) and
+/// `/v1/models[/…]` — (chat, completions, embeddings, responses, messages, …). A path spelled
+/// in a non-canonical way is routed too, and refused there ([`crate::path`]).
 pub fn is_routed(method: &Method, path: &str) -> bool {
     method == Method::POST
         && path.starts_with("/v1/")
-        && path != "/v1/messages/count_tokens"
-        && path != "/v1/responses/input_tokens"
+        && !wire::APIS
+            .iter()
+            .any(|a| a.routes().count_paths().first() == Some(&path))
         && path != "/v1/models"
         && !path.starts_with("/v1/models/")
 }
@@ -39,7 +40,7 @@ where
     // An API's own path is canonical as it is; only the others are checked.
     let endpoint = Endpoint::from_path(uri.path());
     let canonical = endpoint != Endpoint::other || crate::path::check(uri.path()).is_ok();
-    let adapter = wire::adapter(endpoint);
+    let adapter = endpoint.routed_adapter();
     let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     if let Some(tracer) = &snap.tracer {
         let id = rec.request_id.to_str().unwrap_or_default();
@@ -71,7 +72,7 @@ where
     }
     .await;
     let mut resp = respond(&mut rec, adapter, result);
-    let anthropic = endpoint == Endpoint::messages;
+    let anthropic = adapter.anthropic_rate_limits();
     crate::clients::headers::of_caller(resp.headers_mut(), limited.as_ref(), anthropic);
     resp
 }

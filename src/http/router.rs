@@ -5,16 +5,22 @@ use axum::Router;
 
 use super::{count, handlers, status};
 use crate::live::AppState;
+use crate::wire;
 
-/// The whole HTTP surface of the proxy.
+/// The whole HTTP surface of the proxy: the fixed routes and each registered API's counting
+/// endpoint ([`wire::APIS`]); the APIs' own paths are routed by model.
 pub fn app(state: AppState) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/", get(status::page))
         .route("/v1/models", get(handlers::models))
-        .route("/v1/models/{*id}", get(handlers::model))
-        .route("/v1/messages/count_tokens", post(count::count_tokens))
-        .route("/v1/responses/input_tokens", post(count::input_tokens))
-        .route("/tokenize", post(count::tokenize))
+        .route("/v1/models/{*id}", get(handlers::model));
+    for &api in wire::APIS {
+        if let Some(path) = api.routes().count_paths().first() {
+            let counted = move |state, headers, body| count::answer(state, headers, body, api);
+            router = router.route(path, post(counted));
+        }
+    }
+    router
         .route("/metrics", get(handlers::metrics))
         .route("/health", get(handlers::health))
         // Every other POST under /v1/ is routed by its model (see [`handlers::routed_or_not_found`]).

@@ -764,7 +764,7 @@ impl AliasHandles {
             })
         };
         if status == 200 {
-            self.ok[endpoint as usize][usize::from(stream)]
+            self.ok[endpoint.index()][usize::from(stream)]
                 .get_or_init(series)
                 .inc();
         } else {

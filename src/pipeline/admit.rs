@@ -1,7 +1,7 @@
 //! Guard: the shaped body counted against the alias's window (when its API is guarded), in the
-//! chat form its backend templates, following `context_fallback` while it does not fit; over
-//! the window with nowhere to go is the API's own context-length 400, before any byte reaches
-//! a backend.
+//! chat form its backend templates; one that does not fit goes on to the alias its
+//! `context_fallback` names (shaped anew for it), and over the window with nowhere to go is
+//! the API's own context-length 400, before any byte reaches a backend.
 //!
 //! Here too the two ways a count reaches `observe`, which names no `tokens` type: its method
 //! and fallback as metric label values, and an estimating counter as what the record feeds
@@ -9,9 +9,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
-use super::shape::shape;
+use super::shape::Shaped;
 use super::Incoming;
 use crate::config::Alias;
 use crate::error::ProxyError;
@@ -21,104 +19,119 @@ use crate::observe::metrics::{CountFallback, CountMethod};
 use crate::observe::record::{Learn, Record};
 use crate::tokens::{Counter, Fallback, Method};
 
+/// What the guard made of a request shaped for an alias.
+pub enum Guarded {
+    /// The alias serves it, with this body (in the client's API).
+    Admitted(Admitted),
+    /// It does not fit the alias's window: on to the alias its `context_fallback` names
+    /// (the record follows it already), shaped anew for that one.
+    Over(Arc<Alias>),
+}
+
 /// The alias that serves the request and the body its backend gets (in the client's API).
 pub struct Admitted {
     pub alias: Arc<Alias>,
-    pub body: Bytes,
+    pub body: Shaped,
     /// The prompt's tokens as the guard counted them, where it counted (not where its byte
     /// bound alone let the request pass, nor where the alias has no guard).
     pub prompt: Option<u32>,
 }
 
-/// Shape and guard `req` for `start` (its alias, or a fallback of it) or, when it does not
-/// fit, the aliases its `context_fallback` chain names.
-pub async fn admit(
+/// Guard `body` (the request [`super::shape`]d for `alias`): admitted as it is or with its
+/// output limit clamped, or over the window — on to the `context_fallback` alias, or, with
+/// none, the API's context-length 400.
+pub async fn guard(
     state: &AppState,
     snap: &Snapshot,
     rec: &mut Record,
     req: &Incoming,
-    start: &Arc<Alias>,
-) -> Result<Admitted, ProxyError> {
+    alias: Arc<Alias>,
+    body: Shaped,
+) -> Result<Guarded, ProxyError> {
     let adapter = req.adapter;
-    let mut alias = Arc::clone(start);
-    let admitted = loop {
-        let body = shape(req, &alias)?;
-        let spec = match snap.guard(&alias.name) {
-            Some(spec) if adapter.guarded() => spec,
-            _ => {
-                break Admitted {
+    let spec = match snap.guard(&alias.name) {
+        Some(spec) if adapter.guarded() => spec,
+        _ => {
+            return Ok(Guarded::Admitted(learning(
+                snap,
+                rec,
+                req,
+                Admitted {
                     alias,
                     body,
                     prompt: None,
-                }
-            }
-        };
-        let counted = Counted {
-            adapter,
-            body: &body,
-            converter: alias.backend.counting(adapter.api()),
-        };
-        let checked = guard::check_counted(spec, &state.client, counted).await?;
-        if let Some(reason) = checked.fallback {
-            snap.metrics(Some(&alias.name))
-                .count_fallback(reason.into());
-        }
-        let (verdict, prompt) = (checked.verdict, checked.prompt);
-        if let Some(t) = rec.traced() {
-            let counted = match &verdict {
-                Verdict::Over { prompt, .. } => Some(*prompt),
-                _ => prompt,
-            };
-            t.counted(verdict.method().as_str(), counted, spec.window);
-        }
-        match verdict {
-            Verdict::Pass { .. } => {
-                break Admitted {
-                    alias,
-                    body,
-                    prompt,
-                }
-            }
-            Verdict::Clamp { max_tokens, .. } => {
-                let body = Bytes::from(guard::clamp_request(adapter, &body, max_tokens)?);
-                break Admitted {
-                    alias,
-                    body,
-                    prompt,
-                };
-            }
-            Verdict::Over { method, .. } => {
-                let next = alias
-                    .context_fallback
-                    .as_deref()
-                    .and_then(|f| snap.routes.alias(f))
-                    .cloned();
-                let Some(next) = next else {
-                    snap.metrics(Some(&alias.name)).rejection(method.into());
-                    if let Some(t) = rec.traced() {
-                        t.rejected();
-                    }
-                    return Err(verdict.into_error(spec.window).unwrap_or_else(|| {
-                        ProxyError::InvalidRequest("the request does not fit".into())
-                    }));
-                };
-                rec.route(snap.metrics(Some(&next.name)), &next.backend.name);
-                if let Some(t) = rec.traced() {
-                    t.fallback(&alias.name, &next.name, "context_window");
-                    t.alias(&next.name);
-                }
-                alias = next;
-            }
+                },
+            )))
         }
     };
-    // An estimating counter learns bytes per token from the usage this request reports,
-    // measured on the chat form the backend templates.
+    let counted = Counted {
+        adapter,
+        body: &body.body,
+        converter: alias.backend.counting(adapter),
+    };
+    let checked = guard::check_counted(spec, &state.client, counted).await?;
+    if let Some(reason) = checked.fallback {
+        snap.metrics(Some(&alias.name))
+            .count_fallback(reason.into());
+    }
+    let (verdict, prompt) = (checked.verdict, checked.prompt);
+    if let Some(t) = rec.traced() {
+        let counted = match &verdict {
+            Verdict::Over { prompt, .. } => Some(*prompt),
+            _ => prompt,
+        };
+        t.counted(verdict.method().as_str(), counted, spec.window);
+    }
+    let admitted = match verdict {
+        Verdict::Pass { .. } => Admitted {
+            alias,
+            body,
+            prompt,
+        },
+        Verdict::Clamp { max_tokens, .. } => {
+            let clamped = guard::clamp_request(adapter, &body.body, max_tokens)?;
+            Admitted {
+                alias,
+                body: Shaped::clamped(clamped)?,
+                prompt,
+            }
+        }
+        Verdict::Over { method, .. } => {
+            let next = alias
+                .context_fallback
+                .as_deref()
+                .and_then(|f| snap.routes.alias(f))
+                .cloned();
+            let Some(next) = next else {
+                snap.metrics(Some(&alias.name)).rejection(method.into());
+                if let Some(t) = rec.traced() {
+                    t.rejected();
+                }
+                return Err(verdict.into_error(spec.window).unwrap_or_else(|| {
+                    ProxyError::InvalidRequest("the request does not fit".into())
+                }));
+            };
+            rec.route(snap.metrics(Some(&next.name)), &next.backend.name);
+            if let Some(t) = rec.traced() {
+                t.fallback(&alias.name, &next.name, "context_window");
+                t.alias(&next.name);
+            }
+            return Ok(Guarded::Over(next));
+        }
+    };
+    Ok(Guarded::Admitted(learning(snap, rec, req, admitted)))
+}
+
+/// An estimating counter learns bytes per token from the usage this request reports,
+/// measured on the chat form the backend templates.
+fn learning(snap: &Snapshot, rec: &mut Record, req: &Incoming, admitted: Admitted) -> Admitted {
+    let adapter = req.adapter;
     if let Some(spec) = snap
         .guard(&admitted.alias.name)
         .filter(|s| s.counter.kind() == Method::Estimate)
     {
-        let body = &admitted.body;
-        let converter = admitted.alias.backend.counting(adapter.api());
+        let body = &admitted.body.body;
+        let converter = admitted.alias.backend.counting(adapter);
         let bytes = match adapter.to_chat(body, converter) {
             Ok(chat) => crate::tokens::prompt_bytes(&chat),
             Err(_) => crate::tokens::prompt_bytes(body),
@@ -126,7 +139,7 @@ pub async fn admit(
         let counter: Arc<dyn Learn> = Arc::clone(&spec.counter) as _;
         rec.estimator = Some((counter, bytes));
     }
-    Ok(admitted)
+    admitted
 }
 
 impl From<Method> for CountMethod {

@@ -56,7 +56,7 @@ async fn prompt_tokens(
     body: &[u8],
 ) -> Result<u64, ProxyError> {
     let adapter = req.adapter;
-    let converter = alias.backend.counting(adapter.api());
+    let converter = alias.backend.counting(adapter);
     let chat = adapter
         .to_chat(body, converter)
         .unwrap_or(Cow::Borrowed(body));

@@ -1,10 +1,24 @@
 //! One model-routed request, top to bottom: resolve → shape → guard → choose → send → respond.
 //!
-//! Each step is a function of its own file. What differs between the APIs comes from the
-//! request's adapter ([`crate::wire::Adapter`]), so no step names an API. Choose and send run
-//! in a loop over the alias's replicas and then its fallbacks, while no byte of an answer has
-//! reached the client and no byte of the request may have reached a backend that gave no
-//! answer.
+//! Each step is a function of its own file, entered once per attempt in this order. What
+//! differs between the APIs comes from the request's adapter ([`crate::wire::Adapter`]), so no
+//! step names an API.
+//!
+//! - resolve ([`resolve`]): the body's view (model, stream) read once, the route of its model;
+//! - shape ([`shape::shape`]): the body for the alias, and its view (the resolve's when
+//!   nothing changed);
+//! - guard ([`admit::guard`]): counted against the alias's window, its limit clamped, or on to
+//!   the `context_fallback` alias — shaped and guarded anew, as another attempt — and the
+//!   client's limits charged ([`limit`]);
+//! - choose ([`choose`]): a replica, its slot;
+//! - send ([`send`]), after the one per-replica part of shaping ([`shape::for_replica`]: a
+//!   replica of another flavour or set of APIs may need another body — translated to chat,
+//!   its history in its own form — and the model and usage option are spliced in);
+//! - respond ([`respond`]).
+//!
+//! Choose and send run in a loop over the alias's replicas and then its fallbacks (each
+//! shaped and guarded for itself), while no byte of an answer has reached the client and no
+//! byte of the request may have reached a backend that gave no answer.
 
 mod admit;
 mod choose;
@@ -26,6 +40,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 
+use admit::Guarded;
 use tries::{Last, Tries};
 
 use crate::clients::Caller;
@@ -64,7 +79,19 @@ pub async fn handle(
     // Whether the last failed attempt was translated to chat (its answer may be the client's).
     let mut translated = None;
     while let Some(start) = tries.alias() {
-        let admitted = match admit::admit(state, snap, rec, &req, start).await {
+        let mut alias = Arc::clone(start);
+        let admitted = loop {
+            let guarded = match shape::shape(&req, &alias) {
+                Ok(shaped) => admit::guard(state, snap, rec, &req, alias, shaped).await,
+                Err(e) => Err(e),
+            };
+            match guarded {
+                Ok(Guarded::Admitted(a)) => break Ok(a),
+                Ok(Guarded::Over(next)) => alias = next,
+                Err(e) => break Err(e),
+            }
+        };
+        let admitted = match admitted {
             Ok(a) => a,
             Err(e) if tries.on_fallback() => {
                 tries.not_admitted(e);
@@ -74,7 +101,7 @@ pub async fn handle(
             Err(e) => return Err(e),
         };
         let (alias, body) = (admitted.alias, admitted.body);
-        limit::charge(state, snap, rec, &req, &alias, &body, admitted.prompt).await?;
+        limit::charge(state, snap, rec, &req, &alias, &body.body, admitted.prompt).await?;
         loop {
             let tried = &mut tries.tried;
             let chosen = match choose::choose(state, snap, &alias, tried, tries.key, &place).await {
@@ -82,7 +109,7 @@ pub async fn handle(
                 Err(refusal) => break tries.refused(refusal),
             };
             rec.backend = Some(chosen.backend.name.clone());
-            let out = shape::for_backend(&req, &routed.view, &alias, &chosen.backend, &body)?;
+            let out = shape::for_replica(&req, &routed.view, &alias, &chosen.backend, &body)?;
             traced::attempt(rec, &alias, &chosen, out.translated.is_some(), tries.resent);
             let headers = tries.headers(&mut headers);
             let sent = send::send(

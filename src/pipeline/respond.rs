@@ -22,7 +22,7 @@ use crate::live::Snapshot;
 use crate::observe::metrics::CountMethod;
 use crate::observe::record::Record;
 use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
-use crate::wire::{Adapter, Api, ApiEvents, StreamContext};
+use crate::wire::{Adapter, ApiEvents, StreamContext};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
@@ -37,7 +37,7 @@ pub struct Served<'a> {
     pub tally: Tally,
     /// The client's API when the request was translated to chat completions: the answer is a
     /// chat answer.
-    pub translated: Option<Api>,
+    pub translated: Option<&'static dyn Adapter>,
 }
 
 impl<'a> Served<'a> {
@@ -77,7 +77,7 @@ impl<'a> Served<'a> {
     }
 
     /// The same, for a request that was translated to chat completions for `api`.
-    pub fn translated(mut self, api: Option<Api>) -> Served<'a> {
+    pub fn translated(mut self, api: Option<&'static dyn Adapter>) -> Served<'a> {
         self.translated = api;
         self
     }

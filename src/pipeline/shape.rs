@@ -1,43 +1,78 @@
-//! Shape: the body the alias's backend gets — the alias's defaults, stripped fields, output cap
-//! and accepted inputs (`wire::shape`), reasoning in the history in the form the backend reads,
-//! then per replica its model name spliced in and the usage chunk asked for on streams — and
-//! where it goes: a Messages or Responses request for a backend that serves only chat
-//! completions is translated to a chat request for `/v1/chat/completions` (its answer is
-//! translated back). The body sent shares the client's bytes but for what is spliced in.
+//! Shape, and its per-replica part.
+//!
+//! [`shape`]: the body the alias's backends get, once per alias — the alias's defaults,
+//! stripped fields, output cap and accepted inputs (`wire::shape`) and the reasoning in its
+//! history in the form the alias's first backend reads (the adapter's
+//! [`crate::wire::Adapter::history_for`]) — still in the client's API and with the client's
+//! `model` (the guard counts it and clamps its limits there), with its view: the resolve's
+//! when nothing changed, else read once here.
+//!
+//! [`for_replica`]: what one attempt sends the chosen replica — the shaped body translated to
+//! a chat request for `/v1/chat/completions` for a replica that does not serve the API itself
+//! (its answer is translated back); its history rewritten only for a replica whose runtime
+//! reads reasoning in another form than the first backend's; then the alias's upstream model
+//! and, for streams, the usage option spliced in. The body sent shares the client's bytes but
+//! for what is spliced in.
 
 use bytes::Bytes;
 
 use super::Incoming;
 use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
-use crate::flavor::Flavor;
-use crate::reasoning::{self, InputField};
+use crate::reasoning::InputField;
 use crate::wire::payload::Payload;
 use crate::wire::request::ParsedRequest;
-use crate::wire::{responses, Api};
+use crate::wire::Adapter;
 
 /// Where the chat completions of a translated request go.
 pub const CHAT_PATH: &str = "/v1/chat/completions";
 
-/// The body of `req` shaped for `alias`, still in the client's API and with the client's
-/// `model` (the guard counts it and clamps its limits there; [`for_backend`] splices the
-/// model in last): the client's own bytes when nothing changes. A part of a kind the alias
-/// does not take, or a bad legacy `images` field, is the API's 400.
-pub fn shape(req: &Incoming, alias: &Alias) -> Result<Bytes, ProxyError> {
+/// A body shaped for an alias, and where its model and stream options sit in it.
+pub struct Shaped {
+    pub body: Bytes,
+    view: Option<ParsedRequest>,
+}
+
+impl Shaped {
+    /// The body's view: its own when shaping (or the guard) changed it, else the resolve's.
+    fn view<'a>(&'a self, resolved: &'a ParsedRequest) -> &'a ParsedRequest {
+        self.view.as_ref().unwrap_or(resolved)
+    }
+
+    /// The body with its output limit lowered by the guard: read anew.
+    pub fn clamped(body: Vec<u8>) -> Result<Shaped, ProxyError> {
+        Shaped::changed(Bytes::from(body))
+    }
+
+    fn changed(body: Bytes) -> Result<Shaped, ProxyError> {
+        let view = Some(ParsedRequest::parse(&body)?);
+        Ok(Shaped { body, view })
+    }
+}
+
+/// The body of `req` shaped for `alias`: the client's own bytes when nothing changes. A part
+/// of a kind the alias does not take, or a bad legacy `images` field, is the API's 400.
+pub fn shape(req: &Incoming, alias: &Alias) -> Result<Shaped, ProxyError> {
     let adapter = req.adapter;
-    let api = adapter.api();
-    let translated = alias.backend.translation(api).is_some();
-    let mut body = req.body.clone();
-    if let Some(b) = crate::wire::shape::shape(&body, &alias.shape, api)? {
-        body = Bytes::from(b);
+    let mut body = None;
+    if let Some(b) = crate::wire::shape::shape(&req.body, &alias.shape, adapter.shaping())? {
+        body = Some(b);
     }
-    if translated {
-        return Ok(body);
+    // A first backend the request is translated for reads the client's form: the translation
+    // writes the history itself.
+    if alias.backend.translation(adapter).is_none() {
+        let now = body.as_deref().unwrap_or(&req.body);
+        if let Some(b) = adapter.history_for(now, alias.backend.flavor)? {
+            body = Some(b);
+        }
     }
-    if let Some(b) = history_in(req, &body, alias.backend.flavor)? {
-        body = Bytes::from(b);
+    match body {
+        None => Ok(Shaped {
+            body: req.body.clone(),
+            view: None,
+        }),
+        Some(b) => Shaped::changed(Bytes::from(b)),
     }
-    Ok(body)
 }
 
 /// One attempt's request: the body and path `backend` gets.
@@ -47,82 +82,59 @@ pub struct Outgoing {
     pub path: Option<&'static str>,
     /// The client's API when the request was translated to chat completions: the backend's
     /// answer is a chat answer, to be translated back into this API.
-    pub translated: Option<Api>,
+    pub translated: Option<&'static dyn Adapter>,
 }
 
-/// `shaped` (the body [`shape`]d for the alias's first backend, perhaps clamped by the guard)
-/// as `backend` gets it: translated to chat for a backend that serves only chat completions;
-/// its history rewritten again only for a replica whose runtime reads reasoning in another
-/// form; then the alias's upstream model and, for streams, the usage option spliced in.
-pub fn for_backend(
+/// `shaped` (the body [`shape`]d for the alias, perhaps clamped by the guard) as `backend`
+/// (the replica chosen for this attempt) gets it; `resolved` is the client's body's view.
+pub fn for_replica(
     req: &Incoming,
-    view: &ParsedRequest,
+    resolved: &ParsedRequest,
     alias: &Alias,
     backend: &Backend,
-    shaped: &Bytes,
+    shaped: &Shaped,
 ) -> Result<Outgoing, ProxyError> {
     let adapter = req.adapter;
-    let api = adapter.api();
-    if let Some(converter) = backend.translation(api) {
-        let chat = Bytes::from(adapter.to_chat(shaped, converter)?.into_owned());
+    if let Some(converter) = backend.translation(adapter) {
         // The translation asks for a stream's usage itself.
-        let body =
-            ParsedRequest::parse(&chat)?.upstream_payload(&chat, &alias.upstream_model, false);
+        let chat = adapter.translate(&shaped.body, converter, &alias.upstream_model)?;
         return Ok(Outgoing {
-            body,
+            body: Payload::from(chat),
             path: Some(CHAT_PATH),
-            translated: Some(api),
+            translated: Some(adapter),
         });
     }
-    let body = history_for(req, alias, backend, shaped)?;
-    let reparsed;
-    let view = if body.as_ptr() == req.body.as_ptr() && body.len() == req.body.len() {
-        view
-    } else {
-        // Shaped anew: where its model and stream options sit now.
-        reparsed = ParsedRequest::parse(&body)?;
-        &reparsed
+    let usage = adapter.takes_stream_usage();
+    let body = match again(req, alias, backend) {
+        Some(b) => adapter.history_for(&shaped.body, b.flavor)?,
+        None => None,
+    };
+    let body = match body {
+        // Rewritten for this replica: a body of its own, read for its splice.
+        Some(b) => {
+            let b = Bytes::from(b);
+            ParsedRequest::parse(&b)?.upstream_payload(&b, &alias.upstream_model, usage)
+        }
+        None => shaped
+            .view(resolved)
+            .upstream_payload(&shaped.body, &alias.upstream_model, usage),
     };
     Ok(Outgoing {
-        body: view.upstream_payload(&body, &alias.upstream_model, adapter.takes_stream_usage()),
+        body,
         path: None,
         translated: None,
     })
 }
 
-/// `shaped` with its history in the form `backend` reads (it is in the form of the alias's
-/// first backend, or the client's when that one was translated).
-fn history_for(
-    req: &Incoming,
-    alias: &Alias,
-    backend: &Backend,
-    shaped: &Bytes,
-) -> Result<Bytes, ProxyError> {
+/// `backend` when its runtime reads the history in another form than the shaped body has
+/// (that of the alias's first backend, or the client's when that one was translated).
+fn again<'b>(req: &Incoming, alias: &Alias, backend: &'b Backend) -> Option<&'b Backend> {
     let adapter = req.adapter;
     let (from, to) = (alias.backend.flavor, backend.flavor);
-    let again = if adapter.normalizes_reasoning() {
+    let differs = if adapter.normalizes_reasoning() {
         InputField::for_flavor(to) != InputField::for_flavor(from)
     } else {
-        from != to || alias.backend.translation(adapter.api()).is_some()
+        from != to || alias.backend.translation(adapter).is_some()
     };
-    if !again {
-        return Ok(shaped.clone());
-    }
-    Ok(history_in(req, shaped, to)?.map_or_else(|| shaped.clone(), Bytes::from))
-}
-
-/// `body` with the reasoning in its history in the form a `flavor` runtime reads; `None` when
-/// it is in that form already.
-fn history_in(req: &Incoming, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
-    let adapter = req.adapter;
-    if adapter.normalizes_reasoning() {
-        Ok(reasoning::rewrite_request_history(
-            body,
-            InputField::for_flavor(flavor),
-        ))
-    } else if adapter.api() == Api::Responses {
-        responses::history::reasoning_items(body, flavor)
-    } else {
-        Ok(None)
-    }
+    differs.then_some(backend)
 }

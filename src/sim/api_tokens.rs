@@ -9,18 +9,14 @@ use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use http::StatusCode;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::frame::{dialect, Failure, Kind};
 use super::plan;
 use super::reply;
 use super::state::Shared;
 use crate::flavor::Flavor;
-use crate::wire::chat_form::Converter;
-
-/// A converter of one API's request into chat form.
-pub(super) type ToChat =
-    fn(Map<String, Value>, Converter) -> Result<Map<String, Value>, crate::error::ProxyError>;
+use crate::wire::chat_form::{Conversion as ToChat, Converter};
 
 /// The request in the chat form the flavour makes of it.
 pub(super) fn converted(flavor: Flavor, raw: &[u8], convert: ToChat) -> Result<Value, Failure> {

@@ -3,19 +3,82 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::{Adapter, Api, EventTransform};
-use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
+use super::shape::{self, Form};
+use super::{Adapter, CountRoute, EventTransform, Routes};
+use crate::error::ProxyError;
+use crate::flavor::Flavor;
+use crate::reasoning::{self, InputField, OutputField, StreamRewriter, ThinkTags};
 
 /// The chat completions adapter.
 pub struct Chat;
+
+/// How chat requests are shaped.
+pub const SHAPING: Form = Form {
+    conversation: Some("messages"),
+    limits: &["max_tokens", "max_completion_tokens"],
+    own: &[
+        "max_tokens",
+        "max_completion_tokens",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "n",
+        "seed",
+        "stop",
+        "response_format",
+        "reasoning_effort",
+        "parallel_tool_calls",
+    ],
+    image_part: shape::image_url_part,
+    text_part: "text",
+    typed_items: false,
+};
 
 impl Adapter for Chat {
     fn name(&self) -> &'static str {
         "chat"
     }
 
-    fn api(&self) -> Api {
-        Api::ChatCompletions
+    /// Counted at vLLM's `/tokenize`; SGLang's spelling `/v1/tokenize` is routed as it is.
+    fn routes(&self) -> &Routes {
+        &Routes {
+            label: "chat_completions",
+            paths: &["/v1/chat/completions"],
+            count: Some(CountRoute {
+                label: "tokenize",
+                paths: &["/tokenize", "/v1/tokenize"],
+            }),
+        }
+    }
+
+    /// vLLM's shape: `{count, max_model_len, method}`.
+    fn count_answer(&self, tokens: u32, window: u32, method: &str) -> serde_json::Value {
+        serde_json::json!({"count": tokens, "max_model_len": window, "method": method})
+    }
+
+    fn config_name(&self) -> Option<&'static str> {
+        Some("chat")
+    }
+
+    fn speaks_chat(&self) -> bool {
+        true
+    }
+
+    fn history_for(&self, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
+        Ok(reasoning::rewrite_request_history(
+            body,
+            InputField::for_flavor(flavor),
+        ))
+    }
+
+    fn rewrites_answers(&self) -> bool {
+        true
+    }
+
+    fn shaping(&self) -> Option<&'static Form> {
+        Some(&SHAPING)
     }
 
     fn takes_stream_usage(&self) -> bool {

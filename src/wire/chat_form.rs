@@ -41,6 +41,25 @@ impl Converter {
     }
 }
 
+/// The conversion of one API's request (a JSON object) into the chat request `Converter`
+/// makes of it.
+pub type Conversion = fn(Map<String, Value>, Converter) -> Result<Map<String, Value>, ProxyError>;
+
+/// `body` parsed, converted by `convert` as `converter` does it and written out; with
+/// `model`, that is the chat request's model.
+pub fn convert(
+    body: &[u8],
+    converter: Converter,
+    convert: Conversion,
+    model: Option<&str>,
+) -> Result<Vec<u8>, ProxyError> {
+    let mut chat = convert(object(body)?, converter)?;
+    if let Some(model) = model {
+        chat.insert("model".into(), Value::from(model));
+    }
+    to_bytes(&chat)
+}
+
 /// A request the converter refuses, in the words of the backend that would refuse it.
 pub(crate) fn bad(msg: impl Into<String>) -> ProxyError {
     ProxyError::InvalidRequest(msg.into())

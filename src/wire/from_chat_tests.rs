@@ -440,7 +440,7 @@ proptest! {
         };
 
         let mut seen = Seen::default();
-        let bytes = translate(&mut messages::from_chat::FromChat::new(&ctx()), &events, &mut seen);
+        let bytes = translate(&mut messages::from_chat::translation(&ctx()), &events, &mut seen);
         let out = spec::parse_sse(&bytes);
         let (t, r, tools) = messages_content(&out).map_err(TestCaseError::fail)?;
         prop_assert_eq!(&t, &all_text);
@@ -450,7 +450,7 @@ proptest! {
         prop_assert_eq!(stop, if calls.is_empty() { "end_turn" } else { "tool_use" });
 
         let mut seen = Seen::default();
-        let bytes = translate(&mut responses::from_chat::FromChat::new(&ctx()), &events, &mut seen);
+        let bytes = translate(&mut responses::from_chat::translation(&ctx()), &events, &mut seen);
         let out = spec::parse_sse(&bytes);
         let (t, r, items) = responses_content(&out).map_err(TestCaseError::fail)?;
         prop_assert_eq!(&t, &all_text);
@@ -458,4 +458,37 @@ proptest! {
         by_call(&items, "call_id", "arguments", "call_").map_err(TestCaseError::fail)?;
         prop_assert_eq!(seen.usage.map(|u| u.completion), Some(5));
     }
+}
+
+/// A chat stream that sends `[DONE]` before any chunk has no answer: neither translation
+/// closes a message or response it never opened; both end as a broken stream.
+#[test]
+fn a_stream_with_no_chunk_before_done_ends_broken_in_either_api() {
+    let done = vec!["[DONE]".to_string()];
+    let mut seen = Seen::default();
+    let bytes = translate(
+        &mut messages::from_chat::translation(&ctx()),
+        &done,
+        &mut seen,
+    );
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(!text.contains(r#""type":"message_delta""#), "{text}");
+    assert!(!text.contains(r#""type":"message_stop""#), "{text}");
+    assert!(text.starts_with("event: error\n"), "{text}");
+    assert!(seen.error.as_deref().unwrap_or("").contains("message_stop"));
+
+    let mut seen = Seen::default();
+    let bytes = translate(
+        &mut responses::from_chat::translation(&ctx()),
+        &done,
+        &mut seen,
+    );
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(!text.contains(r#""type":"response.completed""#), "{text}");
+    assert!(text.contains("response.failed"), "{text}");
+    assert!(seen
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("response.completed"));
 }

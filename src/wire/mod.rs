@@ -6,8 +6,11 @@
 //! chat-only backend is sent: [`chat_form`]) and where its output limit is, how an error is
 //! rendered (whole and as a stream event), what a stream's events do (repair, usage, first
 //! tokens, reasoning: [`stream`]), how answers are rewritten, where the usage of an answer is,
-//! and how a chat answer becomes this API's when the backend speaks only chat. Adding an API
-//! is adding an adapter here.
+//! and how a chat answer becomes this API's when the backend speaks only chat; where it is
+//! served (its paths and its counting endpoint, [`endpoint`]), its name in a backend's `apis`
+//! list and which flavours serve it themselves, and how the reasoning of its history is
+//! written for a runtime. Adding an API is a folder here with its adapter, and its line in
+//! [`APIS`].
 
 pub mod chat;
 pub mod chat_form;
@@ -21,6 +24,7 @@ pub mod request;
 pub mod responses;
 pub mod shape;
 pub mod stream;
+pub mod translated;
 pub mod usage;
 
 use std::borrow::Cow;
@@ -32,9 +36,10 @@ pub use endpoint::Endpoint;
 pub use stream::{data_event, Action, ApiEvents, Seen, StreamContext};
 
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 pub use chat_form::Converter;
-pub use shape::Api;
+pub use shape::Form;
 use usage::Usage;
 
 /// Per-stream rewrite of chat `data:` payloads (reasoning normalization).
@@ -51,10 +56,86 @@ pub trait EventTransform: Send {
     }
 }
 
+/// Where an API is served, and the `endpoint` labels of its requests (unique among the
+/// registered APIs).
+#[derive(Debug)]
+pub struct Routes {
+    /// The label of its requests.
+    pub label: &'static str,
+    /// The paths it is served at, routed by the request's `model`.
+    pub paths: &'static [&'static str],
+    /// Its counting endpoint, if it has one.
+    pub count: Option<CountRoute>,
+}
+
+/// An API's counting endpoint.
+#[derive(Debug)]
+pub struct CountRoute {
+    /// The label of its requests.
+    pub label: &'static str,
+    /// The path served (the first), then other spellings that share its label (routed by
+    /// model as they are, not counted).
+    pub paths: &'static [&'static str],
+}
+
+impl Routes {
+    /// The counting endpoint's paths (none without one).
+    pub fn count_paths(&self) -> &'static [&'static str] {
+        self.count.as_ref().map_or(&[], |c| c.paths)
+    }
+}
+
 /// What differs between the APIs, for one API.
 pub trait Adapter: Sync {
     /// The API's name in logs.
     fn name(&self) -> &'static str;
+
+    /// Where it is served: its paths and its counting endpoint, with their labels.
+    fn routes(&self) -> &Routes;
+
+    /// The counting endpoint's answer: `tokens` of the prompt, of an alias whose window is
+    /// `window`, counted by `method`.
+    fn count_answer(&self, tokens: u32, _window: u32, _method: &str) -> serde_json::Value {
+        serde_json::json!({ "input_tokens": tokens })
+    }
+
+    /// The backend's own counting endpoint, where a `flavor` backend serving this API has one.
+    fn native_count_path(&self, _flavor: Flavor) -> Option<&'static str> {
+        None
+    }
+
+    /// `gen_ai.operation.name` of its requests.
+    fn operation(&self) -> &'static str {
+        "chat"
+    }
+
+    /// Its name in a backend's `apis` list: an API a backend may serve itself or be sent
+    /// translated to chat completions. `None`: every backend is sent it as it is.
+    fn config_name(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// A backend of `flavor` serves it itself unless its `apis` list says otherwise.
+    fn served_by_default(&self, _flavor: Flavor) -> bool {
+        true
+    }
+
+    /// Its bodies are chat completions requests already: every backend serves it (it is
+    /// what the others are translated to), and the guard counts the body as it is.
+    fn speaks_chat(&self) -> bool {
+        false
+    }
+
+    /// `body` with the reasoning in its history in the form a `flavor` runtime reads; `None`
+    /// when it is in that form already (or the API carries no reasoning in its history).
+    fn history_for(&self, _body: &[u8], _flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
+        Ok(None)
+    }
+
+    /// Its rate-limit headers are Anthropic's (`anthropic-ratelimit-*`), not OpenAI's.
+    fn anthropic_rate_limits(&self) -> bool {
+        false
+    }
 
     /// Streams take `stream_options.include_usage`: the proxy asks for the usage chunk.
     fn takes_stream_usage(&self) -> bool {
@@ -66,10 +147,10 @@ pub trait Adapter: Sync {
         false
     }
 
-    /// The API this adapter speaks (for request shaping: where its conversation and output
-    /// limits are).
-    fn api(&self) -> Api {
-        Api::Other
+    /// What request shaping knows of this API (where its conversation and output limits
+    /// are, its fields, its image parts); `None`: its requests are not shaped.
+    fn shaping(&self) -> Option<&'static Form> {
+        None
     }
 
     /// The prompt is counted against the alias's window before it is sent.
@@ -84,15 +165,38 @@ pub trait Adapter: Sync {
         false
     }
 
+    /// How this API's body (a JSON object) becomes the chat-completions body a converter
+    /// makes of it; `None`: its bodies are chat form already (or never converted).
+    fn chat_form(&self) -> Option<chat_form::Conversion> {
+        None
+    }
+
     /// The chat-completions body `converter` makes of this API's `body`: what a backend
     /// templates (and so what the counter counts), or what a chat-only backend is sent.
     /// Chat bodies are chat form already.
     fn to_chat<'a>(
         &self,
         body: &'a [u8],
-        _converter: Converter,
+        converter: Converter,
     ) -> Result<Cow<'a, [u8]>, ProxyError> {
-        Ok(Cow::Borrowed(body))
+        match self.chat_form() {
+            None => Ok(Cow::Borrowed(body)),
+            Some(convert) => chat_form::convert(body, converter, convert, None).map(Cow::Owned),
+        }
+    }
+
+    /// The chat request a chat-only backend is sent for `body`: [`Adapter::to_chat`] with the
+    /// backend's `model`.
+    fn translate(
+        &self,
+        body: &[u8],
+        converter: Converter,
+        model: &str,
+    ) -> Result<Vec<u8>, ProxyError> {
+        match self.chat_form() {
+            None => Ok(body.to_vec()),
+            Some(convert) => chat_form::convert(body, converter, convert, Some(model)),
+        }
     }
 
     /// The keys of the output limit, in the order they take effect (the guard clamps them).
@@ -127,10 +231,7 @@ pub trait Adapter: Sync {
     /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`],
     /// [`Adapter::answer_from_chat`]): the APIs whose answers carry reasoning.
     fn rewrites_answers(&self) -> bool {
-        matches!(
-            self.api(),
-            Api::ChatCompletions | Api::Responses | Api::Messages
-        )
+        false
     }
 
     /// The handling of this API's whole stream events, when the API has its own (repair to the
@@ -172,17 +273,24 @@ pub trait Adapter: Sync {
     }
 }
 
+/// The APIs clients speak, one line each: where each is served and everything that differs
+/// is its adapter's ([`Endpoint`] numbers their endpoints by their place here).
+pub const APIS: &[&dyn Adapter] = &[
+    &chat::Chat,
+    &passthrough::COMPLETIONS,
+    &messages::Messages,
+    &responses::Responses,
+    &passthrough::EMBEDDINGS,
+];
+
 /// The adapter of an endpoint.
 pub fn adapter(endpoint: Endpoint) -> &'static dyn Adapter {
-    match endpoint {
-        Endpoint::chat_completions => &chat::Chat,
-        Endpoint::completions => &passthrough::COMPLETIONS,
-        Endpoint::responses | Endpoint::input_tokens => &responses::Responses,
-        Endpoint::messages | Endpoint::count_tokens => &messages::Messages,
-        Endpoint::embeddings | Endpoint::tokenize | Endpoint::models | Endpoint::other => {
-            &passthrough::OTHER
-        }
-    }
+    endpoint.adapter()
+}
+
+/// The registered API whose `apis` name is `name`.
+pub fn by_config_name(name: &str) -> Option<&'static dyn Adapter> {
+    APIS.iter().copied().find(|a| a.config_name() == Some(name))
 }
 
 #[cfg(test)]
@@ -191,14 +299,46 @@ mod tests {
 
     #[test]
     fn each_endpoint_has_the_adapter_of_its_api() {
+        let at = |path| adapter(Endpoint::from_path(path));
         assert_eq!(adapter(Endpoint::chat_completions).name(), "chat");
-        assert_eq!(adapter(Endpoint::responses).name(), "responses");
-        assert_eq!(adapter(Endpoint::messages).name(), "messages");
-        assert_eq!(adapter(Endpoint::count_tokens).name(), "messages");
-        assert_eq!(adapter(Endpoint::completions).name(), "completions");
-        assert_eq!(adapter(Endpoint::embeddings).name(), "passthrough");
+        assert_eq!(at("/v1/responses").name(), "responses");
+        assert_eq!(at("/v1/messages").name(), "messages");
+        assert_eq!(at("/v1/messages/count_tokens").name(), "messages");
+        assert_eq!(at("/v1/completions").name(), "completions");
+        assert_eq!(at("/v1/embeddings").name(), "passthrough");
         assert!(adapter(Endpoint::chat_completions).guarded());
-        assert!(!adapter(Endpoint::embeddings).takes_stream_usage());
-        assert!(adapter(Endpoint::completions).takes_stream_usage());
+        assert!(!at("/v1/embeddings").takes_stream_usage());
+        assert!(at("/v1/completions").takes_stream_usage());
+    }
+
+    #[test]
+    fn the_registry_names_each_api_once() {
+        let mut labels: Vec<&str> = APIS.iter().map(|a| a.routes().label).collect();
+        labels.extend(
+            APIS.iter()
+                .filter_map(|a| a.routes().count.as_ref().map(|c| c.label)),
+        );
+        let n = labels.len();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), n, "an endpoint label twice");
+        let mut paths: Vec<&str> = APIS
+            .iter()
+            .flat_map(|a| a.routes().paths.iter().chain(a.routes().count_paths()))
+            .copied()
+            .collect();
+        let n = paths.len();
+        paths.sort_unstable();
+        paths.dedup();
+        assert_eq!(paths.len(), n, "a path twice");
+        assert_eq!(
+            by_config_name("messages").map(|a| a.name()),
+            Some("messages")
+        );
+        assert!(by_config_name("grpc").is_none());
+        // What the other APIs are translated to is registered and served everywhere.
+        let chat: Vec<_> = APIS.iter().filter(|a| a.speaks_chat()).collect();
+        assert_eq!(chat.len(), 1);
+        assert!(chat[0].config_name().is_some());
     }
 }

@@ -51,21 +51,10 @@ pub const FALLBACK_REASON: &str = "switchboard.fallback.reason";
 
 /// `gen_ai.operation.name` of an endpoint: chat for chat completions, Responses and Messages.
 pub fn operation(endpoint: Endpoint) -> &'static str {
-    match endpoint {
-        Endpoint::completions => "text_completion",
-        Endpoint::embeddings => "embeddings",
-        _ => "chat",
-    }
+    endpoint.operation()
 }
 
 /// The path of an endpoint, as a span tells it (the others as one value, not the client's).
 pub fn path(endpoint: Endpoint) -> &'static str {
-    match endpoint {
-        Endpoint::chat_completions => "/v1/chat/completions",
-        Endpoint::completions => "/v1/completions",
-        Endpoint::embeddings => "/v1/embeddings",
-        Endpoint::responses => "/v1/responses",
-        Endpoint::messages => "/v1/messages",
-        _ => "/v1/*",
-    }
+    endpoint.span_path()
 }

@@ -21,11 +21,10 @@ use super::stream::MessagesStream;
 use crate::error::ProxyError;
 use crate::reasoning::TextSplitter;
 use crate::wire::from_chat::{
-    arguments_of, choice0, chunk_of, feed, id_of, name_of, reasoning_of, text_of, Block, Ids, Op,
-    Order,
+    arguments_of, choice0, id_of, name_of, reasoning_of, text_of, Block, Ids, Op, Order,
 };
-use crate::wire::stream::{data_payload, Action, ApiEvents, Seen, StreamContext};
-use crate::wire::usage::{self, Usage};
+use crate::wire::stream::{ApiEvents, Seen, StreamContext};
+use crate::wire::translated::{self, Translated};
 
 /// Anthropic's stop reason for a chat finish reason.
 pub fn stop_reason(finish: Option<&str>) -> &'static str {
@@ -114,172 +113,94 @@ fn tool_use(call: &Value, id: &str) -> Value {
 }
 
 /// A chat stream translated into a Messages stream, event by event.
-pub struct FromChat {
+pub type FromChat = Translated<Writer>;
+
+/// The Messages events of a translated chat stream.
+pub struct Writer {
     inner: MessagesStream,
     model: String,
-    started: bool,
-    finished: bool,
-    order: Order,
     /// The backend index of the block open now (the repair renumbers them).
     block: u64,
     /// The delta type of the block open now.
     delta_type: &'static str,
-    finish: Option<String>,
-    usage: Option<Value>,
-    reported: Option<Usage>,
 }
 
-impl FromChat {
-    pub fn new(ctx: &StreamContext) -> Self {
-        FromChat {
-            inner: MessagesStream::new(ctx.tags.clone()),
-            model: ctx.model.clone(),
-            started: false,
-            finished: false,
-            order: Order::new(Ids::new("toolu_")),
-            block: 0,
-            delta_type: "text_delta",
-            finish: None,
-            usage: None,
-            reported: None,
-        }
-    }
+/// The translation of a chat stream for `ctx`.
+pub fn translation(ctx: &StreamContext) -> FromChat {
+    let writer = Writer {
+        inner: MessagesStream::new(ctx.tags.clone()),
+        model: ctx.model.clone(),
+        block: 0,
+        delta_type: "text_delta",
+    };
+    Translated::new(writer, Order::new(Ids::new("toolu_")))
+}
 
+impl translated::Writer for Writer {
     fn put(&mut self, v: Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
         self.inner.handle(v, now, seen, out);
     }
 
-    /// The blocks [`Order`] wrote, as Messages events.
-    fn write(&mut self, ops: Vec<Op>, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        for op in ops {
-            let ev = match op {
-                Op::Open(block) => {
-                    self.block += 1;
-                    let start = match block {
-                        Block::Thinking => {
-                            self.delta_type = "thinking_delta";
-                            json!({"type": "thinking", "thinking": "", "signature": ""})
-                        }
-                        Block::Text => {
-                            self.delta_type = "text_delta";
-                            json!({"type": "text", "text": ""})
-                        }
-                        Block::Tool { id, name } => {
-                            self.delta_type = "input_json_delta";
-                            json!({"type": "tool_use", "id": id, "name": name, "input": {}})
-                        }
-                    };
-                    json!({"type": "content_block_start", "index": self.block,
-                        "content_block": start})
-                }
-                Op::Delta(d) => {
-                    let delta = match self.delta_type {
-                        "thinking_delta" => json!({"type": self.delta_type, "thinking": d}),
-                        "input_json_delta" => json!({"type": self.delta_type, "partial_json": d}),
-                        _ => json!({"type": self.delta_type, "text": d}),
-                    };
-                    json!({"type": "content_block_delta", "index": self.block, "delta": delta})
-                }
-                Op::Close => json!({"type": "content_block_stop", "index": self.block}),
-            };
-            self.put(ev, now, seen, out);
-        }
+    fn start(&mut self, v: &Value) -> Vec<Value> {
+        let model = v
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(&self.model);
+        vec![json!({"type": "message_start", "message": {
+            "id": message_id(v), "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}})]
     }
 
-    /// One chat event's JSON.
-    fn on_chunk(&mut self, v: Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        if v.get("error").is_some() {
-            self.finished = true;
-            return self.put(v, now, seen, out);
-        }
-        if !self.started {
-            self.started = true;
-            let model = v
-                .get("model")
-                .and_then(Value::as_str)
-                .unwrap_or(&self.model);
-            let start = json!({"type": "message_start", "message": {
-                "id": message_id(&v), "type": "message", "role": "assistant", "model": model,
-                "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}});
-            self.put(start, now, seen, out);
-        }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(u.clone());
-        }
-        // Choice 0 only: a backend's other choices (n > 1) are not the client's answer.
-        let Some(choice) = choice0(&v) else {
-            return;
-        };
-        if let Some(d) = choice.get("delta") {
-            let mut ops = Vec::new();
-            feed(&mut self.order, d, &mut ops);
-            self.write(ops, now, seen, out);
-        }
-        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish = Some(f.to_owned());
-        }
-    }
-
-    /// The end of the answer: the blocks held written, stop reason and usage, `message_stop`.
-    fn finish(&mut self, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        let mut ops = Vec::new();
-        self.order.finish(&mut ops);
-        self.write(ops, now, seen, out);
-        self.finished = true;
-        let delta = json!({"type": "message_delta",
-            "delta": {"stop_reason": stop_reason(self.finish.as_deref()), "stop_sequence": null},
-            "usage": usage_json(self.usage.as_ref())});
-        self.put(delta, now, seen, out);
-        self.put(json!({"type": "message_stop"}), now, seen, out);
-        // The chat usage has the backend's own speeds, which Anthropic's usage has no room for.
-        if let Some(u) = self.reported {
-            seen.usage = Some(u);
-        }
-    }
-}
-
-impl ApiEvents for FromChat {
-    fn event(&mut self, ev: &[u8], now: Instant, seen: &mut Seen) -> Action {
-        let Some(data) = data_payload(ev) else {
-            return Action::Drop;
-        };
-        if self.finished {
-            return Action::Drop;
-        }
-        let mut out = Vec::new();
-        if data == b"[DONE]" {
-            self.finish(now, seen, &mut out);
-            return Action::Replace(out);
-        }
-        let v = match chunk_of(data) {
-            Ok(v) => v,
-            Err(e) => {
-                seen.error = Some(e.to_string());
-                return Action::Replace(self.broken(&e, seen));
+    /// A block [`Order`] wrote, as a Messages event.
+    fn op(&mut self, op: Op) -> Value {
+        match op {
+            Op::Open(block) => {
+                self.block += 1;
+                let start = match block {
+                    Block::Thinking => {
+                        self.delta_type = "thinking_delta";
+                        json!({"type": "thinking", "thinking": "", "signature": ""})
+                    }
+                    Block::Text => {
+                        self.delta_type = "text_delta";
+                        json!({"type": "text", "text": ""})
+                    }
+                    Block::Tool { id, name } => {
+                        self.delta_type = "input_json_delta";
+                        json!({"type": "tool_use", "id": id, "name": name, "input": {}})
+                    }
+                };
+                json!({"type": "content_block_start", "index": self.block,
+                    "content_block": start})
             }
-        };
-        if let Some((u, _)) = usage::of_event(data) {
-            self.reported = Some(u);
+            Op::Delta(d) => {
+                let delta = match self.delta_type {
+                    "thinking_delta" => json!({"type": self.delta_type, "thinking": d}),
+                    "input_json_delta" => json!({"type": self.delta_type, "partial_json": d}),
+                    _ => json!({"type": self.delta_type, "text": d}),
+                };
+                json!({"type": "content_block_delta", "index": self.block, "delta": delta})
+            }
+            Op::Close => json!({"type": "content_block_stop", "index": self.block}),
         }
-        self.on_chunk(v, now, seen, &mut out);
-        Action::Replace(out)
+    }
+
+    /// Stop reason and usage, `message_stop`.
+    fn close(&mut self, finish: Option<&str>, usage: Option<&Value>) -> Vec<Value> {
+        vec![
+            json!({"type": "message_delta",
+                "delta": {"stop_reason": stop_reason(finish), "stop_sequence": null},
+                "usage": usage_json(usage)}),
+            json!({"type": "message_stop"}),
+        ]
     }
 
     fn end(&mut self, seen: &mut Seen) -> Option<Vec<u8>> {
-        if self.finished {
-            return None;
-        }
-        let mut out = Vec::new();
-        if self.started && self.finish.is_some() {
-            self.finish(Instant::now(), seen, &mut out);
-            return Some(out);
-        }
         self.inner.end(seen)
     }
 
     fn broken(&mut self, e: &ProxyError, seen: &mut Seen) -> Vec<u8> {
-        self.finished = true;
         self.inner.broken(e, seen)
     }
 }

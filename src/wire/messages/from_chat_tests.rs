@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::*;
 use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::messages::stream::tests::{assert_blocks_in_order, parse};
+use crate::wire::stream::Action;
 
 /// A real llama-server's chat stream: reasoning, then text (`deepseek_09`).
 const THINK: &str = include_str!("../../../tests/fixtures/chat_stream_think_llamacpp.txt");
@@ -39,7 +40,7 @@ pub(crate) fn translate(t: &mut dyn ApiEvents, sse: &str, seen: &mut Seen) -> Ve
 #[test]
 fn a_reasoning_chat_stream_becomes_thinking_then_text() {
     let mut seen = Seen::default();
-    let out = parse(&translate(&mut FromChat::new(&ctx(None)), THINK, &mut seen));
+    let out = parse(&translate(&mut translation(&ctx(None)), THINK, &mut seen));
     assert_blocks_in_order(&out);
     let kinds: Vec<_> = out
         .iter()
@@ -73,7 +74,7 @@ fn a_reasoning_chat_stream_becomes_thinking_then_text() {
 #[test]
 fn a_tool_call_stream_becomes_a_tool_use_block() {
     let mut seen = Seen::default();
-    let out = parse(&translate(&mut FromChat::new(&ctx(None)), TOOL, &mut seen));
+    let out = parse(&translate(&mut translation(&ctx(None)), TOOL, &mut seen));
     assert_blocks_in_order(&out);
     let start = out
         .iter()
@@ -106,7 +107,7 @@ fn inline_think_tags_of_a_chat_backend_become_thinking() {
     sse.push_str("data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
     let mut seen = Seen::default();
     let out = parse(&translate(
-        &mut FromChat::new(&ctx(Some(tags))),
+        &mut translation(&ctx(Some(tags))),
         &sse,
         &mut seen,
     ));
@@ -126,7 +127,7 @@ fn inline_think_tags_of_a_chat_backend_become_thinking() {
 fn a_chat_error_in_the_stream_is_anthropics_error_event() {
     let sse = "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"error\":{\"code\":503,\"message\":\"busy\",\"type\":\"unavailable_error\"}}\n\ndata: [DONE]\n\n";
     let mut seen = Seen::default();
-    let out = parse(&translate(&mut FromChat::new(&ctx(None)), sse, &mut seen));
+    let out = parse(&translate(&mut translation(&ctx(None)), sse, &mut seen));
     let last = &out.last().unwrap().1;
     assert_eq!(
         last,
@@ -219,7 +220,7 @@ fn tool_blocks(out: &[(String, Value)]) -> Vec<(String, String, String)> {
 
 fn run_sse(sse: &str) -> (Vec<(String, Value)>, Seen) {
     let mut seen = Seen::default();
-    let out = parse(&translate(&mut FromChat::new(&ctx(None)), sse, &mut seen));
+    let out = parse(&translate(&mut translation(&ctx(None)), sse, &mut seen));
     (out, seen)
 }
 
@@ -312,7 +313,7 @@ fn tool_calls_without_an_id_get_distinct_ids_stable_in_the_answer() {
 
 /// Feeds raw events (bytes, each a whole event) through a fresh translation.
 fn run_raw(events: &[&[u8]]) -> (Vec<(String, Value)>, Seen) {
-    let mut t = FromChat::new(&ctx(None));
+    let mut t = translation(&ctx(None));
     let mut seen = Seen::default();
     let mut out = Vec::new();
     for ev in events {

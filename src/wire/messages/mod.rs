@@ -10,8 +10,6 @@ pub mod stream;
 pub mod to_chat;
 pub mod usage;
 
-use std::borrow::Cow;
-
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -19,13 +17,33 @@ use serde::Serialize;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Api, Converter};
+use super::{Adapter, CountRoute, Form, Routes};
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::chat_form;
 
 /// The Messages adapter.
 pub struct Messages;
+
+/// How Messages requests are shaped: Anthropic's image blocks.
+pub const SHAPING: Form = Form {
+    conversation: Some("messages"),
+    limits: &["max_tokens"],
+    own: &["max_tokens", "stop_sequences", "thinking", "system"],
+    image_part,
+    text_part: "text",
+    typed_items: false,
+};
+
+/// An image block: by URL, or its base64 data.
+fn image_part(url: &str, data: Option<(&str, &str)>) -> serde_json::Value {
+    match data {
+        None => serde_json::json!({"type": "image", "source": {"type": "url", "url": url}}),
+        Some((media_type, data)) => serde_json::json!({"type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data}}),
+    }
+}
 
 #[derive(Serialize)]
 struct Envelope<'a> {
@@ -100,8 +118,43 @@ impl Adapter for Messages {
         "messages"
     }
 
-    fn api(&self) -> Api {
-        Api::Messages
+    fn routes(&self) -> &Routes {
+        &Routes {
+            label: "messages",
+            paths: &["/v1/messages"],
+            count: Some(CountRoute {
+                label: "count_tokens",
+                paths: &["/v1/messages/count_tokens"],
+            }),
+        }
+    }
+
+    fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
+        match flavor {
+            Flavor::Llamacpp | Flavor::Vllm | Flavor::Sglang => Some("/v1/messages/count_tokens"),
+            Flavor::Openai => None,
+        }
+    }
+
+    fn config_name(&self) -> Option<&'static str> {
+        Some("messages")
+    }
+
+    /// llama.cpp, vLLM and SGLang serve it; any other OpenAI-style server chat only.
+    fn served_by_default(&self, flavor: Flavor) -> bool {
+        flavor != Flavor::Openai
+    }
+
+    fn anthropic_rate_limits(&self) -> bool {
+        true
+    }
+
+    fn rewrites_answers(&self) -> bool {
+        true
+    }
+
+    fn shaping(&self) -> Option<&'static Form> {
+        Some(&SHAPING)
     }
 
     fn guarded(&self) -> bool {
@@ -112,14 +165,8 @@ impl Adapter for Messages {
         true
     }
 
-    fn to_chat<'a>(
-        &self,
-        body: &'a [u8],
-        converter: Converter,
-    ) -> Result<Cow<'a, [u8]>, ProxyError> {
-        let req = chat_form::object(body)?;
-        let chat = to_chat::to_chat(req, converter)?;
-        Ok(Cow::Owned(chat_form::to_bytes(&chat)?))
+    fn chat_form(&self) -> Option<chat_form::Conversion> {
+        Some(to_chat::to_chat)
     }
 
     fn output_limit(&self) -> &'static [&'static str] {
@@ -169,7 +216,7 @@ impl Adapter for Messages {
     }
 
     fn stream_from_chat(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
-        Some(Box::new(from_chat::FromChat::new(ctx)))
+        Some(Box::new(from_chat::translation(ctx)))
     }
 }
 

@@ -25,11 +25,10 @@ use super::stream::{complete_response, unix_now, ResponsesStream};
 use crate::error::ProxyError;
 use crate::reasoning::TextSplitter;
 use crate::wire::from_chat::{
-    arguments_of, choice0, chunk_of, feed, id_of, name_of, reasoning_of, text_of, Block, Ids, Op,
-    Order,
+    arguments_of, choice0, id_of, name_of, reasoning_of, text_of, Block, Ids, Op, Order,
 };
-use crate::wire::stream::{data_payload, Action, ApiEvents, Seen, StreamContext};
-use crate::wire::usage::{self, Usage};
+use crate::wire::stream::{ApiEvents, Seen, StreamContext};
+use crate::wire::translated::{self, Translated};
 
 /// The id tail shared by the response and its items.
 fn tail(chat: &Value) -> String {
@@ -124,44 +123,33 @@ pub fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
 }
 
 /// A chat stream translated into a Responses stream, event by event.
-pub struct FromChat {
+pub type FromChat = Translated<Writer>;
+
+/// The Responses events of a translated chat stream.
+pub struct Writer {
     inner: ResponsesStream,
     model: String,
     tail: String,
-    started: bool,
-    finished: bool,
-    order: Order,
     /// The backend id of the item open now and the kind of its deltas.
     item: String,
     delta_type: &'static str,
     items: u32,
-    finish: Option<String>,
-    usage: Option<Value>,
-    reported: Option<Usage>,
 }
 
-impl FromChat {
-    pub fn new(ctx: &StreamContext) -> Self {
-        FromChat {
-            inner: ResponsesStream::new(ctx.tags.clone(), &ctx.model),
-            model: ctx.model.clone(),
-            tail: String::new(),
-            started: false,
-            finished: false,
-            order: Order::new(Ids::new("call_")),
-            item: String::new(),
-            delta_type: "response.output_text.delta",
-            items: 0,
-            finish: None,
-            usage: None,
-            reported: None,
-        }
-    }
+/// The translation of a chat stream for `ctx`.
+pub fn translation(ctx: &StreamContext) -> FromChat {
+    let writer = Writer {
+        inner: ResponsesStream::new(ctx.tags.clone(), &ctx.model),
+        model: ctx.model.clone(),
+        tail: String::new(),
+        item: String::new(),
+        delta_type: "response.output_text.delta",
+        items: 0,
+    };
+    Translated::new(writer, Order::new(Ids::new("call_")))
+}
 
-    fn put(&mut self, v: Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        self.inner.handle(v, now, seen, out);
-    }
-
+impl Writer {
     /// The id of a reasoning or message item: the response's tail, numbered after the first.
     fn item_id(&self, prefix: &str) -> String {
         let n = if self.items > 1 {
@@ -171,146 +159,66 @@ impl FromChat {
         };
         format!("{prefix}_{}{n}", self.tail)
     }
-
-    /// The items [`Order`] wrote, as Responses events.
-    fn write(&mut self, ops: Vec<Op>, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        for op in ops {
-            let ev = match op {
-                Op::Open(block) => {
-                    self.items += 1;
-                    let item = match block {
-                        Block::Thinking => {
-                            self.delta_type = "response.reasoning_text.delta";
-                            json!({"type": "reasoning", "id": self.item_id("rs")})
-                        }
-                        Block::Text => {
-                            self.delta_type = "response.output_text.delta";
-                            json!({"type": "message", "role": "assistant",
-                                "id": self.item_id("msg")})
-                        }
-                        Block::Tool { id, name } => {
-                            self.delta_type = "response.function_call_arguments.delta";
-                            function_call(&id, &name, "", "in_progress")
-                        }
-                    };
-                    self.item = item["id"].as_str().unwrap_or("").to_owned();
-                    json!({"type": "response.output_item.added", "item": item})
-                }
-                Op::Delta(d) => json!({"type": self.delta_type, "item_id": self.item, "delta": d}),
-                Op::Close => {
-                    json!({"type": "response.output_item.done", "item": {"id": self.item}})
-                }
-            };
-            self.put(ev, now, seen, out);
-        }
-    }
-
-    /// One chat event's JSON.
-    fn on_chunk(&mut self, v: Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        if v.get("error").is_some() {
-            self.finished = true;
-            return self.put(v, now, seen, out);
-        }
-        if !self.started {
-            self.started = true;
-            self.tail = tail(&v);
-            let model = v["model"].as_str().unwrap_or(&self.model).to_owned();
-            let r = json!({"id": format!("resp_{}", self.tail), "created_at": v["created"], "model": model});
-            self.put(
-                json!({"type": "response.created", "response": r}),
-                now,
-                seen,
-                out,
-            );
-            self.put(
-                json!({"type": "response.in_progress", "response": r}),
-                now,
-                seen,
-                out,
-            );
-        }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(u.clone());
-        }
-        // Choice 0 only: a backend's other choices (n > 1) are not the client's answer.
-        let Some(choice) = choice0(&v) else {
-            return;
-        };
-        if let Some(d) = choice.get("delta") {
-            let mut ops = Vec::new();
-            feed(&mut self.order, d, &mut ops);
-            self.write(ops, now, seen, out);
-        }
-        if let Some(f) = choice["finish_reason"].as_str() {
-            self.finish = Some(f.to_owned());
-        }
-    }
-
-    /// The end of the answer: the items held written, `response.completed` with the usage.
-    fn finish(&mut self, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
-        let mut ops = Vec::new();
-        self.order.finish(&mut ops);
-        self.write(ops, now, seen, out);
-        self.finished = true;
-        let r = json!({"status": "completed", "completed_at": unix_now(),
-            "incomplete_details": incomplete(self.finish.as_deref()),
-            "usage": usage_json(self.usage.as_ref())});
-        self.put(
-            json!({"type": "response.completed", "response": r}),
-            now,
-            seen,
-            out,
-        );
-        if let Some(u) = self.reported {
-            seen.usage = Some(u);
-        }
-    }
 }
 
-impl ApiEvents for FromChat {
-    fn event(&mut self, ev: &[u8], now: Instant, seen: &mut Seen) -> Action {
-        let Some(data) = data_payload(ev) else {
-            return Action::Drop;
-        };
-        if self.finished {
-            return Action::Drop;
-        }
-        let mut out = Vec::new();
-        if data == b"[DONE]" {
-            if self.started {
-                self.finish(now, seen, &mut out);
+impl translated::Writer for Writer {
+    fn put(&mut self, v: Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>) {
+        self.inner.handle(v, now, seen, out);
+    }
+
+    fn start(&mut self, v: &Value) -> Vec<Value> {
+        self.tail = tail(v);
+        let model = v["model"].as_str().unwrap_or(&self.model).to_owned();
+        let r = json!({"id": format!("resp_{}", self.tail), "created_at": v["created"], "model": model});
+        vec![
+            json!({"type": "response.created", "response": r}),
+            json!({"type": "response.in_progress", "response": r}),
+        ]
+    }
+
+    /// An item [`Order`] wrote, as a Responses event.
+    fn op(&mut self, op: Op) -> Value {
+        match op {
+            Op::Open(block) => {
+                self.items += 1;
+                let item = match block {
+                    Block::Thinking => {
+                        self.delta_type = "response.reasoning_text.delta";
+                        json!({"type": "reasoning", "id": self.item_id("rs")})
+                    }
+                    Block::Text => {
+                        self.delta_type = "response.output_text.delta";
+                        json!({"type": "message", "role": "assistant",
+                            "id": self.item_id("msg")})
+                    }
+                    Block::Tool { id, name } => {
+                        self.delta_type = "response.function_call_arguments.delta";
+                        function_call(&id, &name, "", "in_progress")
+                    }
+                };
+                self.item = item["id"].as_str().unwrap_or("").to_owned();
+                json!({"type": "response.output_item.added", "item": item})
             }
-            return Action::Replace(out);
-        }
-        let v = match chunk_of(data) {
-            Ok(v) => v,
-            Err(e) => {
-                seen.error = Some(e.to_string());
-                return Action::Replace(self.broken(&e, seen));
+            Op::Delta(d) => json!({"type": self.delta_type, "item_id": self.item, "delta": d}),
+            Op::Close => {
+                json!({"type": "response.output_item.done", "item": {"id": self.item}})
             }
-        };
-        if let Some((u, _)) = usage::of_event(data) {
-            self.reported = Some(u);
         }
-        self.on_chunk(v, now, seen, &mut out);
-        Action::Replace(out)
+    }
+
+    /// `response.completed` with the usage.
+    fn close(&mut self, finish: Option<&str>, usage: Option<&Value>) -> Vec<Value> {
+        let r = json!({"status": "completed", "completed_at": unix_now(),
+            "incomplete_details": incomplete(finish),
+            "usage": usage_json(usage)});
+        vec![json!({"type": "response.completed", "response": r})]
     }
 
     fn end(&mut self, seen: &mut Seen) -> Option<Vec<u8>> {
-        if self.finished {
-            return None;
-        }
-        if self.started && self.finish.is_some() {
-            let mut out = Vec::new();
-            self.finish(Instant::now(), seen, &mut out);
-            return Some(out);
-        }
-        self.finished = true;
         self.inner.end(seen)
     }
 
     fn broken(&mut self, e: &ProxyError, seen: &mut Seen) -> Vec<u8> {
-        self.finished = true;
         self.inner.broken(e, seen)
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::*;
 use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::responses::stream::tests::{events_of, run, spec, REASONING_THEN_TEXT};
+use crate::wire::stream::Action;
 
 /// A real llama-server's chat stream: reasoning, then text (`deepseek_09`).
 const THINK: &str = include_str!("../../../tests/fixtures/chat_stream_think_llamacpp.txt");
@@ -33,7 +34,7 @@ fn squeezed(events: &[(String, Value)]) -> Vec<String> {
 #[test]
 fn a_reasoning_chat_stream_has_the_native_streams_event_order() {
     let mut seen = Seen::default();
-    let bytes = run(&mut FromChat::new(&ctx(None)), &events_of(THINK), &mut seen);
+    let bytes = run(&mut translation(&ctx(None)), &events_of(THINK), &mut seen);
     let out = spec::parse_sse(&bytes);
     spec::check_responses(&out).unwrap();
     assert_eq!(squeezed(&out), REASONING_THEN_TEXT);
@@ -55,7 +56,7 @@ fn a_reasoning_chat_stream_has_the_native_streams_event_order() {
 fn a_tool_call_chat_stream_becomes_a_function_call_item() {
     let mut seen = Seen::default();
     let out = spec::parse_sse(&run(
-        &mut FromChat::new(&ctx(None)),
+        &mut translation(&ctx(None)),
         &events_of(TOOL),
         &mut seen,
     ));
@@ -99,11 +100,7 @@ fn inline_think_tags_of_a_chat_backend_become_a_reasoning_item() {
     ));
     events.push((String::new(), "[DONE]".into()));
     let mut seen = Seen::default();
-    let out = spec::parse_sse(&run(
-        &mut FromChat::new(&ctx(Some(tags))),
-        &events,
-        &mut seen,
-    ));
+    let out = spec::parse_sse(&run(&mut translation(&ctx(Some(tags))), &events, &mut seen));
     spec::check_responses(&out).unwrap();
     let done = &out.last().unwrap().1["response"]["output"];
     assert_eq!(done[0]["type"], "reasoning");
@@ -164,7 +161,7 @@ fn run_deltas(deltas: &[Value], finish: &str) -> Vec<(String, Value)> {
     let mut events: Vec<_> = deltas.iter().cloned().map(chunk).collect();
     events.extend(end_of(finish));
     let mut seen = Seen::default();
-    let out = spec::parse_sse(&run(&mut FromChat::new(&ctx(None)), &events, &mut seen));
+    let out = spec::parse_sse(&run(&mut translation(&ctx(None)), &events, &mut seen));
     spec::check_responses(&out).unwrap();
     out
 }
@@ -306,7 +303,7 @@ fn an_unreadable_event_ends_the_stream_with_error_then_response_failed() {
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\xff1}\"}}]}}]}\n\n",
     ];
     for ev in bad {
-        let mut t = FromChat::new(&ctx(None));
+        let mut t = translation(&ctx(None));
         let mut seen = Seen::default();
         let mut out = Vec::new();
         let mut events = vec![start.clone().into_bytes(), ev.to_vec()];
@@ -367,7 +364,7 @@ fn other_choices_are_neither_merged_nor_shown() {
     ];
     events.extend(end_of("stop"));
     let mut seen = Seen::default();
-    let out = spec::parse_sse(&run(&mut FromChat::new(&ctx(None)), &events, &mut seen));
+    let out = spec::parse_sse(&run(&mut translation(&ctx(None)), &events, &mut seen));
     spec::check_responses(&out).unwrap();
     assert_eq!(text_of_stream(&out), "zero");
     assert!(calls_of(&out).is_empty());

@@ -12,25 +12,85 @@ pub mod stream;
 pub mod to_chat;
 pub mod usage;
 
-use std::borrow::Cow;
-
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, Api, Converter};
+use super::{Adapter, CountRoute, Form, Routes};
 use crate::error::ProxyError;
+use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::chat_form;
 
 /// The Responses adapter.
 pub struct Responses;
 
+/// How Responses requests are shaped: `input` items (or one string), `input_image` parts.
+pub const SHAPING: Form = Form {
+    conversation: Some("input"),
+    limits: &["max_output_tokens"],
+    own: &[
+        "max_output_tokens",
+        "top_logprobs",
+        "reasoning",
+        "instructions",
+        "text",
+        "truncation",
+        "parallel_tool_calls",
+    ],
+    image_part,
+    text_part: "input_text",
+    typed_items: true,
+};
+
+/// An `input_image` part.
+fn image_part(url: &str, _data: Option<(&str, &str)>) -> serde_json::Value {
+    serde_json::json!({"type": "input_image", "image_url": url, "detail": "auto"})
+}
+
 impl Adapter for Responses {
     fn name(&self) -> &'static str {
         "responses"
     }
 
-    fn api(&self) -> Api {
-        Api::Responses
+    fn routes(&self) -> &Routes {
+        &Routes {
+            label: "responses",
+            paths: &["/v1/responses"],
+            count: Some(CountRoute {
+                label: "input_tokens",
+                paths: &["/v1/responses/input_tokens"],
+            }),
+        }
+    }
+
+    /// OpenAI's shape: `{input_tokens, object: "response.input_tokens"}`.
+    fn count_answer(&self, tokens: u32, _window: u32, _method: &str) -> serde_json::Value {
+        serde_json::json!({"input_tokens": tokens, "object": "response.input_tokens"})
+    }
+
+    fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
+        (flavor == Flavor::Llamacpp).then_some("/v1/responses/input_tokens")
+    }
+
+    fn config_name(&self) -> Option<&'static str> {
+        Some("responses")
+    }
+
+    /// llama.cpp, vLLM and SGLang serve it; any other OpenAI-style server chat only.
+    fn served_by_default(&self, flavor: Flavor) -> bool {
+        flavor != Flavor::Openai
+    }
+
+    /// Reasoning items in the form the runtime reads ([`history`]).
+    fn history_for(&self, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
+        history::reasoning_items(body, flavor)
+    }
+
+    fn rewrites_answers(&self) -> bool {
+        true
+    }
+
+    fn shaping(&self) -> Option<&'static Form> {
+        Some(&SHAPING)
     }
 
     fn guarded(&self) -> bool {
@@ -41,14 +101,8 @@ impl Adapter for Responses {
         true
     }
 
-    fn to_chat<'a>(
-        &self,
-        body: &'a [u8],
-        converter: Converter,
-    ) -> Result<Cow<'a, [u8]>, ProxyError> {
-        let req = chat_form::object(body)?;
-        let chat = to_chat::to_chat(req, converter)?;
-        Ok(Cow::Owned(chat_form::to_bytes(&chat)?))
+    fn chat_form(&self) -> Option<chat_form::Conversion> {
+        Some(to_chat::to_chat)
     }
 
     fn output_limit(&self) -> &'static [&'static str] {
@@ -84,6 +138,6 @@ impl Adapter for Responses {
     }
 
     fn stream_from_chat(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {
-        Some(Box::new(from_chat::FromChat::new(ctx)))
+        Some(Box::new(from_chat::translation(ctx)))
     }
 }

@@ -3,51 +3,21 @@
 use serde_json::{Map, Value};
 
 use super::body::Members;
-use super::Api;
+use super::Form;
 use crate::error::ProxyError;
-
-use Api::{ChatCompletions as Chat, Completions, Messages, Responses};
-
-/// Fields that only some APIs have. Every other field (sampling controls such as
-/// `temperature`, `top_p`, `top_k`, `min_p`, and backend extensions such as
-/// `chat_template_kwargs`) is taken by all four generation APIs.
-const ONLY_ON: &[(&str, &[Api])] = &[
-    ("max_tokens", &[Chat, Completions, Messages]),
-    ("max_completion_tokens", &[Chat]),
-    ("max_output_tokens", &[Responses]),
-    ("frequency_penalty", &[Chat, Completions]),
-    ("presence_penalty", &[Chat, Completions]),
-    ("logit_bias", &[Chat, Completions]),
-    ("logprobs", &[Chat, Completions]),
-    ("top_logprobs", &[Chat, Responses]),
-    ("n", &[Chat, Completions]),
-    ("seed", &[Chat, Completions]),
-    ("stop", &[Chat, Completions]),
-    ("stop_sequences", &[Messages]),
-    ("response_format", &[Chat]),
-    ("reasoning_effort", &[Chat]),
-    ("reasoning", &[Responses]),
-    ("thinking", &[Messages]),
-    ("instructions", &[Responses]),
-    ("system", &[Messages]),
-    ("text", &[Responses]),
-    ("truncation", &[Responses]),
-    ("parallel_tool_calls", &[Chat, Responses]),
-    ("suffix", &[Completions]),
-    ("echo", &[Completions]),
-    ("best_of", &[Completions]),
-];
 
 /// Members that make up the request itself: never defaulted, never stripped (a stripped
 /// `images` would be the silent drop the shaping exists to prevent).
 const REQUEST: &[&str] = &["model", "messages", "input", "prompt", "stream", "images"];
 
-/// Whether requests of `api` have a field named `key`.
-pub fn has_field(api: Api, key: &str) -> bool {
-    match ONLY_ON.iter().find(|(name, _)| *name == key) {
-        Some((_, apis)) => apis.contains(&api),
-        None => api != Api::Other,
-    }
+/// Whether requests of `api` have a field named `key`: one it lists as its own, or one no
+/// registered API lists (a field every shaped API takes).
+pub fn has_field(api: &Form, key: &str) -> bool {
+    api.own.contains(&key)
+        || !crate::wire::APIS
+            .iter()
+            .filter_map(|a| a.shaping())
+            .any(|f| f.own.contains(&key))
 }
 
 /// Whether `key` is part of the request itself (`model`, `messages`, `input`, `prompt`,
@@ -61,7 +31,7 @@ pub fn is_request_field(key: &str) -> bool {
 pub(super) fn apply(
     members: &mut Members<'_>,
     defaults: &Map<String, Value>,
-    api: Api,
+    api: &Form,
 ) -> Result<bool, ProxyError> {
     let mut changed = false;
     for (key, default) in defaults.iter().filter(|(k, _)| has_field(api, k)) {
@@ -142,11 +112,14 @@ mod tests {
 
     #[test]
     fn fields_belong_to_their_apis() {
-        assert!(has_field(Chat, "temperature") && has_field(Messages, "temperature"));
-        assert!(has_field(Responses, "chat_template_kwargs"));
-        assert!(has_field(Responses, "max_output_tokens") && !has_field(Chat, "max_output_tokens"));
-        assert!(!has_field(Responses, "max_tokens") && has_field(Messages, "max_tokens"));
-        assert!(!has_field(Api::Other, "temperature"));
+        use crate::wire::{chat, messages, passthrough, responses};
+        let (chat, messages) = (&chat::SHAPING, &messages::SHAPING);
+        let (responses, completions) = (&responses::SHAPING, &passthrough::COMPLETIONS_SHAPING);
+        assert!(has_field(chat, "temperature") && has_field(messages, "temperature"));
+        assert!(has_field(responses, "chat_template_kwargs"));
+        assert!(has_field(responses, "max_output_tokens") && !has_field(chat, "max_output_tokens"));
+        assert!(!has_field(responses, "max_tokens") && has_field(messages, "max_tokens"));
+        assert!(has_field(completions, "suffix") && !has_field(chat, "suffix"));
         assert!(is_request_field("model") && is_request_field("images"));
         assert!(!is_request_field("temperature"));
     }

@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::body::Members;
-use super::{Api, ShapeSpec};
+use super::{Form, ShapeSpec};
 use crate::error::ProxyError;
 
 /// One entry of `images`.
@@ -29,18 +29,12 @@ impl Image {
     }
 
     /// The image as a content part of `api`.
-    fn part(&self, api: Api) -> Value {
-        match (api, self) {
-            (Api::Responses, _) => {
-                json!({"type": "input_image", "image_url": self.url(), "detail": "auto"})
-            }
-            (Api::Messages, Image::Url(u)) => {
-                json!({"type": "image", "source": {"type": "url", "url": u}})
-            }
-            (Api::Messages, Image::Data { media_type, data }) => json!({"type": "image",
-                "source": {"type": "base64", "media_type": media_type, "data": data}}),
-            _ => json!({"type": "image_url", "image_url": {"url": self.url()}}),
-        }
+    fn part(&self, api: &Form) -> Value {
+        let data = match self {
+            Image::Url(_) => None,
+            Image::Data { media_type, data } => Some((media_type.as_str(), data.as_str())),
+        };
+        (api.image_part)(&self.url(), data)
     }
 }
 
@@ -51,13 +45,8 @@ fn invalid(message: impl Into<String>) -> ProxyError {
     }
 }
 
-fn text_part(api: Api, text: String) -> Value {
-    let kind = if api == Api::Responses {
-        "input_text"
-    } else {
-        "text"
-    };
-    json!({"type": kind, "text": text})
+fn text_part(api: &Form, text: String) -> Value {
+    json!({"type": api.text_part, "text": text})
 }
 
 /// The media type of base64 image data, from its first bytes (PNG when unknown: backends
@@ -110,7 +99,7 @@ pub(super) fn attach(
     members: &mut Members<'_>,
     images: Cow<'_, [u8]>,
     spec: &ShapeSpec,
-    api: Api,
+    api: &Form,
 ) -> Result<(), ProxyError> {
     let list: Value =
         serde_json::from_slice(&images).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
@@ -130,15 +119,15 @@ pub(super) fn attach(
         .enumerate()
         .map(|(i, e)| image(i, e))
         .collect::<Result<Vec<_>, _>>()?;
-    let Some(key) = api.conversation() else {
+    let Some(key) = api.conversation else {
         return Err(invalid(
             "this endpoint has no messages to attach images to: send image parts to /v1/chat/completions",
         ));
     };
     let parts: Vec<Value> = images.iter().map(|i| i.part(api)).collect();
     let conversation = members.get(key).map(<[u8]>::to_vec);
-    let new = match (api, conversation.as_deref()) {
-        (Api::Responses, Some(text)) if text.first() == Some(&b'"') => {
+    let new = match conversation.as_deref() {
+        Some(text) if api.typed_items && text.first() == Some(&b'"') => {
             let text: String =
                 serde_json::from_slice(text).map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
             let mut content = vec![text_part(api, text)];
@@ -146,8 +135,8 @@ pub(super) fn attach(
             serde_json::to_vec(&json!([{"type": "message", "role": "user", "content": content}]))
                 .unwrap_or_default()
         }
-        (_, Some(list)) => with_parts(list, parts, api)?,
-        (_, None) => return Err(no_user()),
+        Some(list) => with_parts(list, parts, api)?,
+        None => return Err(no_user()),
     };
     members.set(key, new);
     Ok(())
@@ -165,7 +154,7 @@ struct Role<'a> {
 
 /// The list of messages (or Responses input items) `list` with `parts` appended to the
 /// content of its last user message; the other items keep their JSON text.
-fn with_parts(list: &[u8], parts: Vec<Value>, api: Api) -> Result<Vec<u8>, ProxyError> {
+fn with_parts(list: &[u8], parts: Vec<Value>, api: &Form) -> Result<Vec<u8>, ProxyError> {
     let items: Vec<&RawValue> = serde_json::from_slice(list)
         .map_err(|_| invalid("the request's messages are not a list to attach the images to"))?;
     let is_user = |raw: &&RawValue| {
@@ -194,7 +183,7 @@ fn with_parts(list: &[u8], parts: Vec<Value>, api: Api) -> Result<Vec<u8>, Proxy
     if let Some(content) = content {
         message.insert("content".to_owned(), Value::Array(content));
     }
-    if api == Api::Responses && !message.contains_key("type") {
+    if api.typed_items && !message.contains_key("type") {
         // llama-server reads a list content only from an item typed as a message.
         message.insert("type".to_owned(), Value::from("message"));
     }

@@ -18,40 +18,31 @@ use crate::error::ProxyError;
 pub use defaults::{has_field, is_request_field};
 pub use inputs::{Input, Kind};
 
-/// The API a request speaks, as far as shaping is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// `/v1/chat/completions`
-    ChatCompletions,
-    /// `/v1/completions`
-    Completions,
-    /// `/v1/responses`
-    Responses,
-    /// `/v1/messages` (Anthropic)
-    Messages,
-    /// Anything else (embeddings, …): not shaped.
-    Other,
+/// What shaping knows of one API, its adapter's ([`crate::wire::Adapter::shaping`]): where its
+/// conversation and output limits are, which fields it has, how it writes an image part.
+#[derive(Debug)]
+pub struct Form {
+    /// The member holding the conversation (where content parts are).
+    pub conversation: Option<&'static str>,
+    /// The output limits it reads, the one set when none is sent first.
+    pub limits: &'static [&'static str],
+    /// The fields it has of those only some APIs have (every other field, sampling controls
+    /// such as `temperature` and backend extensions such as `chat_template_kwargs`, every
+    /// shaped API takes).
+    pub own: &'static [&'static str],
+    /// An image of the legacy `images` field as one of its content parts, from the image's URL
+    /// (a `data:` URL for base64 data) and, for base64 data, its media type and data.
+    pub image_part: fn(&str, Option<(&str, &str)>) -> Value,
+    /// The `type` of its text parts.
+    pub text_part: &'static str,
+    /// Its conversation is a list of typed items or one string (Responses' `input`): images
+    /// for a string make it a user message item, and a user item given parts is typed.
+    pub typed_items: bool,
 }
 
-impl Api {
-    /// The member holding the conversation (where content parts are).
-    fn conversation(self) -> Option<&'static str> {
-        match self {
-            Api::ChatCompletions | Api::Messages => Some("messages"),
-            Api::Responses => Some("input"),
-            Api::Completions | Api::Other => None,
-        }
-    }
-
-    /// The output limits this API reads, the one set when none is sent first.
-    fn limits(self) -> &'static [&'static str] {
-        match self {
-            Api::ChatCompletions => &["max_tokens", "max_completion_tokens"],
-            Api::Completions | Api::Messages => &["max_tokens"],
-            Api::Responses => &["max_output_tokens"],
-            Api::Other => &[],
-        }
-    }
+/// The chat completions way of writing an image part, which most APIs share.
+pub fn image_url_part(url: &str, _data: Option<(&str, &str)>) -> Value {
+    serde_json::json!({"type": "image_url", "image_url": {"url": url}})
 }
 
 /// One alias's shaping (config keys `defaults`, `strip_params`, `max_output_tokens`, `inputs`).
@@ -78,12 +69,17 @@ impl ShapeSpec {
     }
 }
 
-/// The body as the alias's backend should get it: `None` when it needs no change, an error
-/// when it sends an input the alias does not take (or a malformed legacy `images`).
-pub fn shape(body: &[u8], spec: &ShapeSpec, api: Api) -> Result<Option<Vec<u8>>, ProxyError> {
-    if api == Api::Other {
+/// The body as the alias's backend should get it: `None` when it needs no change (or its API
+/// is not shaped, `api` is `None`), an error when it sends an input the alias does not take
+/// (or a malformed legacy `images`).
+pub fn shape(
+    body: &[u8],
+    spec: &ShapeSpec,
+    api: Option<&Form>,
+) -> Result<Option<Vec<u8>>, ProxyError> {
+    let Some(api) = api else {
         return Ok(None);
-    }
+    };
     let check_inputs = inputs::may_need_check(body, spec.inputs);
     if !spec.edits() && !check_inputs {
         return Ok(None);
@@ -95,20 +91,20 @@ pub fn shape(body: &[u8], spec: &ShapeSpec, api: Api) -> Result<Option<Vec<u8>>,
             changed = true;
             images::attach(&mut members, images, spec, api)?;
         }
-        if let Some(conversation) = api.conversation().and_then(|c| members.get(c)) {
+        if let Some(conversation) = api.conversation.and_then(|c| members.get(c)) {
             if let Some((kind, part)) = inputs::refused_part(conversation, spec.inputs)? {
                 return Err(ProxyError::UnsupportedInput {
                     alias: spec.alias.clone(),
                     kind: kind.name(),
                     part,
-                    param: api.conversation().unwrap_or("messages"),
+                    param: api.conversation.unwrap_or("messages"),
                 });
             }
         }
     }
     changed |= defaults::apply(&mut members, &spec.defaults, api)?;
     if let Some(cap) = spec.max_output_tokens {
-        changed |= defaults::cap(&mut members, cap.get(), api.limits());
+        changed |= defaults::cap(&mut members, cap.get(), api.limits);
     }
     Ok(changed.then(|| members.write()))
 }

@@ -8,6 +8,19 @@ use serde_json::{json, Value};
 
 use super::*;
 
+/// The forms of the registered APIs, by name (`Other`: not shaped).
+#[allow(non_snake_case, non_upper_case_globals)]
+mod Api {
+    use super::Form;
+    use crate::wire::{chat, messages, passthrough, responses};
+
+    pub const ChatCompletions: Option<&Form> = Some(&chat::SHAPING);
+    pub const Completions: Option<&Form> = Some(&passthrough::COMPLETIONS_SHAPING);
+    pub const Messages: Option<&Form> = Some(&messages::SHAPING);
+    pub const Responses: Option<&Form> = Some(&responses::SHAPING);
+    pub const Other: Option<&Form> = None;
+}
+
 fn spec(inputs: Input) -> ShapeSpec {
     ShapeSpec {
         alias: "a".into(),
@@ -25,12 +38,12 @@ const ALL: Input = Input {
     audio: true,
 };
 
-fn shaped(body: &Value, spec: &ShapeSpec, api: Api) -> Option<Value> {
+fn shaped(body: &Value, spec: &ShapeSpec, api: Option<&Form>) -> Option<Value> {
     let out = shape(body.to_string().as_bytes(), spec, api).unwrap();
     out.map(|b| serde_json::from_slice(&b).unwrap())
 }
 
-fn refusal(body: &Value, spec: &ShapeSpec, api: Api) -> ProxyError {
+fn refusal(body: &Value, spec: &ShapeSpec, api: Option<&Form>) -> ProxyError {
     shape(body.to_string().as_bytes(), spec, api).unwrap_err()
 }
 
