@@ -24,8 +24,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use keys::bearer;
 pub use model::{
     AfterSpill, Alias, Backend, BreakerConfig, ClientSide, Config, GuardConfig, Input, Server,
-    SharedState,
-    Sizing, Timeouts,
+    SharedState, Sizing, Timeouts,
 };
 pub use raw::{RawConfig, RawSizing};
 pub use tracing::Tracing;
