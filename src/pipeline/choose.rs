@@ -101,14 +101,7 @@ pub async fn choose(
             let breaker = match unusable(state, snap, b, now) {
                 Ok(breaker) => breaker,
                 Err(w) => {
-                    // Loading tells the client most (it keeps its model_loading answer).
-                    why = Some(match (why, w) {
-                        (Some(FallbackReason::loading), _) => FallbackReason::loading,
-                        (Some(FallbackReason::breaker_open), FallbackReason::down) => {
-                            FallbackReason::breaker_open
-                        }
-                        _ => w,
-                    });
+                    why = Some(telling(why, w));
                     return None;
                 }
             };
@@ -124,27 +117,7 @@ pub async fn choose(
                 load: busy + s.waiting(),
             })
         };
-        let key = key.filter(|_| n > 1);
-        let stay = key
-            .filter(|_| snap.config.server.after_spill == AfterSpill::Stay)
-            .and_then(|k| where_sent(snap, alias, k, &mut load));
-        let mut first = None;
-        let index = match (stay, key) {
-            (Some(i), _) => Some(i),
-            (None, Some(k)) => for_conversation(k, n, |i| {
-                let b = &alias.backends[i];
-                load(i).map(|load| Replica {
-                    name: &b.name,
-                    weight: b.slots.get(),
-                    load,
-                })
-            })
-            .map(|p| {
-                first = Some(p.first);
-                p.index
-            }),
-            (None, None) => least_loaded(n, snap.next_turn(), &mut load),
-        };
+        let (index, first) = pick(snap, alias, key.filter(|_| n > 1), &mut load);
         let Some(index) = index else {
             return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
         };
@@ -177,20 +150,6 @@ pub async fn choose(
         let waiting = Instant::now();
         let slot = slot(snap, alias, slots, place).await.map_err(Some)?;
         let queued = waiting.elapsed();
-        let mut found = None;
-        if let Some(key) = key {
-            let was = snap.affinity().get(key);
-            let result = match was {
-                Some(on) if *on == *backend.name => AffinityResult::hit,
-                Some(_) => AffinityResult::moved,
-                None => AffinityResult::new,
-            };
-            snap.metrics(Some(&alias.name)).affinity(result);
-            found = Some(result);
-            if result != AffinityResult::hit {
-                snap.affinity().set(key, &backend.name);
-            }
-        }
         return Ok(Chosen {
             backend: Arc::clone(backend),
             index,
@@ -198,9 +157,66 @@ pub async fn choose(
             pass,
             breaker,
             queued,
-            affinity: found,
+            affinity: key
+                .filter(|_| n > 1)
+                .map(|key| remember(snap, alias, key, &backend.name)),
         });
     }
+}
+
+/// Of two reasons no replica could take a request, the one that tells the client most:
+/// loading (it keeps its model_loading answer), then an open breaker over a backend down.
+fn telling(why: Option<FallbackReason>, w: FallbackReason) -> FallbackReason {
+    match (why, w) {
+        (Some(FallbackReason::loading), _) => FallbackReason::loading,
+        (Some(FallbackReason::breaker_open), FallbackReason::down) => FallbackReason::breaker_open,
+        _ => w,
+    }
+}
+
+/// The replica for a request with conversation `key` (only where there is a choice): where
+/// this process sent it last under `after_spill = "stay"`, else the first with room in its
+/// own order; without a key the least loaded. Also the first of its order, when it has one.
+fn pick(
+    snap: &Snapshot,
+    alias: &Alias,
+    key: Option<u64>,
+    load: &mut impl FnMut(usize) -> Option<Load>,
+) -> (Option<usize>, Option<usize>) {
+    let n = alias.backends.len();
+    let stay = key
+        .filter(|_| snap.config.server.after_spill == AfterSpill::Stay)
+        .and_then(|k| where_sent(snap, alias, k, load));
+    match (stay, key) {
+        (Some(i), _) => (Some(i), None),
+        (None, Some(k)) => {
+            let p = for_conversation(k, n, |i| {
+                let b = &alias.backends[i];
+                load(i).map(|load| Replica {
+                    name: &b.name,
+                    weight: b.slots.get(),
+                    load,
+                })
+            });
+            (p.as_ref().map(|p| p.index), p.map(|p| p.first))
+        }
+        (None, None) => (least_loaded(n, snap.next_turn(), load), None),
+    }
+}
+
+/// Conversation `key` goes to `backend`: whether that is where this process sent it last
+/// (counted), remembered for next time.
+fn remember(snap: &Snapshot, alias: &Alias, key: u64, backend: &str) -> AffinityResult {
+    let result = match snap.affinity().get(key) {
+        Some(on) if *on == *backend => AffinityResult::hit,
+        Some(_) => AffinityResult::moved,
+        None => AffinityResult::new,
+    };
+    snap.metrics(Some(&alias.name)).affinity(result);
+    if result != AffinityResult::hit {
+        snap.affinity().set(key, backend);
+    }
+    result
 }
 
 /// The longest a request waits for its replicas' load read again.
