@@ -136,70 +136,10 @@ impl Snapshot {
             shared.as_ref(),
         );
         let tracer = tracer(&config, metrics, previous)?;
-        let slots: HashMap<String, Arc<Slots>> = config
-            .backends
-            .values()
-            .map(|b| {
-                let url_kept = |p: &&Snapshot| {
-                    shared.is_none()
-                        || p.config
-                            .backends
-                            .get(&b.name)
-                            .is_some_and(|o| o.url == b.url)
-                };
-                let kept = previous
-                    .filter(url_kept)
-                    .and_then(|p| p.slots.get(&b.name))
-                    .filter(|s| s.slots() == b.slots.get() && s.queue_limit() == b.queue);
-                let s = kept.map(Arc::clone).unwrap_or_else(|| {
-                    let s = Slots::new(b.slots.get(), b.queue);
-                    Arc::new(match &shared {
-                        Some(store) => s.with_shared(SharedSlots::new(Arc::clone(store), &b.url)),
-                        None => s,
-                    })
-                });
-                (b.name.clone(), s)
-            })
-            .collect();
-        let breakers = config
-            .backends
-            .values()
-            .map(|b| {
-                let cfg = config.server.breaker;
-                let kept = previous
-                    .filter(|p| {
-                        p.config
-                            .backends
-                            .get(&b.name)
-                            .is_some_and(|o| o.url == b.url)
-                    })
-                    .and_then(|p| p.breakers.get(&b.name));
-                let breaker = match kept {
-                    Some(k) => {
-                        k.reconfigure(cfg);
-                        Arc::clone(k)
-                    }
-                    None => Arc::new(Breaker::new(cfg)),
-                };
-                (b.name.clone(), breaker)
-            })
-            .collect();
+        let slots = slots(&config, previous, shared.as_ref());
+        let breakers = breakers(&config, previous);
         let affinity = previous.map_or_else(Arc::default, |p| Arc::clone(&p.affinity));
-        let alias_metrics = config
-            .aliases
-            .values()
-            .map(|a| {
-                let m = metrics.alias(&a.name);
-                let limit: i64 = a
-                    .backends
-                    .iter()
-                    .filter_map(|b| slots.get(&b.name))
-                    .map(|s| i64::from(s.queue_limit()))
-                    .sum();
-                m.queue_limit.set(limit);
-                (a.name.clone(), m)
-            })
-            .collect();
+        let alias_metrics = alias_metrics(&config, metrics, &slots);
         Ok(Snapshot {
             config,
             routes,
@@ -499,4 +439,89 @@ fn tracer(
                 reason,
             }])
         })
+}
+
+/// Each backend's slots: the previous snapshot's where their count, queue and (with a shared
+/// store) URL are the same, so requests in them keep their places; new ones otherwise.
+fn slots(
+    config: &Config,
+    previous: Option<&Snapshot>,
+    shared: Option<&Arc<Store>>,
+) -> HashMap<String, Arc<Slots>> {
+    config
+        .backends
+        .values()
+        .map(|b| {
+            let url_kept = |p: &&Snapshot| {
+                shared.is_none()
+                    || p.config
+                        .backends
+                        .get(&b.name)
+                        .is_some_and(|o| o.url == b.url)
+            };
+            let kept = previous
+                .filter(url_kept)
+                .and_then(|p| p.slots.get(&b.name))
+                .filter(|s| s.slots() == b.slots.get() && s.queue_limit() == b.queue);
+            let s = kept.map(Arc::clone).unwrap_or_else(|| {
+                let s = Slots::new(b.slots.get(), b.queue);
+                Arc::new(match shared {
+                    Some(store) => s.with_shared(SharedSlots::new(Arc::clone(store), &b.url)),
+                    None => s,
+                })
+            });
+            (b.name.clone(), s)
+        })
+        .collect()
+}
+
+/// Each backend's breaker: the previous snapshot's, given the new settings, while the backend
+/// keeps its URL; a new, closed one otherwise.
+fn breakers(config: &Config, previous: Option<&Snapshot>) -> HashMap<String, Arc<Breaker>> {
+    config
+        .backends
+        .values()
+        .map(|b| {
+            let cfg = config.server.breaker;
+            let kept = previous
+                .filter(|p| {
+                    p.config
+                        .backends
+                        .get(&b.name)
+                        .is_some_and(|o| o.url == b.url)
+                })
+                .and_then(|p| p.breakers.get(&b.name));
+            let breaker = match kept {
+                Some(k) => {
+                    k.reconfigure(cfg);
+                    Arc::clone(k)
+                }
+                None => Arc::new(Breaker::new(cfg)),
+            };
+            (b.name.clone(), breaker)
+        })
+        .collect()
+}
+
+/// Each alias's metric handles, its queue limit set to the sum of its replicas' queues.
+fn alias_metrics(
+    config: &Config,
+    metrics: &Metrics,
+    slots: &HashMap<String, Arc<Slots>>,
+) -> HashMap<String, AliasMetrics> {
+    config
+        .aliases
+        .values()
+        .map(|a| {
+            let m = metrics.alias(&a.name);
+            let limit: i64 = a
+                .backends
+                .iter()
+                .filter_map(|b| slots.get(&b.name))
+                .map(|s| i64::from(s.queue_limit()))
+                .sum();
+            m.queue_limit.set(limit);
+            (a.name.clone(), m)
+        })
+        .collect()
 }
