@@ -33,6 +33,8 @@
 #   DURATION=5s      length of each wrk run
 #   ROUNDS=3         rounds of the whole interleaved sweep
 #   CONNS="8 64"     concurrent connections of the throughput runs
+#   KINDS="chat stream"  which kinds of request are measured (e.g. KINDS=chat: more rounds of
+#                    the non-streaming path in the same time)
 #   WRK_THREADS=1    wrk threads of the throughput runs (the machine has few cores)
 #   CHAT_TOKENS=16   completion tokens of each non-streaming answer
 #   REASONING_TOKENS=50  of the 200 tokens of a thinking stream, how many are reasoning
@@ -64,6 +66,10 @@
 #                    each export and never answers), down (nothing listens on OTLP_PORT).
 #                    The report ends with the spans dropped and the proxy's peak RSS
 #   FIRST_BYTE_SAMPLES=400  samples per path of the time to the first SSE byte (0: skip)
+#   SHARED_STATE=0   1: Switchboard keeps its slots in a redis-server started here on REDIS_PORT
+#                    (default 17791, no persistence; its CPU not counted): `server.shared_state`,
+#                    the cost of a slot lease per request. With BASELINE_BIN, the baseline runs
+#                    without it: the store against none in one run
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
 set -euo pipefail
@@ -74,6 +80,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-8 64}
+KINDS=${KINDS:-chat stream}
 WRK_THREADS=${WRK_THREADS:-1}
 CHAT_TOKENS=${CHAT_TOKENS:-16}
 STREAM_TOKENS=200
@@ -91,6 +98,8 @@ TRACE_RATIO=${TRACE_RATIO:-}
 OTLP_PORT=${OTLP_PORT:-17790}
 OTLP_SINK=${OTLP_SINK:-ok}
 FIRST_BYTE_SAMPLES=${FIRST_BYTE_SAMPLES:-400}
+SHARED_STATE=${SHARED_STATE:-0}
+REDIS_PORT=${REDIS_PORT:-17791}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
 
@@ -220,6 +229,7 @@ if [[ $DRY_RUN != 1 ]]; then
 [server]
 listen = "127.0.0.1:$SB_PORT"
 workers = $SB_WORKERS
+$([[ $SHARED_STATE == 1 ]] && printf 'shared_state = "redis://127.0.0.1:%s/0"\n' "$REDIS_PORT")
 
 [backends.sim]
 url = "http://127.0.0.1:$SIM_PORT"
@@ -258,6 +268,16 @@ EOF
       *) die "OTLP_SINK=$OTLP_SINK: not ok, hang or down" ;;
     esac
   fi
+  if [[ $SHARED_STATE == 1 ]]; then
+    command -v redis-server >/dev/null || die "redis-server not found (Debian package redis-server)"
+    require_free_ports "$REDIS_PORT"
+    spawn "redis-server" "$WORK/redis.log" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
+      --save "" --appendonly no --dir "$WORK"
+    for _ in $(seq 100); do
+      redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
+      sleep 0.1
+    done
+  fi
   BEARER_KEYS=
   for ((c = 1; c <= CLIENTS; c++)); do
     export "SB_BENCH_KEY_$c=bench-key-$c"
@@ -266,8 +286,9 @@ EOF
   export BEARER_KEYS
   start_switchboard "$BIN" "$WORK/bench.toml"
   if [[ -n ${BASELINE_BIN:-} ]]; then
-    # The baseline runs without the [tracing] section (the last): tracing on against off.
-    sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/; /^\[tracing\]/,\$d" "$WORK/bench.toml" >"$WORK/baseline.toml"
+    # The baseline runs without the [tracing] section (the last) and without the store:
+    # tracing on against off, the store against none.
+    sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/; /^shared_state = /d; /^\[tracing\]/,\$d" "$WORK/bench.toml" >"$WORK/baseline.toml"
     spawn baseline "$WORK/baseline.log" "$BASELINE_BIN" serve --config "$WORK/baseline.toml"
     BASE_PID=$SPAWNED
     wait_http "http://127.0.0.1:$((SB_PORT + 1))/health" "$BASE_PID" baseline
@@ -389,7 +410,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for ((i = 0; i < ${#PATHS[@]}; i++)); do
     order+=("${PATHS[(i + round - 1) % ${#PATHS[@]}]}")
   done
-  for kind in chat stream; do
+  for kind in $KINDS; do
     for conns in $CONNS 1; do
       for path in "${order[@]}"; do
         measure "$round" "$kind" "$conns" "$path"
@@ -413,7 +434,7 @@ fi
 
 # ---------------------------------------------------------------- report
 report() {
-  awk -F'\t' -v conns_list="$CONNS" -v rounds="$ROUNDS" -v paths="${PATHS[*]}" \
+  awk -F'\t' -v conns_list="$CONNS" -v rounds="$ROUNDS" -v paths="${PATHS[*]}" -v kinds="$KINDS" \
     -v chat_tokens="$CHAT_TOKENS" -v stream_tokens="$STREAM_TOKENS" -v dry="$([[ $DRY_RUN == 1 ]] && echo 1 || echo 0)" '
     function median(key,    n, i, j, t, a) {
       n = cnt[key]
@@ -435,12 +456,14 @@ report() {
       add(k SUBSEP c SUBSEP p SUBSEP "user", $12)
       err[k SUBSEP c SUBSEP p] += $9 + $10
       p50[r SUBSEP k SUBSEP c SUBSEP p] = $6
+      if ($11 != "-") cpu[r SUBSEP k SUBSEP c SUBSEP p] = $11
     }
     END {
       np = split(paths, P, " ")
       nc = split(conns_list, C, " ")
-      for (ki = 1; ki <= 2; ki++) {
-        k = (ki == 1) ? "chat" : "stream"
+      nk = split(kinds, K, " ")
+      for (ki = 1; ki <= nk; ki++) {
+        k = K[ki]
         if (k == "chat") printf "\n### Non-streaming chat (%d-token answers)\n\n", chat_tokens
         else printf "\n### Streaming chat (%d token events%s)\n\n", stream_tokens, (dry == 1) ? ", fixed file" : ", a quarter with reasoning"
         print "| conns | path | req/s | p50 | p99 | proxy CPU µs/req | of it user space | errors |"
@@ -455,8 +478,8 @@ report() {
       print "\n### Sequential (1 connection, 1 wrk thread)\n"
       print "| kind | path | p50 | added p50 over direct | proxy CPU µs/req | of it user space | errors |"
       print "|---|---|---:|---:|---:|---:|---:|"
-      for (ki = 1; ki <= 2; ki++) {
-        k = (ki == 1) ? "chat" : "stream"
+      for (ki = 1; ki <= nk; ki++) {
+        k = K[ki]
         for (pi = 1; pi <= np; pi++) {
           p = P[pi]; key = k SUBSEP 1 SUBSEP p
           for (r = 1; r <= rounds; r++) {
@@ -469,6 +492,25 @@ report() {
         }
       }
       printf "\nMedians over %d round(s). Errors: non-2xx answers plus socket errors, summed over rounds.\n", rounds
+      if (paths !~ /baseline/) exit
+      # Paired within each round (the two builds ran minutes apart at most), then the median.
+      print "\n### Switchboard against the baseline build, paired by round\n"
+      print "| kind | conns | CPU/req switchboard ÷ baseline | ÷ nginx: switchboard | ÷ nginx: baseline | rounds |"
+      print "|---|---:|---:|---:|---:|---:|"
+      for (ki = 1; ki <= nk; ki++) for (ci = 1; ci <= nc + 1; ci++) {
+        k = K[ki]; c = (ci <= nc) ? C[ci] : 1; key = "ratio" SUBSEP k SUBSEP c
+        for (r = 1; r <= rounds; r++) {
+          a = r SUBSEP k SUBSEP c
+          if (!((a SUBSEP "switchboard") in cpu && (a SUBSEP "baseline") in cpu)) continue
+          add(key SUBSEP "sb_base", cpu[a SUBSEP "switchboard"] / cpu[a SUBSEP "baseline"])
+          if ((a SUBSEP "nginx") in cpu) {
+            add(key SUBSEP "sb_nginx", cpu[a SUBSEP "switchboard"] / cpu[a SUBSEP "nginx"])
+            add(key SUBSEP "base_nginx", cpu[a SUBSEP "baseline"] / cpu[a SUBSEP "nginx"])
+          }
+        }
+        printf "| %s | %s | %s | %s | %s | %d |\n", k, c, num(median(key SUBSEP "sb_base"), "%.3f"),
+          num(median(key SUBSEP "sb_nginx"), "%.3f"), num(median(key SUBSEP "base_nginx"), "%.3f"), cnt[key SUBSEP "sb_base"]
+      }
     }
   ' "$RESULTS"
 }
