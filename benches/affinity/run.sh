@@ -10,14 +10,17 @@
 #   REALWORLD=<dir with start.sh/stop.sh> benches/affinity/run.sh
 #   RUNS=3 POLICIES="return stay" SWITCHBOARD_BIN=target/debug/switchboard \
 #     REALWORLD=... RW=<its build dir> benches/affinity/run.sh
+#   SPILL_WAIT_MS=0 ...   server.spill_wait_ms of every process (default: the config's default)
 #
-# Prints one JSON line per run and a summary per spill policy (server.after_spill) and mode.
+# Prints one JSON line per run and a summary per spill policy (server.after_spill), spill
+# wait and mode.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 : "${REALWORLD:?set REALWORLD to the directory holding start.sh and stop.sh}"
 export RW=${RW:-$HOME/.cache/realworld}
 RUNS=${RUNS:-3}
 POLICIES=${POLICIES:-"return stay"}
+SPILL_WAIT_MS=${SPILL_WAIT_MS:-}
 # Per slot: CTX / 2 tokens, room for the 8th turn's prompt.
 export CTX=${CTX:-16384} NP=2
 DRIVER_ARGS=${DRIVER_ARGS:-}
@@ -62,6 +65,7 @@ listen = "127.0.0.1:$port"
 workers = 1
 watch_config = false
 after_spill = "$policy"
+$([[ -n $SPILL_WAIT_MS ]] && echo "spill_wait_ms = $SPILL_WAIT_MS")
 [backends.r1]
 url = "http://127.0.0.1:$l1"
 flavor = "llamacpp"
@@ -91,8 +95,8 @@ EOF
         new=$((new + $(sample "$m" new)))
     done
     stop_run
-    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(policy=sys.argv[2], affinity=dict(hit=int(sys.argv[3]), moved=int(sys.argv[4]), new=int(sys.argv[5]))); print(json.dumps(d))' \
-        "$line" "$policy" "$hit" "$moved" "$new" | tee -a "$OUT"
+    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(policy=sys.argv[2], spill_wait_ms=sys.argv[6] or "default", affinity=dict(hit=int(sys.argv[3]), moved=int(sys.argv[4]), new=int(sys.argv[5]))); print(json.dumps(d))' \
+        "$line" "$policy" "$hit" "$moved" "$new" "$SPILL_WAIT_MS" | tee -a "$OUT"
 }
 
 # switchboard_affinity_total of result $2 in metrics text $1 (0 when absent).
@@ -112,11 +116,13 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 groups = {}
 for r in rows:
-    groups.setdefault((r["policy"], r["proxies"]), []).append(r)
-print("\npolicy  processes  runs  cached share after turn 1 (pooled)  per run")
-for (policy, procs), rs in sorted(groups.items()):
+    key = (r["policy"], str(r.get("spill_wait_ms", "default")), r["proxies"])
+    groups.setdefault(key, []).append(r)
+print("\npolicy  spill wait  processes  runs  cached share after turn 1 (pooled)  per run  moved")
+for (policy, wait, procs), rs in sorted(groups.items()):
     cached = sum(r["cached_tokens_after_first"] for r in rs)
     prompt = sum(r["prompt_tokens_after_first"] for r in rs)
     per = ", ".join(f'{r["cached_share_pct"]:.1f}' for r in rs)
-    print(f"{policy:7} {procs:9}  {len(rs):4}  {100.0 * cached / prompt:30.1f} %  {per}")
+    moved = sum(r["affinity"]["moved"] for r in rs)
+    print(f"{policy:7} {wait:>10} {procs:9}  {len(rs):4}  {100.0 * cached / prompt:30.1f} %  {per}  {moved}")
 EOF
