@@ -136,7 +136,7 @@ fn session_first_on_a() -> HeaderValue {
         .find(|s| {
             let mut h = HeaderMap::new();
             h.insert(SESSION_HEADER, s.clone());
-            let key = conversation_key("m", &h, b"{}").unwrap();
+            let key = conversation_key("m", &h, b"{}").unwrap().key;
             order(key, &[("a", 2), ("b", 2)])[0] == 0
         })
         .unwrap()
@@ -255,4 +255,127 @@ async fn a_replica_full_only_by_a_stale_reading_is_read_again_before_a_conversat
         .send();
     assert_eq!(within("the answer", r).await.unwrap().status(), 200);
     assert_eq!((chats_with(&a, "turn"), chats_with(&b, "turn")), (1, 0));
+}
+
+/// Two replicas of one slot each, counted by this process alone, with `spill_wait_ms`.
+fn one_slot_each(spill_wait_ms: u64) -> String {
+    format!(
+        r#"
+[server]
+load_interval_ms = 0
+spill_wait_ms = {spill_wait_ms}
+[backends.a]
+url = "{{a}}"
+flavor = "llamacpp"
+slots = 1
+[backends.b]
+url = "{{b}}"
+flavor = "llamacpp"
+slots = 1
+[aliases.m]
+backends = ["a", "b"]
+"#
+    )
+}
+
+/// A turn of the conversation `session` names: its first (one user message) or a later one
+/// (the model's answer and a second user message after it), marked by `marker`.
+fn session_turn(
+    c: &reqwest::Client,
+    p: &Proxy,
+    session: &HeaderValue,
+    later: bool,
+    stream: bool,
+    marker: &str,
+) -> reqwest::RequestBuilder {
+    let mut messages = vec![json!({"role": "user", "content": format!("start {marker}")})];
+    if later {
+        messages.push(json!({"role": "assistant", "content": "done"}));
+        messages.push(json!({"role": "user", "content": format!("next {marker}")}));
+    }
+    let body = json!({"model": "m", "max_tokens": 2, "stream": stream, "messages": messages});
+    c.post(p.url("/v1/chat/completions"))
+        .header(SESSION_HEADER, session.clone())
+        .json(&body)
+}
+
+/// A later turn whose first replica is full by this process's own request waits for it there,
+/// where its prefix is cached, rather than moving to the free replica; a first turn (nothing
+/// cached anywhere yet) takes the free one at once.
+#[tokio::test]
+async fn a_later_turn_waits_for_its_first_replica_rather_than_moving() {
+    let a = sim(SimConfig {
+        gate: true,
+        ..SimConfig::default()
+    })
+    .await;
+    let b = sim(SimConfig::default()).await;
+    let p = proxy(&one_slot_each(60_000), &[("a", a.url()), ("b", b.url())]).await;
+    let c = client();
+    let session = session_first_on_a();
+    let held = within(
+        "the held stream",
+        session_turn(&c, &p, &session, false, true, "held").send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(held.status(), 200);
+    until("a's slot busy", || a.recorder().running() == 1).await;
+
+    let later = tokio::spawn(session_turn(&c, &p, &session, true, false, "later").send());
+    let slots_a = || p.state.live.load().slots("a").unwrap().waiting();
+    until("the later turn waiting for a", || slots_a() == 1).await;
+    let first = within(
+        "a first turn",
+        session_turn(&c, &p, &session, false, false, "first").send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!((chats_with(&a, "first"), chats_with(&b, "first")), (0, 1));
+    assert_eq!(chats_with(&a, "later") + chats_with(&b, "later"), 0);
+
+    a.release();
+    drop(held);
+    let later = within("the later turn", later).await.unwrap().unwrap();
+    assert_eq!(later.status(), 200);
+    assert_eq!((chats_with(&a, "later"), chats_with(&b, "later")), (1, 0));
+}
+
+/// Once its wait runs out (or with no wait configured), a later turn goes to the next replica
+/// of its order.
+#[tokio::test]
+async fn a_later_turn_moves_once_its_wait_for_the_first_replica_runs_out() {
+    for wait in [0, 50] {
+        let a = sim(SimConfig {
+            gate: true,
+            ..SimConfig::default()
+        })
+        .await;
+        let b = sim(SimConfig::default()).await;
+        let p = proxy(&one_slot_each(wait), &[("a", a.url()), ("b", b.url())]).await;
+        let c = client();
+        let session = session_first_on_a();
+        let held = within(
+            "the held stream",
+            session_turn(&c, &p, &session, false, true, "held").send(),
+        )
+        .await
+        .unwrap();
+        until("a's slot busy", || a.recorder().running() == 1).await;
+        let later = within(
+            "the later turn",
+            session_turn(&c, &p, &session, true, false, "later").send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(later.status(), 200, "spill_wait_ms = {wait}");
+        assert_eq!(
+            (chats_with(&a, "later"), chats_with(&b, "later")),
+            (0, 1),
+            "spill_wait_ms = {wait}"
+        );
+        a.release();
+        drop(held);
+    }
 }

@@ -75,6 +75,10 @@ pub struct Server {
     pub load_interval: Option<Duration>,
     /// Where a conversation that spilled to its next replica goes next.
     pub after_spill: AfterSpill,
+    /// How long a later turn of a conversation waits for a slot of its first replica, when
+    /// that is full by this process's own requests, before it goes to the next in its order
+    /// (zero: it goes at once).
+    pub spill_wait: Duration,
 }
 
 /// `server.shared_state`: where the counts several processes share are kept, and how.

@@ -67,6 +67,7 @@ pub struct RawServer {
     pub shared_state_timeout_ms: Option<u64>,
     pub load_interval_ms: Option<u64>,
     pub after_spill: Option<String>,
+    pub spill_wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -188,42 +188,76 @@ struct Role<'a> {
     role: Option<std::borrow::Cow<'a, str>>,
 }
 
-/// The conversation key of a request for `alias`: its session header, else its leading
-/// messages (system prompt and messages up to the first user message, which every later turn
-/// repeats). `None` when the body has neither. XXH3-64 over the pieces, each after its length
-/// (so no two different sequences of pieces hash alike by their joins).
-pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<u64> {
+/// A request's conversation, as every process reads it from the request alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conversation {
+    /// What the order of its replicas is computed from.
+    pub key: u64,
+    /// The request carries more than the conversation's leading messages (an answer of the
+    /// model, a tool result): a later turn, whose prefix its replica may hold cached.
+    pub later: bool,
+}
+
+/// The conversation of a request for `alias`: its key from its session header, else from its
+/// leading messages (system prompt and messages up to the first user message, which every
+/// later turn repeats), and whether it is a later turn. `None` when the body has neither.
+/// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
+/// of pieces hash alike by their joins).
+pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
     let mut h = Pieces(Xxh3Default::new());
     h.piece(alias.as_bytes());
+    let lead: Option<Leading<'_>> = serde_json::from_slice(body).ok();
+    let items = lead.as_ref().and_then(Leading::items);
+    let leading = items.as_deref().map(leading);
+    let later = |lead: &[&RawValue]| items.as_ref().is_some_and(|i| lead.len() < i.len());
     if let Some(session) = headers.get(SESSION_HEADER) {
         h.piece(b"session");
         h.piece(session.as_bytes());
-        return Some(h.0.digest());
+        return Some(Conversation {
+            key: h.0.digest(),
+            later: leading.is_some_and(later),
+        });
     }
-    let lead: Leading<'_> = serde_json::from_slice(body).ok()?;
+    let lead = lead?;
+    let leading = leading.filter(|l| !l.is_empty())?;
     if let Some(system) = lead.system {
         h.piece(system.get().as_bytes());
     }
-    let items = match (lead.messages, lead.input) {
-        (Some(m), _) => m,
-        (None, Some(input)) => match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
-            Ok(items) => items,
-            // A plain string input is the whole conversation's start.
-            Err(_) => vec![input],
-        },
-        (None, None) => return None,
-    };
-    if items.is_empty() {
-        return None;
-    }
-    for item in items {
+    for item in leading {
         h.piece(item.get().as_bytes());
-        let role: Option<Role<'_>> = serde_json::from_str(item.get()).ok();
-        if role.and_then(|r| r.role).as_deref() == Some("user") {
-            break;
+    }
+    Some(Conversation {
+        key: h.0.digest(),
+        later: later(leading),
+    })
+}
+
+impl<'a> Leading<'a> {
+    /// Its messages (chat, Messages) or input items (Responses; a plain string input is the
+    /// whole conversation's start).
+    fn items(&self) -> Option<Vec<&'a RawValue>> {
+        match (&self.messages, self.input) {
+            (Some(m), _) => Some(m.clone()),
+            (None, Some(input)) => match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
+                Ok(items) => Some(items),
+                Err(_) => Some(vec![input]),
+            },
+            (None, None) => None,
         }
     }
-    Some(h.0.digest())
+}
+
+/// The leading part of `items`: up to and with the first user message (all of them when
+/// none is a user's).
+fn leading<'i, 'a>(items: &'i [&'a RawValue]) -> &'i [&'a RawValue] {
+    let end = items
+        .iter()
+        .position(|item| {
+            let role: Option<Role<'_>> = serde_json::from_str(item.get()).ok();
+            role.and_then(|r| r.role).as_deref() == Some("user")
+        })
+        .map_or(items.len(), |i| i + 1);
+    &items[..end]
 }
 
 /// A streaming hash fed length-prefixed pieces.
@@ -264,17 +298,41 @@ mod tests {
         let turn1 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
         let turn2 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
         let other = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"uno"}]}"#;
-        let k1 = conversation_key("a", &h, turn1).unwrap();
-        assert_eq!(conversation_key("a", &h, turn2), Some(k1));
-        assert_ne!(conversation_key("a", &h, other), Some(k1));
-        assert_ne!(conversation_key("b", &h, turn1), Some(k1));
+        let key = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).map(|c| c.key);
+        let k1 = key(&h, turn1).unwrap();
+        assert_eq!(key(&h, turn2), Some(k1));
+        assert_ne!(key(&h, other), Some(k1));
+        assert_ne!(conversation_key("b", &h, turn1).map(|c| c.key), Some(k1));
         let mut with = HeaderMap::new();
         with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
-        let s = conversation_key("a", &with, turn1).unwrap();
-        assert_eq!(conversation_key("a", &with, other), Some(s));
-        assert_eq!(conversation_key("a", &h, br#"{"model":"a"}"#), None);
+        let s = key(&with, turn1).unwrap();
+        assert_eq!(key(&with, other), Some(s));
+        assert_eq!(key(&h, br#"{"model":"a"}"#), None);
         let input = br#"{"model":"a","input":"hello"}"#;
-        assert!(conversation_key("a", &h, input).is_some());
+        assert!(key(&h, input).is_some());
+    }
+
+    #[test]
+    fn a_turn_after_the_first_user_message_is_a_later_turn() {
+        let h = HeaderMap::new();
+        let later = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).unwrap().later;
+        let first =
+            br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
+        let second = br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
+        assert!(!later(&h, first));
+        assert!(later(&h, second));
+        // Anthropic Messages: the system prompt apart; Responses: input items or a string.
+        let messages = br#"{"system":"S","messages":[{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
+        assert!(later(&h, messages));
+        let items = br#"{"input":[{"role":"user","content":"one"},{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
+        assert!(later(&h, items));
+        assert!(!later(&h, br#"{"input":"hello"}"#));
+        // A session header keys the conversation; its body still tells the turn.
+        let mut with = HeaderMap::new();
+        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
+        assert!(!later(&with, first));
+        assert!(later(&with, second));
+        assert!(!later(&with, b"{}"));
     }
 
     /// Values pinned: a change of hash, seed or piece framing moves every conversation of a
@@ -283,10 +341,16 @@ mod tests {
     fn the_hash_gives_the_same_values_on_every_build() {
         let h = HeaderMap::new();
         let body = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
-        assert_eq!(conversation_key("a", &h, body), Some(PINNED_KEY));
+        assert_eq!(
+            conversation_key("a", &h, body).map(|c| c.key),
+            Some(PINNED_KEY)
+        );
         let mut with = HeaderMap::new();
         with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
-        assert_eq!(conversation_key("a", &with, body), Some(PINNED_SESSION));
+        assert_eq!(
+            conversation_key("a", &with, body).map(|c| c.key),
+            Some(PINNED_SESSION)
+        );
         assert_eq!(xxh3_64_with_seed(b"replica-a", 42), PINNED_SCORE_HASH);
         // `ln` may differ in its last bit between maths libraries: not an order's concern.
         assert!((score(42, "replica-a", 2) - PINNED_SCORE).abs() < 1e-12);

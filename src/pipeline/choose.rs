@@ -2,8 +2,11 @@
 //! open) — the first of its conversation's own order with a free slot, else the least loaded —
 //! its breaker's leave and its slot, or a place in its bounded queue (429 when full, 503 when
 //! the wait runs out). A replica's load is this process's own requests on it and the other
-//! processes' as the backend last reported them; before a conversation is moved off its first
-//! replica, the replicas are read again.
+//! processes' as the backend last reported them. A later turn whose first replica is full
+//! waits for it up to `server.spill_wait_ms` (in this process's queue when its own requests
+//! fill it, in the backend's when others' do) before it moves, as a move costs its cached
+//! prefix; before any other conversation is moved off its first replica, the replicas are
+//! read again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +14,9 @@ use std::time::{Duration, Instant};
 use crate::clients::Caller;
 use crate::config::{AfterSpill, Alias, Backend};
 use crate::error::ProxyError;
-use crate::fleet::balance::{for_conversation, least_loaded, AffinityResult, Load, Replica};
+use crate::fleet::balance::{
+    for_conversation, least_loaded, AffinityResult, Conversation, Load, Replica,
+};
 use crate::fleet::breaker::{Breaker, Pass};
 use crate::fleet::health::BackendState;
 use crate::fleet::load;
@@ -69,17 +74,25 @@ pub struct Place {
     pub caller: Option<Caller>,
 }
 
-/// Choose a replica of `alias` that `tried` does not name, for conversation `key`.
+/// Choose a replica of `alias` that `tried` does not name, for `conversation`.
 pub async fn choose(
     state: &AppState,
     snap: &Snapshot,
     alias: &Alias,
     tried: &mut Vec<usize>,
-    key: Option<u64>,
+    conversation: Option<Conversation>,
     place: &Place,
 ) -> Result<Chosen, Refusal> {
-    let now = Instant::now();
+    let mut now = Instant::now();
     let n = alias.backends.len();
+    let key = conversation.map(|c| c.key);
+    let server = &snap.config.server;
+    // A later turn waits for its first replica once (its prefix is likely cached there).
+    let mut spill_wait = conversation
+        .filter(|c| c.later && n > 1)
+        .map(|_| server.spill_wait.min(server.queue_timeout))
+        .filter(|w| !w.is_zero());
+    let mut queued = Duration::ZERO;
     // Backend-reported load matters only where there is a choice.
     let max_age = snap
         .config
@@ -118,10 +131,28 @@ pub async fn choose(
             })
         };
         let (index, first) = pick(snap, alias, key.filter(|_| n > 1), &mut load);
-        let Some(index) = index else {
+        let Some(mut index) = index else {
             return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
         };
-        if first.is_some_and(|f| f != index) && reread {
+        let mut waited = None;
+        if let (Some(f), Some(wait)) = (first.filter(|f| *f != index), spill_wait.take()) {
+            let slots = match kept.get(f).copied().flatten() {
+                Some((_, slots)) => slots,
+                None => snap.slots(&alias.backends[f].name),
+            };
+            let got = slot(snap, alias, slots, place, wait).await;
+            let since = now;
+            now = Instant::now();
+            queued += now - since;
+            match got {
+                Ok(permit) => {
+                    index = f;
+                    waited = Some(permit);
+                }
+                // Still full: on to the next in its order, without waiting again.
+                Err(_) => continue,
+            }
+        } else if first.is_some_and(|f| f != index) && reread {
             reread = false;
             // Moving the conversation costs its cache: its replicas are read again first, as
             // readings lag (one may still count the conversation's own last turn, sent through
@@ -147,9 +178,15 @@ pub async fn choose(
             },
             None => None,
         };
-        let waiting = Instant::now();
-        let slot = slot(snap, alias, slots, place).await.map_err(Some)?;
-        let queued = waiting.elapsed();
+        let slot = match waited {
+            Some(permit) => permit,
+            None => {
+                let since = Instant::now();
+                let got = slot(snap, alias, slots, place, server.queue_timeout).await;
+                queued += since.elapsed();
+                got.map_err(Some)?
+            }
+        };
         return Ok(Chosen {
             backend: Arc::clone(backend),
             index,
@@ -293,13 +330,14 @@ fn refusal(
     }
 }
 
-/// A slot of a replica with `slots` now, or a place in its queue (429 when full, 503 when the
-/// wait runs out).
+/// A slot of a replica with `slots` now, or a place in its queue for up to `timeout` (429 when
+/// full, 503 when the wait runs out).
 async fn slot(
     snap: &Snapshot,
     alias: &Alias,
     slots: Option<&Arc<Slots>>,
     place: &Place,
+    timeout: Duration,
 ) -> Result<Option<SlotPermit>, (FallbackReason, ProxyError)> {
     let Some(slots) = slots else {
         return Ok(None);
@@ -308,7 +346,6 @@ async fn slot(
         return Ok(Some(p));
     }
     let m = snap.metrics(Some(&alias.name));
-    let timeout = snap.config.server.queue_timeout;
     let _queued = place.caller.as_ref().map(ClientQueued::enter);
     let got = slots
         .acquire(&alias.name, timeout, place.ticket, &**m)

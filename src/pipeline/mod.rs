@@ -104,7 +104,16 @@ pub async fn handle(
         limit::charge(state, snap, rec, &req, &alias, &body.body, admitted.prompt).await?;
         loop {
             let tried = &mut tries.tried;
-            let chosen = match choose::choose(state, snap, &alias, tried, tries.key, &place).await {
+            let chosen = match choose::choose(
+                state,
+                snap,
+                &alias,
+                tried,
+                tries.conversation,
+                &place,
+            )
+            .await
+            {
                 Ok(c) => c,
                 Err(refusal) => break tries.refused(refusal),
             };

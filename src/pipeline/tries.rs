@@ -10,7 +10,7 @@ use super::send::Failed;
 use super::Incoming;
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::fleet::balance::conversation_key;
+use crate::fleet::balance::{conversation_key, Conversation};
 use crate::fleet::breaker::Tally;
 use crate::fleet::routes::FallbackReason;
 use crate::live::Snapshot;
@@ -29,8 +29,8 @@ pub enum Last {
 pub struct Tries<'s> {
     order: &'s [Arc<Alias>],
     at: usize,
-    /// The conversation's key, when some alias on the way has replicas.
-    pub key: Option<u64>,
+    /// The conversation, when some alias on the way has replicas.
+    pub conversation: Option<Conversation>,
     /// Replicas of the current alias (by their place in `backends`) tried already.
     pub tried: Vec<usize>,
     /// Why the current alias did not serve (the fallback's reason label).
@@ -47,7 +47,7 @@ pub struct Tries<'s> {
 impl<'s> Tries<'s> {
     pub fn new(snap: &'s Snapshot, alias: &Arc<Alias>, req: &Incoming) -> Tries<'s> {
         let order = snap.routes.order(&alias.name);
-        let key = order
+        let conversation = order
             .iter()
             .any(|a| a.backends.len() > 1)
             .then(|| conversation_key(&alias.name, &req.headers, &req.body))
@@ -60,7 +60,7 @@ impl<'s> Tries<'s> {
         Tries {
             order,
             at: 0,
-            key,
+            conversation,
             tried: Vec::new(),
             why: None,
             last: None,

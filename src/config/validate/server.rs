@@ -89,6 +89,7 @@ pub(super) fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             n => Some(Duration::from_millis(n)),
         },
         after_spill: after_spill(raw.after_spill.as_deref(), errs),
+        spill_wait: Duration::from_millis(raw.spill_wait_ms.unwrap_or(30_000)),
         listen,
         metrics_listen,
         reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),
