@@ -299,47 +299,80 @@ fn session_turn(
         .json(&body)
 }
 
+/// Replica `a` (gated) and `b` behind one process with `spill_wait_ms`, and a stream of the
+/// conversation `session` (first on `a`) holding `a`'s one slot.
+struct HeldOnA {
+    a: Sim,
+    b: Sim,
+    p: Proxy,
+    c: reqwest::Client,
+    session: HeaderValue,
+    held: Option<reqwest::Response>,
+}
+
+impl HeldOnA {
+    async fn start(spill_wait_ms: u64) -> HeldOnA {
+        let a = sim(SimConfig {
+            gate: true,
+            ..SimConfig::default()
+        })
+        .await;
+        let b = sim(SimConfig::default()).await;
+        let p = proxy(
+            &one_slot_each(spill_wait_ms),
+            &[("a", a.url()), ("b", b.url())],
+        )
+        .await;
+        let c = client();
+        let session = session_first_on_a();
+        let turn = session_turn(&c, &p, &session, false, true, "held");
+        let held = within("the held stream", turn.send()).await.unwrap();
+        assert_eq!(held.status(), 200);
+        until("a's slot busy", || a.recorder().running() == 1).await;
+        HeldOnA {
+            a,
+            b,
+            p,
+            c,
+            session,
+            held: Some(held),
+        }
+    }
+
+    fn turn(&self, later: bool, marker: &str) -> reqwest::RequestBuilder {
+        session_turn(&self.c, &self.p, &self.session, later, false, marker)
+    }
+
+    /// Chats holding `marker` that `a` and `b` received.
+    fn on(&self, marker: &str) -> (usize, usize) {
+        (chats_with(&self.a, marker), chats_with(&self.b, marker))
+    }
+
+    /// `a`'s gate opened and the held stream dropped: its slot comes free.
+    fn release(&mut self) {
+        self.a.release();
+        self.held.take();
+    }
+}
+
 /// A later turn whose first replica is full by this process's own request waits for it there,
 /// where its prefix is cached, rather than moving to the free replica; a first turn (nothing
 /// cached anywhere yet) takes the free one at once.
 #[tokio::test]
 async fn a_later_turn_waits_for_its_first_replica_rather_than_moving() {
-    let a = sim(SimConfig {
-        gate: true,
-        ..SimConfig::default()
-    })
-    .await;
-    let b = sim(SimConfig::default()).await;
-    let p = proxy(&one_slot_each(60_000), &[("a", a.url()), ("b", b.url())]).await;
-    let c = client();
-    let session = session_first_on_a();
-    let held = within(
-        "the held stream",
-        session_turn(&c, &p, &session, false, true, "held").send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(held.status(), 200);
-    until("a's slot busy", || a.recorder().running() == 1).await;
+    let mut h = HeldOnA::start(60_000).await;
+    let later = tokio::spawn(h.turn(true, "later").send());
+    let waiting = || h.p.state.live.load().slots("a").unwrap().waiting();
+    until("the later turn waiting for a", || waiting() == 1).await;
+    let first = within("a first turn", h.turn(false, "first").send()).await;
+    assert_eq!(first.unwrap().status(), 200);
+    assert_eq!(h.on("first"), (0, 1));
+    assert_eq!(h.on("later"), (0, 0));
 
-    let later = tokio::spawn(session_turn(&c, &p, &session, true, false, "later").send());
-    let slots_a = || p.state.live.load().slots("a").unwrap().waiting();
-    until("the later turn waiting for a", || slots_a() == 1).await;
-    let first = within(
-        "a first turn",
-        session_turn(&c, &p, &session, false, false, "first").send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(first.status(), 200);
-    assert_eq!((chats_with(&a, "first"), chats_with(&b, "first")), (0, 1));
-    assert_eq!(chats_with(&a, "later") + chats_with(&b, "later"), 0);
-
-    a.release();
-    drop(held);
+    h.release();
     let later = within("the later turn", later).await.unwrap().unwrap();
     assert_eq!(later.status(), 200);
-    assert_eq!((chats_with(&a, "later"), chats_with(&b, "later")), (1, 0));
+    assert_eq!(h.on("later"), (1, 0));
 }
 
 /// Once its wait runs out (or with no wait configured), a later turn goes to the next replica
@@ -347,35 +380,10 @@ async fn a_later_turn_waits_for_its_first_replica_rather_than_moving() {
 #[tokio::test]
 async fn a_later_turn_moves_once_its_wait_for_the_first_replica_runs_out() {
     for wait in [0, 50] {
-        let a = sim(SimConfig {
-            gate: true,
-            ..SimConfig::default()
-        })
-        .await;
-        let b = sim(SimConfig::default()).await;
-        let p = proxy(&one_slot_each(wait), &[("a", a.url()), ("b", b.url())]).await;
-        let c = client();
-        let session = session_first_on_a();
-        let held = within(
-            "the held stream",
-            session_turn(&c, &p, &session, false, true, "held").send(),
-        )
-        .await
-        .unwrap();
-        until("a's slot busy", || a.recorder().running() == 1).await;
-        let later = within(
-            "the later turn",
-            session_turn(&c, &p, &session, true, false, "later").send(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(later.status(), 200, "spill_wait_ms = {wait}");
-        assert_eq!(
-            (chats_with(&a, "later"), chats_with(&b, "later")),
-            (0, 1),
-            "spill_wait_ms = {wait}"
-        );
-        a.release();
-        drop(held);
+        let mut h = HeldOnA::start(wait).await;
+        let later = within("the later turn", h.turn(true, "later").send()).await;
+        assert_eq!(later.unwrap().status(), 200, "spill_wait_ms = {wait}");
+        assert_eq!(h.on("later"), (0, 1), "spill_wait_ms = {wait}");
+        h.release();
     }
 }
