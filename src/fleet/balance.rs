@@ -207,7 +207,8 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
     let mut h = Pieces(Xxh3Default::new());
     h.piece(alias.as_bytes());
     let lead: Option<Leading<'_>> = serde_json::from_slice(body).ok();
-    let items = lead.as_ref().and_then(Leading::items);
+    let system = lead.as_ref().and_then(|l| l.system);
+    let items = lead.and_then(Leading::items);
     let leading = items.as_deref().map(leading);
     let later = |lead: &[&RawValue]| items.as_ref().is_some_and(|i| lead.len() < i.len());
     if let Some(session) = headers.get(SESSION_HEADER) {
@@ -218,9 +219,8 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
             later: leading.is_some_and(later),
         });
     }
-    let lead = lead?;
     let leading = leading.filter(|l| !l.is_empty())?;
-    if let Some(system) = lead.system {
+    if let Some(system) = system {
         h.piece(system.get().as_bytes());
     }
     for item in leading {
@@ -235,9 +235,9 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
 impl<'a> Leading<'a> {
     /// Its messages (chat, Messages) or input items (Responses; a plain string input is the
     /// whole conversation's start).
-    fn items(&self) -> Option<Vec<&'a RawValue>> {
-        match (&self.messages, self.input) {
-            (Some(m), _) => Some(m.clone()),
+    fn items(self) -> Option<Vec<&'a RawValue>> {
+        match (self.messages, self.input) {
+            (Some(m), _) => Some(m),
             (None, Some(input)) => match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
                 Ok(items) => Some(items),
                 Err(_) => Some(vec![input]),

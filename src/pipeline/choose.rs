@@ -84,22 +84,12 @@ pub async fn choose(
     place: &Place,
 ) -> Result<Chosen, Refusal> {
     let mut now = Instant::now();
-    let n = alias.backends.len();
-    let key = conversation.map(|c| c.key);
-    let server = &snap.config.server;
-    // A later turn waits for its first replica once (its prefix is likely cached there).
-    let mut spill_wait = conversation
-        .filter(|c| c.later && n > 1)
-        .map(|_| server.spill_wait.min(server.queue_timeout))
-        .filter(|w| !w.is_zero());
+    let Rules {
+        key,
+        mut spill_wait,
+        max_age,
+    } = Rules::new(snap, alias, conversation);
     let mut queued = Duration::ZERO;
-    // Backend-reported load matters only where there is a choice.
-    let max_age = snap
-        .config
-        .server
-        .load_interval
-        .filter(|_| n > 1)
-        .map(load::max_age);
     // A replica that looks full only by other processes' requests is read again once before
     // its conversation is moved off it.
     let mut reread = max_age.is_some();
@@ -107,51 +97,35 @@ pub async fn choose(
         let mut why: Option<FallbackReason> = None;
         let mut kept: [Option<Handles<'_>>; KEPT] = [None; KEPT];
         let mut load = |i: usize| {
-            let b = &alias.backends[i];
             if tried.contains(&i) {
                 return None;
             }
-            let breaker = match unusable(state, snap, b, now) {
-                Ok(breaker) => breaker,
+            match replica_load(state, snap, &alias.backends[i], now, max_age) {
+                Ok((handles, load)) => {
+                    if let Some(k) = kept.get_mut(i) {
+                        *k = Some(handles);
+                    }
+                    load
+                }
                 Err(w) => {
                     why = Some(telling(why, w));
-                    return None;
+                    None
                 }
-            };
-            let slots = snap.slots(&b.name);
-            if let Some(k) = kept.get_mut(i) {
-                *k = Some((breaker, slots));
             }
-            let s = slots?;
-            let others = max_age.and_then(|age| state.health.reported().others(&b.name, now, age));
-            let busy = load::combined(s.busy(), others);
-            Some(Load {
-                free: s.slots().saturating_sub(busy),
-                load: busy + s.waiting(),
-            })
         };
-        let (index, first) = pick(snap, alias, key.filter(|_| n > 1), &mut load);
+        let (index, first) = pick(snap, alias, key, &mut load);
         let Some(mut index) = index else {
             return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
         };
         let mut waited = None;
         if let (Some(f), Some(wait)) = (first.filter(|f| *f != index), spill_wait.take()) {
-            let slots = match kept.get(f).copied().flatten() {
-                Some((_, slots)) => slots,
-                None => snap.slots(&alias.backends[f].name),
-            };
-            let got = slot(snap, alias, slots, place, wait).await;
-            let since = now;
+            let since = Instant::now();
+            let got = slot(snap, alias, handles(snap, alias, &kept, f).1, place, wait).await;
             now = Instant::now();
             queued += now - since;
-            match got {
-                Ok(permit) => {
-                    index = f;
-                    waited = Some(permit);
-                }
-                // Still full: on to the next in its order, without waiting again.
-                Err(_) => continue,
-            }
+            // Still full: on to the next in its order, without waiting again.
+            let Ok(permit) = got else { continue };
+            (index, waited) = (f, Some(permit));
         } else if first.is_some_and(|f| f != index) && reread {
             reread = false;
             // Moving the conversation costs its cache: its replicas are read again first, as
@@ -161,28 +135,19 @@ pub async fn choose(
             continue;
         }
         let backend = &alias.backends[index];
-        let (breaker, slots) = kept
-            .get(index)
-            .copied()
-            .flatten()
-            .unwrap_or_else(|| (snap.breaker(&backend.name), snap.slots(&backend.name)));
-        let breaker = breaker.cloned();
-        let pass = match &breaker {
-            Some(br) => match br.enter(now) {
-                Some(p) => Some(p),
-                // Another request took the half-open trial first.
-                None => {
-                    tried.push(index);
-                    continue;
-                }
-            },
-            None => None,
+        let (breaker, slots) = handles(snap, alias, &kept, index);
+        // Another request may have taken a half-open breaker's one trial first.
+        let Some(pass) = enter(breaker, now) else {
+            tried.push(index);
+            continue;
         };
+        let breaker = breaker.cloned();
         let slot = match waited {
             Some(permit) => permit,
             None => {
                 let since = Instant::now();
-                let got = slot(snap, alias, slots, place, server.queue_timeout).await;
+                let timeout = snap.config.server.queue_timeout;
+                let got = slot(snap, alias, slots, place, timeout).await;
                 queued += since.elapsed();
                 got.map_err(Some)?
             }
@@ -194,11 +159,82 @@ pub async fn choose(
             pass,
             breaker,
             queued,
-            affinity: key
-                .filter(|_| n > 1)
-                .map(|key| remember(snap, alias, key, &backend.name)),
+            affinity: key.map(|key| remember(snap, alias, key, &backend.name)),
         });
     }
+}
+
+/// How one choice for a request reads its alias's replicas and waits, from the config.
+struct Rules {
+    /// The conversation's key, where the alias has a choice of replicas.
+    key: Option<u64>,
+    /// How long a later turn waits for its first replica (once).
+    spill_wait: Option<Duration>,
+    /// How old a backend's load reading may be and still count (where there is a choice).
+    max_age: Option<Duration>,
+}
+
+impl Rules {
+    fn new(snap: &Snapshot, alias: &Alias, conversation: Option<Conversation>) -> Rules {
+        let server = &snap.config.server;
+        let conversation = conversation.filter(|_| alias.backends.len() > 1);
+        Rules {
+            key: conversation.map(|c| c.key),
+            spill_wait: conversation
+                .filter(|c| c.later)
+                .map(|_| server.spill_wait.min(server.queue_timeout))
+                .filter(|w| !w.is_zero()),
+            max_age: server
+                .load_interval
+                .filter(|_| alias.backends.len() > 1)
+                .map(load::max_age),
+        }
+    }
+}
+
+/// A breaker's leave for one request (`Some(None)` with no breaker); `None` when its half-open
+/// trial is taken.
+fn enter(breaker: Option<&Arc<Breaker>>, now: Instant) -> Option<Option<Pass>> {
+    match breaker {
+        Some(br) => br.enter(now).map(Some),
+        None => Some(None),
+    }
+}
+
+/// Replica `b`'s handles and its load at `now` (`None`: it has no slots to count), other
+/// processes' requests counted as read no longer than `max_age` ago; else why it cannot take a
+/// request.
+fn replica_load<'s>(
+    state: &AppState,
+    snap: &'s Snapshot,
+    b: &Backend,
+    now: Instant,
+    max_age: Option<Duration>,
+) -> Result<(Handles<'s>, Option<Load>), FallbackReason> {
+    let breaker = unusable(state, snap, b, now)?;
+    let slots = snap.slots(&b.name);
+    let load = slots.map(|s| {
+        let others = max_age.and_then(|age| state.health.reported().others(&b.name, now, age));
+        let busy = load::combined(s.busy(), others);
+        Load {
+            free: s.slots().saturating_sub(busy),
+            load: busy + s.waiting(),
+        }
+    });
+    Ok(((breaker, slots), load))
+}
+
+/// Replica `i`'s handles: as `kept` holds them from its load, else looked up.
+fn handles<'s>(
+    snap: &'s Snapshot,
+    alias: &Alias,
+    kept: &[Option<Handles<'s>>],
+    i: usize,
+) -> Handles<'s> {
+    kept.get(i).copied().flatten().unwrap_or_else(|| {
+        let name = &alias.backends[i].name;
+        (snap.breaker(name), snap.slots(name))
+    })
 }
 
 /// Of two reasons no replica could take a request, the one that tells the client most:
