@@ -99,20 +99,30 @@ async fn two_processes_send_each_conversation_to_the_same_replica() {
     }
 }
 
-const TWO_REPLICAS: &str = r#"
+/// Replicas `a` and `b` of `flavor` with `slots` each, under the `[server]` lines `server`.
+fn two_replicas(server: &str, flavor: &str, slots: u32) -> String {
+    format!(
+        r#"
 [server]
-load_interval_ms = 10000
+{server}
 [backends.a]
-url = "{a}"
+url = "{{a}}"
 flavor = "{flavor}"
-slots = 2
+slots = {slots}
 [backends.b]
-url = "{b}"
+url = "{{b}}"
 flavor = "{flavor}"
-slots = 2
+slots = {slots}
 [aliases.m]
 backends = ["a", "b"]
-"#;
+"#
+    )
+}
+
+/// Two replicas of two slots, their load read every 10 s.
+fn read_replicas(flavor: &str) -> String {
+    two_replicas("load_interval_ms = 10000", flavor, 2)
+}
 
 /// A stream sent straight to `s` (as another process would), held by its gate after its first
 /// event.
@@ -159,7 +169,7 @@ async fn a_replica_full_by_its_report_is_passed_over(flavor: Flavor) {
         ..SimConfig::default()
     })
     .await;
-    let config = TWO_REPLICAS.replace("{flavor}", flavor.as_str());
+    let config = read_replicas(flavor.as_str());
     let urls = [("a", a.url()), ("b", b.url())];
     let procs = [proxy(&config, &urls).await, proxy(&config, &urls).await];
     let c = client();
@@ -232,7 +242,7 @@ async fn a_replica_full_only_by_a_stale_reading_is_read_again_before_a_conversat
     })
     .await;
     let b = sim(SimConfig::default()).await;
-    let config = TWO_REPLICAS.replace("{flavor}", "llamacpp");
+    let config = read_replicas("llamacpp");
     let p = proxy(&config, &[("a", a.url()), ("b", b.url())]).await;
     let c = client();
     let held = [hold(&c, &a).await, hold(&c, &a).await];
@@ -259,23 +269,8 @@ async fn a_replica_full_only_by_a_stale_reading_is_read_again_before_a_conversat
 
 /// Two replicas of one slot each, counted by this process alone, with `spill_wait_ms`.
 fn one_slot_each(spill_wait_ms: u64) -> String {
-    format!(
-        r#"
-[server]
-load_interval_ms = 0
-spill_wait_ms = {spill_wait_ms}
-[backends.a]
-url = "{{a}}"
-flavor = "llamacpp"
-slots = 1
-[backends.b]
-url = "{{b}}"
-flavor = "llamacpp"
-slots = 1
-[aliases.m]
-backends = ["a", "b"]
-"#
-    )
+    let server = format!("load_interval_ms = 0\nspill_wait_ms = {spill_wait_ms}");
+    two_replicas(&server, "llamacpp", 1)
 }
 
 /// A turn of the conversation `session` names: its first (one user message) or a later one
