@@ -158,3 +158,61 @@ async fn real_llama_messages_streams_repaired_and_translated_are_alike() {
     eprintln!("messages events: {:?}", squeezed(&repaired));
     assert_eq!(squeezed(&translated), squeezed(&repaired));
 }
+
+/// Regression: this llama-server closes its connection after every streamed answer while its
+/// headers announce keep-alive. Five client loops of 150 requests each, streamed and whole
+/// alternating, through a 2-slot backend whose queue hands each freed slot (and the
+/// connection the stream just ended on) to the next request at once: every one is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn real_llama_loses_no_request_to_the_connections_it_closes_after_streams() {
+    let toml = one_alias("llamacpp", "", "").replace("slots = 8", "slots = 2");
+    let p = proxy(&toml, &[("b", real())]).await;
+    let url = p.url("/v1/chat/completions");
+    let loops = (0..5).map(|l| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let c = client();
+            let mut failed = Vec::new();
+            for i in 0..150 {
+                let stream = (i + l) % 2 == 0;
+                let body = json!({"model": "a", "stream": stream, "max_tokens": 8,
+                    "messages": [{"role": "user", "content": format!("loop {l}, turn {i}")}]});
+                let r = c.post(&url).json(&body).send().await.unwrap();
+                let status = r.status().as_u16();
+                let text = r.text().await.unwrap();
+                let whole = if stream {
+                    text.contains("data: [DONE]")
+                } else {
+                    text.contains("\"choices\"")
+                };
+                if status != 200 || !whole {
+                    failed.push(format!("{status} {}", &text[..text.len().min(200)]));
+                }
+            }
+            failed
+        })
+    });
+    let mut failed = Vec::new();
+    for l in loops {
+        let l = tokio::time::timeout(REAL_WAIT * 5, l)
+            .await
+            .expect("the loops end in time");
+        failed.extend(l.unwrap());
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 750 failed, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let m = p.metrics().await;
+    eprintln!(
+        "{}",
+        m.lines()
+            .filter(|l| l.starts_with("switchboard_upstream_retries_total")
+                || l.starts_with("switchboard_upstream_connections_not_pooled_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

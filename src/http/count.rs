@@ -96,6 +96,7 @@ async fn forward(
     let sent = exchange::send(
         &state.client,
         backend,
+        snap.conns(&backend.name),
         path,
         headers,
         body.into(),

@@ -30,6 +30,7 @@ use crate::observe::trace::Tracer;
 use crate::shared::Store;
 use crate::tokens::gate::CountGate;
 use crate::upstream::tls::TlsSettings;
+use crate::upstream::watch::ConnWatch;
 use crate::upstream::Client;
 use figures::{Figures, Found, Fresh};
 
@@ -43,6 +44,8 @@ pub struct Snapshot {
     unknown: AliasMetrics,
     slots: HashMap<String, Arc<Slots>>,
     breakers: HashMap<String, Arc<Breaker>>,
+    /// What is learned of each backend's connections (kept while its URL is the same).
+    conns: HashMap<String, Arc<ConnWatch>>,
     /// Which backend each conversation is on; the same table in every snapshot.
     affinity: Arc<Affinity>,
     /// Turns of the tie-break between equally loaded replicas.
@@ -138,6 +141,7 @@ impl Snapshot {
         let tracer = tracer(&config, metrics, previous)?;
         let slots = slots(&config, previous, shared.as_ref());
         let breakers = breakers(&config, previous);
+        let conns = conns(&config, metrics, previous);
         let affinity = previous.map_or_else(Arc::default, |p| Arc::clone(&p.affinity));
         let alias_metrics = alias_metrics(&config, metrics, &slots);
         Ok(Snapshot {
@@ -147,6 +151,7 @@ impl Snapshot {
             unknown: metrics.alias("unknown"),
             slots,
             breakers,
+            conns,
             affinity,
             turn: std::sync::atomic::AtomicUsize::new(0),
             guards,
@@ -160,6 +165,11 @@ impl Snapshot {
 
     pub fn breaker(&self, backend: &str) -> Option<&Arc<Breaker>> {
         self.breakers.get(backend)
+    }
+
+    /// What is learned of `backend`'s connections.
+    pub fn conns(&self, backend: &str) -> Option<&Arc<ConnWatch>> {
+        self.conns.get(backend)
     }
 
     pub fn affinity(&self) -> &Affinity {
@@ -477,6 +487,31 @@ fn slots(
 
 /// Each backend's breaker: the previous snapshot's, given the new settings, while the backend
 /// keeps its URL; a new, closed one otherwise.
+/// Each backend's connection watch: `previous`'s where the backend is at the same URL (what
+/// was learned of the server there holds), else a new one.
+fn conns(
+    config: &Config,
+    metrics: &Metrics,
+    previous: Option<&Snapshot>,
+) -> HashMap<String, Arc<ConnWatch>> {
+    config
+        .backends
+        .values()
+        .map(|b| {
+            let kept = previous
+                .filter(|p| {
+                    p.config
+                        .backends
+                        .get(&b.name)
+                        .is_some_and(|o| o.url == b.url)
+                })
+                .and_then(|p| p.conns.get(&b.name));
+            let watch = kept.map_or_else(|| Arc::new(metrics.conn_watch(&b.name)), Arc::clone);
+            (b.name.clone(), watch)
+        })
+        .collect()
+}
+
 fn breakers(config: &Config, previous: Option<&Snapshot>) -> HashMap<String, Arc<Breaker>> {
     config
         .backends

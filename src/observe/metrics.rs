@@ -20,6 +20,7 @@ use crate::fleet::health::BackendState;
 use crate::fleet::routes::FallbackReason;
 use crate::fleet::slots::QueueWatch;
 use crate::upstream::exchange::UpstreamReason;
+use crate::upstream::watch::ConnWatch;
 use crate::wire::Endpoint;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -142,6 +143,35 @@ struct BackendLabel {
     backend: Name,
 }
 
+/// Why a request went once more on a new connection: the kept one was closed or reset
+/// before a byte of answer.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum RetryReason {
+    closed,
+    reset,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RetryLabels {
+    backend: Name,
+    reason: RetryReason,
+}
+
+/// Why a connection was not kept after its answer.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum NotPooledReason {
+    /// The backend closes its connection after a streamed answer.
+    closes_after_stream,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotPooledLabels {
+    backend: Name,
+    reason: NotPooledReason,
+}
+
 /// The shared store, by its URL (without a password): one series, and only with a store.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StoreLabel {
@@ -236,6 +266,8 @@ pub struct Metrics {
     counts_running: Gauge,
     counts_waiting: Gauge,
     upstream_errors: Family<UpstreamLabels, Counter>,
+    upstream_retries: Family<RetryLabels, Counter>,
+    not_pooled: Family<NotPooledLabels, Counter>,
     backend_up: Family<BackendLabel, Gauge>,
     backend_state: Family<BackendStateLabels, Gauge>,
     breaker: Family<BreakerLabels, Gauge>,
@@ -293,6 +325,8 @@ impl Metrics {
             counts_running: Gauge::default(),
             counts_waiting: Gauge::default(),
             upstream_errors: Family::default(),
+            upstream_retries: Family::default(),
+            not_pooled: Family::default(),
             backend_up: Family::default(),
             backend_state: Family::default(),
             breaker: Family::default(),
@@ -420,6 +454,16 @@ impl Metrics {
             "upstream_errors",
             "Failed exchanges with backends, by reason",
             self.upstream_errors.clone(),
+        );
+        r.register(
+            "upstream_retries",
+            "Requests sent once more on a new connection because a kept one was closed or reset before a byte of answer, by backend and reason",
+            self.upstream_retries.clone(),
+        );
+        r.register(
+            "upstream_connections_not_pooled",
+            "Connections closed after their answer instead of kept, by backend and reason (closes_after_stream: the backend was seen closing its connection after a streamed answer)",
+            self.not_pooled.clone(),
         );
         r.register(
             "fallbacks",
@@ -584,6 +628,32 @@ impl Metrics {
     /// The gauges of the count gate: running, waiting.
     pub fn count_gauges(&self) -> (Gauge, Gauge) {
         (self.counts_running.clone(), self.counts_waiting.clone())
+    }
+
+    /// The connection watch of `backend`, counting into its series.
+    pub fn conn_watch(&self, backend: &str) -> ConnWatch {
+        let name = Arc::new(backend.to_string());
+        let retried = |reason| {
+            self.upstream_retries
+                .get_or_create(&RetryLabels {
+                    backend: Arc::clone(&name),
+                    reason,
+                })
+                .clone()
+        };
+        let not_pooled = self
+            .not_pooled
+            .get_or_create(&NotPooledLabels {
+                backend: Arc::clone(&name),
+                reason: NotPooledReason::closes_after_stream,
+            })
+            .clone();
+        ConnWatch::new(
+            backend,
+            retried(RetryReason::closed),
+            retried(RetryReason::reset),
+            not_pooled,
+        )
     }
 
     /// Record a backend's breaker state.

@@ -102,6 +102,7 @@ pub async fn send(
     let sent = exchange::send(
         &state.client,
         backend,
+        snap.conns(&backend.name),
         path,
         headers,
         body,

@@ -60,6 +60,10 @@ pub struct SimArgs {
     /// Write stream events with a space after every `,` and `:`, as Python's json.dumps does.
     #[arg(long)]
     pub spaced_json: bool,
+    /// Close the connection after every streamed answer while announcing keep-alive, as
+    /// llama-server does (at the next request on it).
+    #[arg(long)]
+    pub close_after_stream: bool,
 }
 
 impl SimArgs {
@@ -80,6 +84,7 @@ impl SimArgs {
             completion_tokens: self.completion_tokens,
             reasoning_tokens: self.reasoning_tokens,
             spaced_json: self.spaced_json,
+            close_after_stream: self.close_after_stream,
             ..SimConfig::default()
         }
     }

@@ -48,6 +48,12 @@ pub struct SimConfig {
     /// Write stream events as Python's `json.dumps` does, a space after every `,` and `:`
     /// (`"usage": {…}`), as any OpenAI-compatible server may.
     pub spaced_json: bool,
+    /// Close the connection after every streamed answer while announcing keep-alive
+    /// (`Keep-Alive: timeout=5, max=100`, no `Connection: close`), as llama.cpp's
+    /// `llama-server` does. The close is made at the worst moment of the real server's timing:
+    /// the connection is kept open until the next request arrives on it, then closed without
+    /// reading it or answering.
+    pub close_after_stream: bool,
 }
 
 impl Default for SimConfig {
@@ -71,6 +77,7 @@ impl Default for SimConfig {
             stall_after: None,
             fail_status: None,
             spaced_json: false,
+            close_after_stream: false,
         }
     }
 }

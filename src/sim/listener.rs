@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,11 +112,62 @@ pub(crate) async fn run(
 
 async fn connection(tcp: TcpStream, sh: Arc<Shared>, app: Router) {
     let _ = tcp.set_nodelay(true);
-    let service = hyper::service::service_fn(move |req| handle(Arc::clone(&sh), app.clone(), req));
+    // Set once a streamed answer went out on this connection, with `close_after_stream`.
+    let streamed = Arc::new(AtomicBool::new(false));
+    let service = hyper::service::service_fn(move |req| {
+        let (sh, app, streamed) = (Arc::clone(&sh), app.clone(), Arc::clone(&streamed));
+        async move {
+            if streamed.load(Ordering::Relaxed) {
+                // The connection a stream ended on: closed, the request neither read nor
+                // answered (hyper closes the connection on a service error).
+                return Err(ClosedAfterStream);
+            }
+            let resp = handle(Arc::clone(&sh), app, req).await?;
+            if sh.cfg.close_after_stream {
+                return Ok(close_after_stream(resp, &streamed));
+            }
+            Ok(resp)
+        }
+    });
     // A connection error only concerns that client.
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(tcp), service)
         .await;
+}
+
+/// What ends a connection a stream was answered on (`close_after_stream`).
+#[derive(Debug)]
+struct ClosedAfterStream;
+
+impl std::fmt::Display for ClosedAfterStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("closed after a streamed answer")
+    }
+}
+
+impl std::error::Error for ClosedAfterStream {}
+
+impl From<Infallible> for ClosedAfterStream {
+    fn from(never: Infallible) -> Self {
+        match never {}
+    }
+}
+
+/// llama-server's headers on every answer (keep-alive announced); a streamed answer marks
+/// its connection to be closed.
+fn close_after_stream(mut resp: Response, streamed: &AtomicBool) -> Response {
+    resp.headers_mut().insert(
+        http::HeaderName::from_static("keep-alive"),
+        http::HeaderValue::from_static("timeout=5, max=100"),
+    );
+    let stream = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if stream {
+        streamed.store(true, Ordering::Relaxed);
+    }
+    resp
 }
 
 async fn handle(

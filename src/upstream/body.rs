@@ -13,6 +13,7 @@ use http::{HeaderMap, StatusCode};
 use super::conn::Conn;
 use super::framing::{self, Decoder};
 use super::pool::Pool;
+use super::watch::ConnWatch;
 use super::{BoxError, Malformed};
 
 /// First read buffer of a response; it doubles while reads fill it, up to `MAX_READ`.
@@ -104,9 +105,24 @@ pub struct UpstreamBody {
     pub(super) read: usize,
     pub(super) decoder: Decoder,
     pub(super) keep_alive: bool,
+    /// Chunked: a streamed answer (what some backends close their connection after).
+    pub(super) streamed: bool,
     pub(super) pool: Arc<Pool>,
     /// The pool key the connection goes back under.
     pub(super) key: String,
+    /// The backend's connection facts: a connection it would close is not kept.
+    pub(super) watch: Option<Arc<ConnWatch>>,
+}
+
+impl UpstreamBody {
+    /// The body is read whole: its connection back to the pool, unless the backend closes
+    /// such connections (then it is closed here, and counted).
+    fn done(&mut self, conn: Conn) {
+        match &self.watch {
+            Some(watch) if self.streamed && watch.closes_after_stream() => watch.not_pooled(),
+            _ => self.pool.checkin(&self.key, conn, self.streamed),
+        }
+    }
 }
 
 impl UpstreamBody {
@@ -133,7 +149,7 @@ impl Stream for UpstreamBody {
                 if let Some(conn) = this.conn.take() {
                     // Bytes after the body would be the start of nothing we asked for.
                     if this.keep_alive && this.buf.is_empty() {
-                        this.pool.checkin(&this.key, conn);
+                        this.done(conn);
                     }
                 }
                 return Poll::Ready(None);

@@ -26,6 +26,28 @@ pub enum Unanswered {
     Untouched(io::Error),
     /// The request, or a part of it, may have reached the backend.
     Failed(SendError),
+    /// The backend closed or reset the connection before one byte of an answer: on a
+    /// connection it had answered on before, it closed that connection while the request was
+    /// on its way, so it read none of it ([`super::Pool::post`] sends it again, once, on a
+    /// new connection).
+    Dropped(SendError, Cut),
+}
+
+/// How a connection ended without a byte of answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// An orderly close (end of file).
+    Closed,
+    /// A reset: the kernel's `ECONNRESET`, `EPIPE` or `ECONNABORTED`.
+    Reset,
+}
+
+impl Cut {
+    /// The kind of drop of an I/O error, if it is one.
+    fn of(e: &io::Error) -> Option<Cut> {
+        use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+        matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted).then_some(Cut::Reset)
+    }
 }
 
 /// Why no head could be read.
@@ -57,7 +79,7 @@ pub async fn exchange(
             let mut buf = BytesMut::with_capacity(FIRST_READ);
             return match poll_fn(|cx| poll_head(conn, cx, &mut buf)).await {
                 Ok(head) => Ok((head, buf)),
-                Err(e) => Err(Unanswered::Failed(unread(e, None))),
+                Err(e) => Err(unanswered(e, None, &buf)),
             };
         }
         Poll::Ready(Ok(false)) | Poll::Pending => None,
@@ -100,7 +122,7 @@ async fn both(
                 head.keep_alive &= written;
                 Poll::Ready(Ok(head))
             }
-            Err(e) => Poll::Ready(Err(Unanswered::Failed(unread(e, failed.take())))),
+            Err(e) => Poll::Ready(Err(unanswered(e, failed.take(), &buf))),
         }
     })
     .await?;
@@ -161,6 +183,26 @@ fn poll_head(
             Ok(_) => {}
             Err(e) => return Poll::Ready(Err(Unread::Io(e))),
         }
+    }
+}
+
+/// An exchange with no head: dropped when the connection was closed or reset before a byte
+/// of the answer (`buf` empty), whatever a failed write (`failed`) said of it; else failed.
+fn unanswered(e: Unread, failed: Option<io::Error>, buf: &BytesMut) -> Unanswered {
+    let cut = match &e {
+        _ if !buf.is_empty() => None,
+        Unread::Closed => Some(Cut::Closed),
+        Unread::Io(io) => Cut::of(io),
+        Unread::Malformed(_) => None,
+    };
+    // A write that failed says how: a reset it met.
+    let cut = match failed.as_ref().map(Cut::of) {
+        None => cut,
+        Some(write) => cut.and(write),
+    };
+    match cut {
+        Some(cut) => Unanswered::Dropped(unread(e, failed), cut),
+        _ => Unanswered::Failed(unread(e, failed)),
     }
 }
 
@@ -251,17 +293,17 @@ mod tests {
         assert!(!head.keep_alive);
     }
 
-    /// Reset halfway through the body without an answer: a failure after the backend had
-    /// some of the request, not one that may be sent again.
+    /// Reset halfway through the body without an answer: dropped after the backend had some
+    /// of the request (on a connection used before, the pool sends it once more on a new one).
     #[tokio::test]
-    async fn a_reset_mid_body_is_a_failure_after_bytes_were_sent() {
+    async fn a_reset_mid_body_is_dropped_after_bytes_were_sent() {
         let (mut conn, mut server) = pair().await;
         tokio::spawn(async move {
             read_request_head(&mut server).await;
         });
         let mut wrote = false;
         let sent = exchange(&mut conn, &Bytes::from_static(HEAD), &big(), &mut wrote).await;
-        let Err(Unanswered::Failed(SendError::Write(e))) = sent else {
+        let Err(Unanswered::Dropped(SendError::Write(e), Cut::Reset)) = sent else {
             panic!("{sent:?}");
         };
         assert!(e.starts_with("sending the request: "), "{e}");

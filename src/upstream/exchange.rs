@@ -1,6 +1,7 @@
 //! The upstream exchange: header filtering, backend auth, send with a header timeout; a failure
 //! told as an [`UpstreamError`], and the metric reasons of failures.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -11,6 +12,7 @@ use prometheus_client::encoding::EncodeLabelValue;
 use crate::config::Backend;
 use crate::upstream::failure::UpstreamError;
 use crate::upstream::hop;
+use crate::upstream::watch::ConnWatch;
 pub use crate::upstream::{read_all, read_within, Held, TooLong};
 use crate::upstream::{BoxError, Client, SendError, Target};
 use crate::wire::payload::Payload;
@@ -77,6 +79,7 @@ pub struct Answer {
 pub async fn send(
     client: &Client,
     backend: &Backend,
+    watch: Option<&Arc<ConnWatch>>,
     path_and_query: &str,
     headers: HeaderMap,
     body: Payload,
@@ -98,6 +101,7 @@ pub async fn send(
                 authority: &backend.authority,
                 tls: tls.as_deref(),
                 connect: Some(backend.timeouts.connect),
+                watch,
             };
             let sent = client.pool().post(to, &path, headers, body, &mut reached);
             let outcome = tokio::time::timeout(header_timeout, sent).await;

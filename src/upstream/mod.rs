@@ -31,6 +31,7 @@ mod framing;
 pub mod hop;
 mod pool;
 pub mod tls;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,6 +139,7 @@ impl Client {
             authority: to.authority,
             tls: tls.as_deref(),
             connect: to.connect,
+            watch: None,
         };
         self.pool
             .post(target, path, headers, body, &mut false)
@@ -157,6 +159,7 @@ impl Client {
             authority: to.authority,
             tls: tls.as_deref(),
             connect: to.connect,
+            watch: None,
         };
         self.pool.get(target, path, headers, wait).await
     }

@@ -1,6 +1,7 @@
 //! The keep-alive pool: connections by backend, checked with the kernel at checkout, new ones
 //! made within the connect timeout (TLS over them for https), requests written on them and
-//! never sent twice once a byte may have reached the backend.
+//! never sent twice once a byte may have reached the backend — but for one that a kept
+//! connection lost before a byte of answer, sent once more on a new connection.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -17,8 +18,9 @@ use super::body::{UpstreamBody, UpstreamResponse, FIRST_READ};
 use super::conn::{Conn, Wire};
 use super::duplex::{exchange, read_head, Unanswered};
 use super::error::out_of_descriptors;
-use super::framing::{Decoder, Head};
+use super::framing::{Decoder, Framing, Head};
 use super::tls::{self, BackendTls};
+use super::watch::{ConnWatch, RIGHT_AFTER};
 use super::{hop, SendError};
 use crate::wire::payload::Payload;
 
@@ -29,6 +31,8 @@ pub struct Target<'a> {
     pub tls: Option<&'a BackendTls>,
     /// The connect timeout of this backend; `None`: the pool's.
     pub connect: Option<Duration>,
+    /// What is learned and counted of this backend's connections (`None`: nothing).
+    pub watch: Option<&'a Arc<ConnWatch>>,
 }
 
 impl<'a> Target<'a> {
@@ -37,6 +41,7 @@ impl<'a> Target<'a> {
             authority,
             tls: None,
             connect: None,
+            watch: None,
         }
     }
 
@@ -53,8 +58,32 @@ impl<'a> Target<'a> {
 /// went idle (the newest last).
 #[derive(Default)]
 pub struct Pool {
-    pub(super) idle: Mutex<HashMap<String, Vec<(Conn, Instant)>>>,
+    pub(super) idle: Mutex<HashMap<String, Vec<(Kept, Instant)>>>,
     pub(super) connect_timeout: Duration,
+}
+
+/// An idle connection and what its last answer was.
+pub(super) struct Kept {
+    conn: Conn,
+    /// Its last answer was streamed (chunked): a backend that closes such connections is
+    /// learned of when it is found closed right after.
+    after_stream: bool,
+}
+
+impl Kept {
+    /// Its TCP socket (for tests that look at the pool).
+    #[cfg(test)]
+    pub(super) fn tcp(&self) -> &TcpStream {
+        self.conn.tcp()
+    }
+}
+
+/// A connection taken from the pool: used before, so a request it loses before a byte of
+/// answer goes once more on a new one.
+pub(super) struct Reused {
+    conn: Conn,
+    /// It went idle right after a streamed answer.
+    after_stream: bool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -135,32 +164,42 @@ impl Pool {
         }
     }
 
-    /// An idle connection that is still open, if there is one.
-    pub(super) fn checkout(&self, key: &str) -> Option<Conn> {
+    /// An idle connection of `to` that is still open, if there is one. One found closed right
+    /// after a streamed answer teaches `to`'s watch that its backend closes those.
+    pub(super) fn checkout(&self, to: Target<'_>) -> Option<Reused> {
         let mut idle = self.idle.lock().ok()?;
-        let list = idle.get_mut(key)?;
+        let list = idle.get_mut(to.key())?;
         let now = Instant::now();
         prune(list, now);
-        while let Some((conn, _)) = list.pop() {
-            if open_by_the_kernel(conn.tcp()) {
-                return Some(conn);
+        while let Some((kept, since)) = list.pop() {
+            let after_stream = kept.after_stream && now.duration_since(since) < RIGHT_AFTER;
+            if open_by_the_kernel(kept.conn.tcp()) {
+                return Some(Reused {
+                    conn: kept.conn,
+                    after_stream,
+                });
+            }
+            if let (true, Some(watch)) = (after_stream, to.watch) {
+                watch.closed_after_stream();
             }
         }
         None
     }
 
-    pub(super) fn checkin(&self, key: &str, conn: Conn) {
+    /// Keep `conn` for the next request under `key`; `after_stream`: its answer was streamed.
+    pub(super) fn checkin(&self, key: &str, conn: Conn, after_stream: bool) {
         let now = Instant::now();
+        let kept = Kept { conn, after_stream };
         if let Ok(mut idle) = self.idle.lock() {
             match idle.get_mut(key) {
                 Some(list) => {
                     prune(list, now);
                     if list.len() < MAX_IDLE {
-                        list.push((conn, now));
+                        list.push((kept, now));
                     }
                 }
                 None => {
-                    idle.insert(key.to_string(), vec![(conn, now)]);
+                    idle.insert(key.to_string(), vec![(kept, now)]);
                 }
             }
         }
@@ -203,12 +242,14 @@ impl Pool {
     }
 
     /// POST `body` to `path` of `to`; resolves with the response head. The body reads from
-    /// the connection as it is polled and returns it to the pool at its end. A request is
-    /// never sent twice once a byte of it may have reached the backend: a pooled connection
-    /// the backend closed after the check-out check is replaced only when the kernel took
-    /// nothing of the request, and a new connection that takes nothing is
-    /// [`SendError::Unsent`]. `wrote` tells a caller that stops waiting whether a byte of
-    /// the request may have reached the backend.
+    /// the connection as it is polled and returns it to the pool at its end. A request goes
+    /// once more on a new connection only when a kept one lost it before a byte of answer:
+    /// the kernel took nothing of it, or the backend closed or reset the connection without
+    /// answering (a backend closes an idle connection while a request is on its way: it read
+    /// none of it). Else, once a byte of it may have reached the backend, it is never sent
+    /// again, and a new connection that takes nothing is [`SendError::Unsent`]. `wrote`
+    /// tells a caller that stops waiting whether a byte of the request may have reached the
+    /// backend.
     pub async fn post(
         self: &Arc<Self>,
         to: Target<'_>,
@@ -218,19 +259,32 @@ impl Pool {
         wrote: &mut bool,
     ) -> Result<UpstreamResponse, SendError> {
         let head = request_head(b"POST ", to.authority, path, &headers, Some(body.len()));
-        if let Some(mut conn) = self.checkout(to.key()) {
+        if let Some(Reused {
+            mut conn,
+            after_stream,
+        }) = self.checkout(to)
+        {
             match exchange(&mut conn, &head, &body, wrote).await {
                 Ok((parsed, buf)) => return Ok(self.answer(to, conn, parsed, buf)),
                 Err(Unanswered::Failed(e)) => return Err(e),
                 Err(Unanswered::Untouched(e)) => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
                 }
+                Err(Unanswered::Dropped(e, cut)) => {
+                    tracing::debug!(error = %e, "pooled connection cut unanswered; sending again on a new one");
+                    if let Some(watch) = to.watch {
+                        watch.retried(cut);
+                        if after_stream {
+                            watch.closed_after_stream();
+                        }
+                    }
+                }
             }
         }
         let mut conn = self.connect(to).await?;
         match exchange(&mut conn, &head, &body, wrote).await {
             Ok((parsed, buf)) => Ok(self.answer(to, conn, parsed, buf)),
-            Err(Unanswered::Failed(e)) => Err(e),
+            Err(Unanswered::Failed(e) | Unanswered::Dropped(e, _)) => Err(e),
             Err(Unanswered::Untouched(e)) => {
                 Err(SendError::Unsent(format!("sending the request: {e}")))
             }
@@ -262,7 +316,7 @@ impl Pool {
     /// pooled connection is replaced only when the kernel took nothing of the request.
     async fn written(&self, to: Target<'_>, head: &Bytes) -> Result<Conn, SendError> {
         let sending = |e: std::io::Error| format!("sending the request: {e}");
-        if let Some(mut conn) = self.checkout(to.key()) {
+        if let Some(Reused { mut conn, .. }) = self.checkout(to) {
             let before = conn.sent();
             match write_request(&mut conn, head).await {
                 Ok(()) => return Ok(conn),
@@ -297,10 +351,12 @@ impl Pool {
                 conn: Some(conn),
                 buf,
                 read: FIRST_READ,
+                streamed: parsed.framing == Framing::Chunked,
                 decoder: Decoder::new(parsed.framing),
                 keep_alive: parsed.keep_alive,
                 pool: Arc::clone(self),
                 key: to.key().to_string(),
+                watch: to.watch.cloned(),
             },
         }
     }
@@ -446,6 +502,14 @@ mod tests {
     async fn scripted_backend(
         answers: Vec<&'static [u8]>,
     ) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        scripted_connections(vec![answers]).await
+    }
+
+    /// [`scripted_backend`] with a script per connection: the i-th connection follows
+    /// `scripts[i]` (the last script once they run out).
+    async fn scripted_connections(
+        scripts: Vec<Vec<&'static [u8]>>,
+    ) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
         use tokio::io::AsyncReadExt;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -453,9 +517,9 @@ mod tests {
         let (conns, reqs) = (Arc::clone(&accepted), Arc::clone(&requests));
         tokio::spawn(async move {
             while let Ok((mut tcp, _)) = listener.accept().await {
-                conns.fetch_add(1, Ordering::SeqCst);
+                let i = conns.fetch_add(1, Ordering::SeqCst);
                 let reqs = Arc::clone(&reqs);
-                let answers = answers.clone();
+                let answers = scripts[i.min(scripts.len() - 1)].clone();
                 tokio::spawn(async move {
                     for answer in answers {
                         let mut req = Vec::new();
@@ -477,28 +541,89 @@ mod tests {
         (addr, accepted, requests)
     }
 
-    /// A request written on a kept-alive connection that then closes without an answer is an
-    /// error: it is not sent again (the backend may be running it).
-    #[tokio::test]
-    async fn a_written_request_is_never_sent_twice() {
-        const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-        let (addr, accepted, requests) = scripted_backend(vec![OK, b""]).await;
-        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
-        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
-        assert_eq!(pool.idle_count(&addr), 1);
-        let second = pool
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    const STREAMED: &[u8] =
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\no\r\n1\r\nk\r\n0\r\n\r\n";
+
+    async fn try_post(pool: &Arc<Pool>, to: Target<'_>) -> Result<Bytes, SendError> {
+        let r = pool
             .post(
-                Target::plain(&addr),
+                to,
                 "/",
                 HeaderMap::new(),
                 Bytes::from_static(b"{}").into(),
                 &mut false,
             )
-            .await;
-        assert!(matches!(second, Err(SendError::Head(_))));
-        assert_eq!(requests.load(Ordering::SeqCst), 2);
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+            .await?;
+        Ok(read_all(r.body, SMALL_ANSWER_LIMIT).await.unwrap())
+    }
+
+    /// Regression: a backend that closes a kept connection as a request arrives on it (as
+    /// llama-server does after every stream) cost that request a 502. A request a kept
+    /// connection loses before a byte of answer goes once more, on a new connection.
+    #[tokio::test]
+    async fn a_request_a_kept_connection_loses_unanswered_goes_again_on_a_new_one() {
+        let (addr, accepted, requests) = scripted_backend(vec![OK, b""]).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        let watch = Arc::new(ConnWatch::default());
+        let to = Target {
+            watch: Some(&watch),
+            ..Target::plain(&addr)
+        };
+        assert_eq!(try_post(&pool, to).await.unwrap(), "ok");
+        assert_eq!(pool.idle_count(&addr), 1);
+        assert_eq!(try_post(&pool, to).await.unwrap(), "ok");
+        assert_eq!(requests.load(Ordering::SeqCst), 3);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(watch.retries(), (1, 0));
+    }
+
+    /// Sent again once only: a new connection that loses the request the same way is the
+    /// request's failure, and it goes no further.
+    #[tokio::test]
+    async fn a_request_a_new_connection_loses_is_never_sent_again() {
+        let (addr, accepted, requests) = scripted_connections(vec![vec![OK, b""], vec![b""]]).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        let second = try_post(&pool, Target::plain(&addr)).await;
+        assert!(matches!(second, Err(SendError::Head(_))), "{second:?}");
+        assert_eq!(requests.load(Ordering::SeqCst), 3);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
         assert_eq!(pool.idle_count(&addr), 0);
+    }
+
+    /// A backend seen closing a connection right after a streamed answer: from then on its
+    /// streams' connections are closed at their end, not kept (and counted), while its
+    /// whole answers' connections are still kept.
+    #[tokio::test]
+    async fn a_backend_that_closes_after_streams_is_learned_and_its_streams_not_kept() {
+        let (addr, accepted, _) =
+            scripted_connections(vec![vec![STREAMED], vec![STREAMED, OK, b""], vec![OK, OK]]).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        let watch = Arc::new(ConnWatch::default());
+        let to = Target {
+            watch: Some(&watch),
+            ..Target::plain(&addr)
+        };
+        assert_eq!(try_post(&pool, to).await.unwrap(), "ok");
+        assert!(!watch.closes_after_stream());
+        // The backend closed that connection after the stream: found at checkout or on the
+        // request written into it, the request goes on a new one, and the backend is learned.
+        assert_eq!(try_post(&pool, to).await.unwrap(), "ok");
+        assert!(watch.closes_after_stream());
+        assert_eq!(
+            pool.idle_count(&addr),
+            0,
+            "a stream's connection is not kept"
+        );
+        assert_eq!(watch.not_pooled_count(), 1);
+        assert_eq!(try_post(&pool, to).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            pool.idle_count(&addr),
+            1,
+            "a whole answer's connection is kept"
+        );
     }
 
     /// Connections idle for longer than `IDLE_TIMEOUT` are dropped, oldest first.

@@ -239,6 +239,7 @@ mod tests {
             authority: addr,
             tls: Some(tls),
             connect: None,
+            watch: None,
         };
         let r = pool
             .post(
@@ -406,7 +407,13 @@ mod tests {
         .await
         .expect("the close to reach the pooled connection");
         assert_eq!(pool.idle_count(&tls.pool_key), 1);
-        assert!(pool.checkout(&tls.pool_key).is_none());
+        let to = Target {
+            authority: &addr,
+            tls: Some(tls),
+            connect: None,
+            watch: None,
+        };
+        assert!(pool.checkout(to).is_none());
         assert_eq!(post(&pool, &addr, tls).await.unwrap(), "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
@@ -417,9 +424,9 @@ mod tests {
         let idle = pool.idle.lock().unwrap();
         idle.get(key)
             .and_then(|list| list.last())
-            .is_some_and(|(conn, _)| {
+            .is_some_and(|(kept, _)| {
                 let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-                socket2::SockRef::from(conn.tcp()).peek(&mut probe).is_ok()
+                socket2::SockRef::from(kept.tcp()).peek(&mut probe).is_ok()
             })
     }
 
