@@ -129,15 +129,6 @@ async fn both(
     Ok((head, buf))
 }
 
-/// The head of the answer to a request written whole ([`super::Pool::get`]).
-pub async fn read_head(conn: &mut Conn) -> Result<(Head, BytesMut), SendError> {
-    let mut buf = BytesMut::with_capacity(FIRST_READ);
-    match poll_fn(|cx| poll_head(conn, cx, &mut buf)).await {
-        Ok(head) => Ok((head, buf)),
-        Err(e) => Err(unread(e, None)),
-    }
-}
-
 /// Write some of `req`: `Ready(Ok(true))` once all of it is written (and, under TLS, flushed
 /// out), `Ready(Ok(false))` while there is more to write.
 fn write(conn: &mut Conn, cx: &mut Context<'_>, req: &mut impl Buf) -> Poll<io::Result<bool>> {

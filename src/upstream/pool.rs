@@ -11,12 +11,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 use http::HeaderMap;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::body::{UpstreamBody, UpstreamResponse, FIRST_READ};
 use super::conn::{Conn, Wire};
-use super::duplex::{exchange, read_head, Unanswered};
+use super::duplex::{exchange, Unanswered};
 use super::error::out_of_descriptors;
 use super::framing::{Decoder, Framing, Head};
 use super::tls::{self, BackendTls};
@@ -259,13 +258,49 @@ impl Pool {
         wrote: &mut bool,
     ) -> Result<UpstreamResponse, SendError> {
         let head = request_head(b"POST ", to.authority, path, &headers, Some(body.len()));
+        let (conn, parsed, buf) = self.send(to, &head, &body, wrote).await?;
+        Ok(self.answer(to, conn, parsed, buf))
+    }
+
+    /// GET `path` of `to` within `wait`: past it, [`SendError::ConnectTimeout`] while no
+    /// connection took the request, else [`SendError::Timeout`] (a backend that accepts
+    /// connections but does not answer yet). A kept connection that loses it goes as in
+    /// [`Pool::post`] (a probe must not take a backend's close after a stream for its fall).
+    pub async fn get(
+        self: &Arc<Self>,
+        to: Target<'_>,
+        path: &str,
+        headers: &HeaderMap,
+        wait: Duration,
+    ) -> Result<UpstreamResponse, SendError> {
+        let head = request_head(b"GET ", to.authority, path, headers, None);
+        let (body, mut wrote) = (Payload::from(Bytes::new()), false);
+        match tokio::time::timeout(wait, self.send(to, &head, &body, &mut wrote)).await {
+            Ok(sent) => {
+                let (conn, parsed, buf) = sent?;
+                Ok(self.answer(to, conn, parsed, buf))
+            }
+            Err(_) if wrote => Err(SendError::Timeout),
+            Err(_) => Err(SendError::ConnectTimeout),
+        }
+    }
+
+    /// The request (`head`, `body`) written on a kept connection or a new one, and the
+    /// answer's head read ([`Pool::post`] says when it goes once more).
+    async fn send(
+        &self,
+        to: Target<'_>,
+        head: &Bytes,
+        body: &Payload,
+        wrote: &mut bool,
+    ) -> Result<(Conn, Head, BytesMut), SendError> {
         if let Some(Reused {
             mut conn,
             after_stream,
         }) = self.checkout(to)
         {
-            match exchange(&mut conn, &head, &body, wrote).await {
-                Ok((parsed, buf)) => return Ok(self.answer(to, conn, parsed, buf)),
+            match exchange(&mut conn, head, body, wrote).await {
+                Ok((parsed, buf)) => return Ok((conn, parsed, buf)),
                 Err(Unanswered::Failed(e)) => return Err(e),
                 Err(Unanswered::Untouched(e)) => {
                     tracing::debug!(error = %e, "pooled connection failed; using a new one");
@@ -282,56 +317,12 @@ impl Pool {
             }
         }
         let mut conn = self.connect(to).await?;
-        match exchange(&mut conn, &head, &body, wrote).await {
-            Ok((parsed, buf)) => Ok(self.answer(to, conn, parsed, buf)),
+        match exchange(&mut conn, head, body, wrote).await {
+            Ok((parsed, buf)) => Ok((conn, parsed, buf)),
             Err(Unanswered::Failed(e) | Unanswered::Dropped(e, _)) => Err(e),
             Err(Unanswered::Untouched(e)) => {
                 Err(SendError::Unsent(format!("sending the request: {e}")))
             }
-        }
-    }
-
-    /// GET `path` of `to`: a connection within the connect timeout and `wait`
-    /// ([`SendError::ConnectTimeout`] past it), then the head within what is left of `wait`
-    /// ([`SendError::Timeout`]: a backend that accepts connections but does not answer yet).
-    pub async fn get(
-        self: &Arc<Self>,
-        to: Target<'_>,
-        path: &str,
-        headers: &HeaderMap,
-        wait: Duration,
-    ) -> Result<UpstreamResponse, SendError> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let head = request_head(b"GET ", to.authority, path, headers, None);
-        let mut conn = tokio::time::timeout_at(deadline, self.written(to, &head))
-            .await
-            .map_err(|_| SendError::ConnectTimeout)??;
-        let (parsed, buf) = tokio::time::timeout_at(deadline, read_head(&mut conn))
-            .await
-            .map_err(|_| SendError::Timeout)??;
-        Ok(self.answer(to, conn, parsed, buf))
-    }
-
-    /// A connection with the bodiless request `head` written on it. As in [`Pool::post`], a
-    /// pooled connection is replaced only when the kernel took nothing of the request.
-    async fn written(&self, to: Target<'_>, head: &Bytes) -> Result<Conn, SendError> {
-        let sending = |e: std::io::Error| format!("sending the request: {e}");
-        if let Some(Reused { mut conn, .. }) = self.checkout(to) {
-            let before = conn.sent();
-            match write_request(&mut conn, head).await {
-                Ok(()) => return Ok(conn),
-                Err(e) if conn.sent() == before => {
-                    tracing::debug!(error = %e, "pooled connection failed; using a new one");
-                }
-                Err(e) => return Err(SendError::Write(sending(e))),
-            }
-        }
-        let mut conn = self.connect(to).await?;
-        let before = conn.sent();
-        match write_request(&mut conn, head).await {
-            Ok(()) => Ok(conn),
-            Err(e) if conn.sent() == before => Err(SendError::Unsent(sending(e))),
-            Err(e) => Err(SendError::Write(sending(e))),
         }
     }
 
@@ -360,16 +351,6 @@ impl Pool {
             },
         }
     }
-}
-
-/// Write a bodiless request's head on `conn`; TLS records the socket did not take at once are
-/// flushed out.
-async fn write_request(conn: &mut Conn, head: &Bytes) -> std::io::Result<()> {
-    conn.write_all_buf(&mut head.clone()).await?;
-    if let Conn::Tls(_) = conn {
-        conn.flush().await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -491,9 +472,11 @@ mod tests {
         (addr, accepted)
     }
 
-    /// The test backends' requests are complete: a head and the 2-byte body `{}`.
+    /// The test backends' requests are complete: a head and the 2-byte body `{}`, or a GET's
+    /// head.
     fn whole_request(req: &[u8]) -> bool {
-        req.windows(4).any(|w| w == b"\r\n\r\n") && req.ends_with(b"{}")
+        let head = req.windows(4).any(|w| w == b"\r\n\r\n");
+        head && (req.ends_with(b"{}") || req.starts_with(b"GET ") && req.ends_with(b"\r\n\r\n"))
     }
 
     /// A backend that reads requests on each connection and answers the n-th with
@@ -510,7 +493,7 @@ mod tests {
     async fn scripted_connections(
         scripts: Vec<Vec<&'static [u8]>>,
     ) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
-        use tokio::io::AsyncReadExt;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (accepted, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -590,6 +573,25 @@ mod tests {
         assert_eq!(requests.load(Ordering::SeqCst), 3);
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
         assert_eq!(pool.idle_count(&addr), 0);
+    }
+
+    /// Regression: a health probe that took the connection a stream had ended on failed,
+    /// and the backend could be taken for down. It goes once more on a new connection.
+    #[tokio::test]
+    async fn a_probe_on_a_connection_closed_after_a_stream_is_answered() {
+        let (addr, accepted, requests) =
+            scripted_connections(vec![vec![STREAMED, b""], vec![OK]]).await;
+        let pool = Arc::new(Pool::new(Duration::from_secs(5)));
+        assert_eq!(post(&pool, &addr).await, Bytes::from_static(b"ok"));
+        let wait = Duration::from_secs(5);
+        let r = pool
+            .get(Target::plain(&addr), "/health", &HeaderMap::new(), wait)
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(read_all(r.body, SMALL_ANSWER_LIMIT).await.unwrap(), "ok");
+        assert_eq!(requests.load(Ordering::SeqCst), 3);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     /// A backend seen closing a connection right after a streamed answer: from then on its
