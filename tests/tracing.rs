@@ -46,6 +46,8 @@ struct Receiver {
     /// `service.name` of the exports' resources.
     services: Arc<Mutex<Vec<String>>>,
     exports: Arc<Mutex<usize>>,
+    /// The body size of each export, in bytes.
+    sizes: Arc<Mutex<Vec<usize>>>,
     changed: Arc<Notify>,
 }
 
@@ -57,6 +59,7 @@ impl Receiver {
             spans: Arc::default(),
             services: Arc::default(),
             exports: Arc::default(),
+            sizes: Arc::default(),
             changed: Arc::default(),
         };
         let me = r.clone();
@@ -82,6 +85,7 @@ impl Receiver {
             let req = ExportTraceServiceRequest::decode(&buf[head_end..end]).unwrap();
             buf.drain(..end);
             *self.exports.lock().unwrap() += 1;
+            self.sizes.lock().unwrap().push(end - head_end);
             if mode == Mode::Hang {
                 std::future::pending::<()>().await;
             }
@@ -743,4 +747,105 @@ async fn a_translated_responses_stream_names_the_chat_backend_and_its_finish() {
         .events
         .iter()
         .any(|e| e.name == "switchboard.first_token"));
+}
+
+/// A chat whose one message is `content`.
+fn chat_saying(content: &str) -> serde_json::Value {
+    let mut body = chat("a", false);
+    body["messages"][0]["content"] = json!(content);
+    body
+}
+
+#[tokio::test]
+async fn captured_content_is_cut_to_its_bound_at_a_character_boundary_and_marked() {
+    let otlp = Receiver::start(Mode::Answer).await;
+    let backend = sim(sim_config(Flavor::Llamacpp)).await;
+    let toml = format!(
+        "{}\n{}",
+        one_alias("llamacpp", "", "").replace("context_window = 4096", "context_window = 1000000"),
+        tracing_section(&otlp.url, "capture_content = true")
+    );
+    let p = proxy(&toml, &[("b", backend.url())]).await;
+    // 200 KB of two-byte characters after one byte: the default bound (64 KiB) falls inside one.
+    let prompt = format!("x{}", "é".repeat(100_000));
+    let resp = p.post_chat(&client(), &chat_saying(&prompt)).await;
+    assert_eq!(resp.status(), 200);
+    let spans = otlp.requests(1).await;
+    let srv = server(&spans);
+    let input = s(&srv, "gen_ai.input.messages").unwrap();
+    assert!(
+        input.len() <= 64 << 10 && input.len() > 60 << 10,
+        "{} bytes captured",
+        input.len()
+    );
+    assert!(input.ends_with('é'), "cut at a character boundary");
+    assert_eq!(boolean(&srv, "switchboard.content.truncated"), Some(true));
+    // A prompt within the bound is whole and unmarked.
+    let resp = p.post_chat(&client(), &chat_saying("short one")).await;
+    assert_eq!(resp.status(), 200);
+    let spans = otlp.requests(2).await;
+    let short = spans
+        .iter()
+        .filter(|s| kind(s) == SpanKind::Server)
+        .find(|sp| s(sp, "gen_ai.input.messages").is_some_and(|m| m.contains("short one")))
+        .expect("the short prompt's span");
+    assert_eq!(boolean(short, "switchboard.content.truncated"), None);
+}
+
+#[tokio::test]
+async fn exports_stay_under_their_byte_bound_and_a_span_too_big_alone_is_dropped() {
+    let otlp = Receiver::start(Mode::Answer).await;
+    let backend = sim(SimConfig {
+        slot_ctx: 1 << 20,
+        ..sim_config(Flavor::Llamacpp)
+    })
+    .await;
+    let toml = format!(
+        "{}\n[tracing]\notlp_endpoint = \"{}\"\nexport_interval_ms = 1000\n\
+         capture_content = true\nexport_max_bytes = 16384\n",
+        one_alias("llamacpp", "", "").replace("context_window = 4096", "context_window = 1000000"),
+        otlp.url
+    );
+    let p = proxy(&toml, &[("b", backend.url())]).await;
+    let c = client();
+    // Eight server spans of about 2.5 KB each: more than one export of 16 KiB holds.
+    for i in 0..8 {
+        let prompt = format!("{i} {}", "word ".repeat(400));
+        assert_eq!(p.post_chat(&c, &chat_saying(&prompt)).await.status(), 200);
+    }
+    // One whose captured prompt alone (30 KB, under the 64 KiB capture bound) is too big.
+    let big = "word ".repeat(6000);
+    let resp = p.post_chat(&c, &chat_saying(&big)).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let spans = otlp
+        .until("8 server spans and 9 attempts", |s| {
+            let n = |k| s.iter().filter(|s| kind(s) == k).count();
+            n(SpanKind::Server) >= 8 && n(SpanKind::Client) >= 9
+        })
+        .await;
+    let dropped = within("the span too big counted", async {
+        loop {
+            let m = p.metrics().await;
+            let n = sample(
+                &m,
+                "switchboard_trace_spans_dropped_total{reason=\"too_large\"}",
+            );
+            if n >= 1.0 {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(dropped, 1.0);
+    let servers = spans.iter().filter(|s| kind(s) == SpanKind::Server).count();
+    assert_eq!(servers, 8, "the big request's server span is not exported");
+    let sizes = otlp.sizes.lock().unwrap().clone();
+    assert!(sizes.len() >= 2, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 16384), "{sizes:?}");
+    let m = p.metrics().await;
+    for reason in ["queue_full", "export_failed"] {
+        let key = format!("switchboard_trace_spans_dropped_total{{reason=\"{reason}\"}}");
+        assert_eq!(sample(&m, &key), 0.0, "{reason}");
+    }
 }
