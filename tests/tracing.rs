@@ -508,8 +508,28 @@ async fn a_stream_the_client_leaves_ends_its_spans_as_cancelled() {
     assert_eq!(s(at, "error.type").as_deref(), Some("cancelled"));
 }
 
+/// A trace id whose low half is 1: in any share the ratio sampler keeps above 0 (it reads the
+/// low half; `TRACE_ID`'s puts it in no share under 0.64).
+const LOW_TRACE_ID: &str = "4bf92f3577b34da60000000000000001";
+
+/// A chat sent with `traceparent`; the `traceparent` the backend was handed for it.
+async fn traced_chat(p: &Proxy, backend: &switchboard::sim::Sim, traceparent: &str) -> String {
+    let resp = client()
+        .post(p.url("/v1/chat/completions"))
+        .header("traceparent", traceparent)
+        .json(&chat("a", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    backend.recorder().last().unwrap().headers["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 #[tokio::test]
-async fn sampling_follows_the_ratio_for_new_traces_and_the_parent_for_the_others() {
+async fn a_clients_sampled_flag_never_raises_sampling_past_the_ratio() {
     let otlp = Receiver::start(Mode::Answer).await;
     let backend = sim(sim_config(Flavor::Llamacpp)).await;
     let p = traced_proxy(
@@ -519,20 +539,89 @@ async fn sampling_follows_the_ratio_for_new_traces_and_the_parent_for_the_others
         backend.url(),
     )
     .await;
-    let c = client();
     // A new trace at ratio 0: not recorded, but the backend still gets a context (unsampled).
     for _ in 0..5 {
-        assert_eq!(p.post_chat(&c, &chat("a", false)).await.status(), 200);
+        assert_eq!(
+            p.post_chat(&client(), &chat("a", false)).await.status(),
+            200
+        );
     }
     let tp = backend.recorder().last().unwrap().headers["traceparent"]
         .to_str()
         .unwrap()
         .to_string();
     assert!(tp.starts_with("00-") && tp.ends_with("-00"), "{tp}");
-    // A sampled parent is followed: recorded whatever the ratio.
+    // A client's sampled trace at ratio 0: continued, but not recorded either.
+    for _ in 0..20 {
+        let tp = traced_chat(&p, &backend, &traceparent(true)).await;
+        assert!(
+            tp.starts_with(&format!("00-{TRACE_ID}-")) && tp.ends_with("-00"),
+            "ratio 0 records nothing, whatever the client's flag: {tp}"
+        );
+    }
+
+    // At ratio 0.5 the ratio decides on the trace id for a client's sampled trace too.
+    let backend = sim(sim_config(Flavor::Llamacpp)).await;
+    let p = traced_proxy(
+        "llamacpp",
+        "",
+        &tracing_section(&otlp.url, "sample_ratio = 0.5"),
+        backend.url(),
+    )
+    .await;
+    let tp = traced_chat(&p, &backend, &traceparent(true)).await;
+    assert!(tp.ends_with("-00"), "outside the share: {tp}");
+    // An unsampled parent is followed, even in the share.
+    let unsampled = format!("00-{LOW_TRACE_ID}-{PARENT_ID}-00");
+    let tp = traced_chat(&p, &backend, &unsampled).await;
+    assert!(tp.ends_with("-00"), "{tp}");
+    let sampled = format!("00-{LOW_TRACE_ID}-{PARENT_ID}-01");
+    let tp = traced_chat(&p, &backend, &sampled).await;
+    assert!(tp.ends_with("-01"), "in the share and sampled: {tp}");
+    // Spans leave in the order they end: the last request's show the others made none.
+    let spans = otlp.requests(1).await;
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    assert!(
+        spans.iter().all(|s| hex(&s.trace_id) == LOW_TRACE_ID),
+        "{spans:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_refused_at_auth_makes_no_span() {
+    std::env::set_var("SB_T_TRACE_KEYS", "trace-key");
+    let otlp = Receiver::start(Mode::Answer).await;
+    let backend = sim(sim_config(Flavor::Llamacpp)).await;
+    let toml = format!(
+        "{}\n{}",
+        one_alias("llamacpp", "api_keys_env = \"SB_T_TRACE_KEYS\"", ""),
+        tracing_section(&otlp.url, "")
+    );
+    let p = proxy(&toml, &[("b", backend.url())]).await;
+    let c = client();
+    for key in [None, Some("wrong-key")] {
+        let mut req = c
+            .post(p.url("/v1/chat/completions"))
+            .header("traceparent", traceparent(true))
+            .json(&chat("a", false));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 401);
+    }
+    // Counted once their records ended (where a span would have been handed to the export).
+    let refused = "switchboard_requests_total{alias=\"unknown\",endpoint=\"chat_completions\",status=\"401\",stream=\"false\"}";
+    within("the two refusals counted", async {
+        while sample(&p.metrics().await, refused) < 2.0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let other = format!("00-{LOW_TRACE_ID}-{PARENT_ID}-01");
     let resp = c
         .post(p.url("/v1/chat/completions"))
-        .header("traceparent", traceparent(true))
+        .bearer_auth("trace-key")
+        .header("traceparent", other)
         .json(&chat("a", false))
         .send()
         .await
@@ -540,41 +629,10 @@ async fn sampling_follows_the_ratio_for_new_traces_and_the_parent_for_the_others
     assert_eq!(resp.status(), 200);
     let spans = otlp.requests(1).await;
     assert!(
-        spans.iter().all(|s| hex(&s.trace_id) == TRACE_ID),
-        "{spans:#?}"
+        spans.iter().all(|s| hex(&s.trace_id) == LOW_TRACE_ID),
+        "the refused requests made no span: {spans:#?}"
     );
-    // An unsampled parent is followed too.
-    let resp = c
-        .post(p.url("/v1/chat/completions"))
-        .header("traceparent", traceparent(false))
-        .json(&chat("a", false))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let tp = backend.recorder().last().unwrap().headers["traceparent"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        tp.starts_with(&format!("00-{TRACE_ID}-")) && tp.ends_with("-00"),
-        "{tp}"
-    );
-    // A sampled trace after it shows the unsampled one was never exported.
-    let resp = c
-        .post(p.url("/v1/chat/completions"))
-        .header("traceparent", traceparent(true))
-        .json(&chat("a", false))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let spans = otlp.requests(2).await;
-    assert_eq!(
-        spans.len(),
-        4,
-        "two sampled requests of two spans each: {spans:#?}"
-    );
+    assert_eq!(spans.len(), 2);
 }
 
 #[tokio::test]

@@ -41,8 +41,8 @@ pub struct Tracing {
     pub tls: Option<TlsSpec>,
     /// Sent with every export (`headers`, then `headers_env` read once here).
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// Of the traces that start here (no sampled parent), the share recorded; a client's
-    /// parent decides for its own trace.
+    /// The share of traces recorded, decided on the trace id; a client's parent may only
+    /// lower it (its unsampled flag is followed, its sampled one never passes the ratio).
     pub sample_ratio: f64,
     pub service_name: String,
     /// Prompts and answers as span attributes (`gen_ai.input.messages`, …).
