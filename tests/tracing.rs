@@ -2,7 +2,9 @@
 //! decodes each export with `opentelemetry-proto`: the spans and GenAI attributes of a
 //! streamed chat, a Messages request translated for a chat-only backend, a context rejection,
 //! a fallback after a dead backend and a cancelled stream; the client's `traceparent`
-//! continued and the attempt's sent on; sampling; a collector that hangs or is down.
+//! continued and the attempt's sent on; sampling (a client's flag never past the ratio); no
+//! span for a request refused at auth; captured content and exports bounded in bytes; a
+//! collector that hangs or is down.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
