@@ -1,5 +1,6 @@
 //! `GET /`: the status page. Server-rendered HTML from the live snapshot, readable without
-//! JavaScript; client auth as `/v1/models` has it, plus HTTP Basic for browsers.
+//! JavaScript; client auth as `/v1/models` has it (a client sees its own aliases and client
+//! section), admin keys that see it all, plus HTTP Basic for browsers.
 
 mod charts;
 mod clients;

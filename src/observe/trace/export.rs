@@ -33,7 +33,7 @@ use crate::wire::payload::Payload;
 mod size;
 
 /// Spans sent in one export at most (no more than the queue holds, so the spans held are
-/// at most twice the queue).
+/// at most twice the queue, and one held over for the next batch).
 const BATCH: usize = 512;
 /// The collector's name where the upstream client keeps TLS settings by name.
 const COLLECTOR: &str = "otlp collector";
