@@ -833,26 +833,21 @@ async fn a_reload_keeps_counters_and_queued_requests_and_drops_a_removed_key_at_
 }
 
 #[tokio::test]
-async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
+async fn the_status_page_shows_a_client_only_its_own_section_and_an_admin_all() {
     set_key("SB_T_PAGE_OPS", "page-ops");
     set_key("SB_T_PAGE_LIM", "page-limited");
+    set_key("SB_T_PAGE_ADMIN", "page-admin");
     let (_s, p) = two_aliases(
         "[clients.ops]\nkey_env = \"SB_T_PAGE_OPS\"\n\
-         [clients.limited]\nkey_env = \"SB_T_PAGE_LIM\"\naliases = [\"a\"]\ntokens_per_minute = 500",
+         [clients.limited]\nkey_env = \"SB_T_PAGE_LIM\"\naliases = [\"a\"]\ntokens_per_minute = 500\n\
+         [server]\nadmin_keys_env = \"SB_T_PAGE_ADMIN\"",
     )
     .await;
     let page = |key: &'static str| {
         let url = p.url("/");
         async move {
-            client()
-                .get(url)
-                .bearer_auth(key)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
+            let resp = client().get(url).bearer_auth(key).send().await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
         }
     };
     assert_eq!(
@@ -861,7 +856,8 @@ async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
             .0,
         200
     );
-    let all = page("page-ops").await;
+    let (status, all) = page("page-admin").await;
+    assert_eq!(status, 200);
     assert!(all.contains("<h2>Clients</h2>"), "{all}");
     // The alias's five minutes as inline SVG: a bar for the request, a point of its TTFT.
     assert!(
@@ -870,24 +866,64 @@ async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
     );
     assert!(all.contains("<td>limited</td>") && all.contains("<td>ops</td>"));
     assert!(all.contains("tokens / min: 500 / 500"), "{all}");
+    assert!(
+        all.contains("data-alias=\"hidden\""),
+        "an admin sees every alias"
+    );
+    assert!(
+        !all.contains("page-ops") && !all.contains("page-limited") && !all.contains("page-admin"),
+        "no key is shown"
+    );
+    // A client allowed every alias sees them all, but of the clients only its own section.
+    let (_, ops) = page("page-ops").await;
+    assert!(ops.contains("data-alias=\"hidden\""), "{ops}");
+    assert!(
+        ops.contains("<td>ops</td>") && !ops.contains("<td>limited</td>"),
+        "another client's limits and usage are not shown: {ops}"
+    );
+    assert!(!ops.contains("tokens / min: 500 / 500"), "{ops}");
     // Its tokens of the last five minutes: the usage of its one request (a client without
     // limits is counted all the same).
     let row = "<td>ops</td><td>normal</td><td>all</td><td class=\"n\">0</td><td class=\"n\">0</td><td class=\"n\">";
-    let at = all.find(row).expect("the ops row") + row.len();
-    let tokens: u64 = all[at..].split('<').next().unwrap().parse().unwrap();
-    assert!(tokens > 0, "{all}");
-    assert!(
-        all.contains("data-alias=\"hidden\""),
-        "ops sees every alias"
-    );
-    assert!(
-        !all.contains("page-ops") && !all.contains("page-limited"),
-        "no key is shown"
-    );
-    let mine = page("page-limited").await;
+    let at = ops.find(row).expect("the ops row") + row.len();
+    let tokens: u64 = ops[at..].split('<').next().unwrap().parse().unwrap();
+    assert!(tokens > 0, "{ops}");
+    let (_, mine) = page("page-limited").await;
     assert!(
         !mine.contains("data-alias=\"hidden\"") && mine.contains("data-alias=\"a\""),
         "{mine}"
     );
     assert!(mine.contains("<td>limited</td>") && !mine.contains("<td>ops</td>"));
+    // An admin key is no client key, and a wrong one opens nothing.
+    assert_eq!(
+        post(&p, "/v1/chat/completions", "page-admin", chat_body("a", 4))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(page("wrong").await.0, 401);
+}
+
+#[tokio::test]
+async fn a_client_allowed_every_alias_sees_no_other_clients_section() {
+    set_key("SB_T_OWN_ALL", "own-all");
+    set_key("SB_T_OWN_OTHER", "own-other");
+    let (_s, p) = two_aliases(
+        "[clients.everything]\nkey_env = \"SB_T_OWN_ALL\"\n\
+         [clients.other]\nkey_env = \"SB_T_OWN_OTHER\"\ntokens_per_day = 777",
+    )
+    .await;
+    let resp = client()
+        .get(p.url("/"))
+        .bearer_auth("own-all")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let page = resp.text().await.unwrap();
+    assert!(page.contains("<td>everything</td>"), "{page}");
+    assert!(
+        !page.contains("<td>other</td>") && !page.contains("777"),
+        "another client's section: {page}"
+    );
 }

@@ -272,3 +272,45 @@ fn exported_families_match_the_documented_contract() {
         );
     }
 }
+
+#[tokio::test]
+async fn metrics_behind_keys_refuse_a_scrape_without_one() {
+    std::env::set_var("SB_T_METRICS_KEYS", "scrape-1, scrape-2");
+    let sim = sim(sim_cfg()).await;
+    let toml = one_alias("llamacpp", "metrics_keys_env = \"SB_T_METRICS_KEYS\"", "");
+    let p = proxy(&toml, &[("b", sim.url())]).await;
+    let c = client();
+    // The keys are for /metrics only: the proxy itself stays open.
+    let r = c
+        .post(p.url("/v1/chat/completions"))
+        .json(&chat("a", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let scrape = |key: Option<&'static str>| {
+        let mut req = c.get(p.url("/metrics"));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }
+    };
+    for key in [None, Some("wrong"), Some("scrape-1,scrape-2")] {
+        let (status, body) = scrape(key).await;
+        assert_eq!(status, 401, "{key:?}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "invalid_api_key", "{body}");
+        assert!(!body.contains("switchboard_"), "{body}");
+    }
+    for key in ["scrape-1", "scrape-2"] {
+        let (status, body) = scrape(Some(key)).await;
+        assert_eq!(status, 200, "{key}");
+        assert!(
+            body.contains("switchboard_requests_total{alias=\"a\""),
+            "{body}"
+        );
+    }
+}

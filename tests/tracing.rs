@@ -2,7 +2,9 @@
 //! decodes each export with `opentelemetry-proto`: the spans and GenAI attributes of a
 //! streamed chat, a Messages request translated for a chat-only backend, a context rejection,
 //! a fallback after a dead backend and a cancelled stream; the client's `traceparent`
-//! continued and the attempt's sent on; sampling; a collector that hangs or is down.
+//! continued and the attempt's sent on; sampling (a client's flag never past the ratio); no
+//! span for a request refused at auth; captured content and exports bounded in bytes; a
+//! collector that hangs or is down.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -46,6 +48,8 @@ struct Receiver {
     /// `service.name` of the exports' resources.
     services: Arc<Mutex<Vec<String>>>,
     exports: Arc<Mutex<usize>>,
+    /// The body size of each export, in bytes.
+    sizes: Arc<Mutex<Vec<usize>>>,
     changed: Arc<Notify>,
 }
 
@@ -57,6 +61,7 @@ impl Receiver {
             spans: Arc::default(),
             services: Arc::default(),
             exports: Arc::default(),
+            sizes: Arc::default(),
             changed: Arc::default(),
         };
         let me = r.clone();
@@ -82,6 +87,7 @@ impl Receiver {
             let req = ExportTraceServiceRequest::decode(&buf[head_end..end]).unwrap();
             buf.drain(..end);
             *self.exports.lock().unwrap() += 1;
+            self.sizes.lock().unwrap().push(end - head_end);
             if mode == Mode::Hang {
                 std::future::pending::<()>().await;
             }
@@ -504,8 +510,28 @@ async fn a_stream_the_client_leaves_ends_its_spans_as_cancelled() {
     assert_eq!(s(at, "error.type").as_deref(), Some("cancelled"));
 }
 
+/// A trace id whose low half is 1: in any share the ratio sampler keeps above 0 (it reads the
+/// low half; `TRACE_ID`'s puts it in no share under 0.64).
+const LOW_TRACE_ID: &str = "4bf92f3577b34da60000000000000001";
+
+/// A chat sent with `traceparent`; the `traceparent` the backend was handed for it.
+async fn traced_chat(p: &Proxy, backend: &switchboard::sim::Sim, traceparent: &str) -> String {
+    let resp = client()
+        .post(p.url("/v1/chat/completions"))
+        .header("traceparent", traceparent)
+        .json(&chat("a", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    backend.recorder().last().unwrap().headers["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 #[tokio::test]
-async fn sampling_follows_the_ratio_for_new_traces_and_the_parent_for_the_others() {
+async fn a_clients_sampled_flag_never_raises_sampling_past_the_ratio() {
     let otlp = Receiver::start(Mode::Answer).await;
     let backend = sim(sim_config(Flavor::Llamacpp)).await;
     let p = traced_proxy(
@@ -515,20 +541,89 @@ async fn sampling_follows_the_ratio_for_new_traces_and_the_parent_for_the_others
         backend.url(),
     )
     .await;
-    let c = client();
     // A new trace at ratio 0: not recorded, but the backend still gets a context (unsampled).
     for _ in 0..5 {
-        assert_eq!(p.post_chat(&c, &chat("a", false)).await.status(), 200);
+        assert_eq!(
+            p.post_chat(&client(), &chat("a", false)).await.status(),
+            200
+        );
     }
     let tp = backend.recorder().last().unwrap().headers["traceparent"]
         .to_str()
         .unwrap()
         .to_string();
     assert!(tp.starts_with("00-") && tp.ends_with("-00"), "{tp}");
-    // A sampled parent is followed: recorded whatever the ratio.
+    // A client's sampled trace at ratio 0: continued, but not recorded either.
+    for _ in 0..20 {
+        let tp = traced_chat(&p, &backend, &traceparent(true)).await;
+        assert!(
+            tp.starts_with(&format!("00-{TRACE_ID}-")) && tp.ends_with("-00"),
+            "ratio 0 records nothing, whatever the client's flag: {tp}"
+        );
+    }
+
+    // At ratio 0.5 the ratio decides on the trace id for a client's sampled trace too.
+    let backend = sim(sim_config(Flavor::Llamacpp)).await;
+    let p = traced_proxy(
+        "llamacpp",
+        "",
+        &tracing_section(&otlp.url, "sample_ratio = 0.5"),
+        backend.url(),
+    )
+    .await;
+    let tp = traced_chat(&p, &backend, &traceparent(true)).await;
+    assert!(tp.ends_with("-00"), "outside the share: {tp}");
+    // An unsampled parent is followed, even in the share.
+    let unsampled = format!("00-{LOW_TRACE_ID}-{PARENT_ID}-00");
+    let tp = traced_chat(&p, &backend, &unsampled).await;
+    assert!(tp.ends_with("-00"), "{tp}");
+    let sampled = format!("00-{LOW_TRACE_ID}-{PARENT_ID}-01");
+    let tp = traced_chat(&p, &backend, &sampled).await;
+    assert!(tp.ends_with("-01"), "in the share and sampled: {tp}");
+    // Spans leave in the order they end: the last request's show the others made none.
+    let spans = otlp.requests(1).await;
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    assert!(
+        spans.iter().all(|s| hex(&s.trace_id) == LOW_TRACE_ID),
+        "{spans:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_refused_at_auth_makes_no_span() {
+    std::env::set_var("SB_T_TRACE_KEYS", "trace-key");
+    let otlp = Receiver::start(Mode::Answer).await;
+    let backend = sim(sim_config(Flavor::Llamacpp)).await;
+    let toml = format!(
+        "{}\n{}",
+        one_alias("llamacpp", "api_keys_env = \"SB_T_TRACE_KEYS\"", ""),
+        tracing_section(&otlp.url, "")
+    );
+    let p = proxy(&toml, &[("b", backend.url())]).await;
+    let c = client();
+    for key in [None, Some("wrong-key")] {
+        let mut req = c
+            .post(p.url("/v1/chat/completions"))
+            .header("traceparent", traceparent(true))
+            .json(&chat("a", false));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 401);
+    }
+    // Counted once their records ended (where a span would have been handed to the export).
+    let refused = "switchboard_requests_total{alias=\"unknown\",endpoint=\"chat_completions\",status=\"401\",stream=\"false\"}";
+    within("the two refusals counted", async {
+        while sample(&p.metrics().await, refused) < 2.0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let other = format!("00-{LOW_TRACE_ID}-{PARENT_ID}-01");
     let resp = c
         .post(p.url("/v1/chat/completions"))
-        .header("traceparent", traceparent(true))
+        .bearer_auth("trace-key")
+        .header("traceparent", other)
         .json(&chat("a", false))
         .send()
         .await
@@ -536,41 +631,10 @@ async fn sampling_follows_the_ratio_for_new_traces_and_the_parent_for_the_others
     assert_eq!(resp.status(), 200);
     let spans = otlp.requests(1).await;
     assert!(
-        spans.iter().all(|s| hex(&s.trace_id) == TRACE_ID),
-        "{spans:#?}"
+        spans.iter().all(|s| hex(&s.trace_id) == LOW_TRACE_ID),
+        "the refused requests made no span: {spans:#?}"
     );
-    // An unsampled parent is followed too.
-    let resp = c
-        .post(p.url("/v1/chat/completions"))
-        .header("traceparent", traceparent(false))
-        .json(&chat("a", false))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let tp = backend.recorder().last().unwrap().headers["traceparent"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        tp.starts_with(&format!("00-{TRACE_ID}-")) && tp.ends_with("-00"),
-        "{tp}"
-    );
-    // A sampled trace after it shows the unsampled one was never exported.
-    let resp = c
-        .post(p.url("/v1/chat/completions"))
-        .header("traceparent", traceparent(true))
-        .json(&chat("a", false))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let spans = otlp.requests(2).await;
-    assert_eq!(
-        spans.len(),
-        4,
-        "two sampled requests of two spans each: {spans:#?}"
-    );
+    assert_eq!(spans.len(), 2);
 }
 
 #[tokio::test]
@@ -743,4 +807,105 @@ async fn a_translated_responses_stream_names_the_chat_backend_and_its_finish() {
         .events
         .iter()
         .any(|e| e.name == "switchboard.first_token"));
+}
+
+/// A chat whose one message is `content`.
+fn chat_saying(content: &str) -> serde_json::Value {
+    let mut body = chat("a", false);
+    body["messages"][0]["content"] = json!(content);
+    body
+}
+
+#[tokio::test]
+async fn captured_content_is_cut_to_its_bound_at_a_character_boundary_and_marked() {
+    let otlp = Receiver::start(Mode::Answer).await;
+    let backend = sim(sim_config(Flavor::Llamacpp)).await;
+    let toml = format!(
+        "{}\n{}",
+        one_alias("llamacpp", "", "").replace("context_window = 4096", "context_window = 1000000"),
+        tracing_section(&otlp.url, "capture_content = true")
+    );
+    let p = proxy(&toml, &[("b", backend.url())]).await;
+    // 200 KB of two-byte characters after one byte: the default bound (64 KiB) falls inside one.
+    let prompt = format!("x{}", "é".repeat(100_000));
+    let resp = p.post_chat(&client(), &chat_saying(&prompt)).await;
+    assert_eq!(resp.status(), 200);
+    let spans = otlp.requests(1).await;
+    let srv = server(&spans);
+    let input = s(&srv, "gen_ai.input.messages").unwrap();
+    assert!(
+        input.len() <= 64 << 10 && input.len() > 60 << 10,
+        "{} bytes captured",
+        input.len()
+    );
+    assert!(input.ends_with('é'), "cut at a character boundary");
+    assert_eq!(boolean(&srv, "switchboard.content.truncated"), Some(true));
+    // A prompt within the bound is whole and unmarked.
+    let resp = p.post_chat(&client(), &chat_saying("short one")).await;
+    assert_eq!(resp.status(), 200);
+    let spans = otlp.requests(2).await;
+    let short = spans
+        .iter()
+        .filter(|s| kind(s) == SpanKind::Server)
+        .find(|sp| s(sp, "gen_ai.input.messages").is_some_and(|m| m.contains("short one")))
+        .expect("the short prompt's span");
+    assert_eq!(boolean(short, "switchboard.content.truncated"), None);
+}
+
+#[tokio::test]
+async fn exports_stay_under_their_byte_bound_and_a_span_too_big_alone_is_dropped() {
+    let otlp = Receiver::start(Mode::Answer).await;
+    let backend = sim(SimConfig {
+        slot_ctx: 1 << 20,
+        ..sim_config(Flavor::Llamacpp)
+    })
+    .await;
+    let toml = format!(
+        "{}\n[tracing]\notlp_endpoint = \"{}\"\nexport_interval_ms = 1000\n\
+         capture_content = true\nexport_max_bytes = 16384\n",
+        one_alias("llamacpp", "", "").replace("context_window = 4096", "context_window = 1000000"),
+        otlp.url
+    );
+    let p = proxy(&toml, &[("b", backend.url())]).await;
+    let c = client();
+    // Eight server spans of about 2.5 KB each: more than one export of 16 KiB holds.
+    for i in 0..8 {
+        let prompt = format!("{i} {}", "word ".repeat(400));
+        assert_eq!(p.post_chat(&c, &chat_saying(&prompt)).await.status(), 200);
+    }
+    // One whose captured prompt alone (30 KB, under the 64 KiB capture bound) is too big.
+    let big = "word ".repeat(6000);
+    let resp = p.post_chat(&c, &chat_saying(&big)).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let spans = otlp
+        .until("8 server spans and 9 attempts", |s| {
+            let n = |k| s.iter().filter(|s| kind(s) == k).count();
+            n(SpanKind::Server) >= 8 && n(SpanKind::Client) >= 9
+        })
+        .await;
+    let dropped = within("the span too big counted", async {
+        loop {
+            let m = p.metrics().await;
+            let n = sample(
+                &m,
+                "switchboard_trace_spans_dropped_total{reason=\"too_large\"}",
+            );
+            if n >= 1.0 {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(dropped, 1.0);
+    let servers = spans.iter().filter(|s| kind(s) == SpanKind::Server).count();
+    assert_eq!(servers, 8, "the big request's server span is not exported");
+    let sizes = otlp.sizes.lock().unwrap().clone();
+    assert!(sizes.len() >= 2, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 16384), "{sizes:?}");
+    let m = p.metrics().await;
+    for reason in ["queue_full", "export_failed"] {
+        let key = format!("switchboard_trace_spans_dropped_total{{reason=\"{reason}\"}}");
+        assert_eq!(sample(&m, &key), 0.0, "{reason}");
+    }
 }

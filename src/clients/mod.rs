@@ -252,6 +252,12 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
     })
 }
 
+/// Whether `key` is one of `keys`: every one compared, each in constant time.
+pub fn one_of(keys: &[String], key: &str) -> bool {
+    keys.iter()
+        .fold(false, |found, k| same(k.as_bytes(), key.as_bytes()) | found)
+}
+
 /// Equal bytes, in a time that depends on the lengths only (`subtle`'s comparison, which
 /// the optimizer cannot turn into an early exit).
 fn same(a: &[u8], b: &[u8]) -> bool {

@@ -56,6 +56,11 @@ pub struct Server {
     pub stream_peek: Duration,
     /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
     pub api_keys: Option<Vec<String>>,
+    /// Keys that may scrape `/metrics` (`Authorization: Bearer …`); `None` = open.
+    pub metrics_keys: Option<Vec<String>>,
+    /// Keys that see the whole status page (every alias and client); `None`: none do beyond
+    /// what a client key or an open proxy shows.
+    pub admin_keys: Option<Vec<String>>,
     /// The backend-side timeouts of a backend that sets none of its own.
     pub timeouts: Timeouts,
     /// What a client connection may take: time, connections, nesting.

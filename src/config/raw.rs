@@ -49,6 +49,8 @@ pub struct RawServer {
     pub stream_peek_ms: Option<u64>,
     pub workers: Option<usize>,
     pub api_keys_env: Option<String>,
+    pub metrics_keys_env: Option<String>,
+    pub admin_keys_env: Option<String>,
     pub stream_idle_timeout_ms: Option<u64>,
     pub total_timeout_secs: Option<u64>,
     pub client_header_timeout_ms: Option<u64>,

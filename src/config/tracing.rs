@@ -21,6 +21,8 @@ pub struct RawTracing {
     pub sample_ratio: Option<f64>,
     pub service_name: Option<String>,
     pub capture_content: Option<bool>,
+    pub capture_max_bytes: Option<u64>,
+    pub export_max_bytes: Option<u64>,
     pub queue_spans: Option<u64>,
     pub export_interval_ms: Option<u64>,
     pub export_timeout_ms: Option<u64>,
@@ -39,12 +41,18 @@ pub struct Tracing {
     pub tls: Option<TlsSpec>,
     /// Sent with every export (`headers`, then `headers_env` read once here).
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// Of the traces that start here (no sampled parent), the share recorded; a client's
-    /// parent decides for its own trace.
+    /// The share of traces recorded, decided on the trace id; a client's parent may only
+    /// lower it (its unsampled flag is followed, its sampled one never passes the ratio).
     pub sample_ratio: f64,
     pub service_name: String,
     /// Prompts and answers as span attributes (`gen_ai.input.messages`, …).
     pub capture_content: bool,
+    /// Bytes of captured content a span attribute holds at most (cut at a character boundary,
+    /// the span marked `switchboard.content.truncated`).
+    pub capture_max_bytes: usize,
+    /// An export's request body is kept under this many bytes (its spans as the exporter
+    /// encodes them); a span bigger alone is dropped and counted.
+    pub export_max_bytes: usize,
     /// Ended spans waiting for export at most; more are dropped and counted.
     pub queue: usize,
     /// How often waiting spans are exported (sooner when a batch is full).
@@ -116,6 +124,8 @@ pub fn validate(raw: RawTracing, errs: &mut Vec<ConfigError>) -> Option<Tracing>
         }
         Duration::from_millis(v)
     };
+    let (capture_max_bytes, export_max_bytes) =
+        sizes(raw.capture_max_bytes, raw.export_max_bytes, errs);
     let interval = ms("export_interval_ms", raw.export_interval_ms, 1000, errs);
     let timeout = ms("export_timeout_ms", raw.export_timeout_ms, 10_000, errs);
     Some(Tracing {
@@ -139,10 +149,41 @@ pub fn validate(raw: RawTracing, errs: &mut Vec<ConfigError>) -> Option<Tracing>
         sample_ratio,
         service_name,
         capture_content: raw.capture_content.unwrap_or(false),
+        capture_max_bytes,
+        export_max_bytes,
         queue: usize::try_from(queue).unwrap_or(2048),
         interval,
         timeout,
     })
+}
+
+/// The most bytes an export may hold (the OpenTelemetry Collector refuses a request body over
+/// 20 MiB by default), and the least.
+const EXPORT_MAX: u64 = 64 << 20;
+const EXPORT_MIN: u64 = 16 << 10;
+
+/// `capture_max_bytes` (default 64 KiB) and `export_max_bytes` (default 16 MiB), each in range.
+fn sizes(capture: Option<u64>, export: Option<u64>, errs: &mut Vec<ConfigError>) -> (usize, usize) {
+    let mut check = |key: &str, v: Option<u64>, default: u64, range: (u64, u64)| {
+        let v = v.unwrap_or(default);
+        if !(range.0..=range.1).contains(&v) {
+            errs.push(ConfigError::BadValue {
+                key: format!("tracing.{key}"),
+                value: v.to_string(),
+                reason: format!("must be between {} and {}", range.0, range.1),
+            });
+            return usize::try_from(default).unwrap_or(usize::MAX);
+        }
+        usize::try_from(v).unwrap_or(usize::MAX)
+    };
+    let capture = check("capture_max_bytes", capture, 64 << 10, (1, EXPORT_MAX));
+    let export = check(
+        "export_max_bytes",
+        export,
+        16 << 20,
+        (EXPORT_MIN, EXPORT_MAX),
+    );
+    (capture, export)
 }
 
 /// The export's headers: the literal ones, then those whose values are in the environment.
@@ -232,6 +273,7 @@ mod tests {
         assert!(errs.is_empty(), "{errs:?}");
         assert_eq!((t.sample_ratio, t.queue), (1.0, 2048));
         assert!(!t.capture_content);
+        assert_eq!((t.capture_max_bytes, t.export_max_bytes), (65536, 16 << 20));
     }
 
     #[test]
@@ -241,6 +283,8 @@ mod tests {
         r.sample_ratio = Some(1.5);
         r.queue_spans = Some(0);
         r.export_interval_ms = Some(0);
+        r.capture_max_bytes = Some(0);
+        r.export_max_bytes = Some(1 << 30);
         r.headers.insert("bad header".into(), "x".into());
         r.headers_env
             .insert("authorization".into(), "SWITCHBOARD_TEST_UNSET_VAR".into());
@@ -250,6 +294,8 @@ mod tests {
             "tracing.sample_ratio",
             "tracing.queue_spans",
             "tracing.export_interval_ms",
+            "tracing.capture_max_bytes",
+            "tracing.export_max_bytes",
             "tracing.headers.bad header",
             "tracing.headers_env.authorization",
         ] {

@@ -127,8 +127,17 @@ pub async fn model(
     }
 }
 
-/// `GET /metrics`: OpenMetrics when the scraper asks for it, else Prometheus text.
+/// `GET /metrics`: OpenMetrics when the scraper asks for it, else Prometheus text; behind
+/// `server.metrics_keys_env`'s keys when it is set (401 without one).
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let snap = state.live.load_full();
+    if let Some(keys) = &snap.config.server.metrics_keys {
+        let presented = crate::clients::presented(&headers);
+        if !presented.is_some_and(|k| crate::clients::one_of(keys, k)) {
+            return ProxyError::Unauthorized.into_response();
+        }
+    }
+    drop(snap);
     state.record_breakers();
     let openmetrics = headers
         .get(header::ACCEPT)

@@ -42,10 +42,6 @@ where
     let canonical = endpoint != Endpoint::other || crate::path::check(uri.path()).is_ok();
     let adapter = endpoint.routed_adapter();
     let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
-    if let Some(tracer) = &snap.tracer {
-        let id = rec.request_id.to_str().unwrap_or_default();
-        rec.trace = Some(tracer.request(&headers, endpoint, rec.started(), id));
-    }
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let mut limited: Option<crate::clients::Caller> = None;
     let result = async {
@@ -56,6 +52,12 @@ where
             });
         }
         let caller = identify(&snap, &headers)?;
+        // Traced from here: a request refused before its client is known makes no span and
+        // does not continue the trace it names.
+        if let Some(tracer) = &snap.tracer {
+            let id = rec.request_id.to_str().unwrap_or_default();
+            rec.trace = Some(tracer.request(&headers, endpoint, rec.started(), id));
+        }
         if let Some(c) = &caller {
             rec.client = Some(c.state.metrics.clone());
             limited = Some(c.clone());

@@ -110,6 +110,8 @@ pub enum SpanDrop {
     queue_full,
     /// The collector refused the export, could not be reached, or did not answer in time.
     export_failed,
+    /// The span alone is bigger than an export may be (`tracing.export_max_bytes`).
+    too_large,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -525,12 +527,16 @@ impl Metrics {
             "Client connections closed at once because server.max_connections were open",
             self.connections_refused.clone(),
         );
-        for reason in [SpanDrop::queue_full, SpanDrop::export_failed] {
+        for reason in [
+            SpanDrop::queue_full,
+            SpanDrop::export_failed,
+            SpanDrop::too_large,
+        ] {
             self.spans_dropped.add(reason, 0);
         }
         r.register(
             "trace_spans_dropped",
-            "Spans not exported (queue_full: tracing.queue_spans were waiting; export_failed: the collector refused, was unreachable or too slow), by reason",
+            "Spans not exported (queue_full: tracing.queue_spans were waiting; export_failed: the collector refused, was unreachable or too slow; too_large: one span over tracing.export_max_bytes), by reason",
             self.spans_dropped.0.clone(),
         );
         let info: Family<VersionLabel, Gauge> = Family::default();

@@ -12,9 +12,10 @@ use crate::config::raw::RawServer;
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
 
-/// The client keys in the environment variable `server.api_keys_env` names.
-fn api_keys(var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String>> {
-    var.map(|var| crate::config::keys::keys_of("server.api_keys_env", var, errs))
+/// The keys in the environment variable the setting `key` names (client keys, `/metrics`
+/// keys, admin keys); `None` while it is unset.
+fn keys(key: &str, var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String>> {
+    var.map(|var| crate::config::keys::keys_of(key, var, errs))
 }
 
 /// The backend-side defaults of `[server]`: timeouts and the breaker.
@@ -70,7 +71,13 @@ pub(super) fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         .reasoning_field
         .as_deref()
         .unwrap_or("reasoning_content");
-    let api_keys = api_keys(raw.api_keys_env.as_deref(), errs);
+    let api_keys = keys("server.api_keys_env", raw.api_keys_env.as_deref(), errs);
+    let metrics_keys = keys(
+        "server.metrics_keys_env",
+        raw.metrics_keys_env.as_deref(),
+        errs,
+    );
+    let admin_keys = keys("server.admin_keys_env", raw.admin_keys_env.as_deref(), errs);
     let (timeouts, breaker) = backend_side(&raw, errs);
     Server {
         timeouts,
@@ -132,6 +139,8 @@ pub(super) fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
             errs,
         ) as usize,
         api_keys,
+        metrics_keys,
+        admin_keys,
         shared_state: shared_state(&raw, errs),
     }
 }

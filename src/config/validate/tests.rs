@@ -373,3 +373,29 @@ fn the_shared_state_is_a_redis_url_with_a_lease_past_its_timeout() {
     );
     assert!(e.contains("server.shared_state_lease_ms"), "{e}");
 }
+
+#[test]
+fn metrics_and_admin_keys_are_read_from_their_variables_and_named_when_missing() {
+    std::env::set_var("SB_UNIT_METRICS_KEYS", "m-1, m-2");
+    std::env::set_var("SB_UNIT_ADMIN_KEYS", "admin-1");
+    let cfg = from_toml(&format!(
+        "[server]\nmetrics_keys_env = \"SB_UNIT_METRICS_KEYS\"\n\
+         admin_keys_env = \"SB_UNIT_ADMIN_KEYS\"\n{BASE}"
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.server.metrics_keys.as_deref(),
+        Some(&["m-1".to_string(), "m-2".to_string()][..])
+    );
+    assert_eq!(
+        cfg.server.admin_keys.as_deref(),
+        Some(&["admin-1".to_string()][..])
+    );
+    let open = from_toml(BASE).unwrap();
+    assert!(open.server.metrics_keys.is_none() && open.server.admin_keys.is_none());
+    let e = errors(
+        "[server]\nmetrics_keys_env = \"SB_UNIT_UNSET_M\"\nadmin_keys_env = \"SB_UNIT_UNSET_A\"",
+    );
+    assert!(e.contains("server.metrics_keys_env"), "{e}");
+    assert!(e.contains("server.admin_keys_env"), "{e}");
+}

@@ -26,17 +26,43 @@ pub struct ClientView {
     pub limits: Vec<(&'static str, Left)>,
 }
 
-/// The clients the page shows `caller`: all of them, or only its own when it is a named
-/// client limited to some aliases.
-pub fn collect(snap: &Snapshot, caller: Option<&Caller>) -> Vec<ClientView> {
+/// Who is looking at the page, by the key it presented.
+#[derive(Clone, Debug)]
+pub enum Viewer {
+    /// An admin key (`server.admin_keys_env`): the whole page.
+    Admin,
+    /// A client's key: its own section and the aliases it may use.
+    Client(Caller),
+    /// No key is configured: the whole page, as the proxy is open.
+    Open,
+}
+
+impl Viewer {
+    /// Whether the page shows it alias `name`.
+    pub fn sees_alias(&self, name: &str) -> bool {
+        match self {
+            Viewer::Client(c) => c.may_use(name),
+            Viewer::Admin | Viewer::Open => true,
+        }
+    }
+
+    /// Whether the page shows it the section of client `name`.
+    fn sees_client(&self, name: &str) -> bool {
+        match self {
+            Viewer::Client(me) => me.name() == name,
+            Viewer::Admin | Viewer::Open => true,
+        }
+    }
+}
+
+/// The clients the page shows `viewer`: all of them to an admin key (or on an open proxy),
+/// a client only its own.
+pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
     let now = Instant::now();
     snap.clients
         .callers()
         .iter()
-        .filter(|c| match caller {
-            Some(me) if me.spec.aliases.is_some() => me.spec.name == c.spec.name,
-            _ => true,
-        })
+        .filter(|c| viewer.sees_client(c.name()))
         .map(|c| {
             let s = c.state.limiter.standing(now);
             let limits = [

@@ -1,5 +1,6 @@
 //! `GET /`: the status page. Server-rendered HTML from the live snapshot, readable without
-//! JavaScript; client auth as `/v1/models` has it, plus HTTP Basic for browsers.
+//! JavaScript; client auth as `/v1/models` has it (a client sees its own aliases and client
+//! section), admin keys that see it all, plus HTTP Basic for browsers.
 
 mod charts;
 mod clients;
@@ -12,16 +13,16 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
 use super::intake;
-use crate::clients::Caller;
 use crate::error::ProxyError;
 use crate::live::{AppState, Snapshot};
+use clients::Viewer;
 
 pub use html::REFRESH_SECS;
 
 /// `GET /`: aliases, their backends and health, load and the last five minutes.
 pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let snap = state.live.load_full();
-    let Ok(caller) = authorize(&snap, &headers) else {
+    let Ok(viewer) = authorize(&snap, &headers) else {
         let mut resp = ProxyError::Unauthorized.into_response();
         resp.headers_mut().insert(
             header::WWW_AUTHENTICATE,
@@ -30,7 +31,7 @@ pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response
         return resp;
     };
     let nonce = format!("{:032x}", rand::random::<u128>());
-    let body = html::render(&view::collect(&state, &snap, caller.as_ref()), &nonce);
+    let body = html::render(&view::collect(&state, &snap, &viewer), &nonce);
     let csp = format!(
         "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
          connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
@@ -58,16 +59,24 @@ pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response
 }
 
 /// The page shows no secrets but does show the fleet's layout, so it takes the keys
-/// `/v1/models` takes. A browser cannot send a bearer token when it opens a page, so a key
-/// is also accepted as the password of HTTP Basic auth (any user name), which browsers ask
-/// for after the 401's `WWW-Authenticate` and then send with the page's own refreshes.
-fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<Option<Caller>, ProxyError> {
+/// `/v1/models` takes, and the admin keys (`server.admin_keys_env`), which see all of it. A
+/// browser cannot send a bearer token when it opens a page, so a key is also accepted as the
+/// password of HTTP Basic auth (any user name), which browsers ask for after the 401's
+/// `WWW-Authenticate` and then send with the page's own refreshes.
+fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<Viewer, ProxyError> {
+    let basic = basic_password(headers);
+    if let Some(admin) = &snap.config.server.admin_keys {
+        let key = crate::clients::presented(headers).or(basic.as_deref());
+        if key.is_some_and(|k| crate::clients::one_of(admin, k)) {
+            return Ok(Viewer::Admin);
+        }
+    }
     let e = match intake::identify(snap, headers) {
-        Ok(c) => return Ok(c),
+        Ok(c) => return Ok(c.map_or(Viewer::Open, Viewer::Client)),
         Err(e) => e,
     };
-    match basic_password(headers).and_then(|p| snap.clients.holder(&p).cloned()) {
-        Some(c) => Ok(Some(c)),
+    match basic.and_then(|p| snap.clients.holder(&p).cloned()) {
+        Some(c) => Ok(Viewer::Client(c)),
         None => Err(e),
     }
 }

@@ -3,8 +3,7 @@
 
 use std::time::{Instant, SystemTime};
 
-use super::clients::ClientView;
-use crate::clients::Caller;
+use super::clients::{ClientView, Viewer};
 use crate::live::reload::LastReload;
 use crate::live::{AppState, Snapshot};
 use crate::observe::window::Summary;
@@ -61,13 +60,13 @@ pub struct BackendView {
 }
 
 /// Gather the page's data from one snapshot.
-pub fn collect(state: &AppState, snap: &Snapshot, caller: Option<&Caller>) -> Fleet {
+pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
     let now = Instant::now();
     let aliases = snap
         .routes
         .aliases()
         .iter()
-        .filter(|a| caller.is_none_or(|c| c.may_use(&a.name)))
+        .filter(|a| viewer.sees_alias(&a.name))
         .map(|a| {
             let m = snap.metrics(Some(&a.name));
             let backends = a
@@ -106,7 +105,7 @@ pub fn collect(state: &AppState, snap: &Snapshot, caller: Option<&Caller>) -> Fl
             up: s.up(),
         }),
         aliases,
-        clients: super::clients::collect(snap, caller),
+        clients: super::clients::collect(snap, viewer),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The way out of ended spans: a bounded queue the request path only ever offers a span to
 //! (never waiting), and one thread of its own that posts batches to the collector with the
 //! OTLP exporter of `opentelemetry-otlp` (HTTP/protobuf), sent by the project's upstream client.
-//! A slow or dead collector fills the queue; what does not fit is dropped and counted.
+//! A slow or dead collector fills the queue; what does not fit is dropped and counted. A batch
+//! is also bounded in bytes (`tracing.export_max_bytes`, each span's encoded size reckoned from
+//! above), so no export is refused whole by a collector's body limit.
 //!
 //! Written here rather than taken from `opentelemetry_sdk`'s `BatchSpanProcessor`: that one
 //! counts the spans it drops in a private field, told only in its own log at shutdown, and
@@ -28,8 +30,10 @@ use crate::upstream::tls::TlsSettings;
 use crate::upstream::{read_all, Client, Origin};
 use crate::wire::payload::Payload;
 
+mod size;
+
 /// Spans sent in one export at most (no more than the queue holds, so the spans held are
-/// at most twice the queue).
+/// at most twice the queue, and one held over for the next batch).
 const BATCH: usize = 512;
 /// The collector's name where the upstream client keeps TLS settings by name.
 const COLLECTOR: &str = "otlp collector";
@@ -91,6 +95,9 @@ pub fn start(
         exporter,
         interval: settings.interval,
         batch: BATCH.min(settings.queue),
+        budget: size::budget(settings.export_max_bytes),
+        held: None,
+        told_large: false,
         timeout: settings.timeout,
         dropped: dropped.clone(),
         told: Arc::clone(&told),
@@ -109,6 +116,12 @@ struct Export {
     exporter: opentelemetry_otlp::SpanExporter,
     interval: Duration,
     batch: usize,
+    /// The reckoned bytes of one batch's spans at most.
+    budget: usize,
+    /// The span that did not fit the last batch: the next one's first.
+    held: Option<SpanData>,
+    /// A span too big for any export was told in the log (once).
+    told_large: bool,
     timeout: Duration,
     dropped: SpansDropped,
     told: Arc<AtomicBool>,
@@ -136,18 +149,56 @@ impl Export {
     }
 
     /// The next batch: the spans waiting when the first arrives, and those that come within
-    /// the interval, up to a full batch. `None` once the queue is closed and empty.
+    /// the interval, up to a full batch in count or in bytes (the span that would pass the
+    /// bytes is held for the next). `None` once the queue is closed and empty.
     async fn batch(&mut self) -> Option<Vec<SpanData>> {
-        let first = self.rx.recv().await?;
+        let first = self.first().await?;
+        let mut bytes = size::of(&first);
         let mut batch = vec![first];
         let until = tokio::time::Instant::now() + self.interval;
         while batch.len() < self.batch {
-            match tokio::time::timeout_at(until, self.rx.recv()).await {
-                Ok(Some(span)) => batch.push(span),
+            let span = match tokio::time::timeout_at(until, self.rx.recv()).await {
+                Ok(Some(span)) => span,
                 Ok(None) | Err(_) => break,
+            };
+            let n = size::of(&span);
+            if n > self.budget {
+                self.too_large();
+                continue;
             }
+            if bytes + n > self.budget {
+                self.held = Some(span);
+                break;
+            }
+            bytes += n;
+            batch.push(span);
         }
         Some(batch)
+    }
+
+    /// A batch's first span: the one held over, else the next that fits an export alone
+    /// (one too big is dropped and counted).
+    async fn first(&mut self) -> Option<SpanData> {
+        if let Some(span) = self.held.take() {
+            return Some(span);
+        }
+        loop {
+            let span = self.rx.recv().await?;
+            if size::of(&span) <= self.budget {
+                return Some(span);
+            }
+            self.too_large();
+        }
+    }
+
+    /// A span bigger than an export may be: dropped, counted, told in the log the first time.
+    fn too_large(&mut self) {
+        self.dropped.add(SpanDrop::too_large, 1);
+        if !std::mem::replace(&mut self.told_large, true) {
+            tracing::warn!(
+                "a span is larger than tracing.export_max_bytes allows: it is dropped (tracing.capture_max_bytes bounds its captured content)"
+            );
+        }
     }
 
     async fn export(&mut self, batch: Vec<SpanData>) {

@@ -16,7 +16,7 @@ use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _
 use opentelemetry::KeyValue;
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{ParentBasedSampler, Sampler, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
 pub use span::{Attempt, End, RequestTrace};
@@ -52,8 +52,7 @@ impl Tracer {
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
         let queue = export::start(settings, &resource, dropped)?;
-        let sampler =
-            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio)));
+        let sampler = sampler(settings.sample_ratio);
         let provider = SdkTracerProvider::builder()
             .with_span_processor(queue)
             .with_sampler(sampler)
@@ -122,9 +121,67 @@ impl Tracer {
     }
 }
 
+/// Who decides whether a server span is recorded: the ratio, on its trace id, for a trace
+/// that begins here and for a client's sampled one alike (a client's flag may lower the share
+/// recorded, never raise it past `sample_ratio`); a client's unsampled trace is not recorded.
+/// An attempt follows its server span.
+fn sampler(ratio: f64) -> ParentBasedSampler {
+    Sampler::parent_based(Sampler::TraceIdRatioBased(ratio))
+        .with_remote_parent_sampled(Sampler::TraceIdRatioBased(ratio))
+        .with_remote_parent_not_sampled(Sampler::AlwaysOff)
+        .with_local_parent_sampled(Sampler::AlwaysOn)
+        .with_local_parent_not_sampled(Sampler::AlwaysOff)
+}
+
 impl Drop for Tracer {
     fn drop(&mut self) {
         // The export thread sends what is queued and ends once the last span is gone.
         let _ = self.provider.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+    };
+    use opentelemetry::Context;
+    use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample as _};
+
+    use super::*;
+
+    /// Whether a server span of trace `id` is recorded at `ratio`, under a client's parent
+    /// sampled or not (`None`: no parent).
+    fn recorded(ratio: f64, id: u128, parent: Option<bool>) -> bool {
+        let trace = TraceId::from(id);
+        let cx = parent.map(|sampled| {
+            let flags = if sampled {
+                TraceFlags::SAMPLED
+            } else {
+                TraceFlags::default()
+            };
+            let span = SpanContext::new(trace, SpanId::from(7), flags, true, TraceState::NONE);
+            Context::new().with_remote_span_context(span)
+        });
+        let r =
+            sampler(ratio).should_sample(cx.as_ref(), trace, "chat", &SpanKind::Server, &[], &[]);
+        r.decision == SamplingDecision::RecordAndSample
+    }
+
+    #[test]
+    fn a_clients_sampled_flag_never_raises_the_share_past_the_ratio() {
+        // The ratio reads the trace id's low half: 1 is in any share above 0, all ones in none
+        // below 1.
+        let (low, high) = (1u128, u128::MAX);
+        for parent in [None, Some(true)] {
+            assert!(!recorded(0.0, low, parent), "ratio 0: nothing ({parent:?})");
+            assert!(recorded(0.5, low, parent), "{parent:?}");
+            assert!(!recorded(0.5, high, parent), "{parent:?}");
+            assert!(recorded(1.0, high, parent), "{parent:?}");
+        }
+        assert!(
+            !recorded(1.0, low, Some(false)),
+            "an unsampled parent is followed"
+        );
     }
 }

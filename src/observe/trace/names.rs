@@ -40,6 +40,8 @@ pub const RESENT: &str = "switchboard.resent";
 pub const TRANSLATED: &str = "switchboard.translated_to";
 pub const TTFT: &str = "switchboard.ttft_ms";
 pub const CANCELLED: &str = "switchboard.cancelled";
+/// Captured content was cut to `tracing.capture_max_bytes`.
+pub const CONTENT_TRUNCATED: &str = "switchboard.content.truncated";
 
 /// The event at a request's first generated token.
 pub const FIRST_TOKEN: &str = "switchboard.first_token";

@@ -40,6 +40,8 @@ pub struct RequestTrace {
     error_type: Option<&'static str>,
     /// The answer's text, when content is captured.
     output: Option<String>,
+    /// Captured content was cut to its bound.
+    truncated: bool,
     /// What may change while the request goes on (the span takes each key once, at its end):
     /// the alias serving it, the last attempt's backend and flavour, its translation.
     alias: Option<String>,
@@ -106,6 +108,7 @@ impl RequestTrace {
             finish_reasons: Vec::new(),
             error_type: None,
             output: None,
+            truncated: false,
             alias: None,
             backend: None,
             translated: None,
@@ -145,10 +148,18 @@ impl RequestTrace {
         }
     }
 
-    /// The request's messages as the client sent them (only when content is captured).
-    pub fn input(&self, messages: &str) {
+    /// The most bytes of captured content an attribute holds.
+    fn capture_max(&self) -> usize {
+        self.tracer.settings().capture_max_bytes
+    }
+
+    /// The request's messages as the client sent them (only when content is captured), cut
+    /// to the capture bound.
+    pub fn input(&mut self, messages: &str) {
         if self.captures_content() {
-            self.set(KeyValue::new(n::INPUT_MESSAGES, messages.to_string()));
+            let kept = prefix(messages, self.capture_max());
+            self.truncated |= kept.len() < messages.len();
+            self.set(KeyValue::new(n::INPUT_MESSAGES, kept.to_string()));
         }
     }
 
@@ -288,10 +299,15 @@ impl RequestTrace {
         self.response_model.is_some()
     }
 
-    /// Answer text, gathered when content is captured.
+    /// Answer text, gathered when content is captured, up to the capture bound (what comes
+    /// after it is not kept).
     pub fn output(&mut self, text: &str) {
         if self.captures_content() {
-            self.output.get_or_insert_with(String::new).push_str(text);
+            let max = self.capture_max();
+            let out = self.output.get_or_insert_with(String::new);
+            let kept = prefix(text, max.saturating_sub(out.len()));
+            self.truncated |= kept.len() < text.len();
+            out.push_str(kept);
         }
     }
 
@@ -322,7 +338,12 @@ impl RequestTrace {
             ));
         }
         if let Some(text) = self.output.take() {
-            attrs.push(KeyValue::new(n::OUTPUT_MESSAGES, output_messages(&text)));
+            let (messages, cut) = output_messages(&text, self.capture_max());
+            self.truncated |= cut;
+            attrs.push(KeyValue::new(n::OUTPUT_MESSAGES, messages));
+        }
+        if self.truncated {
+            attrs.push(KeyValue::new(n::CONTENT_TRUNCATED, true));
         }
         let error = self.error_of(end);
         if let Some(e) = &error {
@@ -412,13 +433,42 @@ fn usage(u: Usage) -> Vec<KeyValue> {
     kv
 }
 
-/// `gen_ai.output.messages` of an answer's text: one assistant message with one text part.
-fn output_messages(text: &str) -> String {
-    serde_json::json!([{
-        "role": "assistant",
-        "parts": [{"type": "text", "content": text}],
-    }])
-    .to_string()
+/// `gen_ai.output.messages` of an answer's text: one assistant message with one text part,
+/// the text cut (at a character boundary) until the whole is within `max` bytes; and whether
+/// it was cut.
+fn output_messages(text: &str, max: usize) -> (String, bool) {
+    let mut text = text;
+    let mut cut = false;
+    loop {
+        let whole = serde_json::json!([{
+            "role": "assistant",
+            "parts": [{"type": "text", "content": text}],
+        }])
+        .to_string();
+        if whole.len() <= max || text.is_empty() {
+            return (whole, cut);
+        }
+        // The excess, or half the text where escapes make the excess more than the text: a
+        // few passes at most.
+        let keep = text
+            .len()
+            .saturating_sub(whole.len() - max)
+            .max(text.len() / 2);
+        text = prefix(text, keep);
+        cut = true;
+    }
+}
+
+/// The longest start of `s` within `max` bytes that ends at a character boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut at = max;
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    &s[..at]
 }
 
 /// `host:port` as host and port.
@@ -441,6 +491,21 @@ mod tests {
         assert_eq!(split_authority("dankclaw:7771"), ("dankclaw", Some(7771)));
         assert_eq!(split_authority("[::1]:8080"), ("::1", Some(8080)));
         assert_eq!(split_authority("plain"), ("plain", None));
+    }
+
+    #[test]
+    fn captured_content_is_cut_at_a_character_boundary_within_its_bound() {
+        assert_eq!(prefix("héllo", 2), "h", "not inside the two bytes of é");
+        assert_eq!(prefix("héllo", 3), "hé");
+        assert_eq!(prefix("hi", 64), "hi");
+        let text = "\"quoted\" ünïcode ".repeat(100);
+        let (whole, cut) = output_messages(&text, 256);
+        assert!(cut && whole.len() <= 256, "{} bytes", whole.len());
+        let v: serde_json::Value = serde_json::from_str(&whole).unwrap();
+        let kept = v[0]["parts"][0]["content"].as_str().unwrap();
+        assert!(text.starts_with(kept) && !kept.is_empty(), "{whole}");
+        let (whole, cut) = output_messages("short", 256);
+        assert!(!cut && whole.contains("short"));
     }
 
     #[test]
