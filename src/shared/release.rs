@@ -89,7 +89,10 @@ pub(super) async fn run(releases: Arc<Releases>, client: redis::Client, settings
         .set_connection_timeout(Some(settings.timeout))
         .set_response_timeout(Some(settings.lease))
         .set_number_of_retries(1);
-    let mut conn = None;
+    // Connected before the first release, where the store answers now.
+    let mut conn = ConnectionManager::new_with_config(client.clone(), cfg.clone())
+        .await
+        .ok();
     loop {
         let batch = releases.take();
         if batch.is_empty() {
