@@ -608,7 +608,10 @@ async fn a_stalled_store_keeps_no_lease_past_its_request_once_it_answers() {
     // ends while it cannot answer.
     f.redis.signal("STOP");
     let stalled = [f.a.send(&c), f.b.send(&c)];
-    until("the backend to hold four", || async { f.backend.now() == 4 }).await;
+    until("the backend to hold four", || async {
+        f.backend.now() == 4
+    })
+    .await;
     f.backend.open();
     for h in held.into_iter().chain(stalled) {
         assert_eq!(h.await.unwrap(), 200);
@@ -657,7 +660,12 @@ async fn a_client_waiting_through_another_process_gets_its_turn_before_a_flood()
     let at = seen.iter().position(|s| s == "victim").unwrap();
     // Within a process it would go second (the flooder's first is running); across the
     // store it may take one more turn of the flooder's that was granted as it queued.
-    assert!(at <= 2, "the victim went {}th of {}: {seen:?}", at + 1, seen.len());
+    assert!(
+        at <= 2,
+        "the victim went {}th of {}: {seen:?}",
+        at + 1,
+        seen.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -684,7 +692,12 @@ async fn processes_configured_with_different_slots_keep_to_the_least() {
     for h in more.into_iter().chain([first]) {
         assert_eq!(h.await.unwrap(), 200);
     }
-    assert_eq!(f.backend.most(), 1, "the backend held {} at once", f.backend.most());
+    assert_eq!(
+        f.backend.most(),
+        1,
+        "the backend held {} at once",
+        f.backend.most()
+    );
 }
 
 /// A TCP proxy that delays every byte by `delay` each way (in order, as a long link does:
@@ -724,7 +737,11 @@ async fn late(
     });
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n) = from.read(&mut buf).await {
-        if n == 0 || tx.send((tokio::time::Instant::now() + delay, buf[..n].to_vec())).is_err() {
+        if n == 0
+            || tx
+                .send((tokio::time::Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+        {
             return;
         }
     }
