@@ -89,6 +89,35 @@ impl Redis {
         self.child.kill().await.unwrap();
     }
 
+    /// Send the server `signal` (`STOP` pauses it as a stalled store, `CONT` resumes it).
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().unwrap().to_string();
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "kill -{signal} {pid}");
+    }
+
+    /// A connection of the test's own, straight to the server.
+    async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// The leases held in the store for the backend at `url`.
+    async fn leases(&self, url: &str) -> u64 {
+        let mut c = self.conn().await;
+        redis::cmd("ZCARD")
+            .arg(format!("switchboard:slots:{url}"))
+            .query_async(&mut c)
+            .await
+            .unwrap()
+    }
+
     async fn restart(&mut self) {
         *self = Redis::start(&self.bin.clone(), self.port).await;
     }
@@ -101,8 +130,11 @@ struct Counting {
     now: Arc<AtomicU32>,
     most: Arc<AtomicU32>,
     received: Arc<AtomicU32>,
+    /// Each request's first message, in the order they arrived.
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
     gate: watch::Sender<bool>,
     hold: Duration,
+    url: String,
 }
 
 /// One request held by the backend: counted while its handler lives (a client that hangs up
@@ -118,18 +150,24 @@ impl Drop for Held {
 impl Counting {
     async fn start(hold: Duration, gated: bool) -> (Counting, String) {
         let (gate, _) = watch::channel(!gated);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
         let b = Counting {
             now: Arc::default(),
             most: Arc::default(),
             received: Arc::default(),
+            seen: Arc::default(),
             gate,
             hold,
+            url: url.clone(),
         };
         let answer = {
             let b = b.clone();
-            move || {
+            move |axum::Json(body): axum::Json<serde_json::Value>| {
                 let b = b.clone();
                 async move {
+                    let said = body["messages"][0]["content"].as_str().unwrap_or("");
+                    b.seen.lock().unwrap().push(said.to_string());
                     let n = b.now.fetch_add(1, Ordering::SeqCst) + 1;
                     let _held = Held(Arc::clone(&b.now));
                     b.most.fetch_max(n, Ordering::SeqCst);
@@ -155,8 +193,6 @@ impl Counting {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(answer))
             .route("/v1/models", get(models));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
         (b, url)
     }
@@ -185,14 +221,23 @@ struct Process {
     log: PathBuf,
 }
 
-/// The config both processes run: one alias `a` on a 2-slot backend, the store at `store`,
-/// a client `team` with `client` (its limits) when given.
-fn config(port: u16, backend: &str, store: &str, client: &str) -> String {
-    let clients = if client.is_empty() {
-        String::new()
-    } else {
-        format!("[clients.team]\nkey_env = \"SB_T_SHARED_KEY\"\n{client}\n")
-    };
+/// What a process of a test is configured with beside its addresses.
+#[derive(Clone, Copy)]
+struct Setup<'a> {
+    /// The `[clients.*]` tables.
+    clients: &'a str,
+    lease_ms: u64,
+    slots: u32,
+}
+
+/// A process's config: one alias `a` on backend `b` at `backend` (its slots, a queue of
+/// 64), the store at `store`.
+fn config_of(port: u16, backend: &str, store: &str, setup: Setup<'_>) -> String {
+    let Setup {
+        clients,
+        lease_ms,
+        slots,
+    } = setup;
     format!(
         r#"
 [server]
@@ -201,13 +246,13 @@ workers = 1
 watch_config = false
 queue_timeout_secs = 20
 shared_state = "{store}"
-shared_state_lease_ms = 1000
+shared_state_lease_ms = {lease_ms}
 shared_state_timeout_ms = 200
 
 [backends.b]
 url = "{backend}"
 flavor = "openai"
-slots = 2
+slots = {slots}
 queue = 64
 
 [aliases.a]
@@ -227,6 +272,8 @@ impl Process {
             .args(["serve", "--config"])
             .arg(&path)
             .env("SB_T_SHARED_KEY", "sk-team")
+            .env("SB_T_FLOOD_KEY", "sk-flood")
+            .env("SB_T_VICTIM_KEY", "sk-victim")
             .kill_on_drop(true)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -300,12 +347,17 @@ impl Process {
 
 /// One chat request of client `team` to the process at `base`: its status (0: no answer).
 async fn chat(c: reqwest::Client, base: String) -> u16 {
+    chat_as(c, base, "sk-team", "hi").await
+}
+
+/// One chat request with `key` saying `said` to the process at `base`: its status.
+async fn chat_as(c: reqwest::Client, base: String, key: &str, said: &str) -> u16 {
     let req = c
         .post(format!("{base}/v1/chat/completions"))
-        .bearer_auth("sk-team")
+        .bearer_auth(key)
         .json(&serde_json::json!({
             "model": "a", "max_tokens": 1,
-            "messages": [{"role": "user", "content": "hi"}]
+            "messages": [{"role": "user", "content": said}]
         }));
     match tokio::time::timeout(DEADLINE, req.send()).await {
         Ok(Ok(r)) => r.status().as_u16(),
@@ -322,7 +374,25 @@ struct Fleet {
     b: Process,
 }
 
+/// Both processes: a 2-slot backend, a lease of 1 s, a client `team` with `client` (its
+/// limits) when given.
 async fn fleet(hold: Duration, gated: bool, client: &str) -> Option<Fleet> {
+    let clients = if client.is_empty() {
+        String::new()
+    } else {
+        format!("[clients.team]\nkey_env = \"SB_T_SHARED_KEY\"\n{client}\n")
+    };
+    let setup = Setup {
+        clients: &clients,
+        lease_ms: 1000,
+        slots: 2,
+    };
+    fleet_of(hold, gated, [setup, setup]).await
+}
+
+/// `redis-server` on the PATH, or `None` after saying the test is skipped (a failure where
+/// `SWITCHBOARD_TEST_NEED_REDIS` is set).
+fn need_redis() -> Option<PathBuf> {
     let Some(bin) = redis_binary() else {
         // CI sets it: there the test must run.
         assert!(
@@ -332,12 +402,19 @@ async fn fleet(hold: Duration, gated: bool, client: &str) -> Option<Fleet> {
         eprintln!("skipped: redis-server is not installed (Debian package redis-server)");
         return None;
     };
+    Some(bin)
+}
+
+/// The store, the backend and two processes configured with `setups`.
+async fn fleet_of(hold: Duration, gated: bool, setups: [Setup<'_>; 2]) -> Option<Fleet> {
+    let bin = need_redis()?;
     let dir = tempfile::tempdir().unwrap();
     let redis = Redis::start(&bin, free_port()).await;
     let (backend, url) = Counting::start(hold, gated).await;
     let (pa, pb) = (free_port(), free_port());
-    let a = Process::start(dir.path(), "a", &config(pa, &url, &redis.url(), client), pa).await;
-    let b = Process::start(dir.path(), "b", &config(pb, &url, &redis.url(), client), pb).await;
+    let store = redis.url();
+    let a = Process::start(dir.path(), "a", &config_of(pa, &url, &store, setups[0]), pa).await;
+    let b = Process::start(dir.path(), "b", &config_of(pb, &url, &store, setups[1]), pb).await;
     a.wait_store(true).await;
     b.wait_store(true).await;
     Some(Fleet {
@@ -495,4 +572,250 @@ async fn a_clients_max_concurrent_counts_its_requests_in_every_process() {
         f.b.send(&c).await.unwrap() == 200
     })
     .await;
+}
+
+/// Wait up to `within` for the store to hold `want` leases of the backend: what it holds at
+/// the end.
+async fn leases_reach(redis: &Redis, url: &str, want: u64, within: Duration) -> u64 {
+    let start = Instant::now();
+    loop {
+        let n = redis.leases(url).await;
+        if n == want || start.elapsed() >= within {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_store_keeps_no_lease_past_its_request_once_it_answers() {
+    // A lease of 20 s: what the store would hold a lost release's lease for.
+    let setup = Setup {
+        clients: "",
+        lease_ms: 20_000,
+        slots: 3,
+    };
+    let Some(f) = fleet_of(Duration::ZERO, true, [setup, setup]).await else {
+        return;
+    };
+    let c = reqwest::Client::new();
+    let url = f.backend.url.clone();
+    let held = [f.a.send(&c), f.a.send(&c)];
+    until("the backend to hold two", || async { f.backend.now() == 2 }).await;
+    assert_eq!(leases_reach(&f.redis, &url, 2, DEADLINE).await, 2);
+    // The store stalls: an ask of each process times out (each goes on with its own slot and
+    // marks the store down; the asks still run when the store resumes), and every request
+    // ends while it cannot answer.
+    f.redis.signal("STOP");
+    let stalled = [f.a.send(&c), f.b.send(&c)];
+    until("the backend to hold four", || async {
+        f.backend.now() == 4
+    })
+    .await;
+    f.backend.open();
+    for h in held.into_iter().chain(stalled) {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    f.redis.signal("CONT");
+    // Nothing runs: once the store answers, it holds no lease (within its round trip and
+    // the release task's retry, far inside the 20 s a lost release would hold one).
+    let left = leases_reach(&f.redis, &url, 0, Duration::from_secs(5)).await;
+    assert_eq!(left, 0, "the store held {left} leases with nothing running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_waiting_through_another_process_gets_its_turn_before_a_flood() {
+    let clients = "[clients.flood]\nkey_env = \"SB_T_FLOOD_KEY\"\n\
+        [clients.victim]\nkey_env = \"SB_T_VICTIM_KEY\"\n";
+    let setup = Setup {
+        clients,
+        lease_ms: 1000,
+        slots: 1,
+    };
+    let Some(f) = fleet_of(Duration::from_millis(20), true, [setup, setup]).await else {
+        return;
+    };
+    let c = reqwest::Client::new();
+    // The flooder's eight through a: one at the backend, seven in a's queue.
+    let flood: Vec<_> = (0..8)
+        .map(|_| {
+            let (c, base) = (c.clone(), f.a.base.clone());
+            tokio::spawn(async move { chat_as(c, base, "sk-flood", "flood").await })
+        })
+        .collect();
+    until("the backend to hold one", || async { f.backend.now() == 1 }).await;
+    f.a.wait_queued(7.0).await;
+    // The victim's one through b waits in the store's queue.
+    let victim = {
+        let (c, base) = (c.clone(), f.b.base.clone());
+        tokio::spawn(async move { chat_as(c, base, "sk-victim", "victim").await })
+    };
+    f.b.wait_queued(1.0).await;
+    f.backend.open();
+    assert_eq!(victim.await.unwrap(), 200, "{}", f.b.log());
+    for h in flood {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    let seen = f.backend.seen.lock().unwrap().clone();
+    let at = seen.iter().position(|s| s == "victim").unwrap();
+    // Within a process it would go second (the flooder's first is running); across the
+    // store it may take one more turn of the flooder's that was granted as it queued.
+    assert!(
+        at <= 2,
+        "the victim went {}th of {}: {seen:?}",
+        at + 1,
+        seen.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_configured_with_different_slots_keep_to_the_least() {
+    let four = Setup {
+        clients: "",
+        lease_ms: 1000,
+        slots: 4,
+    };
+    let one = Setup { slots: 1, ..four };
+    let Some(f) = fleet_of(Duration::ZERO, true, [four, one]).await else {
+        return;
+    };
+    let c = reqwest::Client::new();
+    let first = f.b.send(&c);
+    until("the backend to hold one", || async { f.backend.now() == 1 }).await;
+    // a has four slots of its own, but the backend has one for every process: a's four wait.
+    let more: Vec<_> = (0..4).map(|_| f.a.send(&c)).collect();
+    f.a.wait_queued(4.0).await;
+    assert_eq!(f.backend.now(), 1);
+    let told = "slots differ between processes sharing the store";
+    assert!(f.a.log().contains(told), "{}", f.a.log());
+    f.backend.open();
+    for h in more.into_iter().chain([first]) {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    assert_eq!(
+        f.backend.most(),
+        1,
+        "the backend held {} at once",
+        f.backend.most()
+    );
+}
+
+/// A TCP proxy that delays every byte by `delay` each way (in order, as a long link does:
+/// the delay is latency, not a limit on throughput): its port.
+async fn delaying(to: u16, delay: Duration) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
+                continue;
+            };
+            let (ri, wi) = inbound.into_split();
+            let (ro, wo) = outbound.into_split();
+            tokio::spawn(late(ri, wo, delay));
+            tokio::spawn(late(ro, wi, delay));
+        }
+    });
+    port
+}
+
+/// Copy `from` to `to`, each chunk `delay` after it was read.
+async fn late(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    tokio::spawn(async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0
+            || tx
+                .send((tokio::time::Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+        {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_wait_behind_other_store_calls_on_a_slow_link() {
+    use switchboard::shared::buckets::Spec;
+    use switchboard::shared::lease::{Places, Take};
+    use switchboard::shared::{Signals, Store};
+    let Some(bin) = need_redis() else {
+        return;
+    };
+    let redis = Redis::start(&bin, free_port()).await;
+    // 50 ms each way: a round trip of 100 ms.
+    let port = delaying(redis.port, Duration::from_millis(50)).await;
+    let settings = switchboard::config::SharedState {
+        url: format!("redis://127.0.0.1:{port}/0"),
+        lease: Duration::from_secs(10),
+        timeout: Duration::from_secs(2),
+    };
+    let store = Store::start(&settings, Signals::default()).unwrap();
+    until("the store to answer", || async { store.up() }).await;
+    let places = Places::new("slots", "http://slow-link");
+    let mut asking = store.ask(&places, None);
+    assert_eq!(asking.take(4).await, Take::Taken);
+    let lease = asking.hold();
+    // A day's bucket so large that its refill in the test's time is far under one settle.
+    let day = Some(Spec {
+        capacity: 1_000_000_000,
+        window: Duration::from_secs(86_400),
+    });
+    let specs = [None, None, day];
+    let key = Store::key("client", "slow-link");
+    let base = store.reserve(&key, &specs, 500_000_000).await.unwrap();
+    let base = base.levels[2].unwrap();
+    // Ten settles queued (each a round trip, in turn), then, once two have landed (so the
+    // rest are under way), the release.
+    for _ in 0..10 {
+        store.settle(&key, &specs, 1_000_000);
+    }
+    let mut direct = redis.conn().await;
+    let settled = |level: Option<String>| {
+        let l: f64 = level.and_then(|l| l.parse().ok()).unwrap_or(base);
+        ((l - base) / 1_000_000.0).floor() as u64
+    };
+    until("two settles to land", || {
+        let mut c = direct.clone();
+        let key = key.to_string();
+        async move {
+            let l: Option<String> = redis::cmd("HGET")
+                .arg(&key)
+                .arg("dl")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            settled(l) >= 2
+        }
+    })
+    .await;
+    drop(lease);
+    until("the lease to be released", || async {
+        redis.leases("http://slow-link").await == 0
+    })
+    .await;
+    let level: Option<String> = redis::cmd("HGET")
+        .arg(key.as_ref())
+        .arg("dl")
+        .query_async(&mut direct)
+        .await
+        .unwrap();
+    let before = settled(level);
+    assert!(
+        before < 10,
+        "the release landed after all {before} settles queued before it"
+    );
 }

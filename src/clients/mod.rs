@@ -7,7 +7,7 @@ pub mod headers;
 pub mod limiter;
 pub mod shared;
 
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,7 +28,7 @@ pub const ANONYMOUS: &str = "anonymous";
 /// What lives as long as a client does, across reloads: its counters.
 #[derive(Debug)]
 pub struct ClientState {
-    /// Unique in the process: the unit of the queue's fair turn.
+    /// The same in every process (see [`client_id`]): the unit of the queue's fair turn.
     pub id: u64,
     pub limiter: Box<dyn Limiter>,
     pub inflight: AtomicU32,
@@ -138,7 +138,12 @@ pub struct Registry {
     callers: Vec<Caller>,
 }
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// A client's id: XXH3-64 of its name, so every process gives a client the same one (the
+/// unit of the fair turn in this process's queues and in the shared store's); never 0, the
+/// id of requests of no client.
+fn client_id(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes()).max(1)
+}
 
 fn limits(spec: &ClientSpec) -> Limits {
     Limits {
@@ -184,7 +189,7 @@ impl Registry {
                         s
                     }
                     None => Arc::new(ClientState {
-                        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                        id: client_id(&spec.name),
                         limiter: limiter(&spec, store),
                         inflight: AtomicU32::new(0),
                         queued: AtomicI64::new(0),

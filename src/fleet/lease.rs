@@ -1,14 +1,16 @@
 //! A backend's slots across processes: the shared lease a request takes, after its slot in
 //! this process, before it is sent — at once when the store has one free, else waiting in the
-//! store's queue of every process's requests (by priority class, then arrival), asking again
-//! with a growing pause, until the queue's deadline. An unreachable store lets it go on with
-//! this process's slot alone.
+//! store's queue of every process's requests (by priority class, then in fair turns by client,
+//! each client's by arrival), asking again with a growing pause, until the queue's deadline.
+//! An unreachable store lets it go on with this process's slot alone. Processes configured
+//! with different `slots` for one backend all keep to the least figure, and say so.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::slots::{QueueWatch, Ticket};
-use crate::shared::lease::{Lease, Places, Take};
+use crate::shared::lease::{Lease, Places, Take, Turn};
 use crate::shared::Store;
 
 /// A backend's places in the store.
@@ -16,6 +18,11 @@ use crate::shared::Store;
 pub struct SharedSlots {
     pub store: Arc<Store>,
     places: Places,
+    /// The backend's URL, as logs name it.
+    url: Arc<str>,
+    /// The slot count the store last used, when it differed from this process's (0: none
+    /// differed yet): a change is logged once.
+    told: Arc<AtomicU32>,
 }
 
 /// The first pause between two asks, and the longest.
@@ -41,6 +48,8 @@ impl SharedSlots {
         SharedSlots {
             store,
             places: Places::new("slots", url),
+            url: Arc::from(url),
+            told: Arc::default(),
         }
     }
 
@@ -59,11 +68,18 @@ impl SharedSlots {
         deadline: Instant,
         watch: &dyn QueueWatch,
     ) -> Result<Lease, ()> {
-        let mut asking = self.store.ask(&self.places, Some(rank(ticket)));
+        let turn = Turn {
+            rank: rank(ticket),
+            client: ticket.client,
+            agree: true,
+        };
+        let mut asking = self.store.ask(&self.places, Some(turn));
         let mut pause = FIRST;
         let mut waiting: Option<Waited<'_>> = None;
         loop {
-            match asking.take(capacity).await {
+            let took = asking.take(capacity).await;
+            self.tell(capacity, asking.agreed());
+            match took {
                 Take::Taken | Take::Down => return Ok(asking.hold()),
                 Take::Full => {}
             }
@@ -81,6 +97,24 @@ impl SharedSlots {
             let jitter = Duration::from_micros(fastrand::u64(0..=pause.as_micros() as u64 / 2));
             tokio::time::sleep((pause + jitter).min(deadline - now)).await;
             pause = (pause * 2).min(MOST);
+        }
+    }
+}
+
+impl SharedSlots {
+    /// Log once each figure the store uses for the backend's slots that is not this
+    /// process's own `capacity` (another process sharing the store has fewer).
+    fn tell(&self, capacity: u32, agreed: Option<u32>) {
+        let Some(agreed) = agreed.filter(|a| *a != capacity) else {
+            return;
+        };
+        if self.told.swap(agreed, Ordering::Relaxed) != agreed {
+            tracing::warn!(
+                backend = %self.url,
+                slots = capacity,
+                using = agreed,
+                "slots differ between processes sharing the store: every process keeps to the least"
+            );
         }
     }
 }

@@ -1,10 +1,10 @@
 //! Leases: one of a counted few places (a backend's slots, a client's requests in flight)
 //! held in the store, with an expiry renewed while held, so a process that dies frees its
-//! places within a lease; given back when dropped.
+//! places within a lease; given back when dropped (see [`super::release`]).
 
 use std::sync::Arc;
 
-use super::{scripts, Op, Store};
+use super::{release, scripts, Store};
 
 /// A waiter that has not asked for its lease this long is gone (its process died): it
 /// loses its place. Waiters ask far more often (see `fleet::lease`).
@@ -15,26 +15,65 @@ pub const STALE: std::time::Duration = std::time::Duration::from_secs(1);
 pub enum Take {
     /// Held (renewed from now on until dropped).
     Taken,
-    /// Every place is taken (or, in a queue, others are ahead).
+    /// Every place is taken (or, in a queue, others have the turn).
     Full,
     /// The store is unreachable: count on your own.
     Down,
 }
 
+/// The keys of one counted set of places.
+#[derive(Debug)]
+struct Keys {
+    /// The leases held: id -> expiry.
+    leases: String,
+    /// The queue of waiters: id -> rank (class, then arrival).
+    waiters: String,
+    /// Each waiter's last ask: id -> time.
+    seen: String,
+    /// Each waiter's client: id -> client.
+    who: String,
+    /// The fair turn: each client's tag per class, and each class's last tag served.
+    served: String,
+    /// The place count each process is configured with: process -> count.
+    caps: String,
+    /// When each process last asked: process -> time.
+    caps_seen: String,
+}
+
 /// A counted set of places in the store: its lease key, and the queue of its waiters.
 #[derive(Debug, Clone)]
-pub struct Places {
-    leases: Arc<str>,
-    waiters: Arc<str>,
-}
+pub struct Places(Arc<Keys>);
 
 impl Places {
     /// The places of `kind` (`slots`, `inflight`) named `name`.
     pub fn new(kind: &str, name: &str) -> Places {
-        Places {
-            leases: Store::key(kind, name),
-            waiters: Store::key(&format!("{kind}-wait"), name),
-        }
+        let leases = Store::key(kind, name).to_string();
+        let waiters = Store::key(&format!("{kind}-wait"), name).to_string();
+        Places(Arc::new(Keys {
+            seen: format!("{waiters}:seen"),
+            who: format!("{waiters}:who"),
+            served: format!("{waiters}:served"),
+            caps: format!("{leases}:caps"),
+            caps_seen: format!("{leases}:caps-seen"),
+            leases,
+            waiters,
+        }))
+    }
+
+    pub(super) fn leases(&self) -> &str {
+        &self.0.leases
+    }
+
+    pub(super) fn waiters(&self) -> &str {
+        &self.0.waiters
+    }
+
+    pub(super) fn seen(&self) -> &str {
+        &self.0.seen
+    }
+
+    pub(super) fn who(&self) -> &str {
+        &self.0.who
     }
 }
 
@@ -43,7 +82,7 @@ impl Places {
 #[derive(Debug)]
 pub struct Lease {
     store: Arc<Store>,
-    key: Arc<str>,
+    places: Places,
     n: u64,
 }
 
@@ -51,11 +90,19 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.store.lock_held().remove(&self.n);
         let id = self.store.lease_id(self.n);
-        self.store.send(Op::Release {
-            key: Arc::clone(&self.key),
-            id,
-        });
+        self.store.releases.push(self.places.clone(), id);
     }
+}
+
+/// Who asks in a queue: its rank (lower first: class, then arrival), its class and client
+/// (the fair turn within the class), and whether the place count is shared by processes.
+#[derive(Debug, Clone, Copy)]
+pub struct Turn {
+    pub rank: u64,
+    pub client: u64,
+    /// The count asked for is this process's figure for a resource every process shares
+    /// (a backend's slots): the store uses the least figure of the processes asking.
+    pub agree: bool,
 }
 
 /// One request's turn at a set of places: its lease id, kept while it waits so it keeps
@@ -65,20 +112,27 @@ pub struct Asking {
     store: Arc<Store>,
     places: Places,
     n: u64,
-    /// In the store's queue, at this rank; `None`: taken now or not at all.
-    rank: Option<u64>,
+    /// In the store's queue; `None`: taken now or not at all.
+    turn: Option<Turn>,
+    /// A call was sent whose answer is unknown (it may still run): the id is released if
+    /// this goes without its lease.
+    unsure: bool,
+    /// The count the store used at the last answer.
+    agreed: Option<u32>,
     done: bool,
 }
 
 impl Store {
-    /// A turn at `places`; `rank` (lower first) places it in the store's queue of waiters
-    /// of every process, `None` takes a place now or not at all.
-    pub fn ask(self: &Arc<Self>, places: &Places, rank: Option<u64>) -> Asking {
+    /// A turn at `places`; `turn` places it in the store's queue of waiters of every
+    /// process, `None` takes a place now or not at all.
+    pub fn ask(self: &Arc<Self>, places: &Places, turn: Option<Turn>) -> Asking {
         Asking {
             store: Arc::clone(self),
             places: places.clone(),
             n: self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            rank,
+            turn,
+            unsure: false,
+            agreed: None,
             done: false,
         }
     }
@@ -87,32 +141,68 @@ impl Store {
 impl Asking {
     /// Ask the store once for one of `capacity` places.
     pub async fn take(&mut self, capacity: u32) -> Take {
+        if !self.store.up() {
+            return Take::Down;
+        }
+        self.unsure = true;
+        let got = self.invoke(capacity).await;
+        match got {
+            Some((took, cap)) => {
+                self.agreed = u32::try_from(cap).ok();
+                if took == 1 {
+                    Take::Taken
+                } else {
+                    self.unsure = false;
+                    Take::Full
+                }
+            }
+            None => Take::Down,
+        }
+    }
+
+    /// The count of places the store used at its last answer (the least of the processes'
+    /// figures, with [`Turn::agree`]).
+    pub fn agreed(&self) -> Option<u32> {
+        self.agreed
+    }
+
+    async fn invoke(&self, capacity: u32) -> Option<(i64, i64)> {
         let store = &self.store;
         let id = store.lease_id(self.n);
         let lease_ms = store.settings.lease.as_millis() as u64;
         let stale_ms = STALE.as_millis() as u64;
-        let rank = self.rank.map(|r| r.to_string()).unwrap_or_default();
-        let places = &self.places;
-        let got = store
+        let (rank, client, process) = match self.turn {
+            Some(t) => (
+                t.rank.to_string(),
+                t.client.to_string(),
+                if t.agree { store.process.as_str() } else { "" },
+            ),
+            None => (String::new(), String::new(), ""),
+        };
+        let k = &self.places.0;
+        let gone = release::gone_key(&id);
+        store
             .call(|mut c| async move {
                 scripts::TAKE
-                    .key(places.leases.as_ref())
-                    .key(places.waiters.as_ref())
-                    .key(format!("{}:seen", places.waiters))
+                    .key(&k.leases)
+                    .key(&k.waiters)
+                    .key(&k.seen)
+                    .key(&k.who)
+                    .key(&k.served)
+                    .key(&k.caps)
+                    .key(&k.caps_seen)
+                    .key(gone)
                     .arg(capacity)
                     .arg(lease_ms)
                     .arg(&id)
                     .arg(rank)
                     .arg(stale_ms)
-                    .invoke_async::<i64>(&mut c)
+                    .arg(client)
+                    .arg(process)
+                    .invoke_async::<(i64, i64)>(&mut c)
                     .await
             })
-            .await;
-        match got {
-            Some(1) => Take::Taken,
-            Some(_) => Take::Full,
-            None => Take::Down,
-        }
+            .await
     }
 
     /// The place, held: after [`Take::Taken`], or to count on one's own after
@@ -120,24 +210,23 @@ impl Asking {
     pub fn hold(mut self) -> Lease {
         self.done = true;
         let store = Arc::clone(&self.store);
-        let key = Arc::clone(&self.places.leases);
-        store.lock_held().insert(self.n, Arc::clone(&key));
+        let places = self.places.clone();
+        store.lock_held().insert(self.n, places.clone());
         Lease {
             store,
-            key,
+            places,
             n: self.n,
         }
     }
 }
 
 impl Drop for Asking {
-    /// A waiter that goes without its lease leaves the store's queue.
+    /// A waiter that goes without its lease leaves the store's queue; one whose last ask
+    /// may yet run gives back what that ask may take.
     fn drop(&mut self) {
-        if !self.done && self.rank.is_some() {
-            self.store.send(Op::Leave {
-                waiters: Arc::clone(&self.places.waiters),
-                id: self.store.lease_id(self.n),
-            });
+        if !self.done && (self.turn.is_some() || self.unsure) {
+            let id = self.store.lease_id(self.n);
+            self.store.releases.push(self.places.clone(), id);
         }
     }
 }

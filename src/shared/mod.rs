@@ -5,6 +5,7 @@
 
 pub mod buckets;
 pub mod lease;
+mod release;
 mod scripts;
 
 use std::collections::HashMap;
@@ -28,13 +29,10 @@ pub struct Signals {
     pub fallbacks: Counter,
 }
 
-/// Work done off the request path, in order, by the store's one task.
+/// Work done off the request path, in order, by the store's task (releases have a task of
+/// their own: [`release`]).
 #[derive(Debug)]
 enum Op {
-    /// A lease given back.
-    Release { key: Arc<str>, id: String },
-    /// A waiter gone from a queue before it got its lease.
-    Leave { waiters: Arc<str>, id: String },
     /// Tokens given back to (or taken from) a client's buckets.
     Settle { key: Arc<str>, args: Vec<i64> },
 }
@@ -53,8 +51,10 @@ pub struct Store {
     next: AtomicU64,
     /// The leases held now, id -> key: renewed while held, and put back into a store that
     /// lost them (restarted, or unreachable when they were taken).
-    held: Mutex<HashMap<u64, Arc<str>>>,
+    held: Mutex<HashMap<u64, lease::Places>>,
     ops: mpsc::UnboundedSender<Op>,
+    /// Leases and waiters given back, on their own connection and task.
+    releases: Arc<release::Releases>,
     signals: Signals,
 }
 
@@ -80,9 +80,15 @@ impl Store {
             next: AtomicU64::new(0),
             held: Mutex::default(),
             ops: tx,
+            releases: Arc::default(),
             signals,
         });
         handle.spawn(run(Arc::downgrade(&store), rx));
+        handle.spawn(release::run(
+            Arc::clone(&store.releases),
+            store.client.clone(),
+            settings.clone(),
+        ));
         Ok(store)
     }
 
@@ -105,7 +111,7 @@ impl Store {
         Arc::from(format!("{PREFIX}:{kind}:{name}"))
     }
 
-    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<str>>> {
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, lease::Places>> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -191,10 +197,10 @@ impl Store {
                 }
             }
         };
-        let mut by_key: HashMap<Arc<str>, Vec<String>> = HashMap::new();
-        for (n, key) in self.lock_held().iter() {
+        let mut by_key: HashMap<String, Vec<String>> = HashMap::new();
+        for (n, places) in self.lock_held().iter() {
             by_key
-                .entry(Arc::clone(key))
+                .entry(places.leases().to_string())
                 .or_default()
                 .push(self.lease_id(*n));
         }
@@ -207,9 +213,9 @@ impl Store {
                 .map(|r| r.map(|_| ()))
         } else {
             let mut inv = scripts::RENEW.prepare_invoke();
-            inv.arg(lease);
+            inv.arg(lease).arg(release::gone_prefix());
             for (key, ids) in &by_key {
-                inv.key(key.as_ref());
+                inv.key(key);
                 inv.arg(ids.len());
                 for id in ids {
                     inv.arg(id);
@@ -228,30 +234,9 @@ impl Store {
         }
     }
 
-    /// Carry out queued work, in one round trip where it can.
+    /// Carry out queued work.
     async fn apply(&self, ops: Vec<Op>) {
-        let mut pipe = redis::pipe();
-        let mut piped = false;
-        let mut settles = Vec::new();
-        for op in ops {
-            match op {
-                Op::Release { key, id } => {
-                    pipe.zrem(key.as_ref(), id).ignore();
-                    piped = true;
-                }
-                Op::Leave { waiters, id } => {
-                    pipe.zrem(waiters.as_ref(), &id).ignore();
-                    pipe.zrem(format!("{waiters}:seen"), id).ignore();
-                    piped = true;
-                }
-                Op::Settle { key, args } => settles.push((key, args)),
-            }
-        }
-        if piped {
-            self.call(|mut c| async move { pipe.query_async::<()>(&mut c).await })
-                .await;
-        }
-        for (key, args) in settles {
+        for Op::Settle { key, args } in ops {
             self.call(|mut c| async move {
                 let mut inv = scripts::BUCKETS.prepare_invoke();
                 inv.key(key.as_ref()).arg("settle");
@@ -262,6 +247,12 @@ impl Store {
             })
             .await;
         }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.releases.close();
     }
 }
 

@@ -5,9 +5,16 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Take a lease: KEYS leases, waiters, waiters' last poll; ARGV capacity, lease ms, lease id,
-/// rank (empty: no queue, take it now or not), ms after which a waiter that stopped polling
-/// is dropped. Returns 1 when the lease is held, else 0 (the waiter keeps its place).
+/// Take a lease: KEYS leases, waiters, waiters' last ask, waiters' clients, the fair turn's
+/// tags, the processes' place counts, when each process last asked, this id's released mark;
+/// ARGV capacity, lease ms, lease id, rank (empty: no queue, take it now or not), ms after
+/// which a waiter that stopped asking is dropped, client, process (empty: the capacity is
+/// this caller's own; else the least capacity of the processes asking within a lease is
+/// used). In the queue the free places go to the best class first, and within it in fair
+/// turns by client (start-time fair queueing: a client's tag counts its turns, never below
+/// the class's last served tag, least first; ties to the client waiting longest), each
+/// client's own waiters by arrival. An id already released is refused. Returns {1 when the
+/// lease is held else 0 (a waiter keeps its place), the capacity used}.
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -16,57 +23,130 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cap = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local id = ARGV[3]
+local client = ARGV[6]
+local CLASS = 281474976710656
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[6], ARGV[7], cap)
+  redis.call('ZADD', KEYS[7], now, ARGV[7])
+  for _, p in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - lease)) do
+    redis.call('HDEL', KEYS[6], p)
+    redis.call('ZREM', KEYS[7], p)
+  end
+  for _, c in ipairs(redis.call('HVALS', KEYS[6])) do
+    cap = math.min(cap, tonumber(c))
+  end
+  redis.call('PEXPIRE', KEYS[6], 2 * lease)
+  redis.call('PEXPIRE', KEYS[7], 2 * lease)
+end
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  return {0, cap}
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZSCORE', KEYS[1], id) then
   redis.call('ZADD', KEYS[1], now + lease, id)
-  return 1
+  return {1, cap}
 end
-local held = redis.call('ZCARD', KEYS[1])
-local ahead = 0
-if ARGV[4] ~= '' then
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[5]))
-  for _, w in ipairs(gone) do
-    redis.call('ZREM', KEYS[2], w)
-    redis.call('ZREM', KEYS[3], w)
-  end
-  if not redis.call('ZSCORE', KEYS[2], id) then
-    redis.call('ZADD', KEYS[2], tonumber(ARGV[4]), id)
-  end
-  ahead = redis.call('ZRANK', KEYS[2], id)
-end
-if held + ahead < cap then
+local free = cap - redis.call('ZCARD', KEYS[1])
+local function hold()
   redis.call('ZADD', KEYS[1], now + lease, id)
   redis.call('PEXPIRE', KEYS[1], 2 * lease)
-  if ARGV[4] ~= '' then
+end
+if ARGV[4] == '' then
+  if free > 0 then
+    hold()
+    return {1, cap}
+  end
+  return {0, cap}
+end
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[5]))) do
+  redis.call('ZREM', KEYS[2], w)
+  redis.call('ZREM', KEYS[3], w)
+  redis.call('HDEL', KEYS[4], w)
+end
+if not redis.call('ZSCORE', KEYS[2], id) then
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[4]), id)
+  redis.call('HSET', KEYS[4], id, client)
+end
+redis.call('ZADD', KEYS[3], now, id)
+for k = 2, 4 do
+  redis.call('PEXPIRE', KEYS[k], 2 * lease)
+end
+-- The class and tag of this waiter's turn when it is among the next `free` to go, else nil.
+local function turn()
+  local all = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  local picks, i = 0, 1
+  while i <= #all and picks < free do
+    local class = math.floor(tonumber(all[i + 1]) / CLASS)
+    local order, lists = {}, {}
+    while i <= #all and math.floor(tonumber(all[i + 1]) / CLASS) == class do
+      local c = redis.call('HGET', KEYS[4], all[i]) or ''
+      if not lists[c] then
+        lists[c] = {}
+        order[#order + 1] = c
+      end
+      table.insert(lists[c], all[i])
+      i = i + 2
+    end
+    local v = tonumber(redis.call('HGET', KEYS[5], 'v:' .. class)) or 0
+    local tag, at = {}, {}
+    for _, c in ipairs(order) do
+      tag[c] = math.max(tonumber(redis.call('HGET', KEYS[5], class .. ':' .. c)) or 0, v)
+      at[c] = 1
+    end
+    while picks < free do
+      local best = nil
+      for _, c in ipairs(order) do
+        if at[c] <= #lists[c] and (best == nil or tag[c] < tag[best]) then
+          best = c
+        end
+      end
+      if best == nil then
+        break
+      end
+      if lists[best][at[best]] == id then
+        return class, tag[best]
+      end
+      at[best] = at[best] + 1
+      tag[best] = tag[best] + 1
+      picks = picks + 1
+    end
+  end
+  return nil
+end
+if free > 0 then
+  local class, tag = turn()
+  if class then
+    hold()
     redis.call('ZREM', KEYS[2], id)
     redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('HSET', KEYS[5], class .. ':' .. client, tag + 1, 'v:' .. class, tag)
+    redis.call('PEXPIRE', KEYS[5], 2 * lease)
+    return {1, cap}
   end
-  return 1
 end
-if ARGV[4] ~= '' then
-  redis.call('ZADD', KEYS[3], now, id)
-  redis.call('PEXPIRE', KEYS[2], 2 * lease)
-  redis.call('PEXPIRE', KEYS[3], 2 * lease)
-end
-return 0
+return {0, cap}
 "#,
     )
 });
 
-/// Renew leases (adding those the store lost, as after its restart): KEYS the lease sets;
-/// ARGV lease ms, then for each key the number of its ids and the ids.
+/// Renew leases (adding those the store lost, as after its restart), except those released
+/// meanwhile: KEYS the lease sets; ARGV lease ms, the released marks' prefix, then for each
+/// key the number of its ids and the ids.
 pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local t = redis.call('TIME')
 local lease = tonumber(ARGV[1])
 local until_ = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease
-local i = 2
+local i = 3
 for k = 1, #KEYS do
   local n = tonumber(ARGV[i])
   i = i + 1
   for _ = 1, n do
-    redis.call('ZADD', KEYS[k], until_, ARGV[i])
+    if redis.call('EXISTS', ARGV[2] .. ARGV[i]) == 0 then
+      redis.call('ZADD', KEYS[k], until_, ARGV[i])
+    end
     i = i + 1
   end
   redis.call('PEXPIRE', KEYS[k], 2 * lease)
