@@ -357,3 +357,31 @@ fn a_tokenizer_file_over_its_limit_is_refused_naming_the_limit() {
     );
     refused(&p, &["aliases.x.tokenizer", &what]);
 }
+
+/// Regression: a chat template looping 10⁴ × 10⁴ times passed `check` after many seconds
+/// of rendering its test conversations; it now runs out of its render budget at once.
+#[test]
+fn a_chat_template_that_loops_too_long_fails_check_with_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tokenizer_config.json");
+    let template = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}{{ messages[0].content }}";
+    std::fs::write(
+        &cfg,
+        serde_json::json!({ "chat_template": template }).to_string(),
+    )
+    .unwrap();
+    let p = with_tokenizer(
+        &dir,
+        &format!(
+            "{{ file = \"{QWEN3}/tokenizer.json.gz\", config = \"{}\" }}",
+            cfg.display()
+        ),
+    );
+    refused(
+        &p,
+        &[
+            "aliases.x.tokenizer",
+            "chat template exceeded its render budget (1000000 steps)",
+        ],
+    );
+}

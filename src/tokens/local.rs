@@ -119,6 +119,8 @@ impl LocalCounter {
                 .map_err(|e| {
                     if super::template::raised(&e) {
                         CountError::Refused(e.to_string())
+                    } else if super::template::out_of_fuel(&e) {
+                        CountError::Budget
                     } else {
                         CountError::Template(e.to_string())
                     }

@@ -39,6 +39,19 @@ pub struct ChatTemplate {
 
 const MARK: &str = "sb_probe_7391";
 
+/// Template steps (minijinja fuel: about one per instruction) a probe render may take at load:
+/// the probes are one- or two-message conversations, which real templates render in a few
+/// thousand steps; a template that loops past this fails its load (and `check`) at once.
+pub const PROBE_FUEL: u64 = 1_000_000;
+/// Template steps one request's render may take: real templates take some hundreds of steps
+/// per message, so this is thousands of messages; more is refused, never a render that runs on.
+pub const RENDER_FUEL: u64 = 50_000_000;
+
+/// Whether a render error is the template running out of its steps ([`RENDER_FUEL`]).
+pub fn out_of_fuel(e: &Error) -> bool {
+    e.kind() == ErrorKind::OutOfFuel
+}
+
 /// The source of the error `raise_exception(...)` gives: the template itself refused the
 /// request (as it does in the backend's engine), unlike an error of the template engine.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +154,7 @@ impl ChatTemplate {
             env.add_template_owned("tool_use", src)
                 .map_err(|e| format!("tool_use chat template does not compile: {e}"))?;
         }
+        env.set_fuel(Some(PROBE_FUEL));
         let mut tmpl = ChatTemplate {
             env,
             has_tool_use,
@@ -149,7 +163,10 @@ impl ChatTemplate {
             caps: Caps::default(),
             specials,
         };
-        tmpl.caps = tmpl.probe();
+        tmpl.caps = tmpl.probe().map_err(|_| {
+            format!("chat template exceeded its render budget ({PROBE_FUEL} steps) on a test conversation of one or two messages")
+        })?;
+        tmpl.env.set_fuel(Some(RENDER_FUEL));
         Ok(tmpl)
     }
 
@@ -165,16 +182,19 @@ impl ChatTemplate {
             .render(Value::from_dyn_object(vars))
     }
 
-    fn probe(&self) -> Caps {
+    /// What the template does with each kind of input; `Err` when a probe ran out of fuel.
+    fn probe(&self) -> Result<Caps, Error> {
         let user = |content: J| J::obj([("role", J::str("user")), ("content", content)]);
         let try_render = |messages: Vec<J>| {
             let vars = JMap(vec![
                 (Arc::from("messages"), J::arr(messages)),
                 (Arc::from("add_generation_prompt"), J::Bool(true)),
             ]);
-            self.render(Arc::new(vars), false)
-                .map(|out| out.contains(MARK))
-                .unwrap_or(false)
+            match self.render(Arc::new(vars), false) {
+                Ok(out) => Ok(out.contains(MARK)),
+                Err(e) if out_of_fuel(&e) => Err(e),
+                Err(_) => Ok(false),
+            }
         };
         let part = J::obj([("type", J::str("text")), ("text", J::str(MARK))]);
         let call = J::obj([
@@ -194,12 +214,12 @@ impl ChatTemplate {
             ("tool_calls", J::arr(vec![call])),
         ]);
         let system = J::obj([("role", J::str("system")), ("content", J::str(MARK))]);
-        Caps {
-            system_role: try_render(vec![system, user(J::str("User message"))]),
-            string_content: try_render(vec![user(J::str(MARK))]),
-            typed_content: try_render(vec![user(J::arr(vec![part]))]),
-            object_arguments: try_render(vec![user(J::str("x")), assistant]),
-        }
+        Ok(Caps {
+            string_content: try_render(vec![user(J::str(MARK))])?,
+            system_role: try_render(vec![system, user(J::str("User message"))])?,
+            typed_content: try_render(vec![user(J::arr(vec![part]))])?,
+            object_arguments: try_render(vec![user(J::str("x")), assistant])?,
+        })
     }
 }
 
