@@ -251,7 +251,9 @@ fn check_within(config: &std::path::Path) -> std::process::Output {
     match rx.recv_timeout(std::time::Duration::from_secs(60)) {
         Ok(out) => out.unwrap(),
         Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             panic!("check kept running on {}", config.display());
         }
     }

@@ -358,10 +358,11 @@ async fn a_template_past_its_render_budget_is_a_clear_400() {
         "count = \"local\"\ntokenizer = {{ file = \"{fx}/tests/fixtures/qwen3/tokenizer.json.gz\", config = \"{}\" }}",
         cfg.display()
     );
-    // The free bound (about 1 KiB + 64 bytes a message) cannot clear 300 messages in 10,000
-    // tokens, so they are counted: 300 × 300 × 1000 loop steps, over the 50,000,000 allowed.
+    // The free bound (about 1 KiB + 64 bytes a message) cannot clear 200 messages in 10,000
+    // tokens, so they are counted: 200 × 200 × 1000 loop turns, over the 10,000,000 steps
+    // allowed.
     let p = guarded(Flavor::Llamacpp, &sim.url(), 10_000, &extra).await;
-    let messages: Vec<Value> = (0..300)
+    let messages: Vec<Value> = (0..200)
         .map(|_| json!({"role": "user", "content": "hi"}))
         .collect();
     let body = json!({"model": "a", "messages": messages, "max_tokens": 4});
@@ -371,10 +372,13 @@ async fn a_template_past_its_render_budget_is_a_clear_400() {
     assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     let message = v["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("the chat template exceeded its render budget (50000000 steps)"),
+        message.contains("the chat template exceeded its render budget (10000000 steps)"),
         "{v}"
     );
     assert_eq!(chat_posts(&sim), 0);
     let m = p.metrics().await;
-    assert_eq!(sample(&m, r#"switchboard_inflight_requests{alias="a"}"#), 0.0);
+    assert_eq!(
+        sample(&m, r#"switchboard_inflight_requests{alias="a"}"#),
+        0.0
+    );
 }

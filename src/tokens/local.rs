@@ -275,11 +275,12 @@ impl LocalCounter {
 fn read_maybe_gz(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, String> {
     let raw = crate::files::read(path, limit).map_err(|e| format!("{} {e}", path.display()))?;
     if raw.starts_with(&[0x1f, 0x8b]) {
-        return crate::files::read_bounded(flate2::read::GzDecoder::new(&raw[..]), limit)
-            .map_err(|e| match e {
+        return crate::files::read_bounded(flate2::read::GzDecoder::new(&raw[..]), limit).map_err(
+            |e| match e {
                 crate::files::FileError::Io(e) => format!("{}: bad gzip data: {e}", path.display()),
                 e => format!("{} inflated {e}", path.display()),
-            });
+            },
+        );
     }
     Ok(raw)
 }

@@ -40,12 +40,12 @@ pub struct ChatTemplate {
 const MARK: &str = "sb_probe_7391";
 
 /// Template steps (minijinja fuel: about one per instruction) a probe render may take at load:
-/// the probes are one- or two-message conversations, which real templates render in a few
-/// thousand steps; a template that loops past this fails its load (and `check`) at once.
+/// the probes are one- or two-message conversations, which Qwen3's template renders in under
+/// 200 steps; a template that loops past this fails its load (and `check`) at once.
 pub const PROBE_FUEL: u64 = 1_000_000;
-/// Template steps one request's render may take: real templates take some hundreds of steps
-/// per message, so this is thousands of messages; more is refused, never a render that runs on.
-pub const RENDER_FUEL: u64 = 50_000_000;
+/// Template steps one request's render may take. Qwen3's template takes about 70 steps a
+/// message, so this is over 100,000 messages; a render that needs more is refused, not run on.
+pub const RENDER_FUEL: u64 = 10_000_000;
 
 /// Whether a render error is the template running out of its steps ([`RENDER_FUEL`]).
 pub fn out_of_fuel(e: &Error) -> bool {
@@ -349,6 +349,21 @@ mod tests {
         assert!(raised(&refused), "{refused}");
         let engine = t.render(vars(r#"{"messages": [1]}"#), false).unwrap_err();
         assert!(!raised(&engine), "{engine}");
+    }
+
+    #[test]
+    fn a_template_past_its_probe_budget_does_not_load() {
+        let src = "{% for i in range(100000) %}{% for j in range(100) %}{% endfor %}{% endfor %}";
+        let e = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python)
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("chat template exceeded its render budget (1000000 steps)"),
+            "{e}"
+        );
+        let within = "{% for i in range(1000) %}{% endfor %}{{ messages[0].content }}";
+        let t = ChatTemplate::new(within.into(), None, vec![], FloatStyle::Python).unwrap();
+        assert!(t.caps.string_content);
     }
 
     #[test]
