@@ -4,7 +4,7 @@
 //! routed request, step by step) → `live` (the config snapshot in force) → `clients` →
 //! `observe` (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the
 //! one HTTP client) → `guard` → `tokens` → `config` → `wire` (one adapter per API) →
-//! `reasoning` → `error`, `flavor`, `address`, `json_scan`. `.ci/module-cycles.py` fails the
+//! `reasoning` → `error`, `flavor`, `address`, `files`, `json_scan`. `.ci/module-cycles.py` fails the
 //! build on a cycle, on `config` naming a new layer, and on `observe` naming `tokens`.
 
 pub mod address;
@@ -14,6 +14,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod export;
+pub mod files;
 pub mod flavor;
 pub mod fleet;
 pub mod guard;

@@ -234,3 +234,156 @@ fn check_and_serve_refuse_a_key_that_cannot_be_sent() {
         }
     }
 }
+
+/// `check` on `config`; a run that has not ended within 60 s (a read that blocks or runs on)
+/// is killed and fails the test.
+fn check_within(config: &std::path::Path) -> std::process::Output {
+    let child = switchboard()
+        .args(["check", "--config"])
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("check kept running on {}", config.display());
+        }
+    }
+}
+
+/// A config of one llama.cpp alias `x` counting with `tokenizer` (a TOML inline table).
+fn with_tokenizer(dir: &tempfile::TempDir, tokenizer: &str) -> std::path::PathBuf {
+    write(
+        dir,
+        &format!(
+            "[backends.b]\nurl = \"http://127.0.0.1:9\"\nflavor = \"llamacpp\"\n\
+             [aliases.x]\nbackend = \"b\"\ncontext_window = 100\ncount = \"local\"\ntokenizer = {tokenizer}\n"
+        ),
+    )
+}
+
+/// `check` of `config` fails (exit 2) with an error holding every one of `words`.
+fn refused(config: &std::path::Path, words: &[&str]) {
+    let out = check_within(config);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for w in words {
+        assert!(err.contains(w), "no {w:?} in: {err}");
+    }
+}
+
+fn fifo(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    assert!(Command::new("mkfifo").arg(&p).status().unwrap().success());
+    p
+}
+
+const QWEN3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/qwen3");
+
+/// Regression: a FIFO as `tokenizer.file` made `check` wait forever in the open.
+#[test]
+fn a_fifo_as_a_tokenizer_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fifo(&dir, "tokenizer.json");
+    let p = with_tokenizer(
+        &dir,
+        &format!(
+            "{{ file = \"{}\", config = \"{QWEN3}/tokenizer_config.json.gz\" }}",
+            f.display()
+        ),
+    );
+    let what = format!("{} is not a regular file (a FIFO)", f.display());
+    refused(&p, &["aliases.x.tokenizer", &what]);
+}
+
+/// Regression: a FIFO as a backend's `ca_file` made `check` wait forever in the open.
+#[test]
+fn a_fifo_as_a_ca_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fifo(&dir, "ca.pem");
+    let p = write(
+        &dir,
+        &format!(
+            "[backends.b]\nurl = \"https://gpu-box.fleet:8443\"\nflavor = \"vllm\"\nca_file = \"{}\"\n\
+             [aliases.x]\nbackend = \"b\"\n",
+            f.display()
+        ),
+    );
+    let key = format!("backends.b.ca_file: \"{}\"", f.display());
+    refused(&p, &[&key, "is not a regular file (a FIFO)"]);
+}
+
+/// Regression: `/dev/zero` as `tokenizer.file` was read until memory ran out.
+#[test]
+fn a_device_as_a_tokenizer_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = with_tokenizer(
+        &dir,
+        &format!("{{ file = \"/dev/zero\", config = \"{QWEN3}/tokenizer_config.json.gz\" }}"),
+    );
+    refused(
+        &p,
+        &[
+            "aliases.x.tokenizer",
+            "/dev/zero is not a regular file (a character device)",
+        ],
+    );
+}
+
+/// Regression: a tokenizer file of any size was read whole; one over the documented limit
+/// (64 MiB for `tokenizer.file`, a sparse file here) is refused, naming the limit.
+#[test]
+fn a_tokenizer_file_over_its_limit_is_refused_naming_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("tokenizer.json");
+    let size = (64u64 << 20) + 1;
+    std::fs::File::create(&big).unwrap().set_len(size).unwrap();
+    let p = with_tokenizer(
+        &dir,
+        &format!(
+            "{{ file = \"{}\", config = \"{QWEN3}/tokenizer_config.json.gz\" }}",
+            big.display()
+        ),
+    );
+    let what = format!(
+        "{} is larger than its limit of 64 MiB ({size} bytes)",
+        big.display()
+    );
+    refused(&p, &["aliases.x.tokenizer", &what]);
+}
+
+/// Regression: a chat template looping 10⁴ × 10⁴ times passed `check` after many seconds
+/// of rendering its test conversations; it now runs out of its render budget at once.
+#[test]
+fn a_chat_template_that_loops_too_long_fails_check_with_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tokenizer_config.json");
+    let template = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}{{ messages[0].content }}";
+    std::fs::write(
+        &cfg,
+        serde_json::json!({ "chat_template": template }).to_string(),
+    )
+    .unwrap();
+    let p = with_tokenizer(
+        &dir,
+        &format!(
+            "{{ file = \"{QWEN3}/tokenizer.json.gz\", config = \"{}\" }}",
+            cfg.display()
+        ),
+    );
+    refused(
+        &p,
+        &[
+            "aliases.x.tokenizer",
+            "chat template exceeded its render budget (1000000 steps)",
+        ],
+    );
+}

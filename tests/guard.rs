@@ -342,3 +342,43 @@ async fn local_tokenizer_count_through_the_server_matches_llama_server() {
         1.0
     );
 }
+
+/// Regression: a chat template whose work grows with the conversation (here quadratic in its
+/// messages) rendered for as long as it took; past its render budget the request gets its
+/// API's 400, and the backend sees nothing.
+#[tokio::test]
+async fn a_template_past_its_render_budget_is_a_clear_400() {
+    let sim = sim(sim_cfg(Flavor::Llamacpp)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tokenizer_config.json");
+    let template = "{% for m in messages %}{% for n in messages %}{% for k in range(1000) %}{% endfor %}{% endfor %}{{ m.content }}{% endfor %}";
+    std::fs::write(&cfg, json!({ "chat_template": template }).to_string()).unwrap();
+    let fx = env!("CARGO_MANIFEST_DIR");
+    let extra = format!(
+        "count = \"local\"\ntokenizer = {{ file = \"{fx}/tests/fixtures/qwen3/tokenizer.json.gz\", config = \"{}\" }}",
+        cfg.display()
+    );
+    // The free bound (about 1 KiB + 64 bytes a message) cannot clear 200 messages in 10,000
+    // tokens, so they are counted: 200 × 200 × 1000 loop turns, over the 10,000,000 steps
+    // allowed.
+    let p = guarded(Flavor::Llamacpp, &sim.url(), 10_000, &extra).await;
+    let messages: Vec<Value> = (0..200)
+        .map(|_| json!({"role": "user", "content": "hi"}))
+        .collect();
+    let body = json!({"model": "a", "messages": messages, "max_tokens": 4});
+    let r = p.post_chat(&client(), &body).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the chat template exceeded its render budget (10000000 steps)"),
+        "{v}"
+    );
+    assert_eq!(chat_posts(&sim), 0);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(&m, r#"switchboard_inflight_requests{alias="a"}"#),
+        0.0
+    );
+}

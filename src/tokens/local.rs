@@ -13,7 +13,6 @@
 //! single word changes its neighbours), the whole prompt is counted in one pass instead.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -50,8 +49,8 @@ pub struct Rendered {
 impl LocalCounter {
     /// Loads `tokenizer.json` and `tokenizer_config.json` (either may be gzip-compressed).
     pub fn load(files: &TokenizerFiles, flavor: Flavor) -> Result<LocalCounter, String> {
-        let tok_bytes = read_maybe_gz(&files.file)?;
-        let cfg_bytes = read_maybe_gz(&files.config)?;
+        let tok_bytes = read_maybe_gz(&files.file, crate::files::TOKENIZER_BYTES)?;
+        let cfg_bytes = read_maybe_gz(&files.config, crate::files::TOKENIZER_CONFIG_BYTES)?;
         let tokenizer = Tokenizer::from_bytes(&tok_bytes)
             .map_err(|e| format!("{}: not a tokenizer.json: {e}", files.file.display()))?;
         let config = J::parse(&cfg_bytes)
@@ -120,6 +119,8 @@ impl LocalCounter {
                 .map_err(|e| {
                     if super::template::raised(&e) {
                         CountError::Refused(e.to_string())
+                    } else if super::template::out_of_fuel(&e) {
+                        CountError::Budget
                     } else {
                         CountError::Template(e.to_string())
                     }
@@ -269,15 +270,17 @@ impl LocalCounter {
     }
 }
 
-/// Reads a file, inflating it when it starts with the gzip magic bytes.
-fn read_maybe_gz(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    let raw = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Reads a file of at most `limit` bytes (see [`crate::files`]), inflating it when it starts
+/// with the gzip magic bytes (to at most `limit` bytes as well).
+fn read_maybe_gz(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, String> {
+    let raw = crate::files::read(path, limit).map_err(|e| format!("{} {e}", path.display()))?;
     if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| format!("{}: bad gzip data: {e}", path.display()))?;
-        return Ok(out);
+        return crate::files::read_bounded(flate2::read::GzDecoder::new(&raw[..]), limit).map_err(
+            |e| match e {
+                crate::files::FileError::Io(e) => format!("{}: bad gzip data: {e}", path.display()),
+                e => format!("{} inflated {e}", path.display()),
+            },
+        );
     }
     Ok(raw)
 }

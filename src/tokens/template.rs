@@ -39,6 +39,19 @@ pub struct ChatTemplate {
 
 const MARK: &str = "sb_probe_7391";
 
+/// Template steps (minijinja fuel: about one per instruction) a probe render may take at load:
+/// the probes are one- or two-message conversations, which Qwen3's template renders in under
+/// 200 steps; a template that loops past this fails its load (and `check`) at once.
+pub const PROBE_FUEL: u64 = 1_000_000;
+/// Template steps one request's render may take. Qwen3's template takes about 70 steps a
+/// message, so this is over 100,000 messages; a render that needs more is refused, not run on.
+pub const RENDER_FUEL: u64 = 10_000_000;
+
+/// Whether a render error is the template running out of its steps ([`RENDER_FUEL`]).
+pub fn out_of_fuel(e: &Error) -> bool {
+    e.kind() == ErrorKind::OutOfFuel
+}
+
 /// The source of the error `raise_exception(...)` gives: the template itself refused the
 /// request (as it does in the backend's engine), unlike an error of the template engine.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +154,7 @@ impl ChatTemplate {
             env.add_template_owned("tool_use", src)
                 .map_err(|e| format!("tool_use chat template does not compile: {e}"))?;
         }
+        env.set_fuel(Some(PROBE_FUEL));
         let mut tmpl = ChatTemplate {
             env,
             has_tool_use,
@@ -149,7 +163,10 @@ impl ChatTemplate {
             caps: Caps::default(),
             specials,
         };
-        tmpl.caps = tmpl.probe();
+        tmpl.caps = tmpl.probe().map_err(|_| {
+            format!("chat template exceeded its render budget ({PROBE_FUEL} steps) on a test conversation of one or two messages")
+        })?;
+        tmpl.env.set_fuel(Some(RENDER_FUEL));
         Ok(tmpl)
     }
 
@@ -165,16 +182,19 @@ impl ChatTemplate {
             .render(Value::from_dyn_object(vars))
     }
 
-    fn probe(&self) -> Caps {
+    /// What the template does with each kind of input; `Err` when a probe ran out of fuel.
+    fn probe(&self) -> Result<Caps, Error> {
         let user = |content: J| J::obj([("role", J::str("user")), ("content", content)]);
         let try_render = |messages: Vec<J>| {
             let vars = JMap(vec![
                 (Arc::from("messages"), J::arr(messages)),
                 (Arc::from("add_generation_prompt"), J::Bool(true)),
             ]);
-            self.render(Arc::new(vars), false)
-                .map(|out| out.contains(MARK))
-                .unwrap_or(false)
+            match self.render(Arc::new(vars), false) {
+                Ok(out) => Ok(out.contains(MARK)),
+                Err(e) if out_of_fuel(&e) => Err(e),
+                Err(_) => Ok(false),
+            }
         };
         let part = J::obj([("type", J::str("text")), ("text", J::str(MARK))]);
         let call = J::obj([
@@ -194,12 +214,12 @@ impl ChatTemplate {
             ("tool_calls", J::arr(vec![call])),
         ]);
         let system = J::obj([("role", J::str("system")), ("content", J::str(MARK))]);
-        Caps {
-            system_role: try_render(vec![system, user(J::str("User message"))]),
-            string_content: try_render(vec![user(J::str(MARK))]),
-            typed_content: try_render(vec![user(J::arr(vec![part]))]),
-            object_arguments: try_render(vec![user(J::str("x")), assistant]),
-        }
+        Ok(Caps {
+            string_content: try_render(vec![user(J::str(MARK))])?,
+            system_role: try_render(vec![system, user(J::str("User message"))])?,
+            typed_content: try_render(vec![user(J::arr(vec![part]))])?,
+            object_arguments: try_render(vec![user(J::str("x")), assistant])?,
+        })
     }
 }
 
@@ -329,6 +349,21 @@ mod tests {
         assert!(raised(&refused), "{refused}");
         let engine = t.render(vars(r#"{"messages": [1]}"#), false).unwrap_err();
         assert!(!raised(&engine), "{engine}");
+    }
+
+    #[test]
+    fn a_template_past_its_probe_budget_does_not_load() {
+        let src = "{% for i in range(100000) %}{% for j in range(100) %}{% endfor %}{% endfor %}";
+        let e = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python)
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("chat template exceeded its render budget (1000000 steps)"),
+            "{e}"
+        );
+        let within = "{% for i in range(1000) %}{% endfor %}{{ messages[0].content }}";
+        let t = ChatTemplate::new(within.into(), None, vec![], FloatStyle::Python).unwrap();
+        assert!(t.caps.string_content);
     }
 
     #[test]

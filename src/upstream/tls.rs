@@ -104,7 +104,7 @@ fn public_roots() -> RootCertStore {
 
 /// The certificates of a PEM file as trust roots.
 fn ca_roots(path: &Path) -> Result<RootCertStore, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let pem = crate::files::read(path, crate::files::CA_BYTES).map_err(|e| e.to_string())?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert = cert.map_err(|e| format!("is not a PEM certificate file: {e}"))?;
