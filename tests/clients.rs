@@ -98,8 +98,16 @@ fn set_key(var: &str, key: &str) {
 
 /// Send a chat request with `key`, its first message `marker`, answered in the background.
 fn send(p: &Proxy, key: &str, marker: &str) -> tokio::task::JoinHandle<reqwest::Response> {
+    send_to(
+        p,
+        key,
+        json!({"model": "a", "messages": [{"role": "user", "content": marker}]}),
+    )
+}
+
+/// Send `body` with `key` to chat completions, answered in the background.
+fn send_to(p: &Proxy, key: &str, body: Value) -> tokio::task::JoinHandle<reqwest::Response> {
     let url = p.url("/v1/chat/completions");
-    let body = json!({"model": "a", "messages": [{"role": "user", "content": marker}]});
     let key = key.to_string();
     tokio::spawn(async move {
         client()
@@ -114,10 +122,16 @@ fn send(p: &Proxy, key: &str, marker: &str) -> tokio::task::JoinHandle<reqwest::
 
 /// Wait until the alias's queue gauge shows `n` waiting requests.
 async fn queued(p: &Proxy, n: f64) {
+    queued_on(p, "a", n).await
+}
+
+/// Wait until the queue gauge of `alias` shows `n` waiting requests.
+async fn queued_on(p: &Proxy, alias: &str, n: f64) {
+    let name = format!("switchboard_queued_requests{{alias=\"{alias}\"}}");
     within("the queue to fill", async {
         loop {
             let m = p.metrics().await;
-            if sample(&m, "switchboard_queued_requests{alias=\"a\"}") == n {
+            if sample(&m, &name) == n {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -890,4 +904,113 @@ async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
         "{mine}"
     );
     assert!(mine.contains("<td>limited</td>") && !mine.contains("<td>ops</td>"));
+}
+
+/// `cheap` on a held backend of one slot and a queue of one, falling back to `premium` on a
+/// simulator (and over its window to `big`, there too); client `only-cheap` may use `cheap`
+/// alone, client `every` any alias.
+async fn cheap_and_premium(
+    var_only: &str,
+    var_every: &str,
+) -> (Held, switchboard::sim::Sim, Proxy) {
+    let held = Held::start().await;
+    let s = sim(SimConfig::default()).await;
+    let cfg = format!(
+        r#"
+[backends.b]
+url = "{{b}}"
+flavor = "openai"
+slots = 1
+queue = 1
+[backends.s]
+url = "{{s}}"
+flavor = "llamacpp"
+slots = 4
+[aliases.cheap]
+backend = "b"
+fallbacks = ["premium"]
+[aliases.premium]
+backend = "s"
+upstream_model = "sim-model"
+[aliases.small]
+backend = "s"
+upstream_model = "sim-model"
+context_window = 64
+count = "estimate"
+context_fallback = "big"
+[aliases.big]
+backend = "s"
+upstream_model = "sim-model"
+[clients.only-cheap]
+key_env = "{var_only}"
+aliases = ["cheap", "small"]
+[clients.every]
+key_env = "{var_every}"
+"#
+    );
+    let p = proxy(&cfg, &[("b", held.url.clone()), ("s", s.url())]).await;
+    (held, s, p)
+}
+
+fn chat_to(model: &str, content: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": content}]})
+}
+
+#[tokio::test]
+async fn a_fallback_the_client_may_not_use_is_skipped() {
+    set_key("SB_T_FB_ONLY", "fb-only-key");
+    set_key("SB_T_FB_EVERY", "fb-every-key");
+    let (mut b, s, p) = cheap_and_premium("SB_T_FB_ONLY", "SB_T_FB_EVERY").await;
+    let running = send_to(&p, "fb-only-key", chat_to("cheap", "running"));
+    let (m, release) = b.next().await;
+    assert_eq!(m, "running");
+    let waiting = send_to(&p, "fb-only-key", chat_to("cheap", "waiting"));
+    queued_on(&p, "cheap", 1.0).await;
+    // Slot and queue full: the client's fallback is one it may not use, so it is not one.
+    let path = "/v1/chat/completions";
+    let (st, h, v) = post(&p, path, "fb-only-key", chat_to("cheap", "third")).await;
+    assert_eq!(st, 429, "{v}");
+    assert!(h.get("retry-after").is_some());
+    let all = format!("{h:?} {v}");
+    assert!(!all.contains("premium"), "the hidden alias shows: {all}");
+    assert_eq!(s.recorder().received(), 0, "the hidden alias served it");
+    // A client that may use it falls back to it.
+    let (st, h, v) = post(&p, path, "fb-every-key", chat_to("cheap", "fourth")).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(h["x-switchboard-alias"], "premium");
+    release.send(()).unwrap();
+    let (m, release) = b.next().await;
+    assert_eq!(m, "waiting");
+    release.send(()).unwrap();
+    for r in [running, waiting] {
+        assert_eq!(within("an answer", r).await.unwrap().status(), 200);
+    }
+}
+
+#[tokio::test]
+async fn a_context_fallback_the_client_may_not_use_is_no_fallback() {
+    set_key("SB_T_CFB_ONLY", "cfb-only-key");
+    set_key("SB_T_CFB_EVERY", "cfb-every-key");
+    let (_b, s, p) = cheap_and_premium("SB_T_CFB_ONLY", "SB_T_CFB_EVERY").await;
+    let long = "many words in a row ".repeat(100);
+    let path = "/v1/chat/completions";
+    let (st, h, v) = post(&p, path, "cfb-only-key", chat_to("small", &long)).await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    let all = format!("{h:?} {v}");
+    assert!(!all.contains("big"), "the hidden alias shows: {all}");
+    assert_eq!(s.recorder().received(), 0, "the hidden alias served it");
+    let (st, h, v) = post(&p, path, "cfb-every-key", chat_to("small", &long)).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(h["x-switchboard-alias"], "big");
+    // Over the window on /v1/messages too: that API's own 400.
+    let body = json!({"model": "small", "max_tokens": 4,
+        "messages": [{"role": "user", "content": long}]});
+    let (st, _, v) = post(&p, "/v1/messages", "cfb-only-key", body).await;
+    assert_eq!(
+        (st, v["error"]["type"].as_str()),
+        (400, Some("invalid_request_error")),
+        "{v}"
+    );
+    assert_eq!(s.recorder().received(), 1);
 }
