@@ -38,8 +38,11 @@ pub struct Ticket {
     /// When the request arrived: kept when it moves to another replica or a fallback, so it
     /// keeps its place.
     pub since: Instant,
-    /// Its class's wait after which it goes ahead of newer requests.
+    /// Its class's wait after which it is lifted into the next class's turns.
     pub max_wait: Duration,
+    /// Its conversation's key, where its alias has replicas: counted while it holds a slot
+    /// ([`Slots::held_by`]).
+    pub conversation: Option<u64>,
 }
 
 impl Ticket {
@@ -50,6 +53,7 @@ impl Ticket {
             client: 0,
             since,
             max_wait: Duration::MAX,
+            conversation: None,
         }
     }
 
@@ -97,6 +101,17 @@ struct State {
     seq: u64,
     /// The client last served in each class (the fair turn goes on from it).
     last: [Option<u64>; 3],
+    /// The conversation keys of the requests holding a slot (those that have one).
+    held: Vec<u64>,
+}
+
+impl State {
+    /// A request of conversation `key` gave its slot up.
+    fn unhold(&mut self, key: Option<u64>) {
+        if let Some(i) = key.and_then(|k| self.held.iter().position(|h| *h == k)) {
+            self.held.swap_remove(i);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -111,6 +126,8 @@ struct Waiter {
 #[derive(Debug)]
 pub struct SlotPermit {
     inner: Option<Arc<Inner>>,
+    /// The conversation it holds the slot for, if any.
+    conversation: Option<u64>,
     /// The backend's shared lease, given back with the slot.
     lease: Option<Lease>,
 }
@@ -121,7 +138,7 @@ impl Drop for SlotPermit {
         // to a request that will ask for it.
         drop(self.lease.take());
         if let Some(inner) = self.inner.take() {
-            inner.release();
+            inner.release(self.conversation);
         }
     }
 }
@@ -131,9 +148,11 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot came free: to the next waiting request, else back to the free ones.
-    fn release(self: &Arc<Inner>) {
+    /// A slot of conversation `key` came free: to the next waiting request, else back to the
+    /// free ones.
+    fn release(self: &Arc<Inner>, key: Option<u64>) {
         let mut st = self.lock();
+        st.unhold(key);
         // Tokio's clock (the real one outside tests): a paused test clock ages requests too.
         let now = tokio::time::Instant::now().into_std();
         loop {
@@ -146,14 +165,20 @@ impl Inner {
             self.waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
             st.last[turn as usize] = Some(w.ticket.client);
+            let conversation = w.ticket.conversation;
+            st.held.extend(conversation);
             let permit = SlotPermit {
                 inner: Some(Arc::clone(self)),
+                conversation,
                 lease: None,
             };
             match w.tx.send(permit) {
                 Ok(()) => return,
                 // Its request is gone: disarmed, so dropping it here frees nothing.
-                Err(mut p) => p.inner = None,
+                Err(mut p) => {
+                    p.inner = None;
+                    st.unhold(conversation);
+                }
             }
         }
     }
@@ -266,6 +291,7 @@ impl Slots {
                     waiters: Vec::new(),
                     seq: 0,
                     last: [None; 3],
+                    held: Vec::new(),
                 }),
                 busy: AtomicU32::new(0),
                 waiting: AtomicU32::new(0),
@@ -315,14 +341,22 @@ impl Slots {
         self.busy() + self.waiting()
     }
 
-    fn take(&self, st: &mut State) -> Option<SlotPermit> {
+    /// Requests of conversation `key` holding a slot here now (this process's).
+    pub fn held_by(&self, key: u64) -> u32 {
+        let st = self.inner.lock();
+        st.held.iter().filter(|h| **h == key).count() as u32
+    }
+
+    fn take(&self, st: &mut State, conversation: Option<u64>) -> Option<SlotPermit> {
         if st.free == 0 || !st.waiters.is_empty() {
             return None;
         }
         st.free -= 1;
+        st.held.extend(conversation);
         self.inner.busy.fetch_add(1, Ordering::AcqRel);
         Some(SlotPermit {
             inner: Some(Arc::clone(&self.inner)),
+            conversation,
             lease: None,
         })
     }
@@ -330,12 +364,17 @@ impl Slots {
     /// A slot now, without waiting (and without passing anyone waiting). With a shared store
     /// that is up, never: its lease is asked for in [`Self::acquire`].
     pub fn try_acquire(&self) -> Option<SlotPermit> {
+        self.try_acquire_for(None)
+    }
+
+    /// [`Self::try_acquire`] for a request of `conversation`.
+    pub fn try_acquire_for(&self, conversation: Option<u64>) -> Option<SlotPermit> {
         let lease = match &self.shared {
             Some(shared) => Some(shared.unasked()?),
             None => None,
         };
         let mut st = self.inner.lock();
-        let mut permit = self.take(&mut st)?;
+        let mut permit = self.take(&mut st, conversation)?;
         permit.lease = lease;
         Some(permit)
     }
@@ -371,7 +410,7 @@ impl Slots {
     ) -> Result<SlotPermit, ProxyError> {
         let (seq, mut rx) = {
             let mut st = self.inner.lock();
-            if let Some(p) = self.take(&mut st) {
+            if let Some(p) = self.take(&mut st, ticket.conversation) {
                 return Ok(p);
             }
             if st.waiters.len() >= self.queue as usize {
@@ -456,6 +495,7 @@ mod tests {
             client,
             since,
             max_wait: Duration::from_secs(60),
+            conversation: None,
         }
     }
 
@@ -693,6 +733,27 @@ mod tests {
             assert!(!w[i].refused().await, "{i}");
         }
         assert_eq!((slots.waiting(), m.0.load(Ordering::SeqCst)), (4, 4));
+    }
+
+    #[tokio::test]
+    async fn the_conversations_holding_slots_are_counted_through_hand_overs() {
+        let (m, slots) = (Queued::default(), Slots::new(2, 4));
+        let one = slots.try_acquire_for(Some(7)).unwrap();
+        let plain = slots.try_acquire().unwrap();
+        assert_eq!((slots.held_by(7), slots.held_by(8)), (1, 0));
+        let t = Ticket {
+            conversation: Some(7),
+            ..Ticket::plain(Instant::now())
+        };
+        let mut next = Box::pin(slots.acquire("a", Duration::from_secs(9), t, &m));
+        assert!(futures_util::poll!(next.as_mut()).is_pending());
+        drop(plain);
+        let two = next.await.unwrap();
+        assert_eq!(slots.held_by(7), 2);
+        drop(one);
+        assert_eq!(slots.held_by(7), 1);
+        drop(two);
+        assert_eq!((slots.held_by(7), slots.busy()), (0, 0));
     }
 
     #[tokio::test]
