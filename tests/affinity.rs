@@ -141,15 +141,19 @@ async fn hold(c: &reqwest::Client, s: &Sim) -> reqwest::Response {
 
 /// A session id whose conversation has replica `a` first of `a` and `b`.
 fn session_first_on_a() -> HeaderValue {
+    sessions_first_on_a().next().unwrap()
+}
+
+/// The session ids whose conversations have replica `a` first of `a` and `b`.
+fn sessions_first_on_a() -> impl Iterator<Item = HeaderValue> {
     (0..)
         .map(|i| HeaderValue::try_from(format!("s{i}")).unwrap())
-        .find(|s| {
+        .filter(|s| {
             let mut h = HeaderMap::new();
             h.insert(SESSION_HEADER, s.clone());
             let key = conversation_key("m", &h, b"{}").unwrap().key;
             order(key, &[("a", 2), ("b", 2)])[0] == 0
         })
-        .unwrap()
 }
 
 /// Replica `a` of `flavor` is full with requests another process sent it (made directly to
@@ -294,8 +298,8 @@ fn session_turn(
         .json(&body)
 }
 
-/// Replica `a` (gated) and `b` behind one process with `spill_wait_ms`, and a stream of the
-/// conversation `session` (first on `a`) holding `a`'s one slot.
+/// Replica `a` (gated) and `b` behind one process with `spill_wait_ms`, and a stream holding
+/// `a`'s one slot: of another conversation first on `a` too, or of `session`'s own.
 struct HeldOnA {
     a: Sim,
     b: Sim,
@@ -306,7 +310,13 @@ struct HeldOnA {
 }
 
 impl HeldOnA {
+    /// `a` held by another conversation than `session`'s.
     async fn start(spill_wait_ms: u64) -> HeldOnA {
+        HeldOnA::held_by(spill_wait_ms, false).await
+    }
+
+    /// `a` held by `session`'s own conversation when `own`, else by another one.
+    async fn held_by(spill_wait_ms: u64, own: bool) -> HeldOnA {
         let a = sim(SimConfig {
             gate: true,
             ..SimConfig::default()
@@ -319,8 +329,14 @@ impl HeldOnA {
         )
         .await;
         let c = client();
-        let session = session_first_on_a();
-        let turn = session_turn(&c, &p, &session, false, true, "held");
+        let mut sessions = sessions_first_on_a();
+        let session = sessions.next().unwrap();
+        let holder = if own {
+            session.clone()
+        } else {
+            sessions.next().unwrap()
+        };
+        let turn = session_turn(&c, &p, &holder, false, true, "held");
         let held = within("the held stream", turn.send()).await.unwrap();
         assert_eq!(held.status(), 200);
         until("a's slot busy", || a.recorder().running() == 1).await;
@@ -350,7 +366,8 @@ impl HeldOnA {
     }
 }
 
-/// A later turn whose first replica is full by this process's own request waits for it there,
+/// A later turn whose first replica is full by this process's own request (of another
+/// conversation) waits for it there,
 /// where its prefix is cached, rather than moving to the free replica; a first turn (nothing
 /// cached anywhere yet) takes the free one at once.
 #[tokio::test]
@@ -381,4 +398,35 @@ async fn a_later_turn_moves_once_its_wait_for_the_first_replica_runs_out() {
         assert_eq!(h.on("later"), (0, 1), "spill_wait_ms = {wait}");
         h.release();
     }
+}
+
+/// A later turn does not wait for a replica its own conversation holds mostly (a flood of one
+/// session would wait for none but itself while the other replica idles): it spills at once.
+#[tokio::test]
+async fn a_later_turn_does_not_wait_for_a_replica_its_own_conversation_holds() {
+    let mut h = HeldOnA::held_by(60_000, true).await;
+    let later = within("the later turn", h.turn(true, "later").send()).await;
+    assert_eq!(later.unwrap().status(), 200);
+    assert_eq!(h.on("later"), (0, 1));
+    h.release();
+}
+
+/// Two user messages are no later turn: nothing of the model's is cached anywhere yet, so it
+/// takes the free replica at once rather than waiting for its first.
+#[tokio::test]
+async fn two_user_messages_are_not_a_later_turn() {
+    let mut h = HeldOnA::start(60_000).await;
+    let body = json!({"model": "m", "max_tokens": 2, "messages": [
+        {"role": "user", "content": "users"},
+        {"role": "user", "content": "users again"},
+    ]});
+    let r =
+        h.c.post(h.p.url("/v1/chat/completions"))
+            .header(SESSION_HEADER, h.session.clone())
+            .json(&body)
+            .send();
+    let r = within("the second user message", r).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(h.on("users"), (0, 1));
+    h.release();
 }

@@ -98,8 +98,16 @@ fn set_key(var: &str, key: &str) {
 
 /// Send a chat request with `key`, its first message `marker`, answered in the background.
 fn send(p: &Proxy, key: &str, marker: &str) -> tokio::task::JoinHandle<reqwest::Response> {
+    send_to(
+        p,
+        key,
+        json!({"model": "a", "messages": [{"role": "user", "content": marker}]}),
+    )
+}
+
+/// Send `body` with `key` to chat completions, answered in the background.
+fn send_to(p: &Proxy, key: &str, body: Value) -> tokio::task::JoinHandle<reqwest::Response> {
     let url = p.url("/v1/chat/completions");
-    let body = json!({"model": "a", "messages": [{"role": "user", "content": marker}]});
     let key = key.to_string();
     tokio::spawn(async move {
         client()
@@ -114,10 +122,16 @@ fn send(p: &Proxy, key: &str, marker: &str) -> tokio::task::JoinHandle<reqwest::
 
 /// Wait until the alias's queue gauge shows `n` waiting requests.
 async fn queued(p: &Proxy, n: f64) {
+    queued_on(p, "a", n).await
+}
+
+/// Wait until the queue gauge of `alias` shows `n` waiting requests.
+async fn queued_on(p: &Proxy, alias: &str, n: f64) {
+    let name = format!("switchboard_queued_requests{{alias=\"{alias}\"}}");
     within("the queue to fill", async {
         loop {
             let m = p.metrics().await;
-            if sample(&m, "switchboard_queued_requests{alias=\"a\"}") == n {
+            if sample(&m, &name) == n {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -208,7 +222,7 @@ async fn a_client_with_one_queued_request_is_not_put_behind_ten_of_another() {
 }
 
 #[tokio::test]
-async fn a_batch_request_past_its_max_wait_goes_before_newer_interactive_ones() {
+async fn a_batch_request_past_its_max_wait_takes_turns_with_newer_interactive_ones() {
     set_key("SB_T_AGE_BATCH", "age-batch");
     set_key("SB_T_AGE_INTER", "age-inter");
     let mut b = Held::start().await;
@@ -227,17 +241,166 @@ async fn a_batch_request_past_its_max_wait_goes_before_newer_interactive_ones() 
     all.push(send(&p, "age-inter", "new-inter-1"));
     all.push(send(&p, "age-inter", "new-inter-2"));
     queued(&p, 3.0).await;
-    release.send(()).unwrap();
-    let (m, release) = b.next().await;
-    assert_eq!(m, "old-batch");
-    release.send(()).unwrap();
-    for _ in 0..2 {
-        let (m, release) = b.next().await;
-        assert!(m.starts_with("new-inter"), "{m}");
+    let mut order = Vec::new();
+    let mut release = release;
+    for _ in 0..3 {
         release.send(()).unwrap();
+        let (m, r) = b.next().await;
+        order.push(m);
+        release = r;
     }
+    release.send(()).unwrap();
+    // Lifted into the interactive class's turn: before the second of the newer ones.
+    let at = order.iter().position(|m| m == "old-batch").unwrap();
+    assert!(at <= 1, "{order:?}");
     for r in all {
         assert_eq!(within("an answer", r).await.unwrap().status(), 200);
+    }
+}
+
+/// Alias `a` on a held backend of one slot and a queue of `queue`, with `clients` (TOML).
+fn one_slot_queue(queue: u32, clients: &str) -> String {
+    one_slot(clients).replace("queue = 64", &format!("queue = {queue}"))
+}
+
+/// The status and body of a request sent in the background.
+async fn answered(r: tokio::task::JoinHandle<reqwest::Response>) -> (u16, Value) {
+    let r = within("an answer", r).await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn an_interactive_request_takes_the_place_of_the_newest_queued_batch_one() {
+    set_key("SB_T_TAKE_BATCH", "take-batch");
+    set_key("SB_T_TAKE_INTER", "take-inter");
+    let mut b = Held::start().await;
+    let cfg = one_slot_queue(
+        8,
+        "[clients.agents]\nkey_env = \"SB_T_TAKE_BATCH\"\npriority = \"batch\"\n\
+         [clients.person]\nkey_env = \"SB_T_TAKE_INTER\"\npriority = \"interactive\"",
+    );
+    let p = proxy(&cfg, &[("b", b.url.clone())]).await;
+    let mut batch = vec![send(&p, "take-batch", "running")];
+    let (_, release) = b.next().await;
+    for i in 0..8 {
+        batch.push(send(&p, "take-batch", &format!("batch{i}")));
+        queued(&p, f64::from(i + 1)).await;
+    }
+    let inter = send(&p, "take-inter", "interactive");
+    // The newest batch request gives its place: the 429 of a full queue, in its envelope.
+    let (st, v) = answered(batch.pop().unwrap()).await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "overloaded", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue is full"),
+        "{v}"
+    );
+    queued(&p, 8.0).await;
+    release.send(()).unwrap();
+    let (m, release) = b.next().await;
+    assert_eq!(m, "interactive");
+    release.send(()).unwrap();
+    assert_eq!(answered(inter).await.0, 200);
+    for i in 0..7 {
+        let (m, release) = b.next().await;
+        assert_eq!(m, format!("batch{i}"));
+        release.send(()).unwrap();
+    }
+    for r in batch {
+        assert_eq!(answered(r).await.0, 200);
+    }
+    queued(&p, 0.0).await;
+}
+
+#[tokio::test]
+async fn a_client_holding_a_whole_queue_gives_its_newest_place_to_another() {
+    set_key("SB_T_PART_MANY", "part-many");
+    set_key("SB_T_PART_ONE", "part-one");
+    let mut b = Held::start().await;
+    let cfg = one_slot_queue(
+        4,
+        "[clients.many]\nkey_env = \"SB_T_PART_MANY\"\n\
+         [clients.one]\nkey_env = \"SB_T_PART_ONE\"",
+    );
+    let p = proxy(&cfg, &[("b", b.url.clone())]).await;
+    let mut many = vec![send(&p, "part-many", "running")];
+    let (_, release) = b.next().await;
+    for i in 0..4 {
+        many.push(send(&p, "part-many", &format!("many{i}")));
+        queued(&p, f64::from(i + 1)).await;
+    }
+    // Over its part (2 of 4 with two clients waiting), `many` loses its newest place.
+    let one = send(&p, "part-one", "one");
+    let (st, v) = answered(many.pop().unwrap()).await;
+    assert_eq!(st, 429, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue is full"),
+        "{v}"
+    );
+    queued(&p, 4.0).await;
+    // And its next request is refused at once: the queue is full and it holds more than its part.
+    let (st, _) = answered(send(&p, "part-many", "more")).await;
+    assert_eq!(st, 429);
+    let mut order = Vec::new();
+    let mut release = release;
+    for _ in 0..4 {
+        release.send(()).unwrap();
+        let (m, r) = b.next().await;
+        order.push(m);
+        release = r;
+    }
+    release.send(()).unwrap();
+    assert_eq!(order.iter().position(|m| m == "one"), Some(1), "{order:?}");
+    assert_eq!(answered(one).await.0, 200);
+    for r in many {
+        assert_eq!(answered(r).await.0, 200);
+    }
+    queued(&p, 0.0).await;
+}
+
+#[tokio::test]
+async fn an_aged_flood_does_not_go_ahead_of_later_normal_and_interactive_requests() {
+    set_key("SB_T_FLOOD_BATCH", "flood-batch");
+    set_key("SB_T_FLOOD_NORMAL", "flood-normal");
+    set_key("SB_T_FLOOD_INTER", "flood-inter");
+    let mut b = Held::start().await;
+    let cfg = one_slot(
+        "[clients.flood]\nkey_env = \"SB_T_FLOOD_BATCH\"\npriority = \"batch\"\n\
+         [clients.later]\nkey_env = \"SB_T_FLOOD_NORMAL\"\n\
+         [clients.person]\nkey_env = \"SB_T_FLOOD_INTER\"\npriority = \"interactive\"\n\
+         [priority.batch]\nmax_wait_ms = 1",
+    );
+    let p = proxy(&cfg, &[("b", b.url.clone())]).await;
+    let mut all = vec![send(&p, "flood-batch", "running")];
+    let (_, mut release) = b.next().await;
+    for i in 0..6 {
+        all.push(send(&p, "flood-batch", &format!("flood{i}")));
+    }
+    queued(&p, 6.0).await;
+    // The flood's 1 ms of max_wait is over (the time that must pass, not a synchronisation).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    all.push(send(&p, "flood-normal", "normal"));
+    all.push(send(&p, "flood-inter", "interactive"));
+    queued(&p, 8.0).await;
+    let mut order = Vec::new();
+    for _ in 0..8 {
+        release.send(()).unwrap();
+        let (m, r) = b.next().await;
+        order.push(m);
+        release = r;
+    }
+    release.send(()).unwrap();
+    let at = |m: &str| order.iter().position(|o| o == m).unwrap();
+    assert!(at("interactive") <= 1, "{order:?}");
+    assert!(at("normal") <= 3, "{order:?}");
+    for r in all {
+        assert_eq!(answered(r).await.0, 200);
     }
 }
 
@@ -926,4 +1089,113 @@ async fn a_client_allowed_every_alias_sees_no_other_clients_section() {
         !page.contains("<td>other</td>") && !page.contains("777"),
         "another client's section: {page}"
     );
+}
+
+/// `cheap` on a held backend of one slot and a queue of one, falling back to `premium` on a
+/// simulator (and over its window to `big`, there too); client `only-cheap` may use `cheap`
+/// alone, client `every` any alias.
+async fn cheap_and_premium(
+    var_only: &str,
+    var_every: &str,
+) -> (Held, switchboard::sim::Sim, Proxy) {
+    let held = Held::start().await;
+    let s = sim(SimConfig::default()).await;
+    let cfg = format!(
+        r#"
+[backends.b]
+url = "{{b}}"
+flavor = "openai"
+slots = 1
+queue = 1
+[backends.s]
+url = "{{s}}"
+flavor = "llamacpp"
+slots = 4
+[aliases.cheap]
+backend = "b"
+fallbacks = ["premium"]
+[aliases.premium]
+backend = "s"
+upstream_model = "sim-model"
+[aliases.small]
+backend = "s"
+upstream_model = "sim-model"
+context_window = 64
+count = "estimate"
+context_fallback = "big"
+[aliases.big]
+backend = "s"
+upstream_model = "sim-model"
+[clients.only-cheap]
+key_env = "{var_only}"
+aliases = ["cheap", "small"]
+[clients.every]
+key_env = "{var_every}"
+"#
+    );
+    let p = proxy(&cfg, &[("b", held.url.clone()), ("s", s.url())]).await;
+    (held, s, p)
+}
+
+fn chat_to(model: &str, content: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": content}]})
+}
+
+#[tokio::test]
+async fn a_fallback_the_client_may_not_use_is_skipped() {
+    set_key("SB_T_FB_ONLY", "fb-only-key");
+    set_key("SB_T_FB_EVERY", "fb-every-key");
+    let (mut b, s, p) = cheap_and_premium("SB_T_FB_ONLY", "SB_T_FB_EVERY").await;
+    let running = send_to(&p, "fb-only-key", chat_to("cheap", "running"));
+    let (m, release) = b.next().await;
+    assert_eq!(m, "running");
+    let waiting = send_to(&p, "fb-only-key", chat_to("cheap", "waiting"));
+    queued_on(&p, "cheap", 1.0).await;
+    // Slot and queue full: the client's fallback is one it may not use, so it is not one.
+    let path = "/v1/chat/completions";
+    let (st, h, v) = post(&p, path, "fb-only-key", chat_to("cheap", "third")).await;
+    assert_eq!(st, 429, "{v}");
+    assert!(h.get("retry-after").is_some());
+    let all = format!("{h:?} {v}");
+    assert!(!all.contains("premium"), "the hidden alias shows: {all}");
+    assert_eq!(s.recorder().received(), 0, "the hidden alias served it");
+    // A client that may use it falls back to it.
+    let (st, h, v) = post(&p, path, "fb-every-key", chat_to("cheap", "fourth")).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(h["x-switchboard-alias"], "premium");
+    release.send(()).unwrap();
+    let (m, release) = b.next().await;
+    assert_eq!(m, "waiting");
+    release.send(()).unwrap();
+    for r in [running, waiting] {
+        assert_eq!(within("an answer", r).await.unwrap().status(), 200);
+    }
+}
+
+#[tokio::test]
+async fn a_context_fallback_the_client_may_not_use_is_no_fallback() {
+    set_key("SB_T_CFB_ONLY", "cfb-only-key");
+    set_key("SB_T_CFB_EVERY", "cfb-every-key");
+    let (_b, s, p) = cheap_and_premium("SB_T_CFB_ONLY", "SB_T_CFB_EVERY").await;
+    let long = "many words in a row ".repeat(100);
+    let path = "/v1/chat/completions";
+    let (st, h, v) = post(&p, path, "cfb-only-key", chat_to("small", &long)).await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    let all = format!("{h:?} {v}");
+    assert!(!all.contains("big"), "the hidden alias shows: {all}");
+    assert_eq!(s.recorder().received(), 0, "the hidden alias served it");
+    let (st, h, v) = post(&p, path, "cfb-every-key", chat_to("small", &long)).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(h["x-switchboard-alias"], "big");
+    // Over the window on /v1/messages too: that API's own 400.
+    let body = json!({"model": "small", "max_tokens": 4,
+        "messages": [{"role": "user", "content": long}]});
+    let (st, _, v) = post(&p, "/v1/messages", "cfb-only-key", body).await;
+    assert_eq!(
+        (st, v["error"]["type"].as_str()),
+        (400, Some("invalid_request_error")),
+        "{v}"
+    );
+    assert_eq!(s.recorder().received(), 1);
 }

@@ -1,5 +1,6 @@
 //! Named clients as configured: their keys (read from the environment), allowed aliases,
-//! priority and limits; and the queue's classes with the wait after which each goes ahead.
+//! priority and limits; and the queue's classes with the wait after which each is lifted a
+//! class.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::{NonZeroU32, NonZeroU64};
@@ -96,7 +97,8 @@ impl ClientSpec {
     }
 }
 
-/// Every named client (by name) and the wait after which each class goes ahead.
+/// Every named client (by name) and the wait after which each class is lifted into the next
+/// one's turns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Clients {
     pub named: Vec<Arc<ClientSpec>>,
@@ -116,7 +118,7 @@ impl Default for Clients {
 const DEFAULT_MAX_WAIT: [u64; 3] = [5_000, 30_000, 120_000];
 
 impl Clients {
-    /// How long a request of `class` waits before it goes ahead of newer ones.
+    /// How long a request of `class` waits before it is lifted into the next class's turns.
     pub fn max_wait(&self, class: Priority) -> Duration {
         self.max_wait[class as usize]
     }

@@ -20,7 +20,7 @@ pub struct RawConfig {
     /// Named clients: keys, allowed aliases, priority, limits.
     #[serde(default)]
     pub clients: BTreeMap<String, super::clients::RawClient>,
-    /// The queue's classes: how long a request of each may wait before it goes ahead.
+    /// The queue's classes: how long a request of each may wait before it is lifted a class.
     #[serde(default)]
     pub priority: super::clients::RawPriorities,
     /// Spans exported over OTLP: where, how many.

@@ -188,19 +188,38 @@ struct Role<'a> {
     role: Option<std::borrow::Cow<'a, str>>,
 }
 
+/// One message or input item, as much as tells whether it comes from the model or a tool.
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(borrow, default)]
+    role: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// A content block's type.
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
 /// A request's conversation, as every process reads it from the request alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conversation {
     /// What the order of its replicas is computed from.
     pub key: u64,
-    /// The request carries more than the conversation's leading messages (an answer of the
-    /// model, a tool result): a later turn, whose prefix its replica may hold cached.
+    /// Its history holds an answer of the model or a tool's result ([`answered`]): a later
+    /// turn, whose prefix its replica may hold cached. More user messages alone are not one.
     pub later: bool,
 }
 
 /// The conversation of a request for `alias`: its key from its session header, else from its
 /// leading messages (system prompt and messages up to the first user message, which every
-/// later turn repeats), and whether it is a later turn. `None` when the body has neither.
+/// later turn repeats), and whether it is a later turn ([`answered`]). `None` when the body
+/// has neither.
 /// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
 /// of pieces hash alike by their joins).
 pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
@@ -210,13 +229,13 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
     let system = lead.as_ref().and_then(|l| l.system);
     let items = lead.and_then(Leading::items);
     let leading = items.as_deref().map(leading);
-    let later = |lead: &[&RawValue]| items.as_ref().is_some_and(|i| lead.len() < i.len());
+    let later = items.as_deref().is_some_and(answered);
     if let Some(session) = headers.get(SESSION_HEADER) {
         h.piece(b"session");
         h.piece(session.as_bytes());
         return Some(Conversation {
             key: h.0.digest(),
-            later: leading.is_some_and(later),
+            later,
         });
     }
     let leading = leading.filter(|l| !l.is_empty())?;
@@ -228,7 +247,7 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
     }
     Some(Conversation {
         key: h.0.digest(),
-        later: later(leading),
+        later,
     })
 }
 
@@ -258,6 +277,32 @@ fn leading<'i, 'a>(items: &'i [&'a RawValue]) -> &'i [&'a RawValue] {
         })
         .map_or(items.len(), |i| i + 1);
     &items[..end]
+}
+
+/// Whether `items` hold an answer of the model or a tool's result, what makes a later turn: a
+/// chat message of role `assistant`, `tool` (or the old `function`); an Anthropic `assistant`
+/// message or a `tool_result` block; a Responses item of role `assistant`, a `reasoning` item,
+/// or a call or its output (`function_call`, `function_call_output`, any `*_call` and
+/// `*_call_output`). Looked for from the end, where the last answer is.
+fn answered(items: &[&RawValue]) -> bool {
+    items.iter().rev().any(|item| {
+        let Ok(i) = serde_json::from_str::<Item<'_>>(item.get()) else {
+            return false;
+        };
+        let kind = i.kind.as_deref().unwrap_or("");
+        matches!(i.role.as_deref(), Some("assistant" | "tool" | "function"))
+            || kind == "reasoning"
+            || kind.ends_with("_call")
+            || kind.ends_with("_call_output")
+            || i.content.is_some_and(holds_tool_result)
+    })
+}
+
+/// Whether message content is a list of blocks with a `tool_result` among them.
+fn holds_tool_result(content: &RawValue) -> bool {
+    content.get().starts_with('[')
+        && serde_json::from_str::<Vec<Block<'_>>>(content.get())
+            .is_ok_and(|b| b.iter().any(|b| b.kind.as_deref() == Some("tool_result")))
 }
 
 /// A streaming hash fed length-prefixed pieces.
@@ -333,6 +378,54 @@ mod tests {
         assert!(!later(&with, first));
         assert!(later(&with, second));
         assert!(!later(&with, b"{}"));
+    }
+
+    #[test]
+    fn only_an_answer_of_the_model_or_a_tool_result_makes_a_later_turn() {
+        let h = HeaderMap::new();
+        let later = |body: &str| conversation_key("a", &h, body.as_bytes()).unwrap().later;
+        let user = r#"{"role":"user","content":"u"}"#;
+        let chat = |rest: &str| format!(r#"{{"messages":[{user}{rest}]}}"#);
+        // More user messages, or a system one, are no answer.
+        assert!(!later(&chat(&format!(",{user}"))));
+        assert!(!later(&chat(&format!(",{user},{user}"))));
+        assert!(!later(&chat(r#",{"role":"system","content":"s"}"#)));
+        assert!(!later(&chat(
+            r#",{"role":"user","content":[{"type":"text","text":"t"}]}"#
+        )));
+        // Chat: the model's answer, a tool's.
+        assert!(later(&chat(
+            r#",{"role":"assistant","content":"a"},{"role":"user","content":"v"}"#
+        )));
+        assert!(later(&chat(
+            r#",{"role":"tool","tool_call_id":"c","content":"ok"}"#
+        )));
+        // Messages: a tool_result block in a user message.
+        let result = r#",{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"}]}"#;
+        assert!(later(&chat(result)));
+        // Responses items.
+        let input = |rest: &str| format!(r#"{{"input":[{user}{rest}]}}"#);
+        assert!(!later(&input(&format!(",{user}"))));
+        assert!(!later(&input(
+            r#",{"type":"message","role":"user","content":"v"}"#
+        )));
+        for item in [
+            r#"{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}"#,
+            r#"{"type":"function_call_output","call_id":"c","output":"ok"}"#,
+            r#"{"type":"reasoning","summary":[]}"#,
+        ] {
+            assert!(later(&input(&format!(",{item}"))), "{item}");
+        }
+        // With a session header the same.
+        let mut with = HeaderMap::new();
+        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
+        let two_users = chat(&format!(",{user}"));
+        assert!(
+            !conversation_key("a", &with, two_users.as_bytes())
+                .unwrap()
+                .later
+        );
     }
 
     /// Values pinned: a change of hash, seed or piece framing moves every conversation of a

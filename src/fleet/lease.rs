@@ -144,6 +144,7 @@ mod tests {
             client: 1,
             since: now - Duration::from_secs(ago),
             max_wait: Duration::MAX,
+            conversation: None,
         };
         let old_batch = rank(&t(Priority::Batch, 60));
         let new_interactive = rank(&t(Priority::Interactive, 0));

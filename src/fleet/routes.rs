@@ -1,5 +1,6 @@
 //! The alias table: a model name (alias or old name) resolves to the route that serves it.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
@@ -32,14 +33,19 @@ pub enum FallbackReason {
 }
 
 /// The aliases a request for `alias` may be served by, in order: the alias, then its
-/// fallbacks depth first (each alias once).
-fn fallback_order(table: &RouteTable, alias: &Arc<Alias>) -> Vec<Arc<Alias>> {
+/// fallbacks depth first (each alias once), of those `may` lets the client use — an alias it
+/// may not use is left out as if no `fallbacks` named it (and so are the aliases only it leads to).
+fn fallback_order(
+    table: &RouteTable,
+    alias: &Arc<Alias>,
+    may: &dyn Fn(&str) -> bool,
+) -> Vec<Arc<Alias>> {
     let mut order = vec![Arc::clone(alias)];
     let mut at = 0;
     while at < order.len() {
         let mut next = Vec::new();
         for name in &order[at].fallbacks {
-            if let Some(fb) = table.alias(name) {
+            if let Some(fb) = table.alias(name).filter(|fb| may(&fb.name)) {
                 if !order.iter().chain(&next).any(|a| a.name == fb.name) {
                     next.push(Arc::clone(fb));
                 }
@@ -90,7 +96,7 @@ impl RouteTable {
         let orders = table
             .aliases
             .iter()
-            .map(|a| (a.name.clone(), fallback_order(&table, a)))
+            .map(|a| (a.name.clone(), fallback_order(&table, a, &|_| true)))
             .collect();
         table.orders = orders;
         table
@@ -99,6 +105,19 @@ impl RouteTable {
     /// The aliases that may serve a request for `alias`: itself first, then its fallbacks.
     pub fn order(&self, alias: &str) -> &[Arc<Alias>] {
         self.orders.get(alias).map_or(&[], Vec::as_slice)
+    }
+
+    /// [`Self::order`] for a client that may use only the aliases `may` allows: the same
+    /// slice when it may use each of them (no allocation), else the order made anew without
+    /// the fallbacks it may not use.
+    pub fn order_for(&self, alias: &str, may: &dyn Fn(&str) -> bool) -> Cow<'_, [Arc<Alias>]> {
+        let order = self.order(alias);
+        match order.split_first() {
+            Some((first, rest)) if rest.iter().any(|a| !may(&a.name)) => {
+                Cow::Owned(fallback_order(self, first, may))
+            }
+            _ => Cow::Borrowed(order),
+        }
     }
 
     /// The route for `model`, or `None` when no alias or old name matches.
@@ -183,5 +202,33 @@ mod tests {
         let names: Vec<&str> = t.order("a").iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, ["a", "x", "z", "y"]);
         assert_eq!(t.order("y").len(), 1);
+    }
+
+    #[test]
+    fn a_fallback_the_client_may_not_use_is_left_out_with_what_only_it_leads_to() {
+        let cfg = crate::config::from_toml(
+            r#"
+            [backends.b]
+            url = "http://127.0.0.1:1"
+            flavor = "llamacpp"
+            [aliases.a]
+            backend = "b"
+            fallbacks = ["x", "y"]
+            [aliases.x]
+            backend = "b"
+            fallbacks = ["z", "y"]
+            [aliases.y]
+            backend = "b"
+            [aliases.z]
+            backend = "b"
+            "#,
+        )
+        .unwrap();
+        let t = RouteTable::new(&cfg);
+        let names = |o: &[Arc<Alias>]| o.iter().map(|a| a.name.clone()).collect::<Vec<_>>();
+        assert!(matches!(t.order_for("a", &|_| true), Cow::Borrowed(_)));
+        assert_eq!(names(&t.order_for("a", &|n| n != "x")), ["a", "y"]);
+        assert_eq!(names(&t.order_for("a", &|n| n != "y")), ["a", "x", "z"]);
+        assert_eq!(names(&t.order_for("a", &|n| n == "a")), ["a"]);
     }
 }

@@ -1,8 +1,12 @@
 //! Per-backend concurrency and its queue, a scheduler: as many requests as the backend has
 //! slots; the rest wait in a bounded queue and a freed slot goes to the waiting request first
 //! by priority class, then in turn among the clients with requests waiting in that class
-//! (round robin, so one client's many requests do not push another's few behind them), and
-//! ahead of both to a request waiting past its class's `max_wait` (aging). With a shared
+//! (round robin, so one client's many requests do not push another's few behind them). A
+//! request waiting past its class's `max_wait` is lifted a class for each such wait, up to the
+//! best class waiting, into that class's turn (aging: a lower class is not starved, and no
+//! backlog goes ahead of everyone). A full queue makes room for a request of a better class,
+//! or of a client holding less than its fair part, by refusing the newest request of the
+//! worst class, or of the client holding most ([`displaced`]). With a shared
 //! store, a request holding its slot here takes the backend's shared lease too before it is
 //! sent ([`super::lease`]), so every process together keeps to the backend's slots.
 
@@ -34,8 +38,11 @@ pub struct Ticket {
     /// When the request arrived: kept when it moves to another replica or a fallback, so it
     /// keeps its place.
     pub since: Instant,
-    /// Its class's wait after which it goes ahead of newer requests.
+    /// Its class's wait after which it is lifted into the next class's turns.
     pub max_wait: Duration,
+    /// Its conversation's key, where its alias has replicas: counted while it holds a slot
+    /// ([`Slots::held_by`]).
+    pub conversation: Option<u64>,
 }
 
 impl Ticket {
@@ -46,6 +53,7 @@ impl Ticket {
             client: 0,
             since,
             max_wait: Duration::MAX,
+            conversation: None,
         }
     }
 
@@ -53,6 +61,18 @@ impl Ticket {
         self.since
             .checked_add(self.max_wait)
             .unwrap_or(self.since + Duration::from_secs(1 << 32))
+    }
+
+    /// Its class in the queue at `now`: its own, lifted one class for each `max_wait` it has
+    /// waited, but never past `best` (the best class waiting).
+    fn lifted(&self, best: Priority, now: Instant) -> Priority {
+        if now < self.due() || self.class <= best {
+            return self.class;
+        }
+        let waited = now.saturating_duration_since(self.since).as_nanos();
+        let steps = waited / self.max_wait.as_nanos().max(1);
+        let class = (self.class as usize).saturating_sub(steps.min(3) as usize);
+        Priority::ALL[class.max(best as usize)]
     }
 }
 
@@ -81,6 +101,17 @@ struct State {
     seq: u64,
     /// The client last served in each class (the fair turn goes on from it).
     last: [Option<u64>; 3],
+    /// The conversation keys of the requests holding a slot (those that have one).
+    held: Vec<u64>,
+}
+
+impl State {
+    /// A request of conversation `key` gave its slot up.
+    fn unhold(&mut self, key: Option<u64>) {
+        if let Some(i) = key.and_then(|k| self.held.iter().position(|h| *h == k)) {
+            self.held.swap_remove(i);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -95,6 +126,8 @@ struct Waiter {
 #[derive(Debug)]
 pub struct SlotPermit {
     inner: Option<Arc<Inner>>,
+    /// The conversation it holds the slot for, if any.
+    conversation: Option<u64>,
     /// The backend's shared lease, given back with the slot.
     lease: Option<Lease>,
 }
@@ -105,7 +138,7 @@ impl Drop for SlotPermit {
         // to a request that will ask for it.
         drop(self.lease.take());
         if let Some(inner) = self.inner.take() {
-            inner.release();
+            inner.release(self.conversation);
         }
     }
 }
@@ -115,12 +148,15 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot came free: to the next waiting request, else back to the free ones.
-    fn release(self: &Arc<Inner>) {
+    /// A slot of conversation `key` came free: to the next waiting request, else back to the
+    /// free ones.
+    fn release(self: &Arc<Inner>, key: Option<u64>) {
         let mut st = self.lock();
-        let now = Instant::now();
+        st.unhold(key);
+        // Tokio's clock (the real one outside tests): a paused test clock ages requests too.
+        let now = tokio::time::Instant::now().into_std();
         loop {
-            let Some(i) = pick(&st.waiters, &st.last, now) else {
+            let Some((i, turn)) = pick(&st.waiters, &st.last, now) else {
                 st.free += 1;
                 self.busy.fetch_sub(1, Ordering::AcqRel);
                 return;
@@ -128,45 +164,92 @@ impl Inner {
             let w = st.waiters.swap_remove(i);
             self.waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
-            st.last[w.ticket.class as usize] = Some(w.ticket.client);
+            st.last[turn as usize] = Some(w.ticket.client);
+            let conversation = w.ticket.conversation;
+            st.held.extend(conversation);
             let permit = SlotPermit {
                 inner: Some(Arc::clone(self)),
+                conversation,
                 lease: None,
             };
             match w.tx.send(permit) {
                 Ok(()) => return,
                 // Its request is gone: disarmed, so dropping it here frees nothing.
-                Err(mut p) => p.inner = None,
+                Err(mut p) => {
+                    p.inner = None;
+                    st.unhold(conversation);
+                }
             }
         }
     }
 }
 
-/// The waiting request that gets the next slot: the one most overdue past its class's
-/// `max_wait`, else the best class's next client in turn after `last`, its oldest request.
-fn pick(waiters: &[Waiter], last: &[Option<u64>; 3], now: Instant) -> Option<usize> {
-    let overdue = waiters
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| w.ticket.due() <= now)
-        .min_by_key(|(_, w)| (w.ticket.due(), w.seq));
-    if let Some((i, _)) = overdue {
-        return Some(i);
-    }
-    let class = waiters.iter().map(|w| w.ticket.class).min()?;
-    let in_class = || waiters.iter().filter(|w| w.ticket.class == class);
-    let after = last[class as usize];
-    let next_client = in_class()
-        .map(|w| w.ticket.client)
+/// The waiting request that gets the next slot, and the class whose turn it took: the best
+/// class waiting, its next client in turn after `last` among those with a request in it (its
+/// own or lifted into it, [`Ticket::lifted`]), that client's oldest request there.
+fn pick(waiters: &[Waiter], last: &[Option<u64>; 3], now: Instant) -> Option<(usize, Priority)> {
+    let best = waiters.iter().map(|w| w.ticket.class).min()?;
+    let in_turn = || {
+        waiters
+            .iter()
+            .enumerate()
+            .filter(move |(_, w)| w.ticket.lifted(best, now) == best)
+    };
+    let after = last[best as usize];
+    let next_client = in_turn()
+        .map(|(_, w)| w.ticket.client)
         .filter(|c| after.is_none_or(|a| *c > a))
         .min()
-        .or_else(|| in_class().map(|w| w.ticket.client).min())?;
-    waiters
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| w.ticket.class == class && w.ticket.client == next_client)
+        .or_else(|| in_turn().map(|(_, w)| w.ticket.client).min())?;
+    in_turn()
+        .filter(|(_, w)| w.ticket.client == next_client)
         .min_by_key(|(_, w)| (w.ticket.since, w.seq))
-        .map(|(i, _)| i)
+        .map(|(i, _)| (i, best))
+}
+
+/// The waiter a request of `ticket` takes the place of in a full queue of `queue` places, if
+/// any: the newest of the worst class waiting, when that class is worse than its own; else,
+/// when its client holds fewer than its fair part — ceil(`queue` / k) places, at least one,
+/// with k the clients waiting counting its own — the newest of its class of the client that
+/// holds most over its part. `None`: it is refused (the 429 of a full queue).
+fn displaced(waiters: &[Waiter], queue: u32, ticket: &Ticket) -> Option<usize> {
+    let newest = |of: &dyn Fn(&Waiter) -> bool| {
+        waiters
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| of(w))
+            .max_by_key(|(_, w)| (w.ticket.since, w.seq))
+            .map(|(i, _)| i)
+    };
+    let worst = waiters.iter().map(|w| w.ticket.class).max()?;
+    if worst > ticket.class {
+        return newest(&|w| w.ticket.class == worst);
+    }
+    let mut held: Vec<(u64, u32)> = Vec::new();
+    for w in waiters {
+        match held.iter_mut().find(|(c, _)| *c == w.ticket.client) {
+            Some((_, n)) => *n += 1,
+            None => held.push((w.ticket.client, 1)),
+        }
+    }
+    let holds = |client: u64| held.iter().find(|(c, _)| *c == client).map_or(0, |h| h.1);
+    let own = holds(ticket.client);
+    let k = held.len() as u32 + u32::from(own == 0);
+    let part = queue.div_ceil(k).max(1);
+    if own >= part {
+        return None;
+    }
+    let most = held
+        .iter()
+        .filter(|&&(c, n)| {
+            n > part
+                && waiters
+                    .iter()
+                    .any(|w| w.ticket.client == c && w.ticket.class == ticket.class)
+        })
+        .max_by_key(|(_, n)| *n)?
+        .0;
+    newest(&|w| w.ticket.client == most && w.ticket.class == ticket.class)
 }
 
 /// Undoes the queue bookkeeping however the wait ends (granted, timed out, or client gone).
@@ -208,6 +291,7 @@ impl Slots {
                     waiters: Vec::new(),
                     seq: 0,
                     last: [None; 3],
+                    held: Vec::new(),
                 }),
                 busy: AtomicU32::new(0),
                 waiting: AtomicU32::new(0),
@@ -257,14 +341,22 @@ impl Slots {
         self.busy() + self.waiting()
     }
 
-    fn take(&self, st: &mut State) -> Option<SlotPermit> {
+    /// Requests of conversation `key` holding a slot here now (this process's).
+    pub fn held_by(&self, key: u64) -> u32 {
+        let st = self.inner.lock();
+        st.held.iter().filter(|h| **h == key).count() as u32
+    }
+
+    fn take(&self, st: &mut State, conversation: Option<u64>) -> Option<SlotPermit> {
         if st.free == 0 || !st.waiters.is_empty() {
             return None;
         }
         st.free -= 1;
+        st.held.extend(conversation);
         self.inner.busy.fetch_add(1, Ordering::AcqRel);
         Some(SlotPermit {
             inner: Some(Arc::clone(&self.inner)),
+            conversation,
             lease: None,
         })
     }
@@ -272,12 +364,17 @@ impl Slots {
     /// A slot now, without waiting (and without passing anyone waiting). With a shared store
     /// that is up, never: its lease is asked for in [`Self::acquire`].
     pub fn try_acquire(&self) -> Option<SlotPermit> {
+        self.try_acquire_for(None)
+    }
+
+    /// [`Self::try_acquire`] for a request of `conversation`.
+    pub fn try_acquire_for(&self, conversation: Option<u64>) -> Option<SlotPermit> {
         let lease = match &self.shared {
             Some(shared) => Some(shared.unasked()?),
             None => None,
         };
         let mut st = self.inner.lock();
-        let mut permit = self.take(&mut st)?;
+        let mut permit = self.take(&mut st, conversation)?;
         permit.lease = lease;
         Some(permit)
     }
@@ -313,15 +410,15 @@ impl Slots {
     ) -> Result<SlotPermit, ProxyError> {
         let (seq, mut rx) = {
             let mut st = self.inner.lock();
-            if let Some(p) = self.take(&mut st) {
+            if let Some(p) = self.take(&mut st, ticket.conversation) {
                 return Ok(p);
             }
             if st.waiters.len() >= self.queue as usize {
-                return Err(ProxyError::Overloaded {
-                    alias: alias.to_string(),
-                    slots: self.slots,
-                    retry_after: 1,
-                });
+                let Some(i) = displaced(&st.waiters, self.queue, &ticket) else {
+                    return Err(self.overloaded(alias));
+                };
+                // Its request finds its channel closed: the 429 of a full queue.
+                drop(st.waiters.swap_remove(i));
             }
             // Only a request that waits gets the channel its slot is handed over on.
             let (tx, rx) = oneshot::channel();
@@ -342,13 +439,24 @@ impl Slots {
         };
         match tokio::time::timeout(timeout, &mut rx).await {
             Ok(Ok(p)) => Ok(p),
-            // Granted as the wait ran out: the slot is taken all the same.
+            // Its place was given to a request of a better class or a fairer share.
+            Ok(Err(_)) => Err(self.overloaded(alias)),
+            // Granted (or its place given away) as the wait ran out.
             _ if !waiting.leave() => match rx.try_recv() {
                 Ok(p) => Ok(p),
+                Err(oneshot::error::TryRecvError::Closed) => Err(self.overloaded(alias)),
                 Err(_) => Err(self.timed_out(alias, timeout)),
             },
             // The wait ran out: the queue had room, the slots never came free.
             _ => Err(self.timed_out(alias, timeout)),
+        }
+    }
+
+    fn overloaded(&self, alias: &str) -> ProxyError {
+        ProxyError::Overloaded {
+            alias: alias.to_string(),
+            slots: self.slots,
+            retry_after: 1,
         }
     }
 
@@ -387,6 +495,7 @@ mod tests {
             client,
             since,
             max_wait: Duration::from_secs(60),
+            conversation: None,
         }
     }
 
@@ -482,19 +591,169 @@ mod tests {
         assert_eq!(ones, (0..10).collect::<Vec<_>>());
     }
 
-    #[tokio::test]
-    async fn a_request_past_its_max_wait_goes_ahead_of_newer_ones() {
-        let now = Instant::now();
-        let old = Ticket {
-            max_wait: Duration::from_millis(1),
-            ..ticket(Priority::Batch, 1, now - Duration::from_secs(1))
-        };
+    /// Tokio's clock now, as the scheduler reads it (paused in these tests).
+    fn now() -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    fn aging(class: Priority, client: u64, since: Instant, max_wait_ms: u64) -> Ticket {
+        Ticket {
+            max_wait: Duration::from_millis(max_wait_ms),
+            ..ticket(class, client, since)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_past_its_max_wait_takes_turns_in_the_better_class() {
+        let t0 = now();
+        tokio::time::advance(Duration::from_secs(1)).await;
         let ts = [
-            ticket(Priority::Interactive, 2, now),
-            ticket(Priority::Interactive, 3, now),
-            old,
+            ticket(Priority::Interactive, 2, now()),
+            ticket(Priority::Interactive, 2, now()),
+            aging(Priority::Batch, 3, t0, 1),
         ];
-        assert_eq!(order(&ts).await, [2, 0, 1]);
+        // Lifted into the interactive turn, it goes between client 2's two, not before both.
+        assert_eq!(order(&ts).await, [0, 2, 1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aged_flood_takes_turns_with_later_requests_and_does_not_go_ahead_of_them() {
+        let t0 = now();
+        // Client 1's batch flood of six, each past its 1 s wait once the clock moves on.
+        let mut ts: Vec<Ticket> = (0..6)
+            .map(|_| aging(Priority::Batch, 1, t0, 1000))
+            .collect();
+        tokio::time::advance(Duration::from_secs(20)).await;
+        ts.push(ticket(Priority::Normal, 3, now()));
+        ts.push(ticket(Priority::Interactive, 2, now()));
+        let got = order(&ts).await;
+        let at = |i: usize| got.iter().position(|&g| g == i).unwrap();
+        assert!(
+            at(7) <= 1,
+            "the interactive one waits for the flood: {got:?}"
+        );
+        assert!(at(6) <= 3, "the normal one waits for the flood: {got:?}");
+        let flood: Vec<usize> = got.iter().copied().filter(|&i| i < 6).collect();
+        assert_eq!(flood, (0..6).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aged_request_is_not_lifted_past_its_own_class_when_no_better_one_waits() {
+        let t0 = now();
+        let mut ts: Vec<Ticket> = (0..4).map(|_| aging(Priority::Normal, 1, t0, 1)).collect();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        ts.push(ticket(Priority::Normal, 2, now()));
+        let got = order(&ts).await;
+        assert_eq!(got.iter().position(|&g| g == 4), Some(1), "{got:?}");
+    }
+
+    type Acquiring<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<SlotPermit, ProxyError>> + 'a>>;
+
+    /// A request at the queue: still waiting, or answered.
+    enum At<'a> {
+        Waiting(Acquiring<'a>),
+        Done(Result<SlotPermit, ProxyError>),
+    }
+
+    impl At<'_> {
+        /// Whether it was refused with the 429 of a full queue (`false`: still waiting).
+        async fn refused(&mut self) -> bool {
+            if let At::Waiting(w) = self {
+                if let std::task::Poll::Ready(r) = futures_util::poll!(w.as_mut()) {
+                    *self = At::Done(r);
+                }
+            }
+            match self {
+                At::Waiting(_) => false,
+                At::Done(Err(ProxyError::Overloaded { .. })) => true,
+                At::Done(r) => panic!("neither waiting nor refused: {:?}", r.as_ref().err()),
+            }
+        }
+    }
+
+    /// `tickets` queued at `slots` (each polled once, in order).
+    async fn queue_up<'a>(slots: &'a Slots, m: &'a Queued, tickets: &[Ticket]) -> Vec<At<'a>> {
+        let mut waiters = Vec::new();
+        for t in tickets {
+            let mut at = At::Waiting(Box::pin(slots.acquire(
+                "a",
+                Duration::from_secs(600),
+                *t,
+                m,
+            )));
+            at.refused().await;
+            waiters.push(at);
+        }
+        waiters
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_better_class_takes_the_place_of_the_newest_worse_waiter() {
+        let (m, slots) = (Queued::default(), Slots::new(1, 8));
+        let _held = slots.try_acquire().unwrap();
+        let t0 = now();
+        let mut ts: Vec<Ticket> = (0..8).map(|_| ticket(Priority::Batch, 1, t0)).collect();
+        ts.push(ticket(Priority::Interactive, 2, t0));
+        let mut w = queue_up(&slots, &m, &ts).await;
+        assert!(!w[8].refused().await, "the interactive one waits");
+        assert!(w[7].refused().await, "the newest batch one gave its place");
+        for w in &mut w[..7] {
+            assert!(!w.refused().await);
+        }
+        assert_eq!((slots.waiting(), m.0.load(Ordering::SeqCst)), (8, 8));
+        // More of the batch client's own find the queue full: no one of a worse class is left
+        // to give way, and it holds more than its part.
+        let mut late = queue_up(&slots, &m, &[ticket(Priority::Batch, 1, t0)]).await;
+        assert!(late[0].refused().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_under_its_fair_part_takes_the_place_of_the_newest_of_the_one_holding_most() {
+        let (m, slots) = (Queued::default(), Slots::new(1, 4));
+        let _held = slots.try_acquire().unwrap();
+        let t0 = now();
+        let t = |client| ticket(Priority::Normal, client, t0);
+        let mut w = queue_up(&slots, &m, &[t(1), t(1), t(1), t(1)]).await;
+        // Client 2, holding none of its part (2 of 4), takes client 1's newest place.
+        w.extend(queue_up(&slots, &m, &[t(2)]).await);
+        assert!(!w[4].refused().await);
+        assert!(w[3].refused().await);
+        // Client 1, at three, over its part: refused, and no one gives way to it.
+        w.extend(queue_up(&slots, &m, &[t(1)]).await);
+        assert!(w[5].refused().await);
+        // Client 3 (part 2 of 4 among three): client 1 still holds most, over its part.
+        w.extend(queue_up(&slots, &m, &[t(3)]).await);
+        assert!(!w[6].refused().await);
+        assert!(w[2].refused().await);
+        // Client 2 again: under its part, but no client is over its part now.
+        w.extend(queue_up(&slots, &m, &[t(2)]).await);
+        assert!(w[7].refused().await);
+        for i in [0, 1, 4, 6] {
+            assert!(!w[i].refused().await, "{i}");
+        }
+        assert_eq!((slots.waiting(), m.0.load(Ordering::SeqCst)), (4, 4));
+    }
+
+    #[tokio::test]
+    async fn the_conversations_holding_slots_are_counted_through_hand_overs() {
+        let (m, slots) = (Queued::default(), Slots::new(2, 4));
+        let one = slots.try_acquire_for(Some(7)).unwrap();
+        let plain = slots.try_acquire().unwrap();
+        assert_eq!((slots.held_by(7), slots.held_by(8)), (1, 0));
+        let t = Ticket {
+            conversation: Some(7),
+            ..Ticket::plain(Instant::now())
+        };
+        let mut next = Box::pin(slots.acquire("a", Duration::from_secs(9), t, &m));
+        assert!(futures_util::poll!(next.as_mut()).is_pending());
+        drop(plain);
+        let two = next.await.unwrap();
+        assert_eq!(slots.held_by(7), 2);
+        drop(one);
+        assert_eq!(slots.held_by(7), 1);
+        drop(two);
+        assert_eq!((slots.held_by(7), slots.busy()), (0, 0));
     }
 
     #[tokio::test]

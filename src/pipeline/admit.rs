@@ -1,7 +1,8 @@
 //! Guard: the shaped body counted against the alias's window (when its API is guarded), in the
 //! chat form its backend templates; one that does not fit goes on to the alias its
-//! `context_fallback` names (shaped anew for it), and over the window with nowhere to go is
-//! the API's own context-length 400, before any byte reaches a backend.
+//! `context_fallback` names (shaped anew for it) when its client may use that alias, and over
+//! the window with nowhere to go is the API's own context-length 400, before any byte reaches
+//! a backend.
 //!
 //! Here too the two ways a count reaches `observe`, which names no `tokens` type: its method
 //! and fallback as metric label values, and an estimating counter as what the record feeds
@@ -97,10 +98,12 @@ pub async fn guard(
             }
         }
         Verdict::Over { method, .. } => {
+            // One its client may not use is no fallback: the request is over, as without one.
             let next = alias
                 .context_fallback
                 .as_deref()
                 .and_then(|f| snap.routes.alias(f))
+                .filter(|f| req.caller.as_ref().is_none_or(|c| c.may_use(&f.name)))
                 .cloned();
             let Some(next) = next else {
                 snap.metrics(Some(&alias.name)).rejection(method.into());

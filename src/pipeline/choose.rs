@@ -5,7 +5,8 @@
 //! processes' as the backend last reported them. A later turn whose first replica is full
 //! waits for it up to `server.spill_wait_ms` (in this process's queue when its own requests
 //! fill it, in the backend's when others' do) before it moves, as a move costs its cached
-//! prefix; before any other conversation is moved off its first replica, the replicas are
+//! prefix — unless more than half that replica's slots are held by its own conversation's
+//! requests (a flood of one session waits for none but itself: it spills at once); before any other conversation is moved off its first replica, the replicas are
 //! read again.
 
 use std::sync::Arc;
@@ -118,9 +119,12 @@ pub async fn choose(
             return Err(why.map(|w| (w, refusal(state, snap, alias, w, now))));
         };
         let mut waited = None;
-        if let (Some(f), Some(wait)) = (first.filter(|f| *f != index), spill_wait.take()) {
+        let spill = first.filter(|f| *f != index).zip(spill_wait.take());
+        let spill = spill.map(|(f, wait)| (f, wait, handles(snap, alias, &kept, f).1));
+        // Not for a replica its own conversation mostly holds: that wait would be for itself.
+        if let Some((f, wait, slots)) = spill.filter(|s| !held_mostly(s.2, key)) {
             let since = Instant::now();
-            let got = slot(snap, alias, handles(snap, alias, &kept, f).1, place, wait).await;
+            let got = slot(snap, alias, slots, place, wait).await;
             now = Instant::now();
             queued += now - since;
             // Still full: on to the next in its order, without waiting again.
@@ -189,6 +193,15 @@ impl Rules {
                 .filter(|_| alias.backends.len() > 1)
                 .map(load::max_age),
         }
+    }
+}
+
+/// Whether more than half the slots of a replica with `slots` are held by requests of the
+/// conversation `key` (this process's count).
+fn held_mostly(slots: Option<&Arc<Slots>>, key: Option<u64>) -> bool {
+    match (slots, key) {
+        (Some(s), Some(k)) => 2 * s.held_by(k) > s.slots(),
+        _ => false,
     }
 }
 
@@ -378,7 +391,7 @@ async fn slot(
     let Some(slots) = slots else {
         return Ok(None);
     };
-    if let Some(p) = slots.try_acquire() {
+    if let Some(p) = slots.try_acquire_for(place.ticket.conversation) {
         return Ok(Some(p));
     }
     let m = snap.metrics(Some(&alias.name));

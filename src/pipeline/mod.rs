@@ -73,8 +73,8 @@ pub async fn handle(
 ) -> Result<Response, ProxyError> {
     let routed = resolve(snap, rec, &req)?;
     traced::resolved(rec, &req, &routed);
-    let place = place(snap, rec, &req)?;
     let mut tries = Tries::new(snap, &routed.route.alias, &req);
+    let place = place(snap, rec, &req, tries.conversation.map(|c| c.key))?;
     let mut headers = Some(std::mem::take(&mut req.headers));
     // Whether the last failed attempt was translated to chat (its answer may be the client's).
     let mut translated = None;
@@ -157,14 +157,23 @@ pub async fn handle(
 }
 
 /// The request's place in any queue it waits in: its class (its client's, or lower as its
-/// header asks), its client, and its arrival (kept on every replica and fallback).
-fn place(snap: &Snapshot, rec: &Record, req: &Incoming) -> Result<choose::Place, ProxyError> {
+/// header asks), its client, its arrival (kept on every replica and fallback) and its
+/// `conversation`.
+fn place(
+    snap: &Snapshot,
+    rec: &Record,
+    req: &Incoming,
+    conversation: Option<u64>,
+) -> Result<choose::Place, ProxyError> {
     let since = rec.started();
     let caller = req.caller.as_ref();
     let own = caller.map_or(crate::config::Priority::Normal, |c| c.spec.priority);
     if caller.is_none() && !req.headers.contains_key(crate::clients::PRIORITY) {
         return Ok(choose::Place {
-            ticket: Ticket::plain(since),
+            ticket: Ticket {
+                conversation,
+                ..Ticket::plain(since)
+            },
             caller: None,
         });
     }
@@ -175,6 +184,7 @@ fn place(snap: &Snapshot, rec: &Record, req: &Incoming) -> Result<choose::Place,
             client: caller.map_or(0, |c| c.state.id),
             since,
             max_wait: snap.config.clients.max_wait(class),
+            conversation,
         },
         caller: caller.cloned(),
     })

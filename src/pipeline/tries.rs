@@ -1,6 +1,7 @@
 //! Where a request may still go: the alias and its fallbacks in order, the replicas of the
 //! current one already tried, and the last failure — the client's answer when nothing serves.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
@@ -27,7 +28,8 @@ pub enum Last {
 
 /// The request's way through its aliases and their replicas.
 pub struct Tries<'s> {
-    order: &'s [Arc<Alias>],
+    /// The alias and the fallbacks its client may use (a fallback it may not use is absent).
+    order: Cow<'s, [Arc<Alias>]>,
     at: usize,
     /// The conversation, when some alias on the way has replicas.
     pub conversation: Option<Conversation>,
@@ -46,7 +48,10 @@ pub struct Tries<'s> {
 
 impl<'s> Tries<'s> {
     pub fn new(snap: &'s Snapshot, alias: &Arc<Alias>, req: &Incoming) -> Tries<'s> {
-        let order = snap.routes.order(&alias.name);
+        let order = match req.caller.as_ref().filter(|c| c.spec.aliases.is_some()) {
+            Some(c) => snap.routes.order_for(&alias.name, &|a| c.may_use(a)),
+            None => Cow::Borrowed(snap.routes.order(&alias.name)),
+        };
         let conversation = order
             .iter()
             .any(|a| a.backends.len() > 1)
@@ -70,7 +75,7 @@ impl<'s> Tries<'s> {
     }
 
     /// The alias to try now, `None` once none is left.
-    pub fn alias(&self) -> Option<&'s Arc<Alias>> {
+    pub fn alias(&self) -> Option<&Arc<Alias>> {
         self.order.get(self.at)
     }
 
