@@ -136,3 +136,61 @@ async fn a_stream_cut_short_is_charged_the_tokens_it_relayed() {
     let spent = DAY - left_after_probe(&p, "failed-key").await;
     assert!((95..=130).contains(&spent), "spent {spent}");
 }
+
+/// POST a chat with `key`: its status and the tokens per minute left, as its headers say.
+async fn tokens_left_after(p: &Proxy, key: &str, body: &Value) -> (reqwest::Response, i64) {
+    let r = within(
+        "the answer's head",
+        client()
+            .post(p.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(body)
+            .send(),
+    )
+    .await
+    .unwrap();
+    let left = r.headers()["x-ratelimit-remaining-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (r, left)
+}
+
+#[tokio::test]
+async fn a_request_without_max_tokens_reserves_the_default_for_each_choice() {
+    // Streams hold after their first event: what they reserved stays reserved.
+    let gated = sim(SimConfig {
+        gate: true,
+        ..SimConfig::default()
+    })
+    .await;
+    std::env::set_var("SB_T_RESERVE_D", "default-key");
+    let extra = "tokens_per_minute = 1000\nreserve_output_tokens = 300\n\
+                 [clients.d]\nkey_env = \"SB_T_RESERVE_D\"\ntokens_per_minute = 1000";
+    let p = metered(&gated, "SB_T_RESERVE", "reserve-key", extra).await;
+    let mut two = chat_body(None, true);
+    two["n"] = json!(2);
+    let (first, left) = tokens_left_after(&p, "reserve-key", &two).await;
+    assert_eq!(first.status(), 200);
+    // Its prompt (a few tokens) and 300 for each of its 2 choices.
+    assert!((380..=400).contains(&left), "left {left}");
+    let (second, _) = tokens_left_after(&p, "reserve-key", &two).await;
+    assert_eq!(second.status(), 429, "the burst passed the budget");
+    // A max_tokens counts for each choice too.
+    let mut capped = chat_body(Some(150), true);
+    capped["n"] = json!(2);
+    let (third, left) = tokens_left_after(&p, "reserve-key", &capped).await;
+    assert_eq!(third.status(), 200);
+    // 300 of what was left (the minute refills some 17 tokens a second meanwhile).
+    assert!((70..=160).contains(&left), "left {left}");
+    // The default (1024) is more than the whole minute: as much of it as fits is reserved,
+    // the request is not refused for it.
+    let (held, left) = tokens_left_after(&p, "default-key", &chat_body(None, true)).await;
+    assert_eq!(held.status(), 200);
+    assert!(left <= 5, "left {left}");
+    let (refused, _) = tokens_left_after(&p, "default-key", &chat_body(None, true)).await;
+    assert_eq!(refused.status(), 429);
+    gated.release();
+    drop((first, third, held));
+}
