@@ -891,3 +891,65 @@ async fn the_status_page_shows_clients_and_a_client_only_its_aliases() {
     );
     assert!(mine.contains("<td>limited</td>") && !mine.contains("<td>ops</td>"));
 }
+
+#[tokio::test]
+async fn a_request_that_never_reached_a_backend_is_charged_no_tokens() {
+    set_key("SB_T_NEVER", "never-key");
+    let mut b = Held::start().await;
+    let s = sim(SimConfig::default()).await;
+    let cfg = r#"
+[backends.b]
+url = "{b}"
+flavor = "openai"
+slots = 1
+queue = 1
+[backends.sim]
+url = "{sim}"
+flavor = "llamacpp"
+slots = 4
+[aliases.a]
+backend = "b"
+[aliases.s]
+backend = "sim"
+upstream_model = "sim-model"
+[clients.n]
+key_env = "SB_T_NEVER"
+tokens_per_day = 100000
+"#;
+    let p = proxy(cfg, &[("b", b.url.clone()), ("sim", s.url())]).await;
+    let k = "never-key";
+    let probe = || async {
+        let (st, h, _) = post(&p, "/v1/chat/completions", k, chat_body("s", 1)).await;
+        assert_eq!(st, 200);
+        tokens_left(&h)
+    };
+    let before = probe().await;
+    settled(&p, "n", 1.0).await;
+    // Prompts of about 1,000 tokens (their bytes over four: alias a has no guard).
+    let long = |marker: &str| format!("{marker} {}", "word ".repeat(800));
+    let first = send(&p, k, &long("first"));
+    let (_, release) = b.next().await;
+    let waiting = send(&p, k, &long("waiting"));
+    queued(&p, 1.0).await;
+    let refused = within("the refusal", send(&p, k, &long("refused")))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429, "the queue is full");
+    // The queued one is cancelled by its client.
+    waiting.abort();
+    queued(&p, 0.0).await;
+    within("the cancel to be recorded", async {
+        let series = r#"switchboard_client_requests_total{client="n",status="429"}"#;
+        while sample(&p.metrics().await, series) < 1.0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let after = probe().await;
+    // Only the first (at the backend still: its prompt and the default 1,024 for its output
+    // reserved) and the probes: the refused and the cancelled prompts are given back.
+    let spent = before - after;
+    assert!((2000..2100).contains(&spent), "spent {spent}");
+    release.send(()).unwrap();
+    assert_eq!(within("the first", first).await.unwrap().status(), 200);
+}

@@ -90,10 +90,16 @@ fn refusal(client: &str, r: Refusal) -> ProxyError {
 }
 
 impl Settle for Charge {
-    /// What it used: the usage reported, else (a stream cut short, an answer without usage)
-    /// its prompt and the tokens seen generated.
-    fn settle(&mut self, usage: Option<Usage>, generated: u64) {
-        let used = usage.map_or(self.prompt + generated, |u| u.prompt + u.completion);
+    /// What it used: nothing when it never went to a backend (refused by a full queue, its
+    /// wait run out, cancelled while it waited: the request still counts as one); else the
+    /// usage reported, else (a stream cut short, an answer without usage) its prompt and the
+    /// tokens seen generated.
+    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool) {
+        let used = match usage {
+            _ if !sent => 0,
+            Some(u) => u.prompt + u.completion,
+            None => self.prompt + generated,
+        };
         let m = &self.caller.state.metrics;
         if let Some(u) = usage {
             m.prompt_tokens.inc_by(u.prompt);
