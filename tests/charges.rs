@@ -194,3 +194,88 @@ async fn a_request_without_max_tokens_reserves_the_default_for_each_choice() {
     gated.release();
     drop((first, third, held));
 }
+
+/// A backend answering every chat with `usage` as it reports it.
+async fn reporting(usage: Value) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let usage = usage.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut buf = Vec::new();
+                while let Some(n) = common::read_request(&mut tcp, &mut buf).await {
+                    buf.drain(..n);
+                    let body = json!({
+                        "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "ok"}}],
+                        "usage": usage,
+                    })
+                    .to_string();
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if tcp.write_all(head.as_bytes()).await.is_err()
+                        || tcp.write_all(body.as_bytes()).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn a_usage_past_what_the_request_could_cost_is_charged_that_cost() {
+    let liar = reporting(
+        json!({"prompt_tokens": 5, "completion_tokens": 1_000_000_000_000u64,
+        "total_tokens": 1_000_000_000_005u64}),
+    )
+    .await;
+    let s = sim(SimConfig::default()).await;
+    std::env::set_var("SB_T_CLAMP", "clamp-key");
+    let cfg = format!(
+        r#"
+[backends.liar]
+url = "{{liar}}"
+flavor = "openai"
+slots = 4
+[backends.b]
+url = "{{b}}"
+flavor = "llamacpp"
+slots = 4
+[aliases.l]
+backend = "liar"
+[aliases.s]
+backend = "b"
+upstream_model = "sim-model"
+[clients.c]
+key_env = "SB_T_CLAMP"
+tokens_per_day = {DAY}
+"#
+    );
+    let p = proxy(&cfg, &[("liar", liar), ("b", s.url())]).await;
+    let mut body = chat_body(Some(50), false);
+    body["model"] = json!("l");
+    let (r, _) = tokens_left_after(&p, "clamp-key", &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["usage"]["completion_tokens"],
+        1_000_000_000_000u64,
+        "the client sees the usage as reported"
+    );
+    until_metric(
+        &p,
+        r#"switchboard_client_requests_total{client="c",status="200"}"#,
+        1.0,
+    )
+    .await;
+    // Charged its prompt (a few tokens) and its 50 at most: no debt, no wait of days.
+    let spent = DAY - left_after_probe(&p, "clamp-key").await;
+    assert!((50..=70).contains(&spent), "spent {spent}");
+}

@@ -98,6 +98,11 @@ impl ClientSpec {
             || self.tokens_per_day.is_some()
     }
 
+    /// Whether it has a token budget (and so its requests' tokens are counted and reserved).
+    pub fn counts_tokens(&self) -> bool {
+        self.tokens_per_minute.is_some() || self.tokens_per_day.is_some()
+    }
+
     pub fn may_use(&self, alias: &str) -> bool {
         self.aliases.as_ref().is_none_or(|a| a.contains(alias))
     }

@@ -30,9 +30,7 @@ pub async fn charge(
     if rec.charge.is_some() {
         return Ok(());
     }
-    let counts_tokens =
-        caller.spec.tokens_per_minute.is_some() || caller.spec.tokens_per_day.is_some();
-    let (prompt, output) = if counts_tokens {
+    let (prompt, output) = if caller.spec.counts_tokens() {
         let adapter = req.adapter;
         let choices = adapter.shaping().is_some_and(|f| f.own.contains(&"n"));
         let asked = crate::wire::request::output_ask(body, adapter.output_limit(), choices)?;
