@@ -167,6 +167,7 @@ fn bench_guard(c: &mut Criterion) {
                     adapter,
                     body,
                     converter: switchboard::wire::Converter::Llamacpp,
+                    who: None,
                 };
                 rt.block_on(guard::check_request(&spec, &client, req))
                     .unwrap()

@@ -707,13 +707,13 @@ async fn a_tokens_per_minute_limit_refuses_before_the_backend_and_counts_down() 
     assert!(h.contains_key("retry-after"));
     assert_eq!(h["anthropic-ratelimit-tokens-limit"], "100");
     assert!(h.contains_key("anthropic-ratelimit-requests-remaining"));
-    // The counting endpoint and the model list carry them too; counting charges nothing.
+    // The counting endpoint and the model list carry them too; a count is one request.
     let (st, h, _) = post(&p, "/v1/messages/count_tokens", k, messages_body("a")).await;
     assert_eq!(st, 200);
     assert_eq!(h["anthropic-ratelimit-tokens-limit"], "100");
-    // 49 left (refilled to 50 on a slow run): the count took no request.
+    // 48 left (refilled to 49 on a slow run): the count took one request, no tokens.
     let left = |v: &reqwest::header::HeaderValue| v.to_str().unwrap().parse::<u64>().unwrap();
-    assert!((49..=50).contains(&left(&h["anthropic-ratelimit-requests-remaining"])));
+    assert!((48..=49).contains(&left(&h["anthropic-ratelimit-requests-remaining"])));
     let r = client()
         .get(p.url("/v1/models"))
         .bearer_auth(k)
@@ -721,7 +721,7 @@ async fn a_tokens_per_minute_limit_refuses_before_the_backend_and_counts_down() 
         .await
         .unwrap();
     assert_eq!(r.headers()["x-ratelimit-limit-requests"], "50");
-    assert!((49..=50).contains(&left(&r.headers()["x-ratelimit-remaining-requests"])));
+    assert!((48..=49).contains(&left(&r.headers()["x-ratelimit-remaining-requests"])));
     let m = p.metrics().await;
     assert_eq!(
         sample(
@@ -979,11 +979,11 @@ async fn a_reload_keeps_counters_and_queued_requests_and_drops_a_removed_key_at_
     let (_, release) = b.next().await;
     release.send(()).unwrap();
     let r = within("the third", third).await.unwrap();
-    // The first request's 10 tokens (its usage) still counted under the raised limit; this
-    // one's prompt reserved.
+    // The first requests' tokens (their usage) still counted under the raised limit; this
+    // one's prompt and the default output (1,024: it sets no max_tokens) reserved.
     assert_eq!(r.headers()["x-ratelimit-limit-tokens"], "2000");
     let left = tokens_left(r.headers());
-    assert!((1970..=1990).contains(&left), "{left}");
+    assert!((946..=966).contains(&left), "{left}");
     // b's key removed: refused on its next request.
     let only_a = "[clients.a]\nkey_env = \"SB_T_RELOAD_A\"\ntokens_per_day = 2000";
     let cfg =
@@ -1198,4 +1198,66 @@ async fn a_context_fallback_the_client_may_not_use_is_no_fallback() {
         "{v}"
     );
     assert_eq!(s.recorder().received(), 1);
+}
+
+#[tokio::test]
+async fn a_request_that_never_reached_a_backend_is_charged_no_tokens() {
+    set_key("SB_T_NEVER", "never-key");
+    let mut b = Held::start().await;
+    let s = sim(SimConfig::default()).await;
+    let cfg = r#"
+[backends.b]
+url = "{b}"
+flavor = "openai"
+slots = 1
+queue = 1
+[backends.sim]
+url = "{sim}"
+flavor = "llamacpp"
+slots = 4
+[aliases.a]
+backend = "b"
+[aliases.s]
+backend = "sim"
+upstream_model = "sim-model"
+[clients.n]
+key_env = "SB_T_NEVER"
+tokens_per_day = 100000
+"#;
+    let p = proxy(cfg, &[("b", b.url.clone()), ("sim", s.url())]).await;
+    let k = "never-key";
+    let probe = || async {
+        let (st, h, _) = post(&p, "/v1/chat/completions", k, chat_body("s", 1)).await;
+        assert_eq!(st, 200);
+        tokens_left(&h)
+    };
+    let before = probe().await;
+    settled(&p, "n", 1.0).await;
+    // Prompts of about 1,000 tokens (their bytes over four: alias a has no guard).
+    let long = |marker: &str| format!("{marker} {}", "word ".repeat(800));
+    let first = send(&p, k, &long("first"));
+    let (_, release) = b.next().await;
+    let waiting = send(&p, k, &long("waiting"));
+    queued(&p, 1.0).await;
+    let refused = within("the refusal", send(&p, k, &long("refused")))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429, "the queue is full");
+    // The queued one is cancelled by its client.
+    waiting.abort();
+    queued(&p, 0.0).await;
+    within("the cancel to be recorded", async {
+        let series = r#"switchboard_client_requests_total{client="n",status="429"}"#;
+        while sample(&p.metrics().await, series) < 1.0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let after = probe().await;
+    // Only the first (at the backend still: its prompt and the default 1,024 for its output
+    // reserved) and the probes: the refused and the cancelled prompts are given back.
+    let spent = before - after;
+    assert!((2000..2100).contains(&spent), "spent {spent}");
+    release.send(()).unwrap();
+    assert_eq!(within("the first", first).await.unwrap().status(), 200);
 }

@@ -30,6 +30,11 @@ async fn llama_sim() -> Sim {
 
 /// Alias `a` counting with the fixtures' Qwen3 tokenizer over `window` tokens.
 async fn qwen_proxy(sim: &Sim, window: u32, server: &str) -> Proxy {
+    qwen_proxy_with(sim, window, server, "").await
+}
+
+/// [`qwen_proxy`], with the `extra` sections (clients) after the alias.
+async fn qwen_proxy_with(sim: &Sim, window: u32, server: &str, extra: &str) -> Proxy {
     let f = conversation_gen::files();
     let toml = format!(
         r#"
@@ -44,6 +49,7 @@ backend = "b"
 upstream_model = "up-model"
 context_window = {window}
 tokenizer = {{ file = {:?}, config = {:?} }}
+{extra}
 "#,
         f.file.display().to_string(),
         f.config.display().to_string()
@@ -243,4 +249,93 @@ async fn requests_the_local_template_cannot_render_are_counted_another_way_and_f
     assert_eq!(v["method"], "local", "{v}");
     assert_eq!(v["count"], 13, "{v}");
     assert_eq!(fallbacks(&p.metrics().await, "template"), 4.0);
+}
+
+/// POST a count of `hello` with `key`, answered in the background: its status.
+fn count_as(p: &Proxy, key: &'static str) -> tokio::task::JoinHandle<u16> {
+    let url = p.url("/v1/messages/count_tokens");
+    tokio::spawn(async move {
+        let r = client()
+            .post(url)
+            .bearer_auth(key)
+            .json(&hello())
+            .send()
+            .await
+            .unwrap();
+        r.status().as_u16()
+    })
+}
+
+/// Clients `a` (key `a-key`) and `b` (key `b-key`), with the `a_limits` of `a`.
+fn two_clients(a_limits: &str) -> String {
+    std::env::set_var("SB_T_COUNT_A", "a-key");
+    std::env::set_var("SB_T_COUNT_B", "b-key");
+    format!(
+        "[clients.a]\nkey_env = \"SB_T_COUNT_A\"\n{a_limits}\n[clients.b]\nkey_env = \"SB_T_COUNT_B\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_count_is_one_of_its_clients_requests_per_minute() {
+    let sim = llama_sim().await;
+    let p = qwen_proxy_with(&sim, 4096, "", &two_clients("requests_per_minute = 2")).await;
+    for _ in 0..2 {
+        assert_eq!(within("a count", count_as(&p, "a-key")).await.unwrap(), 200);
+    }
+    let r = within(
+        "the third count",
+        client()
+            .post(p.url("/v1/messages/count_tokens"))
+            .bearer_auth("a-key")
+            .json(&hello())
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
+    // Another client's counts are its own.
+    assert_eq!(
+        within("b's count", count_as(&p, "b-key")).await.unwrap(),
+        200
+    );
+    let m = p.metrics().await;
+    let refused = r#"switchboard_client_refusals_total{client="a",reason="rate_limit"}"#;
+    assert_eq!(sample(&m, refused), 1.0, "{m}");
+}
+
+#[tokio::test]
+async fn a_client_holding_the_counting_pool_lets_another_client_count_next() {
+    let sim = llama_sim().await;
+    let p = qwen_proxy_with(&sim, 4096, "count_concurrency = 2", &two_clients("")).await;
+    let snap = p.state.live.load_full();
+    let id = |name: &str| {
+        let c = snap.clients.callers().iter().find(|c| c.name() == name);
+        c.unwrap().state.id
+    };
+    // Client a counts twice at once: the whole pool.
+    let gate = snap.count_gate();
+    let first = gate.turn_of(Some(id("a"))).await.unwrap();
+    let _second = gate.turn_of(Some(id("a"))).await.unwrap();
+    // A third count of a waits; then one of b.
+    let a = count_as(&p, "a-key");
+    until_gate(&p, "a's count waiting", |_, waiting| waiting == 1).await;
+    let b = count_as(&p, "b-key");
+    until_gate(&p, "b's count waiting", |_, waiting| waiting == 2).await;
+    // With two clients counting, each may hold one turn: the one a gives back is b's.
+    drop(first);
+    let (a, b) = (std::pin::pin!(a), std::pin::pin!(b));
+    let done = within("a count to end", futures_util::future::select(b, a)).await;
+    let futures_util::future::Either::Left((status, a)) = done else {
+        panic!("a's third count went before b's first");
+    };
+    assert_eq!(status.unwrap(), 200);
+    // b is done counting: a's part is the whole pool again.
+    assert_eq!(within("a's count", a).await.unwrap(), 200);
+    until_gate(&p, "the gate left as held", |running, waiting| {
+        running == 1 && waiting == 0
+    })
+    .await;
 }

@@ -454,7 +454,13 @@ async fn counting_endpoints() {
     let at = |path| switchboard::wire::Endpoint::from_path(path).adapter();
     let llamacpp = switchboard::wire::Converter::Llamacpp;
     let chat = body_of("system_user");
-    let (v, fallback) = guard::count_response(&s, &client, at("/tokenize"), &chat, llamacpp)
+    let req = |adapter, body| guard::Counted {
+        adapter,
+        body,
+        converter: llamacpp,
+        who: None,
+    };
+    let (v, fallback) = guard::count_response(&s, &client, req(at("/tokenize"), &chat))
         .await
         .unwrap();
     assert_eq!(fallback, None);
@@ -469,7 +475,7 @@ async fn counting_endpoints() {
     });
     let body = serde_json::to_vec(&anthropic).unwrap();
     let messages = at("/v1/messages/count_tokens");
-    let (v, _) = guard::count_response(&s, &client, messages, &body, llamacpp)
+    let (v, _) = guard::count_response(&s, &client, req(messages, &body))
         .await
         .unwrap();
     assert_eq!(v, json!({"input_tokens": 23}));

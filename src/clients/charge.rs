@@ -17,6 +17,8 @@ pub struct Charge {
     caller: Caller,
     reserved: u64,
     prompt: u64,
+    /// The most it may be charged when its tokens count (its prompt and output reserved).
+    most: Option<u64>,
     /// Its place among the client's requests in flight in the shared store, if any.
     _place: Option<crate::shared::lease::Lease>,
 }
@@ -32,6 +34,7 @@ impl Charge {
             caller: caller.clone(),
             reserved: 0,
             prompt,
+            most: spec.counts_tokens().then_some(prompt + output),
             _place: None,
         };
         state.metrics.inflight.inc();
@@ -90,10 +93,22 @@ fn refusal(client: &str, r: Refusal) -> ProxyError {
 }
 
 impl Settle for Charge {
-    /// What it used: the usage reported, else (a stream cut short, an answer without usage)
-    /// its prompt and the tokens seen generated.
-    fn settle(&mut self, usage: Option<Usage>, generated: u64) {
-        let used = usage.map_or(self.prompt + generated, |u| u.prompt + u.completion);
+    /// What it used: nothing when it never went to a backend (refused by a full queue, its
+    /// wait run out, cancelled while it waited: the request still counts as one); else the
+    /// usage reported, else (a stream cut short, an answer without usage) its prompt and the
+    /// tokens seen generated. A usage is believed up to what the request could cost: its
+    /// prompt and output reserved, or its prompt and the tokens relayed, whichever is more.
+    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool) {
+        let seen = self.prompt + generated;
+        let used = match usage {
+            _ if !sent => 0,
+            Some(u) => {
+                let reported = u.prompt.saturating_add(u.completion);
+                self.most
+                    .map_or(reported, |most| reported.min(most.max(seen)))
+            }
+            None => seen,
+        };
         let m = &self.caller.state.metrics;
         if let Some(u) = usage {
             m.prompt_tokens.inc_by(u.prompt);

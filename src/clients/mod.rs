@@ -173,6 +173,7 @@ impl Registry {
                 requests_per_minute: None,
                 tokens_per_minute: None,
                 tokens_per_day: None,
+                reserve_output_tokens: 0,
             })
         });
         let specs = anonymous

@@ -24,6 +24,7 @@ pub struct RawClient {
     pub requests_per_minute: Option<u32>,
     pub tokens_per_minute: Option<u64>,
     pub tokens_per_day: Option<u64>,
+    pub reserve_output_tokens: Option<u32>,
 }
 
 /// `[priority.CLASS]` as written.
@@ -81,7 +82,13 @@ pub struct ClientSpec {
     pub requests_per_minute: Option<NonZeroU32>,
     pub tokens_per_minute: Option<NonZeroU64>,
     pub tokens_per_day: Option<NonZeroU64>,
+    /// The output reserved for each choice of a request that sets no output limit (and whose
+    /// alias sets none either); `0`: none.
+    pub reserve_output_tokens: u32,
 }
+
+/// `clients.NAME.reserve_output_tokens` unset.
+pub const DEFAULT_RESERVE_OUTPUT_TOKENS: u32 = 1024;
 
 impl ClientSpec {
     /// Whether it has any limit (and so gets the rate-limit headers).
@@ -90,6 +97,11 @@ impl ClientSpec {
             || self.requests_per_minute.is_some()
             || self.tokens_per_minute.is_some()
             || self.tokens_per_day.is_some()
+    }
+
+    /// Whether it has a token budget (and so its requests' tokens are counted and reserved).
+    pub fn counts_tokens(&self) -> bool {
+        self.tokens_per_minute.is_some() || self.tokens_per_day.is_some()
     }
 
     pub fn may_use(&self, alias: &str) -> bool {
@@ -244,6 +256,9 @@ fn client(
         requests_per_minute: nz32("requests_per_minute", c.requests_per_minute, errs),
         tokens_per_minute: nz64("tokens_per_minute", c.tokens_per_minute, errs),
         tokens_per_day: nz64("tokens_per_day", c.tokens_per_day, errs),
+        reserve_output_tokens: c
+            .reserve_output_tokens
+            .unwrap_or(DEFAULT_RESERVE_OUTPUT_TOKENS),
         name,
         keys,
         aliases: allowed,

@@ -18,6 +18,8 @@ pub struct Counted<'a> {
     pub adapter: &'a dyn Adapter,
     pub body: &'a [u8],
     pub converter: Converter,
+    /// The client it comes from (its part of the count gate's turns), if any.
+    pub who: Option<u64>,
 }
 
 /// Bound first, exact count of the chat form only when the bound cannot clear.
@@ -36,7 +38,7 @@ pub async fn check_counted(
     req: Counted<'_>,
 ) -> Result<Checked, ProxyError> {
     if req.adapter.speaks_chat() {
-        return check_chat(spec, client, req.body).await;
+        return check_chat(spec, client, req.body, req.who).await;
     }
     let output = req.adapter.requested_output(req.body)?;
     if fits(raw_bound(req.body, &spec.media), output, spec.window) {
@@ -57,6 +59,7 @@ pub async fn check_counted(
             client,
             bytes::Bytes::from(chat.into_owned()),
             Use::Guard,
+            req.who,
         )
         .await?,
     )

@@ -30,15 +30,17 @@ pub struct Count {
     pub fallback: Option<Fallback>,
 }
 
-/// The prompt tokens of `chat` (a chat body, `model` rewritten) as `spec` counts them.
+/// The prompt tokens of `chat` (a chat body, `model` rewritten) as `spec` counts them, in a
+/// turn of the gate within the part of client `who` (if any).
 pub async fn count(
     spec: &GuardSpec,
     client: &dyn crate::tokens::backend::Transport,
     chat: Bytes,
     used: Use,
+    who: Option<u64>,
 ) -> Result<Count, ProxyError> {
     let counter = &spec.counter;
-    let failed = match spec.gate.turn().await {
+    let failed = match spec.gate.turn_of(who).await {
         Ok(turn) => {
             let limit = spec.gate.config().limit_bytes;
             let got = counter

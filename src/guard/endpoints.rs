@@ -6,27 +6,27 @@
 
 use serde_json::Value;
 
+use super::api::Counted;
 use super::count::{count, Use};
 use super::GuardSpec;
 use crate::error::ProxyError;
 use crate::tokens::Fallback;
-use crate::wire::{Adapter, Converter};
 
-/// The count of `body` (a request of `adapter`'s API) as `adapter`'s counting endpoint
+/// The count of `req` (a request of its adapter's API) as that API's counting endpoint
 /// answers it, and the fallback the count took.
 pub async fn count_response(
     spec: &GuardSpec,
     client: &dyn crate::tokens::backend::Transport,
-    adapter: &dyn Adapter,
-    body: &[u8],
-    converter: Converter,
+    req: Counted<'_>,
 ) -> Result<(Value, Option<Fallback>), ProxyError> {
-    let chat = adapter.to_chat(body, converter)?;
+    let adapter = req.adapter;
+    let chat = adapter.to_chat(req.body, req.converter)?;
     let c = count(
         spec,
         client,
         bytes::Bytes::from(chat.into_owned()),
         Use::Endpoint,
+        req.who,
     )
     .await?;
     let value = adapter.count_answer(c.tokens, spec.window, c.method.as_str());

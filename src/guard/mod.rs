@@ -150,14 +150,17 @@ pub async fn check(
     client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
 ) -> Result<Verdict, ProxyError> {
-    check_chat(spec, client, body).await.map(|c| c.verdict)
+    check_chat(spec, client, body, None)
+        .await
+        .map(|c| c.verdict)
 }
 
-/// [`check`], with the fallback the count took.
+/// [`check`], with the fallback the count took; `who`: the client asking, if any.
 pub(crate) async fn check_chat(
     spec: &GuardSpec,
     client: &dyn crate::tokens::backend::Transport,
     body: &[u8],
+    who: Option<u64>,
 ) -> Result<Checked, ProxyError> {
     let view = PromptView::parse(body).map_err(view_error)?;
     let output = view.requested_output();
@@ -174,7 +177,7 @@ pub(crate) async fn check_chat(
     counted(
         spec,
         output,
-        count::count(spec, client, chat, count::Use::Guard).await?,
+        count::count(spec, client, chat, count::Use::Guard, who).await?,
     )
 }
 

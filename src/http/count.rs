@@ -2,7 +2,8 @@
 //! `POST /tokenize` (vLLM's shape), `POST /v1/messages/count_tokens` (Anthropic's),
 //! `POST /v1/responses/input_tokens` (OpenAI's): the exact count for the alias, or the
 //! backend's own answer where the alias counts with the backend and the backend has the
-//! endpoint itself.
+//! endpoint itself. A count is one request of its client's limits, and takes its turn at
+//! the count gate within the client's part of `server.count_concurrency`.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -11,9 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::intake::{identify, request_id, respond, routed_body};
+use crate::clients::charge::Charge;
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::guard::{self, GuardSpec};
+use crate::guard::{self, Counted, GuardSpec};
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::pipeline::{resolve, Incoming};
@@ -47,6 +49,10 @@ pub async fn answer(
             caller,
         };
         let routed = resolve(&snap, &mut ex, &req)?;
+        if let Some(c) = &req.caller {
+            // One request of the client's limits (no tokens: a count generates none).
+            ex.charge = Some(Box::new(Charge::admit(c, 0, 0).await?));
+        }
         let alias = &routed.route.alias;
         let spec: &GuardSpec = snap.guard(&alias.name).ok_or_else(|| {
             ProxyError::InvalidRequest(format!(
@@ -64,9 +70,13 @@ pub async fn answer(
         if let Some(path) = native.filter(|_| spec.counter.kind() == Method::Backend) {
             return forward(&state, &snap, alias, path, req.headers, body).await;
         }
-        let converter = alias.backend.counting(adapter);
-        let (value, fallback) =
-            guard::count_response(spec, &state.client, adapter, &body, converter).await?;
+        let counted = Counted {
+            adapter,
+            body: &body,
+            converter: alias.backend.counting(adapter),
+            who: req.caller.as_ref().map(|c| c.state.id),
+        };
+        let (value, fallback) = guard::count_response(spec, &state.client, counted).await?;
         if let Some(reason) = fallback {
             snap.metrics(Some(&alias.name))
                 .count_fallback(reason.into());

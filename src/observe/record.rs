@@ -13,9 +13,10 @@ use crate::wire::usage::Usage;
 use crate::wire::{Endpoint, Seen};
 
 /// A client's charge for the request, settled once as the record ends: from the usage the
-/// backend reported, else from the tokens seen generated.
+/// backend reported, else from the tokens seen generated; `sent`: the request went to a
+/// backend (a request refused or cancelled before that used nothing).
 pub trait Settle: Send + Sync + std::fmt::Debug {
-    fn settle(&mut self, usage: Option<Usage>, generated: u64);
+    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool);
 }
 
 /// A counter that learns from the prompt tokens the backend reports (an estimating one), fed
@@ -260,7 +261,7 @@ impl Drop for Record {
     fn drop(&mut self) {
         if self.armed {
             if let Some(mut c) = self.charge.take() {
-                c.settle(self.usage, self.generated);
+                c.settle(self.usage, self.generated, self.sent_at.is_some());
             }
             if let Some(t) = self.trace.take() {
                 t.finish(&End {

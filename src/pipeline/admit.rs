@@ -69,6 +69,7 @@ pub async fn guard(
         adapter,
         body: &body.body,
         converter: alias.backend.counting(adapter),
+        who: req.caller.as_ref().map(|c| c.state.id),
     };
     let checked = guard::check_counted(spec, &state.client, counted).await?;
     if let Some(reason) = checked.fallback {

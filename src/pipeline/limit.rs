@@ -1,12 +1,13 @@
 //! Limit: a client's request admitted against its limits before any byte reaches a backend —
 //! its place among its requests in flight, one request, and its prompt (the guard's count:
-//! exact with a local or backend counter, the estimate otherwise) and `max_tokens` reserved.
+//! exact with a local or backend counter, the estimate otherwise) and its output reserved
+//! (`max_tokens`, else the client's `reserve_output_tokens`, times `n`).
 
 use std::borrow::Cow;
 
 use super::Incoming;
 use crate::clients::charge::Charge;
-use crate::config::Alias;
+use crate::config::{Alias, ClientSpec};
 use crate::error::ProxyError;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
@@ -29,21 +30,42 @@ pub async fn charge(
     if rec.charge.is_some() {
         return Ok(());
     }
-    let counts_tokens =
-        caller.spec.tokens_per_minute.is_some() || caller.spec.tokens_per_day.is_some();
-    let (prompt, output) = if counts_tokens {
+    let (prompt, output) = if caller.spec.counts_tokens() {
         let adapter = req.adapter;
-        let output = adapter.requested_output(body)?.map_or(0, u64::from);
+        let choices = adapter.shaping().is_some_and(|f| f.own.contains(&"n"));
+        let asked = crate::wire::request::output_ask(body, adapter.output_limit(), choices)?;
         let prompt = match counted {
             Some(n) => u64::from(n),
             None => prompt_tokens(state, snap, req, alias, body).await?,
         };
-        (prompt, output)
+        (prompt, reservation(&caller.spec, asked, prompt))
     } else {
         (0, 0)
     };
     rec.charge = Some(Box::new(Charge::admit(caller, prompt, output).await?));
     Ok(())
+}
+
+/// The output reserved for a request asking `asked` (its output limit, its choices) of a
+/// client: its limit times its choices; without a limit (its alias sets none either), the
+/// client's `reserve_output_tokens` for each choice, as much of it as leaves the request
+/// within the client's smallest token budget (a default never makes a request never fit).
+fn reservation(spec: &ClientSpec, asked: (Option<u32>, u32), prompt: u64) -> u64 {
+    let (limit, choices) = asked;
+    let choices = u64::from(choices);
+    match limit {
+        Some(each) => u64::from(each) * choices,
+        None => {
+            let budget = [spec.tokens_per_minute, spec.tokens_per_day]
+                .into_iter()
+                .flatten()
+                .map(|b| b.get())
+                .min()
+                .unwrap_or(u64::MAX);
+            let wanted = u64::from(spec.reserve_output_tokens) * choices;
+            wanted.min(budget.saturating_sub(prompt))
+        }
+    }
 }
 
 /// The prompt's tokens as the alias's guard counts them (in the chat form its backend

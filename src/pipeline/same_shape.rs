@@ -27,6 +27,8 @@ pub(crate) struct LastShape {
     tail: Vec<u8>,
     /// The transform left the remembered event unchanged, and its verdict follows the keys.
     kept: bool,
+    /// The remembered event with its text emptied has a token (another key's).
+    token_besides: bool,
 }
 
 impl LastShape {
@@ -46,9 +48,16 @@ impl LastShape {
             .then_some(self.kept)
     }
 
+    /// Whether `data`, which [`LastShape::matches`] took, has a token: text in its text
+    /// key's string, or a token the remembered event has besides.
+    pub(crate) fn has_token(&self, data: &[u8]) -> bool {
+        self.token_besides || data.len() > self.head.len() + self.tail.len()
+    }
+
     /// Remember `data`, read in full and found to have no error, no usage and no escaped
-    /// word character, by the string value of its first text key (none: forget).
-    pub(crate) fn remember(&mut self, data: &[u8], kept: bool) {
+    /// word character, by the string value of its first text key (none: forget). `token`
+    /// says whether such data (`data` with its text emptied) has a token.
+    pub(crate) fn remember(&mut self, data: &[u8], kept: bool, token: impl FnOnce(&[u8]) -> bool) {
         self.head.clear();
         self.tail.clear();
         let Some((start, end)) = text_span(data) else {
@@ -57,6 +66,11 @@ impl LastShape {
         self.head.extend_from_slice(&data[..start]);
         self.tail.extend_from_slice(&data[end..]);
         self.kept = kept;
+        self.token_besides = if start == end {
+            token(data)
+        } else {
+            token(&[&self.head[..], &self.tail[..]].concat())
+        };
     }
 
     pub(crate) fn forget(&mut self) {
@@ -89,7 +103,7 @@ mod tests {
         let first =
             br#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
         assert_eq!(last.matches(first), None);
-        last.remember(first, true);
+        last.remember(first, true, |_| false);
         assert_eq!(last.matches(first), Some(true));
         let other = br#"{"id":"c","choices":[{"index":0,"delta":{"content":" there, and more"},"finish_reason":null}]}"#;
         assert_eq!(last.matches(other), Some(true));
@@ -108,18 +122,26 @@ mod tests {
     #[test]
     fn an_event_without_plain_text_is_not_remembered() {
         let mut last = LastShape::default();
-        last.remember(br#"{"choices":[{"delta":{"content":"a\"b"}}]}"#, true);
+        last.remember(
+            br#"{"choices":[{"delta":{"content":"a\"b"}}]}"#,
+            true,
+            |_| false,
+        );
         assert_eq!(
             last.matches(br#"{"choices":[{"delta":{"content":"a\"b"}}]}"#),
             None
         );
-        last.remember(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#, true);
+        last.remember(
+            br#"{"choices":[{"delta":{"role":"assistant"}}]}"#,
+            true,
+            |_| false,
+        );
         assert_eq!(
             last.matches(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
             None
         );
         // A key spelled inside a string is not a key.
-        last.remember(br#"{"a":"\"content\":\"x\""}"#, true);
+        last.remember(br#"{"a":"\"content\":\"x\""}"#, true, |_| false);
         assert_eq!(last.matches(br#"{"a":"\"content\":\"y\""}"#), None);
     }
 }

@@ -6,11 +6,13 @@
 //! relays nor hold memory without bound. Waiting is async: a worker runtime serves its other
 //! connections meanwhile.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::CountError;
 use crate::config::GateConfig;
@@ -20,6 +22,8 @@ use crate::config::GateConfig;
 pub struct CountGate {
     config: GateConfig,
     turns: Arc<Semaphore>,
+    /// Who is counting: each client's part of the turns.
+    shares: Arc<Shares>,
     running: Gauge,
     waiting: Gauge,
 }
@@ -28,7 +32,84 @@ pub struct CountGate {
 #[derive(Debug)]
 pub struct Turn {
     _permit: OwnedSemaphorePermit,
+    _claim: Option<Claim>,
     running: Gauge,
+}
+
+/// The clients counting now: of each, the turns it holds or waits a permit for (its claims)
+/// and its counts waiting to claim one. With `k` of them, a client claims at most
+/// `ceil(concurrency / k)` turns (at least one), so one client's many counts leave the
+/// others their part.
+#[derive(Debug, Default)]
+struct Shares {
+    clients: Mutex<HashMap<u64, (usize, usize)>>,
+    /// A claim was given back (or a client stopped asking): the parts may have grown.
+    freed: Notify,
+}
+
+impl Shares {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<u64, (usize, usize)>) -> T) -> T {
+        f(&mut self.clients.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// One more count of `who` asks for a turn.
+    fn ask(&self, who: u64) {
+        self.with(|c| c.entry(who).or_default().1 += 1);
+    }
+
+    /// One count of `who` no longer asks (it claimed a turn, or gave up).
+    fn unask(&self, who: u64) {
+        self.with(|c| Self::less(c, who, |e| e.1 -= 1));
+        self.freed.notify_waiters();
+    }
+
+    /// A claim of `who`, when it holds fewer than its part of `concurrency` turns.
+    fn claim(&self, who: u64, concurrency: usize) -> bool {
+        self.with(|c| {
+            let part = concurrency.div_ceil(c.len().max(1)).max(1);
+            let e = c.entry(who).or_default();
+            let fits = e.0 < part;
+            e.0 += usize::from(fits);
+            fits
+        })
+    }
+
+    fn release(&self, who: u64) {
+        self.with(|c| Self::less(c, who, |e| e.0 -= 1));
+        self.freed.notify_waiters();
+    }
+
+    /// `who`'s entry changed by `f`, removed once it neither claims nor asks.
+    fn less(c: &mut HashMap<u64, (usize, usize)>, who: u64, f: impl FnOnce(&mut (usize, usize))) {
+        if let Some(e) = c.get_mut(&who) {
+            f(e);
+            if *e == (0, 0) {
+                c.remove(&who);
+            }
+        }
+    }
+}
+
+/// A client's claim on one turn, given back when dropped.
+#[derive(Debug)]
+struct Claim {
+    shares: Arc<Shares>,
+    who: u64,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.shares.release(self.who);
+    }
+}
+
+/// A count of a client asking for a turn, until it claims one or gives up.
+struct Asking<'a>(&'a Shares, u64);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.unask(self.1);
+    }
 }
 
 impl Drop for Turn {
@@ -51,6 +132,7 @@ impl CountGate {
     pub fn new(config: GateConfig, running: Gauge, waiting: Gauge) -> CountGate {
         CountGate {
             turns: Arc::new(Semaphore::new(config.concurrency.max(1))),
+            shares: Arc::default(),
             config,
             running,
             waiting,
@@ -84,28 +166,78 @@ impl CountGate {
     /// A turn to count, at once or after a wait of at most the configured time; `Busy` when
     /// none came in that time.
     pub async fn turn(&self) -> Result<Turn, CountError> {
+        self.turn_of(None).await
+    }
+
+    /// A turn to count for client `who` (`None`: no client, no part to keep to), within its
+    /// part of the turns while others count too: first its claim, then a free turn, both
+    /// within the configured wait.
+    pub async fn turn_of(&self, who: Option<u64>) -> Result<Turn, CountError> {
+        let deadline = Instant::now() + self.config.wait;
+        let mut waiting = None;
+        let claim = match who {
+            Some(who) => Some(self.claim(who, deadline, &mut waiting).await?),
+            None => None,
+        };
         let turns = Arc::clone(&self.turns);
         let permit = match turns.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                self.waiting.inc();
-                let _waiting = Waiting(self.waiting.clone());
-                match tokio::time::timeout(self.config.wait, turns.acquire_owned()).await {
+                self.wait(&mut waiting);
+                match tokio::time::timeout_at(deadline, turns.acquire_owned()).await {
                     Ok(Ok(p)) => p,
-                    Ok(Err(_)) | Err(_) => {
-                        return Err(CountError::Busy {
-                            running: self.config.concurrency,
-                            waited: self.config.wait,
-                        })
-                    }
+                    Ok(Err(_)) | Err(_) => return Err(self.busy()),
                 }
             }
         };
         self.running.inc();
         Ok(Turn {
             _permit: permit,
+            _claim: claim,
             running: self.running.clone(),
         })
+    }
+
+    /// `who`'s claim on a turn, waiting (until `deadline`) while it holds its part.
+    async fn claim(
+        &self,
+        who: u64,
+        deadline: Instant,
+        waiting: &mut Option<Waiting>,
+    ) -> Result<Claim, CountError> {
+        let shares = &self.shares;
+        shares.ask(who);
+        let _asking = Asking(shares, who);
+        loop {
+            let freed = shares.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if shares.claim(who, self.config.concurrency) {
+                return Ok(Claim {
+                    shares: Arc::clone(shares),
+                    who,
+                });
+            }
+            self.wait(waiting);
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(self.busy());
+            }
+        }
+    }
+
+    /// Counted among the waiting (once) until `waiting` is dropped.
+    fn wait(&self, waiting: &mut Option<Waiting>) {
+        if waiting.is_none() {
+            self.waiting.inc();
+            *waiting = Some(Waiting(self.waiting.clone()));
+        }
+    }
+
+    fn busy(&self) -> CountError {
+        CountError::Busy {
+            running: self.config.concurrency,
+            waited: self.config.wait,
+        }
     }
 }
 

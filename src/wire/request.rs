@@ -164,7 +164,15 @@ fn top_level<'a>(body: &'a [u8], keys: &[&str]) -> Result<Vec<Option<&'a RawValu
 /// The first of the token limits `keys` that `body` sets (a non-negative integer; `null` is
 /// unset).
 pub fn output_limit(body: &[u8], keys: &[&'static str]) -> Result<Option<u32>, ProxyError> {
-    for (key, raw) in keys.iter().zip(top_level(body, keys)?) {
+    first_limit(keys, top_level(body, keys)?)
+}
+
+/// The first of the token limits `keys` whose values (as found) are set.
+fn first_limit(
+    keys: &[&'static str],
+    found: Vec<Option<&RawValue>>,
+) -> Result<Option<u32>, ProxyError> {
+    for (key, raw) in keys.iter().zip(found) {
         match crate::json_scan::token_limit(raw) {
             Ok(Some(n)) => return Ok(Some(n)),
             Ok(None) => {}
@@ -177,6 +185,27 @@ pub fn output_limit(body: &[u8], keys: &[&'static str]) -> Result<Option<u32>, P
         }
     }
     Ok(None)
+}
+
+/// What `body` asks room for: the first of the token limits `keys` it sets, and, when
+/// `choices`, how many choices it asks for (`n`: 1 when unset or not a positive integer).
+pub fn output_ask(
+    body: &[u8],
+    keys: &[&'static str],
+    choices: bool,
+) -> Result<(Option<u32>, u32), ProxyError> {
+    if !choices {
+        return Ok((output_limit(body, keys)?, 1));
+    }
+    let mut read: Vec<&str> = keys.to_vec();
+    read.push("n");
+    let mut found = top_level(body, &read)?;
+    let n = found
+        .pop()
+        .flatten()
+        .and_then(|raw| raw.get().parse::<u32>().ok())
+        .map_or(1, |n| n.max(1));
+    Ok((first_limit(keys, found)?, n))
 }
 
 /// Every one of the limits `keys` that `body` sets, rewritten to `value`; every other byte

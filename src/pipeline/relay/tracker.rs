@@ -31,14 +31,14 @@ impl Drop for Tracker {
 }
 
 impl Tracker {
-    /// First and last token times of one event's data.
-    fn track(&mut self, data: &EventReadings<'_>, now: Instant) {
+    /// First and last token times of one event's data; `token`: it has one.
+    fn track(&mut self, token: bool, data: &EventReadings<'_>, now: Instant) {
         if self.ex.first_content.is_some() {
             // Both first times are known: every later event only moves the last one.
             self.ex.last_token = Some(now);
             return;
         }
-        if data.has_token() {
+        if token {
             self.ex.first_token.get_or_insert(now);
             self.ex.last_token = Some(now);
             if self.ex.first_content.is_none() && data.has_content() {
@@ -66,7 +66,7 @@ impl Tracker {
                     self.ex.first_content.get_or_insert(now);
                     self.ex.last_token = Some(now);
                 }
-                self.track(&readings, now);
+                self.counted(&readings, now);
                 if readings.may_have_usage() {
                     if let Some((usage, _)) = crate::wire::usage::of_event(data) {
                         self.ex.usage = Some(usage);
@@ -87,7 +87,9 @@ impl Tracker {
             };
         }
         if let Some(kept) = self.last.matches(data) {
-            // The readings of the last event hold: no error, no usage object, no escape.
+            // The readings of the last event hold: no error, no usage object, no escape, and
+            // a token when its text is not empty (or the last had one besides its text).
+            self.ex.generated += u64::from(self.last.has_token(data));
             self.track_text(data, now);
             return if kept {
                 Action::Keep
@@ -101,7 +103,7 @@ impl Tracker {
             self.ex.error = Some("error event from backend".into());
             return Action::Keep;
         }
-        self.track(&readings, now);
+        self.counted(&readings, now);
         if readings.may_have_usage() {
             self.last.forget();
             if let Some((usage, usage_only)) = crate::wire::usage::of_event(data) {
@@ -117,19 +119,30 @@ impl Tracker {
         }
         let (action, kept) = self.transform(data);
         if readings.searched() {
-            self.last.remember(data, kept);
+            self.last
+                .remember(data, kept, |d| EventReadings::new(d).has_token());
         } else {
             self.last.forget();
         }
         action
     }
 
-    /// First and last token times of an event shaped as the last one.
+    /// An event read in full: its token counted (what a stream that ends without usage is
+    /// charged: one a content, reasoning or tool-call delta), its times tracked.
+    fn counted(&mut self, data: &EventReadings<'_>, now: Instant) {
+        let token = data.has_token();
+        self.ex.generated += u64::from(token);
+        self.track(token, data, now);
+    }
+
+    /// First and last token times of an event shaped as the last one (its token counted by
+    /// the caller).
     fn track_text(&mut self, data: &[u8], now: Instant) {
         if self.ex.first_content.is_some() {
             self.ex.last_token = Some(now);
         } else {
-            self.track(&EventReadings::new(data), now);
+            let readings = EventReadings::new(data);
+            self.track(readings.has_token(), &readings, now);
         }
     }
 
@@ -277,6 +290,7 @@ mod tests {
                     prop_assert_eq!(shaped.ex.first_token, full.ex.first_token);
                     prop_assert_eq!(shaped.ex.first_content, full.ex.first_content);
                     prop_assert_eq!(shaped.ex.last_token, full.ex.last_token);
+                    prop_assert_eq!(shaped.ex.generated, full.ex.generated);
                 }
             }
         }
