@@ -264,7 +264,7 @@ pub fn count_error(e: CountError) -> ProxyError {
         CountError::Invalid(_)
         | CountError::Refused(_)
         | CountError::Template(_)
-        | CountError::Budget
+        | CountError::Budget(_)
         | CountError::Tokenizer(_) => ProxyError::InvalidRequest(e.to_string()),
         CountError::TooLarge { bytes, limit } => ProxyError::CountTooLarge { bytes, limit },
         CountError::Busy { running, waited } => ProxyError::CountBusy { running, waited },

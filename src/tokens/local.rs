@@ -23,7 +23,7 @@ use super::chunk::{self, Chunker};
 use super::json::{JMap, J};
 use super::preprocess::{prepare, Media, Post};
 use super::special::{Piece, Specials};
-use super::template::{ChatTemplate, FloatStyle};
+use super::template::{ChatTemplate, FloatStyle, RenderError};
 use super::{saturate, CountError};
 use crate::config::{MediaCosts, TokenizerFiles};
 use crate::flavor::Flavor;
@@ -116,14 +116,10 @@ impl LocalCounter {
         let render = |vars: JMap| {
             self.template
                 .render(Arc::new(vars), prep.tool_use)
-                .map_err(|e| {
-                    if super::template::raised(&e) {
-                        CountError::Refused(e.to_string())
-                    } else if super::template::out_of_fuel(&e) {
-                        CountError::Budget
-                    } else {
-                        CountError::Template(e.to_string())
-                    }
+                .map_err(|e| match e {
+                    RenderError::Budget(budget) => CountError::Budget(budget),
+                    e if e.raised() => CountError::Refused(e.to_string()),
+                    e => CountError::Template(e.to_string()),
                 })
         };
         let prompt = match prep.post {

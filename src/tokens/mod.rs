@@ -69,12 +69,9 @@ pub enum CountError {
     /// backend's engine may not: the request is counted another way (see [`Fallback`]).
     #[error("chat template failed: {0}")]
     Template(String),
-    /// The template took more than its steps ([`template::RENDER_FUEL`]) on this request.
-    #[error(
-        "the chat template exceeded its render budget ({} steps) on this request",
-        template::RENDER_FUEL
-    )]
-    Budget,
+    /// The render went past its steps, output or time ([`template::Budget`]) on this request.
+    #[error("the chat template exceeded its render budget ({0}) on this request")]
+    Budget(template::Budget),
     /// More text not counted yet than `server.count_limit_bytes` allows.
     #[error("the request has {bytes} bytes of prompt text to count, more than server.count_limit_bytes ({limit})")]
     TooLarge { bytes: usize, limit: usize },

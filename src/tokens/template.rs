@@ -1,6 +1,7 @@
 //! The chat template of `tokenizer_config.json`, compiled once and rendered as the backend's Jinja does.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use minijinja::value::{from_args, Kwargs, Rest, Value};
 use minijinja::{Environment, Error, ErrorKind};
@@ -26,6 +27,8 @@ pub struct Caps {
 /// A compiled chat template with the tokenizer's special tokens as template variables.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The steps a render may take (the environment's fuel).
+    fuel: u64,
     has_tool_use: bool,
     /// Whether the template looks like gpt-oss's (llama.cpp keeps `developer` for it).
     pub harmony: bool,
@@ -46,10 +49,108 @@ pub const PROBE_FUEL: u64 = 1_000_000;
 /// Template steps one request's render may take. Qwen3's template takes about 70 steps a
 /// message, so this is over 100,000 messages; a render that needs more is refused, not run on.
 pub const RENDER_FUEL: u64 = 10_000_000;
+/// Bytes of prompt one render may write: twice the largest body `server.body_limit_bytes`
+/// allows by default, since a template writes each message's text once (unescaped, so no
+/// longer than its JSON) and `tojson` at most doubles a tool's schema.
+pub const RENDER_MAX_BYTES: usize = 128 << 20;
+/// Wall time one render may take, checked at each piece of output it writes: a step can be
+/// costly (`"x" * 100000000` is one), so steps alone do not bound the time.
+pub const RENDER_TIME: Duration = Duration::from_secs(5);
 
-/// Whether a render error is the template running out of its steps ([`RENDER_FUEL`]).
-pub fn out_of_fuel(e: &Error) -> bool {
-    e.kind() == ErrorKind::OutOfFuel
+/// Which of its bounds a render went past.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// More than its steps ([`PROBE_FUEL`] at load, [`RENDER_FUEL`] for a request).
+    Steps(u64),
+    /// More output than [`RENDER_MAX_BYTES`].
+    Bytes,
+    /// Longer than [`RENDER_TIME`].
+    Time,
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Budget::Steps(n) => write!(f, "{n} steps"),
+            Budget::Bytes => write!(f, "{} MiB of output", RENDER_MAX_BYTES >> 20),
+            Budget::Time => write!(f, "{} s", RENDER_TIME.as_secs()),
+        }
+    }
+}
+
+/// Which bound a render error is the template going past, if it is one.
+fn over(e: &Error, fuel: u64) -> Option<Budget> {
+    if e.kind() == ErrorKind::OutOfFuel {
+        return Some(Budget::Steps(fuel));
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        // `io::Error::source` skips the error it carries, so that is looked at here.
+        let carried = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        if let Some(over) = carried.and_then(|e| e.downcast_ref::<Over>()) {
+            return Some(over.0);
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// The error [`Bounded`] stops a render with.
+#[derive(Debug, thiserror::Error)]
+#[error("the render went past {0}")]
+struct Over(Budget);
+
+/// The render's output, refusing a write past [`RENDER_MAX_BYTES`] or its deadline.
+struct Bounded {
+    out: Vec<u8>,
+    deadline: Instant,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let over = if self.out.len() + buf.len() > RENDER_MAX_BYTES {
+            Budget::Bytes
+        } else if Instant::now() >= self.deadline {
+            Budget::Time
+        } else {
+            self.out.extend_from_slice(buf);
+            return Ok(buf.len());
+        };
+        Err(std::io::Error::other(Over(over)))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Why a render failed.
+#[derive(Debug)]
+pub enum RenderError {
+    /// It went past one of its bounds.
+    Budget(Budget),
+    /// The template's own `raise_exception`, or an error of the template engine.
+    Template(Error),
+}
+
+impl RenderError {
+    /// Whether the template refused the request with its own `raise_exception`.
+    pub fn raised(&self) -> bool {
+        matches!(self, RenderError::Template(e) if raised(e))
+    }
+}
+
+impl std::fmt::Display for RenderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RenderError::Budget(b) => {
+                write!(f, "the chat template exceeded its render budget ({b})")
+            }
+            RenderError::Template(e) => e.fmt(f),
+        }
+    }
 }
 
 /// The source of the error `raise_exception(...)` gives: the template itself refused the
@@ -59,7 +160,7 @@ pub fn out_of_fuel(e: &Error) -> bool {
 struct Raised;
 
 /// Whether a render error is the template's own `raise_exception`.
-pub fn raised(e: &Error) -> bool {
+fn raised(e: &Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if s.is::<Raised>() {
@@ -157,33 +258,63 @@ impl ChatTemplate {
         env.set_fuel(Some(PROBE_FUEL));
         let mut tmpl = ChatTemplate {
             env,
+            fuel: PROBE_FUEL,
             has_tool_use,
             harmony,
             think_tags,
             caps: Caps::default(),
             specials,
         };
-        tmpl.caps = tmpl.probe().map_err(|_| {
-            format!("chat template exceeded its render budget ({PROBE_FUEL} steps) on a test conversation of one or two messages")
-        })?;
+        tmpl.caps = tmpl
+            .probe()
+            .map_err(|e| match e {
+                RenderError::Budget(b) => format!("chat template exceeded its render budget ({b}) on a test conversation of one or two messages"),
+                e => e.to_string(),
+            })?;
         tmpl.env.set_fuel(Some(RENDER_FUEL));
+        tmpl.fuel = RENDER_FUEL;
         Ok(tmpl)
     }
 
-    /// Renders with the given globals (`messages`, `tools`, `add_generation_prompt`, ...).
-    pub fn render(&self, vars: Arc<JMap>, tool_use: bool) -> Result<String, Error> {
+    /// Renders with the given globals (`messages`, `tools`, `add_generation_prompt`, ...),
+    /// within its steps, [`RENDER_MAX_BYTES`] and [`RENDER_TIME`].
+    pub fn render(&self, vars: Arc<JMap>, tool_use: bool) -> Result<String, RenderError> {
+        self.render_until(vars, tool_use, Instant::now() + RENDER_TIME)
+    }
+
+    fn render_until(
+        &self,
+        vars: Arc<JMap>,
+        tool_use: bool,
+        deadline: Instant,
+    ) -> Result<String, RenderError> {
         let name = if tool_use && self.has_tool_use {
             "tool_use"
         } else {
             "default"
         };
+        let mut out = Bounded {
+            out: Vec::new(),
+            deadline,
+        };
         self.env
-            .get_template(name)?
-            .render(Value::from_dyn_object(vars))
+            .get_template(name)
+            .and_then(|t| {
+                t.render_captured_to(Value::from_dyn_object(vars), &mut out)
+                    .map(drop)
+            })
+            .map_err(|e| match over(&e, self.fuel) {
+                Some(budget) => RenderError::Budget(budget),
+                None => RenderError::Template(e),
+            })?;
+        // Each write is a whole `str`, so this check passes; it keeps the code free of `unsafe`.
+        String::from_utf8(out.out).map_err(|e| {
+            RenderError::Template(Error::new(ErrorKind::InvalidOperation, e.to_string()))
+        })
     }
 
-    /// What the template does with each kind of input; `Err` when a probe ran out of fuel.
-    fn probe(&self) -> Result<Caps, Error> {
+    /// What the template does with each kind of input; `Err` when a probe went past its budget.
+    fn probe(&self) -> Result<Caps, RenderError> {
         let user = |content: J| J::obj([("role", J::str("user")), ("content", content)]);
         let try_render = |messages: Vec<J>| {
             let vars = JMap(vec![
@@ -192,7 +323,7 @@ impl ChatTemplate {
             ]);
             match self.render(Arc::new(vars), false) {
                 Ok(out) => Ok(out.contains(MARK)),
-                Err(e) if out_of_fuel(&e) => Err(e),
+                Err(e @ RenderError::Budget(_)) => Err(e),
                 Err(_) => Ok(false),
             }
         };
@@ -346,9 +477,9 @@ mod tests {
             m
         };
         let refused = t.render(vars(r#"{"messages": []}"#), false).unwrap_err();
-        assert!(raised(&refused), "{refused}");
+        assert!(refused.raised(), "{refused}");
         let engine = t.render(vars(r#"{"messages": [1]}"#), false).unwrap_err();
-        assert!(!raised(&engine), "{engine}");
+        assert!(!engine.raised(), "{engine}");
     }
 
     #[test]
@@ -364,6 +495,70 @@ mod tests {
         let within = "{% for i in range(1000) %}{% endfor %}{{ messages[0].content }}";
         let t = ChatTemplate::new(within.into(), None, vec![], FloatStyle::Python).unwrap();
         assert!(t.caps.string_content);
+    }
+
+    fn budget_of(t: &ChatTemplate, vars: &str, deadline: Instant) -> Option<Budget> {
+        let J::Obj(m) = J::parse(vars.as_bytes()).unwrap() else {
+            panic!("an object")
+        };
+        match t.render_until(m, false, deadline) {
+            Err(RenderError::Budget(b)) => Some(b),
+            Err(e) => panic!("{e}"),
+            Ok(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_render_writing_past_its_bytes_is_stopped_in_few_steps() {
+        // Each step writes 100 MB (minijinja's largest repeated string): a render the steps
+        // alone would let write 10^15 bytes.
+        let src = "{{ messages[0].content }}{% if messages[0].role == 'flood' %}{% for i in range(100000) %}{{ 'x' * 100000000 }}{% endfor %}{% endif %}";
+        let t = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python).unwrap();
+        let later = Instant::now() + Duration::from_secs(3600);
+        let flood = r#"{"messages":[{"role":"flood","content":"hi"}]}"#;
+        assert_eq!(budget_of(&t, flood, later), Some(Budget::Bytes));
+        let J::Obj(m) = J::parse(flood.as_bytes()).unwrap() else {
+            panic!("an object")
+        };
+        let e = t.render(m, false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the chat template exceeded its render budget (128 MiB of output)"
+        );
+        let calm = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(budget_of(&t, calm, later), None);
+    }
+
+    #[test]
+    fn a_render_past_its_deadline_is_stopped_at_its_next_write() {
+        let t = ChatTemplate::new(
+            "{{ messages[0].content }}".into(),
+            None,
+            vec![],
+            FloatStyle::Python,
+        )
+        .unwrap();
+        let vars = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        let past = Instant::now();
+        assert_eq!(budget_of(&t, vars, past), Some(Budget::Time));
+        let later = past + Duration::from_secs(3600);
+        assert_eq!(budget_of(&t, vars, later), None);
+        assert_eq!(
+            RenderError::Budget(Budget::Time).to_string(),
+            "the chat template exceeded its render budget (5 s)"
+        );
+    }
+
+    #[test]
+    fn a_render_past_its_steps_names_them() {
+        let src = "{% if messages[0].role == 'loop' %}{% for i in range(100000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}{% endif %}{{ messages[0].content }}";
+        let t = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python).unwrap();
+        let later = Instant::now() + Duration::from_secs(3600);
+        let looping = r#"{"messages":[{"role":"loop","content":"hi"}]}"#;
+        assert_eq!(
+            budget_of(&t, looping, later),
+            Some(Budget::Steps(RENDER_FUEL))
+        );
     }
 
     #[test]
