@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use foldhash::HashMap;
 
 use crate::clients::Registry;
-use crate::config::{Config, ConfigError, ConfigErrors};
+use crate::config::{Backend, Config, ConfigError, ConfigErrors};
 use crate::fleet::balance::Affinity;
 use crate::fleet::breaker::Breaker;
 use crate::fleet::discovery::Discovered;
@@ -462,15 +462,8 @@ fn slots(
         .backends
         .values()
         .map(|b| {
-            let url_kept = |p: &&Snapshot| {
-                shared.is_none()
-                    || p.config
-                        .backends
-                        .get(&b.name)
-                        .is_some_and(|o| o.url == b.url)
-            };
             let kept = previous
-                .filter(url_kept)
+                .filter(|p| shared.is_none() || at_same_url(p, b))
                 .and_then(|p| p.slots.get(&b.name))
                 .filter(|s| s.slots() == b.slots.get() && s.queue_limit() == b.queue);
             let s = kept.map(Arc::clone).unwrap_or_else(|| {
@@ -485,8 +478,15 @@ fn slots(
         .collect()
 }
 
-/// Each backend's breaker: the previous snapshot's, given the new settings, while the backend
-/// keeps its URL; a new, closed one otherwise.
+/// Whether `previous` had backend `b` at the same URL (what it held of the server there holds).
+fn at_same_url(previous: &Snapshot, b: &Backend) -> bool {
+    previous
+        .config
+        .backends
+        .get(&b.name)
+        .is_some_and(|o| o.url == b.url)
+}
+
 /// Each backend's connection watch: `previous`'s where the backend is at the same URL (what
 /// was learned of the server there holds), else a new one.
 fn conns(
@@ -499,12 +499,7 @@ fn conns(
         .values()
         .map(|b| {
             let kept = previous
-                .filter(|p| {
-                    p.config
-                        .backends
-                        .get(&b.name)
-                        .is_some_and(|o| o.url == b.url)
-                })
+                .filter(|p| at_same_url(p, b))
                 .and_then(|p| p.conns.get(&b.name));
             let watch = kept.map_or_else(|| Arc::new(metrics.conn_watch(&b.name)), Arc::clone);
             (b.name.clone(), watch)
@@ -512,6 +507,8 @@ fn conns(
         .collect()
 }
 
+/// Each backend's breaker: the previous snapshot's, given the new settings, while the backend
+/// keeps its URL; a new, closed one otherwise.
 fn breakers(config: &Config, previous: Option<&Snapshot>) -> HashMap<String, Arc<Breaker>> {
     config
         .backends
@@ -519,12 +516,7 @@ fn breakers(config: &Config, previous: Option<&Snapshot>) -> HashMap<String, Arc
         .map(|b| {
             let cfg = config.server.breaker;
             let kept = previous
-                .filter(|p| {
-                    p.config
-                        .backends
-                        .get(&b.name)
-                        .is_some_and(|o| o.url == b.url)
-                })
+                .filter(|p| at_same_url(p, b))
                 .and_then(|p| p.breakers.get(&b.name));
             let breaker = match kept {
                 Some(k) => {
