@@ -2,9 +2,8 @@
 //! APIs give, [`crate::wire::APIS`]); the others reach it translated to chat completions.
 
 use super::error::ConfigError;
-use super::model::Backend;
 use crate::flavor::Flavor;
-use crate::wire::{Adapter, Converter, APIS};
+use crate::wire::{Adapter, APIS};
 
 /// The registered APIs a backend serves itself, by their place in [`APIS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,22 +32,6 @@ impl Apis {
         APIS.iter()
             .position(|a| a.routes().label == api.routes().label)
             .is_some_and(|i| self.served & (1 << i) != 0)
-    }
-}
-
-impl Backend {
-    /// How a request of `api` reaches this backend: `None` when it is sent as it is (chat, or
-    /// an API the backend serves itself, converted there by its own converter) — see
-    /// [`Backend::counting`] for what is counted then — else the translation to chat
-    /// completions.
-    pub fn translation(&self, api: &dyn Adapter) -> Option<Converter> {
-        (!self.apis.serves(api)).then(|| Converter::translate(self.flavor))
-    }
-
-    /// The converter whose chat form of an `api` request is what this backend templates.
-    pub fn counting(&self, api: &dyn Adapter) -> Converter {
-        self.translation(api)
-            .unwrap_or_else(|| Converter::native(self.flavor))
     }
 }
 
@@ -109,8 +92,8 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::from_toml;
-    use crate::wire::{adapter, Endpoint};
+    use crate::config::{from_toml, Backend};
+    use crate::wire::{adapter, Converter, Endpoint};
 
     fn backend(extra: &str) -> Result<Backend, String> {
         let toml =

@@ -11,7 +11,6 @@ use serde::Deserialize;
 
 use super::error::ConfigError;
 use super::keys::keys_of;
-use super::model::Alias;
 
 /// `[clients.NAME]` as written.
 #[derive(Debug, Deserialize)]
@@ -140,12 +139,13 @@ impl Clients {
     }
 }
 
-/// Validate `[clients]` and `[priority]`; `anonymous`: the keys of `server.api_keys_env`.
+/// Validate `[clients]` and `[priority]`; `anonymous`: the keys of `server.api_keys_env`;
+/// `is_alias`: whether a name is a defined alias.
 pub fn validate(
     raw: BTreeMap<String, RawClient>,
     priorities: RawPriorities,
     anonymous: Option<&[String]>,
-    aliases: &BTreeMap<String, Arc<Alias>>,
+    is_alias: &dyn Fn(&str) -> bool,
     errs: &mut Vec<ConfigError>,
 ) -> Clients {
     let max_wait = max_waits(priorities, errs);
@@ -156,7 +156,7 @@ pub fn validate(
     }
     let named = raw
         .into_iter()
-        .map(|(name, c)| Arc::new(client(name, c, &mut holder, aliases, errs)))
+        .map(|(name, c)| Arc::new(client(name, c, &mut holder, is_alias, errs)))
         .collect();
     Clients { named, max_wait }
 }
@@ -186,7 +186,7 @@ fn client(
     name: String,
     c: RawClient,
     holder: &mut BTreeMap<String, String>,
-    aliases: &BTreeMap<String, Arc<Alias>>,
+    is_alias: &dyn Fn(&str) -> bool,
     errs: &mut Vec<ConfigError>,
 ) -> ClientSpec {
     if name == "anonymous" {
@@ -214,7 +214,7 @@ fn client(
     }
     let allowed = c.aliases.map(|list| {
         for a in &list {
-            if !aliases.contains_key(a) {
+            if !is_alias(a) {
                 errs.push(ConfigError::BadValue {
                     key: key("aliases"),
                     value: a.clone(),

@@ -14,6 +14,7 @@ use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 use crate::wire::shape::ShapeSpec;
+use crate::wire::{Adapter, Converter};
 
 /// A validated configuration: every reference resolved, every value in range.
 #[derive(Debug, Clone)]
@@ -207,6 +208,22 @@ pub struct Backend {
     pub timeouts: Timeouts,
     /// The wire APIs it serves itself; the others are translated to chat completions.
     pub apis: Apis,
+}
+
+impl Backend {
+    /// How a request of `api` reaches this backend: `None` when it is sent as it is (chat, or
+    /// an API the backend serves itself, converted there by its own converter) — see
+    /// [`Backend::counting`] for what is counted then — else the translation to chat
+    /// completions.
+    pub fn translation(&self, api: &dyn Adapter) -> Option<Converter> {
+        (!self.apis.serves(api)).then(|| Converter::translate(self.flavor))
+    }
+
+    /// The converter whose chat form of an `api` request is what this backend templates.
+    pub fn counting(&self, api: &dyn Adapter) -> Converter {
+        self.translation(api)
+            .unwrap_or_else(|| Converter::native(self.flavor))
+    }
 }
 
 pub use crate::wire::shape::Input;

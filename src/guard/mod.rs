@@ -15,7 +15,8 @@ use crate::error::{bounded, ProxyError};
 use crate::tokens::bound::{PromptView, ViewError};
 use crate::tokens::gate::CountGate;
 use crate::tokens::{CountError, Counter, Fallback, Method};
-use crate::wire::request::{apply_edits, span_of};
+use crate::wire::payload::apply_edits;
+use crate::wire::request::span_of;
 
 pub use api::{check_counted, check_request, clamp_request, raw_bound, Counted};
 pub use endpoints::count_response;

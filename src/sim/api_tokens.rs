@@ -11,7 +11,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::frame::{dialect, Failure, Kind};
+use super::dialects::dialect;
+use super::frame::{Failure, Kind};
 use super::plan;
 use super::reply;
 use super::state::Shared;

@@ -8,7 +8,8 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::StatusCode;
 
-use super::frame::{dialect, Answer, Counts, Failure, Kind};
+use super::dialects::dialect;
+use super::frame::{Answer, Counts, Failure, Kind};
 use super::generation::{End, Generation};
 use super::plan::{self, GenRequest, Plan};
 use super::reply;

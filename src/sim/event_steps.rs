@@ -11,7 +11,8 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::frame::{dialect, Counts, Failure, Field, Kind};
+use super::dialects::dialect;
+use super::frame::{Counts, Failure, Field, Kind};
 use super::generation::{End, Generation};
 use super::plan::{GenRequest, Plan};
 use super::reply;

@@ -4,9 +4,6 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::Value;
 
-use super::{llamacpp, sglang, vllm};
-use crate::flavor::Flavor;
-
 /// Which endpoint a generation answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -98,15 +95,6 @@ pub(crate) trait Dialect: Sync {
     fn body(&self, answer: &Answer<'_>) -> Value;
     fn error(&self, failure: &Failure) -> (StatusCode, Value);
     fn not_found(&self, method: &str, path: &str) -> (StatusCode, Value);
-}
-
-pub(crate) fn dialect(flavor: Flavor) -> &'static dyn Dialect {
-    match flavor {
-        Flavor::Llamacpp => &llamacpp::LlamaCpp,
-        Flavor::Vllm => &vllm::Vllm { openai: false },
-        Flavor::Openai => &vllm::Vllm { openai: true },
-        Flavor::Sglang => &sglang::Sglang,
-    }
 }
 
 /// Prebuilt pieces of one stream's chunks; each event is one allocation.

@@ -10,7 +10,7 @@ use axum::response::Response;
 use http::{Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
-use super::frame::dialect;
+use super::dialects::dialect;
 use super::llamacpp::{self, FINGERPRINT};
 use super::reply;
 use super::state::Shared;

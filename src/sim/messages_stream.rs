@@ -19,8 +19,9 @@ use http::StatusCode;
 use serde_json::{json, Value};
 
 use super::api_tokens;
+use super::dialects::dialect;
 use super::event_steps::{self, named, parse_body, ApiRequest, Step};
-use super::frame::{dialect, Counts, Failure, Field};
+use super::frame::{Counts, Failure, Field};
 use super::generation::{End, Generation};
 use super::plan::Plan;
 use super::reply;

@@ -10,6 +10,7 @@ mod api_tokens;
 mod chat;
 pub mod cli;
 mod config;
+mod dialects;
 mod embed;
 mod event_steps;
 mod frame;

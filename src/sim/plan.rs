@@ -171,7 +171,7 @@ impl Plan {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::sim::frame::dialect;
+    use crate::sim::dialects::dialect;
 
     fn req(max_tokens: Option<u32>, prompt_tokens: u32) -> GenRequest {
         GenRequest {

@@ -8,7 +8,8 @@ use axum::response::Response;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::Value;
 
-use super::frame::{dialect, Counts, Failure};
+use super::dialects::dialect;
+use super::frame::{Counts, Failure};
 use super::state::Shared;
 use crate::flavor::Flavor;
 

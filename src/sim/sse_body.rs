@@ -15,8 +15,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use super::dialects::dialect;
 use super::frame::Kind;
-use super::frame::{dialect, Counts, Frame, DONE};
+use super::frame::{Counts, Frame, DONE};
 use super::generation::{End, Generation};
 use super::plan::{GenRequest, Plan};
 use super::reply;

@@ -462,6 +462,18 @@ mod tests {
     }
 
     #[test]
+    fn tojson_is_python_style() {
+        let out = render(
+            "{{ x|tojson }}|{{ x|tojson(indent=2) }}|{{ s|tojson }}|{{ s|tojson(ensure_ascii=true) }}",
+            r#"{"x":{"b":[1,2.5,1.0],"a":{"<&>":null}},"s":"é\u0001\"😀"}"#,
+        );
+        assert_eq!(
+            out,
+            "{\"b\": [1, 2.5, 1.0], \"a\": {\"<&>\": null}}|{\n  \"b\": [\n    1,\n    2.5,\n    1.0\n  ],\n  \"a\": {\n    \"<&>\": null\n  }\n}|\"é\\u0001\\\"😀\"|\"\\u00e9\\u0001\\\"\\ud83d\\ude00\""
+        );
+    }
+
+    #[test]
     fn raise_exception_is_told_from_engine_errors() {
         let t = ChatTemplate::new(
             "{% if messages|length == 0 %}{{ raise_exception('no messages') }}{% endif %}{{ messages[0].role.name }}".into(),

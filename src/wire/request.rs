@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::payload::Payload;
+use super::payload::{apply_edits, Payload};
 use crate::error::{bounded, ProxyError};
 
 /// The fields of an OpenAI-style request body the proxy looks at; the rest are skipped.
@@ -219,21 +219,6 @@ pub fn clamp_limits(body: &[u8], keys: &[&str], value: u32) -> Result<Vec<u8>, P
         .map(|raw| (span_of(body, raw), text.clone()))
         .collect();
     Ok(apply_edits(body, edits))
-}
-
-/// Apply non-overlapping edits to `body`, in any order.
-pub fn apply_edits(body: &[u8], mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Vec<u8> {
-    edits.sort_by_key(|(r, _)| r.start);
-    let extra: usize = edits.iter().map(|(_, b)| b.len()).sum();
-    let mut out = Vec::with_capacity(body.len() + extra);
-    let mut at = 0;
-    for (range, bytes) in edits {
-        out.extend_from_slice(&body[at..range.start]);
-        out.extend_from_slice(&bytes);
-        at = range.end;
-    }
-    out.extend_from_slice(&body[at..]);
-    out
 }
 
 #[cfg(test)]

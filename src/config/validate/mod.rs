@@ -67,7 +67,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         raw.clients,
         raw.priority,
         server.api_keys.as_deref(),
-        &aliases,
+        &|a| aliases.contains_key(a),
         &mut errs,
     );
     let tracing = super::tracing::validate(raw.tracing, &mut errs);

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::html::E;
+use super::escape::E;
 use crate::clients::limiter::Left;
 use crate::clients::Caller;
 use crate::live::Snapshot;

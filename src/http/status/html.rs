@@ -1,9 +1,10 @@
 //! The status page as HTML: one self-contained document (inline CSS, a small inline script),
 //! every value from the config or the fleet escaped on the way out.
 
-use std::fmt::{self, Write};
+use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::escape::E;
 use super::view::{AliasView, BackendView, Fleet};
 use crate::live::reload::ReloadOutcome;
 
@@ -11,27 +12,6 @@ use crate::live::reload::ReloadOutcome;
 pub const REFRESH_SECS: u64 = 5;
 /// With JavaScript off, the whole page reloads itself this often instead.
 const NOSCRIPT_REFRESH_SECS: u64 = 30;
-
-/// Text escaped for HTML element content and quoted attribute values.
-pub struct E<'a>(pub &'a str);
-
-impl fmt::Display for E<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut rest = self.0;
-        while let Some(i) = rest.find(['&', '<', '>', '"', '\'']) {
-            f.write_str(&rest[..i])?;
-            f.write_str(match rest.as_bytes()[i] {
-                b'&' => "&amp;",
-                b'<' => "&lt;",
-                b'>' => "&gt;",
-                b'"' => "&quot;",
-                _ => "&#39;",
-            })?;
-            rest = &rest[i + 1..];
-        }
-        f.write_str(rest)
-    }
-}
 
 /// The CSS class and the words of a backend state. A breaker state is one more arm here
 /// (its class, `breaker`, is styled already).

@@ -4,6 +4,7 @@
 
 mod charts;
 mod clients;
+mod escape;
 mod html;
 mod view;
 
