@@ -750,7 +750,8 @@ async fn late(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_does_not_wait_behind_other_store_calls_on_a_slow_link() {
     use switchboard::shared::buckets::Spec;
-    use switchboard::shared::lease::{Places, Take};
+    use switchboard::shared::lease::Take;
+    use switchboard::shared::places::Places;
     use switchboard::shared::{Signals, Store};
     let Some(bin) = need_redis() else {
         return;

@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use super::limiter::{Limiter, Limits, Local, Refusal, Standing};
 use crate::shared::buckets::{Spec, Specs};
-use crate::shared::lease::{Lease, Places, Take};
+use crate::shared::lease::{Lease, Take};
+use crate::shared::places::Places;
 use crate::shared::Store;
 
 /// The limits of one client in the store.

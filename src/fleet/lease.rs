@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::slots::{QueueWatch, Ticket};
-use crate::shared::lease::{Lease, Places, Take, Turn};
+use super::ticket::{QueueWatch, Ticket};
+use crate::shared::lease::{Lease, Take, Turn};
+use crate::shared::places::Places;
 use crate::shared::Store;
 
 /// A backend's places in the store.

@@ -10,3 +10,4 @@ pub mod lease;
 pub mod load;
 pub mod routes;
 pub mod slots;
+pub mod ticket;

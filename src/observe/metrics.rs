@@ -18,8 +18,8 @@ use crate::fleet::balance::AffinityResult;
 use crate::fleet::breaker::BreakerState;
 use crate::fleet::health::BackendState;
 use crate::fleet::routes::FallbackReason;
-use crate::fleet::slots::QueueWatch;
-use crate::upstream::exchange::UpstreamReason;
+use crate::fleet::ticket::QueueWatch;
+use crate::upstream::failure::UpstreamReason;
 use crate::upstream::watch::ConnWatch;
 use crate::wire::Endpoint;
 

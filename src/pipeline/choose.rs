@@ -22,7 +22,8 @@ use crate::fleet::breaker::{Breaker, Pass};
 use crate::fleet::health::BackendState;
 use crate::fleet::load;
 use crate::fleet::routes::FallbackReason;
-use crate::fleet::slots::{SlotPermit, Slots, Ticket};
+use crate::fleet::slots::{SlotPermit, Slots};
+use crate::fleet::ticket::Ticket;
 use crate::live::{AppState, Snapshot};
 
 /// The replica a request goes to, with its slot and its breaker's leave.

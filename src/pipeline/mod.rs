@@ -45,7 +45,7 @@ use tries::{Last, Tries};
 
 use crate::clients::Caller;
 use crate::error::ProxyError;
-use crate::fleet::slots::Ticket;
+use crate::fleet::ticket::Ticket;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::wire::Adapter;

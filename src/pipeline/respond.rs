@@ -21,7 +21,8 @@ use crate::guard;
 use crate::live::Snapshot;
 use crate::observe::metrics::CountMethod;
 use crate::observe::record::Record;
-use crate::upstream::exchange::{self, Answer, Held, UpstreamReason};
+use crate::upstream::exchange::{self, Answer, Held};
+use crate::upstream::failure::UpstreamReason;
 use crate::wire::{Adapter, ApiEvents, StreamContext};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::places::Places;
 use super::{release, scripts, Store};
 
 /// A waiter that has not asked for its lease this long is gone (its process died): it
@@ -19,62 +20,6 @@ pub enum Take {
     Full,
     /// The store is unreachable: count on your own.
     Down,
-}
-
-/// The keys of one counted set of places.
-#[derive(Debug)]
-struct Keys {
-    /// The leases held: id -> expiry.
-    leases: String,
-    /// The queue of waiters: id -> rank (class, then arrival).
-    waiters: String,
-    /// Each waiter's last ask: id -> time.
-    seen: String,
-    /// Each waiter's client: id -> client.
-    who: String,
-    /// The fair turn: each client's tag per class, and each class's last tag served.
-    served: String,
-    /// The place count each process is configured with: process -> count.
-    caps: String,
-    /// When each process last asked: process -> time.
-    caps_seen: String,
-}
-
-/// A counted set of places in the store: its lease key, and the queue of its waiters.
-#[derive(Debug, Clone)]
-pub struct Places(Arc<Keys>);
-
-impl Places {
-    /// The places of `kind` (`slots`, `inflight`) named `name`.
-    pub fn new(kind: &str, name: &str) -> Places {
-        let leases = Store::key(kind, name).to_string();
-        let waiters = Store::key(&format!("{kind}-wait"), name).to_string();
-        Places(Arc::new(Keys {
-            seen: format!("{waiters}:seen"),
-            who: format!("{waiters}:who"),
-            served: format!("{waiters}:served"),
-            caps: format!("{leases}:caps"),
-            caps_seen: format!("{leases}:caps-seen"),
-            leases,
-            waiters,
-        }))
-    }
-
-    pub(super) fn leases(&self) -> &str {
-        &self.0.leases
-    }
-
-    pub(super) fn waiters(&self) -> &str {
-        &self.0.waiters
-    }
-
-    pub(super) fn seen(&self) -> &str {
-        &self.0.seen
-    }
-
-    pub(super) fn who(&self) -> &str {
-        &self.0.who
-    }
 }
 
 /// A place held; dropping it gives it back. Taken while the store was down it is put in
@@ -179,7 +124,7 @@ impl Asking {
             ),
             None => (String::new(), String::new(), ""),
         };
-        let k = &self.places.0;
+        let k = self.places.keys();
         let gone = release::gone_key(&id);
         store
             .call(|mut c| async move {

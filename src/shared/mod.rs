@@ -5,6 +5,7 @@
 
 pub mod buckets;
 pub mod lease;
+pub mod places;
 mod release;
 mod scripts;
 
@@ -51,7 +52,7 @@ pub struct Store {
     next: AtomicU64,
     /// The leases held now, id -> key: renewed while held, and put back into a store that
     /// lost them (restarted, or unreachable when they were taken).
-    held: Mutex<HashMap<u64, lease::Places>>,
+    held: Mutex<HashMap<u64, places::Places>>,
     ops: mpsc::UnboundedSender<Op>,
     /// Leases and waiters given back, on their own connection and task.
     releases: Arc<release::Releases>,
@@ -111,7 +112,7 @@ impl Store {
         Arc::from(format!("{PREFIX}:{kind}:{name}"))
     }
 
-    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, lease::Places>> {
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, places::Places>> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
-use super::lease::Places;
+use super::places::Places;
 use crate::config::SharedState;
 
 /// At most this many releases wait for the store; past it the oldest go (the store drops

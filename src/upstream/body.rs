@@ -12,12 +12,11 @@ use http::{HeaderMap, StatusCode};
 
 use super::conn::Conn;
 use super::framing::{self, Decoder};
-use super::pool::Pool;
 use super::watch::ConnWatch;
 use super::{BoxError, Malformed};
 
-/// First read buffer of a response; it doubles while reads fill it, up to `MAX_READ`.
-pub(super) const FIRST_READ: usize = 8 * 1024;
+/// The most room a read of a body gets: the first read's ([`super::conn::FIRST_READ`]) doubles while
+/// reads fill it, up to this.
 const MAX_READ: usize = 128 * 1024;
 
 /// Most of a small answer read whole (a probe's, a count's): a backend's answer to
@@ -95,6 +94,12 @@ pub struct UpstreamResponse {
     pub body: UpstreamBody,
 }
 
+/// Where a body read to its end gives its connection back (the pool), under `key`;
+/// `after_stream`: the body was a streamed answer.
+pub(super) trait Checkin: Send + Sync {
+    fn checkin(&self, key: &str, conn: Conn, after_stream: bool);
+}
+
 /// The body of a backend response. Dropped before its end, it closes the connection (the
 /// backend sees the client go away); read to the end, it returns the connection to the pool.
 pub struct UpstreamBody {
@@ -107,7 +112,7 @@ pub struct UpstreamBody {
     pub(super) keep_alive: bool,
     /// Chunked: a streamed answer (what some backends close their connection after).
     pub(super) streamed: bool,
-    pub(super) pool: Arc<Pool>,
+    pub(super) pool: Arc<dyn Checkin>,
     /// The pool key the connection goes back under.
     pub(super) key: String,
     /// The backend's connection facts: a connection it would close is not kept.

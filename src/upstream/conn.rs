@@ -10,6 +10,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+/// The room the first read of an answer gets.
+pub(super) const FIRST_READ: usize = 8 * 1024;
+
 /// One connection of the pool.
 pub enum Conn {
     Plain(Wire),

@@ -13,9 +13,9 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
-use super::body::FIRST_READ;
-use super::conn::Conn;
+use super::conn::{Conn, FIRST_READ};
 use super::framing::{parse_head, Head};
+use super::watch::Cut;
 use super::SendError;
 use crate::wire::payload::Payload;
 
@@ -31,23 +31,6 @@ pub enum Unanswered {
     /// on its way, so it read none of it ([`super::Pool::post`] sends it again, once, on a
     /// new connection).
     Dropped(SendError, Cut),
-}
-
-/// How a connection ended without a byte of answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cut {
-    /// An orderly close (end of file).
-    Closed,
-    /// A reset: the kernel's `ECONNRESET`, `EPIPE` or `ECONNABORTED`.
-    Reset,
-}
-
-impl Cut {
-    /// The kind of drop of an I/O error, if it is one.
-    fn of(e: &io::Error) -> Option<Cut> {
-        use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
-        matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted).then_some(Cut::Reset)
-    }
 }
 
 /// Why no head could be read.

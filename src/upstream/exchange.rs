@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt};
-use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
 use crate::upstream::failure::UpstreamError;
@@ -16,21 +15,6 @@ use crate::upstream::watch::ConnWatch;
 pub use crate::upstream::{read_all, read_within, Held, TooLong};
 use crate::upstream::{BoxError, Client, SendError, Target};
 use crate::wire::payload::Payload;
-
-/// Why an upstream exchange failed.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum UpstreamReason {
-    connect,
-    timeout,
-    status_5xx,
-    /// The answer's body broke off (the connection cut or reset).
-    stream_broken,
-    /// The backend's answer breaks HTTP/1.1: a malformed head, chunk or trailer.
-    protocol,
-    /// An answer to be held whole, or one stream event, longer than the proxy holds.
-    too_large,
-}
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");

@@ -7,9 +7,25 @@
 
 use std::time::Duration;
 
-use super::exchange::UpstreamReason;
+use prometheus_client::encoding::EncodeLabelValue;
+
 use super::{chain, is_malformed, SendError};
 use crate::error::ProxyError;
+
+/// Why an upstream exchange failed.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum UpstreamReason {
+    connect,
+    timeout,
+    status_5xx,
+    /// The answer's body broke off (the connection cut or reset).
+    stream_broken,
+    /// The backend's answer breaks HTTP/1.1: a malformed head, chunk or trailer.
+    protocol,
+    /// An answer to be held whole, or one stream event, longer than the proxy holds.
+    too_large,
+}
 
 /// Where in the exchange it failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use foldhash::HashMap;
 use http::HeaderMap;
 use tokio::net::TcpStream;
 
-use super::body::{UpstreamBody, UpstreamResponse, FIRST_READ};
-use super::conn::{Conn, Wire};
+use super::body::{Checkin, UpstreamBody, UpstreamResponse};
+use super::conn::{Conn, Wire, FIRST_READ};
 use super::duplex::{exchange, Unanswered};
 use super::error::out_of_descriptors;
 use super::framing::{Decoder, Framing, Head};
@@ -345,11 +345,17 @@ impl Pool {
                 streamed: parsed.framing == Framing::Chunked,
                 decoder: Decoder::new(parsed.framing),
                 keep_alive: parsed.keep_alive,
-                pool: Arc::clone(self),
+                pool: Arc::clone(self) as Arc<dyn Checkin>,
                 key: to.key().to_string(),
                 watch: to.watch.cloned(),
             },
         }
+    }
+}
+
+impl Checkin for Pool {
+    fn checkin(&self, key: &str, conn: Conn, after_stream: bool) {
+        Pool::checkin(self, key, conn, after_stream);
     }
 }
 

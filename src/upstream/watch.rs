@@ -3,12 +3,28 @@
 //! does, after every stream), so that such connections are no longer kept; the requests sent
 //! again on a new connection after a kept one was found cut; the connections not kept.
 
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
-use super::duplex::Cut;
+/// How a connection ended without a byte of answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// An orderly close (end of file).
+    Closed,
+    /// A reset: the kernel's `ECONNRESET`, `EPIPE` or `ECONNABORTED`.
+    Reset,
+}
+
+impl Cut {
+    /// The kind of drop of an I/O error, if it is one.
+    pub(super) fn of(e: &io::Error) -> Option<Cut> {
+        use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+        matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted).then_some(Cut::Reset)
+    }
+}
 
 /// A kept connection found closed within this long of going idle after a streamed answer
 /// was closed by the backend at that answer's end, not by its keep-alive timeout (seconds in

@@ -26,7 +26,7 @@ use crate::error::ProxyError;
 use crate::fleet::breaker::{Outcome, Tally};
 use crate::fleet::slots::SlotPermit;
 use crate::observe::record::Record;
-use crate::upstream::exchange::UpstreamReason;
+use crate::upstream::failure::UpstreamReason;
 use crate::upstream::BoxError;
 use crate::wire::stream::event_end_after;
 use crate::wire::{Adapter, ApiEvents, EventTransform, Seen};
