@@ -2,7 +2,9 @@
 """Fails on a cycle among the crate's modules, or on an edge the layering forbids.
 
 Reads every `src/**/*.rs` of the library (not `main.rs`, `cli.rs` or tests), collects the
-`crate::a::b` paths each file names (in `use` lines, `use crate::{…}` groups and inline paths),
+module paths each file names (`crate::a::b`, and `self::`/`super::` paths read from the module
+they are written in, an inline `mod tests` included; in `use` lines, `use …::{…}` groups and
+inline paths),
 and builds two graphs: one between the top-level modules (`http`, `pipeline`, `fleet`, …)
 and, inside every folder, one between its sibling modules. A strongly connected component of
 more than one module in either is a cycle; each is printed with one path per edge that makes it.
@@ -14,7 +16,8 @@ one. `config` names no other module than leaves and `reasoning` and `wire`: it i
 model, and what it describes (of counting, say) is its own, not borrowed from the layer that
 acts on it. `observe` names no `tokens`: the label values it records and the estimator its
 record feeds are its own types. Each edge that breaks a rule is printed with a path that makes it.
-Exit code 1 on a cycle or a broken rule, 0 otherwise.
+Exit code 1 on a cycle or a broken rule, 0 otherwise. `--self-test` runs the check on small
+trees made for it (a loop of `super::` paths must be found).
 """
 import re
 import sys
@@ -44,15 +47,20 @@ def strip_comments(text: str) -> str:
     return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
 
 
-def expand_use_groups(text: str) -> list[str]:
-    """`crate::{a::b, c::{d, e}}` -> ["crate::a::b", "crate::c::d", "crate::c::e"]."""
+PREFIX = r"\b(?:crate|self|super)(?:::super)*"
+
+
+def expand_use_groups(text: str) -> list[tuple[int, str]]:
+    """`crate::{a::b, c::{d, e}}` -> ["crate::a::b", "crate::c::d", "crate::c::e"], likewise for
+    `self::{…}` and `super::{…}`, each with where it stands in the text."""
     out = []
-    for m in re.finditer(r"crate::\{", text):
+    for m in re.finditer(PREFIX + r"::\{", text):
         depth, i = 1, m.end()
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
-        out.extend(_flatten("crate", text[m.end() : i - 1]))
+        prefix = m.group(0)[: -len("::{")]
+        out.extend((m.start(), p) for p in _flatten(prefix, text[m.end() : i - 1]))
     return out
 
 
@@ -78,11 +86,46 @@ def _flatten(prefix: str, body: str) -> list[str]:
     return out
 
 
-def referenced(text: str) -> list[list[str]]:
+def inline_modules(text: str) -> list[tuple[int, int, str]]:
+    """The `mod name { … }` blocks of a file: where each opens and closes, and its name."""
+    out = []
+    for m in re.finditer(r"\bmod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        out.append((m.start(), i, m.group(1)))
+    return out
+
+
+def resolve(me: list[str], at: int, path: str, inline: list[tuple[int, int, str]]) -> list[str] | None:
+    """The crate path `path` names, written at `at` in the file of module `me`: `self::` and
+    `super::` are read from the module they are written in (an inline `mod tests` included)."""
+    parts = path.split("::")
+    if parts[0] == "crate":
+        return parts[1:]
+    here = me + [name for start, end, name in sorted(inline) if start < at < end]
+    if parts[0] == "self":
+        return here + parts[1:]
+    ups = 0
+    while ups < len(parts) and parts[ups] == "super":
+        ups += 1
+    if ups > len(here):
+        return None
+    return here[: len(here) - ups] + parts[ups:]
+
+
+def referenced(me: list[str], text: str) -> list[list[str]]:
     text = strip_comments(text)
+    inline = inline_modules(text)
     paths = expand_use_groups(text)
-    paths += re.findall(r"\bcrate(?:::[A-Za-z_][A-Za-z0-9_]*)+", text)
-    return [p.split("::")[1:] for p in paths]
+    paths += [(m.start(), m.group(0)) for m in re.finditer(PREFIX + r"(?:::[A-Za-z_][A-Za-z0-9_]*)+", text)]
+    out = []
+    for at, path in paths:
+        target = resolve(me, at, path, inline)
+        if target:
+            out.append(target)
+    return out
 
 
 def sccs(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -118,6 +161,45 @@ def sccs(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    return check()
+
+
+def self_test() -> int:
+    """The check on small trees: a loop of `super::` paths between sibling files is found, one
+    made in a file's test module too (its `super::` is the file); a test module's
+    `use super::*` and a one-way `self::`/`super::` are no loop."""
+    import tempfile
+
+    global ROOT
+    trees = {
+        "loop": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use super::b::B;\n",
+                  "b.rs": "pub struct B;\nfn f() { super::a::g() }\n"}, 1),
+        "grouped": ({"lib.rs": "mod x;\n", "x/mod.rs": "mod a;\nmod b;\n",
+                     "x/a.rs": "use super::{b::{self, B}};\n",
+                     "x/b.rs": "use crate::x::a;\n"}, 1),
+        "inline": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use super::b::B;\n",
+                    "b.rs": "pub struct B;\nmod tests {\n    use super::super::a::g;\n}\n"}, 1),
+        "none": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use super::b::B;\n",
+                  "b.rs": "pub struct B;\n#[cfg(test)]\nmod tests {\n    use super::*;\n    use self::inner::X;\n    mod inner { pub struct X; }\n}\n"}, 0),
+    }
+    failed = 0
+    for name, (files, want) in trees.items():
+        with tempfile.TemporaryDirectory() as d:
+            for rel, text in files.items():
+                (Path(d) / rel).parent.mkdir(parents=True, exist_ok=True)
+                (Path(d) / rel).write_text(text)
+            ROOT = Path(d)
+            got = check()
+        if got != want:
+            print(f"self-test {name}: the check gave {got}, not {want}")
+            failed += 1
+    print("self-test", "failed" if failed else "passed")
+    return 1 if failed else 0
+
+
+def check() -> int:
     modules = {tuple(module_of(p)) for p in ROOT.rglob("*.rs") if p.name not in SKIP}
     graphs: dict[tuple, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     why: dict[tuple, str] = {}
@@ -125,7 +207,7 @@ def main() -> int:
         if path.name in SKIP or path.parent == ROOT and path.name == "lib.rs":
             continue
         me = module_of(path)
-        for target in referenced(path.read_text()):
+        for target in referenced(me, path.read_text()):
             # The longest prefix of the path that is a module.
             while target and tuple(target) not in modules:
                 target = target[:-1]
