@@ -509,4 +509,197 @@ mod tests {
         assert_eq!(e["code"], "missing_model");
         assert!(e["message"].is_string());
     }
+
+    /// How many variants [`ordinal`] knows; a new variant needs an arm there (the match
+    /// does not compile without one) and a sample in [`one_of_each`].
+    const VARIANTS: usize = 31;
+
+    fn ordinal(e: &ProxyError) -> usize {
+        use ProxyError::*;
+        match e {
+            ModelNotFound { .. } => 0,
+            MissingModel => 1,
+            InvalidJson(_) => 2,
+            InvalidRequest(_) => 3,
+            InvalidParam { .. } => 4,
+            UnsupportedInput { .. } => 5,
+            LegacyImages { .. } => 6,
+            UnsupportedContentType(_) => 7,
+            PayloadTooLarge { .. } => 8,
+            CountTooLarge { .. } => 9,
+            CountBusy { .. } => 10,
+            ContextLengthExceeded { .. } => 11,
+            NotFound { .. } => 12,
+            UpstreamConnect { .. } => 13,
+            UpstreamTimeout { .. } => 14,
+            UpstreamLoading { .. } => 15,
+            UpstreamProtocol { .. } => 16,
+            UpstreamMalformed { .. } => 17,
+            AnswerTooLarge { .. } => 18,
+            EventTooLarge { .. } => 19,
+            UpstreamTls { .. } => 20,
+            Overloaded { .. } => 21,
+            QueueTimeout { .. } => 22,
+            NoBackend { .. } => 23,
+            Unauthorized => 24,
+            TooDeep { .. } => 25,
+            ProxyExhausted { .. } => 26,
+            TooManyConnections { .. } => 27,
+            BodyTimeout { .. } => 28,
+            RateLimited { quota: false, .. } => 29,
+            RateLimited { quota: true, .. } => 30,
+        }
+    }
+
+    /// One error of each kind the table tells apart.
+    fn one_of_each() -> Vec<ProxyError> {
+        use ProxyError::*;
+        let b = || "b".to_string();
+        let d = Duration::from_secs(1);
+        vec![
+            ModelNotFound {
+                model: Echo::new("m"),
+                known: "a".into(),
+            },
+            MissingModel,
+            InvalidJson("x".into()),
+            InvalidRequest("x".into()),
+            InvalidParam {
+                param: "model",
+                message: "x".into(),
+            },
+            UnsupportedInput {
+                alias: "a".into(),
+                kind: "image",
+                part: "image_url".into(),
+                param: "messages",
+            },
+            LegacyImages { alias: "a".into() },
+            UnsupportedContentType(Echo::new("text/plain")),
+            PayloadTooLarge { limit: 1 },
+            CountTooLarge { bytes: 2, limit: 1 },
+            CountBusy {
+                running: 1,
+                waited: d,
+            },
+            ContextLengthExceeded {
+                window: 1,
+                prompt: 2,
+                completion: None,
+                estimate: false,
+            },
+            NotFound {
+                method: Echo::new("GET"),
+                path: Echo::new("/x"),
+            },
+            UpstreamConnect { backend: b() },
+            UpstreamTimeout {
+                backend: b(),
+                elapsed: d,
+            },
+            UpstreamLoading {
+                backend: b(),
+                retry_after: 1,
+            },
+            UpstreamProtocol {
+                backend: b(),
+                detail: "x".into(),
+            },
+            UpstreamMalformed {
+                backend: b(),
+                detail: "x".into(),
+            },
+            AnswerTooLarge {
+                backend: b(),
+                limit: 1,
+            },
+            EventTooLarge {
+                backend: b(),
+                limit: 1,
+            },
+            UpstreamTls {
+                backend: b(),
+                detail: "x".into(),
+            },
+            Overloaded {
+                alias: "a".into(),
+                slots: 1,
+                retry_after: 1,
+            },
+            QueueTimeout {
+                alias: "a".into(),
+                waited: d,
+                retry_after: 1,
+            },
+            NoBackend {
+                alias: "a".into(),
+                why: "down",
+                retry_after: 1,
+            },
+            Unauthorized,
+            TooDeep { limit: 64 },
+            ProxyExhausted { detail: "x".into() },
+            TooManyConnections { limit: 1 },
+            BodyTimeout {
+                waited: d,
+                total: false,
+            },
+            RateLimited {
+                client: "c".into(),
+                detail: "x".into(),
+                quota: false,
+                retry_after: None,
+            },
+            RateLimited {
+                client: "c".into(),
+                detail: "x".into(),
+                quota: true,
+                retry_after: None,
+            },
+        ]
+    }
+
+    /// docs/ERRORS.md's table: each row's status cell and `code`.
+    fn documented() -> Vec<(String, String)> {
+        include_str!("../docs/ERRORS.md")
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| situation"))
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split(" | ").collect();
+                let code = cells.get(2)?.trim().trim_matches('`');
+                Some((cells[1].to_string(), code.to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_error_reference_has_a_row_for_each_status_and_code_and_no_other() {
+        let samples = one_of_each();
+        let mut seen: Vec<usize> = samples.iter().map(ordinal).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            (0..VARIANTS).collect::<Vec<_>>(),
+            "a sample of each variant"
+        );
+        let docs = documented();
+        assert!(docs.len() > 20, "the table is read: {docs:?}");
+        for e in &samples {
+            let (status, _, _, code) = e.parts();
+            let code = code.unwrap();
+            assert!(
+                // An error that comes after the stream's 200 is a final event in its row.
+                docs.iter().any(|(s, c)| c == code
+                    && (s.starts_with(status.as_str()) || s.starts_with("final SSE event"))),
+                "docs/ERRORS.md has no row of status {status} and code `{code}` ({e:?})"
+            );
+        }
+        for (status, code) in &docs {
+            assert!(
+                samples.iter().any(|e| e.parts().3 == Some(code.as_str())),
+                "docs/ERRORS.md names code `{code}` (status {status}), which no error has"
+            );
+        }
+    }
 }

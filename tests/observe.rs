@@ -245,10 +245,9 @@ async fn metrics_negotiates_openmetrics() {
     assert!(!plain.contains("# EOF"));
 }
 
-#[test]
-fn exported_families_match_the_documented_contract() {
-    let contract = include_str!("../deploy/metrics.txt");
-    // One alias, one request and one probed backend: every family has a series.
+/// The metrics text of one alias, one request, one probed backend, a client and a store:
+/// every family has a series.
+fn every_family_rendered() -> String {
     let m = switchboard::observe::metrics::Metrics::new();
     m.alias("a")
         .request(switchboard::wire::Endpoint::chat_completions, 200, false);
@@ -260,7 +259,14 @@ fn exported_families_match_the_documented_contract() {
         &m.alias("f"),
         switchboard::fleet::routes::FallbackReason::connect,
     );
-    let text = m.render(false);
+    let _watch = m.conn_watch("b");
+    m.render(false)
+}
+
+#[test]
+fn exported_families_match_the_documented_contract() {
+    let contract = include_str!("../deploy/metrics.txt");
+    let text = every_family_rendered();
     for name in contract
         .lines()
         .map(str::trim)
@@ -269,6 +275,57 @@ fn exported_families_match_the_documented_contract() {
         assert!(
             text.contains(&format!("# TYPE {name} ")),
             "documented metric {name} is not exported"
+        );
+    }
+}
+
+/// docs/METRICS.md's table, each family with its type: `a` / `_b` in a row are
+/// `switchboard_a` and `switchboard_b`.
+fn documented_families() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in include_str!("../docs/METRICS.md").lines() {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        if !line.starts_with("| `switchboard_") || cells.len() < 3 {
+            continue;
+        }
+        let kind = cells[1].trim().to_string();
+        for name in cells[0].trim_start_matches("| ").split(" / ") {
+            let name = name.trim().trim_matches('`');
+            let name = match name.strip_prefix('_') {
+                Some(rest) => format!("switchboard_{rest}"),
+                None => name.to_string(),
+            };
+            out.push((name, kind.clone()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_metrics_reference_lists_each_family_registered_with_its_type_and_no_other() {
+    let text = every_family_rendered();
+    let registered: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| (name.to_string(), kind.to_string()))
+        .collect();
+    assert!(registered.len() > 30, "{text}");
+    let documented = documented_families();
+    for family in &registered {
+        assert!(
+            documented.contains(family),
+            "docs/METRICS.md has no row for {} ({})",
+            family.0,
+            family.1
+        );
+    }
+    for family in &documented {
+        assert!(
+            registered.contains(family),
+            "docs/METRICS.md lists {} ({}), which is not registered so",
+            family.0,
+            family.1
         );
     }
 }
