@@ -231,6 +231,41 @@ async fn backend_context_errors_are_canonicalised() {
     }
 }
 
+/// SGLang puts its context error inside a 200 stream; the proxy reads its first event before
+/// answering. That was decided by the alias's first replica, so an SGLang replica behind a
+/// replica of another flavour had its error relayed as a 200 stream.
+#[tokio::test]
+async fn a_stream_context_error_of_an_sglang_replica_is_a_400_whichever_replica_is_first() {
+    let sim = sim(SimConfig {
+        slot_ctx: 10,
+        ..sim_cfg(Flavor::Sglang)
+    })
+    .await;
+    // The first replica, a llama.cpp one, refuses connections: the request goes to the second.
+    let toml = format!(
+        r#"
+[backends.first]
+url = "http://127.0.0.1:1"
+flavor = "llamacpp"
+[backends.sglang]
+url = "{}"
+flavor = "sglang"
+[aliases.a]
+backends = ["first", "sglang"]
+upstream_model = "up-model"
+"#,
+        sim.url()
+    );
+    let p = proxy(&toml, &[]).await;
+    let r = p.post_chat(&client(), &request(Some(4), true)).await;
+    let e = context_error(r).await;
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("This model's maximum context length is 10 tokens."),
+        "{msg}"
+    );
+}
+
 #[tokio::test]
 async fn over_window_requests_go_to_the_fallback_alias() {
     let small = sim(sim_cfg(Flavor::Llamacpp)).await;

@@ -147,9 +147,9 @@ pub async fn handle(
         tries.next_alias(snap, rec);
     }
     match tries.give_up() {
-        Last::Answer(alias, answer) => {
-            let served =
-                respond::Served::unsettled(req.adapter, &routed, &alias).translated(translated);
+        Last::Answer(alias, backend, answer) => {
+            let served = respond::Served::unsettled(req.adapter, &routed, &alias, backend)
+                .translated(translated);
             respond::respond(snap, rec, served, answer).await
         }
         Last::Error(e) => Err(e),

@@ -1,6 +1,8 @@
 //! Respond: the backend's answer made the client's — a stream relayed event by event, or a whole
 //! answer read, its context and loading errors made canonical, its reasoning normalized.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -12,7 +14,7 @@ use super::peek;
 use super::relay::{self, RelayOptions};
 use super::resolve::Routed;
 use super::send::{body_failed, is_loading};
-use crate::config::Alias;
+use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::fleet::breaker::{Outcome, Tally};
@@ -34,6 +36,8 @@ pub struct Served<'a> {
     pub adapter: &'static dyn Adapter,
     pub routed: &'a Routed,
     pub alias: &'a Alias,
+    /// The replica that answered.
+    pub backend: Arc<Backend>,
     pub slot: Option<SlotPermit>,
     pub tally: Tally,
     /// The client's API when the request was translated to chat completions: the answer is a
@@ -55,22 +59,25 @@ impl<'a> Served<'a> {
             adapter,
             routed,
             alias,
+            backend: chosen.backend,
             slot: chosen.slot,
             tally,
             translated: None,
         }
     }
 
-    /// A failed answer given to the client as it is (its slot long freed).
+    /// A failed answer of `backend` given to the client as it is (its slot long freed).
     pub fn unsettled(
         adapter: &'static dyn Adapter,
         routed: &'a Routed,
         alias: &'a Alias,
+        backend: Arc<Backend>,
     ) -> Served<'a> {
         Served {
             adapter,
             routed,
             alias,
+            backend,
             slot: None,
             tally: Tally::default(),
             translated: None,
@@ -157,13 +164,16 @@ async fn stream(
         adapter,
         routed,
         alias,
+        backend,
         slot,
         tally,
         ..
     } = served;
     let server = &snap.config.server;
     let mut read = Vec::new();
-    if alias.backend.flavor == Flavor::Sglang {
+    // SGLang puts a context error inside a 200 stream: the answering replica's first event
+    // is read before the head goes out.
+    if backend.flavor == Flavor::Sglang {
         let window = alias.context_window.map_or(0, |w| w.get());
         let (chunks, error) = peek::first_event(
             &mut upstream,

@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use super::choose::{Chosen, Refusal};
 use super::send::Failed;
 use super::Incoming;
-use crate::config::Alias;
+use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
 use crate::fleet::balance::{conversation_key, Conversation};
 use crate::fleet::breaker::Tally;
@@ -23,7 +23,7 @@ use crate::upstream::failure::Kind;
 pub enum Last {
     Error(ProxyError),
     /// A 5xx answer of a backend of the alias, nothing sent of it yet.
-    Answer(Arc<Alias>, Answer),
+    Answer(Arc<Alias>, Arc<Backend>, Answer),
 }
 
 /// The request's way through its aliases and their replicas.
@@ -114,7 +114,9 @@ impl<'s> Tries<'s> {
             }
             Failed::Error(e, _) if e.held_by_backend() => return Err(e.to_client()),
             Failed::Error(e, _) => Last::Error(e.to_client()),
-            Failed::Answer(answer, _) => Last::Answer(self.order[self.at].clone(), answer),
+            Failed::Answer(answer, _) => {
+                Last::Answer(self.order[self.at].clone(), chosen.backend.clone(), answer)
+            }
         });
         Ok(())
     }
