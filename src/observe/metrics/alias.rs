@@ -1,0 +1,146 @@
+//! One alias's metric handles, resolved once and shared by its requests (the hot path).
+
+use std::ops::Deref;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
+use super::labels::{
+    CountFallback, CountFallbackLabels, CountMethod, FallbackLabels, Name, RejectionLabels,
+    RequestLabels, UpstreamLabels,
+};
+use crate::fleet::balance::AffinityResult;
+use crate::fleet::routes::FallbackReason;
+use crate::fleet::ticket::QueueWatch;
+use crate::observe::window::Window;
+use crate::upstream::failure::UpstreamReason;
+use crate::wire::Endpoint;
+
+/// Pre-resolved metric handles for one alias, shared: a clone is one reference count.
+#[derive(Clone, Debug)]
+pub struct AliasMetrics(pub(super) Arc<AliasHandles>);
+
+impl Deref for AliasMetrics {
+    type Target = AliasHandles;
+
+    fn deref(&self) -> &AliasHandles {
+        &self.0
+    }
+}
+
+/// The handles behind [`AliasMetrics`].
+#[derive(Debug)]
+pub struct AliasHandles {
+    pub(super) name: Name,
+    /// The last five minutes, for the status page.
+    pub window: Arc<Window>,
+    pub duration: Histogram,
+    pub ttft: Histogram,
+    pub ttfc: Histogram,
+    pub prompt_tokens: Counter,
+    pub completion_tokens: Counter,
+    pub reasoning_tokens: Counter,
+    pub prefill_tps: Histogram,
+    pub decode_tps: Histogram,
+    pub inflight: Gauge,
+    pub queued: Gauge,
+    pub queue_limit: Gauge,
+    pub queue_wait: Histogram,
+    pub cancels: Counter<u64, AtomicU64>,
+    pub overhead: Histogram,
+    pub(super) requests: Family<RequestLabels, Counter>,
+    /// The `requests_total` series of status 200 by endpoint and `stream`, looked up in the
+    /// family once (a lock and a hash) and then kept.
+    pub(super) ok: [[OnceLock<Counter>; 2]; Endpoint::COUNT],
+    pub(super) rejections: Family<RejectionLabels, Counter>,
+    pub(super) count_fallbacks: Family<CountFallbackLabels, Counter>,
+    pub(super) upstream_errors: Family<UpstreamLabels, Counter>,
+    pub(super) fallbacks: Family<FallbackLabels, Counter>,
+    /// By [`AffinityResult`] in declaration order.
+    pub(super) affinity: [Counter; 3],
+}
+
+impl AliasHandles {
+    /// A request of this alias went on to the fallback `to`.
+    pub fn fallback(&self, to: &AliasHandles, reason: FallbackReason) {
+        self.fallbacks
+            .get_or_create(&FallbackLabels {
+                alias: Arc::clone(&self.name),
+                to: Arc::clone(&to.name),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn affinity(&self, result: AffinityResult) {
+        self.affinity[result as usize].inc();
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn request(&self, endpoint: Endpoint, status: u16, stream: bool) {
+        let series = || {
+            self.requests.get_or_create_owned(&RequestLabels {
+                alias: Arc::clone(&self.name),
+                endpoint,
+                status,
+                stream,
+            })
+        };
+        if status == 200 {
+            self.ok[endpoint.index()][usize::from(stream)]
+                .get_or_init(series)
+                .inc();
+        } else {
+            series().inc();
+        }
+    }
+
+    pub fn rejection(&self, method: CountMethod) {
+        self.window.rejection(Instant::now());
+        self.rejections
+            .get_or_create(&RejectionLabels {
+                alias: Arc::clone(&self.name),
+                method,
+            })
+            .inc();
+    }
+
+    /// A count of this alias was made another way than its own.
+    pub fn count_fallback(&self, reason: CountFallback) {
+        self.count_fallbacks
+            .get_or_create(&CountFallbackLabels {
+                alias: Arc::clone(&self.name),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn upstream_error(&self, reason: UpstreamReason) {
+        self.upstream_errors
+            .get_or_create(&UpstreamLabels {
+                alias: Arc::clone(&self.name),
+                reason,
+            })
+            .inc();
+    }
+}
+
+/// The queue gauge and wait histogram of the alias whose request waits for a slot.
+impl QueueWatch for AliasHandles {
+    fn entered(&self) {
+        self.queued.inc();
+    }
+
+    fn left(&self, waited: std::time::Duration) {
+        self.queued.dec();
+        self.queue_wait.observe(waited.as_secs_f64());
+    }
+}
