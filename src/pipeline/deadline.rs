@@ -9,9 +9,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::stream::{BoxStream, Stream, StreamExt};
+use futures_util::stream::{Stream, StreamExt};
 use tokio::time::{Instant, Sleep};
 
+use crate::upstream::BodyStream;
 use crate::upstream::BoxError;
 
 /// The body error of a deadline that passed.
@@ -38,7 +39,7 @@ impl Expired {
 }
 
 struct Bounded {
-    inner: BoxStream<'static, Result<Bytes, BoxError>>,
+    inner: BodyStream,
     idle: Duration,
     total: Duration,
     /// When the exchange must be over.
@@ -53,11 +54,11 @@ struct Bounded {
 
 /// `body` ended with [`Expired`] when it is idle for `idle`, or at `started + total`.
 pub fn bounded(
-    body: BoxStream<'static, Result<Bytes, BoxError>>,
+    body: BodyStream,
     idle: Duration,
     started: std::time::Instant,
     total: Duration,
-) -> BoxStream<'static, Result<Bytes, BoxError>> {
+) -> BodyStream {
     Bounded {
         inner: body,
         idle,

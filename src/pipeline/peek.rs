@@ -4,18 +4,18 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 
 use crate::error::ProxyError;
 use crate::guard;
+use crate::upstream::BodyStream;
 use crate::upstream::BoxError;
 
 /// Read the stream until its first complete event (or `limit` passes, or `event_limit` bytes
 /// came without an event's end) and say whether that event is a context error. Returns what
 /// was read, to be sent on unchanged otherwise.
 pub async fn first_event(
-    upstream: &mut BoxStream<'static, Result<Bytes, BoxError>>,
+    upstream: &mut BodyStream,
     limit: Duration,
     event_limit: usize,
     window: u32,

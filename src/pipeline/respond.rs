@@ -25,6 +25,7 @@ use crate::observe::metrics::CountMethod;
 use crate::observe::record::Record;
 use crate::upstream::exchange::{self, Answer, Held};
 use crate::upstream::failure::UpstreamReason;
+use crate::upstream::BodyStream;
 use crate::wire::{Adapter, ApiEvents, StreamContext};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
@@ -154,10 +155,7 @@ async fn stream(
     served: Served<'_>,
     status: StatusCode,
     mut headers: HeaderMap,
-    mut upstream: futures_util::stream::BoxStream<
-        'static,
-        Result<Bytes, crate::upstream::BoxError>,
-    >,
+    mut upstream: BodyStream,
 ) -> Result<Response, ProxyError> {
     let events = served.events();
     let Served {
@@ -225,7 +223,7 @@ fn over_limit(
     served: Served<'_>,
     status: StatusCode,
     headers: HeaderMap,
-    rest: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
+    rest: BodyStream,
     limit: usize,
 ) -> Result<Response, ProxyError> {
     let backend = rec.backend.clone().unwrap_or_default();
@@ -253,7 +251,7 @@ async fn whole(
     mut served: Served<'_>,
     status: StatusCode,
     headers: HeaderMap,
-    body: futures_util::stream::BoxStream<'static, Result<Bytes, crate::upstream::BoxError>>,
+    body: BodyStream,
 ) -> Result<Response, ProxyError> {
     let alias = served.alias;
     // Looked up only for a failure to count.

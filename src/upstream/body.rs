@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, StatusCode};
 
 use super::conn::Conn;
 use super::framing::{self, Decoder};
 use super::watch::ConnWatch;
+use super::BodyStream;
 use super::{BoxError, Malformed};
 
 /// The most room a read of a body gets: the first read's ([`super::conn::FIRST_READ`]) doubles while
@@ -34,14 +34,11 @@ pub enum Held {
     Whole(Bytes),
     /// A body longer than the limit: the pieces read (at most the limit and one piece), and
     /// the rest as it comes.
-    Over(BoxStream<'static, Result<Bytes, BoxError>>),
+    Over(BodyStream),
 }
 
 /// Read `body` whole if it ends within `limit` bytes.
-pub async fn read_within(
-    mut body: BoxStream<'static, Result<Bytes, BoxError>>,
-    limit: usize,
-) -> Result<Held, BoxError> {
+pub async fn read_within(mut body: BodyStream, limit: usize) -> Result<Held, BoxError> {
     let Some(first) = body.next().await.transpose()? else {
         return Ok(Held::Whole(Bytes::new()));
     };

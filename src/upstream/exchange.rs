@@ -5,15 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use bytes::Bytes;
-use futures_util::stream::{BoxStream, StreamExt};
+use futures_util::stream::StreamExt;
 
 use crate::config::Backend;
 use crate::upstream::failure::UpstreamError;
 use crate::upstream::hop;
 use crate::upstream::watch::ConnWatch;
 pub use crate::upstream::{read_all, read_within, Held, TooLong};
-use crate::upstream::{BoxError, Client, SendError, Target};
+use crate::upstream::{BodyStream, Client, SendError, Target};
 use crate::wire::payload::Payload;
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
@@ -52,7 +51,7 @@ pub fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
 pub struct Answer {
     pub status: StatusCode,
     pub headers: HeaderMap,
-    pub body: BoxStream<'static, Result<Bytes, BoxError>>,
+    pub body: BodyStream,
 }
 
 /// POST `body` to `backend` at `path_and_query`; a failure says where it failed and whether
@@ -122,6 +121,8 @@ pub fn retry_after(headers: &HeaderMap) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::BoxError;
+    use bytes::Bytes;
     use std::num::NonZeroU32;
 
     fn backend(key: Option<&str>) -> Backend {
@@ -183,9 +184,7 @@ mod tests {
         assert!(out.get(header::AUTHORIZATION).is_none());
     }
 
-    fn chunks(
-        parts: Vec<Result<&'static str, &'static str>>,
-    ) -> BoxStream<'static, Result<Bytes, BoxError>> {
+    fn chunks(parts: Vec<Result<&'static str, &'static str>>) -> BodyStream {
         futures_util::stream::iter(
             parts
                 .into_iter()

@@ -45,6 +45,9 @@ pub use body::{
     read_all, read_within, Held, TooLong, UpstreamBody, UpstreamResponse, SMALL_ANSWER_LIMIT,
 };
 pub use error::{chain, is_malformed, BoxError, Malformed, SendError};
+
+/// A backend answer's body as it arrives: its bytes, or why they stopped.
+pub type BodyStream = futures_util::stream::BoxStream<'static, Result<bytes::Bytes, BoxError>>;
 pub use pool::{Pool, Target};
 
 use crate::wire::payload::Payload;

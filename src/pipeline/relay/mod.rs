@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
-use futures_util::stream::{BoxStream, StreamExt};
+use futures_util::stream::StreamExt;
 use futures_util::FutureExt;
 
 use crate::error::ProxyError;
@@ -33,6 +33,7 @@ use crate::wire::{Adapter, ApiEvents, EventTransform, Seen};
 
 use super::same_shape::LastShape;
 use super::send::body_failed;
+use crate::upstream::BodyStream;
 use tracker::Tracker;
 
 /// What the relay does besides forwarding.
@@ -53,7 +54,7 @@ pub struct RelayOptions {
 }
 
 struct Relay {
-    upstream: BoxStream<'static, Result<Bytes, BoxError>>,
+    upstream: BodyStream,
     /// The start of an event still to end.
     buf: BytesMut,
     /// How much of `buf` is known to hold no event end: the search for one resumes there,
@@ -273,7 +274,7 @@ impl Relay {
 
 /// The client's response body for an upstream SSE response.
 pub fn relay(
-    upstream: BoxStream<'static, Result<Bytes, BoxError>>,
+    upstream: BodyStream,
     ex: Record,
     permit: Option<SlotPermit>,
     opts: RelayOptions,
