@@ -32,12 +32,12 @@ pub async fn answer(
 ) -> Response {
     let snap = state.live.load_full();
     let endpoint = Endpoint::count_of(adapter);
-    let mut ex = Record::start(snap.metrics(None), endpoint, request_id(&headers));
+    let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
     let mut known: Option<crate::clients::Caller> = None;
     let result = async {
         let caller = identify(&snap, &headers)?;
         if let Some(c) = &caller {
-            ex.client = Some(c.state.metrics.clone());
+            rec.client = Some(c.state.metrics.clone());
             known = Some(c.clone());
         }
         let body = routed_body(&snap, &headers, body).await?;
@@ -48,10 +48,10 @@ pub async fn answer(
             body,
             caller,
         };
-        let routed = resolve(&snap, &mut ex, &req)?;
+        let routed = resolve(&snap, &mut rec, &req)?;
         if let Some(c) = &req.caller {
             // One request of the client's limits (no tokens: a count generates none).
-            ex.charge = Some(Box::new(Charge::admit(c, 0, 0).await?));
+            rec.charge = Some(Box::new(Charge::admit(c, 0, 0).await?));
         }
         let alias = &routed.route.alias;
         let spec: &GuardSpec = snap.guard(&alias.name).ok_or_else(|| {
@@ -84,7 +84,7 @@ pub async fn answer(
         Ok(Json(value).into_response())
     }
     .await;
-    let mut resp = respond(&mut ex, adapter, result);
+    let mut resp = respond(&mut rec, adapter, result);
     let anthropic = adapter.anthropic_rate_limits();
     crate::clients::headers::of_caller(resp.headers_mut(), known.as_ref(), anthropic);
     resp

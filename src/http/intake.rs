@@ -180,23 +180,24 @@ where
 /// The answer to the client: the error rendered in the API's envelope if there is one, the
 /// record marked complete with its status, and the request id echoed.
 pub fn respond(
-    ex: &mut Record,
+    rec: &mut Record,
     adapter: &dyn Adapter,
     result: Result<Response, ProxyError>,
 ) -> Response {
     let mut resp = match result {
         Ok(resp) => resp,
         Err(e) => {
-            ex.error = Some(e.to_string());
-            if let Some(t) = ex.traced() {
+            rec.error = Some(e.to_string());
+            if let Some(t) = rec.traced() {
                 t.error_type(e.parts().3.unwrap_or("error"));
             }
             adapter.error_response(e)
         }
     };
-    ex.status = resp.status().as_u16();
-    ex.completed = true;
-    resp.headers_mut().insert(REQUEST_ID, ex.request_id.clone());
+    rec.status = resp.status().as_u16();
+    rec.completed = true;
+    resp.headers_mut()
+        .insert(REQUEST_ID, rec.request_id.clone());
     resp
 }
 

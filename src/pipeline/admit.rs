@@ -41,7 +41,7 @@ pub struct Admitted {
 /// Guard `body` (the request [`super::shape`]d for `alias`): admitted as it is or with its
 /// output limit clamped, or over the window — on to the `context_fallback` alias, or, with
 /// none, the API's context-length 400.
-pub async fn guard(
+pub async fn admit(
     state: &AppState,
     snap: &Snapshot,
     rec: &mut Record,

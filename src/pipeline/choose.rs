@@ -110,7 +110,7 @@ pub async fn choose(
                     load
                 }
                 Err(w) => {
-                    why = Some(telling(why, w));
+                    why = Some(most_telling(why, w));
                     None
                 }
             }
@@ -253,7 +253,7 @@ fn handles<'s>(
 
 /// Of two reasons no replica could take a request, the one that tells the client most:
 /// loading (it keeps its model_loading answer), then an open breaker over a backend down.
-fn telling(why: Option<FallbackReason>, w: FallbackReason) -> FallbackReason {
+fn most_telling(why: Option<FallbackReason>, w: FallbackReason) -> FallbackReason {
     match (why, w) {
         (Some(FallbackReason::loading), _) => FallbackReason::loading,
         (Some(FallbackReason::breaker_open), FallbackReason::down) => FallbackReason::breaker_open,

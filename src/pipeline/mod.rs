@@ -7,9 +7,9 @@
 //! - resolve ([`resolve`]): the body's view (model, stream) read once, the route of its model;
 //! - shape ([`shape::shape`]): the body for the alias, and its view (the resolve's when
 //!   nothing changed);
-//! - guard ([`admit::guard`]): counted against the alias's window, its limit clamped, or on to
-//!   the `context_fallback` alias — shaped and guarded anew, as another attempt — and the
-//!   client's limits charged ([`limit`]);
+//! - admit ([`admit::admit`]), the context guard: counted against the alias's window, its
+//!   limit clamped, or on to the `context_fallback` alias — shaped and guarded anew, as
+//!   another attempt — and the client's limits charged ([`limit`]);
 //! - choose ([`choose`]): a replica, its slot;
 //! - send ([`send`]), after the one per-replica part of shaping ([`shape::for_replica`]: a
 //!   replica of another flavour or set of APIs may need another body — translated to chat,
@@ -82,7 +82,7 @@ pub async fn handle(
         let mut alias = Arc::clone(start);
         let admitted = loop {
             let guarded = match shape::shape(&req, &alias) {
-                Ok(shaped) => admit::guard(state, snap, rec, &req, alias, shaped).await,
+                Ok(shaped) => admit::admit(state, snap, rec, &req, alias, shaped).await,
                 Err(e) => Err(e),
             };
             match guarded {

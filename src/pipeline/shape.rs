@@ -105,7 +105,7 @@ pub fn for_replica(
         });
     }
     let usage = adapter.takes_stream_usage();
-    let body = match again(req, alias, backend) {
+    let body = match history_differs_on(req, alias, backend) {
         Some(b) => adapter.history_for(&shaped.body, b.flavor)?,
         None => None,
     };
@@ -128,7 +128,11 @@ pub fn for_replica(
 
 /// `backend` when its runtime reads the history in another form than the shaped body has
 /// (that of the alias's first backend, or the client's when that one was translated).
-fn again<'b>(req: &Incoming, alias: &Alias, backend: &'b Backend) -> Option<&'b Backend> {
+fn history_differs_on<'b>(
+    req: &Incoming,
+    alias: &Alias,
+    backend: &'b Backend,
+) -> Option<&'b Backend> {
     let adapter = req.adapter;
     let (from, to) = (alias.backend.flavor, backend.flavor);
     let differs = if adapter.normalizes_reasoning() {

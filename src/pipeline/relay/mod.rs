@@ -199,7 +199,7 @@ impl Relay {
     /// `out` (the events before it), then the end of a stream whose event grew past the limit.
     fn overflow(&mut self, out: Bytes) -> Bytes {
         let err = ProxyError::EventTooLarge {
-            backend: self.t.ex.backend.clone().unwrap_or_default(),
+            backend: self.t.rec.backend.clone().unwrap_or_default(),
             limit: self.t.opts.event_limit,
         };
         self.buf = BytesMut::new();
@@ -210,7 +210,7 @@ impl Relay {
     /// The end of a stream whose body failed, classified as a whole answer's is
     /// ([`body_failed`], which counts it).
     fn broken(&mut self, e: &BoxError) -> Bytes {
-        let err = body_failed(&self.t.ex, e).to_client();
+        let err = body_failed(&self.t.rec, e).to_client();
         self.cut(None, err)
     }
 
@@ -224,27 +224,27 @@ impl Relay {
             None => Vec::new(),
         };
         if let Some(reason) = reason {
-            self.t.ex.metrics().upstream_error(reason);
+            self.t.rec.metrics().upstream_error(reason);
         }
         self.t.opts.tally.tell(Outcome::Failed);
-        self.t.ex.error = Some(err.to_string());
-        self.t.ex.completed = true;
+        self.t.rec.error = Some(err.to_string());
+        self.t.rec.completed = true;
         match self.t.opts.events.as_mut() {
             Some(events) => out.extend_from_slice(&events.broken(&err, &mut self.t.seen)),
             None => out.extend_from_slice(&self.t.opts.adapter.stream_error(&err)),
         }
-        self.t.ex.absorb(std::mem::take(&mut self.t.seen));
+        self.t.rec.absorb(std::mem::take(&mut self.t.seen));
         // Free the slot, the backend connection and the in-flight count now, not when the
         // client has read the error event.
         self.permit = None;
         self.upstream = futures_util::stream::empty().boxed();
-        drop(self.t.ex.take());
+        drop(self.t.rec.take());
         Bytes::from(out)
     }
 
     fn end(&mut self) -> Option<Bytes> {
         self.done = true;
-        self.t.ex.completed = true;
+        self.t.rec.completed = true;
         let mut out = BytesMut::new();
         if !self.buf.iter().all(u8::is_ascii_whitespace) {
             // A last event without its blank line: terminate it and treat it like the others.
@@ -275,7 +275,7 @@ impl Relay {
 /// The client's response body for an upstream SSE response.
 pub fn relay(
     upstream: BodyStream,
-    ex: Record,
+    rec: Record,
     permit: Option<SlotPermit>,
     opts: RelayOptions,
 ) -> Body {
@@ -284,7 +284,7 @@ pub fn relay(
         buf: BytesMut::new(),
         searched: 0,
         t: Tracker {
-            ex,
+            rec,
             opts,
             saw_done: false,
             last: LastShape::default(),
@@ -329,7 +329,7 @@ mod tests {
 
     fn burst(chunks: &[&'static str]) -> Body {
         let metrics = crate::observe::metrics::Metrics::new();
-        let ex = Record::start(
+        let rec = Record::start(
             &metrics.alias("a"),
             Endpoint::chat_completions,
             http::HeaderValue::from_static("id"),
@@ -339,7 +339,7 @@ mod tests {
             .map(|c| Ok(Bytes::from_static(c.as_bytes())))
             .collect();
         let opts = options(false, None);
-        relay(futures_util::stream::iter(items).boxed(), ex, None, opts)
+        relay(futures_util::stream::iter(items).boxed(), rec, None, opts)
     }
 
     /// Events whose blank line is split across pieces come out whole, each once.
@@ -363,7 +363,7 @@ mod tests {
             buf: BytesMut::new(),
             searched: 0,
             t: Tracker {
-                ex: Record::start(
+                rec: Record::start(
                     &metrics.alias("a"),
                     Endpoint::chat_completions,
                     http::HeaderValue::from_static("id"),
@@ -424,7 +424,7 @@ mod tests {
     #[tokio::test]
     async fn spaced_usage_chunk_is_dropped_for_a_client_that_did_not_ask() {
         let metrics = crate::observe::metrics::Metrics::new();
-        let ex = Record::start(
+        let rec = Record::start(
             &metrics.alias("a"),
             Endpoint::chat_completions,
             http::HeaderValue::from_static("id"),
@@ -439,7 +439,7 @@ mod tests {
         .map(|c| Ok(Bytes::from_static(c.as_bytes())))
         .collect();
         let opts = options(true, None);
-        let body = relay(futures_util::stream::iter(chunks).boxed(), ex, None, opts);
+        let body = relay(futures_util::stream::iter(chunks).boxed(), rec, None, opts);
         let out = http_body_util::BodyExt::collect(body)
             .await
             .unwrap()

@@ -15,7 +15,7 @@ use crate::wire::{Action, Seen};
 
 /// Everything the relay tracks apart from the byte buffer.
 pub(super) struct Tracker {
-    pub(super) ex: Record,
+    pub(super) rec: Record,
     pub(super) opts: RelayOptions,
     pub(super) saw_done: bool,
     /// The last event read in full, for the events shaped as it.
@@ -26,31 +26,31 @@ pub(super) struct Tracker {
 
 impl Drop for Tracker {
     fn drop(&mut self) {
-        self.ex.absorb(std::mem::take(&mut self.seen));
+        self.rec.absorb(std::mem::take(&mut self.seen));
     }
 }
 
 impl Tracker {
     /// First and last token times of one event's data; `token`: it has one.
     fn track(&mut self, token: bool, data: &EventReadings<'_>, now: Instant) {
-        if self.ex.first_content.is_some() {
+        if self.rec.first_content.is_some() {
             // Both first times are known: every later event only moves the last one.
-            self.ex.last_token = Some(now);
+            self.rec.last_token = Some(now);
             return;
         }
         if token {
-            self.ex.first_token.get_or_insert(now);
-            self.ex.last_token = Some(now);
-            if self.ex.first_content.is_none() && data.has_content() {
-                self.ex.first_content = Some(now);
+            self.rec.first_token.get_or_insert(now);
+            self.rec.last_token = Some(now);
+            if self.rec.first_content.is_none() && data.has_content() {
+                self.rec.first_content = Some(now);
             }
         }
     }
 
     pub(super) fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
-        if self.ex.traced().is_some() {
+        if self.rec.traced().is_some() {
             if let Some(data) = data_payload(ev).or_else(|| named_data(ev).1) {
-                crate::pipeline::traced::event(&mut self.ex, data);
+                crate::pipeline::traced::event(&mut self.rec, data);
             }
         }
         if let Some(events) = self.opts.events.as_mut() {
@@ -61,15 +61,15 @@ impl Tracker {
             // TTFT and usage.
             if let (_, Some(data)) = named_data(ev) {
                 let readings = EventReadings::new(data);
-                if self.ex.first_content.is_none() && readings.has_tagged_text() {
-                    self.ex.first_token.get_or_insert(now);
-                    self.ex.first_content.get_or_insert(now);
-                    self.ex.last_token = Some(now);
+                if self.rec.first_content.is_none() && readings.has_tagged_text() {
+                    self.rec.first_token.get_or_insert(now);
+                    self.rec.first_content.get_or_insert(now);
+                    self.rec.last_token = Some(now);
                 }
                 self.counted(&readings, now);
                 if readings.may_have_usage() {
                     if let Some((usage, _)) = crate::wire::usage::of_event(data) {
-                        self.ex.usage = Some(usage);
+                        self.rec.usage = Some(usage);
                     }
                 }
             }
@@ -89,7 +89,7 @@ impl Tracker {
         if let Some(kept) = self.last.matches(data) {
             // The readings of the last event hold: no error, no usage object, no escape, and
             // a token when its text is not empty (or the last had one besides its text).
-            self.ex.generated += u64::from(self.last.has_token(data));
+            self.rec.generated += u64::from(self.last.has_token(data));
             self.track_text(data, now);
             return if kept {
                 Action::Keep
@@ -100,14 +100,14 @@ impl Tracker {
         let readings = EventReadings::new(data);
         if readings.is_error() {
             self.last.forget();
-            self.ex.error = Some("error event from backend".into());
+            self.rec.error = Some("error event from backend".into());
             return Action::Keep;
         }
         self.counted(&readings, now);
         if readings.may_have_usage() {
             self.last.forget();
             if let Some((usage, usage_only)) = crate::wire::usage::of_event(data) {
-                self.ex.usage = Some(usage);
+                self.rec.usage = Some(usage);
                 if usage_only && self.opts.drop_usage_chunk {
                     return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
                         Some(held) => Action::Replace(crate::wire::data_event(&held)),
@@ -131,15 +131,15 @@ impl Tracker {
     /// charged: one a content, reasoning or tool-call delta), its times tracked.
     fn counted(&mut self, data: &EventReadings<'_>, now: Instant) {
         let token = data.has_token();
-        self.ex.generated += u64::from(token);
+        self.rec.generated += u64::from(token);
         self.track(token, data, now);
     }
 
     /// First and last token times of an event shaped as the last one (its token counted by
     /// the caller).
     fn track_text(&mut self, data: &[u8], now: Instant) {
-        if self.ex.first_content.is_some() {
-            self.ex.last_token = Some(now);
+        if self.rec.first_content.is_some() {
+            self.rec.last_token = Some(now);
         } else {
             let readings = EventReadings::new(data);
             self.track(readings.has_token(), &readings, now);
@@ -252,7 +252,7 @@ mod tests {
             let metrics = crate::observe::metrics::Metrics::new();
             let tags = tags.then(|| Arc::new(ThinkTags::preset("qwen3").unwrap()));
             Tracker {
-                ex: Record::start(
+                rec: Record::start(
                     &metrics.alias("a"),
                     Endpoint::chat_completions,
                     http::HeaderValue::from_static("id"),
@@ -285,12 +285,12 @@ mod tests {
                     let ev = crate::wire::data_event(data);
                     full.last = LastShape::default();
                     prop_assert_eq!(bytes(shaped.on_event(&ev, now)), bytes(full.on_event(&ev, now)));
-                    prop_assert_eq!(&shaped.ex.error, &full.ex.error);
-                    prop_assert_eq!(&shaped.ex.usage, &full.ex.usage);
-                    prop_assert_eq!(shaped.ex.first_token, full.ex.first_token);
-                    prop_assert_eq!(shaped.ex.first_content, full.ex.first_content);
-                    prop_assert_eq!(shaped.ex.last_token, full.ex.last_token);
-                    prop_assert_eq!(shaped.ex.generated, full.ex.generated);
+                    prop_assert_eq!(&shaped.rec.error, &full.rec.error);
+                    prop_assert_eq!(&shaped.rec.usage, &full.rec.usage);
+                    prop_assert_eq!(shaped.rec.first_token, full.rec.first_token);
+                    prop_assert_eq!(shaped.rec.first_content, full.rec.first_content);
+                    prop_assert_eq!(shaped.rec.last_token, full.rec.last_token);
+                    prop_assert_eq!(shaped.rec.generated, full.rec.generated);
                 }
             }
         }
