@@ -624,37 +624,6 @@ async fn reload_keeps_the_backend_slots_of_unchanged_backends() {
     ));
 }
 
-/// A backend that answers every request on a connection with `answer`, over raw TCP; counts
-/// the connections it accepted.
-async fn raw_backend(answer: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    let answer = std::sync::Arc::new(answer);
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let answer = answer.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                loop {
-                    let Some(request_len) = common::read_request(&mut tcp, &mut buf).await else {
-                        return;
-                    };
-                    buf.drain(..request_len);
-                    if tcp.write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, accepted)
-}
-
 /// The fields of a backend's connection (and the ones its `Connection` names) stay between the
 /// proxy and the backend; the connection itself is reused.
 #[tokio::test]
@@ -666,7 +635,11 @@ async fn backend_connection_fields_are_not_relayed() {
         "HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nContent-Type: application/json; charset=utf-8\r\nKeep-Alive: timeout=5, max=100\r\nConnection: X-Trace\r\nX-Trace: 7\r\nProxy-Connection: keep-alive\r\nX-Backend-Build: b1\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    let (url, accepted) = raw_backend(answer).await;
+    let RawBackend {
+        url,
+        connections: accepted,
+        ..
+    } = raw_backend(answer, true).await;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
     let c = client();
     for _ in 0..2 {
@@ -707,7 +680,7 @@ async fn a_stream_whose_content_type_connection_names_is_relayed_as_a_stream() {
         "HTTP/1.1 200 OK\r\nConnection: Content-Type\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n0\r\n\r\n",
         events.len()
     );
-    let (url, _) = raw_backend(answer).await;
+    let url = raw_backend(answer, true).await.url;
     let p = proxy(&one_alias("llamacpp", "", ""), &[("b", url)]).await;
     let resp = p.post_chat(&client(), &chat("a", true)).await;
     assert_eq!(resp.status(), 200);
@@ -733,12 +706,7 @@ async fn a_malformed_body_has_one_reason_whole_and_streamed() {
     for (answer, stream) in [(WHOLE, false), (STREAMED, true)] {
         let p = proxy(
             &one_alias("vllm", "", ""),
-            &[(
-                "b",
-                raw_backend(String::from_utf8(answer.to_vec()).unwrap())
-                    .await
-                    .0,
-            )],
+            &[("b", raw_backend(answer.to_vec(), true).await.url)],
         )
         .await;
         let r = p.post_chat(&client(), &chat("a", stream)).await;

@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use common::*;
 use serde_json::{json, Value};
@@ -229,30 +228,6 @@ async fn other_spellings_of_v1_paths_are_refused() {
     assert!(sim.recorder().requests().is_empty());
 }
 
-/// A backend that reads each request (head and content-length body) and answers it with
-/// `answer`, byte for byte, then closes the connection; counts the requests.
-async fn raw_backend(answer: impl Into<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
-    let answer = Arc::new(answer.into());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let requests = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&requests);
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let (count, answer) = (Arc::clone(&count), Arc::clone(&answer));
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                if common::read_request(&mut tcp, &mut buf).await.is_none() {
-                    return;
-                }
-                count.fetch_add(1, Ordering::SeqCst);
-                let _ = tcp.write_all(&answer).await;
-            });
-        }
-    });
-    (url, requests)
-}
-
 fn reason(m: &str, reason: &str) -> f64 {
     sample(
         m,
@@ -270,7 +245,7 @@ async fn a_malformed_backend_head_counts_as_protocol() {
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nabc",
         b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
     ] {
-        let (url, requests) = raw_backend(answer.to_vec()).await;
+        let RawBackend { url, requests, .. } = raw_backend(answer.to_vec(), false).await;
         let p = proxy(&config(), &[("b", url)]).await;
         let resp = p.post_chat(&c, &chat("a", false)).await;
         let (status, _, e) = error_of(resp).await;
@@ -287,7 +262,7 @@ async fn a_malformed_backend_head_counts_as_protocol() {
 /// A connection closed before any head is a connection failure, not the backend's protocol.
 #[tokio::test]
 async fn a_backend_closing_before_its_head_counts_as_connect() {
-    let (url, _) = raw_backend(Vec::new()).await;
+    let url = raw_backend(Vec::new(), false).await.url;
     let p = proxy(&config(), &[("b", url)]).await;
     let resp = p.post_chat(&client(), &chat("a", false)).await;
     assert_eq!(resp.status(), 502);
@@ -310,7 +285,7 @@ async fn a_malformed_chunked_body_counts_as_protocol() {
         // A trailer line of only a CR does not end the body.
         format!("{HEAD}{:x}\r\n{json}\r\n0\r\n\r\r\n", json.len()),
     ] {
-        let (url, _) = raw_backend(answer.clone()).await;
+        let url = raw_backend(answer.clone(), false).await.url;
         let p = proxy(&config(), &[("b", url)]).await;
         let resp = p.post_chat(&c, &chat("a", false)).await;
         let (status, _, e) = error_of(resp).await;
@@ -340,7 +315,7 @@ async fn a_stream_malformed_mid_way_counts_as_protocol_and_a_cut_one_as_broken()
         // A chunk of 0x40 bytes of which five arrive, then the connection closes.
         ("40\r\ndata:", "stream_broken", "protocol"),
     ] {
-        let (url, _) = raw_backend(format!("{first}{rest}")).await;
+        let url = raw_backend(format!("{first}{rest}"), false).await.url;
         let p = proxy(&config(), &[("b", url)]).await;
         let resp = p.post_chat(&c, &chat("a", true)).await;
         assert_eq!(resp.status(), 200);

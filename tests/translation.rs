@@ -6,36 +6,19 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::spec::{check_messages, check_responses, parse_sse, types};
 use common::*;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
 
 /// A backend that answers every request with `body` under `content_type`, then closes.
-async fn raw_backend(content_type: &str, body: Vec<u8>) -> String {
+async fn answering(content_type: &str, body: Vec<u8>) -> String {
     let mut answer = format!(
         "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
     answer.extend(body);
-    let answer = Arc::new(answer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let answer = Arc::clone(&answer);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                if read_request(&mut tcp, &mut buf).await.is_some() {
-                    let _ = tcp.write_all(&answer).await;
-                }
-            });
-        }
-    });
-    url
+    raw_backend(answer, false).await.url
 }
 
 /// A chat stream of choice-0 `deltas`, finished with `finish`, as SSE bytes.
@@ -103,7 +86,7 @@ async fn a_tool_call_continued_after_text_reaches_its_own_block_and_item() {
         ],
         "tool_calls",
     );
-    let p = chat_only(raw_backend("text/event-stream", sse).await).await;
+    let p = chat_only(answering("text/event-stream", sse).await).await;
 
     let (status, bytes) = post(&p, "/v1/messages", &messages_body(true)).await;
     assert_eq!(status, 200);
@@ -184,7 +167,7 @@ async fn a_whole_answer_that_is_not_a_chat_completion_is_a_502_in_each_apis_enve
         "null",
         r#"{"id":"chatcmpl-t","object":"chat.completion","choices":[{"index":0,"finish_reason":"stop"}]}"#,
     ] {
-        let p = chat_only(raw_backend("application/json", body.into()).await).await;
+        let p = chat_only(answering("application/json", body.into()).await).await;
         let (status, bytes) = post(&p, "/v1/messages", &messages_body(false)).await;
         assert_eq!(status, 502, "{body}");
         let v: Value = serde_json::from_slice(&bytes).unwrap();
@@ -222,7 +205,7 @@ async fn an_unreadable_event_is_each_apis_error_event() {
         let mut sse = start.to_vec();
         sse.extend_from_slice(ev);
         sse.extend(chat_sse(&[], "tool_calls"));
-        let p = chat_only(raw_backend("text/event-stream", sse).await).await;
+        let p = chat_only(answering("text/event-stream", sse).await).await;
 
         let (status, bytes) = post(&p, "/v1/messages", &messages_body(true)).await;
         assert_eq!(status, 200);

@@ -169,6 +169,48 @@ pub async fn read_request(tcp: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) ->
     }
 }
 
+/// A backend over raw TCP ([`raw_backend`]): its URL, the connections it accepted and the
+/// requests it read whole.
+pub struct RawBackend {
+    pub url: String,
+    pub connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A backend that reads each request (head and content-length body) and answers it with
+/// `answer`, byte for byte: every request of a connection while `keep`, else one, then it
+/// closes the connection.
+pub async fn raw_backend(answer: impl Into<Vec<u8>>, keep: bool) -> RawBackend {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::AsyncWriteExt;
+    let answer = Arc::new(answer.into());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b = RawBackend {
+        url: format!("http://{}", listener.local_addr().unwrap()),
+        connections: Arc::new(AtomicUsize::new(0)),
+        requests: Arc::new(AtomicUsize::new(0)),
+    };
+    let (connections, requests) = (Arc::clone(&b.connections), Arc::clone(&b.requests));
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            connections.fetch_add(1, Ordering::SeqCst);
+            let (requests, answer) = (Arc::clone(&requests), Arc::clone(&answer));
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(len) = read_request(&mut tcp, &mut buf).await {
+                    buf.drain(..len);
+                    requests.fetch_add(1, Ordering::SeqCst);
+                    if tcp.write_all(&answer).await.is_err() || !keep {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    b
+}
+
 /// The URL of a loopback port nothing listens on (bound, then let go): connections are refused.
 pub async fn dead_url() -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
