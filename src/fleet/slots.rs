@@ -329,18 +329,17 @@ impl Slots {
     /// shared store, then the backend's shared lease within the same `timeout`.
     pub async fn acquire(
         &self,
-        alias: &str,
         timeout: Duration,
         ticket: Ticket,
         watch: &dyn QueueWatch,
-    ) -> Result<SlotPermit, ProxyError> {
+    ) -> Result<SlotPermit, Refused> {
         let start = Instant::now();
-        let mut permit = self.acquire_here(alias, timeout, ticket, watch).await?;
+        let mut permit = self.acquire_here(timeout, ticket, watch).await?;
         if let Some(shared) = &self.shared {
             let deadline = start + timeout;
             match shared.take(self.slots, &ticket, deadline, watch).await {
                 Ok(lease) => permit.lease = Some(lease),
-                Err(()) => return Err(self.timed_out(alias, timeout)),
+                Err(()) => return Err(Refused::TimedOut(timeout)),
             }
         }
         Ok(permit)
@@ -349,11 +348,10 @@ impl Slots {
     /// A slot of this process, waiting in its queue up to `timeout`.
     async fn acquire_here(
         &self,
-        alias: &str,
         timeout: Duration,
         ticket: Ticket,
         watch: &dyn QueueWatch,
-    ) -> Result<SlotPermit, ProxyError> {
+    ) -> Result<SlotPermit, Refused> {
         let (seq, mut rx) = {
             let mut st = self.inner.lock();
             if let Some(p) = self.take(&mut st, ticket.conversation) {
@@ -361,7 +359,7 @@ impl Slots {
             }
             if st.waiters.len() >= self.queue as usize {
                 let Some(i) = displaced(&st.waiters, self.queue, &ticket) else {
-                    return Err(self.overloaded(alias));
+                    return Err(self.full());
                 };
                 // Its request finds its channel closed: the 429 of a full queue.
                 drop(st.waiters.swap_remove(i));
@@ -386,31 +384,47 @@ impl Slots {
         match tokio::time::timeout(timeout, &mut rx).await {
             Ok(Ok(p)) => Ok(p),
             // Its place was given to a request of a better class or a fairer share.
-            Ok(Err(_)) => Err(self.overloaded(alias)),
+            Ok(Err(_)) => Err(self.full()),
             // Granted (or its place given away) as the wait ran out.
             _ if !waiting.leave() => match rx.try_recv() {
                 Ok(p) => Ok(p),
-                Err(oneshot::error::TryRecvError::Closed) => Err(self.overloaded(alias)),
-                Err(_) => Err(self.timed_out(alias, timeout)),
+                Err(oneshot::error::TryRecvError::Closed) => Err(self.full()),
+                Err(_) => Err(Refused::TimedOut(timeout)),
             },
             // The wait ran out: the queue had room, the slots never came free.
-            _ => Err(self.timed_out(alias, timeout)),
+            _ => Err(Refused::TimedOut(timeout)),
         }
     }
 
-    fn overloaded(&self, alias: &str) -> ProxyError {
-        ProxyError::Overloaded {
-            alias: alias.to_string(),
-            slots: self.slots,
-            retry_after: 1,
-        }
+    fn full(&self) -> Refused {
+        Refused::Full { slots: self.slots }
     }
+}
 
-    fn timed_out(&self, alias: &str, waited: Duration) -> ProxyError {
-        ProxyError::QueueTimeout {
-            alias: alias.to_string(),
-            waited,
-            retry_after: 1,
+/// Why a request got no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The queue was full, or the request's place in it went to a request of a better class
+    /// or a fairer share: the 429 of a full queue.
+    Full { slots: u32 },
+    /// The wait ran out with room in the queue: no slot came free.
+    TimedOut(Duration),
+}
+
+impl Refused {
+    /// What the client of `alias` is told, when no other replica or fallback takes it.
+    pub fn error(self, alias: &str) -> ProxyError {
+        match self {
+            Refused::Full { slots } => ProxyError::Overloaded {
+                alias: alias.to_string(),
+                slots,
+                retry_after: 1,
+            },
+            Refused::TimedOut(waited) => ProxyError::QueueTimeout {
+                alias: alias.to_string(),
+                waited,
+                retry_after: 1,
+            },
         }
     }
 }
@@ -450,18 +464,19 @@ mod tests {
         let m = Queued::default();
         let slots = Slots::new(1, 1);
         let t = Ticket::plain(Instant::now());
-        let first = slots
-            .acquire("a", Duration::from_secs(5), t, &m)
-            .await
-            .unwrap();
+        let first = slots.acquire(Duration::from_secs(5), t, &m).await.unwrap();
         assert_eq!(slots.busy(), 1);
-        let waiter = slots.acquire("a", Duration::from_secs(5), t, &m);
+        let waiter = slots.acquire(Duration::from_secs(5), t, &m);
         tokio::pin!(waiter);
         // Poll once so the waiter enters the queue.
         assert!(futures_util::poll!(waiter.as_mut()).is_pending());
         assert_eq!(m.0.load(Ordering::SeqCst), 1);
-        let third = slots.acquire("a", Duration::from_secs(5), t, &m).await;
-        assert!(matches!(third, Err(ProxyError::Overloaded { .. })));
+        let third = slots.acquire(Duration::from_secs(5), t, &m).await;
+        assert!(
+            matches!(third, Err(Refused::Full { slots: 1 })),
+            "{:?}",
+            third.err()
+        );
         drop(first);
         let second = waiter.await.unwrap();
         assert_eq!(m.0.load(Ordering::SeqCst), 0);
@@ -477,10 +492,13 @@ mod tests {
         let slots = Slots::new(1, 4);
         let _held = slots.try_acquire().unwrap();
         let t = Ticket::plain(Instant::now());
-        let waited = slots.acquire("a", Duration::from_millis(20), t, &m).await;
+        let waited = slots.acquire(Duration::from_millis(20), t, &m).await;
         let e = waited.unwrap_err();
-        assert!(matches!(e, ProxyError::QueueTimeout { .. }), "{e:?}");
-        assert_eq!(e.parts().0, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e, Refused::TimedOut(Duration::from_millis(20)));
+        assert_eq!(
+            e.error("a").parts().0,
+            axum::http::StatusCode::SERVICE_UNAVAILABLE
+        );
         assert_eq!(m.0.load(Ordering::SeqCst), 0);
         assert_eq!(slots.load(), 1);
     }
@@ -492,7 +510,7 @@ mod tests {
         let held = slots.try_acquire().unwrap();
         let mut waiters: Vec<_> = tickets
             .iter()
-            .map(|t| Box::pin(slots.acquire("a", Duration::from_secs(600), *t, &m)))
+            .map(|t| Box::pin(slots.acquire(Duration::from_secs(600), *t, &m)))
             .collect();
         for w in &mut waiters {
             assert!(futures_util::poll!(w.as_mut()).is_pending());
@@ -594,12 +612,12 @@ mod tests {
     }
 
     type Acquiring<'a> =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<SlotPermit, ProxyError>> + 'a>>;
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<SlotPermit, Refused>> + 'a>>;
 
     /// A request at the queue: still waiting, or answered.
     enum At<'a> {
         Waiting(Acquiring<'a>),
-        Done(Result<SlotPermit, ProxyError>),
+        Done(Result<SlotPermit, Refused>),
     }
 
     impl At<'_> {
@@ -612,7 +630,7 @@ mod tests {
             }
             match self {
                 At::Waiting(_) => false,
-                At::Done(Err(ProxyError::Overloaded { .. })) => true,
+                At::Done(Err(Refused::Full { .. })) => true,
                 At::Done(r) => panic!("neither waiting nor refused: {:?}", r.as_ref().err()),
             }
         }
@@ -622,12 +640,7 @@ mod tests {
     async fn queue_up<'a>(slots: &'a Slots, m: &'a Queued, tickets: &[Ticket]) -> Vec<At<'a>> {
         let mut waiters = Vec::new();
         for t in tickets {
-            let mut at = At::Waiting(Box::pin(slots.acquire(
-                "a",
-                Duration::from_secs(600),
-                *t,
-                m,
-            )));
+            let mut at = At::Waiting(Box::pin(slots.acquire(Duration::from_secs(600), *t, m)));
             at.refused().await;
             waiters.push(at);
         }
@@ -691,7 +704,7 @@ mod tests {
             conversation: Some(7),
             ..Ticket::plain(Instant::now())
         };
-        let mut next = Box::pin(slots.acquire("a", Duration::from_secs(9), t, &m));
+        let mut next = Box::pin(slots.acquire(Duration::from_secs(9), t, &m));
         assert!(futures_util::poll!(next.as_mut()).is_pending());
         drop(plain);
         let two = next.await.unwrap();
@@ -708,8 +721,8 @@ mod tests {
         let slots = Slots::new(1, 4);
         let held = slots.try_acquire().unwrap();
         let t = Ticket::plain(Instant::now());
-        let mut gone = Box::pin(slots.acquire("a", Duration::from_secs(9), t, &m));
-        let mut next = Box::pin(slots.acquire("a", Duration::from_secs(9), t, &m));
+        let mut gone = Box::pin(slots.acquire(Duration::from_secs(9), t, &m));
+        let mut next = Box::pin(slots.acquire(Duration::from_secs(9), t, &m));
         assert!(futures_util::poll!(gone.as_mut()).is_pending());
         assert!(futures_util::poll!(next.as_mut()).is_pending());
         drop(held);

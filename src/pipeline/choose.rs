@@ -22,7 +22,7 @@ use crate::fleet::breaker::{Breaker, Pass};
 use crate::fleet::health::BackendState;
 use crate::fleet::load;
 use crate::fleet::routes::FallbackReason;
-use crate::fleet::slots::{SlotPermit, Slots};
+use crate::fleet::slots::{Refused, SlotPermit, Slots};
 use crate::fleet::ticket::Ticket;
 use crate::live::{AppState, Snapshot};
 
@@ -397,14 +397,14 @@ async fn slot(
     }
     let m = snap.metrics(Some(&alias.name));
     let _queued = place.caller.as_ref().map(ClientQueued::enter);
-    let got = slots
-        .acquire(&alias.name, timeout, place.ticket, &**m)
-        .await;
-    match got {
-        Ok(p) => Ok(Some(p)),
-        Err(e @ ProxyError::QueueTimeout { .. }) => Err((FallbackReason::queue_timeout, e)),
-        Err(e) => Err((FallbackReason::overloaded, e)),
-    }
+    let got = slots.acquire(timeout, place.ticket, &**m).await;
+    got.map(Some).map_err(|refused| {
+        let reason = match refused {
+            Refused::Full { .. } => FallbackReason::overloaded,
+            Refused::TimedOut(_) => FallbackReason::queue_timeout,
+        };
+        (reason, refused.error(&alias.name))
+    })
 }
 
 /// A client's request waiting for a slot: its queue gauge and wait, however the wait ends.
