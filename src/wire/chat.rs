@@ -15,7 +15,8 @@ pub struct Chat;
 /// How chat requests are shaped.
 pub const SHAPING: Form = Form {
     conversation: Some("messages"),
-    limits: &["max_tokens", "max_completion_tokens"],
+    limits: &["max_completion_tokens", "max_tokens"],
+    cap_sets: "max_tokens",
     own: &[
         "max_tokens",
         "max_completion_tokens",

@@ -199,9 +199,10 @@ pub trait Adapter: Sync {
         }
     }
 
-    /// The keys of the output limit, in the order they take effect (the guard clamps them).
+    /// The keys of the output limit, in the order they take effect (the guard clamps them):
+    /// its [`Form`]'s; none for an API that is not shaped.
     fn output_limit(&self) -> &'static [&'static str] {
-        &["max_completion_tokens", "max_tokens"]
+        self.shaping().map_or(&[], |form| form.limits)
     }
 
     /// The output the request asks room for: the first of [`Adapter::output_limit`] set.

@@ -17,6 +17,7 @@ pub struct Passthrough {
 pub const COMPLETIONS_SHAPING: Form = Form {
     conversation: None,
     limits: &["max_tokens"],
+    cap_sets: "max_tokens",
     own: &[
         "max_tokens",
         "frequency_penalty",

@@ -30,6 +30,7 @@ pub struct Messages;
 pub const SHAPING: Form = Form {
     conversation: Some("messages"),
     limits: &["max_tokens"],
+    cap_sets: "max_tokens",
     own: &["max_tokens", "stop_sequences", "thinking", "system"],
     image_part,
     text_part: "text",
@@ -167,10 +168,6 @@ impl Adapter for Messages {
 
     fn chat_form(&self) -> Option<chat_form::Conversion> {
         Some(to_chat::to_chat)
-    }
-
-    fn output_limit(&self) -> &'static [&'static str] {
-        &["max_tokens"]
     }
 
     /// The status and headers (`Retry-After` among them) are those of the OpenAI rendering; the

@@ -27,6 +27,7 @@ pub struct Responses;
 pub const SHAPING: Form = Form {
     conversation: Some("input"),
     limits: &["max_output_tokens"],
+    cap_sets: "max_output_tokens",
     own: &[
         "max_output_tokens",
         "top_logprobs",
@@ -103,10 +104,6 @@ impl Adapter for Responses {
 
     fn chat_form(&self) -> Option<chat_form::Conversion> {
         Some(to_chat::to_chat)
-    }
-
-    fn output_limit(&self) -> &'static [&'static str] {
-        &["max_output_tokens"]
     }
 
     fn stream_events(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {

@@ -70,12 +70,9 @@ fn fill(sent: &mut Value, default: &Value) -> bool {
     changed
 }
 
-/// Lower every output limit in `limits` above `cap` to it; set the first to `cap` when none
-/// is sent. A limit that is not a number is left for the guard or the backend to refuse.
-pub(super) fn cap(members: &mut Members<'_>, cap: u32, limits: &[&str]) -> bool {
-    let Some(first) = limits.first() else {
-        return false;
-    };
+/// Lower every output limit in `limits` above `cap` to it; set `sets` to `cap` when none is
+/// sent. A limit that is not a number is left for the guard or the backend to refuse.
+pub(super) fn cap(members: &mut Members<'_>, cap: u32, limits: &[&str], sets: &str) -> bool {
     let mut changed = false;
     let mut sent = false;
     for key in limits {
@@ -99,7 +96,7 @@ pub(super) fn cap(members: &mut Members<'_>, cap: u32, limits: &[&str]) -> bool 
         }
     }
     if !sent {
-        members.set(first, cap.to_string().into_bytes());
+        members.set(sets, cap.to_string().into_bytes());
         changed = true;
     }
     changed

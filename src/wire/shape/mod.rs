@@ -24,8 +24,10 @@ pub use inputs::{Input, Kind};
 pub struct Form {
     /// The member holding the conversation (where content parts are).
     pub conversation: Option<&'static str>,
-    /// The output limits it reads, the one set when none is sent first.
+    /// The output limits it reads, in the order they take effect (the first sent wins).
     pub limits: &'static [&'static str],
+    /// The one of `limits` a cap (`max_output_tokens`) sets when the request sends none.
+    pub cap_sets: &'static str,
     /// The fields it has of those only some APIs have (every other field, sampling controls
     /// such as `temperature` and backend extensions such as `chat_template_kwargs`, every
     /// shaped API takes).
@@ -104,7 +106,7 @@ pub fn shape(
     }
     changed |= defaults::apply(&mut members, &spec.defaults, api)?;
     if let Some(cap) = spec.max_output_tokens {
-        changed |= defaults::cap(&mut members, cap.get(), api.limits);
+        changed |= defaults::cap(&mut members, cap.get(), api.limits, api.cap_sets);
     }
     Ok(changed.then(|| members.write()))
 }
