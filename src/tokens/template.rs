@@ -27,8 +27,6 @@ pub struct Caps {
 /// A compiled chat template with the tokenizer's special tokens as template variables.
 pub struct ChatTemplate {
     env: Environment<'static>,
-    /// The steps a render may take (the environment's fuel).
-    fuel: u64,
     has_tool_use: bool,
     /// Whether the template looks like gpt-oss's (llama.cpp keeps `developer` for it).
     pub harmony: bool,
@@ -258,7 +256,6 @@ impl ChatTemplate {
         env.set_fuel(Some(PROBE_FUEL));
         let mut tmpl = ChatTemplate {
             env,
-            fuel: PROBE_FUEL,
             has_tool_use,
             harmony,
             think_tags,
@@ -272,7 +269,6 @@ impl ChatTemplate {
                 e => e.to_string(),
             })?;
         tmpl.env.set_fuel(Some(RENDER_FUEL));
-        tmpl.fuel = RENDER_FUEL;
         Ok(tmpl)
     }
 
@@ -303,7 +299,7 @@ impl ChatTemplate {
                 t.render_captured_to(Value::from_dyn_object(vars), &mut out)
                     .map(drop)
             })
-            .map_err(|e| match over(&e, self.fuel) {
+            .map_err(|e| match over(&e, self.env.fuel().unwrap_or(0)) {
                 Some(budget) => RenderError::Budget(budget),
                 None => RenderError::Template(e),
             })?;
