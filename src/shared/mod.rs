@@ -201,7 +201,7 @@ impl Store {
         let mut by_key: HashMap<String, Vec<String>> = HashMap::new();
         for (n, places) in self.lock_held().iter() {
             by_key
-                .entry(places.leases().to_string())
+                .entry(places.keys().leases.clone())
                 .or_default()
                 .push(self.lease_id(*n));
         }

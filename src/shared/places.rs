@@ -44,24 +44,8 @@ impl Places {
         }))
     }
 
-    /// All its keys, for the script that takes a place.
+    /// Its keys.
     pub(super) fn keys(&self) -> &Keys {
         &self.0
-    }
-
-    pub(super) fn leases(&self) -> &str {
-        &self.0.leases
-    }
-
-    pub(super) fn waiters(&self) -> &str {
-        &self.0.waiters
-    }
-
-    pub(super) fn seen(&self) -> &str {
-        &self.0.seen
-    }
-
-    pub(super) fn who(&self) -> &str {
-        &self.0.who
     }
 }

@@ -128,11 +128,11 @@ async fn deliver(
 ) -> redis::RedisResult<()> {
     let mut pipe = redis::pipe();
     for r in batch {
-        let (p, id) = (&r.places, r.id.as_str());
-        pipe.zrem(p.leases(), id).ignore();
-        pipe.zrem(p.waiters(), id).ignore();
-        pipe.zrem(p.seen(), id).ignore();
-        pipe.hdel(p.who(), id).ignore();
+        let (k, id) = (r.places.keys(), r.id.as_str());
+        pipe.zrem(&k.leases, id).ignore();
+        pipe.zrem(&k.waiters, id).ignore();
+        pipe.zrem(&k.seen, id).ignore();
+        pipe.hdel(&k.who, id).ignore();
         pipe.pset_ex(gone_key(id), 1, 2 * lease_ms).ignore();
     }
     pipe.query_async::<()>(conn).await
