@@ -26,7 +26,8 @@ pub enum FileError {
     NotRegular(&'static str),
     #[error("is larger than its limit of {} ({size} bytes)", mib(*limit))]
     TooLarge { size: u64, limit: u64 },
-    /// A stream (a gzip decoder's output) went past the limit: its full size is not known.
+    /// A stream (a gzip decoder's output, a file growing as it is read) went past the limit:
+    /// its full size is not known.
     #[error("holds more than its limit of {}", mib(*limit))]
     Over { limit: u64 },
 }
@@ -53,13 +54,8 @@ pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
             limit,
         });
     }
-    let mut out = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(limit.saturating_add(1)).read_to_end(&mut out)?;
-    let size = out.len() as u64;
-    if size > limit {
-        return Err(FileError::TooLarge { size, limit });
-    }
-    Ok(out)
+    // A file that grows as it is read is cut off at its limit all the same.
+    read_bounded(file, limit)
 }
 
 /// Everything of `reader` (a gzip decoder, say) up to `limit` bytes; more is `Over`.
