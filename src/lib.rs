@@ -30,4 +30,5 @@ pub mod shared;
 pub mod sim;
 pub mod tokens;
 pub mod upstream;
+pub mod utf8;
 pub mod wire;

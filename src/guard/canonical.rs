@@ -42,11 +42,7 @@ pub fn detail_of(body: &[u8]) -> String {
     });
     let mut text = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     if text.len() > 512 {
-        let mut cut = 512;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
+        text.truncate(crate::utf8::floor_char_boundary(&text, 512));
     }
     text
 }

@@ -78,7 +78,8 @@ impl Chunker {
                 if end == bytes.len() {
                     end
                 } else {
-                    char_start(text, end)
+                    // No safe cut: at the start of the character holding byte `end`.
+                    crate::utf8::floor_char_boundary(text, end)
                 }
             });
             if cut >= bytes.len() {
@@ -108,14 +109,6 @@ fn safe_cut(bytes: &[u8], from: usize, end: usize) -> Option<usize> {
         w[1].is_ascii_digit() && (w[0].is_ascii_alphabetic() || w[0].is_ascii_punctuation())
     });
     digit.map(|i| from + i + 1).or(newline_or_space)
-}
-
-/// The start of the character holding byte `at` (for a cut with no safe boundary).
-fn char_start(text: &str, mut at: usize) -> usize {
-    while at > 0 && !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
 
 #[cfg(test)]

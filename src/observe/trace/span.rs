@@ -14,6 +14,7 @@ use opentelemetry_sdk::trace::Span;
 
 use super::names as n;
 use super::Tracer;
+use crate::utf8::prefix;
 use crate::wire::usage::Usage;
 
 /// `at` on the wall clock (spans carry wall-clock times; the request's are monotonic).
@@ -457,18 +458,6 @@ fn output_messages(text: &str, max: usize) -> (String, bool) {
         text = prefix(text, keep);
         cut = true;
     }
-}
-
-/// The longest start of `s` within `max` bytes that ends at a character boundary.
-fn prefix(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut at = max;
-    while !s.is_char_boundary(at) {
-        at -= 1;
-    }
-    &s[..at]
 }
 
 /// `host:port` as host and port.
