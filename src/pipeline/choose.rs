@@ -6,8 +6,8 @@
 //! waits for it up to `server.spill_wait_ms` (in this process's queue when its own requests
 //! fill it, in the backend's when others' do) before it moves, as a move costs its cached
 //! prefix — unless more than half that replica's slots are held by its own conversation's
-//! requests (a flood of one session waits for none but itself: it spills at once); before any other conversation is moved off its first replica, the replicas are
-//! read again.
+//! requests (a flood of one session waits for none but itself: it spills at once); before
+//! any other conversation is moved off its first replica, the replicas are read again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
