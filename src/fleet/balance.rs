@@ -182,13 +182,8 @@ struct Leading<'a> {
     input: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct Role<'a> {
-    #[serde(borrow, default)]
-    role: Option<std::borrow::Cow<'a, str>>,
-}
-
-/// One message or input item, as much as tells whether it comes from the model or a tool.
+/// One message or input item, as much as tells whose it is: the client's, the model's or a
+/// tool's.
 #[derive(Deserialize)]
 struct Item<'a> {
     #[serde(borrow, default)]
@@ -272,8 +267,8 @@ fn leading<'i, 'a>(items: &'i [&'a RawValue]) -> &'i [&'a RawValue] {
     let end = items
         .iter()
         .position(|item| {
-            let role: Option<Role<'_>> = serde_json::from_str(item.get()).ok();
-            role.and_then(|r| r.role).as_deref() == Some("user")
+            let item: Option<Item<'_>> = serde_json::from_str(item.get()).ok();
+            item.and_then(|i| i.role).as_deref() == Some("user")
         })
         .map_or(items.len(), |i| i + 1);
     &items[..end]
