@@ -143,6 +143,7 @@ async fn routes(cfg: Config) -> Result<(), String> {
         "alias", "backend", "flavor", "url", "window", "from", "slots", "from", "state"
     );
     for a in snap.routes.aliases() {
+        let a = &*a.spec;
         let f = snap.figures(&a.name);
         let window_from = f.and_then(|f| f.window_source).map_or("-", |s| s.as_str());
         let slots_from = f.map_or("-", |f| f.slots_source.as_str());
@@ -278,8 +279,8 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
         .routes
         .resolve(alias)
         .ok_or_else(|| format!("unknown alias {alias:?}; known: {}", snap.routes.known()))?;
-    let a = &route.alias;
-    let spec = snap.guard(&a.name).ok_or_else(|| {
+    let (a, spec) = (&*route.alias.spec, route.alias.guard());
+    let spec = spec.ok_or_else(|| {
         format!(
             "alias {} has no context_window: nothing to count against",
             a.name

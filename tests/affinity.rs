@@ -198,7 +198,7 @@ async fn a_replica_full_by_its_report_is_passed_over(flavor: Flavor) {
         let r = within("the answer", ask(p, n)).await.unwrap();
         assert_eq!(r.status(), 200);
         // Its own count of a's slots says free: only the backend's report says full.
-        assert_eq!(p.state.live.load().slots("a").unwrap().free(), 2);
+        assert_eq!(p.state.live.load().replica("a").unwrap().slots.free(), 2);
     }
     assert_eq!((chats_with(&a, "turn"), chats_with(&b, "turn")), (0, 2));
 
@@ -374,7 +374,7 @@ impl HeldOnA {
 async fn a_later_turn_waits_for_its_first_replica_rather_than_moving() {
     let mut h = HeldOnA::start(60_000).await;
     let later = tokio::spawn(h.turn(true, "later").send());
-    let waiting = || h.p.state.live.load().slots("a").unwrap().waiting();
+    let waiting = || h.p.state.live.load().replica("a").unwrap().slots.waiting();
     until("the later turn waiting for a", || waiting() == 1).await;
     let first = within("a first turn", h.turn(false, "first").send()).await;
     assert_eq!(first.unwrap().status(), 200);

@@ -93,7 +93,7 @@ async fn auto_window_and_slots_are_taken_at_start() {
     );
     assert!(a["discovered_at"].as_u64().unwrap() > 0, "{a}");
     let snap = p.state.live.load_full();
-    assert_eq!(snap.slots("b").unwrap().slots(), 3);
+    assert_eq!(snap.replica("b").unwrap().slots.slots(), 3);
     let figures = snap.figures("a").unwrap();
     assert!(matches!(
         figures.window_source,
@@ -139,7 +139,7 @@ async fn auto_figures_are_taken_again_on_reload() {
         (a["slots"].clone(), a["slots_source"].clone()),
         (json!(2), json!("discovered"))
     );
-    assert_eq!(p.state.live.load().slots("b").unwrap().slots(), 2);
+    assert_eq!(p.state.live.load().replica("b").unwrap().slots.slots(), 2);
 
     // vLLM reports its window but no slot count: "auto" slots are refused there, a number kept.
     let to_vllm = auto("vllm").replace("slots = \"auto\"", "slots = 5");

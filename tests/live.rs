@@ -331,21 +331,21 @@ async fn slots_breaker_state_and_affinity_survive_a_reload() {
         assert_eq!(status(&c, &url, &chat("a", false)).await, 500);
     }
     let old = p.state.live.load_full();
-    let held = old.slots("b").unwrap().try_acquire().unwrap();
+    let held = old.replica("b").unwrap().slots.try_acquire().unwrap();
     old.affinity().set(7, "b");
 
     std::fs::write(&path, toml("after")).unwrap();
     switchboard::live::reload::reload(&p.state).await.unwrap();
     let new = p.state.live.load_full();
     assert_eq!(
-        new.routes.alias("a").unwrap().description.as_deref(),
+        new.routes.alias("a").unwrap().spec.description.as_deref(),
         Some("after")
     );
     assert!(std::sync::Arc::ptr_eq(
-        old.slots("b").unwrap(),
-        new.slots("b").unwrap()
+        &old.replica("b").unwrap().slots,
+        &new.replica("b").unwrap().slots
     ));
-    assert_eq!(new.slots("b").unwrap().free(), 7);
+    assert_eq!(new.replica("b").unwrap().slots.free(), 7);
     assert_eq!(p.state.shown_state("b"), "breaker_open");
     assert_eq!(new.affinity().get(7).as_deref(), Some("b"));
     // Still open after the reload: refused without reaching the backend.
@@ -353,5 +353,5 @@ async fn slots_breaker_state_and_affinity_survive_a_reload() {
     assert_eq!(status(&c, &url, &chat("a", false)).await, 503);
     assert_eq!(sim.recorder().received(), received);
     drop(held);
-    assert_eq!(new.slots("b").unwrap().free(), 8);
+    assert_eq!(new.replica("b").unwrap().slots.free(), 8);
 }

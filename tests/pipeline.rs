@@ -607,20 +607,20 @@ async fn reload_keeps_the_backend_slots_of_unchanged_backends() {
     let state =
         switchboard::live::AppState::new(switchboard::config::from_toml(&text).unwrap(), None)
             .unwrap();
-    let before = std::sync::Arc::clone(state.live.load().slots("b").unwrap());
+    let before = std::sync::Arc::clone(&state.live.load().replica("b").unwrap().slots);
     state
         .swap(switchboard::config::from_toml(&text).unwrap())
         .unwrap();
     assert!(std::sync::Arc::ptr_eq(
         &before,
-        state.live.load().slots("b").unwrap()
+        &state.live.load().replica("b").unwrap().slots
     ));
     state
         .swap(switchboard::config::from_toml(&text.replace("slots = 8", "slots = 2")).unwrap())
         .unwrap();
     assert!(!std::sync::Arc::ptr_eq(
         &before,
-        state.live.load().slots("b").unwrap()
+        &state.live.load().replica("b").unwrap().slots
     ));
 }
 

@@ -190,7 +190,7 @@ async fn the_least_loaded_replica_takes_requests_while_the_other_is_full() {
     let b = sim(SimConfig::default()).await;
     let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
     let snap = p.state.live.load_full();
-    let slots = snap.slots("a").unwrap();
+    let slots = Arc::clone(&snap.replica("a").unwrap().slots);
     let held: Vec<_> = (0..4).map(|_| slots.try_acquire().unwrap()).collect();
     let c = client();
     // Conversations of their own, whichever replica comes first in their order.
@@ -503,7 +503,7 @@ backend = "b"
     let waiting = tokio::spawn(async move { c2.post(url2).json(&chat("a", false)).send().await });
     let snap = p.state.live.load_full();
     until("a request in the queue", || {
-        snap.slots("b").unwrap().load() == 2
+        snap.replica("b").unwrap().slots.load() == 2
     })
     .await;
     let full = p.post_chat(&c, &chat("a", false)).await;

@@ -118,10 +118,20 @@ async fn window_counts_requests_errors_and_context_rejections() {
     assert_eq!(status(&c, &url, &chat("lost", false)).await, 502);
 
     let snap = p.state.live.load_full();
-    let a = snap.metrics(Some("a")).window.summary(Instant::now());
+    let a = snap
+        .alias("a")
+        .unwrap()
+        .metrics
+        .window
+        .summary(Instant::now());
     assert_eq!((a.requests, a.errors, a.rejections), (3, 0, 1), "{a:?}");
     assert!(a.ttft_p50.is_some(), "the stream timed its first token");
-    let lost = snap.metrics(Some("lost")).window.summary(Instant::now());
+    let lost = snap
+        .alias("lost")
+        .unwrap()
+        .metrics
+        .window
+        .summary(Instant::now());
     assert_eq!((lost.requests, lost.errors), (1, 1), "{lost:?}");
 
     let (_, _, html) = page(&p, None).await;
@@ -209,7 +219,7 @@ async fn demo_fleet() -> (Proxy, Vec<(String, switchboard::sim::Sim)>) {
 /// Every alias has its row, and each backend of the fleet the state `expected` gives it.
 async fn assert_rows(s: &Session, p: &Proxy, expected: impl Fn(&str) -> &'static str) {
     let snap = p.state.live.load_full();
-    for a in snap.routes.aliases() {
+    for a in snap.routes.aliases().iter().map(|a| &a.spec) {
         let cell = format!(
             "tr[data-alias=\"{}\"] [data-backend=\"{}\"] .state",
             a.name, a.backend.name

@@ -42,7 +42,7 @@ backend = "b"
     assert!(!events.iter().any(|e| e == "[DONE]"));
     // The slot and the in-flight count are free already.
     let snap = p.state.live.load_full();
-    assert_eq!(snap.slots("b").unwrap().free(), 1);
+    assert_eq!(snap.replica("b").unwrap().slots.free(), 1);
     let m = p.metrics().await;
     assert_eq!(
         sample(&m, r#"switchboard_inflight_requests{alias="a"}"#),

@@ -5,6 +5,7 @@
 pub mod charge;
 pub mod headers;
 pub mod limiter;
+pub mod place;
 pub mod shared;
 
 use std::sync::atomic::{AtomicI64, AtomicU32};

@@ -176,7 +176,7 @@ impl Pass {
     /// The backend failed this request.
     pub fn failed(mut self) {
         self.settled = true;
-        self.breaker.failure(Instant::now());
+        self.breaker.failure(now());
     }
 }
 
@@ -221,12 +221,18 @@ impl Tally {
             (Outcome::Failed, Some(pass)) => pass.failed(),
             (Outcome::Failed, None) => {
                 if let Some(b) = &self.breaker {
-                    b.failure(Instant::now());
+                    b.failure(now());
                 }
             }
             (Outcome::Answered | Outcome::Neither, _) => {}
         }
     }
+}
+
+/// The time breakers are read at: tokio's clock, so that it is paused in tests with the rest
+/// of a request's timing.
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
-//! The alias table: a model name (alias or old name) resolves to the route that serves it.
+//! The alias table: a model name (alias or old name) resolves to the route that serves it,
+//! and each alias to the order of aliases that may serve its requests. Generic over what an
+//! alias is held as: the snapshot's live aliases (`crate::live::alias::LiveAlias`), or the
+//! config's own [`Alias`] where only names matter.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -35,18 +38,19 @@ pub enum FallbackReason {
 /// The aliases a request for `alias` may be served by, in order: the alias, then its
 /// fallbacks depth first (each alias once), of those `may` lets the client use — an alias it
 /// may not use is left out as if no `fallbacks` named it (and so are the aliases only it leads to).
-fn fallback_order(
-    table: &RouteTable,
-    alias: &Arc<Alias>,
+fn fallback_order<A: AsRef<Alias>>(
+    table: &RouteTable<A>,
+    alias: &Arc<A>,
     may: &dyn Fn(&str) -> bool,
-) -> Vec<Arc<Alias>> {
+) -> Vec<Arc<A>> {
     let mut order = vec![Arc::clone(alias)];
     let mut at = 0;
     while at < order.len() {
         let mut next = Vec::new();
-        for name in &order[at].fallbacks {
-            if let Some(fb) = table.alias(name).filter(|fb| may(&fb.name)) {
-                if !order.iter().chain(&next).any(|a| a.name == fb.name) {
+        for name in &spec(&order[at]).fallbacks {
+            if let Some(fb) = table.alias(name).filter(|fb| may(&spec(fb).name)) {
+                let fb_name = &spec(fb).name;
+                if !order.iter().chain(&next).any(|a| spec(a).name == *fb_name) {
                     next.push(Arc::clone(fb));
                 }
             }
@@ -61,59 +65,83 @@ fn fallback_order(
 }
 
 /// What a request for one model name is served by.
-#[derive(Debug, Clone)]
-pub struct Route {
-    pub alias: Arc<Alias>,
+#[derive(Debug)]
+pub struct Route<A = Alias> {
+    pub alias: Arc<A>,
     /// Set when the request used an old name of the alias.
     pub deprecated_name: Option<String>,
 }
 
 /// Alias and old names → route. Built once per config snapshot.
-#[derive(Debug, Default)]
-pub struct RouteTable {
-    by_name: HashMap<String, (Arc<Alias>, bool)>,
-    aliases: Vec<Arc<Alias>>,
-    /// Each alias's [`fallback_order`], made once.
-    orders: HashMap<String, Vec<Arc<Alias>>>,
+#[derive(Debug)]
+pub struct RouteTable<A = Alias> {
+    by_name: HashMap<String, (Arc<A>, bool)>,
+    aliases: Vec<Arc<A>>,
+    /// Each alias's [`fallback_order`], made once, in the order of `aliases`.
+    orders: Vec<Vec<Arc<A>>>,
 }
 
-impl RouteTable {
+/// The config's alias behind however the table holds it.
+fn spec<A: AsRef<Alias>>(a: &Arc<A>) -> &Alias {
+    (**a).as_ref()
+}
+
+impl AsRef<Alias> for Alias {
+    fn as_ref(&self) -> &Alias {
+        self
+    }
+}
+
+impl RouteTable<Alias> {
+    /// The table of a config's own aliases.
     pub fn new(config: &Config) -> Self {
+        RouteTable::of(config.aliases.values().cloned())
+    }
+}
+
+impl<A: AsRef<Alias>> RouteTable<A> {
+    /// The table of `aliases` (in name order), each under its name and its old names.
+    pub fn of(aliases: impl IntoIterator<Item = Arc<A>>) -> Self {
         let mut by_name = HashMap::default();
-        let mut aliases = Vec::new();
-        for alias in config.aliases.values() {
-            by_name.insert(alias.name.clone(), (Arc::clone(alias), false));
-            for old in &alias.old_names {
-                by_name.insert(old.clone(), (Arc::clone(alias), true));
+        let mut all = Vec::new();
+        for alias in aliases {
+            let spec = (*alias).as_ref();
+            by_name.insert(spec.name.clone(), (Arc::clone(&alias), false));
+            for old in &spec.old_names {
+                by_name.insert(old.clone(), (Arc::clone(&alias), true));
             }
-            aliases.push(Arc::clone(alias));
+            all.push(alias);
         }
         let mut table = RouteTable {
             by_name,
-            aliases,
-            orders: HashMap::default(),
+            aliases: all,
+            orders: Vec::new(),
         };
         let orders = table
             .aliases
             .iter()
-            .map(|a| (a.name.clone(), fallback_order(&table, a, &|_| true)))
+            .map(|a| fallback_order(&table, a, &|_| true))
             .collect();
         table.orders = orders;
         table
     }
 
     /// The aliases that may serve a request for `alias`: itself first, then its fallbacks.
-    pub fn order(&self, alias: &str) -> &[Arc<Alias>] {
-        self.orders.get(alias).map_or(&[], Vec::as_slice)
+    pub fn order(&self, alias: &A) -> &[Arc<A>] {
+        let name = &alias.as_ref().name;
+        self.aliases
+            .binary_search_by(|a| spec(a).name.as_str().cmp(name))
+            .ok()
+            .map_or(&[], |i| self.orders[i].as_slice())
     }
 
     /// [`Self::order`] for a client that may use only the aliases `may` allows: the same
     /// slice when it may use each of them (no allocation), else the order made anew without
     /// the fallbacks it may not use.
-    pub fn order_for(&self, alias: &str, may: &dyn Fn(&str) -> bool) -> Cow<'_, [Arc<Alias>]> {
+    pub fn order_for(&self, alias: &A, may: &dyn Fn(&str) -> bool) -> Cow<'_, [Arc<A>]> {
         let order = self.order(alias);
         match order.split_first() {
-            Some((first, rest)) if rest.iter().any(|a| !may(&a.name)) => {
+            Some((first, rest)) if rest.iter().any(|a| !may(&spec(a).name)) => {
                 Cow::Owned(fallback_order(self, first, may))
             }
             _ => Cow::Borrowed(order),
@@ -121,7 +149,7 @@ impl RouteTable {
     }
 
     /// The route for `model`, or `None` when no alias or old name matches.
-    pub fn resolve(&self, model: &str) -> Option<Route> {
+    pub fn resolve(&self, model: &str) -> Option<Route<A>> {
         self.by_name.get(model).map(|(alias, old)| Route {
             alias: Arc::clone(alias),
             deprecated_name: old.then(|| model.to_string()),
@@ -129,7 +157,7 @@ impl RouteTable {
     }
 
     /// The alias by its current name only.
-    pub fn alias(&self, name: &str) -> Option<&Arc<Alias>> {
+    pub fn alias(&self, name: &str) -> Option<&Arc<A>> {
         match self.by_name.get(name) {
             Some((alias, false)) => Some(alias),
             _ => None,
@@ -137,13 +165,13 @@ impl RouteTable {
     }
 
     /// Every alias (not old names), sorted by name.
-    pub fn aliases(&self) -> &[Arc<Alias>] {
+    pub fn aliases(&self) -> &[Arc<A>] {
         &self.aliases
     }
 
     /// Comma-separated alias names, for the `model_not_found` message.
     pub fn known(&self) -> String {
-        let names: Vec<&str> = self.aliases.iter().map(|a| a.name.as_str()).collect();
+        let names: Vec<&str> = self.aliases.iter().map(|a| spec(a).name.as_str()).collect();
         names.join(", ")
     }
 }
@@ -199,9 +227,13 @@ mod tests {
         )
         .unwrap();
         let t = RouteTable::new(&cfg);
-        let names: Vec<&str> = t.order("a").iter().map(|a| a.name.as_str()).collect();
+        let names: Vec<&str> = t
+            .order(t.alias("a").unwrap())
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect();
         assert_eq!(names, ["a", "x", "z", "y"]);
-        assert_eq!(t.order("y").len(), 1);
+        assert_eq!(t.order(t.alias("y").unwrap()).len(), 1);
     }
 
     #[test]
@@ -226,9 +258,10 @@ mod tests {
         .unwrap();
         let t = RouteTable::new(&cfg);
         let names = |o: &[Arc<Alias>]| o.iter().map(|a| a.name.clone()).collect::<Vec<_>>();
-        assert!(matches!(t.order_for("a", &|_| true), Cow::Borrowed(_)));
-        assert_eq!(names(&t.order_for("a", &|n| n != "x")), ["a", "y"]);
-        assert_eq!(names(&t.order_for("a", &|n| n != "y")), ["a", "x", "z"]);
-        assert_eq!(names(&t.order_for("a", &|n| n == "a")), ["a"]);
+        let a = t.alias("a").unwrap();
+        assert!(matches!(t.order_for(a, &|_| true), Cow::Borrowed(_)));
+        assert_eq!(names(&t.order_for(a, &|n| n != "x")), ["a", "y"]);
+        assert_eq!(names(&t.order_for(a, &|n| n != "y")), ["a", "x", "z"]);
+        assert_eq!(names(&t.order_for(a, &|n| n == "a")), ["a"]);
     }
 }

@@ -13,9 +13,10 @@ use axum::Json;
 
 use super::intake::{identify, request_id, respond, routed_body};
 use crate::clients::charge::Charge;
-use crate::config::Alias;
+
 use crate::error::ProxyError;
 use crate::guard::{self, Counted, GuardSpec};
+use crate::live::alias::Replica;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::pipeline::{resolve, Incoming};
@@ -32,7 +33,7 @@ pub async fn answer(
 ) -> Response {
     let snap = state.live.load_full();
     let endpoint = Endpoint::count_of(adapter);
-    let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
+    let mut rec = Record::start(snap.unknown_metrics(), endpoint, request_id(&headers));
     let mut known: Option<crate::clients::Caller> = None;
     let result = async {
         let caller = identify(&snap, &headers)?;
@@ -53,8 +54,9 @@ pub async fn answer(
             // One request of the client's limits (no tokens: a count generates none).
             rec.charge = Some(Box::new(Charge::admit(c, 0, 0).await?));
         }
-        let alias = &routed.route.alias;
-        let spec: &GuardSpec = snap.guard(&alias.name).ok_or_else(|| {
+        let live = &routed.route.alias;
+        let alias = &*live.spec;
+        let spec: &GuardSpec = live.guard().ok_or_else(|| {
             ProxyError::InvalidRequest(format!(
                 "alias {} has no context_window configured, so its tokens are not counted",
                 alias.name
@@ -68,7 +70,7 @@ pub async fn answer(
             .native_count_path(alias.backend.flavor)
             .filter(|_| served);
         if let Some(path) = native.filter(|_| spec.counter.kind() == Method::Backend) {
-            return forward(&state, &snap, alias, path, req.headers, body).await;
+            return forward(&state, &snap, live.first(), path, req.headers, body).await;
         }
         let counted = Counted {
             adapter,
@@ -78,8 +80,7 @@ pub async fn answer(
         };
         let (value, fallback) = guard::count_response(spec, &state.client, counted).await?;
         if let Some(reason) = fallback {
-            snap.metrics(Some(&alias.name))
-                .count_fallback(reason.into());
+            live.metrics.count_fallback(reason.into());
         }
         Ok(Json(value).into_response())
     }
@@ -95,23 +96,23 @@ pub async fn answer(
 async fn forward(
     state: &AppState,
     snap: &Snapshot,
-    alias: &Alias,
+    replica: &Replica,
     path: &str,
     headers: HeaderMap,
     body: Vec<u8>,
 ) -> Result<Response, ProxyError> {
-    let backend = &alias.backend;
+    let backend = &*replica.backend;
     let limits = backend.timeouts;
     let headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
-    let sent = exchange::send(
-        &state.client,
+    let to = exchange::Outbound {
         backend,
-        snap.conns(&backend.name),
-        path,
+        watch: Some(&replica.conns),
+        path_and_query: path,
         headers,
-        body.into(),
-        limits.first_byte.min(limits.total),
-    );
+        body: body.into(),
+        header_timeout: limits.first_byte.min(limits.total),
+    };
+    let sent = exchange::send(&state.client, to);
     let answer = sent.await.map_err(|u| u.to_client())?;
     let protocol = |detail: String| ProxyError::UpstreamProtocol {
         backend: backend.name.clone(),

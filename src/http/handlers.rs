@@ -94,8 +94,8 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
         .routes
         .aliases()
         .iter()
-        .filter(|a| caller.as_ref().is_none_or(|c| c.may_use(&a.name)))
-        .map(|a| model_entry(&state, &snap, a))
+        .filter(|a| caller.as_ref().is_none_or(|c| c.may_use(a.name())))
+        .map(|a| model_entry(&state, &snap, &a.spec))
         .collect();
     let mut resp = Json(json!({"object": "list", "data": data})).into_response();
     crate::clients::headers::of_caller(resp.headers_mut(), caller.as_ref(), false);
@@ -116,9 +116,9 @@ pub async fn model(
     let allowed = snap
         .routes
         .resolve(&id)
-        .filter(|r| caller.as_ref().is_none_or(|c| c.may_use(&r.alias.name)));
+        .filter(|r| caller.as_ref().is_none_or(|c| c.may_use(r.alias.name())));
     match allowed {
-        Some(r) => Json(model_entry(&state, &snap, &r.alias)).into_response(),
+        Some(r) => Json(model_entry(&state, &snap, &r.alias.spec)).into_response(),
         None => ProxyError::ModelNotFound {
             model: Echo::new(&id),
             known: crate::pipeline::known(&snap, caller.as_ref()),

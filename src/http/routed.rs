@@ -41,7 +41,7 @@ where
     let endpoint = Endpoint::from_path(uri.path());
     let canonical = endpoint != Endpoint::other || crate::path::check(uri.path()).is_ok();
     let adapter = endpoint.routed_adapter();
-    let mut rec = Record::start(snap.metrics(None), endpoint, request_id(&headers));
+    let mut rec = Record::start(snap.unknown_metrics(), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let mut limited: Option<crate::clients::Caller> = None;
     let result = async {

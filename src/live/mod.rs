@@ -1,6 +1,7 @@
 //! Shared state: the live config snapshot (swapped atomically on reload, on SIGHUP or a change
 //! of the file), the upstream client, metrics.
 
+pub mod alias;
 pub mod discover;
 pub mod figures;
 pub mod probes;
@@ -16,7 +17,7 @@ use arc_swap::ArcSwap;
 use foldhash::HashMap;
 
 use crate::clients::Registry;
-use crate::config::{Backend, Config, ConfigError, ConfigErrors};
+use crate::config::{Alias, Backend, Config, ConfigError, ConfigErrors};
 use crate::fleet::balance::Affinity;
 use crate::fleet::breaker::Breaker;
 use crate::fleet::discovery::Discovered;
@@ -29,9 +30,11 @@ use crate::observe::metrics::{AliasMetrics, Metrics};
 use crate::observe::trace::Tracer;
 use crate::shared::Store;
 use crate::tokens::gate::CountGate;
+use crate::upstream::exchange::{Answer, Exchange, Outbound};
+use crate::upstream::failure::UpstreamError;
 use crate::upstream::tls::TlsSettings;
-use crate::upstream::watch::ConnWatch;
 use crate::upstream::Client;
+use alias::{LiveAlias, Replica};
 use figures::{Figures, Found, Fresh};
 
 /// Everything derived from one config; a request uses one snapshot from start to end.
@@ -39,20 +42,16 @@ use figures::{Figures, Found, Fresh};
 pub struct Snapshot {
     /// The config with its figures in force: `"auto"` windows and slots as discovered.
     pub config: Config,
-    pub routes: RouteTable,
-    alias_metrics: HashMap<String, AliasMetrics>,
+    /// The live aliases, by name and old name, with their fallback orders.
+    pub routes: RouteTable<LiveAlias>,
+    /// The metric handles of requests for no alias.
     unknown: AliasMetrics,
-    slots: HashMap<String, Arc<Slots>>,
-    breakers: HashMap<String, Arc<Breaker>>,
-    /// What is learned of each backend's connections (kept while its URL is the same).
-    conns: HashMap<String, Arc<ConnWatch>>,
+    /// Every backend as a replica, by name: its slots, breaker and connections.
+    replicas: HashMap<String, Arc<Replica>>,
     /// Which backend each conversation is on; the same table in every snapshot.
     affinity: Arc<Affinity>,
     /// Turns of the tie-break between equally loaded replicas.
     turn: std::sync::atomic::AtomicUsize,
-    /// The context guard of every alias with guard settings, its counter built; in force
-    /// where the window is known (not a pending `"auto"`).
-    guards: HashMap<String, Arc<GuardSpec>>,
     /// The turns every token count takes (kept from the previous snapshot while its
     /// settings are unchanged, so counts running still count against it).
     gate: Arc<CountGate>,
@@ -130,8 +129,7 @@ impl Snapshot {
                 let (running, waiting) = metrics.count_gauges();
                 Arc::new(CountGate::new(config.server.count, running, waiting))
             });
-        let guards = guards(&config, previous, &gate)?;
-        let routes = RouteTable::new(&config);
+        let mut guards = guards(&config, previous, &gate)?;
         let clients = Registry::build(
             &config,
             metrics,
@@ -139,22 +137,27 @@ impl Snapshot {
             shared.as_ref(),
         );
         let tracer = tracer(&config, metrics, previous)?;
-        let slots = slots(&config, previous, shared.as_ref());
-        let breakers = breakers(&config, previous);
-        let conns = conns(&config, metrics, previous);
+        let replicas = replicas(&config, metrics, previous, shared.as_ref());
+        let live = config.aliases.values().map(|a| {
+            let of = |b: &Arc<Backend>| Arc::clone(&replicas[&b.name]);
+            let replicas: Vec<_> = a.backends.iter().map(of).collect();
+            let metrics = alias_metrics(a, metrics, &replicas);
+            Arc::new(LiveAlias::new(
+                Arc::clone(a),
+                metrics,
+                guards.remove(&a.name),
+                replicas,
+            ))
+        });
+        let routes = RouteTable::of(live.collect::<Vec<_>>());
         let affinity = previous.map_or_else(Arc::default, |p| Arc::clone(&p.affinity));
-        let alias_metrics = alias_metrics(&config, metrics, &slots);
         Ok(Snapshot {
             config,
             routes,
-            alias_metrics,
             unknown: metrics.alias("unknown"),
-            slots,
-            breakers,
-            conns,
+            replicas,
             affinity,
             turn: std::sync::atomic::AtomicUsize::new(0),
-            guards,
             gate,
             found,
             clients,
@@ -163,13 +166,15 @@ impl Snapshot {
         })
     }
 
-    pub fn breaker(&self, backend: &str) -> Option<&Arc<Breaker>> {
-        self.breakers.get(backend)
+    /// The live alias of a current name (not an old one).
+    pub fn alias(&self, name: &str) -> Option<&Arc<LiveAlias>> {
+        self.routes.alias(name)
     }
 
-    /// What is learned of `backend`'s connections.
-    pub fn conns(&self, backend: &str) -> Option<&Arc<ConnWatch>> {
-        self.conns.get(backend)
+    /// A backend as a replica, by its config name (for the probes and pages that walk the
+    /// backends; a request holds its replicas from its alias).
+    pub fn replica(&self, backend: &str) -> Option<&Arc<Replica>> {
+        self.replicas.get(backend)
     }
 
     pub fn affinity(&self) -> &Affinity {
@@ -181,11 +186,6 @@ impl Snapshot {
         self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The context guard of an alias, if it has one in force.
-    pub fn guard(&self, alias: &str) -> Option<&Arc<GuardSpec>> {
-        self.guards.get(alias).filter(|g| g.window > 0)
-    }
-
     /// The gate every token count of this snapshot takes a turn at.
     pub fn count_gate(&self) -> &Arc<CountGate> {
         &self.gate
@@ -195,7 +195,7 @@ impl Snapshot {
     /// and when, or a pending `"auto"`).
     pub fn figures(&self, alias: &str) -> Option<Figures> {
         let a = self.routes.alias(alias)?;
-        Some(figures::figures(a, &self.found))
+        Some(figures::figures(&a.spec, &self.found))
     }
 
     /// What a backend reported, if it was asked and answered.
@@ -203,15 +203,9 @@ impl Snapshot {
         self.found.get(backend)
     }
 
-    /// Metric handles of an alias, or of `unknown`.
-    pub fn metrics(&self, alias: Option<&str>) -> &AliasMetrics {
-        alias
-            .and_then(|a| self.alias_metrics.get(a))
-            .unwrap_or(&self.unknown)
-    }
-
-    pub fn slots(&self, backend: &str) -> Option<&Arc<Slots>> {
-        self.slots.get(backend)
+    /// The metric handles of requests that name no alias (yet).
+    pub fn unknown_metrics(&self) -> &AliasMetrics {
+        &self.unknown
     }
 }
 
@@ -228,6 +222,9 @@ pub struct AppState {
     pub started: u64,
     /// Where the config came from, for reloads.
     pub config_path: Option<Arc<Path>>,
+    /// Where proxied requests go instead of the pool: a scripted backend, in the pipeline's
+    /// tests ([`AppState::with_exchange`]); `None` in service.
+    script: Option<Arc<dyn Exchange>>,
     /// Held while a snapshot is built and stored, so a reload and a discovery that finish
     /// together do not lose one another.
     rebuild: Arc<Mutex<()>>,
@@ -253,9 +250,27 @@ impl AppState {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             config_path: config_path.map(Arc::from),
+            script: None,
             rebuild: Arc::default(),
             reloads: Arc::default(),
         })
+    }
+
+    /// The same state, its proxied requests answered by `script` instead of the pool (the
+    /// pipeline's tests: no sockets, paused time).
+    pub fn with_exchange(self, script: Arc<dyn Exchange>) -> AppState {
+        AppState {
+            script: Some(script),
+            ..self
+        }
+    }
+
+    /// Send one proxied request: through the pool, or to the script where one is set.
+    pub async fn post(&self, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
+        match &self.script {
+            None => crate::upstream::exchange::send(&self.client, to).await,
+            Some(script) => script.post(to).await,
+        }
     }
 
     /// The same shared state with an upstream pool of its own (one per worker thread, so
@@ -274,8 +289,8 @@ impl AppState {
     pub fn shown_state(&self, backend: &str) -> &'static str {
         let snap = self.live.load();
         let breaker = snap
-            .breaker(backend)
-            .map(|b| b.state(std::time::Instant::now()));
+            .replica(backend)
+            .map(|r| r.breaker.state(crate::fleet::breaker::now()));
         crate::fleet::health::shown_state(self.health.get(backend), breaker)
     }
 
@@ -283,11 +298,9 @@ impl AppState {
     /// ends with time, not with an event).
     pub fn record_breakers(&self) {
         let snap = self.live.load();
-        let now = std::time::Instant::now();
-        for name in snap.config.backends.keys() {
-            if let Some(b) = snap.breaker(name) {
-                self.metrics.breaker_state(name, b.state(now));
-            }
+        let now = crate::fleet::breaker::now();
+        for r in snap.replicas.values() {
+            self.metrics.breaker_state(r.name(), r.breaker.state(now));
         }
     }
 
@@ -342,10 +355,9 @@ pub fn guards(
                 && old.backend.api_key == alias.backend.api_key
         };
         let kept = previous.and_then(|p| {
-            p.routes
-                .alias(&alias.name)
-                .filter(same)
-                .and_then(|_| p.guards.get(&alias.name))
+            p.alias(&alias.name)
+                .filter(|l| same(&&l.spec))
+                .and_then(|l| l.built_guard())
         });
         match kept {
             Some(g) if g.window == window && Arc::ptr_eq(&g.gate, gate) => {
@@ -451,104 +463,63 @@ fn tracer(
         })
 }
 
-/// Each backend's slots: the previous snapshot's where their count, queue and (with a shared
-/// store) URL are the same, so requests in them keep their places; new ones otherwise.
-fn slots(
+/// Each backend as a replica: its slots — the previous snapshot's where their count, queue
+/// and (with a shared store) URL are the same, so requests in them keep their places; its
+/// breaker (given the new settings) and what was learned of its connections — the previous
+/// snapshot's while the backend keeps its URL; new ones otherwise.
+fn replicas(
     config: &Config,
+    metrics: &Metrics,
     previous: Option<&Snapshot>,
     shared: Option<&Arc<Store>>,
-) -> HashMap<String, Arc<Slots>> {
+) -> HashMap<String, Arc<Replica>> {
     config
         .backends
         .values()
         .map(|b| {
-            let kept = previous
-                .filter(|p| shared.is_none() || at_same_url(p, b))
-                .and_then(|p| p.slots.get(&b.name))
+            let before = previous.and_then(|p| p.replicas.get(&b.name));
+            let same_url = before.filter(|r| r.backend.url == b.url);
+            let kept_slots = before
+                .filter(|_| shared.is_none() || same_url.is_some())
+                .map(|r| &r.slots)
                 .filter(|s| s.slots() == b.slots.get() && s.queue_limit() == b.queue);
-            let s = kept.map(Arc::clone).unwrap_or_else(|| {
+            let slots = kept_slots.map(Arc::clone).unwrap_or_else(|| {
                 let s = Slots::new(b.slots.get(), b.queue);
                 Arc::new(match shared {
                     Some(store) => s.with_shared(SharedSlots::new(Arc::clone(store), &b.url)),
                     None => s,
                 })
             });
-            (b.name.clone(), s)
-        })
-        .collect()
-}
-
-/// Whether `previous` had backend `b` at the same URL (what it held of the server there holds).
-fn at_same_url(previous: &Snapshot, b: &Backend) -> bool {
-    previous
-        .config
-        .backends
-        .get(&b.name)
-        .is_some_and(|o| o.url == b.url)
-}
-
-/// Each backend's connection watch: `previous`'s where the backend is at the same URL (what
-/// was learned of the server there holds), else a new one.
-fn conns(
-    config: &Config,
-    metrics: &Metrics,
-    previous: Option<&Snapshot>,
-) -> HashMap<String, Arc<ConnWatch>> {
-    config
-        .backends
-        .values()
-        .map(|b| {
-            let kept = previous
-                .filter(|p| at_same_url(p, b))
-                .and_then(|p| p.conns.get(&b.name));
-            let watch = kept.map_or_else(|| Arc::new(metrics.conn_watch(&b.name)), Arc::clone);
-            (b.name.clone(), watch)
-        })
-        .collect()
-}
-
-/// Each backend's breaker: the previous snapshot's, given the new settings, while the backend
-/// keeps its URL; a new, closed one otherwise.
-fn breakers(config: &Config, previous: Option<&Snapshot>) -> HashMap<String, Arc<Breaker>> {
-    config
-        .backends
-        .values()
-        .map(|b| {
             let cfg = config.server.breaker;
-            let kept = previous
-                .filter(|p| at_same_url(p, b))
-                .and_then(|p| p.breakers.get(&b.name));
-            let breaker = match kept {
-                Some(k) => {
-                    k.reconfigure(cfg);
-                    Arc::clone(k)
+            let breaker = match same_url {
+                Some(r) => {
+                    r.breaker.reconfigure(cfg);
+                    Arc::clone(&r.breaker)
                 }
                 None => Arc::new(Breaker::new(cfg)),
             };
-            (b.name.clone(), breaker)
+            let conns = same_url.map_or_else(
+                || Arc::new(metrics.conn_watch(&b.name)),
+                |r| Arc::clone(&r.conns),
+            );
+            let replica = Replica {
+                backend: Arc::clone(b),
+                slots,
+                breaker,
+                conns,
+            };
+            (b.name.clone(), Arc::new(replica))
         })
         .collect()
 }
 
-/// Each alias's metric handles, its queue limit set to the sum of its replicas' queues.
-fn alias_metrics(
-    config: &Config,
-    metrics: &Metrics,
-    slots: &HashMap<String, Arc<Slots>>,
-) -> HashMap<String, AliasMetrics> {
-    config
-        .aliases
-        .values()
-        .map(|a| {
-            let m = metrics.alias(&a.name);
-            let limit: i64 = a
-                .backends
-                .iter()
-                .filter_map(|b| slots.get(&b.name))
-                .map(|s| i64::from(s.queue_limit()))
-                .sum();
-            m.queue_limit.set(limit);
-            (a.name.clone(), m)
-        })
-        .collect()
+/// An alias's metric handles, its queue limit set to the sum of its replicas' queues.
+fn alias_metrics(alias: &Alias, metrics: &Metrics, replicas: &[Arc<Replica>]) -> AliasMetrics {
+    let m = metrics.alias(&alias.name);
+    let limit: i64 = replicas
+        .iter()
+        .map(|r| i64::from(r.slots.queue_limit()))
+        .sum();
+    m.queue_limit.set(limit);
+    m
 }

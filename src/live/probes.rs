@@ -36,8 +36,8 @@ pub async fn probe_all(state: &AppState) {
         state.health.set(&name, st);
         state.metrics.backend_state(&name, st);
         // A half-open breaker takes the probe as its trial.
-        if let Some(b) = snap.breaker(&name) {
-            let now = std::time::Instant::now();
+        if let Some(b) = snap.replica(&name).map(|r| &r.breaker) {
+            let now = crate::fleet::breaker::now();
             b.probed(st == BackendState::up, now);
             state.metrics.breaker_state(&name, b.state(now));
         }
@@ -101,7 +101,7 @@ pub async fn read_loads(state: &AppState) {
         return;
     };
     let reads = replicas(&snap.config).into_iter().map(|b| {
-        let slots = snap.slots(&b.name).cloned();
+        let slots = snap.replica(&b.name).map(|r| Arc::clone(&r.slots));
         let timeout = load::max_age(interval).min(discover::timeout(&snap.config.server));
         async move { read_load(state, &b, slots.as_deref(), timeout).await }
     });

@@ -10,14 +10,13 @@
 
 use std::sync::Arc;
 
-use super::shape::Shaped;
-use super::Incoming;
-use crate::config::Alias;
+use super::call::Call;
+use super::shape::{self, Shaped};
 use crate::error::ProxyError;
 use crate::guard::{self, Counted, Verdict};
-use crate::live::{AppState, Snapshot};
+use crate::live::alias::LiveAlias;
 use crate::observe::metrics::{CountFallback, CountMethod};
-use crate::observe::record::{Learn, Record};
+use crate::observe::record::Learn;
 use crate::tokens::{Counter, Fallback, Method};
 
 /// What the guard made of a request shaped for an alias.
@@ -26,58 +25,63 @@ pub enum Guarded {
     Admitted(Admitted),
     /// It does not fit the alias's window: on to the alias its `context_fallback` names
     /// (the record follows it already), shaped anew for that one.
-    Over(Arc<Alias>),
+    Over(Arc<LiveAlias>),
 }
 
 /// The alias that serves the request and the body its backend gets (in the client's API).
 pub struct Admitted {
-    pub alias: Arc<Alias>,
+    pub alias: Arc<LiveAlias>,
     pub body: Shaped,
     /// The prompt's tokens as the guard counted them, where it counted (not where its byte
     /// bound alone let the request pass, nor where the alias has no guard).
     pub prompt: Option<u32>,
 }
 
+/// The request shaped for `alias` and guarded: admitted there, or on the alias its
+/// `context_fallback` leads to (shaped and guarded anew), or the first error.
+pub async fn admitted(call: &mut Call<'_>, alias: Arc<LiveAlias>) -> Result<Admitted, ProxyError> {
+    let mut alias = alias;
+    loop {
+        let shaped = shape::shape(&call.req, &alias.spec)?;
+        match admit(call, alias, shaped).await? {
+            Guarded::Admitted(a) => return Ok(a),
+            Guarded::Over(next) => alias = next,
+        }
+    }
+}
+
 /// Guard `body` (the request [`super::shape`]d for `alias`): admitted as it is or with its
 /// output limit clamped, or over the window — on to the `context_fallback` alias, or, with
 /// none, the API's context-length 400.
-pub async fn admit(
-    state: &AppState,
-    snap: &Snapshot,
-    rec: &mut Record,
-    req: &Incoming,
-    alias: Arc<Alias>,
+async fn admit(
+    call: &mut Call<'_>,
+    alias: Arc<LiveAlias>,
     body: Shaped,
 ) -> Result<Guarded, ProxyError> {
-    let adapter = req.adapter;
-    let spec = match snap.guard(&alias.name) {
-        Some(spec) if adapter.guarded() => spec,
+    let adapter = call.req.adapter;
+    let spec = match alias.guard() {
+        Some(spec) if adapter.guarded() => Arc::clone(spec),
         _ => {
-            return Ok(Guarded::Admitted(learning(
-                snap,
-                rec,
-                req,
-                Admitted {
-                    alias,
-                    body,
-                    prompt: None,
-                },
-            )))
+            let admitted = Admitted {
+                alias,
+                body,
+                prompt: None,
+            };
+            return Ok(Guarded::Admitted(learning(call, admitted)));
         }
     };
     let counted = Counted {
         adapter,
         body: &body.body,
-        converter: alias.backend.counting(adapter),
-        who: req.caller.as_ref().map(|c| c.state.id),
+        converter: alias.spec.backend.counting(adapter),
+        who: call.req.caller.as_ref().map(|c| c.state.id),
     };
-    let checked = guard::check_counted(spec, &state.client, counted).await?;
+    let checked = guard::check_counted(&spec, &call.state.client, counted).await?;
     if let Some(reason) = checked.fallback {
-        snap.metrics(Some(&alias.name))
-            .count_fallback(reason.into());
+        alias.metrics.count_fallback(reason.into());
     }
     let (verdict, prompt) = (checked.verdict, checked.prompt);
-    if let Some(t) = rec.traced() {
+    if let Some(t) = call.rec.traced() {
         let counted = match &verdict {
             Verdict::Over { prompt, .. } => Some(*prompt),
             _ => prompt,
@@ -99,49 +103,64 @@ pub async fn admit(
             }
         }
         Verdict::Over { method, .. } => {
-            // One its client may not use is no fallback: the request is over, as without one.
-            let next = alias
-                .context_fallback
-                .as_deref()
-                .and_then(|f| snap.routes.alias(f))
-                .filter(|f| req.caller.as_ref().is_none_or(|c| c.may_use(&f.name)))
-                .cloned();
-            let Some(next) = next else {
-                snap.metrics(Some(&alias.name)).rejection(method.into());
-                if let Some(t) = rec.traced() {
-                    t.rejected();
-                }
-                return Err(verdict.into_error(spec.window).unwrap_or_else(|| {
-                    ProxyError::InvalidRequest("the request does not fit".into())
-                }));
-            };
-            rec.route(snap.metrics(Some(&next.name)), &next.backend.name);
-            if let Some(t) = rec.traced() {
-                t.fallback(&alias.name, &next.name, "context_window");
-                t.alias(&next.name);
-            }
-            return Ok(Guarded::Over(next));
+            return over(call, &alias, method, verdict.into_error(spec.window));
         }
     };
-    Ok(Guarded::Admitted(learning(snap, rec, req, admitted)))
+    Ok(Guarded::Admitted(learning(call, admitted)))
+}
+
+/// A request over `alias`'s window (counted by `method`): on to the alias its
+/// `context_fallback` names, when its client may use it; else `error` (the API's 400).
+fn over(
+    call: &mut Call<'_>,
+    alias: &LiveAlias,
+    method: crate::tokens::Method,
+    error: Option<ProxyError>,
+) -> Result<Guarded, ProxyError> {
+    // One its client may not use is no fallback: the request is over, as without one.
+    let caller = call.req.caller.as_ref();
+    let next = alias
+        .spec
+        .context_fallback
+        .as_deref()
+        .and_then(|f| call.snap.alias(f))
+        .filter(|f| caller.is_none_or(|c| c.may_use(f.name())))
+        .cloned();
+    let rec = &mut *call.rec;
+    let Some(next) = next else {
+        alias.metrics.rejection(method.into());
+        if let Some(t) = rec.traced() {
+            t.rejected();
+        }
+        return Err(
+            error.unwrap_or_else(|| ProxyError::InvalidRequest("the request does not fit".into()))
+        );
+    };
+    rec.route(&next.metrics, &next.spec.backend.name);
+    if let Some(t) = rec.traced() {
+        t.fallback(alias.name(), next.name(), "context_window");
+        t.alias(next.name());
+    }
+    Ok(Guarded::Over(next))
 }
 
 /// An estimating counter learns bytes per token from the usage this request reports,
 /// measured on the chat form the backend templates.
-fn learning(snap: &Snapshot, rec: &mut Record, req: &Incoming, admitted: Admitted) -> Admitted {
-    let adapter = req.adapter;
-    if let Some(spec) = snap
-        .guard(&admitted.alias.name)
+fn learning(call: &mut Call<'_>, admitted: Admitted) -> Admitted {
+    let adapter = call.req.adapter;
+    if let Some(spec) = admitted
+        .alias
+        .guard()
         .filter(|s| s.counter.kind() == Method::Estimate)
     {
         let body = &admitted.body.body;
-        let converter = admitted.alias.backend.counting(adapter);
+        let converter = admitted.alias.spec.backend.counting(adapter);
         let bytes = match adapter.to_chat(body, converter) {
             Ok(chat) => crate::tokens::prompt_bytes(&chat),
             Err(_) => crate::tokens::prompt_bytes(body),
         };
         let counter: Arc<dyn Learn> = Arc::clone(&spec.counter) as _;
-        rec.estimator = Some((counter, bytes));
+        call.rec.estimator = Some((counter, bytes));
     }
     admitted
 }

@@ -5,44 +5,36 @@
 
 use std::borrow::Cow;
 
-use super::Incoming;
+use super::admit::Admitted;
+use super::call::Call;
 use crate::clients::charge::Charge;
-use crate::config::{Alias, ClientSpec};
+use crate::config::ClientSpec;
 use crate::error::ProxyError;
-use crate::live::{AppState, Snapshot};
-use crate::observe::record::Record;
 
 /// Charge the request's client (its requests in flight and tokens are counted whether it
-/// has limits or not), when the request is not charged yet. `counted`: the prompt's tokens
-/// where the guard counted them already (then they are not counted again).
-pub async fn charge(
-    state: &AppState,
-    snap: &Snapshot,
-    rec: &mut Record,
-    req: &Incoming,
-    alias: &Alias,
-    body: &[u8],
-    counted: Option<u32>,
-) -> Result<(), ProxyError> {
-    let Some(caller) = req.caller.as_ref() else {
+/// has limits or not) for the body `admitted` by its alias, when the request is not charged
+/// yet. The prompt's tokens where the guard counted them already are not counted again.
+pub async fn charge(call: &mut Call<'_>, admitted: &Admitted) -> Result<(), ProxyError> {
+    let Some(caller) = call.req.caller.as_ref() else {
         return Ok(());
     };
-    if rec.charge.is_some() {
+    if call.rec.charge.is_some() {
         return Ok(());
     }
+    let body = &admitted.body.body;
     let (prompt, output) = if caller.spec.counts_tokens() {
-        let adapter = req.adapter;
+        let adapter = call.req.adapter;
         let choices = adapter.shaping().is_some_and(|f| f.own.contains(&"n"));
         let asked = crate::wire::request::output_ask(body, adapter.output_limit(), choices)?;
-        let prompt = match counted {
+        let prompt = match admitted.prompt {
             Some(n) => u64::from(n),
-            None => prompt_tokens(state, snap, req, alias, body).await?,
+            None => prompt_tokens(call, admitted).await?,
         };
         (prompt, reservation(&caller.spec, asked, prompt))
     } else {
         (0, 0)
     };
-    rec.charge = Some(Box::new(Charge::admit(caller, prompt, output).await?));
+    call.rec.charge = Some(Box::new(Charge::admit(caller, prompt, output).await?));
     Ok(())
 }
 
@@ -70,22 +62,16 @@ fn reservation(spec: &ClientSpec, asked: (Option<u32>, u32), prompt: u64) -> u64
 
 /// The prompt's tokens as the alias's guard counts them (in the chat form its backend
 /// templates); without a guard, its text bytes over four.
-async fn prompt_tokens(
-    state: &AppState,
-    snap: &Snapshot,
-    req: &Incoming,
-    alias: &Alias,
-    body: &[u8],
-) -> Result<u64, ProxyError> {
-    let adapter = req.adapter;
-    let converter = alias.backend.counting(adapter);
+async fn prompt_tokens(call: &Call<'_>, admitted: &Admitted) -> Result<u64, ProxyError> {
+    let (adapter, body) = (call.req.adapter, &admitted.body.body[..]);
+    let converter = admitted.alias.spec.backend.counting(adapter);
     let chat = adapter
         .to_chat(body, converter)
         .unwrap_or(Cow::Borrowed(body));
-    match snap.guard(&alias.name) {
+    match admitted.alias.guard() {
         Some(spec) => spec
             .counter
-            .count_prompt(&state.client, &chat, &spec.media)
+            .count_prompt(&call.state.client, &chat, &spec.media)
             .await
             .map(u64::from)
             .map_err(crate::guard::count_error),

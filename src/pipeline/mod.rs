@@ -1,26 +1,31 @@
 //! One model-routed request, top to bottom: resolve → shape → guard → choose → send → respond.
 //!
-//! Each step is a function of its own file, entered once per attempt in this order. What
-//! differs between the APIs comes from the request's adapter ([`crate::wire::Adapter`]), so no
-//! step names an API.
+//! Each step is a function of its own file, entered once per attempt in this order, and takes
+//! the request's [`Call`] (state, snapshot, record, the request, its route and place) and what
+//! is its own. What differs between the APIs comes from the request's adapter
+//! ([`crate::wire::Adapter`]), so no step names an API; what a step needs of an alias or a
+//! replica it holds (`crate::live::alias`), never looks up by name.
 //!
 //! - resolve ([`resolve`]): the body's view (model, stream) read once, the route of its model;
 //! - shape ([`shape::shape`]): the body for the alias, and its view (the resolve's when
 //!   nothing changed);
-//! - admit ([`admit::admit`]), the context guard: counted against the alias's window, its
-//!   limit clamped, or on to the `context_fallback` alias — shaped and guarded anew, as
-//!   another attempt — and the client's limits charged ([`limit`]);
-//! - choose ([`choose`]): a replica, its slot;
+//! - admit ([`admit::admitted`]), the context guard: counted against the alias's window, its
+//!   limit clamped, or on to the `context_fallback` alias — shaped and guarded anew — and the
+//!   client's limits charged ([`limit`]);
+//! - choose ([`choose`]): a replica, its slot and its breaker's leave;
 //! - send ([`send`]), after the one per-replica part of shaping ([`shape::for_replica`]: a
 //!   replica of another flavour or set of APIs may need another body — translated to chat,
-//!   its history in its own form — and the model and usage option are spliced in);
+//!   its history in its own form — and the model and usage option are spliced in); the
+//!   breaker is told what the answer's head said, in one place ([`attempt`]);
 //! - respond ([`respond`]).
 //!
 //! Choose and send run in a loop over the alias's replicas and then its fallbacks (each
 //! shaped and guarded for itself), while no byte of an answer has reached the client and no
-//! byte of the request may have reached a backend that gave no answer.
+//! byte of the request may have reached a backend that gave no answer. A failed attempt is
+//! answered by [`tries`] with what comes next, as a value.
 
 mod admit;
+mod call;
 mod choose;
 pub mod deadline;
 mod limit;
@@ -31,37 +36,26 @@ mod respond;
 mod same_shape;
 mod send;
 mod shape;
+#[cfg(test)]
+mod tests;
 mod traced;
 mod tries;
 
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
 use axum::response::Response;
-use bytes::Bytes;
 
-use admit::Guarded;
-use tries::{Last, Tries};
+use admit::Admitted;
+use choose::Chosen;
+use respond::Served;
+use tries::{Last, Next, Tries};
 
-use crate::clients::Caller;
 use crate::error::ProxyError;
-use crate::fleet::ticket::Ticket;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
-use crate::wire::Adapter;
 
-pub use resolve::{known, resolve, Routed};
-
-/// A routed request as intake hands it over: authorized, its body read whole.
-pub struct Incoming {
-    pub adapter: &'static dyn Adapter,
-    /// Path and query as the client sent them: the backend gets the same.
-    pub path: String,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    /// The client whose key it came with (`None`: no key is configured).
-    pub caller: Option<Caller>,
-}
+pub use call::{Call, Incoming, Routed};
+pub use resolve::{known, resolve};
 
 /// Serve one routed request with the snapshot it started with: its alias's replicas, then
 /// its fallbacks, until one answers; the last failure when none does.
@@ -69,123 +63,86 @@ pub async fn handle(
     state: &AppState,
     snap: &Arc<Snapshot>,
     rec: &mut Record,
-    mut req: Incoming,
+    req: Incoming,
 ) -> Result<Response, ProxyError> {
     let routed = resolve(snap, rec, &req)?;
     traced::resolved(rec, &req, &routed);
     let mut tries = Tries::new(snap, &routed.route.alias, &req);
-    let place = place(snap, rec, &req, tries.conversation.map(|c| c.key))?;
-    let mut headers = Some(std::mem::take(&mut req.headers));
-    // Whether the last failed attempt was translated to chat (its answer may be the client's).
-    let mut translated = None;
-    while let Some(start) = tries.alias() {
-        let mut alias = Arc::clone(start);
-        let admitted = loop {
-            let guarded = match shape::shape(&req, &alias) {
-                Ok(shaped) => admit::admit(state, snap, rec, &req, alias, shaped).await,
-                Err(e) => Err(e),
-            };
-            match guarded {
-                Ok(Guarded::Admitted(a)) => break Ok(a),
-                Ok(Guarded::Over(next)) => alias = next,
-                Err(e) => break Err(e),
-            }
-        };
-        let admitted = match admitted {
+    let conversation = tries.conversation(&req);
+    let mut call = Call::new((state, snap), rec, req, routed, conversation)?;
+    while let Some(alias) = tries.alias().cloned() {
+        let admitted = match admit::admitted(&mut call, alias).await {
             Ok(a) => a,
             Err(e) if tries.on_fallback() => {
                 tries.not_admitted(e);
-                tries.next_alias(snap, rec);
+                tries.next_alias(call.rec);
                 continue;
             }
             Err(e) => return Err(e),
         };
-        let (alias, body) = (admitted.alias, admitted.body);
-        limit::charge(state, snap, rec, &req, &alias, &body.body, admitted.prompt).await?;
+        limit::charge(&mut call, &admitted).await?;
         loop {
-            let tried = &mut tries.tried;
-            let chosen = match choose::choose(
-                state,
-                snap,
-                &alias,
-                tried,
-                tries.conversation,
-                &place,
-            )
-            .await
-            {
+            let chosen = match choose::choose(&call, &admitted.alias, &mut tries.tried).await {
                 Ok(c) => c,
                 Err(refusal) => break tries.refused(refusal),
             };
-            rec.backend = Some(chosen.backend.name.clone());
-            let out = shape::for_replica(&req, &routed.view, &alias, &chosen.backend, &body)?;
-            traced::attempt(rec, &alias, &chosen, out.translated.is_some(), tries.resent);
-            let headers = tries.headers(&mut headers);
-            let sent = send::send(
-                state,
-                snap,
-                rec,
-                headers,
-                out.path.unwrap_or(&req.path),
-                &alias,
-                &chosen.backend,
-                out.body,
-            );
-            match sent.await {
-                Ok(answer) => {
-                    let served = respond::Served::new(req.adapter, &routed, &alias, chosen)
-                        .translated(out.translated);
-                    return respond::respond(snap, rec, served, answer).await;
-                }
-                Err(failed) => {
-                    traced::failed(rec, &failed);
-                    translated = out.translated;
-                    tries.failed(chosen, failed)?;
-                }
+            match attempt(&mut call, &admitted, chosen, &mut tries).await? {
+                Attempt::Answered(response) => return Ok(response),
+                Attempt::Next(Next::Replica) => {}
+                Attempt::Next(Next::Alias | Next::GiveUp) => break,
+                Attempt::Next(Next::Stop(e)) => return Err(e),
             }
         }
-        tries.next_alias(snap, rec);
+        tries.next_alias(call.rec);
     }
     match tries.give_up() {
-        Last::Answer(alias, backend, answer) => {
-            let served = respond::Served::unsettled(req.adapter, &routed, &alias, backend)
-                .translated(translated);
-            respond::respond(snap, rec, served, answer).await
-        }
+        Last::Answer(served, answer) => respond::respond(&mut call, served, answer).await,
         Last::Error(e) => Err(e),
     }
 }
 
-/// The request's place in any queue it waits in: its class (its client's, or lower as its
-/// header asks), its client, its arrival (kept on every replica and fallback) and its
-/// `conversation`.
-fn place(
-    snap: &Snapshot,
-    rec: &Record,
-    req: &Incoming,
-    conversation: Option<u64>,
-) -> Result<choose::Place, ProxyError> {
-    let since = rec.started();
-    let caller = req.caller.as_ref();
-    let own = caller.map_or(crate::config::Priority::Normal, |c| c.spec.priority);
-    if caller.is_none() && !req.headers.contains_key(crate::clients::PRIORITY) {
-        return Ok(choose::Place {
-            ticket: Ticket {
-                conversation,
-                ..Ticket::plain(since)
-            },
-            caller: None,
-        });
+/// How one attempt ended: the client's answer, or what comes after its failure.
+enum Attempt {
+    Answered(Response),
+    Next(Next),
+}
+
+/// One attempt at the `chosen` replica: the body made for it, sent, the breaker told what
+/// its head said (the one place it is told of a head), and the answer made the client's.
+async fn attempt(
+    call: &mut Call<'_>,
+    admitted: &Admitted,
+    mut chosen: Chosen,
+    tries: &mut Tries<'_>,
+) -> Result<Attempt, ProxyError> {
+    call.rec.backend = Some(chosen.replica.backend.name.clone());
+    let (alias, backend) = (&admitted.alias.spec, &chosen.replica.backend);
+    let out = shape::for_replica(call, alias, &admitted.body, backend)?;
+    let translated = out.translated;
+    traced::attempt(
+        call.rec,
+        &admitted.alias.spec,
+        &chosen,
+        translated.is_some(),
+        tries.resent,
+    );
+    let headers = call.headers(tries.only_one());
+    let sent = send::send(call, &Arc::clone(&chosen.replica), headers, out).await;
+    chosen.tally.tell(send::outcome(&sent));
+    match sent {
+        Ok(answer) => {
+            let served = Served::new(Arc::clone(&admitted.alias), chosen).translated(translated);
+            respond::respond(call, served, answer)
+                .await
+                .map(Attempt::Answered)
+        }
+        Err(failed) => {
+            traced::failed(call.rec, &failed);
+            Ok(Attempt::Next(tries.failed(
+                chosen.index,
+                translated,
+                failed,
+            )))
+        }
     }
-    let class = crate::clients::class(own, &req.headers)?;
-    Ok(choose::Place {
-        ticket: Ticket {
-            class,
-            client: caller.map_or(0, |c| c.state.id),
-            since,
-            max_wait: snap.config.clients.max_wait(class),
-            conversation,
-        },
-        caller: caller.cloned(),
-    })
 }

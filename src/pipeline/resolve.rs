@@ -2,11 +2,10 @@
 
 use axum::http::{HeaderMap, HeaderName};
 
-use super::Incoming;
+use super::call::{Incoming, Routed};
 use crate::clients::Caller;
 use crate::config::Alias;
 use crate::error::{Echo, ProxyError};
-use crate::fleet::routes::Route;
 use crate::live::Snapshot;
 use crate::observe::metrics::RefusalReason;
 use crate::observe::record::Record;
@@ -14,14 +13,6 @@ use crate::reasoning::OutputField;
 use crate::wire::request::ParsedRequest;
 
 const REASONING_FIELD: HeaderName = HeaderName::from_static("x-reasoning-field");
-
-/// A request whose model resolved to an alias.
-pub struct Routed {
-    pub view: ParsedRequest,
-    pub route: Route,
-    /// The field this client gets reasoning in.
-    pub output: OutputField,
-}
 
 /// Parse the view, resolve its model (or 404 listing the aliases) and move the record to the
 /// alias's metrics.
@@ -32,7 +23,7 @@ pub fn resolve(snap: &Snapshot, rec: &mut Record, req: &Incoming) -> Result<Rout
     let route = snap
         .routes
         .resolve(&view.model)
-        .filter(|r| caller.is_none_or(|c| c.may_use(&r.alias.name)))
+        .filter(|r| caller.is_none_or(|c| c.may_use(r.alias.name())))
         .ok_or_else(|| {
             if let Some(c) = caller.filter(|_| snap.routes.resolve(&view.model).is_some()) {
                 c.state.metrics.refused(RefusalReason::not_allowed);
@@ -43,11 +34,8 @@ pub fn resolve(snap: &Snapshot, rec: &mut Record, req: &Incoming) -> Result<Rout
             }
         })?;
     rec.stream = view.stream;
-    rec.route(
-        snap.metrics(Some(&route.alias.name)),
-        &route.alias.backend.name,
-    );
-    let output = output_field(&req.headers, &route.alias, snap)?;
+    rec.route(&route.alias.metrics, &route.alias.spec.backend.name);
+    let output = output_field(&req.headers, &route.alias.spec, snap)?;
     Ok(Routed {
         view,
         route,
@@ -87,7 +75,7 @@ pub fn known(snap: &Snapshot, caller: Option<&Caller>) -> String {
                 .routes
                 .aliases()
                 .iter()
-                .map(|a| a.name.as_str())
+                .map(|a| a.name())
                 .filter(|a| c.may_use(a))
                 .collect();
             names.join(", ")

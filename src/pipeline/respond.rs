@@ -9,76 +9,60 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use super::call::Call;
+use super::call::Routed;
 use super::choose::Chosen;
 use super::peek;
 use super::relay::{self, RelayOptions};
-use super::resolve::Routed;
 use super::send::{body_failed, is_loading};
-use crate::config::{Alias, Backend};
+use crate::config::Alias;
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::fleet::breaker::{Outcome, Tally};
 use crate::fleet::slots::SlotPermit;
 use crate::guard;
-use crate::live::Snapshot;
+use crate::live::alias::{LiveAlias, Replica};
 use crate::observe::metrics::CountMethod;
-use crate::observe::record::Record;
 use crate::upstream::exchange::{self, Answer, Held};
 use crate::upstream::failure::UpstreamReason;
-use crate::upstream::BodyStream;
+use crate::upstream::{BodyStream, BoxError};
 use crate::wire::{Adapter, ApiEvents, StreamContext};
 
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
 
-/// What the answer is for: the API, the request, the alias that served it, its slot, the
-/// word to the breaker of the backend that answered.
-pub struct Served<'a> {
-    pub adapter: &'static dyn Adapter,
-    pub routed: &'a Routed,
-    pub alias: &'a Alias,
+/// What the answer is for: the alias that served it and its replica that answered, its slot,
+/// the word to that replica's breaker.
+pub struct Served {
+    pub alias: Arc<LiveAlias>,
     /// The replica that answered.
-    pub backend: Arc<Backend>,
+    pub replica: Arc<Replica>,
     pub slot: Option<SlotPermit>,
+    /// What is left to tell the breaker: how the body ends (the head was told).
     pub tally: Tally,
     /// The client's API when the request was translated to chat completions: the answer is a
     /// chat answer.
     pub translated: Option<&'static dyn Adapter>,
 }
 
-impl<'a> Served<'a> {
-    /// The answer of `chosen`, whose head was not a 5xx: its breaker counts a success.
-    pub fn new(
-        adapter: &'static dyn Adapter,
-        routed: &'a Routed,
-        alias: &'a Alias,
-        chosen: Chosen,
-    ) -> Served<'a> {
-        let mut tally = Tally::new(chosen.pass, chosen.breaker);
-        tally.tell(Outcome::Answered);
+impl Served {
+    /// The answer of `chosen`, a replica of `alias`, whose head was not a 5xx.
+    pub fn new(alias: Arc<LiveAlias>, chosen: Chosen) -> Served {
         Served {
-            adapter,
-            routed,
             alias,
-            backend: chosen.backend,
-            slot: chosen.slot,
-            tally,
+            replica: chosen.replica,
+            slot: Some(chosen.slot),
+            tally: chosen.tally,
             translated: None,
         }
     }
 
-    /// A failed answer of `backend` given to the client as it is (its slot long freed).
-    pub fn unsettled(
-        adapter: &'static dyn Adapter,
-        routed: &'a Routed,
-        alias: &'a Alias,
-        backend: Arc<Backend>,
-    ) -> Served<'a> {
+    /// A failed answer of replica `index` of `alias` given to the client as it is (its slot
+    /// long freed, its breaker told).
+    pub fn unsettled(alias: Arc<LiveAlias>, index: usize) -> Served {
         Served {
-            adapter,
-            routed,
+            replica: Arc::clone(&alias.replicas[index]),
             alias,
-            backend,
             slot: None,
             tally: Tally::default(),
             translated: None,
@@ -86,36 +70,35 @@ impl<'a> Served<'a> {
     }
 
     /// The same, for a request that was translated to chat completions for `api`.
-    pub fn translated(mut self, api: Option<&'static dyn Adapter>) -> Served<'a> {
+    pub fn translated(mut self, api: Option<&'static dyn Adapter>) -> Served {
         self.translated = api;
         self
     }
+}
 
-    /// What the answer's transforms are built from.
-    fn context(&self) -> StreamContext {
-        StreamContext {
-            output: self.routed.output,
-            tags: self.alias.think_tags.clone(),
-            model: self.routed.view.model.clone(),
-        }
+/// What an answer's transforms are built from.
+fn context(routed: &Routed, alias: &Alias) -> StreamContext {
+    StreamContext {
+        output: routed.output,
+        tags: alias.think_tags.clone(),
+        model: routed.view.model.clone(),
     }
+}
 
-    /// The stream's handling of whole events: the translation from chat of a translated
-    /// request, else the API's own (none for chat, whose events the relay reads itself).
-    fn events(&self) -> Option<Box<dyn ApiEvents>> {
-        let ctx = self.context();
-        match self.translated {
-            Some(_) => self.adapter.stream_from_chat(&ctx),
-            None => self.adapter.stream_events(&ctx),
-        }
+/// The stream's handling of whole events: the translation from chat of a translated request,
+/// else the API's own (none for chat, whose events the relay reads itself).
+fn events(call: &Call<'_>, served: &Served) -> Option<Box<dyn ApiEvents>> {
+    let ctx = context(&call.routed, &served.alias.spec);
+    match served.translated {
+        Some(_) => call.req.adapter.stream_from_chat(&ctx),
+        None => call.req.adapter.stream_events(&ctx),
     }
 }
 
 /// The client's answer to `answer`.
 pub async fn respond(
-    snap: &Snapshot,
-    rec: &mut Record,
-    served: Served<'_>,
+    call: &mut Call<'_>,
+    served: Served,
     answer: Answer,
 ) -> Result<Response, ProxyError> {
     let is_sse = answer
@@ -124,11 +107,11 @@ pub async fn respond(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let status = answer.status;
-    let headers = answer_headers(answer.headers, served.alias, served.routed);
+    let headers = answer_headers(answer.headers, &served.alias.spec, &call.routed);
     if is_sse && status.is_success() {
-        stream(snap, rec, served, status, headers, answer.body).await
+        stream(call, served, status, headers, answer.body).await
     } else {
-        whole(snap, rec, served, status, headers, answer.body).await
+        whole(call, served, status, headers, answer.body).await
     }
 }
 
@@ -148,53 +131,51 @@ fn answer_headers(upstream: HeaderMap, alias: &Alias, routed: &Routed) -> Header
     headers
 }
 
+/// SGLang puts a context error inside a 200 stream: the answering replica's first event is
+/// read before the head goes out. The pieces read (to be sent first), or that error.
+async fn peeked(
+    call: &Call<'_>,
+    served: &Served,
+    upstream: &mut BodyStream,
+) -> Result<Vec<Result<Bytes, BoxError>>, ProxyError> {
+    if served.replica.backend.flavor != Flavor::Sglang {
+        return Ok(Vec::new());
+    }
+    let server = &call.snap.config.server;
+    let window = served.alias.spec.context_window.map_or(0, |w| w.get());
+    let (read, error) =
+        peek::first_event(upstream, server.stream_peek, server.event_limit, window).await;
+    match error {
+        Some(e) => {
+            served.alias.metrics.rejection(CountMethod::backend);
+            Err(e)
+        }
+        None => Ok(read),
+    }
+}
+
 /// A stream: relayed event by event; the slot is held until it ends or the client goes away.
 async fn stream(
-    snap: &Snapshot,
-    rec: &mut Record,
-    served: Served<'_>,
+    call: &mut Call<'_>,
+    served: Served,
     status: StatusCode,
     mut headers: HeaderMap,
     mut upstream: BodyStream,
 ) -> Result<Response, ProxyError> {
-    let events = served.events();
+    let read = peeked(call, &served, &mut upstream).await?;
+    let events = events(call, &served);
     let Served {
-        adapter,
-        routed,
-        alias,
-        backend,
-        slot,
-        tally,
-        ..
+        alias, slot, tally, ..
     } = served;
-    let server = &snap.config.server;
-    let mut read = Vec::new();
-    // SGLang puts a context error inside a 200 stream: the answering replica's first event
-    // is read before the head goes out.
-    if backend.flavor == Flavor::Sglang {
-        let window = alias.context_window.map_or(0, |w| w.get());
-        let (chunks, error) = peek::first_event(
-            &mut upstream,
-            server.stream_peek,
-            server.event_limit,
-            window,
-        )
-        .await;
-        if let Some(e) = error {
-            snap.metrics(Some(&alias.name))
-                .rejection(CountMethod::backend);
-            return Err(e);
-        }
-        read = chunks;
-    }
+    let (adapter, routed) = (call.req.adapter, &call.routed);
     headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    rec.status = status.as_u16();
-    rec.responding();
+    call.rec.status = status.as_u16();
+    call.rec.responding();
     let view = &routed.view;
     let transform = match events {
         Some(_) => None,
-        None => adapter.stream_transform(routed.output, alias.think_tags.clone()),
+        None => adapter.stream_transform(routed.output, alias.spec.think_tags.clone()),
     };
     let opts = RelayOptions {
         drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
@@ -202,32 +183,34 @@ async fn stream(
         events,
         adapter,
         tally,
-        event_limit: server.event_limit,
+        event_limit: call.snap.config.server.event_limit,
     };
     let upstream = if read.is_empty() {
         upstream
     } else {
         futures_util::stream::iter(read).chain(upstream).boxed()
     };
-    let body = relay::relay(upstream, rec.take(), slot, opts);
+    let body = relay::relay(upstream, call.rec.take(), slot, opts);
     let mut r = Response::new(body);
     *r.status_mut() = status;
     *r.headers_mut() = headers;
     Ok(r)
 }
 
-/// An answer longer than `limit`: relayed as it comes (the slot held to its end) when nothing
-/// rewrites it, else refused.
+/// An answer longer than `answer_limit_bytes`: relayed as it comes (the slot held to its end)
+/// when nothing rewrites it, else refused.
 fn over_limit(
-    rec: &mut Record,
-    served: Served<'_>,
+    call: &mut Call<'_>,
+    served: Served,
     status: StatusCode,
     headers: HeaderMap,
     rest: BodyStream,
-    limit: usize,
 ) -> Result<Response, ProxyError> {
+    let rec = &mut *call.rec;
+    let limit = call.snap.config.server.answer_limit;
     let backend = rec.backend.clone().unwrap_or_default();
-    if status.is_success() && (served.adapter.rewrites_answers() || served.translated.is_some()) {
+    let rewrites = call.req.adapter.rewrites_answers() || served.translated.is_some();
+    if status.is_success() && rewrites {
         rec.metrics().upstream_error(UpstreamReason::too_large);
         return Err(ProxyError::AnswerTooLarge { backend, limit });
     }
@@ -246,27 +229,24 @@ fn over_limit(
 
 /// A whole answer: read, the slot freed, then checked and rewritten.
 async fn whole(
-    snap: &Snapshot,
-    rec: &mut Record,
-    mut served: Served<'_>,
+    call: &mut Call<'_>,
+    mut served: Served,
     status: StatusCode,
     headers: HeaderMap,
     body: BodyStream,
 ) -> Result<Response, ProxyError> {
-    let alias = served.alias;
-    // Looked up only for a failure to count.
-    let m = || snap.metrics(Some(&alias.name));
-    let backend = || rec.backend.clone().unwrap_or_default();
-    let limit = snap.config.server.answer_limit;
+    let limit = call.snap.config.server.answer_limit;
     let mut bytes = match exchange::read_within(body, limit).await {
         Ok(Held::Whole(b)) => b,
-        Ok(Held::Over(rest)) => return over_limit(rec, served, status, headers, rest, limit),
+        Ok(Held::Over(rest)) => return over_limit(call, served, status, headers, rest),
         Err(e) => {
             served.tally.tell(Outcome::Failed);
-            return Err(body_failed(rec, &e).to_client());
+            return Err(body_failed(call.rec, &e).to_client());
         }
     };
     drop(served.slot.take());
+    let (alias, rec) = (&served.alias, &mut *call.rec);
+    let backend = || rec.backend.clone().unwrap_or_default();
     if status == StatusCode::SERVICE_UNAVAILABLE && is_loading(&bytes) {
         return Err(ProxyError::UpstreamLoading {
             backend: backend(),
@@ -274,25 +254,22 @@ async fn whole(
         });
     }
     if status.is_client_error() {
-        let window = alias.context_window.map_or(0, |w| w.get());
+        let window = alias.spec.context_window.map_or(0, |w| w.get());
         if let Some(e) = guard::canonical::from_backend_error(status.as_u16(), &bytes, window) {
-            m().rejection(CountMethod::backend);
+            alias.metrics.rejection(CountMethod::backend);
             return Err(e);
         }
     }
     if status.is_success() {
-        bytes = match answer_body(rec, &served, bytes) {
-            Ok(b) => b,
-            Err(detail) => {
-                m().upstream_error(UpstreamReason::protocol);
-                return Err(ProxyError::UpstreamMalformed {
-                    backend: rec.backend.clone().unwrap_or_default(),
-                    detail,
-                });
+        bytes = answer_body(call, &served, bytes).map_err(|detail| {
+            call.rec.metrics().upstream_error(UpstreamReason::protocol);
+            ProxyError::UpstreamMalformed {
+                backend: call.rec.backend.clone().unwrap_or_default(),
+                detail,
             }
-        };
+        })?;
     }
-    rec.responding();
+    call.rec.responding();
     let mut r = Response::new(Body::from(bytes));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
@@ -301,14 +278,15 @@ async fn whole(
 
 /// A successful whole answer: its usage recorded, then rewritten (reasoning, think tags) or
 /// translated from chat; what is wrong with a chat answer that cannot be translated.
-fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Result<Bytes, String> {
-    let adapter = served.adapter;
+fn answer_body(call: &mut Call<'_>, served: &Served, bytes: Bytes) -> Result<Bytes, String> {
+    let (adapter, rec) = (call.req.adapter, &mut *call.rec);
     super::traced::answer(rec, &bytes);
     if served.translated.is_some() {
         if let Some(u) = crate::wire::usage::of_body(&bytes) {
             rec.usage = Some(u);
         }
-        return Ok(match adapter.answer_from_chat(&bytes, &served.context())? {
+        let ctx = context(&call.routed, &served.alias.spec);
+        return Ok(match adapter.answer_from_chat(&bytes, &ctx)? {
             Some(b) => Bytes::from(b),
             None => bytes,
         });
@@ -316,9 +294,9 @@ fn answer_body(rec: &mut Record, served: &Served<'_>, bytes: Bytes) -> Result<By
     if let Some(usage) = adapter.usage_of_answer(&bytes) {
         rec.usage = Some(usage);
     }
-    let tags = served.alias.think_tags.as_deref();
+    let tags = served.alias.spec.think_tags.as_deref();
     Ok(
-        match adapter.rewrite_answer(&bytes, served.routed.output, tags) {
+        match adapter.rewrite_answer(&bytes, call.routed.output, tags) {
             Some(b) => Bytes::from(b),
             None => bytes,
         },

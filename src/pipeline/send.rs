@@ -13,17 +13,18 @@ use std::time::Instant;
 use axum::http::{HeaderMap, StatusCode};
 use futures_util::StreamExt;
 
+use super::call::Call;
 use super::deadline;
-use crate::config::{Alias, Backend};
+use super::shape::Outgoing;
+use crate::config::Backend;
 use crate::fleet::breaker::Outcome;
 use crate::fleet::routes::FallbackReason;
-use crate::live::{AppState, Snapshot};
+use crate::live::alias::Replica;
 use crate::observe::record::Record;
-use crate::upstream::exchange::{self, Answer, Held};
+use crate::upstream::exchange::{self, Answer, Held, Outbound};
 use crate::upstream::failure::UpstreamReason;
 use crate::upstream::failure::{Limit, UpstreamError};
 use crate::upstream::BoxError;
-use crate::wire::payload::Payload;
 
 /// An exchange that gave the client nothing yet, and why.
 pub enum Failed {
@@ -41,6 +42,14 @@ impl Failed {
         }
     }
 
+    /// The failed exchange; `None` for a 5xx answer.
+    pub fn error(&self) -> Option<&UpstreamError> {
+        match self {
+            Failed::Error(e, _) => Some(e),
+            Failed::Answer(..) => None,
+        }
+    }
+
     /// What the backend's breaker is told of it.
     pub fn outcome(&self) -> Outcome {
         match self {
@@ -48,6 +57,15 @@ impl Failed {
             Failed::Answer(_, FallbackReason::loading) => Outcome::Neither,
             _ => Outcome::Failed,
         }
+    }
+}
+
+/// What an attempt's head tells its backend's breaker: an answer that is no 5xx is a
+/// success; a failure, what the backend did on its own ([`Failed::outcome`]).
+pub fn outcome(sent: &Result<Answer, Failed>) -> Outcome {
+    match sent {
+        Ok(_) => Outcome::Answered,
+        Err(failed) => failed.outcome(),
     }
 }
 
@@ -79,20 +97,16 @@ pub fn body_failed(rec: &Record, e: &BoxError) -> UpstreamError {
     failed
 }
 
-/// Post `body` to `backend` (a replica of `alias`) at `path`; failures are counted by reason.
-#[allow(clippy::too_many_arguments)]
+/// Post `out` to `replica` with the client's `headers`; failures are counted by reason (in
+/// the metrics of the alias the record is on).
 pub async fn send(
-    state: &AppState,
-    snap: &Snapshot,
-    rec: &mut Record,
+    call: &mut Call<'_>,
+    replica: &Replica,
     headers: HeaderMap,
-    path: &str,
-    alias: &Alias,
-    backend: &Backend,
-    body: Payload,
+    out: Outgoing,
 ) -> Result<Answer, Failed> {
-    let server = &snap.config.server;
-    let m = snap.metrics(Some(&alias.name));
+    let (snap, rec) = (call.snap, &mut *call.rec);
+    let backend = &*replica.backend;
     let mut headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
     if let Some(t) = rec.trace.as_deref() {
         t.inject(&mut headers);
@@ -100,21 +114,20 @@ pub async fn send(
     let limits = backend.timeouts;
     let started = Instant::now();
     rec.sending();
-    let sent = exchange::send(
-        &state.client,
+    let to = Outbound {
         backend,
-        snap.conns(&backend.name),
-        path,
+        watch: Some(&replica.conns),
+        path_and_query: out.path.unwrap_or(&call.req.path),
         headers,
-        body,
-        limits.first_byte.min(limits.total),
-    )
-    .await;
+        body: out.body,
+        header_timeout: limits.first_byte.min(limits.total),
+    };
+    let sent = call.state.post(to).await;
     let mut answer = match sent {
         Ok(a) => a,
         Err(e) => {
             if let Some(reason) = e.reason() {
-                m.upstream_error(reason);
+                rec.metrics().upstream_error(reason);
             }
             let why = fallback_reason(&e);
             return Err(Failed::Error(e, why));
@@ -123,8 +136,8 @@ pub async fn send(
     rec.headers_received();
     answer.body = deadline::bounded(answer.body, limits.idle, started, limits.total);
     if answer.status.is_server_error() {
-        m.upstream_error(UpstreamReason::status_5xx);
-        return Err(failed_answer(answer, backend, server.answer_limit).await);
+        rec.metrics().upstream_error(UpstreamReason::status_5xx);
+        return Err(failed_answer(answer, backend, snap.config.server.answer_limit).await);
     }
     Ok(answer)
 }

@@ -16,7 +16,7 @@
 
 use bytes::Bytes;
 
-use super::Incoming;
+use super::call::{Call, Incoming};
 use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
 use crate::reasoning::InputField;
@@ -85,15 +85,15 @@ pub struct Outgoing {
     pub translated: Option<&'static dyn Adapter>,
 }
 
-/// `shaped` (the body [`shape`]d for the alias, perhaps clamped by the guard) as `backend`
-/// (the replica chosen for this attempt) gets it; `resolved` is the client's body's view.
+/// `shaped` (the request [`shape`]d for `alias`, perhaps clamped by the guard) as `backend`
+/// (the replica chosen for this attempt) gets it.
 pub fn for_replica(
-    req: &Incoming,
-    resolved: &ParsedRequest,
+    call: &Call<'_>,
     alias: &Alias,
-    backend: &Backend,
     shaped: &Shaped,
+    backend: &Backend,
 ) -> Result<Outgoing, ProxyError> {
+    let (req, resolved) = (&call.req, &call.routed.view);
     let adapter = req.adapter;
     if let Some(converter) = backend.translation(adapter) {
         // The translation asks for a stream's usage itself.

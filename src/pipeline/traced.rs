@@ -2,10 +2,10 @@
 //! attempt at a backend as it starts and as it fails. Nothing is read while tracing is off or
 //! the request's trace is not sampled.
 
+use super::call::Incoming;
+use super::call::Routed;
 use super::choose::Chosen;
-use super::resolve::Routed;
 use super::send::Failed;
-use super::Incoming;
 use crate::config::Alias;
 use crate::fleet::balance::SESSION_HEADER;
 use crate::observe::record::Record;
@@ -20,7 +20,7 @@ pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
     };
     let max = req.adapter.requested_output(&req.body).ok().flatten();
     t.resolved(&routed.view.model, max.map(u64::from), routed.view.stream);
-    t.alias(&routed.route.alias.name);
+    t.alias(routed.route.alias.name());
     if let Some(id) = req
         .headers
         .get(SESSION_HEADER)
@@ -52,7 +52,7 @@ pub fn attempt(rec: &mut Record, alias: &Alias, chosen: &Chosen, translated: boo
     let Some(t) = rec.traced() else {
         return;
     };
-    let b = &chosen.backend;
+    let b = &chosen.replica.backend;
     t.attempt(&Attempt {
         backend: &b.name,
         flavor: b.flavor.as_str(),

@@ -1,39 +1,84 @@
 //! Where a request may still go: the alias and its fallbacks in order, the replicas of the
 //! current one already tried, and the last failure — the client's answer when nothing serves.
+//!
+//! A failed attempt is answered with what comes next, as a value ([`Next`]): another replica
+//! of the alias, the next alias, nothing left (the last failure is the client's answer), or the
+//! client's error at once. What a failure allows is one pure decision ([`verdict`]) over where
+//! it failed, how, whether the request may have reached the backend and whether a resend is
+//! left; its tests are a table of those.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
-
-use super::choose::{Chosen, Refusal};
+use super::call::Incoming;
+use super::choose::Refusal;
+use super::respond::Served;
 use super::send::Failed;
-use super::Incoming;
-use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
 use crate::fleet::balance::{conversation_key, Conversation};
-use crate::fleet::breaker::Tally;
 use crate::fleet::routes::FallbackReason;
+use crate::live::alias::LiveAlias;
 use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::upstream::exchange::Answer;
-use crate::upstream::failure::Kind;
+use crate::upstream::failure::{Kind, UpstreamError};
+use crate::wire::Adapter;
 
 /// What the client gets when no alias could serve the request.
 pub enum Last {
     Error(ProxyError),
-    /// A 5xx answer of a backend of the alias, nothing sent of it yet.
-    Answer(Arc<Alias>, Arc<Backend>, Answer),
+    /// A 5xx answer of a replica, nothing sent of it yet, with what it is for.
+    Answer(Served, Answer),
+}
+
+/// What a failure allows, whatever is left to try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The request goes on to another replica or alias.
+    GoOn,
+    /// It goes on, once: the backend hung up on a request it took, and a resend is left.
+    Resend,
+    /// Its error is the client's answer now: the request may be running on the backend, or
+    /// the proxy itself is out of descriptors (no backend would fare better).
+    Stop,
+}
+
+/// What a failure allows: `error` is the failed exchange (`None`: a 5xx answer, read whole),
+/// `resend_left` whether this request may still be sent on after a hang-up.
+pub fn verdict(error: Option<&UpstreamError>, resend_left: bool) -> Verdict {
+    let Some(e) = error else {
+        return Verdict::GoOn;
+    };
+    if e.kind == Kind::Local {
+        Verdict::Stop
+    } else if e.dropped() && resend_left {
+        Verdict::Resend
+    } else if e.held_by_backend() {
+        Verdict::Stop
+    } else {
+        Verdict::GoOn
+    }
+}
+
+/// What a request does after a failed attempt.
+#[derive(Debug)]
+pub enum Next {
+    /// Another replica of the current alias (one is left untried).
+    Replica,
+    /// The next alias of its order (every replica of this one was tried).
+    Alias,
+    /// Nothing is left: the last failure is the client's answer ([`Tries::give_up`]).
+    GiveUp,
+    /// This error is the client's answer now.
+    Stop(ProxyError),
 }
 
 /// The request's way through its aliases and their replicas.
 pub struct Tries<'s> {
     /// The alias and the fallbacks its client may use (a fallback it may not use is absent).
-    order: Cow<'s, [Arc<Alias>]>,
+    order: Cow<'s, [Arc<LiveAlias>]>,
     at: usize,
-    /// The conversation, when some alias on the way has replicas.
-    pub conversation: Option<Conversation>,
-    /// Replicas of the current alias (by their place in `backends`) tried already.
+    /// Replicas of the current alias (by their place in its `replicas`) tried already.
     pub tried: Vec<usize>,
     /// Why the current alias did not serve (the fallback's reason label).
     why: Option<FallbackReason>,
@@ -47,16 +92,11 @@ pub struct Tries<'s> {
 }
 
 impl<'s> Tries<'s> {
-    pub fn new(snap: &'s Snapshot, alias: &Arc<Alias>, req: &Incoming) -> Tries<'s> {
+    pub fn new(snap: &'s Snapshot, alias: &LiveAlias, req: &Incoming) -> Tries<'s> {
         let order = match req.caller.as_ref().filter(|c| c.spec.aliases.is_some()) {
-            Some(c) => snap.routes.order_for(&alias.name, &|a| c.may_use(a)),
-            None => Cow::Borrowed(snap.routes.order(&alias.name)),
+            Some(c) => snap.routes.order_for(alias, &|a| c.may_use(a)),
+            None => Cow::Borrowed(snap.routes.order(alias)),
         };
-        let conversation = order
-            .iter()
-            .any(|a| a.backends.len() > 1)
-            .then(|| conversation_key(&alias.name, &req.headers, &req.body))
-            .flatten();
         let resend = snap
             .config
             .server
@@ -65,7 +105,6 @@ impl<'s> Tries<'s> {
         Tries {
             order,
             at: 0,
-            conversation,
             tried: Vec::new(),
             why: None,
             last: None,
@@ -74,8 +113,18 @@ impl<'s> Tries<'s> {
         }
     }
 
+    /// The request's conversation, when some alias on its way has replicas.
+    pub fn conversation(&self, req: &Incoming) -> Option<Conversation> {
+        let first = self.order.first()?;
+        self.order
+            .iter()
+            .any(|a| a.replicas.len() > 1)
+            .then(|| conversation_key(first.name(), &req.headers, &req.body))
+            .flatten()
+    }
+
     /// The alias to try now, `None` once none is left.
-    pub fn alias(&self) -> Option<&Arc<Alias>> {
+    pub fn alias(&self) -> Option<&Arc<LiveAlias>> {
         self.order.get(self.at)
     }
 
@@ -84,41 +133,49 @@ impl<'s> Tries<'s> {
         self.at > 0
     }
 
-    /// The client's headers for this attempt: moved when no other attempt can follow.
-    pub fn headers(&self, kept: &mut Option<HeaderMap>) -> HeaderMap {
-        let only = self.order.len() == 1 && self.order[0].backends.len() == 1;
-        if only {
-            kept.take().unwrap_or_default()
-        } else {
-            kept.clone().unwrap_or_default()
-        }
+    /// No other attempt can follow this one: one alias with one replica.
+    pub fn only_one(&self) -> bool {
+        self.order.len() == 1 && self.order[0].replicas.len() == 1
     }
 
-    /// Sending to `chosen` failed before any byte reached the client: its breaker is told
-    /// what the backend did on its own ([`Failed::outcome`]), and the next replica is tried —
-    /// unless some of the request may be running on the backend, which gave no head
-    /// (`UpstreamError::held_by_backend`): then its error is the client's answer (`Err`),
-    /// but for one hang-up (`UpstreamError::dropped`) while a resend is left. The proxy's
-    /// own want of descriptors is the client's answer at once: no backend would fare better.
-    pub fn failed(&mut self, chosen: Chosen, failed: Failed) -> Result<(), ProxyError> {
-        let why = failed.reason();
-        Tally::new(chosen.pass, None).tell(failed.outcome());
-        self.tried.push(chosen.index);
-        self.why = Some(why);
+    /// The attempt at replica `index` of the current alias failed before any byte reached
+    /// the client (`translated`: its request was translated to chat for this API): what comes
+    /// next, by the failure's [`verdict`] and what is left to try.
+    pub fn failed(
+        &mut self,
+        index: usize,
+        translated: Option<&'static dyn Adapter>,
+        failed: Failed,
+    ) -> Next {
+        self.tried.push(index);
+        self.why = Some(failed.reason());
+        let verdict = verdict(failed.error(), self.resend);
         self.last = Some(match failed {
-            Failed::Error(e, _) if e.kind == Kind::Local => return Err(e.to_client()),
-            Failed::Error(e, _) if e.dropped() && self.resend => {
-                self.resend = false;
-                self.resent = true;
-                Last::Error(e.to_client())
-            }
-            Failed::Error(e, _) if e.held_by_backend() => return Err(e.to_client()),
+            Failed::Error(e, _) if verdict == Verdict::Stop => return Next::Stop(e.to_client()),
             Failed::Error(e, _) => Last::Error(e.to_client()),
             Failed::Answer(answer, _) => {
-                Last::Answer(self.order[self.at].clone(), chosen.backend.clone(), answer)
+                let alias = Arc::clone(&self.order[self.at]);
+                let served = Served::unsettled(alias, index).translated(translated);
+                Last::Answer(served, answer)
             }
         });
-        Ok(())
+        if verdict == Verdict::Resend {
+            self.resend = false;
+            self.resent = true;
+        }
+        self.next()
+    }
+
+    /// Where a request goes on to: an untried replica, else the next alias, else nowhere.
+    fn next(&self) -> Next {
+        let alias = &self.order[self.at];
+        if self.tried.len() < alias.replicas.len() {
+            Next::Replica
+        } else if self.at + 1 < self.order.len() {
+            Next::Alias
+        } else {
+            Next::GiveUp
+        }
     }
 
     /// No replica of the current alias can take the request.
@@ -138,20 +195,19 @@ impl<'s> Tries<'s> {
     }
 
     /// On to the next alias; the request's record and the fallback counter follow.
-    pub fn next_alias(&mut self, snap: &Snapshot, rec: &mut Record) {
+    pub fn next_alias(&mut self, rec: &mut Record) {
         let from = self.order.get(self.at);
         self.at += 1;
         self.tried.clear();
         if let (Some(from), Some(to)) = (from, self.order.get(self.at)) {
             let why = self.why.unwrap_or(FallbackReason::connect);
-            let to_m = snap.metrics(Some(&to.name));
-            snap.metrics(Some(&from.name)).fallback(to_m, why);
-            tracing::debug!(alias = %from.name, to = %to.name, reason = ?why, "fallback");
+            from.metrics.fallback(&to.metrics, why);
+            tracing::debug!(alias = %from.name(), to = %to.name(), reason = ?why, "fallback");
             if let Some(t) = rec.traced() {
-                t.fallback(&from.name, &to.name, &format!("{why:?}"));
-                t.alias(&to.name);
+                t.fallback(from.name(), to.name(), &format!("{why:?}"));
+                t.alias(to.name());
             }
-            rec.route(to_m, &to.backend.name);
+            rec.route(&to.metrics, to.spec.backend.name.as_str());
         }
         self.why = None;
     }
@@ -162,10 +218,107 @@ impl<'s> Tries<'s> {
             alias: self
                 .order
                 .first()
-                .map(|a| a.name.clone())
+                .map(|a| a.name().to_string())
                 .unwrap_or_default(),
             why: "no backend left to try",
             retry_after: 1,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::upstream::failure::{Limit, Stage};
+
+    fn failure(stage: Stage, kind: Kind, reached: bool) -> UpstreamError {
+        UpstreamError {
+            backend: "b".into(),
+            stage,
+            kind,
+            reached,
+            detail: String::new(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    use Kind::{Broken, Local, Malformed, TimedOut, Tls, Unreachable};
+    use Stage::{Body, Connect, Head, Write};
+    use Verdict::{GoOn, Resend, Stop};
+
+    /// Every failure an exchange can give ([`UpstreamError::unanswered`] and
+    /// [`UpstreamError::body`] make no others), whether it may have reached the backend, and
+    /// what it allows with a resend left and without one.
+    const TABLE: &[(Stage, Kind, bool, Verdict, Verdict)] = &[
+        // Nothing of the request reached the backend: on to the next.
+        (Connect, Unreachable, false, GoOn, GoOn),
+        (Connect, Tls, false, GoOn, GoOn),
+        (Connect, TimedOut(Limit::Connect), false, GoOn, GoOn),
+        (Connect, TimedOut(Limit::FirstByte), false, GoOn, GoOn),
+        // The proxy's own want of descriptors: no backend would fare better.
+        (Connect, Local, false, Stop, Stop),
+        // A write that failed before the kernel took a byte: never reached.
+        (Write, Broken, false, GoOn, GoOn),
+        (Head, Broken, false, GoOn, GoOn),
+        (Head, Malformed, false, GoOn, GoOn),
+        // The backend took the request and hung up: sent on once, where allowed.
+        (Write, Broken, true, Resend, Stop),
+        (Head, Broken, true, Resend, Stop),
+        // It took the request and answered badly or not in time: it may be running there.
+        (Head, Malformed, true, Stop, Stop),
+        (Head, TimedOut(Limit::FirstByte), true, Stop, Stop),
+        // A 5xx whose body broke off: its head was an answer; the next may serve.
+        (Body, Broken, true, GoOn, GoOn),
+        (Body, Malformed, true, GoOn, GoOn),
+        (Body, TimedOut(Limit::Idle), true, GoOn, GoOn),
+        (Body, TimedOut(Limit::Total), true, GoOn, GoOn),
+    ];
+
+    #[test]
+    fn a_failure_allows_what_its_stage_kind_reach_and_resend_say() {
+        for &(stage, kind, reached, with_resend, without) in TABLE {
+            let e = failure(stage, kind, reached);
+            let row = format!("{stage:?} {kind:?} reached={reached}");
+            assert_eq!(verdict(Some(&e), true), with_resend, "{row}, resend left");
+            assert_eq!(verdict(Some(&e), false), without, "{row}, no resend left");
+        }
+    }
+
+    #[test]
+    fn the_table_has_every_failure_an_exchange_can_give() {
+        use crate::upstream::SendError;
+        let x = || String::from("x");
+        let sends = || {
+            [
+                SendError::Connect(x()),
+                SendError::ConnectTimeout,
+                SendError::Unsent(x()),
+                SendError::Tls(x()),
+                SendError::Local(x()),
+                SendError::Write(x()),
+                SendError::Head(x()),
+                SendError::Malformed("x".into()),
+                SendError::Timeout,
+            ]
+        };
+        let listed = |e: &UpstreamError| {
+            TABLE
+                .iter()
+                .any(|r| (r.0, r.1, r.2) == (e.stage, e.kind, e.reached))
+        };
+        for reached in [false, true] {
+            for s in sends() {
+                let e = UpstreamError::unanswered("b", s, reached, Duration::ZERO);
+                assert!(listed(&e), "{:?} {:?} {}", e.stage, e.kind, e.reached);
+            }
+        }
+    }
+
+    #[test]
+    fn a_5xx_answer_goes_on_whatever_is_left() {
+        assert_eq!(verdict(None, true), GoOn);
+        assert_eq!(verdict(None, false), GoOn);
     }
 }

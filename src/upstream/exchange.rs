@@ -1,10 +1,12 @@
 //! The upstream exchange: header filtering, backend auth, send with a header timeout; a failure
-//! told as an [`UpstreamError`], and the metric reasons of failures.
+//! told as an [`UpstreamError`], and the metric reasons of failures. [`Exchange`] is the seam
+//! the pipeline's own tests answer through, without sockets.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use futures_util::future::BoxFuture;
 use futures_util::stream::StreamExt;
 
 use crate::config::Backend;
@@ -54,20 +56,39 @@ pub struct Answer {
     pub body: BodyStream,
 }
 
-/// POST `body` to `backend` at `path_and_query`; a failure says where it failed and whether
-/// a byte of the request may have reached the backend ([`UpstreamError`]).
+/// One request to a backend, as the pipeline hands it over.
+pub struct Outbound<'a> {
+    pub backend: &'a Backend,
+    /// What is learned of the backend's connections.
+    pub watch: Option<&'a Arc<ConnWatch>>,
+    pub path_and_query: &'a str,
+    pub headers: HeaderMap,
+    pub body: Payload,
+    /// How long the answer's head may take, from the start.
+    pub header_timeout: Duration,
+}
+
+/// Where a proxied request's exchange goes other than the pool: a backend scripted in the
+/// pipeline's tests, so the choice of replicas, the attempt loop and the breaker run in paused
+/// time with no socket. Served requests go to [`send`] directly (no boxed future on their way).
+pub trait Exchange: Send + Sync + std::fmt::Debug {
+    fn post<'a>(&'a self, to: Outbound<'a>) -> BoxFuture<'a, Result<Answer, UpstreamError>>;
+}
+
+/// POST `to.body` to `to.backend` at its path; a failure says where it failed and whether a
+/// byte of the request may have reached the backend ([`UpstreamError`]).
 /// The client leaves the hop-by-hop fields out as it writes the request's head and reads the
 /// answer's; `Connection` and the fields it names stay in the answer's map
 /// ([`client_headers`]). A failed TLS handshake is a connect failure with its reason.
-pub async fn send(
-    client: &Client,
-    backend: &Backend,
-    watch: Option<&Arc<ConnWatch>>,
-    path_and_query: &str,
-    headers: HeaderMap,
-    body: Payload,
-    header_timeout: Duration,
-) -> Result<Answer, UpstreamError> {
+pub async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
+    let Outbound {
+        backend,
+        watch,
+        path_and_query,
+        headers,
+        body,
+        header_timeout,
+    } = to;
     let started = Instant::now();
     let path = if backend.path_prefix.is_empty() {
         std::borrow::Cow::Borrowed(path_and_query)

@@ -66,20 +66,23 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
         .routes
         .aliases()
         .iter()
-        .filter(|a| viewer.sees_alias(&a.name))
-        .map(|a| {
-            let m = snap.metrics(Some(&a.name));
-            let backends = a
-                .backends
+        .filter(|a| viewer.sees_alias(a.name()))
+        .map(|live| {
+            let (a, m) = (&*live.spec, &live.metrics);
+            let backends = live
+                .replicas
                 .iter()
-                .map(|b| BackendView {
-                    name: b.name.clone(),
-                    flavor: b.flavor.as_str(),
-                    url: without_userinfo(&b.url),
-                    state: state.shown_state(&b.name),
-                    busy: snap.slots(&b.name).map_or(0, |s| s.busy()),
-                    slots: b.slots.get(),
-                    queue_limit: b.queue,
+                .map(|r| {
+                    let b = &*r.backend;
+                    BackendView {
+                        name: b.name.clone(),
+                        flavor: b.flavor.as_str(),
+                        url: without_userinfo(&b.url),
+                        state: state.shown_state(&b.name),
+                        busy: r.slots.busy(),
+                        slots: b.slots.get(),
+                        queue_limit: b.queue,
+                    }
                 })
                 .collect();
             AliasView {

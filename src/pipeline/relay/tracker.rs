@@ -47,6 +47,39 @@ impl Tracker {
         }
     }
 
+    /// An event with more fields than its data: forwarded as it is; its data still counts
+    /// for TTFT and usage.
+    fn on_named(&mut self, ev: &[u8], now: Instant) {
+        let (_, Some(data)) = named_data(ev) else {
+            return;
+        };
+        let readings = EventReadings::new(data);
+        if self.rec.first_content.is_none() && readings.has_tagged_text() {
+            self.rec.first_token.get_or_insert(now);
+            self.rec.first_content.get_or_insert(now);
+            self.rec.last_token = Some(now);
+        }
+        self.counted(&readings, now);
+        if readings.may_have_usage() {
+            if let Some((usage, _)) = crate::wire::usage::of_event(data) {
+                self.rec.usage = Some(usage);
+            }
+        }
+    }
+
+    /// The end marker `[DONE]`: the text the transform still holds goes out before it.
+    fn on_done(&mut self, ev: &[u8]) -> Action {
+        self.saw_done = true;
+        match self.opts.transform.as_mut().and_then(|t| t.flush()) {
+            Some(held) => {
+                let mut out = crate::wire::data_event(&held);
+                out.extend_from_slice(ev);
+                Action::Replace(out)
+            }
+            None => Action::Keep,
+        }
+    }
+
     pub(super) fn on_event(&mut self, ev: &[u8], now: Instant) -> Action {
         if self.rec.traced().is_some() {
             if let Some(data) = data_payload(ev).or_else(|| named_data(ev).1) {
@@ -57,34 +90,11 @@ impl Tracker {
             return events.event(ev, now, &mut self.seen);
         }
         let Some(data) = data_payload(ev) else {
-            // An event with more fields is forwarded as it is; its data still counts for
-            // TTFT and usage.
-            if let (_, Some(data)) = named_data(ev) {
-                let readings = EventReadings::new(data);
-                if self.rec.first_content.is_none() && readings.has_tagged_text() {
-                    self.rec.first_token.get_or_insert(now);
-                    self.rec.first_content.get_or_insert(now);
-                    self.rec.last_token = Some(now);
-                }
-                self.counted(&readings, now);
-                if readings.may_have_usage() {
-                    if let Some((usage, _)) = crate::wire::usage::of_event(data) {
-                        self.rec.usage = Some(usage);
-                    }
-                }
-            }
+            self.on_named(ev, now);
             return Action::Keep;
         };
         if data == b"[DONE]" {
-            self.saw_done = true;
-            return match self.opts.transform.as_mut().and_then(|t| t.flush()) {
-                Some(held) => {
-                    let mut out = crate::wire::data_event(&held);
-                    out.extend_from_slice(ev);
-                    Action::Replace(out)
-                }
-                None => Action::Keep,
-            };
+            return self.on_done(ev);
         }
         if let Some(kept) = self.last.matches(data) {
             // The readings of the last event hold: no error, no usage object, no escape, and
