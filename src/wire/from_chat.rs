@@ -366,5 +366,4 @@ pub fn feed(order: &mut Order, delta: &Value, ops: &mut Vec<Op>) {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-#[path = "from_chat_tests.rs"]
 mod tests;
