@@ -1,16 +1,17 @@
-//! One error type for everything a client can be told, rendered once as OpenAI's envelope.
+//! One error type for everything a client can be told: its variants, their messages and the
+//! one table of status, `type`, `param` and `code` ([`crate::envelope`] renders it).
 
-use std::fmt;
 use std::time::Duration;
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use axum::http::StatusCode;
+
+use crate::echo::Clip;
+pub use crate::echo::{bounded, Echo, ECHO_LIMIT, MESSAGE_LIMIT};
 
 /// Everything that can go wrong while serving a request.
 ///
 /// Each variant maps to exactly one status, `type` and `code` in [`ProxyError::parts`];
-/// [`IntoResponse`] renders the OpenAI envelope `{"error":{"message","type","param","code"}}`.
+/// [`crate::envelope`] renders the OpenAI envelope `{"error":{"message","type","param","code"}}`.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     #[error(
@@ -125,104 +126,6 @@ pub enum ProxyError {
     },
 }
 
-/// Most bytes of one piece of client input (a model name, a path, a header value) that an
-/// error message, and so a log line, repeats.
-pub const ECHO_LIMIT: usize = 256;
-/// Most bytes of a free-form message, which may quote input (as serde's errors do).
-pub const MESSAGE_LIMIT: usize = 1024;
-
-/// Client input as an error repeats it: its first `ECHO_LIMIT` bytes (cut at a character
-/// boundary), then, if there was more, `…` and the input's whole length. Made from the input
-/// without copying more than it shows.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Echo {
-    shown: String,
-    len: usize,
-}
-
-impl Echo {
-    pub fn new(input: &str) -> Echo {
-        Echo::of(input, ECHO_LIMIT)
-    }
-
-    /// The first `limit` bytes of what `input` displays as.
-    pub fn of(input: impl fmt::Display, limit: usize) -> Echo {
-        let mut w = Capped {
-            shown: String::new(),
-            limit,
-            len: 0,
-            cut: false,
-        };
-        let _ = fmt::write(&mut w, format_args!("{input}"));
-        Echo {
-            shown: w.shown,
-            len: w.len,
-        }
-    }
-
-    fn suffix(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.len > self.shown.len() {
-            write!(f, "… ({} bytes)", self.len)?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Display for Echo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.shown)?;
-        self.suffix(f)
-    }
-}
-
-impl fmt::Debug for Echo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.shown)?;
-        self.suffix(f)
-    }
-}
-
-/// A writer that keeps the first `limit` bytes written to it and counts the rest.
-struct Capped {
-    shown: String,
-    limit: usize,
-    len: usize,
-    /// Something was left out: nothing more is kept, so what is shown is a prefix.
-    cut: bool,
-}
-
-impl fmt::Write for Capped {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.len += s.len();
-        if !self.cut {
-            let mut n = s.len().min(self.limit - self.shown.len());
-            self.cut = n < s.len();
-            while !s.is_char_boundary(n) {
-                n -= 1;
-            }
-            self.shown.push_str(&s[..n]);
-        }
-        Ok(())
-    }
-}
-
-/// A free-form message displayed with at most `MESSAGE_LIMIT` of its bytes.
-struct Clip<'a>(&'a str);
-
-impl fmt::Display for Clip<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.len() <= MESSAGE_LIMIT {
-            return f.write_str(self.0);
-        }
-        fmt::Display::fmt(&Echo::of(self.0, MESSAGE_LIMIT), f)
-    }
-}
-
-/// A message made from `e` (a parse error, say, which may quote the input), bounded.
-pub fn bounded(e: impl fmt::Display) -> String {
-    Echo::of(e, MESSAGE_LIMIT).to_string()
-}
-
 /// OpenAI's exact context-length wording, with an estimate marker where the count is one.
 fn context_message(window: u32, prompt: u32, completion: Option<u32>, estimate: bool) -> String {
     let mut msg = match completion {
@@ -238,25 +141,6 @@ fn context_message(window: u32, prompt: u32, completion: Option<u32>, estimate: 
         msg.push_str(" (token count is an estimate)");
     }
     msg
-}
-
-/// The envelope clients parse.
-#[derive(Serialize)]
-struct Envelope<'a> {
-    error: Body<'a>,
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    message: String,
-    #[serde(rename = "type")]
-    kind: &'a str,
-    param: Option<&'a str>,
-    code: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    n_prompt_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    n_ctx: Option<u32>,
 }
 
 impl ProxyError {
@@ -320,67 +204,6 @@ impl ProxyError {
             RateLimited { .. } => (S::TOO_MANY_REQUESTS, None, "rate_limit_exceeded"),
         }
     }
-
-    /// The envelope as JSON bytes, for contexts that are not an HTTP response (SSE error events).
-    pub fn envelope_json(&self) -> Vec<u8> {
-        let (_, kind, param, code) = self.parts();
-        let (n_prompt_tokens, n_ctx) = match self {
-            ProxyError::ContextLengthExceeded {
-                window,
-                prompt,
-                completion,
-                ..
-            } => (
-                Some(prompt.saturating_add(completion.unwrap_or(0))),
-                Some(*window),
-            ),
-            _ => (None, None),
-        };
-        let env = Envelope {
-            error: Body {
-                message: self.to_string(),
-                kind,
-                param,
-                code,
-                n_prompt_tokens,
-                n_ctx,
-            },
-        };
-        serde_json::to_vec(&env).unwrap_or_else(|_| b"{\"error\":{\"message\":\"internal error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}".to_vec())
-    }
-
-    fn retry_after(&self) -> Option<u64> {
-        match self {
-            ProxyError::UpstreamLoading { retry_after, .. }
-            | ProxyError::Overloaded { retry_after, .. }
-            | ProxyError::QueueTimeout { retry_after, .. }
-            | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
-            ProxyError::TooManyConnections { .. } | ProxyError::ProxyExhausted { .. } => Some(1),
-            ProxyError::CountBusy { .. } => Some(1),
-            ProxyError::RateLimited { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-}
-
-impl IntoResponse for ProxyError {
-    fn into_response(self) -> Response {
-        let (status, ..) = self.parts();
-        let mut resp = (status, self.envelope_json()).into_response();
-        let headers = resp.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(secs) = self.retry_after() {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        if matches!(self, ProxyError::BodyTimeout { .. }) {
-            // The rest of the body may still come: the connection cannot carry another request.
-            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-        resp
-    }
 }
 
 #[cfg(test)]
@@ -435,32 +258,6 @@ mod tests {
     }
 
     #[test]
-    fn echoes_are_cut_at_a_character_boundary_with_the_length() {
-        assert_eq!(Echo::new("frank").to_string(), "frank");
-        assert_eq!(format!("{:?}", Echo::new("a\"b")), "\"a\\\"b\"");
-        let huge = "é".repeat(20 << 20);
-        let e = Echo::new(&huge);
-        assert_eq!(
-            e.to_string(),
-            format!("{}… (41943040 bytes)", "é".repeat(128))
-        );
-        // 255 bytes: the 128th `é` does not fit and is left out, not split.
-        let e = Echo::of(&huge, 255);
-        assert_eq!(
-            e.to_string(),
-            format!("{}… (41943040 bytes)", "é".repeat(127))
-        );
-        assert_eq!(
-            Echo::of(format_args!("{}{}", "ab", "é"), 3).to_string(),
-            "ab… (4 bytes)"
-        );
-        assert_eq!(
-            Echo::of(format_args!("{}{}", "é", "x"), 1).to_string(),
-            "… (3 bytes)"
-        );
-    }
-
-    #[test]
     fn client_input_in_messages_is_bounded() {
         let huge = "m".repeat(20 << 20);
         let messages = [
@@ -497,17 +294,6 @@ mod tests {
             bounded(format_args!("{}", "x".repeat(2000))).len(),
             MESSAGE_LIMIT + "… (2000 bytes)".len()
         );
-    }
-
-    #[test]
-    fn envelope_has_all_four_fields() {
-        let v: serde_json::Value =
-            serde_json::from_slice(&ProxyError::MissingModel.envelope_json()).unwrap();
-        let e = &v["error"];
-        assert_eq!(e["type"], "invalid_request_error");
-        assert_eq!(e["param"], "model");
-        assert_eq!(e["code"], "missing_model");
-        assert!(e["message"].is_string());
     }
 
     /// How many variants [`ordinal`] knows; a new variant needs an arm there (the match

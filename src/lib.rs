@@ -12,6 +12,8 @@ pub mod alloc;
 pub mod clients;
 pub mod config;
 pub mod demo;
+pub mod echo;
+pub mod envelope;
 pub mod error;
 pub mod export;
 pub mod files;

@@ -26,25 +26,16 @@ fn turn(conv: usize, n: usize) -> Value {
 }
 
 /// Three replicas of two weights; `order` is how the alias lists them.
-fn three_replicas(order: &str) -> String {
-    format!(
-        r#"
-[backends.a]
-url = "{{a}}"
-flavor = "llamacpp"
-slots = 2
-[backends.b]
-url = "{{b}}"
-flavor = "llamacpp"
-slots = 2
-[backends.c]
-url = "{{c}}"
-flavor = "llamacpp"
-slots = 4
-[aliases.m]
-backends = [{order}]
-"#
-    )
+fn three_replicas(order: &[&str]) -> String {
+    common::toml::Fleet::new()
+        .backend("a", "llamacpp")
+        .slots(2)
+        .backend("b", "llamacpp")
+        .slots(2)
+        .backend("c", "llamacpp")
+        .slots(4)
+        .replicas("m", order)
+        .render()
 }
 
 #[tokio::test]
@@ -61,8 +52,8 @@ async fn two_processes_send_each_conversation_to_the_same_replica() {
     ];
     // Two processes, each with its own state; the second lists the replicas in another order.
     let procs = [
-        proxy(&three_replicas(r#""a", "b", "c""#), &urls).await,
-        proxy(&three_replicas(r#""c", "a", "b""#), &urls).await,
+        proxy(&three_replicas(&["a", "b", "c"]), &urls).await,
+        proxy(&three_replicas(&["c", "a", "b"]), &urls).await,
     ];
     let c = client();
     const CONVERSATIONS: usize = 12;
@@ -101,22 +92,14 @@ async fn two_processes_send_each_conversation_to_the_same_replica() {
 
 /// Replicas `a` and `b` of `flavor` with `slots` each, under the `[server]` lines `server`.
 fn two_replicas(server: &str, flavor: &str, slots: u32) -> String {
-    format!(
-        r#"
-[server]
-{server}
-[backends.a]
-url = "{{a}}"
-flavor = "{flavor}"
-slots = {slots}
-[backends.b]
-url = "{{b}}"
-flavor = "{flavor}"
-slots = {slots}
-[aliases.m]
-backends = ["a", "b"]
-"#
-    )
+    common::toml::Fleet::new()
+        .server(server)
+        .backend("a", flavor)
+        .slots(slots)
+        .backend("b", flavor)
+        .slots(slots)
+        .replicas("m", &["a", "b"])
+        .render()
 }
 
 /// Two replicas of two slots, their load read every 10 s.

@@ -35,19 +35,14 @@ fn tokenizer() -> String {
 
 /// Alias `a` on backend `b` (`flavor`) with `window` and `extra` alias keys.
 fn config(flavor: &str, window: u32, extra: &str) -> String {
-    format!(
-        r#"
-[backends.b]
-url = "{{b}}"
-flavor = "{flavor}"
-slots = 8
-[aliases.a]
-backend = "b"
-upstream_model = "up-model"
-context_window = {window}
-{extra}
-"#
-    )
+    common::toml::Fleet::new()
+        .backend("b", flavor)
+        .slots(8)
+        .alias("a", "b")
+        .model("up-model")
+        .window(window)
+        .text(extra)
+        .render()
 }
 
 async fn local_proxy(sim: &Sim, window: u32, extra: &str) -> Proxy {

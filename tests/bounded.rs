@@ -101,19 +101,13 @@ async fn flooding_backend(
 }
 
 fn config(flavor: &str, server: &str) -> String {
-    format!(
-        r#"
-[server]
-{server}
-[backends.b]
-url = "{{b}}"
-flavor = "{flavor}"
-slots = 4
-[aliases.a]
-backend = "b"
-upstream_model = "up"
-"#
-    )
+    common::toml::Fleet::new()
+        .server(server)
+        .backend("b", flavor)
+        .slots(4)
+        .alias("a", "b")
+        .model("up")
+        .render()
 }
 
 /// Regression: a non-streamed answer of hundreds of MiB was held whole before the

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::toml::Fleet;
 use common::{client, proxy, sample, sim, within, Proxy};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -20,21 +21,16 @@ const DAY: i64 = 1_000_000;
 /// the `extra` client keys.
 async fn metered(sim: &Sim, var: &str, key: &str, extra: &str) -> Proxy {
     std::env::set_var(var, key);
-    let cfg = format!(
-        r#"
-[backends.b]
-url = "{{b}}"
-flavor = "llamacpp"
-slots = 4
-[aliases.s]
-backend = "b"
-upstream_model = "sim-model"
-[clients.c]
-key_env = "{var}"
-tokens_per_day = {DAY}
-{extra}
-"#
-    );
+    let cfg = Fleet::new()
+        .backend("b", "llamacpp")
+        .slots(4)
+        .alias("s", "b")
+        .model("sim-model")
+        .text(&format!(
+            "[clients.c]\nkey_env = \"{var}\"\ntokens_per_day = {DAY}"
+        ))
+        .text(extra)
+        .render();
     proxy(&cfg, &[("b", sim.url())]).await
 }
 
@@ -239,26 +235,18 @@ async fn a_usage_past_what_the_request_could_cost_is_charged_that_cost() {
     .await;
     let s = sim(SimConfig::default()).await;
     std::env::set_var("SB_T_CLAMP", "clamp-key");
-    let cfg = format!(
-        r#"
-[backends.liar]
-url = "{{liar}}"
-flavor = "openai"
-slots = 4
-[backends.b]
-url = "{{b}}"
-flavor = "llamacpp"
-slots = 4
-[aliases.l]
-backend = "liar"
-[aliases.s]
-backend = "b"
-upstream_model = "sim-model"
-[clients.c]
-key_env = "SB_T_CLAMP"
-tokens_per_day = {DAY}
-"#
-    );
+    let cfg = Fleet::new()
+        .backend("liar", "openai")
+        .slots(4)
+        .backend("b", "llamacpp")
+        .slots(4)
+        .alias("l", "liar")
+        .alias("s", "b")
+        .model("sim-model")
+        .text(&format!(
+            "[clients.c]\nkey_env = \"SB_T_CLAMP\"\ntokens_per_day = {DAY}"
+        ))
+        .render();
     let p = proxy(&cfg, &[("liar", liar), ("b", s.url())]).await;
     let mut body = chat_body(Some(50), false);
     body["model"] = json!("l");

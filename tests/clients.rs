@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::toml::Fleet;
 use common::{client, proxy, read_request, sample, sim, within, Proxy};
 use serde_json::{json, Value};
 use switchboard::sim::SimConfig;
@@ -78,18 +79,7 @@ impl Held {
 
 /// One alias `a` on one backend `b` of one slot, with `clients` (TOML) added.
 fn one_slot(clients: &str) -> String {
-    format!(
-        r#"
-[backends.b]
-url = "{{b}}"
-flavor = "openai"
-slots = 1
-queue = 64
-[aliases.a]
-backend = "b"
-{clients}
-"#
-    )
+    one_slot_queue(64, clients)
 }
 
 fn set_key(var: &str, key: &str) {
@@ -260,7 +250,13 @@ async fn a_batch_request_past_its_max_wait_takes_turns_with_newer_interactive_on
 
 /// Alias `a` on a held backend of one slot and a queue of `queue`, with `clients` (TOML).
 fn one_slot_queue(queue: u32, clients: &str) -> String {
-    one_slot(clients).replace("queue = 64", &format!("queue = {queue}"))
+    Fleet::new()
+        .backend("b", "openai")
+        .slots(1)
+        .queue(queue)
+        .alias("a", "b")
+        .text(clients)
+        .render()
 }
 
 /// The status and body of a request sent in the background.
@@ -464,25 +460,15 @@ async fn a_request_may_lower_its_priority_but_not_raise_it() {
 /// Two aliases on one simulator; client `only-a` may use `a` alone.
 async fn two_aliases(extra: &str) -> (switchboard::sim::Sim, Proxy) {
     let s = sim(SimConfig::default()).await;
-    let cfg = format!(
-        r#"
-[backends.b]
-url = "{{b}}"
-flavor = "llamacpp"
-slots = 4
-[aliases.a]
-backend = "b"
-upstream_model = "sim-model"
-context_window = 4096
-count = "estimate"
-[aliases.hidden]
-backend = "b"
-upstream_model = "sim-model"
-context_window = 4096
-count = "estimate"
-{extra}
-"#
-    );
+    let mut fleet = Fleet::new().backend("b", "llamacpp").slots(4);
+    for alias in ["a", "hidden"] {
+        fleet = fleet
+            .alias(alias, "b")
+            .model("sim-model")
+            .window(4096)
+            .set("count", "\"estimate\"");
+    }
+    let cfg = fleet.text(extra).render();
     let p = proxy(&cfg, &[("b", s.url())]).await;
     (s, p)
 }
@@ -767,37 +753,26 @@ async fn the_reservation_is_refunded_from_the_usage_whole_and_streamed() {
         ..SimConfig::default()
     })
     .await;
-    let cfg = r#"
-[backends.held]
-url = "{held}"
-flavor = "openai"
-slots = 1
-[backends.sim]
-url = "{sim}"
-flavor = "llamacpp"
-slots = 4
-[backends.gated]
-url = "{gated}"
-flavor = "llamacpp"
-slots = 4
-[aliases.a]
-backend = "held"
-[aliases.s]
-backend = "sim"
-upstream_model = "sim-model"
-[aliases.g]
-backend = "gated"
-upstream_model = "sim-model"
-[clients.day]
-key_env = "SB_T_REFUND"
-tokens_per_day = 10000
-"#;
+    let cfg = Fleet::new()
+        .backend("held", "openai")
+        .slots(1)
+        .backend("sim", "llamacpp")
+        .slots(4)
+        .backend("gated", "llamacpp")
+        .slots(4)
+        .alias("a", "held")
+        .alias("s", "sim")
+        .model("sim-model")
+        .alias("g", "gated")
+        .model("sim-model")
+        .text("[clients.day]\nkey_env = \"SB_T_REFUND\"\ntokens_per_day = 10000")
+        .render();
     let urls = [
         ("held", held.url.clone()),
         ("sim", streams.url()),
         ("gated", gated.url()),
     ];
-    let p = proxy(cfg, &urls).await;
+    let p = proxy(&cfg, &urls).await;
     let k = "refund-key";
     // Whole: 1000 reserved, the usage's 10 charged.
     let answer = tokio::spawn({
@@ -1100,39 +1075,27 @@ async fn cheap_and_premium(
 ) -> (Held, switchboard::sim::Sim, Proxy) {
     let held = Held::start().await;
     let s = sim(SimConfig::default()).await;
-    let cfg = format!(
-        r#"
-[backends.b]
-url = "{{b}}"
-flavor = "openai"
-slots = 1
-queue = 1
-[backends.s]
-url = "{{s}}"
-flavor = "llamacpp"
-slots = 4
-[aliases.cheap]
-backend = "b"
-fallbacks = ["premium"]
-[aliases.premium]
-backend = "s"
-upstream_model = "sim-model"
-[aliases.small]
-backend = "s"
-upstream_model = "sim-model"
-context_window = 64
-count = "estimate"
-context_fallback = "big"
-[aliases.big]
-backend = "s"
-upstream_model = "sim-model"
-[clients.only-cheap]
-key_env = "{var_only}"
-aliases = ["cheap", "small"]
-[clients.every]
-key_env = "{var_every}"
-"#
-    );
+    let cfg = Fleet::new()
+        .backend("b", "openai")
+        .slots(1)
+        .queue(1)
+        .backend("s", "llamacpp")
+        .slots(4)
+        .alias("cheap", "b")
+        .text("fallbacks = [\"premium\"]")
+        .alias("premium", "s")
+        .model("sim-model")
+        .alias("small", "s")
+        .model("sim-model")
+        .window(64)
+        .text("count = \"estimate\"\ncontext_fallback = \"big\"")
+        .alias("big", "s")
+        .model("sim-model")
+        .text(&format!(
+            "[clients.only-cheap]\nkey_env = \"{var_only}\"\naliases = [\"cheap\", \"small\"]\n\
+             [clients.every]\nkey_env = \"{var_every}\""
+        ))
+        .render();
     let p = proxy(&cfg, &[("b", held.url.clone()), ("s", s.url())]).await;
     (held, s, p)
 }
@@ -1205,26 +1168,18 @@ async fn a_request_that_never_reached_a_backend_is_charged_no_tokens() {
     set_key("SB_T_NEVER", "never-key");
     let mut b = Held::start().await;
     let s = sim(SimConfig::default()).await;
-    let cfg = r#"
-[backends.b]
-url = "{b}"
-flavor = "openai"
-slots = 1
-queue = 1
-[backends.sim]
-url = "{sim}"
-flavor = "llamacpp"
-slots = 4
-[aliases.a]
-backend = "b"
-[aliases.s]
-backend = "sim"
-upstream_model = "sim-model"
-[clients.n]
-key_env = "SB_T_NEVER"
-tokens_per_day = 100000
-"#;
-    let p = proxy(cfg, &[("b", b.url.clone()), ("sim", s.url())]).await;
+    let cfg = Fleet::new()
+        .backend("b", "openai")
+        .slots(1)
+        .queue(1)
+        .backend("sim", "llamacpp")
+        .slots(4)
+        .alias("a", "b")
+        .alias("s", "sim")
+        .model("sim-model")
+        .text("[clients.n]\nkey_env = \"SB_T_NEVER\"\ntokens_per_day = 100000")
+        .render();
+    let p = proxy(&cfg, &[("b", b.url.clone()), ("sim", s.url())]).await;
     let k = "never-key";
     let probe = || async {
         let (st, h, _) = post(&p, "/v1/chat/completions", k, chat_body("s", 1)).await;

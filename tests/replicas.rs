@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+use common::toml::Fleet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,21 +45,19 @@ async fn restart(addr: SocketAddr, cfg: SimConfig) -> Sim {
     Sim::spawn_on(cfg, l).await.unwrap()
 }
 
-const TWO_REPLICAS: &str = r#"
-[server]
-breaker_failures = 2
-breaker_open_ms = 200
-[backends.a]
-url = "{a}"
-flavor = "llamacpp"
-slots = 4
-[backends.b]
-url = "{b}"
-flavor = "llamacpp"
-slots = 4
-[aliases.m]
-backends = ["a", "b"]
-"#;
+/// Replicas `a` and `b` of alias `m`, a breaker opening after two failures for 200 ms, with
+/// the `[server]` lines `server` besides.
+fn two_replicas(server: &str) -> String {
+    Fleet::new()
+        .server("breaker_failures = 2\nbreaker_open_ms = 200")
+        .text(server)
+        .backend("a", "llamacpp")
+        .slots(4)
+        .backend("b", "llamacpp")
+        .slots(4)
+        .replicas("m", &["a", "b"])
+        .render()
+}
 
 /// What the traffic of one client loop saw.
 #[derive(Default)]
@@ -163,7 +162,7 @@ async fn kill_one_replica(config: &str) -> (Arc<Tally>, Arc<Tally>) {
 /// (it may have run them). Every request it had not been sent goes to the other.
 #[tokio::test]
 async fn with_resend_unanswered_off_a_killed_replica_loses_only_the_requests_it_had() {
-    let config = TWO_REPLICAS.replace("[server]\n", "[server]\nresend_unanswered = false\n");
+    let config = two_replicas("resend_unanswered = false");
     let (plain, streams) = kill_one_replica(&config).await;
     // A request fails only on a connection the proxy had to the killed replica, and a failed
     // connection is not used again: at most one failure for each of the 6 client loops, and
@@ -179,7 +178,7 @@ async fn with_resend_unanswered_off_a_killed_replica_loses_only_the_requests_it_
 /// had begun end with an error event), and the killed replica gets traffic back.
 #[tokio::test]
 async fn a_killed_replica_loses_no_request_by_default() {
-    let (plain, streams) = kill_one_replica(TWO_REPLICAS).await;
+    let (plain, streams) = kill_one_replica(&two_replicas("")).await;
     assert_eq!(plain.failed.load(Ordering::SeqCst), 0, "failed requests");
     assert_eq!(streams.failed.load(Ordering::SeqCst), 0, "failed streams");
 }
@@ -188,7 +187,7 @@ async fn a_killed_replica_loses_no_request_by_default() {
 async fn the_least_loaded_replica_takes_requests_while_the_other_is_full() {
     let a = sim(SimConfig::default()).await;
     let b = sim(SimConfig::default()).await;
-    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
+    let p = proxy(&two_replicas(""), &[("a", a.url()), ("b", b.url())]).await;
     let snap = p.state.live.load_full();
     let slots = Arc::clone(&snap.replica("a").unwrap().slots);
     let held: Vec<_> = (0..4).map(|_| slots.try_acquire().unwrap()).collect();
@@ -232,7 +231,7 @@ fn turn(conversation: &str, n: usize) -> Value {
 async fn a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
     let a = sim(SimConfig::default()).await;
     let b = sim(SimConfig::default()).await;
-    let p = proxy(TWO_REPLICAS, &[("a", a.url()), ("b", b.url())]).await;
+    let p = proxy(&two_replicas(""), &[("a", a.url()), ("b", b.url())]).await;
     let c = client();
     for n in 1..=10 {
         for conv in ["first", "second"] {
@@ -279,26 +278,29 @@ async fn a_conversation_stays_on_its_replica_and_moves_when_it_dies() {
     );
 }
 
-const FALLBACKS: &str = r#"
-[backends.primary]
-url = "{primary}"
-flavor = "llamacpp"
-[backends.spare]
-url = "{spare}"
-flavor = "llamacpp"
-[aliases.p]
-backend = "primary"
-fallbacks = ["f"]
-[aliases.f]
-backend = "spare"
-upstream_model = "spare-model"
-"#;
+/// Alias `p` on backend `primary`, falling back to alias `f` on backend `spare`, with the
+/// `[server]` lines `server`.
+fn fallbacks(server: &str) -> String {
+    Fleet::new()
+        .server(server)
+        .backend("primary", "llamacpp")
+        .backend("spare", "llamacpp")
+        .alias("p", "primary")
+        .text("fallbacks = [\"f\"]")
+        .alias("f", "spare")
+        .model("spare-model")
+        .render()
+}
 
 /// The proxy with `primary` in front of a good `spare`; one request's alias header and the
 /// fallbacks counter of `reason`.
 async fn fall_back(primary: String, stream: bool, reason: &str) -> (String, f64, Sim, Vec<String>) {
     let spare = sim(SimConfig::default()).await;
-    let p = proxy(FALLBACKS, &[("primary", primary), ("spare", spare.url())]).await;
+    let p = proxy(
+        &fallbacks(""),
+        &[("primary", primary), ("spare", spare.url())],
+    )
+    .await;
     let r = p.post_chat(&client(), &chat("p", stream)).await;
     assert_eq!(r.status(), 200);
     let served = r.headers()["x-switchboard-alias"]
@@ -348,7 +350,7 @@ async fn falls_back_on_refused_loading_and_a_500_before_the_first_byte_not_after
     .await;
     let spare = sim(SimConfig::default()).await;
     let p = proxy(
-        FALLBACKS,
+        &fallbacks(""),
         &[("primary", broken.url()), ("spare", spare.url())],
     )
     .await;
@@ -430,22 +432,15 @@ async fn no_usable_backend_is_a_503_with_retry_after_without_being_tried() {
         ..SimConfig::default()
     })
     .await;
-    let toml = r#"
-[server]
-health_interval_secs = 1
-[backends.dead]
-url = "{dead}"
-flavor = "llamacpp"
-[backends.loading]
-url = "{loading}"
-flavor = "vllm"
-[aliases.d]
-backend = "dead"
-[aliases.l]
-backend = "loading"
-"#;
+    let toml = Fleet::new()
+        .server("health_interval_secs = 1")
+        .backend("dead", "llamacpp")
+        .backend("loading", "vllm")
+        .alias("d", "dead")
+        .alias("l", "loading")
+        .render();
     let p = proxy(
-        toml,
+        &toml,
         &[("dead", dead_url().await), ("loading", loading.url())],
     )
     .await;
@@ -483,18 +478,14 @@ async fn a_queue_wait_that_runs_out_is_a_503_and_a_full_queue_a_429() {
         ..SimConfig::default()
     })
     .await;
-    let toml = r#"
-[server]
-queue_timeout_secs = 1
-[backends.b]
-url = "{b}"
-flavor = "llamacpp"
-slots = 1
-queue = 1
-[aliases.a]
-backend = "b"
-"#;
-    let p = proxy(toml, &[("b", s.url())]).await;
+    let toml = Fleet::new()
+        .server("queue_timeout_secs = 1")
+        .backend("b", "llamacpp")
+        .slots(1)
+        .queue(1)
+        .alias("a", "b")
+        .render();
+    let p = proxy(&toml, &[("b", s.url())]).await;
     let c = client();
     let held = p.post_chat(&c, &chat("a", true)).await;
     assert_eq!(held.status(), 200);
@@ -535,8 +526,7 @@ async fn a_body_broken_after_the_head_goes_to_no_fallback() {
         }
     });
     let spare = sim(SimConfig::default()).await;
-    let toml = FALLBACKS.replace("[server]", "");
-    let toml = format!("[server]\nresend_unanswered = true\n{toml}");
+    let toml = fallbacks("resend_unanswered = true");
     let p = proxy(&toml, &[("primary", primary), ("spare", spare.url())]).await;
     let r = p.post_chat(&client(), &chat("p", false)).await;
     assert_eq!(r.status(), 502);

@@ -1,6 +1,8 @@
 //! Configuration: load `routes.toml` plus `SWITCHBOARD_*` overrides, then validate into typed structs.
 
+mod aliases;
 mod apis;
+mod backends;
 mod clients;
 mod counting;
 mod error;
@@ -9,24 +11,28 @@ mod model;
 mod names;
 mod raw;
 mod routing;
+mod server;
+mod sizing;
 mod tracing;
 mod validate;
+mod values;
 
 use std::path::Path;
 
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
+pub use aliases::{Alias, GuardConfig, Input};
 pub use apis::Apis;
+pub use backends::{Backend, Timeouts};
 pub use clients::{ClientSpec, Clients, Priority};
 pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use error::{ConfigError, ConfigErrors};
 pub use keys::bearer;
-pub use model::{
-    AfterSpill, Alias, Backend, BreakerConfig, ClientSide, Config, GuardConfig, Input, Server,
-    SharedState, Sizing, Timeouts,
-};
-pub use raw::{RawConfig, RawSizing};
+pub use model::Config;
+pub use raw::RawConfig;
+pub use server::{AfterSpill, BreakerConfig, ClientSide, Server, SharedState};
+pub use sizing::{RawSizing, Sizing};
 pub use tracing::Tracing;
 pub use validate::validate;
 

@@ -24,7 +24,7 @@ pub fn name_check(key: &str, name: &str, errs: &mut Vec<ConfigError>) {
     if !is_name(name) {
         errs.push(ConfigError::BadValue {
             key: key.to_string(),
-            value: crate::error::Echo::new(name).to_string(),
+            value: crate::echo::Echo::new(name).to_string(),
             reason: format!("is not a name: use ASCII letters, digits and . _ - : / @ + (from a letter or digit on, at most {NAME_LIMIT} bytes)"),
         });
     }

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::aliases::{Alias, RawAlias};
+use super::backends::Backend;
 use super::error::ConfigError;
-use super::model::{Alias, Backend, Sizing};
-use super::raw::RawAlias;
+use super::sizing::Sizing;
 
 /// Each of `fallbacks` names another alias, and following them never comes back.
 pub fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {

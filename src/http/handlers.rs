@@ -13,7 +13,7 @@ use crate::live::{AppState, Snapshot};
 use super::intake;
 use super::routed::{is_routed, routed_with};
 
-/// How telling a shown state is for an alias: the best of its replicas is the alias's.
+/// A shown state's rank for an alias, best first: the best of its replicas is the alias's.
 fn rank(shown: &str) -> u8 {
     match shown {
         "up" => 0,

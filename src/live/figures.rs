@@ -248,12 +248,14 @@ mod tests {
         assert_eq!(fig.window_source, Some(Source::Discovered { at: 77 }));
         assert_eq!(fig.slots_source.discovered_at(), Some(77));
 
-        let again = apply(taken, &found(2048, 2));
+        let rediscovered = apply(taken, &found(2048, 2));
         assert_eq!(
-            again.aliases["a"].context_window.map(NonZeroU32::get),
+            rediscovered.aliases["a"]
+                .context_window
+                .map(NonZeroU32::get),
             Some(2048)
         );
-        let f = &again.aliases["f"];
+        let f = &rediscovered.aliases["f"];
         assert_eq!(f.context_window.map(NonZeroU32::get), Some(1000));
         assert_eq!(figures(f, &Found::default()).slots_source, Source::Config);
     }

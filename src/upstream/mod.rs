@@ -30,6 +30,7 @@ pub mod failure;
 mod framing;
 pub mod hop;
 mod pool;
+mod request;
 pub mod tls;
 pub mod watch;
 

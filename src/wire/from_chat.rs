@@ -365,6 +365,99 @@ pub fn feed(order: &mut Order, delta: &Value, ops: &mut Vec<Op>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-#[path = "from_chat_tests.rs"]
-mod tests;
+mod tests {
+    //! The order of a translated chat stream: the state machine alone (both translations
+    //! over any stream are tested in `crate::wire`'s tests).
+
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    fn tool(
+        o: &mut Order,
+        index: u64,
+        id: Option<&str>,
+        name: Option<&str>,
+        args: &str,
+    ) -> Vec<Op> {
+        let mut ops = Vec::new();
+        o.tool(index, id, name, args, &mut ops);
+        ops
+    }
+
+    fn open_tool(id: &str, name: &str) -> Op {
+        Op::Open(Block::Tool {
+            id: id.into(),
+            name: name.into(),
+        })
+    }
+
+    fn delta(s: &str) -> Op {
+        Op::Delta(s.into())
+    }
+
+    #[test]
+    fn text_after_an_open_tool_call_is_held_and_the_calls_continuation_stays_in_its_block() {
+        let mut o = Order::new(Ids::new("toolu_"));
+        let mut ops = Vec::new();
+        o.text("hi", &mut ops);
+        assert_eq!(ops, [Op::Open(Block::Text), delta("hi")]);
+        let ops = tool(&mut o, 0, Some("c0"), Some("f"), "{\"k\":");
+        assert_eq!(ops, [Op::Close, open_tool("c0", "f"), delta("{\"k\":")]);
+        let mut ops = Vec::new();
+        o.text(" more", &mut ops);
+        assert!(ops.is_empty(), "text is held while the call is open");
+        assert_eq!(tool(&mut o, 0, None, None, "1}"), [delta("1}")]);
+        let mut ops = Vec::new();
+        o.finish(&mut ops);
+        assert_eq!(
+            ops,
+            [Op::Close, Op::Open(Block::Text), delta(" more"), Op::Close]
+        );
+    }
+
+    #[test]
+    fn interleaved_indexes_each_keep_their_own_fragments() {
+        let mut o = Order::new(Ids::new("call_"));
+        tool(&mut o, 0, Some("a"), Some("f"), "{\"a\":");
+        assert!(tool(&mut o, 7, Some("b"), Some("g"), "{}").is_empty());
+        assert_eq!(tool(&mut o, 0, None, None, "1}"), [delta("1}")]);
+        let mut ops = Vec::new();
+        o.finish(&mut ops);
+        assert_eq!(
+            ops,
+            [Op::Close, open_tool("b", "g"), delta("{}"), Op::Close]
+        );
+    }
+
+    #[test]
+    fn a_call_whose_name_comes_late_is_held_until_it_comes() {
+        let mut o = Order::new(Ids::new("call_"));
+        assert!(tool(&mut o, 0, None, None, "{").is_empty());
+        let ops = tool(&mut o, 0, None, Some("f"), "}");
+        let [Op::Open(Block::Tool { id, name }), Op::Delta(d)] = &ops[..] else {
+            panic!("{ops:?}");
+        };
+        assert!(id.starts_with("call_") && id.ends_with("_0"), "{id}");
+        assert_eq!((name.as_str(), d.as_str()), ("f", "{}"));
+    }
+
+    #[test]
+    fn made_ids_are_distinct_per_call_and_per_answer() {
+        let (a, b) = (Ids::new("toolu_"), Ids::new("toolu_"));
+        assert_ne!(a.id(None, 0), a.id(None, 1));
+        assert_ne!(a.id(None, 0), b.id(None, 0));
+        assert_eq!(a.id(None, 3), a.id(None, 3));
+        assert_eq!(a.id(Some("given"), 0), "given");
+    }
+
+    #[test]
+    fn arguments_and_content_of_any_shape_read_as_text() {
+        let call = json!({"function": {"arguments": {"k": [1, "é"]}}});
+        assert_eq!(arguments_of(&call), r#"{"k":[1,"é"]}"#);
+        assert_eq!(arguments_of(&json!({"function": {}})), "");
+        let parts = json!([{"type": "text", "text": "a"}, {"type": "image_url"}, {"text": "b"}]);
+        assert_eq!(text_of(Some(&parts)), "ab");
+        assert_eq!(text_of(Some(&Value::Null)), "");
+    }
+}

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod spec;
+pub mod toml;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -123,22 +124,16 @@ pub async fn sim(cfg: SimConfig) -> Sim {
 
 /// One alias `a` (old name `old-a`) on one backend `b` at `{b}`.
 pub fn one_alias(flavor: &str, extra_server: &str, extra_alias: &str) -> String {
-    format!(
-        r#"
-[server]
-{extra_server}
-[backends.b]
-url = "{{b}}"
-flavor = "{flavor}"
-slots = 8
-[aliases.a]
-backend = "b"
-upstream_model = "up-model"
-context_window = 4096
-old_names = ["old-a"]
-{extra_alias}
-"#
-    )
+    toml::Fleet::new()
+        .server(extra_server)
+        .backend("b", flavor)
+        .slots(8)
+        .alias("a", "b")
+        .model("up-model")
+        .window(4096)
+        .text("old_names = [\"old-a\"]")
+        .text(extra_alias)
+        .render()
 }
 
 /// Read one HTTP/1.1 request (its head, then the bytes its content-length says) from `tcp`

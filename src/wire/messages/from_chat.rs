@@ -206,5 +206,4 @@ impl translated::Writer for Writer {
 }
 
 #[cfg(test)]
-#[path = "from_chat_tests.rs"]
 pub(crate) mod tests;

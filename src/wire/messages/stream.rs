@@ -393,5 +393,4 @@ impl ApiEvents for MessagesStream {
 }
 
 #[cfg(test)]
-#[path = "stream_tests.rs"]
 pub(crate) mod tests;

@@ -224,5 +224,4 @@ impl translated::Writer for Writer {
 }
 
 #[cfg(test)]
-#[path = "from_chat_tests.rs"]
 mod tests;

@@ -487,5 +487,4 @@ impl ApiEvents for ResponsesStream {
 }
 
 #[cfg(test)]
-#[path = "stream_tests.rs"]
 pub(crate) mod tests;

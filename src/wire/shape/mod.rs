@@ -112,4 +112,378 @@ pub fn shape(
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    //! `shape` over each API: what changes, what stays the same bytes, what is refused.
+    #![allow(clippy::unwrap_used)]
+
+    use std::num::NonZeroU32;
+
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    /// The forms of the registered APIs, by name (`Other`: not shaped).
+    #[allow(non_snake_case, non_upper_case_globals)]
+    mod Api {
+        use super::Form;
+        use crate::wire::{chat, messages, passthrough, responses};
+
+        pub const ChatCompletions: Option<&Form> = Some(&chat::SHAPING);
+        pub const Completions: Option<&Form> = Some(&passthrough::COMPLETIONS_SHAPING);
+        pub const Messages: Option<&Form> = Some(&messages::SHAPING);
+        pub const Responses: Option<&Form> = Some(&responses::SHAPING);
+        pub const Other: Option<&Form> = None;
+    }
+
+    fn spec(inputs: Input) -> ShapeSpec {
+        ShapeSpec {
+            alias: "a".into(),
+            inputs,
+            ..ShapeSpec::default()
+        }
+    }
+
+    const TEXT: Input = Input {
+        image: false,
+        audio: false,
+    };
+    const ALL: Input = Input {
+        image: true,
+        audio: true,
+    };
+
+    fn shaped(body: &Value, spec: &ShapeSpec, api: Option<&Form>) -> Option<Value> {
+        let out = shape(body.to_string().as_bytes(), spec, api).unwrap();
+        out.map(|b| serde_json::from_slice(&b).unwrap())
+    }
+
+    fn refusal(body: &Value, spec: &ShapeSpec, api: Option<&Form>) -> ProxyError {
+        shape(body.to_string().as_bytes(), spec, api).unwrap_err()
+    }
+
+    #[test]
+    fn nothing_configured_and_nothing_refused_is_unchanged() {
+        let body =
+            json!({"model": "m", "messages": [{"role": "user", "content": "describe an image"}]});
+        for api in [
+            Api::ChatCompletions,
+            Api::Messages,
+            Api::Responses,
+            Api::Completions,
+        ] {
+            assert_eq!(shaped(&body, &spec(TEXT), api), None);
+            assert_eq!(shaped(&body, &spec(ALL), api), None);
+        }
+        let parts = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:,"}},
+            {"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}]}]});
+        assert_eq!(shaped(&parts, &spec(ALL), Api::ChatCompletions), None);
+    }
+
+    #[test]
+    fn defaults_fill_what_the_client_did_not_send() {
+        let mut s = spec(TEXT);
+        s.defaults =
+            json!({"temperature": 0.0, "chat_template_kwargs": {"enable_thinking": false}})
+                .as_object()
+                .cloned()
+                .unwrap();
+        let bare = json!({"model": "m", "messages": []});
+        assert_eq!(
+            shaped(&bare, &s, Api::ChatCompletions).unwrap(),
+            json!({"model": "m", "messages": [], "temperature": 0.0, "chat_template_kwargs": {"enable_thinking": false}})
+        );
+        let own = json!({"model": "m", "messages": [], "temperature": 0.7,
+            "chat_template_kwargs": {"enable_thinking": true}});
+        assert_eq!(shaped(&own, &s, Api::ChatCompletions), None);
+        let partial = json!({"model": "m", "messages": [], "temperature": null,
+            "chat_template_kwargs": {"other": 1}});
+        assert_eq!(
+            shaped(&partial, &s, Api::ChatCompletions).unwrap(),
+            json!({"model": "m", "messages": [], "temperature": 0.0,
+                "chat_template_kwargs": {"other": 1, "enable_thinking": false}})
+        );
+        // Every generation API has these; embeddings are not shaped.
+        for api in [Api::Messages, Api::Responses, Api::Completions] {
+            assert_eq!(shaped(&bare, &s, api).unwrap()["temperature"], 0.0);
+        }
+        assert_eq!(shaped(&bare, &s, Api::Other), None);
+        // A field of one API is not added to another.
+        s.defaults = json!({"stop_sequences": ["x"]})
+            .as_object()
+            .cloned()
+            .unwrap();
+        assert_eq!(shaped(&bare, &s, Api::ChatCompletions), None);
+        assert_eq!(
+            shaped(&bare, &s, Api::Messages).unwrap()["stop_sequences"],
+            json!(["x"])
+        );
+    }
+
+    #[test]
+    fn stripped_fields_are_removed() {
+        let mut s = spec(TEXT);
+        s.strip = vec!["logprobs".into(), "user".into()];
+        let body = json!({"model": "m", "messages": [], "logprobs": true, "user": "u", "n": 1});
+        assert_eq!(
+            shaped(&body, &s, Api::ChatCompletions).unwrap(),
+            json!({"model": "m", "messages": [], "n": 1})
+        );
+        assert_eq!(shaped(&json!({"model": "m"}), &s, Api::Completions), None);
+    }
+
+    #[test]
+    fn the_cap_lowers_or_sets_each_api_limit() {
+        let mut s = spec(TEXT);
+        s.max_output_tokens = NonZeroU32::new(100);
+        let cases = [
+            (
+                Api::ChatCompletions,
+                json!({"max_tokens": 500}),
+                json!({"max_tokens": 100}),
+            ),
+            (
+                Api::ChatCompletions,
+                json!({"max_completion_tokens": 500, "max_tokens": 50}),
+                json!({"max_completion_tokens": 100, "max_tokens": 50}),
+            ),
+            (Api::ChatCompletions, json!({}), json!({"max_tokens": 100})),
+            (
+                Api::ChatCompletions,
+                json!({"max_tokens": null}),
+                json!({"max_tokens": 100}),
+            ),
+            (
+                Api::Completions,
+                json!({"max_tokens": 101}),
+                json!({"max_tokens": 100}),
+            ),
+            (Api::Responses, json!({}), json!({"max_output_tokens": 100})),
+            (
+                Api::Responses,
+                json!({"max_output_tokens": 1e6}),
+                json!({"max_output_tokens": 100}),
+            ),
+            (
+                Api::Messages,
+                json!({"max_tokens": 4096}),
+                json!({"max_tokens": 100}),
+            ),
+        ];
+        for (api, limits, want) in cases {
+            let mut body = json!({"model": "m"});
+            let mut expected = body.clone();
+            body.as_object_mut()
+                .unwrap()
+                .extend(limits.as_object().cloned().unwrap());
+            expected
+                .as_object_mut()
+                .unwrap()
+                .extend(want.as_object().cloned().unwrap());
+            assert_eq!(shaped(&body, &s, api), Some(expected), "{api:?} {body}");
+        }
+        let under = json!({"model": "m", "max_tokens": 99});
+        assert_eq!(shaped(&under, &s, Api::ChatCompletions), None);
+        // A default limit is capped too.
+        s.defaults = json!({"max_tokens": 4000}).as_object().cloned().unwrap();
+        assert_eq!(
+            shaped(&json!({"model": "m"}), &s, Api::Messages).unwrap(),
+            json!({"model": "m", "max_tokens": 100})
+        );
+    }
+
+    #[test]
+    fn parts_of_kinds_not_taken_are_refused_on_each_api() {
+        let image_only = Input {
+            image: true,
+            audio: false,
+        };
+        let cases = [
+            (
+                Api::ChatCompletions,
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}),
+                "image_url",
+                "messages",
+            ),
+            (
+                Api::ChatCompletions,
+                json!({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}]}]}),
+                "input_audio",
+                "messages",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]}),
+                "input_image",
+                "input",
+            ),
+            (
+                Api::Responses,
+                json!({"input": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA", "format": "mp3"}}]}]}),
+                "input_audio",
+                "input",
+            ),
+            (
+                Api::Messages,
+                json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}]}]}),
+                "image",
+                "messages",
+            ),
+        ];
+        for (api, body, part, param) in cases {
+            match refusal(&body, &spec(TEXT), api) {
+                ProxyError::UnsupportedInput {
+                    alias,
+                    part: p,
+                    param: at,
+                    ..
+                } => assert_eq!((alias.as_str(), p.as_str(), at), ("a", part, param)),
+                other => panic!("{other:?}"),
+            }
+            let takes = if part.contains("audio") {
+                ALL
+            } else {
+                image_only
+            };
+            assert_eq!(shaped(&body, &spec(takes), api), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn legacy_images_become_parts_of_the_last_user_message() {
+        let s = spec(Input {
+            image: true,
+            audio: false,
+        });
+        let body = json!({"model": "m", "images": ["iVBORw0KGgo", "https://x/y.jpg"],
+            "messages": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "a"},
+                         {"role": "user", "content": "what is this?"}]});
+        let out = shaped(&body, &s, Api::ChatCompletions).unwrap();
+        assert_eq!(
+            out,
+            json!({"model": "m", "messages": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "a"},
+                {"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo"}},
+                    {"type": "image_url", "image_url": {"url": "https://x/y.jpg"}}]}]})
+        );
+        let responses = json!({"model": "m", "input": "what is this?", "images": ["/9j/AA"]});
+        assert_eq!(
+            shaped(&responses, &s, Api::Responses).unwrap(),
+            json!({"model": "m", "input": [{"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "what is this?"},
+                {"type": "input_image", "image_url": "data:image/jpeg;base64,/9j/AA", "detail": "auto"}]}]})
+        );
+        let messages = json!({"model": "m", "max_tokens": 5, "images": ["data:image/gif;base64,R0lGOD"],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "this?"}]}]});
+        assert_eq!(
+            shaped(&messages, &s, Api::Messages).unwrap()["messages"][0]["content"][1],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": "R0lGOD"}})
+        );
+        // Empty or null: removed, nothing attached.
+        let empty = json!({"model": "m", "images": [], "messages": []});
+        assert_eq!(
+            shaped(&empty, &spec(TEXT), Api::ChatCompletions).unwrap(),
+            json!({"model": "m", "messages": []})
+        );
+    }
+
+    #[test]
+    fn legacy_images_are_refused_with_a_reason() {
+        let body = json!({"model": "m", "images": ["iVBORw0KGgo"], "messages": [{"role": "user", "content": "?"}]});
+        for api in [
+            Api::ChatCompletions,
+            Api::Responses,
+            Api::Messages,
+            Api::Completions,
+        ] {
+            assert!(matches!(
+                refusal(&body, &spec(TEXT), api),
+                ProxyError::LegacyImages { .. }
+            ));
+        }
+        let s = spec(ALL);
+        let e = refusal(&body, &s, Api::Completions);
+        assert!(
+            e.to_string().starts_with("invalid value for images: "),
+            "{e}"
+        );
+        let e = refusal(
+            &json!({"images": ["iVBORw0KGgo"], "messages": [{"role": "system", "content": "s"}]}),
+            &s,
+            Api::ChatCompletions,
+        );
+        assert!(e.to_string().contains("no user message"), "{e}");
+        let e = refusal(
+            &json!({"images": [3], "messages": []}),
+            &s,
+            Api::ChatCompletions,
+        );
+        assert!(e.to_string().contains("images[0]"), "{e}");
+        let e = refusal(
+            &json!({"images": "AA", "messages": []}),
+            &s,
+            Api::ChatCompletions,
+        );
+        assert!(
+            matches!(
+                e,
+                ProxyError::InvalidParam {
+                    param: "images",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    proptest! {
+        /// Shaping reads a request the same in any spelling (whitespace, member order,
+        /// escapes in keys and strings): the same refusals, the same shaped request.
+        #[test]
+        fn shape_agrees_in_any_spelling(
+            kind in 0u8..5,
+            sent_temperature: bool,
+            sent_kwargs: bool,
+            limit in prop::option::of(0u32..3000),
+            inputs in (any::<bool>(), any::<bool>()),
+            seed: u64,
+        ) {
+            use crate::json_scan::respell::{respell, Style};
+            let mut s = spec(Input { image: inputs.0, audio: inputs.1 });
+            s.defaults = json!({"temperature": 0.0, "chat_template_kwargs": {"enable_thinking": false}})
+                .as_object().cloned().unwrap();
+            s.strip = vec!["logprobs".into()];
+            s.max_output_tokens = NonZeroU32::new(1000);
+            let content = match kind {
+                0 => json!("an image of audio"),
+                1 => json!([{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "data:,"}}]),
+                2 => json!([{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}]),
+                3 => json!([{"type": "video_url", "video_url": {"url": "https://v"}}]),
+                _ => json!("plain"),
+            };
+            let mut body = json!({"model": "m", "logprobs": true,
+                "messages": [{"role": "user", "content": content}]});
+            if kind == 4 {
+                body["images"] = json!(["iVBORw0KGgo"]);
+            }
+            if sent_temperature {
+                body["temperature"] = json!(0.5);
+            }
+            if sent_kwargs {
+                body["chat_template_kwargs"] = json!({"x": "y"});
+            }
+            if let Some(l) = limit {
+                body["max_tokens"] = json!(l);
+            }
+            let read = |bytes: &[u8]| match shape(bytes, &s, Api::ChatCompletions) {
+                Ok(Some(b)) => Ok(serde_json::from_slice::<Value>(&b).unwrap()),
+                Ok(None) => Ok(serde_json::from_slice::<Value>(bytes).unwrap()),
+                Err(e) => Err(e.to_string()),
+            };
+            let compact = read(body.to_string().as_bytes());
+            let text = respell(&body, Style::body(seed));
+            prop_assert_eq!(read(text.as_bytes()), compact, "{}", text);
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //! written out plainly for the framing and the chunked body. Clarity, not speed.
 
 use super::{by_name, End, Outcome};
-use crate::upstream::framing::{Framing, MAX_CHUNK_LINE, MAX_HEAD, MAX_TRAILERS};
+use crate::upstream::framing::decoder::{MAX_CHUNK_LINE, MAX_TRAILERS};
+use crate::upstream::framing::{Framing, MAX_HEAD};
 use crate::upstream::hop;
 
 fn tchar(b: u8) -> bool {

@@ -8,9 +8,9 @@ use crate::wire::responses::stream::tests::{events_of, run, spec, REASONING_THEN
 use crate::wire::stream::Action;
 
 /// A real llama-server's chat stream: reasoning, then text (`deepseek_09`).
-const THINK: &str = include_str!("../../../tests/fixtures/chat_stream_think_llamacpp.txt");
+const THINK: &str = include_str!("../../../../tests/fixtures/chat_stream_think_llamacpp.txt");
 /// A real llama-server's chat stream of one tool call, cut by `max_tokens` (`deepseek_28`).
-const TOOL: &str = include_str!("../../../tests/fixtures/chat_stream_tool_call_llamacpp.txt");
+const TOOL: &str = include_str!("../../../../tests/fixtures/chat_stream_tool_call_llamacpp.txt");
 
 fn ctx(tags: Option<Arc<ThinkTags>>) -> StreamContext {
     StreamContext {
@@ -110,13 +110,13 @@ fn inline_think_tags_of_a_chat_backend_become_a_reasoning_item() {
 
 #[test]
 fn whole_answers_translate_with_reasoning_tool_calls_and_usage() {
-    let chat = include_bytes!("../../../tests/fixtures/chat_answer_think_llamacpp.json");
+    let chat = include_bytes!("../../../../tests/fixtures/chat_answer_think_llamacpp.json");
     let v: Value = serde_json::from_slice(&answer(chat, &ctx(None)).unwrap()).unwrap();
     assert_eq!(v["object"], "response");
     assert_eq!(v["output"][0]["type"], "reasoning");
     assert_eq!(v["output"][1]["content"][0]["text"], "Hi there, tester!");
     assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
-    let chat = include_bytes!("../../../tests/fixtures/chat_answer_tool_call_llamacpp.json");
+    let chat = include_bytes!("../../../../tests/fixtures/chat_answer_tool_call_llamacpp.json");
     let v: Value = serde_json::from_slice(&answer(chat, &ctx(None)).unwrap()).unwrap();
     assert_eq!(v["output"][0]["type"], "function_call");
     assert_eq!(

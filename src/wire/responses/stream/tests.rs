@@ -2,7 +2,7 @@
 
 use super::*;
 
-#[path = "../../../tests/common/spec.rs"]
+#[path = "../../../../tests/common/spec.rs"]
 pub(crate) mod spec;
 
 /// The events of an SSE text as `(name, data)` string pairs.
@@ -108,7 +108,7 @@ pub(crate) const REASONING_THEN_TEXT: &[&str] = &[
 
 #[test]
 fn the_real_llama_server_stream_is_repaired_to_the_specification() {
-    let capture = include_str!("../../../tests/fixtures/responses_stream_llamacpp.txt");
+    let capture = include_str!("../../../../tests/fixtures/responses_stream_llamacpp.txt");
     let mut seen = Seen::default();
     let out = spec::parse_sse(&run(
         &mut ResponsesStream::new(None, "alias"),

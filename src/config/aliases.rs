@@ -1,20 +1,119 @@
-//! `[aliases.NAME]`: replicas, the window and its guard, reasoning, and the body's shaping.
+//! `[aliases.NAME]`: replicas, the window and its guard, reasoning, and the body's shaping —
+//! as written, as validated, and the validation between them.
 
-use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use http::HeaderValue;
+use serde::Deserialize;
 
-use super::{reasoning_field, sizing};
-use crate::config::counting::CountKind;
-use crate::config::error::ConfigError;
-use crate::config::model::{Alias, Backend, GuardConfig, Input, Sizing};
-use crate::config::raw::RawAlias;
-use crate::config::routing::replicas;
+use super::backends::Backend;
+use super::counting::{CountKind, MediaCosts, TokenizerFiles};
+use super::error::ConfigError;
+use super::sizing::{sizing, RawSizing, Sizing};
+use super::values::reasoning_field;
 use crate::flavor::Flavor;
-use crate::reasoning::{ThinkTags, ThinkTagsSpec};
+use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::wire::shape::ShapeSpec;
+
+pub use crate::wire::shape::Input;
+
+/// `[aliases.NAME]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlias {
+    /// One backend; or `backends`, replicas (exactly one of the two).
+    pub backend: Option<String>,
+    pub backends: Option<Vec<String>>,
+    /// Aliases tried in order when no backend of this one can take a request.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+    pub upstream_model: Option<String>,
+    pub context_window: Option<RawSizing>,
+    pub count: Option<CountKind>,
+    pub tokenizer: Option<TokenizerFiles>,
+    pub media_tokens: Option<MediaCosts>,
+    pub clamp_max_tokens: Option<bool>,
+    pub context_fallback: Option<String>,
+    #[serde(default)]
+    pub inputs: Option<Vec<String>>,
+    /// Request fields set when the client sent none (tables: member by member).
+    pub defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Top-level request fields removed before forwarding.
+    pub strip_params: Option<Vec<String>>,
+    /// Cap on the output tokens a request asks for.
+    pub max_output_tokens: Option<u32>,
+    #[serde(default)]
+    pub old_names: Vec<String>,
+    pub reasoning_field: Option<String>,
+    pub think_tags: Option<ThinkTagsSpec>,
+    pub think_tags_start_open: Option<bool>,
+    pub description: Option<String>,
+}
+
+impl RawAlias {
+    /// The backends this alias names, `backend` or `backends`.
+    pub fn backend_names(&self) -> impl Iterator<Item = &String> {
+        self.backend.iter().chain(self.backends.iter().flatten())
+    }
+}
+
+/// `[aliases.NAME]` validated.
+#[derive(Debug, Clone)]
+pub struct Alias {
+    pub name: String,
+    /// `name` as the `X-Switchboard-Alias` value of every answer (made once, here).
+    pub served_as: HeaderValue,
+    /// The first of `backends`: the one whose flavour shapes the body and whose endpoints
+    /// count tokens (`count = "backend"`).
+    pub backend: Arc<Backend>,
+    /// Every replica, `backend` first; requests go to the least loaded usable one.
+    pub backends: Vec<Arc<Backend>>,
+    /// Aliases tried in order when no backend of this one can take a request.
+    pub fallbacks: Vec<String>,
+    pub upstream_model: String,
+    /// The window in force: the configured number; with `context_window = "auto"` the
+    /// backend's per-slot window once discovered, `None` (no guard) until then.
+    pub context_window: Option<NonZeroU32>,
+    /// `context_window` as configured; `None` when unset.
+    pub window_setting: Option<Sizing>,
+    /// The context guard's settings; present when `context_window` is set, in force once the
+    /// window is known. Its counter is built with the snapshot (`crate::live`), which loads
+    /// the tokenizer.
+    pub guard: Option<GuardConfig>,
+    /// Where over-window requests go instead of being rejected (an alias with a larger window).
+    pub context_fallback: Option<String>,
+    /// Defaults, stripped fields, the output cap and the input kinds taken.
+    pub shape: ShapeSpec,
+    pub old_names: Vec<String>,
+    pub reasoning_field: Option<OutputField>,
+    /// Inline reasoning markers to split out of `content` (opt-in per alias).
+    pub think_tags: Option<Arc<ThinkTags>>,
+    pub description: Option<String>,
+}
+
+/// How an alias's prompts are counted and judged (`count`, `tokenizer`, `media_tokens`,
+/// `clamp_max_tokens`) against the alias's `context_window`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardConfig {
+    /// The counting strategy (the default resolved: local with a tokenizer, else estimate).
+    pub count: CountKind,
+    pub tokenizer: Option<TokenizerFiles>,
+    pub media: MediaCosts,
+    pub clamp_max_tokens: bool,
+}
+
+impl GuardConfig {
+    /// The key and value to name when the counter of this guard cannot be built.
+    pub fn counter_key(&self) -> (&'static str, String) {
+        match &self.tokenizer {
+            Some(t) if self.count != CountKind::Backend => {
+                ("tokenizer", t.file.display().to_string())
+            }
+            _ => ("count", self.count.as_str().to_string()),
+        }
+    }
+}
 
 /// An alias's `context_window` (a number, or "auto" where its backend reports one) and
 /// `max_output_tokens` (below a numeric window).
@@ -128,14 +227,14 @@ fn think_tags(name: &str, raw: &RawAlias, errs: &mut Vec<ConfigError>) -> Option
     tags
 }
 
-pub(super) fn alias(
+/// One alias, its replicas already found ([`super::routing::replicas`]: at least one).
+pub(super) fn validate(
     name: &str,
     mut raw: RawAlias,
-    backends: &BTreeMap<String, Arc<Backend>>,
+    replicas: Vec<Arc<Backend>>,
     errs: &mut Vec<ConfigError>,
 ) -> Option<Alias> {
-    let replicas = replicas(name, &raw, backends, errs)?;
-    let backend = &replicas[0];
+    let backend = replicas.first()?;
     let (window_setting, max_output_tokens) = window_and_cap(name, &mut raw, backend, errs);
     let guard = guard_config(name, window_setting, &mut raw, errs);
     let mut inputs = Input::default();
@@ -175,7 +274,7 @@ pub(super) fn alias(
         name: name.to_string(),
         served_as: HeaderValue::from_str(name).unwrap_or(HeaderValue::from_static("invalid")),
         backend: Arc::clone(backend),
-        backends: replicas.clone(),
+        backends: replicas,
         fallbacks: raw.fallbacks,
         upstream_model,
         context_window: window_setting.and_then(Sizing::fixed),

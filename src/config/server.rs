@@ -1,21 +1,182 @@
-//! `[server]`: the listener, limits, the backend side's defaults and the client side.
+//! `[server]`: the listener, limits, the backend side's defaults and the client side — as
+//! written, as validated, and the validation between them.
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::{cores, ms, nonzero, reasoning_field, secs, socket_addr};
-use crate::config::counting::GateConfig;
-use crate::config::error::ConfigError;
-use crate::config::model::{AfterSpill, BreakerConfig, ClientSide, Server, SharedState, Timeouts};
-use crate::config::raw::RawServer;
+use serde::Deserialize;
+
+use super::backends::Timeouts;
+use super::counting::GateConfig;
+use super::error::ConfigError;
+use super::values::{cores, ms, nonzero, reasoning_field, secs, socket_addr};
+use crate::reasoning::OutputField;
+
+/// `[server]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub reasoning_field: Option<String>,
+    pub body_limit_bytes: Option<u64>,
+    pub answer_limit_bytes: Option<u64>,
+    pub event_limit_bytes: Option<u64>,
+    pub resend_unanswered: Option<bool>,
+    pub count_concurrency: Option<u64>,
+    pub count_queue_timeout_ms: Option<u64>,
+    pub count_limit_bytes: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+    pub header_timeout_secs: Option<u64>,
+    pub shutdown_grace_secs: Option<u64>,
+    pub health_interval_secs: Option<u64>,
+    pub queue_timeout_secs: Option<u64>,
+    pub stream_peek_ms: Option<u64>,
+    pub workers: Option<usize>,
+    pub api_keys_env: Option<String>,
+    pub metrics_keys_env: Option<String>,
+    pub admin_keys_env: Option<String>,
+    pub stream_idle_timeout_ms: Option<u64>,
+    pub total_timeout_secs: Option<u64>,
+    pub client_header_timeout_ms: Option<u64>,
+    pub client_idle_timeout_ms: Option<u64>,
+    pub client_body_timeout_ms: Option<u64>,
+    pub client_body_total_timeout_ms: Option<u64>,
+    pub max_connections: Option<u64>,
+    pub json_depth_limit: Option<u64>,
+    pub breaker_failures: Option<u32>,
+    pub breaker_open_ms: Option<u64>,
+    pub watch_config: Option<bool>,
+    pub reload_debounce_ms: Option<u64>,
+    pub reload_max_delay_ms: Option<u64>,
+    pub shared_state: Option<String>,
+    pub shared_state_lease_ms: Option<u64>,
+    pub shared_state_timeout_ms: Option<u64>,
+    pub load_interval_ms: Option<u64>,
+    pub after_spill: Option<String>,
+    pub spill_wait_ms: Option<u64>,
+}
+
+/// `[server]` validated.
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
+    pub reasoning_field: OutputField,
+    pub body_limit: usize,
+    /// Most bytes of a whole (non-streamed) answer held to be read or rewritten; a longer
+    /// one is relayed as it comes when nothing rewrites it, else refused.
+    pub answer_limit: usize,
+    /// Most bytes of one stream event held until its end; a longer one ends the stream.
+    pub event_limit: usize,
+    /// A request a backend took and then closed or reset without a byte of answer goes to
+    /// the next replica or fallback, once (false: it is the client's 502, as the backend may
+    /// have run it). Unset: for the APIs whose adapter says so (chat completions, Responses,
+    /// Messages), not for the others.
+    pub resend_unanswered: Option<bool>,
+    /// Token counts at once, their wait for a turn, and the text one may tokenize.
+    pub count: GateConfig,
+    pub connect_timeout: Duration,
+    pub header_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub health_interval: Duration,
+    pub queue_timeout: Duration,
+    /// Worker threads, each with its own runtime and listener.
+    pub workers: usize,
+    /// How long to wait for the first event of an SGLang stream (which may be a context error).
+    pub stream_peek: Duration,
+    /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
+    pub api_keys: Option<Vec<String>>,
+    /// Keys that may scrape `/metrics` (`Authorization: Bearer …`); `None` = open.
+    pub metrics_keys: Option<Vec<String>>,
+    /// Keys that see the whole status page (every alias and client); `None`: none do beyond
+    /// what a client key or an open proxy shows.
+    pub admin_keys: Option<Vec<String>>,
+    /// The backend-side timeouts of a backend that sets none of its own.
+    pub timeouts: Timeouts,
+    /// What a client connection may take: time, connections, nesting.
+    pub client: ClientSide,
+    pub breaker: BreakerConfig,
+    /// Reload when the config file changes (besides SIGHUP).
+    pub watch_config: bool,
+    /// Changes to the file closer together than this are one reload.
+    pub reload_debounce: Duration,
+    /// A file that keeps changing is reloaded at least this often.
+    pub reload_max_delay: Duration,
+    /// The store slot counts and client limits are kept in across processes; `None`: each
+    /// process counts on its own.
+    pub shared_state: Option<SharedState>,
+    /// How often the load of replicas is read from the backends; `None`: never (each process
+    /// counts only its own requests).
+    pub load_interval: Option<Duration>,
+    /// Where a conversation that spilled to its next replica goes next.
+    pub after_spill: AfterSpill,
+    /// How long a later turn of a conversation waits for a slot of its first replica, when
+    /// that is full by this process's own requests, before it goes to the next in its order
+    /// (zero: it goes at once).
+    pub spill_wait: Duration,
+}
+
+/// `server.shared_state`: where the counts several processes share are kept, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedState {
+    /// `redis://HOST:PORT/N` (Redis or Valkey, one server, not Cluster).
+    pub url: String,
+    /// How long a slot or client lease lives without renewal: what a killed process holds
+    /// for at most.
+    pub lease: Duration,
+    /// Longest a call to the store may take before the process counts on its own.
+    pub timeout: Duration,
+}
+
+/// Where a conversation goes after its first replica was full and it went to the next in its
+/// order (`server.after_spill`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AfterSpill {
+    /// Back to its first replica as soon as that has a free slot: every process makes the same
+    /// choice from the request and the backends' load alone.
+    #[default]
+    Return,
+    /// On where this process sent it last, while that replica has a free slot (where its
+    /// prefix now is cached); another process does not know it spilled.
+    Stay,
+}
+
+/// The client side's limits (`[server]` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientSide {
+    /// Time a client has to send a request's whole head, from its first byte.
+    pub header_timeout: Duration,
+    /// Time a client connection may sit idle between requests (or before the first).
+    pub idle_timeout: Duration,
+    /// Time a client may leave between two pieces of a request's body (and from the head to
+    /// the first piece).
+    pub body_timeout: Duration,
+    /// Time a client has to send a request's whole body, from its head.
+    pub body_total_timeout: Duration,
+    /// Most client connections open at once (all workers); `None`: from the process's file
+    /// descriptor limit when the server starts ([`crate::http::server`]).
+    pub max_connections: Option<usize>,
+    /// Deepest nesting of arrays and objects a request body may have.
+    pub json_depth_limit: usize,
+}
+
+/// When a backend's circuit breaker opens, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open it.
+    pub failures: NonZeroU32,
+    /// How long it stays open before one request (or probe) is let through.
+    pub open_for: Duration,
+}
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
 
 /// The keys in the environment variable the setting `key` names (client keys, `/metrics`
 /// keys, admin keys); `None` while it is unset.
 fn keys(key: &str, var: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<Vec<String>> {
-    var.map(|var| crate::config::keys::keys_of(key, var, errs))
+    var.map(|var| super::keys::keys_of(key, var, errs))
 }
 
 /// The backend-side defaults of `[server]`: timeouts and the breaker.
@@ -59,7 +220,7 @@ fn backend_side(raw: &RawServer, errs: &mut Vec<ConfigError>) -> (Timeouts, Brea
     (timeouts, breaker)
 }
 
-pub(super) fn server(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
+pub(super) fn validate(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
     let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen = socket_addr("server.listen", listen, errs)
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 7700)));

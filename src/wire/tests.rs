@@ -1,5 +1,5 @@
-//! Tests of the order of a translated chat stream: the state machine alone, and a property
-//! test of both translations over any interleaving of text, reasoning and tool calls.
+//! The wire layer as a whole: the registry of APIs, and both translations of a chat stream
+//! (to Messages and to Responses) over any interleaving of text, reasoning and tool calls.
 
 use std::collections::HashSet;
 
@@ -10,7 +10,51 @@ use super::*;
 use crate::reasoning::OutputField;
 use crate::wire::responses::stream::tests::spec;
 use crate::wire::stream::{ApiEvents, Seen, StreamContext};
-use crate::wire::{messages, responses};
+
+#[test]
+fn each_endpoint_has_the_adapter_of_its_api() {
+    let at = |path| adapter(Endpoint::from_path(path));
+    assert_eq!(adapter(Endpoint::chat_completions).name(), "chat");
+    assert_eq!(at("/v1/responses").name(), "responses");
+    assert_eq!(at("/v1/messages").name(), "messages");
+    assert_eq!(at("/v1/messages/count_tokens").name(), "messages");
+    assert_eq!(at("/v1/completions").name(), "completions");
+    assert_eq!(at("/v1/embeddings").name(), "passthrough");
+    assert!(adapter(Endpoint::chat_completions).guarded());
+    assert!(!at("/v1/embeddings").takes_stream_usage());
+    assert!(at("/v1/completions").takes_stream_usage());
+}
+
+#[test]
+fn the_registry_names_each_api_once() {
+    let mut labels: Vec<&str> = APIS.iter().map(|a| a.routes().label).collect();
+    labels.extend(
+        APIS.iter()
+            .filter_map(|a| a.routes().count.as_ref().map(|c| c.label)),
+    );
+    let n = labels.len();
+    labels.sort_unstable();
+    labels.dedup();
+    assert_eq!(labels.len(), n, "an endpoint label twice");
+    let mut paths: Vec<&str> = APIS
+        .iter()
+        .flat_map(|a| a.routes().paths.iter().chain(a.routes().count_paths()))
+        .copied()
+        .collect();
+    let n = paths.len();
+    paths.sort_unstable();
+    paths.dedup();
+    assert_eq!(paths.len(), n, "a path twice");
+    assert_eq!(
+        by_config_name("messages").map(|a| a.name()),
+        Some("messages")
+    );
+    assert!(by_config_name("grpc").is_none());
+    // What the other APIs are translated to is registered and served everywhere.
+    let chat: Vec<_> = APIS.iter().filter(|a| a.speaks_chat()).collect();
+    assert_eq!(chat.len(), 1);
+    assert!(chat[0].config_name().is_some());
+}
 
 fn ctx() -> StreamContext {
     StreamContext {
@@ -25,88 +69,6 @@ fn ctx() -> StreamContext {
 fn translate(t: &mut dyn ApiEvents, events: &[String], seen: &mut Seen) -> Vec<u8> {
     let sse: String = events.iter().map(|d| format!("data: {d}\n\n")).collect();
     crate::wire::messages::from_chat::tests::translate(t, &sse, seen)
-}
-
-fn tool(o: &mut Order, index: u64, id: Option<&str>, name: Option<&str>, args: &str) -> Vec<Op> {
-    let mut ops = Vec::new();
-    o.tool(index, id, name, args, &mut ops);
-    ops
-}
-
-fn open_tool(id: &str, name: &str) -> Op {
-    Op::Open(Block::Tool {
-        id: id.into(),
-        name: name.into(),
-    })
-}
-
-fn delta(s: &str) -> Op {
-    Op::Delta(s.into())
-}
-
-#[test]
-fn text_after_an_open_tool_call_is_held_and_the_calls_continuation_stays_in_its_block() {
-    let mut o = Order::new(Ids::new("toolu_"));
-    let mut ops = Vec::new();
-    o.text("hi", &mut ops);
-    assert_eq!(ops, [Op::Open(Block::Text), delta("hi")]);
-    let ops = tool(&mut o, 0, Some("c0"), Some("f"), "{\"k\":");
-    assert_eq!(ops, [Op::Close, open_tool("c0", "f"), delta("{\"k\":")]);
-    let mut ops = Vec::new();
-    o.text(" more", &mut ops);
-    assert!(ops.is_empty(), "text is held while the call is open");
-    assert_eq!(tool(&mut o, 0, None, None, "1}"), [delta("1}")]);
-    let mut ops = Vec::new();
-    o.finish(&mut ops);
-    assert_eq!(
-        ops,
-        [Op::Close, Op::Open(Block::Text), delta(" more"), Op::Close]
-    );
-}
-
-#[test]
-fn interleaved_indexes_each_keep_their_own_fragments() {
-    let mut o = Order::new(Ids::new("call_"));
-    tool(&mut o, 0, Some("a"), Some("f"), "{\"a\":");
-    assert!(tool(&mut o, 7, Some("b"), Some("g"), "{}").is_empty());
-    assert_eq!(tool(&mut o, 0, None, None, "1}"), [delta("1}")]);
-    let mut ops = Vec::new();
-    o.finish(&mut ops);
-    assert_eq!(
-        ops,
-        [Op::Close, open_tool("b", "g"), delta("{}"), Op::Close]
-    );
-}
-
-#[test]
-fn a_call_whose_name_comes_late_is_held_until_it_comes() {
-    let mut o = Order::new(Ids::new("call_"));
-    assert!(tool(&mut o, 0, None, None, "{").is_empty());
-    let ops = tool(&mut o, 0, None, Some("f"), "}");
-    let [Op::Open(Block::Tool { id, name }), Op::Delta(d)] = &ops[..] else {
-        panic!("{ops:?}");
-    };
-    assert!(id.starts_with("call_") && id.ends_with("_0"), "{id}");
-    assert_eq!((name.as_str(), d.as_str()), ("f", "{}"));
-}
-
-#[test]
-fn made_ids_are_distinct_per_call_and_per_answer() {
-    let (a, b) = (Ids::new("toolu_"), Ids::new("toolu_"));
-    assert_ne!(a.id(None, 0), a.id(None, 1));
-    assert_ne!(a.id(None, 0), b.id(None, 0));
-    assert_eq!(a.id(None, 3), a.id(None, 3));
-    assert_eq!(a.id(Some("given"), 0), "given");
-}
-
-#[test]
-fn arguments_and_content_of_any_shape_read_as_text() {
-    let call = json!({"function": {"arguments": {"k": [1, "é"]}}});
-    assert_eq!(arguments_of(&call), r#"{"k":[1,"é"]}"#);
-    assert_eq!(arguments_of(&json!({"function": {}})), "");
-    let parts = json!([{"type": "text", "text": "a"}, {"type": "image_url"}, {"text": "b"}]);
-    assert_eq!(text_of(Some(&parts)), "ab");
-    assert_eq!(text_of(Some(&Value::Null)), "");
 }
 
 /// One piece of a generated chat stream.

@@ -162,7 +162,7 @@ fn llamacpp_thinking_block_is_stopped_before_the_text_block_starts() {
 /// with the same events.
 #[test]
 fn a_stream_in_order_keeps_its_events() {
-    let capture = include_str!("../../../tests/fixtures/messages_stream_llamacpp.txt");
+    let capture = include_str!("../../../../tests/fixtures/messages_stream_llamacpp.txt");
     let events: Vec<(&str, &str)> = capture
         .split("\n\n")
         .filter_map(|e| {

@@ -8,9 +8,9 @@ use crate::wire::messages::stream::tests::{assert_blocks_in_order, parse};
 use crate::wire::stream::Action;
 
 /// A real llama-server's chat stream: reasoning, then text (`deepseek_09`).
-const THINK: &str = include_str!("../../../tests/fixtures/chat_stream_think_llamacpp.txt");
+const THINK: &str = include_str!("../../../../tests/fixtures/chat_stream_think_llamacpp.txt");
 /// A real llama-server's chat stream of one tool call, cut by `max_tokens` (`deepseek_28`).
-const TOOL: &str = include_str!("../../../tests/fixtures/chat_stream_tool_call_llamacpp.txt");
+const TOOL: &str = include_str!("../../../../tests/fixtures/chat_stream_tool_call_llamacpp.txt");
 
 fn ctx(tags: Option<Arc<ThinkTags>>) -> StreamContext {
     StreamContext {
@@ -137,7 +137,7 @@ fn a_chat_error_in_the_stream_is_anthropics_error_event() {
 
 #[test]
 fn whole_answers_translate_with_tool_use_and_usage() {
-    let chat = include_bytes!("../../../tests/fixtures/chat_answer_tool_call_llamacpp.json");
+    let chat = include_bytes!("../../../../tests/fixtures/chat_answer_tool_call_llamacpp.json");
     let v: Value = serde_json::from_slice(&answer(chat, &ctx(None)).unwrap()).unwrap();
     assert_eq!(v["type"], "message");
     assert_eq!(v["stop_reason"], "max_tokens");
@@ -147,7 +147,7 @@ fn whole_answers_translate_with_tool_use_and_usage() {
         v["usage"],
         json!({"input_tokens":1,"cache_read_input_tokens":157,"output_tokens":120})
     );
-    let chat = include_bytes!("../../../tests/fixtures/chat_answer_think_llamacpp.json");
+    let chat = include_bytes!("../../../../tests/fixtures/chat_answer_think_llamacpp.json");
     let v: Value = serde_json::from_slice(&answer(chat, &ctx(None)).unwrap()).unwrap();
     assert_eq!(v["content"][0]["type"], "thinking");
     assert_eq!(

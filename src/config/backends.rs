@@ -1,17 +1,94 @@
-//! `[backends.NAME]`: the URL and its TLS, slots, the key, timeouts and APIs of one backend.
+//! `[backends.NAME]`: the URL and its TLS, slots, the key, timeouts and APIs of one backend —
+//! as written, as validated, and the validation between them.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use http::HeaderValue;
+use serde::Deserialize;
 use url::Url;
 
-use super::{nonzero, sizing};
+use super::apis::Apis;
+use super::error::ConfigError;
+use super::keys::bearer;
+use super::sizing::{sizing, RawSizing, Sizing};
+use super::values::nonzero;
 use crate::address::TlsSpec;
-use crate::config::error::ConfigError;
-use crate::config::keys::bearer;
-use crate::config::model::{Backend, Sizing, Timeouts};
-use crate::config::raw::RawBackend;
 use crate::flavor::Flavor;
+use crate::wire::{Adapter, Converter};
+
+/// `[backends.NAME]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackend {
+    pub url: String,
+    pub flavor: Flavor,
+    pub slots: Option<RawSizing>,
+    pub queue: Option<u32>,
+    pub api_key_env: Option<String>,
+    pub connect_timeout_ms: Option<u64>,
+    pub header_timeout_secs: Option<u64>,
+    pub stream_idle_timeout_ms: Option<u64>,
+    pub total_timeout_secs: Option<u64>,
+    pub ca_file: Option<std::path::PathBuf>,
+    pub apis: Option<Vec<String>>,
+}
+
+/// The limits of one exchange with a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To open the TCP connection.
+    pub connect: Duration,
+    /// From sending the request to the answer's head (a long prefill counts here).
+    pub first_byte: Duration,
+    /// Between two pieces of an answer's body (two events of a stream).
+    pub idle: Duration,
+    /// The whole exchange, head and body.
+    pub total: Duration,
+}
+
+/// `[backends.NAME]` validated.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub name: String,
+    /// Base URL without a trailing slash, e.g. `http://dankclaw:7771`.
+    pub url: String,
+    pub flavor: Flavor,
+    /// `host:port` the backend is reached at (the URL's port, or its scheme's default).
+    pub authority: String,
+    /// The URL's path, put before every request path (empty for a server root).
+    pub path_prefix: String,
+    /// For an https backend: the name its certificate must show, and its `ca_file`.
+    pub tls: Option<TlsSpec>,
+    /// Slots in force: the configured number; with `slots = "auto"` the backend's own count
+    /// once discovered, 1 until then.
+    pub slots: NonZeroU32,
+    /// `slots` as configured.
+    pub slots_setting: Sizing,
+    pub queue: u32,
+    /// The backend's own key as the `Authorization: Bearer …` value that replaces the
+    /// client's, made and checked once here (marked sensitive: never logged or shown).
+    pub api_key: Option<HeaderValue>,
+    pub timeouts: Timeouts,
+    /// The wire APIs it serves itself; the others are translated to chat completions.
+    pub apis: Apis,
+}
+
+impl Backend {
+    /// How a request of `api` reaches this backend: `None` when it is sent as it is (chat, or
+    /// an API the backend serves itself, converted there by its own converter) — see
+    /// [`Backend::counting`] for what is counted then — else the translation to chat
+    /// completions.
+    pub fn translation(&self, api: &dyn Adapter) -> Option<Converter> {
+        (!self.apis.serves(api)).then(|| Converter::translate(self.flavor))
+    }
+
+    /// The converter whose chat form of an `api` request is what this backend templates.
+    pub fn counting(&self, api: &dyn Adapter) -> Converter {
+        self.translation(api)
+            .unwrap_or_else(|| Converter::native(self.flavor))
+    }
+}
 
 /// A backend's own timeouts, each defaulting to the server's.
 fn backend_timeouts(
@@ -64,7 +141,7 @@ fn slots_auto_refused(flavor: Flavor) -> Option<&'static str> {
     }
 }
 
-pub(super) fn backend(
+pub(super) fn validate(
     name: &str,
     raw: RawBackend,
     server: &Timeouts,
@@ -147,7 +224,7 @@ pub(super) fn backend(
         },
         None => None,
     };
-    let apis = crate::config::apis::parse(name, raw.apis, raw.flavor, errs);
+    let apis = super::apis::parse(name, raw.apis, raw.flavor, errs);
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),

@@ -1,0 +1,88 @@
+//! The order of a backend's queue: which waiting request a freed slot goes to (class, then
+//! clients in turn, aging lifting a class), and which one a full queue refuses to make room
+//! for a better one. Pure functions of the waiters; the scheduler ([`super`]) applies them.
+
+use std::time::Instant;
+
+use crate::config::Priority;
+use crate::fleet::ticket::Ticket;
+
+/// A request waiting for a slot: its place in line and what it carries to be woken (`tx`).
+#[derive(Debug)]
+pub(super) struct Waiter<T> {
+    pub seq: u64,
+    pub ticket: Ticket,
+    pub tx: T,
+}
+
+/// The waiting request that gets the next slot, and the class whose turn it took: the best
+/// class waiting, its next client in turn after `last` among those with a request in it (its
+/// own or lifted into it, [`Ticket::lifted`]), that client's oldest request there.
+pub(super) fn pick<T>(
+    waiters: &[Waiter<T>],
+    last: &[Option<u64>; 3],
+    now: Instant,
+) -> Option<(usize, Priority)> {
+    let best = waiters.iter().map(|w| w.ticket.class).min()?;
+    let in_turn = || {
+        waiters
+            .iter()
+            .enumerate()
+            .filter(move |(_, w)| w.ticket.lifted(best, now) == best)
+    };
+    let after = last[best as usize];
+    let next_client = in_turn()
+        .map(|(_, w)| w.ticket.client)
+        .filter(|c| after.is_none_or(|a| *c > a))
+        .min()
+        .or_else(|| in_turn().map(|(_, w)| w.ticket.client).min())?;
+    in_turn()
+        .filter(|(_, w)| w.ticket.client == next_client)
+        .min_by_key(|(_, w)| (w.ticket.since, w.seq))
+        .map(|(i, _)| (i, best))
+}
+
+/// The waiter a request of `ticket` takes the place of in a full queue of `queue` places, if
+/// any: the newest of the worst class waiting, when that class is worse than its own; else,
+/// when its client holds fewer than its fair part — ceil(`queue` / k) places, at least one,
+/// with k the clients waiting counting its own — the newest of its class of the client that
+/// holds most over its part. `None`: it is refused (the 429 of a full queue).
+pub(super) fn displaced<T>(waiters: &[Waiter<T>], queue: u32, ticket: &Ticket) -> Option<usize> {
+    let newest = |of: &dyn Fn(&Waiter<T>) -> bool| {
+        waiters
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| of(w))
+            .max_by_key(|(_, w)| (w.ticket.since, w.seq))
+            .map(|(i, _)| i)
+    };
+    let worst = waiters.iter().map(|w| w.ticket.class).max()?;
+    if worst > ticket.class {
+        return newest(&|w| w.ticket.class == worst);
+    }
+    let mut held: Vec<(u64, u32)> = Vec::new();
+    for w in waiters {
+        match held.iter_mut().find(|(c, _)| *c == w.ticket.client) {
+            Some((_, n)) => *n += 1,
+            None => held.push((w.ticket.client, 1)),
+        }
+    }
+    let holds = |client: u64| held.iter().find(|(c, _)| *c == client).map_or(0, |h| h.1);
+    let own = holds(ticket.client);
+    let k = held.len() as u32 + u32::from(own == 0);
+    let part = queue.div_ceil(k).max(1);
+    if own >= part {
+        return None;
+    }
+    let most = held
+        .iter()
+        .filter(|&&(c, n)| {
+            n > part
+                && waiters
+                    .iter()
+                    .any(|w| w.ticket.client == c && w.ticket.class == ticket.class)
+        })
+        .max_by_key(|(_, n)| *n)?
+        .0;
+    newest(&|w| w.ticket.client == most && w.ticket.class == ticket.class)
+}
