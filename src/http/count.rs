@@ -65,6 +65,7 @@ pub async fn answer(
             .upstream_body(&req.body, &alias.upstream_model, false);
         let served = alias.backend.translation(adapter).is_none();
         let native = adapter
+            .spec()
             .native_count_path(alias.backend.flavor)
             .filter(|_| served);
         if let Some(path) = native.filter(|_| spec.counter.kind() == Method::Backend) {
@@ -85,7 +86,7 @@ pub async fn answer(
     }
     .await;
     let mut resp = respond(&mut rec, adapter, result);
-    let anthropic = adapter.anthropic_rate_limits();
+    let anthropic = adapter.spec().anthropic_rate_limits;
     crate::clients::headers::of_caller(resp.headers_mut(), known.as_ref(), anthropic);
     resp
 }

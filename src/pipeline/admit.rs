@@ -51,7 +51,7 @@ pub async fn admit(
 ) -> Result<Guarded, ProxyError> {
     let adapter = req.adapter;
     let spec = match snap.guard(&alias.name) {
-        Some(spec) if adapter.guarded() => spec,
+        Some(spec) if adapter.spec().guarded => spec,
         _ => {
             return Ok(Guarded::Admitted(learning(
                 snap,

@@ -32,8 +32,8 @@ pub async fn charge(
     }
     let (prompt, output) = if caller.spec.counts_tokens() {
         let adapter = req.adapter;
-        let choices = adapter.shaping().is_some_and(|f| f.own.contains(&"n"));
-        let asked = crate::wire::request::output_ask(body, adapter.output_limit(), choices)?;
+        let choices = adapter.spec().choices;
+        let asked = crate::wire::request::output_ask(body, adapter.spec().output_limit(), choices)?;
         let prompt = match counted {
             Some(n) => u64::from(n),
             None => prompt_tokens(state, snap, req, alias, body).await?,

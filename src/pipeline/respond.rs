@@ -16,7 +16,6 @@ use super::resolve::Routed;
 use super::send::{body_failed, is_loading};
 use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
-use crate::flavor::Flavor;
 use crate::fleet::breaker::{Outcome, Tally};
 use crate::fleet::slots::SlotPermit;
 use crate::guard;
@@ -169,9 +168,9 @@ async fn stream(
     } = served;
     let server = &snap.config.server;
     let mut read = Vec::new();
-    // SGLang puts a context error inside a 200 stream: the answering replica's first event
-    // is read before the head goes out.
-    if backend.flavor == Flavor::Sglang {
+    // A runtime that puts a context error inside a 200 stream (SGLang): the answering
+    // replica's first event is read before the head goes out.
+    if backend.flavor.runtime().errors_in_first_event {
         let window = alias.context_window.map_or(0, |w| w.get());
         let (chunks, error) = peek::first_event(
             &mut upstream,
@@ -197,7 +196,9 @@ async fn stream(
         None => adapter.stream_transform(routed.output, alias.think_tags.clone()),
     };
     let opts = RelayOptions {
-        drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
+        drop_usage_chunk: view.stream
+            && !view.client_wants_usage()
+            && adapter.spec().takes_stream_usage,
         transform,
         events,
         adapter,
@@ -227,7 +228,9 @@ fn over_limit(
     limit: usize,
 ) -> Result<Response, ProxyError> {
     let backend = rec.backend.clone().unwrap_or_default();
-    if status.is_success() && (served.adapter.rewrites_answers() || served.translated.is_some()) {
+    if status.is_success()
+        && (served.adapter.spec().rewrites_answers || served.translated.is_some())
+    {
         rec.metrics().upstream_error(UpstreamReason::too_large);
         return Err(ProxyError::AnswerTooLarge { backend, limit });
     }

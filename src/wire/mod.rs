@@ -85,13 +85,73 @@ impl Routes {
     }
 }
 
-/// What differs between the APIs, for one API.
-pub trait Adapter: Sync {
+/// An API's constants: where it is served, its names, and what the pipeline does with its
+/// requests. One value per API ([`Adapter::spec`]).
+#[derive(Debug)]
+pub struct ApiSpec {
     /// The API's name in logs.
-    fn name(&self) -> &'static str;
-
+    pub name: &'static str,
     /// Where it is served: its paths and its counting endpoint, with their labels.
-    fn routes(&self) -> &Routes;
+    pub routes: Routes,
+    /// `gen_ai.operation.name` of its requests.
+    pub operation: &'static str,
+    /// Its name in a backend's `apis` list: an API a backend may serve itself or be sent
+    /// translated to chat completions. `None`: every backend is sent it as it is. Which
+    /// runtimes serve it themselves is theirs to say ([`crate::runtime::Runtime::serves`]).
+    pub config_name: Option<&'static str>,
+    /// Its bodies are chat completions requests already: every backend serves it (it is
+    /// what the others are translated to), and the guard counts the body as it is.
+    pub speaks_chat: bool,
+    /// Its rate-limit headers are Anthropic's (`anthropic-ratelimit-*`), not OpenAI's.
+    pub anthropic_rate_limits: bool,
+    /// Streams take `stream_options.include_usage`: the proxy asks for the usage chunk.
+    pub takes_stream_usage: bool,
+    /// Reasoning is normalized: in answers, in stream events and in the request's history.
+    pub normalizes_reasoning: bool,
+    /// What request shaping knows of this API (where its conversation and output limits
+    /// are, its fields, its image parts); `None`: its requests are not shaped.
+    pub shaping: Option<&'static Form>,
+    /// A request may ask for several choices (`n`): its output limit is per choice.
+    pub choices: bool,
+    /// The prompt is counted against the alias's window before it is sent.
+    pub guarded: bool,
+    /// A model call with no effect beyond compute: one a backend dropped without a byte of
+    /// answer goes on to another replica or fallback unless `server.resend_unanswered` is
+    /// false (requests of other APIs: only where it is true).
+    pub resent_by_default: bool,
+    /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`],
+    /// [`Adapter::answer_from_chat`]): the APIs whose answers carry reasoning.
+    pub rewrites_answers: bool,
+    /// How this API's body (a JSON object) becomes the chat-completions body a converter
+    /// makes of it; `None`: its bodies are chat form already (or never converted).
+    pub chat_form: Option<chat_form::Conversion>,
+}
+
+impl ApiSpec {
+    /// The keys of the output limit, in the order they take effect (the guard clamps them):
+    /// its [`Form`]'s; none for an API that is not shaped.
+    pub fn output_limit(&self) -> &'static [&'static str] {
+        self.shaping.map_or(&[], |form| form.limits)
+    }
+
+    /// A backend of `flavor` serves it itself unless its `apis` list says otherwise: an API
+    /// with no name in `apis` always, the others where its runtime says so.
+    pub fn served_by_default(&self, flavor: Flavor) -> bool {
+        self.config_name
+            .is_none_or(|name| flavor.runtime().serves.contains(&name))
+    }
+
+    /// The backend's own counting endpoint, where a `flavor` backend serving this API has one.
+    pub fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
+        self.config_name
+            .and_then(|name| flavor.runtime().count_path(name))
+    }
+}
+
+/// What differs between the APIs, for one API: its constants ([`ApiSpec`]) and what it does.
+pub trait Adapter: Sync {
+    /// The API's constants.
+    fn spec(&self) -> &ApiSpec;
 
     /// The counting endpoint's answer: `tokens` of the prompt, of an alias whose window is
     /// `window`, counted by `method`.
@@ -99,76 +159,10 @@ pub trait Adapter: Sync {
         serde_json::json!({ "input_tokens": tokens })
     }
 
-    /// The backend's own counting endpoint, where a `flavor` backend serving this API has one.
-    fn native_count_path(&self, _flavor: Flavor) -> Option<&'static str> {
-        None
-    }
-
-    /// `gen_ai.operation.name` of its requests.
-    fn operation(&self) -> &'static str {
-        "chat"
-    }
-
-    /// Its name in a backend's `apis` list: an API a backend may serve itself or be sent
-    /// translated to chat completions. `None`: every backend is sent it as it is.
-    fn config_name(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// A backend of `flavor` serves it itself unless its `apis` list says otherwise.
-    fn served_by_default(&self, _flavor: Flavor) -> bool {
-        true
-    }
-
-    /// Its bodies are chat completions requests already: every backend serves it (it is
-    /// what the others are translated to), and the guard counts the body as it is.
-    fn speaks_chat(&self) -> bool {
-        false
-    }
-
     /// `body` with the reasoning in its history in the form a `flavor` runtime reads; `None`
     /// when it is in that form already (or the API carries no reasoning in its history).
     fn history_for(&self, _body: &[u8], _flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
         Ok(None)
-    }
-
-    /// Its rate-limit headers are Anthropic's (`anthropic-ratelimit-*`), not OpenAI's.
-    fn anthropic_rate_limits(&self) -> bool {
-        false
-    }
-
-    /// Streams take `stream_options.include_usage`: the proxy asks for the usage chunk.
-    fn takes_stream_usage(&self) -> bool {
-        false
-    }
-
-    /// Reasoning is normalized: in answers, in stream events and in the request's history.
-    fn normalizes_reasoning(&self) -> bool {
-        false
-    }
-
-    /// What request shaping knows of this API (where its conversation and output limits
-    /// are, its fields, its image parts); `None`: its requests are not shaped.
-    fn shaping(&self) -> Option<&'static Form> {
-        None
-    }
-
-    /// The prompt is counted against the alias's window before it is sent.
-    fn guarded(&self) -> bool {
-        false
-    }
-
-    /// A model call with no effect beyond compute: one a backend dropped without a byte of
-    /// answer goes on to another replica or fallback unless `server.resend_unanswered` is
-    /// false (requests of other APIs: only where it is true).
-    fn resent_by_default(&self) -> bool {
-        false
-    }
-
-    /// How this API's body (a JSON object) becomes the chat-completions body a converter
-    /// makes of it; `None`: its bodies are chat form already (or never converted).
-    fn chat_form(&self) -> Option<chat_form::Conversion> {
-        None
     }
 
     /// The chat-completions body `converter` makes of this API's `body`: what a backend
@@ -179,7 +173,7 @@ pub trait Adapter: Sync {
         body: &'a [u8],
         converter: Converter,
     ) -> Result<Cow<'a, [u8]>, ProxyError> {
-        match self.chat_form() {
+        match self.spec().chat_form {
             None => Ok(Cow::Borrowed(body)),
             Some(convert) => chat_form::convert(body, converter, convert, None).map(Cow::Owned),
         }
@@ -193,21 +187,15 @@ pub trait Adapter: Sync {
         converter: Converter,
         model: &str,
     ) -> Result<Vec<u8>, ProxyError> {
-        match self.chat_form() {
+        match self.spec().chat_form {
             None => Ok(body.to_vec()),
             Some(convert) => chat_form::convert(body, converter, convert, Some(model)),
         }
     }
 
-    /// The keys of the output limit, in the order they take effect (the guard clamps them):
-    /// its [`Form`]'s; none for an API that is not shaped.
-    fn output_limit(&self) -> &'static [&'static str] {
-        self.shaping().map_or(&[], |form| form.limits)
-    }
-
-    /// The output the request asks room for: the first of [`Adapter::output_limit`] set.
+    /// The output the request asks room for: the first of [`ApiSpec::output_limit`] set.
     fn requested_output(&self, body: &[u8]) -> Result<Option<u32>, ProxyError> {
-        request::output_limit(body, self.output_limit())
+        request::output_limit(body, self.spec().output_limit())
     }
 
     /// An error as this API's HTTP answer.
@@ -227,12 +215,6 @@ pub trait Adapter: Sync {
         _tags: Option<Arc<ThinkTags>>,
     ) -> Option<Box<dyn EventTransform>> {
         None
-    }
-
-    /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`],
-    /// [`Adapter::answer_from_chat`]): the APIs whose answers carry reasoning.
-    fn rewrites_answers(&self) -> bool {
-        false
     }
 
     /// The handling of this API's whole stream events, when the API has its own (repair to the
@@ -291,7 +273,9 @@ pub fn adapter(endpoint: Endpoint) -> &'static dyn Adapter {
 
 /// The registered API whose `apis` name is `name`.
 pub fn by_config_name(name: &str) -> Option<&'static dyn Adapter> {
-    APIS.iter().copied().find(|a| a.config_name() == Some(name))
+    APIS.iter()
+        .copied()
+        .find(|a| a.spec().config_name == Some(name))
 }
 
 #[cfg(test)]
@@ -301,23 +285,23 @@ mod tests {
     #[test]
     fn each_endpoint_has_the_adapter_of_its_api() {
         let at = |path| adapter(Endpoint::from_path(path));
-        assert_eq!(adapter(Endpoint::chat_completions).name(), "chat");
-        assert_eq!(at("/v1/responses").name(), "responses");
-        assert_eq!(at("/v1/messages").name(), "messages");
-        assert_eq!(at("/v1/messages/count_tokens").name(), "messages");
-        assert_eq!(at("/v1/completions").name(), "completions");
-        assert_eq!(at("/v1/embeddings").name(), "passthrough");
-        assert!(adapter(Endpoint::chat_completions).guarded());
-        assert!(!at("/v1/embeddings").takes_stream_usage());
-        assert!(at("/v1/completions").takes_stream_usage());
+        assert_eq!(adapter(Endpoint::chat_completions).spec().name, "chat");
+        assert_eq!(at("/v1/responses").spec().name, "responses");
+        assert_eq!(at("/v1/messages").spec().name, "messages");
+        assert_eq!(at("/v1/messages/count_tokens").spec().name, "messages");
+        assert_eq!(at("/v1/completions").spec().name, "completions");
+        assert_eq!(at("/v1/embeddings").spec().name, "passthrough");
+        assert!(adapter(Endpoint::chat_completions).spec().guarded);
+        assert!(!at("/v1/embeddings").spec().takes_stream_usage);
+        assert!(at("/v1/completions").spec().takes_stream_usage);
     }
 
     #[test]
     fn the_registry_names_each_api_once() {
-        let mut labels: Vec<&str> = APIS.iter().map(|a| a.routes().label).collect();
+        let mut labels: Vec<&str> = APIS.iter().map(|a| a.spec().routes.label).collect();
         labels.extend(
             APIS.iter()
-                .filter_map(|a| a.routes().count.as_ref().map(|c| c.label)),
+                .filter_map(|a| a.spec().routes.count.as_ref().map(|c| c.label)),
         );
         let n = labels.len();
         labels.sort_unstable();
@@ -325,7 +309,13 @@ mod tests {
         assert_eq!(labels.len(), n, "an endpoint label twice");
         let mut paths: Vec<&str> = APIS
             .iter()
-            .flat_map(|a| a.routes().paths.iter().chain(a.routes().count_paths()))
+            .flat_map(|a| {
+                a.spec()
+                    .routes
+                    .paths
+                    .iter()
+                    .chain(a.spec().routes.count_paths())
+            })
             .copied()
             .collect();
         let n = paths.len();
@@ -333,13 +323,46 @@ mod tests {
         paths.dedup();
         assert_eq!(paths.len(), n, "a path twice");
         assert_eq!(
-            by_config_name("messages").map(|a| a.name()),
+            by_config_name("messages").map(|a| a.spec().name),
             Some("messages")
         );
         assert!(by_config_name("grpc").is_none());
         // What the other APIs are translated to is registered and served everywhere.
-        let chat: Vec<_> = APIS.iter().filter(|a| a.speaks_chat()).collect();
+        let chat: Vec<_> = APIS.iter().filter(|a| a.spec().speaks_chat).collect();
         assert_eq!(chat.len(), 1);
-        assert!(chat[0].config_name().is_some());
+        assert!(chat[0].spec().config_name.is_some());
+    }
+
+    #[test]
+    fn each_specs_facts_agree_and_runtimes_name_registered_apis() {
+        for api in APIS.iter().chain([&(&passthrough::OTHER as &dyn Adapter)]) {
+            let spec = api.spec();
+            let asks_n = spec.shaping.is_some_and(|f| f.own.contains(&"n"));
+            assert_eq!(
+                spec.choices, asks_n,
+                "{}: choices is its `n` field",
+                spec.name
+            );
+            assert!(
+                spec.guarded <= spec.shaping.is_some(),
+                "{}: guarded unshaped",
+                spec.name
+            );
+        }
+        for r in crate::runtime::RUNTIMES {
+            let names = r.serves.iter().chain(r.count_paths.iter().map(|c| &c.api));
+            for name in names {
+                assert!(by_config_name(name).is_some(), "{}: no API {name}", r.name);
+            }
+            for c in r.count_paths {
+                let api = by_config_name(c.api).unwrap();
+                assert!(
+                    api.spec().routes.count.is_some(),
+                    "{}: {} counts nothing",
+                    r.name,
+                    c.api
+                );
+            }
+        }
     }
 }

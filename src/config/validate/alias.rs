@@ -12,7 +12,6 @@ use crate::config::error::ConfigError;
 use crate::config::model::{Alias, Backend, GuardConfig, Input, Sizing};
 use crate::config::raw::RawAlias;
 use crate::config::routing::replicas;
-use crate::flavor::Flavor;
 use crate::reasoning::{ThinkTags, ThinkTagsSpec};
 use crate::wire::shape::ShapeSpec;
 
@@ -24,8 +23,7 @@ fn window_and_cap(
     backend: &Backend,
     errs: &mut Vec<ConfigError>,
 ) -> (Option<Sizing>, Option<NonZeroU32>) {
-    let window_auto_refused = (backend.flavor == Flavor::Openai)
-        .then_some("needs a number: an openai backend reports no context window");
+    let window_auto_refused = backend.flavor.runtime().window_unknown;
     let window_setting = raw.context_window.take().and_then(|w| {
         sizing(
             &format!("aliases.{name}.context_window"),

@@ -11,7 +11,6 @@ use crate::config::error::ConfigError;
 use crate::config::keys::bearer;
 use crate::config::model::{Backend, Sizing, Timeouts};
 use crate::config::raw::RawBackend;
-use crate::flavor::Flavor;
 
 /// A backend's own timeouts, each defaulting to the server's.
 fn backend_timeouts(
@@ -50,17 +49,6 @@ fn backend_timeouts(
             Duration::from_secs,
             server.total,
         ),
-    }
-}
-
-/// Why a backend of `flavor` cannot have `slots = "auto"`, if it cannot.
-fn slots_auto_refused(flavor: Flavor) -> Option<&'static str> {
-    match flavor {
-        Flavor::Llamacpp | Flavor::Sglang => None,
-        Flavor::Vllm => {
-            Some("needs a number: vllm does not report its slot count (--max-num-seqs) over HTTP")
-        }
-        Flavor::Openai => Some("needs a number: an openai backend reports no slot count"),
     }
 }
 
@@ -119,7 +107,7 @@ pub(super) fn backend(
         Some(s) => sizing(
             &format!("backends.{name}.slots"),
             s,
-            slots_auto_refused(raw.flavor),
+            raw.flavor.runtime().slots_unknown,
             errs,
         )?,
     };
