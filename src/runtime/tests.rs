@@ -1,4 +1,5 @@
-//! The registry held: one runtime per flavour, in its order, with facts that agree.
+//! The registry held: one runtime per flavour, in its order, with facts that agree, each
+//! described in the docs.
 
 use super::*;
 use clap::ValueEnum;
@@ -63,4 +64,64 @@ fn each_runtimes_facts_agree() {
         Some("/v1/messages/count_tokens")
     );
     assert_eq!(Flavor::Openai.runtime().count_path("messages"), None);
+}
+
+/// The rows of the table in `text`'s section under `heading`, by their first cell's name.
+fn rows<'a>(text: &'a str, heading: &str) -> Vec<(&'a str, &'a str)> {
+    let start = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("no section {heading}"));
+    let section = &text[start + heading.len()..];
+    let section = &section[..section.find("\n#").unwrap_or(section.len())];
+    section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .collect()
+}
+
+#[test]
+fn the_architecture_docs_describe_each_runtime() {
+    let doc = include_str!("../../docs/ARCHITECTURE.md");
+    let rows = rows(doc, "\n## Runtimes\n");
+    for r in RUNTIMES {
+        let row = rows
+            .iter()
+            .find(|(name, _)| *name == r.name)
+            .map(|(_, row)| *row)
+            .unwrap_or_else(|| {
+                panic!(
+                    "docs/ARCHITECTURE.md: no row for runtime {} in its Runtimes table",
+                    r.name
+                )
+            });
+        assert!(
+            row.contains(&format!("`{}`", r.health_path)),
+            "docs/ARCHITECTURE.md: the row of {} does not give its health path {}",
+            r.name,
+            r.health_path
+        );
+    }
+    for (name, _) in &rows {
+        assert!(
+            RUNTIMES.iter().any(|r| r.name == *name),
+            "docs/ARCHITECTURE.md: a row for {name}, which is no registered runtime"
+        );
+    }
+}
+
+#[test]
+fn the_config_docs_name_each_runtime() {
+    let doc = include_str!("../../docs/CONFIG.md");
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| `flavor` |"))
+        .expect("docs/CONFIG.md: no row for the flavor key");
+    for r in RUNTIMES {
+        assert!(
+            row.contains(&format!("`{}`", r.name)),
+            "docs/CONFIG.md: the flavor row does not name runtime {}",
+            r.name
+        );
+    }
 }
