@@ -13,7 +13,7 @@ pub struct Apis {
 
 impl Apis {
     /// What a backend of `flavor` serves when its `apis` list is not given: each API's own
-    /// say ([`Adapter::served_by_default`]).
+    /// say ([`crate::wire::ApiSpec::served_by_default`]: its runtime's).
     pub fn default_for(flavor: Flavor) -> Apis {
         let mut out = Apis { served: 0 };
         for (i, api) in APIS.iter().enumerate() {

@@ -1,4 +1,4 @@
-//! Counting endpoints, one per API that has one (its adapter's [`Adapter::routes`]):
+//! Counting endpoints, one per API that has one (its adapter's [`crate::wire::ApiSpec::routes`]):
 //! `POST /tokenize` (vLLM's shape), `POST /v1/messages/count_tokens` (Anthropic's),
 //! `POST /v1/responses/input_tokens` (OpenAI's): the exact count for the alias, or the
 //! backend's own answer where the alias counts with the backend and the backend has the
