@@ -1,6 +1,9 @@
 //! llama.cpp's `llama-server`: what it serves and how it differs.
 
-use super::{CountPath, Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize};
+use super::{
+    CountPath, Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize,
+    MESSAGES_COUNT,
+};
 
 /// llama.cpp `llama-server`.
 pub const LLAMACPP: Runtime = Runtime {
@@ -24,10 +27,7 @@ pub const LLAMACPP: Runtime = Runtime {
     reasoning_items: ReasoningItems::ContentRequired,
     serves: &["chat", "messages", "responses"],
     count_paths: &[
-        CountPath {
-            api: "messages",
-            path: "/v1/messages/count_tokens",
-        },
+        MESSAGES_COUNT,
         CountPath {
             api: "responses",
             path: "/v1/responses/input_tokens",

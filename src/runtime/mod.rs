@@ -142,6 +142,13 @@ pub struct CountPath {
     pub path: &'static str,
 }
 
+/// The Messages API's counting endpoint, at the path Anthropic gives it (llama.cpp, vLLM and
+/// SGLang serve it).
+pub const MESSAGES_COUNT: CountPath = CountPath {
+    api: "messages",
+    path: "/v1/messages/count_tokens",
+};
+
 /// How a runtime counts a chat request's tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tokenize {

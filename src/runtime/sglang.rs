@@ -1,6 +1,8 @@
 //! SGLang's OpenAI-compatible server: what it serves and how it differs.
 
-use super::{CountPath, Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize};
+use super::{
+    Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize, MESSAGES_COUNT,
+};
 
 /// SGLang's OpenAI-compatible server.
 pub const SGLANG: Runtime = Runtime {
@@ -20,10 +22,7 @@ pub const SGLANG: Runtime = Runtime {
     reasoning_field: InputField::ReasoningContent,
     reasoning_items: ReasoningItems::EncryptedDropped,
     serves: &["chat", "messages", "responses"],
-    count_paths: &[CountPath {
-        api: "messages",
-        path: "/v1/messages/count_tokens",
-    }],
+    count_paths: &[MESSAGES_COUNT],
     // `/v1/tokenize` in its messages form.
     tokenize: Some(Tokenize::Messages {
         path: "/v1/tokenize",

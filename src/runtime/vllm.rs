@@ -1,6 +1,8 @@
 //! vLLM's OpenAI-compatible server: what it serves and how it differs.
 
-use super::{CountPath, Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize};
+use super::{
+    Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize, MESSAGES_COUNT,
+};
 
 /// vLLM's OpenAI-compatible server.
 pub const VLLM: Runtime = Runtime {
@@ -23,10 +25,7 @@ pub const VLLM: Runtime = Runtime {
     // It refuses any item with `encrypted_content`.
     reasoning_items: ReasoningItems::EncryptedDropped,
     serves: &["chat", "messages", "responses"],
-    count_paths: &[CountPath {
-        api: "messages",
-        path: "/v1/messages/count_tokens",
-    }],
+    count_paths: &[MESSAGES_COUNT],
     // `/tokenize` in its messages form, asking for the generation prompt as a chat does.
     tokenize: Some(Tokenize::Messages {
         path: "/tokenize",
