@@ -4,8 +4,9 @@
 //! routed request, step by step) → `live` (the config snapshot in force) → `clients` →
 //! `observe` (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the
 //! one HTTP client) → `guard` → `tokens` → `config` → `wire` (one adapter per API) →
-//! `reasoning` → `error`, `flavor`, `address`, `files`, `json_scan`. `.ci/module-cycles.py` fails the
-//! build on a cycle, on `config` naming a new layer, and on `observe` naming `tokens`.
+//! `reasoning` → `runtime` (one file per backend runtime) → `error`, `flavor`, `address`,
+//! `files`, `json_scan`. `.ci/module-cycles.py` fails the build on a cycle, on `config` naming a
+//! new layer, and on `observe` naming `tokens`.
 
 pub mod address;
 pub mod alloc;
@@ -28,6 +29,7 @@ pub mod observe;
 pub mod path;
 pub mod pipeline;
 pub mod reasoning;
+pub mod runtime;
 pub mod shared;
 pub mod sim;
 pub mod tokens;

@@ -12,7 +12,6 @@ use super::counting::{CountKind, MediaCosts, TokenizerFiles};
 use super::error::ConfigError;
 use super::sizing::{sizing, RawSizing, Sizing};
 use super::values::reasoning_field;
-use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::wire::shape::ShapeSpec;
 
@@ -123,8 +122,7 @@ fn window_and_cap(
     backend: &Backend,
     errs: &mut Vec<ConfigError>,
 ) -> (Option<Sizing>, Option<NonZeroU32>) {
-    let window_auto_refused = (backend.flavor == Flavor::Openai)
-        .then_some("needs a number: an openai backend reports no context window");
+    let window_auto_refused = backend.flavor.runtime().window_unknown;
     let window_setting = raw.context_window.take().and_then(|w| {
         sizing(
             &format!("aliases.{name}.context_window"),

@@ -13,11 +13,11 @@ pub struct Apis {
 
 impl Apis {
     /// What a backend of `flavor` serves when its `apis` list is not given: each API's own
-    /// say ([`Adapter::served_by_default`]).
+    /// say ([`crate::wire::ApiSpec::served_by_default`]: its runtime's).
     pub fn default_for(flavor: Flavor) -> Apis {
         let mut out = Apis { served: 0 };
         for (i, api) in APIS.iter().enumerate() {
-            if api.served_by_default(flavor) {
+            if api.spec().served_by_default(flavor) {
                 out.served |= 1 << i;
             }
         }
@@ -26,11 +26,11 @@ impl Apis {
 
     /// Whether the backend serves `api` itself: an API with no name in `apis` always is.
     pub fn serves(&self, api: &dyn Adapter) -> bool {
-        if api.config_name().is_none() {
+        if api.spec().config_name.is_none() {
             return true;
         }
         APIS.iter()
-            .position(|a| a.routes().label == api.routes().label)
+            .position(|a| a.spec().routes.label == api.spec().routes.label)
             .is_some_and(|i| self.served & (1 << i) != 0)
     }
 }
@@ -39,7 +39,7 @@ impl Apis {
 fn names() -> String {
     let names: Vec<String> = APIS
         .iter()
-        .filter_map(|a| a.config_name())
+        .filter_map(|a| a.spec().config_name)
         .map(|n| format!("\"{n}\""))
         .collect();
     match names.split_last() {
@@ -64,7 +64,7 @@ pub fn parse(
     for v in list {
         match APIS
             .iter()
-            .position(|a| a.config_name() == Some(v.as_str()))
+            .position(|a| a.spec().config_name == Some(v.as_str()))
         {
             Some(i) => out.served |= 1 << i,
             None => errs.push(ConfigError::BadValue {
@@ -74,14 +74,14 @@ pub fn parse(
             }),
         }
     }
-    for chat in APIS.iter().filter(|a| a.speaks_chat()) {
+    for chat in APIS.iter().filter(|a| a.spec().speaks_chat) {
         if !out.serves(*chat) {
             errs.push(ConfigError::BadValue {
                 key: key.clone(),
                 value: "[…]".into(),
                 reason: format!(
                     "must include \"{}\": the other APIs are translated to it",
-                    chat.config_name().unwrap_or_default()
+                    chat.spec().config_name.unwrap_or_default()
                 ),
             });
         }

@@ -130,17 +130,6 @@ fn backend_timeouts(
     }
 }
 
-/// Why a backend of `flavor` cannot have `slots = "auto"`, if it cannot.
-fn slots_auto_refused(flavor: Flavor) -> Option<&'static str> {
-    match flavor {
-        Flavor::Llamacpp | Flavor::Sglang => None,
-        Flavor::Vllm => {
-            Some("needs a number: vllm does not report its slot count (--max-num-seqs) over HTTP")
-        }
-        Flavor::Openai => Some("needs a number: an openai backend reports no slot count"),
-    }
-}
-
 pub(super) fn validate(
     name: &str,
     raw: RawBackend,
@@ -196,7 +185,7 @@ pub(super) fn validate(
         Some(s) => sizing(
             &format!("backends.{name}.slots"),
             s,
-            slots_auto_refused(raw.flavor),
+            raw.flavor.runtime().slots_unknown,
             errs,
         )?,
     };

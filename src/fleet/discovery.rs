@@ -21,7 +21,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::config::{Backend, Input};
-use crate::flavor::Flavor;
+use crate::runtime::Discovery;
 
 /// One model a backend lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,24 +180,22 @@ async fn optional(
     Ok(None)
 }
 
-/// Ask `backend` what it serves, in its flavour's own endpoints.
+/// Ask `backend` what it serves, at its runtime's own endpoints.
 pub async fn discover(
     client: &Client,
     backend: &Backend,
     timeout: Duration,
 ) -> Result<Discovered, DiscoveryError> {
     let (c, b, t) = (client, backend, timeout);
-    let mut found = match backend.flavor {
-        Flavor::Llamacpp => {
+    let mut found = match backend.flavor.runtime().discovery {
+        Discovery::Props => {
             let props = required(c, b, "/props", t).await?;
             let slots = optional(c, b, &["/slots"], t).await?;
             let models = optional(c, b, &["/v1/models"], t).await?;
             parse::llamacpp(&props, slots.as_deref(), models.as_deref())?
         }
-        Flavor::Vllm | Flavor::Openai => {
-            parse::models_only(&required(c, b, "/v1/models", t).await?)?
-        }
-        Flavor::Sglang => {
+        Discovery::Models => parse::models_only(&required(c, b, "/v1/models", t).await?)?,
+        Discovery::ServerInfo => {
             let models = required(c, b, "/v1/models", t).await?;
             let info = optional(c, b, &["/server_info", "/get_server_info"], t).await?;
             let model = optional(c, b, &["/model_info", "/get_model_info"], t).await?;

@@ -10,7 +10,6 @@ use prometheus_client::encoding::EncodeLabelValue;
 use foldhash::HashMap;
 
 use crate::config::Backend;
-use crate::flavor::Flavor;
 use crate::fleet::load::Reported;
 use crate::upstream::{Client, SendError};
 
@@ -70,18 +69,18 @@ pub fn shown_state(
     }
 }
 
-/// Probe one backend once.
+/// Probe one backend once, at its runtime's health path.
 ///
-/// llama.cpp answers `/health` 503 while loading; SGLang sends an empty 503 while starting;
-/// vLLM accepts connections but does not answer HTTP until loaded, so a read timeout after a
-/// successful connect means loading. A refused or failed connection means down. `None`: the
-/// proxy could not open a socket (out of file descriptors), which says nothing of the backend.
+/// A 503 means loading (llama.cpp's while it loads, SGLang's empty one while it starts); so
+/// does a read timeout after a successful connect (vLLM answers no HTTP until loaded). A
+/// refused or failed connection means down. `None`: the proxy could not open a socket (out
+/// of file descriptors), which says nothing of the backend.
 pub async fn probe(client: &Client, backend: &Backend, timeout: Duration) -> Option<BackendState> {
-    let path = match backend.flavor {
-        Flavor::Openai => "/v1/models",
-        _ => "/health",
-    };
-    let path = format!("{}{path}", backend.path_prefix);
+    let path = format!(
+        "{}{}",
+        backend.path_prefix,
+        backend.flavor.runtime().health_path
+    );
     let mut headers = HeaderMap::new();
     if let Some(auth) = &backend.api_key {
         headers.insert(header::AUTHORIZATION, auth.clone());

@@ -1,9 +1,7 @@
 //! Load as the backends themselves report it, so that the choice of a replica sees the traffic
-//! of every process in front of them: llama.cpp's busy slots (`GET /slots`, the slots with
-//! `is_processing`; `GET /metrics` `llamacpp:requests_processing` + `requests_deferred` where
-//! `/slots` is off), vLLM's requests running and waiting (`vllm:num_requests_running` +
-//! `vllm:num_requests_waiting`) and SGLang's (`sglang:num_running_reqs` +
-//! `sglang:num_queue_reqs`) in `GET /metrics`. What a reading shows beyond this process's own
+//! of every process in front of them: where each runtime reports it is its
+//! [`crate::runtime::Runtime::load`] (llama.cpp's busy slots, the request counts of vLLM and
+//! SGLang in their metrics). What a reading shows beyond this process's own
 //! requests at that moment is the other processes' share; the choice counts that share on top
 //! of the process's own requests now (which it knows exactly, reading or not).
 
@@ -16,70 +14,32 @@ use serde::Deserialize;
 use foldhash::HashMap;
 
 use crate::config::Backend;
-use crate::flavor::Flavor;
 use crate::fleet::discovery;
+use crate::runtime::Load;
 use crate::upstream::Client;
 
-/// Where a flavour's load is read, in the order tried (the first that answers 2xx is used).
-pub fn sources(flavor: Flavor) -> &'static [Source] {
-    match flavor {
-        Flavor::Llamacpp => &[
-            Source::Slots,
-            Source::Metrics(&["llamacpp:requests_processing", "llamacpp:requests_deferred"]),
-        ],
-        Flavor::Vllm => &[Source::Metrics(&[
-            "vllm:num_requests_running",
-            "vllm:num_requests_waiting",
-        ])],
-        Flavor::Sglang => &[Source::Metrics(&[
-            "sglang:num_running_reqs",
-            "sglang:num_queue_reqs",
-        ])],
-        // A plain OpenAI-compatible server reports no load.
-        Flavor::Openai => &[],
-    }
-}
-
-/// One endpoint a backend's load is read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// llama.cpp's `GET /slots`: the slots processing a request.
-    Slots,
-    /// `GET /metrics` in the Prometheus text format: the sum of these families' samples.
-    Metrics(&'static [&'static str]),
-}
-
-impl Source {
-    pub fn path(self) -> &'static str {
-        match self {
-            Source::Slots => "/slots",
-            Source::Metrics(_) => "/metrics",
-        }
-    }
-
-    /// The requests the backend has (running and waiting) by its answer `body`.
-    pub fn read(self, body: &[u8]) -> Result<u32, String> {
-        match self {
-            Source::Slots => busy_slots(body),
-            Source::Metrics(names) => {
-                let text = std::str::from_utf8(body).map_err(|e| e.to_string())?;
-                let mut total = 0.0;
-                for name in names {
-                    total += metric_sum(text, name)
-                        .ok_or_else(|| format!("no {name} in the metrics"))?;
-                }
-                Ok(total.max(0.0).round().min(f64::from(u32::MAX)) as u32)
+/// The requests a backend has (running and waiting) by its answer `body` at `source`.
+pub fn reading(source: Load, body: &[u8]) -> Result<u32, String> {
+    match source {
+        Load::Slots => busy_slots(body),
+        Load::Metrics(names) => {
+            let text = std::str::from_utf8(body).map_err(|e| e.to_string())?;
+            let mut total = 0.0;
+            for name in names {
+                total +=
+                    metric_sum(text, name).ok_or_else(|| format!("no {name} in the metrics"))?;
             }
+            Ok(total.max(0.0).round().min(f64::from(u32::MAX)) as u32)
         }
     }
 }
 
-/// Read `backend`'s load from the first of its flavour's [`sources`] that answers 2xx.
+/// Read `backend`'s load from the first of its runtime's load sources that answers 2xx.
 pub async fn read(client: &Client, backend: &Backend, timeout: Duration) -> Result<u32, String> {
     let mut last = format!("{} reports no load", backend.flavor.as_str());
-    for source in sources(backend.flavor) {
+    for &source in backend.flavor.runtime().load {
         match discovery::get(client, backend, source.path(), timeout).await? {
-            (200..=299, body) => return source.read(&body),
+            (200..=299, body) => return reading(source, &body),
             (status, _) => last = format!("GET {} answered {status}", source.path()),
         }
     }
@@ -213,17 +173,17 @@ mod tests {
     #[test]
     fn busy_slots_are_those_processing() {
         let body = br#"[{"id":0,"is_processing":true,"n_ctx":4096},{"id":1,"is_processing":false},{"id":2,"is_processing":true}]"#;
-        assert_eq!(Source::Slots.read(body), Ok(2));
-        assert!(Source::Slots.read(b"{\"error\":1}").is_err());
+        assert_eq!(reading(Load::Slots, body), Ok(2));
+        assert!(reading(Load::Slots, b"{\"error\":1}").is_err());
     }
 
     #[test]
     fn reads_a_real_llama_server_answer() {
         let slots = include_str!("../../tests/fixtures/discovery/llamacpp_slots.txt");
-        assert_eq!(Source::Slots.read(captured(slots).as_bytes()), Ok(0));
+        assert_eq!(reading(Load::Slots, captured(slots).as_bytes()), Ok(0));
         let metrics = include_str!("../../tests/fixtures/discovery/llamacpp_metrics.txt");
-        let names = sources(Flavor::Llamacpp)[1];
-        assert_eq!(names.read(captured(metrics).as_bytes()), Ok(0));
+        let names = crate::flavor::Flavor::Llamacpp.runtime().load[1];
+        assert_eq!(reading(names, captured(metrics).as_bytes()), Ok(0));
         assert_eq!(
             metric_sum(captured(metrics), "llamacpp:prompt_tokens_total"),
             Some(4110.0)
@@ -239,10 +199,10 @@ mod tests {
             vllm:num_requests_running_total 40\n\
             vllm:num_requests_waiting{model_name=\"m\"} 1\n";
         assert_eq!(metric_sum(text, "vllm:num_requests_running"), Some(5.0));
-        let vllm = sources(Flavor::Vllm)[0];
-        assert_eq!(vllm.read(text.as_bytes()), Ok(6));
-        let sglang = sources(Flavor::Sglang)[0];
-        let e = sglang.read(text.as_bytes()).unwrap_err();
+        let vllm = crate::flavor::Flavor::Vllm.runtime().load[0];
+        assert_eq!(reading(vllm, text.as_bytes()), Ok(6));
+        let sglang = crate::flavor::Flavor::Sglang.runtime().load[0];
+        let e = reading(sglang, text.as_bytes()).unwrap_err();
         assert!(e.contains("sglang:num_running_reqs"), "{e}");
         assert_eq!(metric_sum("x 1\n", "x_total"), None);
         assert_eq!(metric_sum("x NaN\n", "x"), None);

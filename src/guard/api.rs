@@ -37,7 +37,7 @@ pub async fn check_counted(
     client: &dyn crate::tokens::backend::Transport,
     req: Counted<'_>,
 ) -> Result<Checked, ProxyError> {
-    if req.adapter.speaks_chat() {
+    if req.adapter.spec().speaks_chat {
         return check_chat(spec, client, req.body, req.who).await;
     }
     let output = req.adapter.requested_output(req.body)?;
@@ -71,7 +71,7 @@ pub fn clamp_request(
     body: &[u8],
     max_tokens: u32,
 ) -> Result<Vec<u8>, ProxyError> {
-    crate::wire::request::clamp_limits(body, adapter.output_limit(), max_tokens)
+    crate::wire::request::clamp_limits(body, adapter.spec().output_limit(), max_tokens)
 }
 
 /// Media markers: JSON strings that name an image or audio part (or its field).

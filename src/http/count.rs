@@ -1,4 +1,4 @@
-//! Counting endpoints, one per API that has one (its adapter's [`Adapter::routes`]):
+//! Counting endpoints, one per API that has one (its adapter's [`crate::wire::ApiSpec::routes`]):
 //! `POST /tokenize` (vLLM's shape), `POST /v1/messages/count_tokens` (Anthropic's),
 //! `POST /v1/responses/input_tokens` (OpenAI's): the exact count for the alias, or the
 //! backend's own answer where the alias counts with the backend and the backend has the
@@ -67,6 +67,7 @@ pub async fn answer(
             .upstream_body(&req.body, &alias.upstream_model, false);
         let served = alias.backend.translation(adapter).is_none();
         let native = adapter
+            .spec()
             .native_count_path(alias.backend.flavor)
             .filter(|_| served);
         if let Some(path) = native.filter(|_| spec.counter.kind() == Method::Backend) {
@@ -86,7 +87,7 @@ pub async fn answer(
     }
     .await;
     let mut resp = respond(&mut rec, adapter, result);
-    let anthropic = adapter.anthropic_rate_limits();
+    let anthropic = adapter.spec().anthropic_rate_limits;
     crate::clients::headers::of_caller(resp.headers_mut(), known.as_ref(), anthropic);
     resp
 }

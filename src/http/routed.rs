@@ -20,7 +20,7 @@ pub fn is_routed(method: &Method, path: &str) -> bool {
         && path.starts_with("/v1/")
         && !wire::APIS
             .iter()
-            .any(|a| a.routes().count_paths().first() == Some(&path))
+            .any(|a| a.spec().routes.count_paths().first() == Some(&path))
         && path != "/v1/models"
         && !path.starts_with("/v1/models/")
 }
@@ -74,7 +74,7 @@ where
     }
     .await;
     let mut resp = respond(&mut rec, adapter, result);
-    let anthropic = adapter.anthropic_rate_limits();
+    let anthropic = adapter.spec().anthropic_rate_limits;
     crate::clients::headers::of_caller(resp.headers_mut(), limited.as_ref(), anthropic);
     resp
 }

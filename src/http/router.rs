@@ -15,7 +15,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(handlers::models))
         .route("/v1/models/{*id}", get(handlers::model));
     for &api in wire::APIS {
-        if let Some(path) = api.routes().count_paths().first() {
+        if let Some(path) = api.spec().routes.count_paths().first() {
             let counted = move |state, headers, body| count::answer(state, headers, body, api);
             router = router.route(path, post(counted));
         }

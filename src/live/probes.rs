@@ -84,7 +84,7 @@ fn replicas(config: &Config) -> Vec<Arc<Backend>> {
     let mut found: Vec<Arc<Backend>> = Vec::new();
     for alias in config.aliases.values().filter(|a| a.backends.len() > 1) {
         for b in &alias.backends {
-            let reports = !load::sources(b.flavor).is_empty();
+            let reports = !b.flavor.runtime().load.is_empty();
             if reports && !found.iter().any(|f| f.name == b.name) {
                 found.push(Arc::clone(b));
             }

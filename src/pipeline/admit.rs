@@ -60,7 +60,7 @@ async fn admit(
 ) -> Result<Guarded, ProxyError> {
     let adapter = call.req.adapter;
     let spec = match alias.guard() {
-        Some(spec) if adapter.guarded() => Arc::clone(spec),
+        Some(spec) if adapter.spec().guarded => Arc::clone(spec),
         _ => {
             let admitted = Admitted {
                 alias,

@@ -24,8 +24,8 @@ pub async fn charge(call: &mut Call<'_>, admitted: &Admitted) -> Result<(), Prox
     let body = &admitted.body.body;
     let (prompt, output) = if caller.spec.counts_tokens() {
         let adapter = call.req.adapter;
-        let choices = adapter.shaping().is_some_and(|f| f.own.contains(&"n"));
-        let asked = crate::wire::request::output_ask(body, adapter.output_limit(), choices)?;
+        let choices = adapter.spec().choices;
+        let asked = crate::wire::request::output_ask(body, adapter.spec().output_limit(), choices)?;
         let prompt = match admitted.prompt {
             Some(n) => u64::from(n),
             None => prompt_tokens(call, admitted).await?,

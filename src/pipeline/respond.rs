@@ -17,7 +17,6 @@ use super::relay::{self, RelayOptions};
 use super::send::{body_failed, is_loading};
 use crate::config::Alias;
 use crate::error::ProxyError;
-use crate::flavor::Flavor;
 use crate::fleet::breaker::{Outcome, Tally};
 use crate::fleet::slots::SlotPermit;
 use crate::guard;
@@ -131,14 +130,21 @@ fn answer_headers(upstream: HeaderMap, alias: &Alias, routed: &Routed) -> Header
     headers
 }
 
-/// SGLang puts a context error inside a 200 stream: the answering replica's first event is
-/// read before the head goes out. The pieces read (to be sent first), or that error.
+/// A runtime that puts a context error inside a 200 stream (SGLang): the answering replica's
+/// first event is read before the head goes out. The pieces read (to be sent first), or that
+/// error.
 async fn peeked(
     call: &Call<'_>,
     served: &Served,
     upstream: &mut BodyStream,
 ) -> Result<Vec<Result<Bytes, BoxError>>, ProxyError> {
-    if served.replica.backend.flavor != Flavor::Sglang {
+    if !served
+        .replica
+        .backend
+        .flavor
+        .runtime()
+        .errors_in_first_event
+    {
         return Ok(Vec::new());
     }
     let server = &call.snap.config.server;
@@ -178,7 +184,9 @@ async fn stream(
         None => adapter.stream_transform(routed.output, alias.spec.think_tags.clone()),
     };
     let opts = RelayOptions {
-        drop_usage_chunk: view.stream && !view.client_wants_usage() && adapter.takes_stream_usage(),
+        drop_usage_chunk: view.stream
+            && !view.client_wants_usage()
+            && adapter.spec().takes_stream_usage,
         transform,
         events,
         adapter,
@@ -209,7 +217,7 @@ fn over_limit(
     let rec = &mut *call.rec;
     let limit = call.snap.config.server.answer_limit;
     let backend = rec.backend.clone().unwrap_or_default();
-    let rewrites = call.req.adapter.rewrites_answers() || served.translated.is_some();
+    let rewrites = call.req.adapter.spec().rewrites_answers || served.translated.is_some();
     if status.is_success() && rewrites {
         rec.metrics().upstream_error(UpstreamReason::too_large);
         return Err(ProxyError::AnswerTooLarge { backend, limit });

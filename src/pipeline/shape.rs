@@ -19,7 +19,6 @@ use bytes::Bytes;
 use super::call::{Call, Incoming};
 use crate::config::{Alias, Backend};
 use crate::error::ProxyError;
-use crate::reasoning::InputField;
 use crate::wire::payload::Payload;
 use crate::wire::request::ParsedRequest;
 use crate::wire::Adapter;
@@ -55,7 +54,7 @@ impl Shaped {
 pub fn shape(req: &Incoming, alias: &Alias) -> Result<Shaped, ProxyError> {
     let adapter = req.adapter;
     let mut body = None;
-    if let Some(b) = crate::wire::shape::shape(&req.body, &alias.shape, adapter.shaping())? {
+    if let Some(b) = crate::wire::shape::shape(&req.body, &alias.shape, adapter.spec().shaping)? {
         body = Some(b);
     }
     // A first backend the request is translated for reads the client's form: the translation
@@ -104,7 +103,7 @@ pub fn for_replica(
             translated: Some(adapter),
         });
     }
-    let usage = adapter.takes_stream_usage();
+    let usage = adapter.spec().takes_stream_usage;
     let body = match history_differs_on(req, alias, backend) {
         Some(b) => adapter.history_for(&shaped.body, b.flavor)?,
         None => None,
@@ -135,8 +134,8 @@ fn history_differs_on<'b>(
 ) -> Option<&'b Backend> {
     let adapter = req.adapter;
     let (from, to) = (alias.backend.flavor, backend.flavor);
-    let differs = if adapter.normalizes_reasoning() {
-        InputField::for_flavor(to) != InputField::for_flavor(from)
+    let differs = if adapter.spec().normalizes_reasoning {
+        to.runtime().reasoning_field != from.runtime().reasoning_field
     } else {
         from != to || alias.backend.translation(adapter).is_some()
     };

@@ -101,7 +101,7 @@ impl<'s> Tries<'s> {
             .config
             .server
             .resend_unanswered
-            .unwrap_or_else(|| req.adapter.resent_by_default());
+            .unwrap_or_else(|| req.adapter.spec().resent_by_default);
         Tries {
             order,
             at: 0,

@@ -5,8 +5,6 @@ use std::str::FromStr;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::flavor::Flavor;
-
 pub(crate) const REASONING_CONTENT: &str = "reasoning_content";
 pub(crate) const REASONING: &str = "reasoning";
 pub(crate) const CONTENT: &str = "content";
@@ -70,37 +68,9 @@ impl std::fmt::Display for OutputField {
     }
 }
 
-/// The field a backend reads reasoning from in assistant messages of the request history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputField {
-    ReasoningContent,
-    Reasoning,
-}
-
-impl InputField {
-    /// vLLM (and OpenAI-style servers) read `reasoning`; llama.cpp and SGLang read
-    /// `reasoning_content` and silently drop `reasoning`.
-    pub fn for_flavor(flavor: Flavor) -> InputField {
-        match flavor {
-            Flavor::Vllm | Flavor::Openai => InputField::Reasoning,
-            Flavor::Llamacpp | Flavor::Sglang => InputField::ReasoningContent,
-        }
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            InputField::ReasoningContent => REASONING_CONTENT,
-            InputField::Reasoning => REASONING,
-        }
-    }
-
-    pub(crate) fn other(self) -> &'static str {
-        match self {
-            InputField::ReasoningContent => REASONING,
-            InputField::Reasoning => REASONING_CONTENT,
-        }
-    }
-}
+/// The field a backend reads reasoning from in the request history: its runtime's
+/// ([`crate::runtime::Runtime::reasoning_field`]).
+pub use crate::runtime::InputField;
 
 /// Reasoning and content split out of one message's (or delta's) text by the tag splitter.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -290,23 +260,6 @@ mod tests {
         let err = "thinking".parse::<OutputField>().unwrap_err();
         assert!(err.to_string().contains("\"thinking\""));
         assert!(serde_json::from_str::<OutputField>("\"thinking\"").is_err());
-    }
-
-    #[test]
-    fn input_field_per_flavor() {
-        assert_eq!(InputField::for_flavor(Flavor::Vllm), InputField::Reasoning);
-        assert_eq!(
-            InputField::for_flavor(Flavor::Openai),
-            InputField::Reasoning
-        );
-        assert_eq!(
-            InputField::for_flavor(Flavor::Llamacpp),
-            InputField::ReasoningContent
-        );
-        assert_eq!(
-            InputField::for_flavor(Flavor::Sglang),
-            InputField::ReasoningContent
-        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use super::{saturate, CountError};
 use crate::config::MediaCosts;
 use crate::flavor::Flavor;
+use crate::runtime::{self, Tokenize};
 
 /// How long one counting round trip may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,29 +39,28 @@ pub trait Transport: Sync {
     ) -> BoxFuture<'a, Result<(u16, Bytes), String>>;
 }
 
-/// Counts through a backend's endpoints: llama.cpp `/apply-template` then `/tokenize`
-/// (`add_special: false`, `parse_special: true`, which equals its `usage.prompt_tokens`);
-/// vLLM `/tokenize` and SGLang `/v1/tokenize` in their messages form.
+/// Counts through a backend's endpoints, as its runtime tokenizes ([`Tokenize`]): llama.cpp
+/// templates then tokenizes the prompt; vLLM and SGLang tokenize the messages form.
 #[derive(Debug, Clone)]
 pub struct BackendCounter {
-    flavor: Flavor,
+    tokenize: Tokenize,
     to: CountTarget,
     upstream_model: String,
 }
 
 impl BackendCounter {
     pub fn new(flavor: Flavor, url: &str, upstream_model: &str) -> Result<Self, String> {
-        if flavor == Flavor::Openai {
-            return Err(
-                "count = \"backend\" needs a llamacpp, vllm or sglang backend: flavor openai has no tokenize endpoint"
-                    .into(),
-            );
-        }
+        let Some(tokenize) = flavor.runtime().tokenize else {
+            return Err(format!(
+                "count = \"backend\" needs a {} backend: flavor {flavor} has no tokenize endpoint",
+                runtime::names_with(|r| r.tokenize.is_some())
+            ));
+        };
         let parsed = url::Url::parse(url).map_err(|e| format!("backend url {url:?}: {e}"))?;
         let address =
             crate::address::address(&parsed).map_err(|e| format!("backend url {url:?}: {e}"))?;
         Ok(BackendCounter {
-            flavor,
+            tokenize,
             to: CountTarget {
                 name: parsed.host_str().unwrap_or("backend").to_string(),
                 authority: address.authority,
@@ -88,19 +88,17 @@ impl BackendCounter {
             .map_err(|e| CountError::Invalid(format!("invalid JSON body: {e}")))?;
         let (images, audio) = strip_media(&mut req);
         req.insert("model".into(), Value::from(self.upstream_model.as_str()));
-        let text = match self.flavor {
-            Flavor::Llamacpp => {
-                let applied = self
-                    .post(client, "/apply-template", &Value::Object(req))
-                    .await?;
+        let text = match self.tokenize {
+            Tokenize::Templated { template, tokenize } => {
+                let applied = self.post(client, template, &Value::Object(req)).await?;
                 let prompt = applied
                     .get("prompt")
                     .and_then(Value::as_str)
-                    .ok_or_else(|| self.shape("/apply-template gave no prompt"))?;
+                    .ok_or_else(|| self.shape(&format!("{template} gave no prompt")))?;
                 let tokens = self
                     .post(
                         client,
-                        "/tokenize",
+                        tokenize,
                         &json!({"content": prompt, "add_special": false, "parse_special": true}),
                     )
                     .await?;
@@ -108,9 +106,12 @@ impl BackendCounter {
                     .get("tokens")
                     .and_then(Value::as_array)
                     .map(Vec::len)
-                    .ok_or_else(|| self.shape("/tokenize gave no tokens"))?
+                    .ok_or_else(|| self.shape(&format!("{tokenize} gave no tokens")))?
             }
-            Flavor::Vllm | Flavor::Sglang | Flavor::Openai => {
+            Tokenize::Messages {
+                path,
+                generation_prompt,
+            } => {
                 let mut tok = Map::new();
                 tok.insert("model".into(), Value::from(self.upstream_model.as_str()));
                 for key in [
@@ -124,15 +125,10 @@ impl BackendCounter {
                         tok.insert(key.into(), v);
                     }
                 }
-                if self.flavor == Flavor::Vllm {
+                if generation_prompt {
                     tok.entry("add_generation_prompt")
                         .or_insert(Value::Bool(true));
                 }
-                let path = if self.flavor == Flavor::Vllm {
-                    "/tokenize"
-                } else {
-                    "/v1/tokenize"
-                };
                 let out = self.post(client, path, &Value::Object(tok)).await?;
                 let count = out.get("count").and_then(Value::as_u64).or_else(|| {
                     out.get("tokens")

@@ -27,6 +27,7 @@ use super::template::{ChatTemplate, FloatStyle, RenderError};
 use super::{saturate, CountError};
 use crate::config::{MediaCosts, TokenizerFiles};
 use crate::flavor::Flavor;
+use crate::runtime::Engine;
 
 /// A tokenizer and chat template, prepared as one backend flavour uses them.
 pub struct LocalCounter {
@@ -37,7 +38,8 @@ pub struct LocalCounter {
     /// `Some` when long fragments may be cut further (see [`Chunker`]).
     chunker: Option<Chunker>,
     cache: SegmentCache,
-    flavor: Flavor,
+    /// Whose code prepares the chats counted.
+    engine: Engine,
 }
 
 /// A rendered prompt with what was left out of its text.
@@ -55,9 +57,9 @@ impl LocalCounter {
             .map_err(|e| format!("{}: not a tokenizer.json: {e}", files.file.display()))?;
         let config = J::parse(&cfg_bytes)
             .map_err(|e| format!("{}: not JSON: {e}", files.config.display()))?;
-        let floats = match flavor {
-            Flavor::Llamacpp => FloatStyle::Cpp,
-            _ => FloatStyle::Python,
+        let floats = match flavor.runtime().engine {
+            Engine::Llamacpp => FloatStyle::Cpp,
+            Engine::Vllm | Engine::Sglang => FloatStyle::Python,
         };
         let template = ChatTemplate::from_config(&config, floats)
             .map_err(|e| format!("{}: {e}", files.config.display()))?;
@@ -65,8 +67,9 @@ impl LocalCounter {
     }
 
     pub fn from_parts(mut tokenizer: Tokenizer, template: ChatTemplate, flavor: Flavor) -> Self {
+        let engine = flavor.runtime().engine;
         // llama.cpp's tokenizer does not apply tokenizer.json's normalizer (Qwen's NFC).
-        if flavor == Flavor::Llamacpp {
+        if engine == Engine::Llamacpp {
             tokenizer.with_normalizer(None::<NormalizerWrapper>);
         }
         tokenizer.with_truncation(None).ok();
@@ -90,7 +93,7 @@ impl LocalCounter {
             specials,
             chunker,
             cache: SegmentCache::new(DEFAULT_ENTRIES),
-            flavor,
+            engine,
         }
     }
 
@@ -112,7 +115,7 @@ impl LocalCounter {
     /// Renders a chat body as the flavour's backend would before tokenizing it.
     pub fn render(&self, body: &[u8]) -> Result<Rendered, CountError> {
         let body = J::parse(body).map_err(|e| CountError::Invalid(format!("invalid JSON: {e}")))?;
-        let prep = prepare(&body, self.flavor, &self.template)?;
+        let prep = prepare(&body, self.engine, &self.template)?;
         let render = |vars: JMap| {
             self.template
                 .render(Arc::new(vars), prep.tool_use)

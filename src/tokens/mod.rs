@@ -140,9 +140,8 @@ impl Counter {
                 let files = tokenizer.ok_or(
                     "count = \"local\" needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)",
                 )?;
-                spare = (flavor != Flavor::Openai)
-                    .then(|| BackendCounter::new(flavor, backend_url, upstream_model).ok())
-                    .flatten();
+                // A runtime with no tokenize endpoint has no spare.
+                spare = BackendCounter::new(flavor, backend_url, upstream_model).ok();
                 Inner::Local(Arc::new(LocalCounter::load(files, flavor)?))
             }
             CountKind::Backend => {

@@ -4,10 +4,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::shape::{self, Form};
-use super::{Adapter, CountRoute, EventTransform, Routes};
+use super::{Adapter, ApiSpec, CountRoute, EventTransform, Routes};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
-use crate::reasoning::{self, InputField, OutputField, StreamRewriter, ThinkTags};
+use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
 
 /// The chat completions adapter.
 pub struct Chat;
@@ -37,21 +37,35 @@ pub const SHAPING: Form = Form {
     typed_items: false,
 };
 
-impl Adapter for Chat {
-    fn name(&self) -> &'static str {
-        "chat"
-    }
+/// Chat completions' constants.
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "chat",
+    // Counted at vLLM's `/tokenize`; SGLang's spelling `/v1/tokenize` is routed as it is.
+    routes: Routes {
+        label: "chat_completions",
+        paths: &["/v1/chat/completions"],
+        count: Some(CountRoute {
+            label: "tokenize",
+            paths: &["/tokenize", "/v1/tokenize"],
+        }),
+    },
+    operation: "chat",
+    config_name: Some("chat"),
+    speaks_chat: true,
+    anthropic_rate_limits: false,
+    takes_stream_usage: true,
+    normalizes_reasoning: true,
+    shaping: Some(&SHAPING),
+    choices: true,
+    guarded: true,
+    resent_by_default: true,
+    rewrites_answers: true,
+    chat_form: None,
+};
 
-    /// Counted at vLLM's `/tokenize`; SGLang's spelling `/v1/tokenize` is routed as it is.
-    fn routes(&self) -> &Routes {
-        &Routes {
-            label: "chat_completions",
-            paths: &["/v1/chat/completions"],
-            count: Some(CountRoute {
-                label: "tokenize",
-                paths: &["/tokenize", "/v1/tokenize"],
-            }),
-        }
+impl Adapter for Chat {
+    fn spec(&self) -> &ApiSpec {
+        &SPEC
     }
 
     /// vLLM's shape: `{count, max_model_len, method}`.
@@ -59,43 +73,11 @@ impl Adapter for Chat {
         serde_json::json!({"count": tokens, "max_model_len": window, "method": method})
     }
 
-    fn config_name(&self) -> Option<&'static str> {
-        Some("chat")
-    }
-
-    fn speaks_chat(&self) -> bool {
-        true
-    }
-
     fn history_for(&self, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
         Ok(reasoning::rewrite_request_history(
             body,
-            InputField::for_flavor(flavor),
+            flavor.runtime().reasoning_field,
         ))
-    }
-
-    fn rewrites_answers(&self) -> bool {
-        true
-    }
-
-    fn shaping(&self) -> Option<&'static Form> {
-        Some(&SHAPING)
-    }
-
-    fn takes_stream_usage(&self) -> bool {
-        true
-    }
-
-    fn normalizes_reasoning(&self) -> bool {
-        true
-    }
-
-    fn guarded(&self) -> bool {
-        true
-    }
-
-    fn resent_by_default(&self) -> bool {
-        true
     }
 
     fn stream_transform(

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::error::{bounded, ProxyError};
 use crate::flavor::Flavor;
 use crate::reasoning::InputField;
+use crate::runtime::Engine;
 
 /// Whose conversion into chat form a request goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,19 +26,20 @@ pub enum Converter {
 }
 
 impl Converter {
-    /// The converter of a backend that serves the API itself.
+    /// The converter of a backend that serves the API itself: its engine's, or the
+    /// translation for a runtime that converts nothing itself.
     pub fn native(flavor: Flavor) -> Converter {
-        match flavor {
-            Flavor::Llamacpp => Converter::Llamacpp,
-            Flavor::Vllm => Converter::Vllm,
-            Flavor::Sglang => Converter::Sglang,
-            Flavor::Openai => Converter::Translate(InputField::for_flavor(flavor)),
+        match flavor.runtime().converts {
+            Some(Engine::Llamacpp) => Converter::Llamacpp,
+            Some(Engine::Vllm) => Converter::Vllm,
+            Some(Engine::Sglang) => Converter::Sglang,
+            None => Converter::translate(flavor),
         }
     }
 
     /// The translation for a chat-only backend of `flavor`.
     pub fn translate(flavor: Flavor) -> Converter {
-        Converter::Translate(InputField::for_flavor(flavor))
+        Converter::Translate(flavor.runtime().reasoning_field)
     }
 }
 

@@ -40,10 +40,10 @@ impl Endpoint {
             return Endpoint::models;
         }
         for (i, api) in (0u8..).zip(APIS) {
-            if api.routes().paths.contains(&path) {
+            if api.spec().routes.paths.contains(&path) {
                 return Endpoint(2 * i);
             }
-            if api.routes().count_paths().contains(&path) {
+            if api.spec().routes.count_paths().contains(&path) {
                 return Endpoint(2 * i + 1);
             }
         }
@@ -54,7 +54,7 @@ impl Endpoint {
     pub fn of(adapter: &dyn Adapter) -> Endpoint {
         (0u8..)
             .zip(APIS)
-            .find(|(_, a)| a.routes().label == adapter.routes().label)
+            .find(|(_, a)| a.spec().routes.label == adapter.spec().routes.label)
             .map_or(Endpoint::other, |(i, _)| Endpoint(2 * i))
     }
 
@@ -87,22 +87,22 @@ impl Endpoint {
     pub fn label(self) -> &'static str {
         match (self.0, self.api()) {
             (MODELS, _) => "models",
-            (_, Some((a, false))) => a.routes().label,
-            (_, Some((a, true))) => a.routes().count.as_ref().map_or("other", |c| c.label),
+            (_, Some((a, false))) => a.spec().routes.label,
+            (_, Some((a, true))) => a.spec().routes.count.as_ref().map_or("other", |c| c.label),
             _ => "other",
         }
     }
 
     /// `gen_ai.operation.name` of a request to this endpoint.
     pub fn operation(self) -> &'static str {
-        self.adapter().operation()
+        self.adapter().spec().operation
     }
 
     /// The path of this endpoint as a span tells it: an API's own path, the others as one
     /// value (not the client's).
     pub fn span_path(self) -> &'static str {
         match self.api() {
-            Some((a, false)) => a.routes().paths.first().copied().unwrap_or("/v1/*"),
+            Some((a, false)) => a.spec().routes.paths.first().copied().unwrap_or("/v1/*"),
             _ => "/v1/*",
         }
     }
@@ -142,13 +142,16 @@ mod tests {
             let e = Endpoint::from_path(path);
             assert_eq!(e.label(), label, "{path}");
             assert_eq!(format!("{e:?}"), label);
-            assert_eq!(e.adapter().name(), adapter, "{path}");
+            assert_eq!(e.adapter().spec().name, adapter, "{path}");
             assert!(e.index() < Endpoint::COUNT);
         }
         assert_eq!(Endpoint::from_path("/tokenize"), Endpoint::tokenize);
         assert_eq!(Endpoint::chat_completions.label(), "chat_completions");
         assert_eq!(
-            Endpoint::from_path("/v1/tokenize").routed_adapter().name(),
+            Endpoint::from_path("/v1/tokenize")
+                .routed_adapter()
+                .spec()
+                .name,
             "passthrough"
         );
         assert_eq!(

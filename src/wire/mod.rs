@@ -85,13 +85,73 @@ impl Routes {
     }
 }
 
-/// What differs between the APIs, for one API.
-pub trait Adapter: Sync {
+/// An API's constants: where it is served, its names, and what the pipeline does with its
+/// requests. One value per API ([`Adapter::spec`]).
+#[derive(Debug)]
+pub struct ApiSpec {
     /// The API's name in logs.
-    fn name(&self) -> &'static str;
-
+    pub name: &'static str,
     /// Where it is served: its paths and its counting endpoint, with their labels.
-    fn routes(&self) -> &Routes;
+    pub routes: Routes,
+    /// `gen_ai.operation.name` of its requests.
+    pub operation: &'static str,
+    /// Its name in a backend's `apis` list: an API a backend may serve itself or be sent
+    /// translated to chat completions. `None`: every backend is sent it as it is. Which
+    /// runtimes serve it themselves is theirs to say ([`crate::runtime::Runtime::serves`]).
+    pub config_name: Option<&'static str>,
+    /// Its bodies are chat completions requests already: every backend serves it (it is
+    /// what the others are translated to), and the guard counts the body as it is.
+    pub speaks_chat: bool,
+    /// Its rate-limit headers are Anthropic's (`anthropic-ratelimit-*`), not OpenAI's.
+    pub anthropic_rate_limits: bool,
+    /// Streams take `stream_options.include_usage`: the proxy asks for the usage chunk.
+    pub takes_stream_usage: bool,
+    /// Reasoning is normalized: in answers, in stream events and in the request's history.
+    pub normalizes_reasoning: bool,
+    /// What request shaping knows of this API (where its conversation and output limits
+    /// are, its fields, its image parts); `None`: its requests are not shaped.
+    pub shaping: Option<&'static Form>,
+    /// A request may ask for several choices (`n`): its output limit is per choice.
+    pub choices: bool,
+    /// The prompt is counted against the alias's window before it is sent.
+    pub guarded: bool,
+    /// A model call with no effect beyond compute: one a backend dropped without a byte of
+    /// answer goes on to another replica or fallback unless `server.resend_unanswered` is
+    /// false (requests of other APIs: only where it is true).
+    pub resent_by_default: bool,
+    /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`],
+    /// [`Adapter::answer_from_chat`]): the APIs whose answers carry reasoning.
+    pub rewrites_answers: bool,
+    /// How this API's body (a JSON object) becomes the chat-completions body a converter
+    /// makes of it; `None`: its bodies are chat form already (or never converted).
+    pub chat_form: Option<chat_form::Conversion>,
+}
+
+impl ApiSpec {
+    /// The keys of the output limit, in the order they take effect (the guard clamps them):
+    /// its [`Form`]'s; none for an API that is not shaped.
+    pub fn output_limit(&self) -> &'static [&'static str] {
+        self.shaping.map_or(&[], |form| form.limits)
+    }
+
+    /// A backend of `flavor` serves it itself unless its `apis` list says otherwise: an API
+    /// with no name in `apis` always, the others where its runtime says so.
+    pub fn served_by_default(&self, flavor: Flavor) -> bool {
+        self.config_name
+            .is_none_or(|name| flavor.runtime().serves.contains(&name))
+    }
+
+    /// The backend's own counting endpoint, where a `flavor` backend serving this API has one.
+    pub fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
+        self.config_name
+            .and_then(|name| flavor.runtime().count_path(name))
+    }
+}
+
+/// What differs between the APIs, for one API: its constants ([`ApiSpec`]) and what it does.
+pub trait Adapter: Sync {
+    /// The API's constants.
+    fn spec(&self) -> &ApiSpec;
 
     /// The counting endpoint's answer: `tokens` of the prompt, of an alias whose window is
     /// `window`, counted by `method`.
@@ -99,76 +159,10 @@ pub trait Adapter: Sync {
         serde_json::json!({ "input_tokens": tokens })
     }
 
-    /// The backend's own counting endpoint, where a `flavor` backend serving this API has one.
-    fn native_count_path(&self, _flavor: Flavor) -> Option<&'static str> {
-        None
-    }
-
-    /// `gen_ai.operation.name` of its requests.
-    fn operation(&self) -> &'static str {
-        "chat"
-    }
-
-    /// Its name in a backend's `apis` list: an API a backend may serve itself or be sent
-    /// translated to chat completions. `None`: every backend is sent it as it is.
-    fn config_name(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// A backend of `flavor` serves it itself unless its `apis` list says otherwise.
-    fn served_by_default(&self, _flavor: Flavor) -> bool {
-        true
-    }
-
-    /// Its bodies are chat completions requests already: every backend serves it (it is
-    /// what the others are translated to), and the guard counts the body as it is.
-    fn speaks_chat(&self) -> bool {
-        false
-    }
-
     /// `body` with the reasoning in its history in the form a `flavor` runtime reads; `None`
     /// when it is in that form already (or the API carries no reasoning in its history).
     fn history_for(&self, _body: &[u8], _flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
         Ok(None)
-    }
-
-    /// Its rate-limit headers are Anthropic's (`anthropic-ratelimit-*`), not OpenAI's.
-    fn anthropic_rate_limits(&self) -> bool {
-        false
-    }
-
-    /// Streams take `stream_options.include_usage`: the proxy asks for the usage chunk.
-    fn takes_stream_usage(&self) -> bool {
-        false
-    }
-
-    /// Reasoning is normalized: in answers, in stream events and in the request's history.
-    fn normalizes_reasoning(&self) -> bool {
-        false
-    }
-
-    /// What request shaping knows of this API (where its conversation and output limits
-    /// are, its fields, its image parts); `None`: its requests are not shaped.
-    fn shaping(&self) -> Option<&'static Form> {
-        None
-    }
-
-    /// The prompt is counted against the alias's window before it is sent.
-    fn guarded(&self) -> bool {
-        false
-    }
-
-    /// A model call with no effect beyond compute: one a backend dropped without a byte of
-    /// answer goes on to another replica or fallback unless `server.resend_unanswered` is
-    /// false (requests of other APIs: only where it is true).
-    fn resent_by_default(&self) -> bool {
-        false
-    }
-
-    /// How this API's body (a JSON object) becomes the chat-completions body a converter
-    /// makes of it; `None`: its bodies are chat form already (or never converted).
-    fn chat_form(&self) -> Option<chat_form::Conversion> {
-        None
     }
 
     /// The chat-completions body `converter` makes of this API's `body`: what a backend
@@ -179,7 +173,7 @@ pub trait Adapter: Sync {
         body: &'a [u8],
         converter: Converter,
     ) -> Result<Cow<'a, [u8]>, ProxyError> {
-        match self.chat_form() {
+        match self.spec().chat_form {
             None => Ok(Cow::Borrowed(body)),
             Some(convert) => chat_form::convert(body, converter, convert, None).map(Cow::Owned),
         }
@@ -193,21 +187,15 @@ pub trait Adapter: Sync {
         converter: Converter,
         model: &str,
     ) -> Result<Vec<u8>, ProxyError> {
-        match self.chat_form() {
+        match self.spec().chat_form {
             None => Ok(body.to_vec()),
             Some(convert) => chat_form::convert(body, converter, convert, Some(model)),
         }
     }
 
-    /// The keys of the output limit, in the order they take effect (the guard clamps them):
-    /// its [`Form`]'s; none for an API that is not shaped.
-    fn output_limit(&self) -> &'static [&'static str] {
-        self.shaping().map_or(&[], |form| form.limits)
-    }
-
-    /// The output the request asks room for: the first of [`Adapter::output_limit`] set.
+    /// The output the request asks room for: the first of [`ApiSpec::output_limit`] set.
     fn requested_output(&self, body: &[u8]) -> Result<Option<u32>, ProxyError> {
-        request::output_limit(body, self.output_limit())
+        request::output_limit(body, self.spec().output_limit())
     }
 
     /// An error as this API's HTTP answer.
@@ -227,12 +215,6 @@ pub trait Adapter: Sync {
         _tags: Option<Arc<ThinkTags>>,
     ) -> Option<Box<dyn EventTransform>> {
         None
-    }
-
-    /// Whole answers are read to be rewritten ([`Adapter::rewrite_answer`],
-    /// [`Adapter::answer_from_chat`]): the APIs whose answers carry reasoning.
-    fn rewrites_answers(&self) -> bool {
-        false
     }
 
     /// The handling of this API's whole stream events, when the API has its own (repair to the
@@ -291,7 +273,9 @@ pub fn adapter(endpoint: Endpoint) -> &'static dyn Adapter {
 
 /// The registered API whose `apis` name is `name`.
 pub fn by_config_name(name: &str) -> Option<&'static dyn Adapter> {
-    APIS.iter().copied().find(|a| a.config_name() == Some(name))
+    APIS.iter()
+        .copied()
+        .find(|a| a.spec().config_name == Some(name))
 }
 
 #[cfg(test)]

@@ -2,16 +2,10 @@
 //! `model`, nothing rewritten but the model, OpenAI's error envelope.
 
 use super::shape::{self, Form};
-use super::{Adapter, Routes};
+use super::{Adapter, ApiSpec, Routes};
 
-/// A pass-through API; `usage_option`: its streams take `stream_options.include_usage`.
-pub struct Passthrough {
-    name: &'static str,
-    routes: Routes,
-    operation: &'static str,
-    usage_option: bool,
-    shaping: Option<&'static Form>,
-}
+/// A pass-through API: its constants are all it has.
+pub struct Passthrough(pub ApiSpec);
 
 /// How legacy completions are shaped: no conversation (a `prompt`), their own fields.
 pub const COMPLETIONS_SHAPING: Form = Form {
@@ -36,34 +30,9 @@ pub const COMPLETIONS_SHAPING: Form = Form {
     typed_items: false,
 };
 
-/// Legacy completions: their streams carry a usage chunk when asked.
-pub const COMPLETIONS: Passthrough = Passthrough {
-    name: "completions",
-    routes: Routes {
-        label: "completions",
-        paths: &["/v1/completions"],
-        count: None,
-    },
-    operation: "text_completion",
-    usage_option: true,
-    shaping: Some(&COMPLETIONS_SHAPING),
-};
-
-/// Embeddings: not shaped.
-pub const EMBEDDINGS: Passthrough = Passthrough {
-    name: "passthrough",
-    routes: Routes {
-        label: "embeddings",
-        paths: &["/v1/embeddings"],
-        count: None,
-    },
-    operation: "embeddings",
-    usage_option: false,
-    shaping: None,
-};
-
-/// Every other routed API (not registered: what no registered path is).
-pub const OTHER: Passthrough = Passthrough {
+/// Every other routed API (not registered: what no registered path is): nothing is done with
+/// its requests but routing them.
+pub const OTHER: Passthrough = Passthrough(ApiSpec {
     name: "passthrough",
     routes: Routes {
         label: "other",
@@ -71,28 +40,47 @@ pub const OTHER: Passthrough = Passthrough {
         count: None,
     },
     operation: "chat",
-    usage_option: false,
+    config_name: None,
+    speaks_chat: false,
+    anthropic_rate_limits: false,
+    takes_stream_usage: false,
+    normalizes_reasoning: false,
     shaping: None,
-};
+    choices: false,
+    guarded: false,
+    resent_by_default: false,
+    rewrites_answers: false,
+    chat_form: None,
+});
+
+/// Legacy completions: their streams carry a usage chunk when asked; shaped, `n` choices.
+pub const COMPLETIONS: Passthrough = Passthrough(ApiSpec {
+    name: "completions",
+    routes: Routes {
+        label: "completions",
+        paths: &["/v1/completions"],
+        count: None,
+    },
+    operation: "text_completion",
+    takes_stream_usage: true,
+    shaping: Some(&COMPLETIONS_SHAPING),
+    choices: true,
+    ..OTHER.0
+});
+
+/// Embeddings: not shaped.
+pub const EMBEDDINGS: Passthrough = Passthrough(ApiSpec {
+    routes: Routes {
+        label: "embeddings",
+        paths: &["/v1/embeddings"],
+        count: None,
+    },
+    operation: "embeddings",
+    ..OTHER.0
+});
 
 impl Adapter for Passthrough {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn routes(&self) -> &Routes {
-        &self.routes
-    }
-
-    fn operation(&self) -> &'static str {
-        self.operation
-    }
-
-    fn takes_stream_usage(&self) -> bool {
-        self.usage_option
-    }
-
-    fn shaping(&self) -> Option<&'static Form> {
-        self.shaping
+    fn spec(&self) -> &ApiSpec {
+        &self.0
     }
 }

@@ -14,23 +14,23 @@ use crate::wire::stream::{ApiEvents, Seen, StreamContext};
 #[test]
 fn each_endpoint_has_the_adapter_of_its_api() {
     let at = |path| adapter(Endpoint::from_path(path));
-    assert_eq!(adapter(Endpoint::chat_completions).name(), "chat");
-    assert_eq!(at("/v1/responses").name(), "responses");
-    assert_eq!(at("/v1/messages").name(), "messages");
-    assert_eq!(at("/v1/messages/count_tokens").name(), "messages");
-    assert_eq!(at("/v1/completions").name(), "completions");
-    assert_eq!(at("/v1/embeddings").name(), "passthrough");
-    assert!(adapter(Endpoint::chat_completions).guarded());
-    assert!(!at("/v1/embeddings").takes_stream_usage());
-    assert!(at("/v1/completions").takes_stream_usage());
+    assert_eq!(adapter(Endpoint::chat_completions).spec().name, "chat");
+    assert_eq!(at("/v1/responses").spec().name, "responses");
+    assert_eq!(at("/v1/messages").spec().name, "messages");
+    assert_eq!(at("/v1/messages/count_tokens").spec().name, "messages");
+    assert_eq!(at("/v1/completions").spec().name, "completions");
+    assert_eq!(at("/v1/embeddings").spec().name, "passthrough");
+    assert!(adapter(Endpoint::chat_completions).spec().guarded);
+    assert!(!at("/v1/embeddings").spec().takes_stream_usage);
+    assert!(at("/v1/completions").spec().takes_stream_usage);
 }
 
 #[test]
 fn the_registry_names_each_api_once() {
-    let mut labels: Vec<&str> = APIS.iter().map(|a| a.routes().label).collect();
+    let mut labels: Vec<&str> = APIS.iter().map(|a| a.spec().routes.label).collect();
     labels.extend(
         APIS.iter()
-            .filter_map(|a| a.routes().count.as_ref().map(|c| c.label)),
+            .filter_map(|a| a.spec().routes.count.as_ref().map(|c| c.label)),
     );
     let n = labels.len();
     labels.sort_unstable();
@@ -38,7 +38,13 @@ fn the_registry_names_each_api_once() {
     assert_eq!(labels.len(), n, "an endpoint label twice");
     let mut paths: Vec<&str> = APIS
         .iter()
-        .flat_map(|a| a.routes().paths.iter().chain(a.routes().count_paths()))
+        .flat_map(|a| {
+            a.spec()
+                .routes
+                .paths
+                .iter()
+                .chain(a.spec().routes.count_paths())
+        })
         .copied()
         .collect();
     let n = paths.len();
@@ -46,14 +52,47 @@ fn the_registry_names_each_api_once() {
     paths.dedup();
     assert_eq!(paths.len(), n, "a path twice");
     assert_eq!(
-        by_config_name("messages").map(|a| a.name()),
+        by_config_name("messages").map(|a| a.spec().name),
         Some("messages")
     );
     assert!(by_config_name("grpc").is_none());
     // What the other APIs are translated to is registered and served everywhere.
-    let chat: Vec<_> = APIS.iter().filter(|a| a.speaks_chat()).collect();
+    let chat: Vec<_> = APIS.iter().filter(|a| a.spec().speaks_chat).collect();
     assert_eq!(chat.len(), 1);
-    assert!(chat[0].config_name().is_some());
+    assert!(chat[0].spec().config_name.is_some());
+}
+
+#[test]
+fn each_specs_facts_agree_and_runtimes_name_registered_apis() {
+    for api in APIS.iter().chain([&(&passthrough::OTHER as &dyn Adapter)]) {
+        let spec = api.spec();
+        let asks_n = spec.shaping.is_some_and(|f| f.own.contains(&"n"));
+        assert_eq!(
+            spec.choices, asks_n,
+            "{}: choices is its `n` field",
+            spec.name
+        );
+        assert!(
+            spec.guarded <= spec.shaping.is_some(),
+            "{}: guarded unshaped",
+            spec.name
+        );
+    }
+    for r in crate::runtime::RUNTIMES {
+        let names = r.serves.iter().chain(r.count_paths.iter().map(|c| &c.api));
+        for name in names {
+            assert!(by_config_name(name).is_some(), "{}: no API {name}", r.name);
+        }
+        for c in r.count_paths {
+            let api = by_config_name(c.api).unwrap();
+            assert!(
+                api.spec().routes.count.is_some(),
+                "{}: {} counts nothing",
+                r.name,
+                c.api
+            );
+        }
+    }
 }
 
 fn ctx() -> StreamContext {

@@ -15,7 +15,7 @@ use super::json::{JMap, J};
 use super::template::ChatTemplate;
 use super::CountError;
 use crate::config::MediaCosts;
-use crate::flavor::Flavor;
+use crate::runtime::Engine;
 
 /// A request ready for the template: its globals and what happens around the rendering.
 #[derive(Debug, Default)]
@@ -59,8 +59,8 @@ impl Media {
     }
 }
 
-/// Prepares a parsed chat body as `flavor` would before rendering `tmpl`.
-pub fn prepare(body: &J, flavor: Flavor, tmpl: &ChatTemplate) -> Result<Prepared, CountError> {
+/// Prepares a parsed chat body as `engine` would before rendering `tmpl`.
+pub fn prepare(body: &J, engine: Engine, tmpl: &ChatTemplate) -> Result<Prepared, CountError> {
     let req = body
         .as_obj()
         .ok_or_else(|| invalid("the body is not a JSON object"))?;
@@ -68,10 +68,10 @@ pub fn prepare(body: &J, flavor: Flavor, tmpl: &ChatTemplate) -> Result<Prepared
         .get("messages")
         .and_then(J::as_arr)
         .ok_or_else(|| invalid("messages must be an array"))?;
-    match flavor {
-        Flavor::Llamacpp => llamacpp::prepare(req, messages, tmpl),
-        Flavor::Vllm | Flavor::Openai => hf::prepare_vllm(req, messages, tmpl),
-        Flavor::Sglang => hf::prepare_sglang(req, messages, tmpl),
+    match engine {
+        Engine::Llamacpp => llamacpp::prepare(req, messages, tmpl),
+        Engine::Vllm => hf::prepare_vllm(req, messages, tmpl),
+        Engine::Sglang => hf::prepare_sglang(req, messages, tmpl),
     }
 }
 

@@ -17,11 +17,9 @@ use serde::Serialize;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, CountRoute, Form, Routes};
+use super::{Adapter, ApiSpec, CountRoute, Form, Routes};
 use crate::error::ProxyError;
-use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
-use crate::wire::chat_form;
 
 /// The Messages adapter.
 pub struct Messages;
@@ -114,60 +112,34 @@ pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
     })
 }
 
+/// The Messages API's constants.
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "messages",
+    routes: Routes {
+        label: "messages",
+        paths: &["/v1/messages"],
+        count: Some(CountRoute {
+            label: "count_tokens",
+            paths: &["/v1/messages/count_tokens"],
+        }),
+    },
+    operation: "chat",
+    config_name: Some("messages"),
+    speaks_chat: false,
+    anthropic_rate_limits: true,
+    takes_stream_usage: false,
+    normalizes_reasoning: false,
+    shaping: Some(&SHAPING),
+    choices: false,
+    guarded: true,
+    resent_by_default: true,
+    rewrites_answers: true,
+    chat_form: Some(to_chat::to_chat),
+};
+
 impl Adapter for Messages {
-    fn name(&self) -> &'static str {
-        "messages"
-    }
-
-    fn routes(&self) -> &Routes {
-        &Routes {
-            label: "messages",
-            paths: &["/v1/messages"],
-            count: Some(CountRoute {
-                label: "count_tokens",
-                paths: &["/v1/messages/count_tokens"],
-            }),
-        }
-    }
-
-    fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
-        match flavor {
-            Flavor::Llamacpp | Flavor::Vllm | Flavor::Sglang => Some("/v1/messages/count_tokens"),
-            Flavor::Openai => None,
-        }
-    }
-
-    fn config_name(&self) -> Option<&'static str> {
-        Some("messages")
-    }
-
-    /// llama.cpp, vLLM and SGLang serve it; any other OpenAI-style server chat only.
-    fn served_by_default(&self, flavor: Flavor) -> bool {
-        flavor != Flavor::Openai
-    }
-
-    fn anthropic_rate_limits(&self) -> bool {
-        true
-    }
-
-    fn rewrites_answers(&self) -> bool {
-        true
-    }
-
-    fn shaping(&self) -> Option<&'static Form> {
-        Some(&SHAPING)
-    }
-
-    fn guarded(&self) -> bool {
-        true
-    }
-
-    fn resent_by_default(&self) -> bool {
-        true
-    }
-
-    fn chat_form(&self) -> Option<chat_form::Conversion> {
-        Some(to_chat::to_chat)
+    fn spec(&self) -> &ApiSpec {
+        &SPEC
     }
 
     /// The status and headers (`Retry-After` among them) are those of the OpenAI rendering; the

@@ -1,17 +1,19 @@
 //! Reasoning items sent back in a Responses history, in the form each backend reads them.
 //!
-//! llama.cpp takes a reasoning item only with a `summary` array and a non-empty `content`
-//! array whose first part has the text (it refuses the whole request otherwise), while
-//! clients such as Codex send the summary and leave `content` out; vLLM refuses any item
-//! with `encrypted_content`. Items are rewritten so the backend reads their text: the summary
-//! texts become the content for llama.cpp (an item with no text at all is left out), and the
-//! encrypted content, which no self-hosted backend can read, is dropped for vLLM and SGLang.
+//! How a runtime reads them is its [`crate::runtime::Runtime::reasoning_items`]: llama.cpp
+//! takes a reasoning item only with a `summary` array and a non-empty `content` array whose
+//! first part has the text (it refuses the whole request otherwise), while clients such as
+//! Codex send the summary and leave `content` out; vLLM refuses any item with
+//! `encrypted_content`. Items are rewritten so the backend reads their text: the summary texts
+//! become the content where it is required (an item with no text at all is left out), and the
+//! encrypted content, which no self-hosted backend can read, is dropped elsewhere.
 
 use memchr::memmem;
 use serde_json::{json, Value};
 
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
+use crate::runtime::ReasoningItems;
 use crate::wire::chat_form::{object, str_or, to_bytes};
 
 /// `body` with its reasoning items in the form `flavor` reads, or `None` when none needs it.
@@ -24,13 +26,14 @@ pub fn reasoning_items(body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, P
         return Ok(None);
     };
     let mut changed = false;
+    let form = flavor.runtime().reasoning_items;
     items.retain_mut(|item| {
         if str_or(item, "type", "") != "reasoning" {
             return true;
         }
-        match flavor {
-            Flavor::Llamacpp => for_llamacpp(item, &mut changed),
-            _ => {
+        match form {
+            ReasoningItems::ContentRequired => with_content(item, &mut changed),
+            ReasoningItems::EncryptedDropped => {
                 if item.get("encrypted_content").is_some() {
                     if let Some(o) = item.as_object_mut() {
                         o.remove("encrypted_content");
@@ -48,7 +51,7 @@ pub fn reasoning_items(body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, P
 }
 
 /// Keeps the item (made readable) or says to leave it out.
-fn for_llamacpp(item: &mut Value, changed: &mut bool) -> bool {
+fn with_content(item: &mut Value, changed: &mut bool) -> bool {
     let has_text = item
         .get("content")
         .and_then(Value::as_array)

@@ -14,11 +14,10 @@ pub mod usage;
 
 use super::stream::{ApiEvents, StreamContext};
 use super::usage::Usage;
-use super::{Adapter, CountRoute, Form, Routes};
+use super::{Adapter, ApiSpec, CountRoute, Form, Routes};
 use crate::error::ProxyError;
 use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
-use crate::wire::chat_form;
 
 /// The Responses adapter.
 pub struct Responses;
@@ -47,20 +46,34 @@ fn image_part(url: &str, _data: Option<(&str, &str)>) -> serde_json::Value {
     serde_json::json!({"type": "input_image", "image_url": url, "detail": "auto"})
 }
 
-impl Adapter for Responses {
-    fn name(&self) -> &'static str {
-        "responses"
-    }
+/// The Responses API's constants.
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "responses",
+    routes: Routes {
+        label: "responses",
+        paths: &["/v1/responses"],
+        count: Some(CountRoute {
+            label: "input_tokens",
+            paths: &["/v1/responses/input_tokens"],
+        }),
+    },
+    operation: "chat",
+    config_name: Some("responses"),
+    speaks_chat: false,
+    anthropic_rate_limits: false,
+    takes_stream_usage: false,
+    normalizes_reasoning: false,
+    shaping: Some(&SHAPING),
+    choices: false,
+    guarded: true,
+    resent_by_default: true,
+    rewrites_answers: true,
+    chat_form: Some(to_chat::to_chat),
+};
 
-    fn routes(&self) -> &Routes {
-        &Routes {
-            label: "responses",
-            paths: &["/v1/responses"],
-            count: Some(CountRoute {
-                label: "input_tokens",
-                paths: &["/v1/responses/input_tokens"],
-            }),
-        }
+impl Adapter for Responses {
+    fn spec(&self) -> &ApiSpec {
+        &SPEC
     }
 
     /// OpenAI's shape: `{input_tokens, object: "response.input_tokens"}`.
@@ -68,42 +81,9 @@ impl Adapter for Responses {
         serde_json::json!({"input_tokens": tokens, "object": "response.input_tokens"})
     }
 
-    fn native_count_path(&self, flavor: Flavor) -> Option<&'static str> {
-        (flavor == Flavor::Llamacpp).then_some("/v1/responses/input_tokens")
-    }
-
-    fn config_name(&self) -> Option<&'static str> {
-        Some("responses")
-    }
-
-    /// llama.cpp, vLLM and SGLang serve it; any other OpenAI-style server chat only.
-    fn served_by_default(&self, flavor: Flavor) -> bool {
-        flavor != Flavor::Openai
-    }
-
     /// Reasoning items in the form the runtime reads ([`history`]).
     fn history_for(&self, body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
         history::reasoning_items(body, flavor)
-    }
-
-    fn rewrites_answers(&self) -> bool {
-        true
-    }
-
-    fn shaping(&self) -> Option<&'static Form> {
-        Some(&SHAPING)
-    }
-
-    fn guarded(&self) -> bool {
-        true
-    }
-
-    fn resent_by_default(&self) -> bool {
-        true
-    }
-
-    fn chat_form(&self) -> Option<chat_form::Conversion> {
-        Some(to_chat::to_chat)
     }
 
     fn stream_events(&self, ctx: &StreamContext) -> Option<Box<dyn ApiEvents>> {

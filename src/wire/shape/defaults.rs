@@ -16,7 +16,7 @@ pub fn has_field(api: &Form, key: &str) -> bool {
     api.own.contains(&key)
         || !crate::wire::APIS
             .iter()
-            .filter_map(|a| a.shaping())
+            .filter_map(|a| a.spec().shaping)
             .any(|f| f.own.contains(&key))
 }
 

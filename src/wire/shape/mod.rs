@@ -18,7 +18,7 @@ use crate::error::ProxyError;
 pub use defaults::{has_field, is_request_field};
 pub use inputs::{Input, Kind};
 
-/// What shaping knows of one API, its adapter's ([`crate::wire::Adapter::shaping`]): where its
+/// What shaping knows of one API, its adapter's ([`crate::wire::ApiSpec::shaping`]): where its
 /// conversation and output limits are, which fields it has, how it writes an image part.
 #[derive(Debug)]
 pub struct Form {
