@@ -9,7 +9,8 @@ use common::*;
 use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 use switchboard::flavor::Flavor;
-use switchboard::fleet::balance::{conversation_key, order, SESSION_HEADER};
+use switchboard::fleet::balance::order;
+use switchboard::fleet::conversation::{conversation_key, HARNESS_HEADERS, SESSION_HEADER};
 use switchboard::sim::{Sim, SimConfig};
 
 /// Turn `n` of conversation `conv`: its leading messages the same every turn.
@@ -87,6 +88,45 @@ async fn two_processes_send_each_conversation_to_the_same_replica() {
             ),
             0.0
         );
+    }
+}
+
+/// The id a harness sends of its own accord (Claude Code's and Codex CLI's headers, a body's
+/// `prompt_cache_key`) keeps a conversation on one replica though its messages differ from
+/// request to request (by its leading messages alone, eight such requests would spread over
+/// the three replicas).
+#[tokio::test]
+async fn each_harness_conversation_id_keeps_its_requests_on_one_replica() {
+    let sims = [
+        sim(SimConfig::default()).await,
+        sim(SimConfig::default()).await,
+        sim(SimConfig::default()).await,
+    ];
+    let urls = [
+        ("a", sims[0].url()),
+        ("b", sims[1].url()),
+        ("c", sims[2].url()),
+    ];
+    let p = proxy(&three_replicas(&["a", "b", "c"]), &urls).await;
+    let c = client();
+    let sources = HARNESS_HEADERS
+        .iter()
+        .map(|h| Some(h.clone()))
+        .chain([None]);
+    for (i, header) in sources.enumerate() {
+        let marker = format!("source {i}");
+        for n in 0..8 {
+            let text = format!("{marker}, task {n}");
+            let mut body = json!({"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": text}]});
+            let mut req = c.post(p.url("/v1/chat/completions"));
+            match &header {
+                Some(h) => req = req.header(h, format!("conversation-{i}")),
+                None => body["prompt_cache_key"] = json!(format!("conversation-{i}")),
+            }
+            assert_eq!(req.json(&body).send().await.unwrap().status(), 200);
+        }
+        let on: Vec<usize> = sims.iter().map(|s| chats_with(s, &marker)).collect();
+        assert!(on.contains(&8), "{header:?}: the conversation split {on:?}");
     }
 }
 

@@ -334,6 +334,39 @@ async fn a_streamed_chat_is_a_server_span_with_a_client_span_per_attempt() {
     );
 }
 
+/// A Codex CLI request: its thread is the span's conversation, and the kind of request its
+/// turn metadata names (a compaction here) is on the span.
+#[tokio::test]
+async fn a_codex_requests_thread_and_kind_are_on_its_span() {
+    let otlp = Receiver::start(Mode::Answer).await;
+    let backend = sim(sim_config(Flavor::Llamacpp)).await;
+    let tracing = tracing_section(&otlp.url, "sample_ratio = 1.0");
+    let p = traced_proxy("llamacpp", "", &tracing, backend.url()).await;
+    let resp = client()
+        .post(p.url("/v1/chat/completions"))
+        .header("session-id", "codex-session-1")
+        .header("thread-id", "codex-thread-9")
+        .header(
+            "x-codex-turn-metadata",
+            r#"{"turn_id":"t3","request_kind":"compact","thread_source":"user"}"#,
+        )
+        .json(&chat("a", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let spans = otlp.requests(1).await;
+    let srv = server(&spans);
+    assert_eq!(
+        s(&srv, "gen_ai.conversation.id").as_deref(),
+        Some("codex-thread-9")
+    );
+    assert_eq!(
+        s(&srv, "switchboard.request_kind").as_deref(),
+        Some("compact")
+    );
+}
+
 #[tokio::test]
 async fn a_messages_request_translated_for_a_chat_only_backend_names_its_translation() {
     let otlp = Receiver::start(Mode::Answer).await;

@@ -11,14 +11,8 @@
 
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderName};
 use prometheus_client::encoding::EncodeLabelValue;
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3Default};
-
-/// A client's own conversation id; without it the key comes from the leading messages.
-pub const SESSION_HEADER: HeaderName = HeaderName::from_static("x-switchboard-session");
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Conversations remembered (the oldest are forgotten first).
 const REMEMBERED: usize = 16 * 1024;
@@ -172,148 +166,12 @@ impl Affinity {
     }
 }
 
-#[derive(Deserialize)]
-struct Leading<'a> {
-    #[serde(borrow, default)]
-    system: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    messages: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
-}
-
-/// One message or input item, as much as tells whose it is: the client's, the model's or a
-/// tool's.
-#[derive(Deserialize)]
-struct Item<'a> {
-    #[serde(borrow, default)]
-    role: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default, rename = "type")]
-    kind: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-}
-
-/// A content block's type.
-#[derive(Deserialize)]
-struct Block<'a> {
-    #[serde(borrow, default, rename = "type")]
-    kind: Option<std::borrow::Cow<'a, str>>,
-}
-
-/// A request's conversation, as every process reads it from the request alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Conversation {
-    /// What the order of its replicas is computed from.
-    pub key: u64,
-    /// Its history holds an answer of the model or a tool's result ([`answered`]): a later
-    /// turn, whose prefix its replica may hold cached. More user messages alone are not one.
-    pub later: bool,
-}
-
-/// The conversation of a request for `alias`: its key from its session header, else from its
-/// leading messages (system prompt and messages up to the first user message, which every
-/// later turn repeats), and whether it is a later turn ([`answered`]). `None` when the body
-/// has neither.
-/// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
-/// of pieces hash alike by their joins).
-pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
-    let mut h = Pieces(Xxh3Default::new());
-    h.piece(alias.as_bytes());
-    let lead: Option<Leading<'_>> = serde_json::from_slice(body).ok();
-    let system = lead.as_ref().and_then(|l| l.system);
-    let items = lead.and_then(Leading::items);
-    let leading = items.as_deref().map(leading);
-    let later = items.as_deref().is_some_and(answered);
-    if let Some(session) = headers.get(SESSION_HEADER) {
-        h.piece(b"session");
-        h.piece(session.as_bytes());
-        return Some(Conversation {
-            key: h.0.digest(),
-            later,
-        });
-    }
-    let leading = leading.filter(|l| !l.is_empty())?;
-    if let Some(system) = system {
-        h.piece(system.get().as_bytes());
-    }
-    for item in leading {
-        h.piece(item.get().as_bytes());
-    }
-    Some(Conversation {
-        key: h.0.digest(),
-        later,
-    })
-}
-
-impl<'a> Leading<'a> {
-    /// Its messages (chat, Messages) or input items (Responses; a plain string input is the
-    /// whole conversation's start).
-    fn items(self) -> Option<Vec<&'a RawValue>> {
-        match (self.messages, self.input) {
-            (Some(m), _) => Some(m),
-            (None, Some(input)) => match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
-                Ok(items) => Some(items),
-                Err(_) => Some(vec![input]),
-            },
-            (None, None) => None,
-        }
-    }
-}
-
-/// The leading part of `items`: up to and with the first user message (all of them when
-/// none is a user's).
-fn leading<'i, 'a>(items: &'i [&'a RawValue]) -> &'i [&'a RawValue] {
-    let end = items
-        .iter()
-        .position(|item| {
-            let item: Option<Item<'_>> = serde_json::from_str(item.get()).ok();
-            item.and_then(|i| i.role).as_deref() == Some("user")
-        })
-        .map_or(items.len(), |i| i + 1);
-    &items[..end]
-}
-
-/// Whether `items` hold an answer of the model or a tool's result, what makes a later turn: a
-/// chat message of role `assistant`, `tool` (or the old `function`); an Anthropic `assistant`
-/// message or a `tool_result` block; a Responses item of role `assistant`, a `reasoning` item,
-/// or a call or its output (`function_call`, `function_call_output`, any `*_call` and
-/// `*_call_output`). Looked for from the end, where the last answer is.
-fn answered(items: &[&RawValue]) -> bool {
-    items.iter().rev().any(|item| {
-        let Ok(i) = serde_json::from_str::<Item<'_>>(item.get()) else {
-            return false;
-        };
-        let kind = i.kind.as_deref().unwrap_or("");
-        matches!(i.role.as_deref(), Some("assistant" | "tool" | "function"))
-            || kind == "reasoning"
-            || kind.ends_with("_call")
-            || kind.ends_with("_call_output")
-            || i.content.is_some_and(holds_tool_result)
-    })
-}
-
-/// Whether message content is a list of blocks with a `tool_result` among them.
-fn holds_tool_result(content: &RawValue) -> bool {
-    content.get().starts_with('[')
-        && serde_json::from_str::<Vec<Block<'_>>>(content.get())
-            .is_ok_and(|b| b.iter().any(|b| b.kind.as_deref() == Some("tool_result")))
-}
-
-/// A streaming hash fed length-prefixed pieces.
-struct Pieces(Xxh3Default);
-
-impl Pieces {
-    fn piece(&mut self, bytes: &[u8]) {
-        self.0.update(&(bytes.len() as u64).to_le_bytes());
-        self.0.update(bytes);
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::fleet::conversation::{conversation_key, SESSION_HEADER};
+    use http::HeaderMap;
 
     #[test]
     fn most_free_slots_then_fewest_requests_then_in_turn() {
@@ -330,97 +188,6 @@ mod tests {
             .collect();
         assert_eq!(picks, [0, 1, 2, 0]);
         assert_eq!(least_loaded(2, 0, |_| None), None);
-    }
-
-    #[test]
-    fn a_conversation_keeps_its_key_as_it_grows() {
-        let h = HeaderMap::new();
-        let turn1 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
-        let turn2 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
-        let other = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"uno"}]}"#;
-        let key = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).map(|c| c.key);
-        let k1 = key(&h, turn1).unwrap();
-        assert_eq!(key(&h, turn2), Some(k1));
-        assert_ne!(key(&h, other), Some(k1));
-        assert_ne!(conversation_key("b", &h, turn1).map(|c| c.key), Some(k1));
-        let mut with = HeaderMap::new();
-        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
-        let s = key(&with, turn1).unwrap();
-        assert_eq!(key(&with, other), Some(s));
-        assert_eq!(key(&h, br#"{"model":"a"}"#), None);
-        let input = br#"{"model":"a","input":"hello"}"#;
-        assert!(key(&h, input).is_some());
-    }
-
-    #[test]
-    fn a_turn_after_the_first_user_message_is_a_later_turn() {
-        let h = HeaderMap::new();
-        let later = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).unwrap().later;
-        let first =
-            br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
-        let second = br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
-        assert!(!later(&h, first));
-        assert!(later(&h, second));
-        // Anthropic Messages: the system prompt apart; Responses: input items or a string.
-        let messages = br#"{"system":"S","messages":[{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
-        assert!(later(&h, messages));
-        let items = br#"{"input":[{"role":"user","content":"one"},{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
-        assert!(later(&h, items));
-        assert!(!later(&h, br#"{"input":"hello"}"#));
-        // A session header keys the conversation; its body still tells the turn.
-        let mut with = HeaderMap::new();
-        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
-        assert!(!later(&with, first));
-        assert!(later(&with, second));
-        assert!(!later(&with, b"{}"));
-    }
-
-    #[test]
-    fn only_an_answer_of_the_model_or_a_tool_result_makes_a_later_turn() {
-        let h = HeaderMap::new();
-        let later = |body: &str| conversation_key("a", &h, body.as_bytes()).unwrap().later;
-        let user = r#"{"role":"user","content":"u"}"#;
-        let chat = |rest: &str| format!(r#"{{"messages":[{user}{rest}]}}"#);
-        // More user messages, or a system one, are no answer.
-        assert!(!later(&chat(&format!(",{user}"))));
-        assert!(!later(&chat(&format!(",{user},{user}"))));
-        assert!(!later(&chat(r#",{"role":"system","content":"s"}"#)));
-        assert!(!later(&chat(
-            r#",{"role":"user","content":[{"type":"text","text":"t"}]}"#
-        )));
-        // Chat: the model's answer, a tool's.
-        assert!(later(&chat(
-            r#",{"role":"assistant","content":"a"},{"role":"user","content":"v"}"#
-        )));
-        assert!(later(&chat(
-            r#",{"role":"tool","tool_call_id":"c","content":"ok"}"#
-        )));
-        // Messages: a tool_result block in a user message.
-        let result = r#",{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"}]}"#;
-        assert!(later(&chat(result)));
-        // Responses items.
-        let input = |rest: &str| format!(r#"{{"input":[{user}{rest}]}}"#);
-        assert!(!later(&input(&format!(",{user}"))));
-        assert!(!later(&input(
-            r#",{"type":"message","role":"user","content":"v"}"#
-        )));
-        for item in [
-            r#"{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]}"#,
-            r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}"#,
-            r#"{"type":"function_call_output","call_id":"c","output":"ok"}"#,
-            r#"{"type":"reasoning","summary":[]}"#,
-        ] {
-            assert!(later(&input(&format!(",{item}"))), "{item}");
-        }
-        // With a session header the same.
-        let mut with = HeaderMap::new();
-        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
-        let two_users = chat(&format!(",{user}"));
-        assert!(
-            !conversation_key("a", &with, two_users.as_bytes())
-                .unwrap()
-                .later
-        );
     }
 
     /// Values pinned: a change of hash, seed or piece framing moves every conversation of a

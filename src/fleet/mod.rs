@@ -3,6 +3,7 @@
 
 pub mod balance;
 pub mod breaker;
+pub mod conversation;
 pub mod discovery;
 pub mod drift;
 pub mod health;

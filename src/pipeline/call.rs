@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::clients::place::Place;
 use crate::clients::Caller;
 use crate::error::ProxyError;
-use crate::fleet::balance::Conversation;
+use crate::fleet::conversation::Conversation;
 use crate::fleet::routes::Route;
 use crate::live::alias::LiveAlias;
 use crate::live::{AppState, Snapshot};

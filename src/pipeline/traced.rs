@@ -7,7 +7,7 @@ use super::call::Routed;
 use super::choose::Chosen;
 use super::send::Failed;
 use crate::config::Alias;
-use crate::fleet::balance::SESSION_HEADER;
+use crate::fleet::conversation::conversation_id;
 use crate::observe::record::Record;
 use crate::observe::trace::Attempt;
 use crate::upstream::failure::Kind;
@@ -21,12 +21,12 @@ pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
     let max = req.adapter.requested_output(&req.body).ok().flatten();
     t.resolved(&routed.view.model, max.map(u64::from), routed.view.stream);
     t.alias(routed.route.alias.name());
-    if let Some(id) = req
-        .headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-    {
-        t.conversation(id);
+    let cache_key = prompt_cache_key(&req.body);
+    if let Some((_, id)) = conversation_id(&req.headers, cache_key.as_deref()) {
+        t.conversation(&String::from_utf8_lossy(id));
+    }
+    if let Some(kind) = request_kind(&req.headers) {
+        t.request_kind(&kind);
     }
     if let Some(c) = &req.caller {
         t.client(c.name());
@@ -37,6 +37,31 @@ pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
         }
     }
 }
+
+/// The body's `prompt_cache_key` (Responses and chat), read for the span.
+fn prompt_cache_key(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Keyed {
+        prompt_cache_key: Option<String>,
+    }
+    serde_json::from_slice::<Keyed>(body).ok()?.prompt_cache_key
+}
+
+/// What kind of request Codex CLI says this is (`request_kind` of its `x-codex-turn-metadata`
+/// JSON: a turn, a compaction, a sub-agent's turn).
+fn request_kind(headers: &axum::http::HeaderMap) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Turn {
+        request_kind: Option<String>,
+    }
+    let v = headers.get(CODEX_TURN_METADATA)?;
+    serde_json::from_slice::<Turn>(v.as_bytes())
+        .ok()?
+        .request_kind
+}
+
+/// The header Codex CLI describes each request's turn in.
+const CODEX_TURN_METADATA: &str = "x-codex-turn-metadata";
 
 /// The prompt as the client wrote it: its `messages` (chat, Messages) or `input` (Responses).
 fn prompt_of(body: &[u8]) -> Option<String> {

@@ -15,7 +15,7 @@ use super::choose::Refusal;
 use super::respond::Served;
 use super::send::Failed;
 use crate::error::ProxyError;
-use crate::fleet::balance::{conversation_key, Conversation};
+use crate::fleet::conversation::{conversation_key, Conversation};
 use crate::fleet::routes::FallbackReason;
 use crate::live::alias::LiveAlias;
 use crate::live::Snapshot;

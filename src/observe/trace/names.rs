@@ -27,6 +27,8 @@ pub const URL_PATH: &str = "url.path";
 
 pub const REQUEST_ID: &str = "switchboard.request_id";
 pub const CLIENT: &str = "switchboard.client";
+/// What kind of request its harness says it is (Codex CLI's `x-codex-turn-metadata`).
+pub const REQUEST_KIND: &str = "switchboard.request_kind";
 pub const ALIAS: &str = "switchboard.alias";
 pub const BACKEND: &str = "switchboard.backend";
 pub const QUEUE_WAIT: &str = "switchboard.queue_wait_ms";

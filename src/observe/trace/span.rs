@@ -168,6 +168,11 @@ impl RequestTrace {
         self.set(KeyValue::new(n::CONVERSATION, id.to_string()));
     }
 
+    /// What kind of request its harness says it is (Codex CLI's `request_kind`).
+    pub fn request_kind(&self, kind: &str) {
+        self.set(KeyValue::new(n::REQUEST_KIND, kind.to_string()));
+    }
+
     pub fn client(&self, name: &str) {
         self.set(KeyValue::new(n::CLIENT, name.to_string()));
     }

@@ -1,0 +1,349 @@
+//! A request's conversation, as every process reads it from the request alone: its key —
+//! the id it carries (a harness's own header, its `prompt_cache_key`, Switchboard's
+//! `x-switchboard-session`), else its leading messages — and whether it is a later turn.
+//!
+//! The key is XXH3-64 over length-prefixed pieces, fixed by its specification: every process,
+//! build and platform computes the same.
+
+use http::{HeaderMap, HeaderName};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use xxhash_rust::xxh3::Xxh3Default;
+
+/// A client's own conversation id; without it the key comes from the leading messages.
+pub const SESSION_HEADER: HeaderName = HeaderName::from_static("x-switchboard-session");
+
+/// The conversation ids harnesses send of their own accord, read in this order before
+/// [`SESSION_HEADER`]: Claude Code's session, Codex CLI's thread (a sub-agent has a thread of
+/// its own in its parent's session) and session.
+pub static HARNESS_HEADERS: [HeaderName; 3] = [
+    HeaderName::from_static("x-claude-code-session-id"),
+    HeaderName::from_static("thread-id"),
+    HeaderName::from_static("session-id"),
+];
+
+/// The conversation id a request carries, first found: a harness's own header
+/// ([`HARNESS_HEADERS`]), the body's `prompt_cache_key` (`cache_key`: Responses and chat),
+/// then [`SESSION_HEADER`]. With the id, the label it is hashed under (one per source, so the
+/// same id from two sources is two conversations; [`SESSION_HEADER`]'s is `session`).
+pub fn conversation_id<'a>(
+    headers: &'a HeaderMap,
+    cache_key: Option<&'a str>,
+) -> Option<(&'static str, &'a [u8])> {
+    let header = |h: &HeaderName| headers.get(h).map(|v| v.as_bytes());
+    let found = HARNESS_HEADERS
+        .iter()
+        .map(|h| (h.as_str(), header(h)))
+        .chain([
+            ("prompt_cache_key", cache_key.map(str::as_bytes)),
+            ("session", header(&SESSION_HEADER)),
+        ]);
+    found
+        .filter_map(|(label, id)| Some((label, id?)))
+        .find(|(_, id)| !id.is_empty())
+}
+
+#[derive(Deserialize)]
+struct Leading<'a> {
+    #[serde(borrow, default)]
+    system: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    /// The conversation's id as OpenAI's prompt caching names it (Responses and chat).
+    #[serde(borrow, default)]
+    prompt_cache_key: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// One message or input item, as much as tells whose it is: the client's, the model's or a
+/// tool's.
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(borrow, default)]
+    role: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// A content block's type.
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A request's conversation, as every process reads it from the request alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conversation {
+    /// What the order of its replicas is computed from.
+    pub key: u64,
+    /// Its history holds an answer of the model or a tool's result ([`answered`]): a later
+    /// turn, whose prefix its replica may hold cached. More user messages alone are not one.
+    pub later: bool,
+}
+
+/// The conversation of a request for `alias`: its key from the id it carries
+/// ([`conversation_id`]), else from its leading messages (system prompt and messages up to the
+/// first user message, which every later turn repeats), and whether it is a later turn
+/// ([`answered`]). `None` when the request has neither.
+/// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
+/// of pieces hash alike by their joins).
+pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
+    let mut h = Pieces(Xxh3Default::new());
+    h.piece(alias.as_bytes());
+    let mut lead: Option<Leading<'_>> = serde_json::from_slice(body).ok();
+    let cache_key = lead.as_mut().and_then(|l| l.prompt_cache_key.take());
+    let system = lead.as_ref().and_then(|l| l.system);
+    let items = lead.and_then(Leading::items);
+    let leading = items.as_deref().map(leading);
+    let later = items.as_deref().is_some_and(answered);
+    if let Some((label, id)) = conversation_id(headers, cache_key.as_deref()) {
+        h.piece(label.as_bytes());
+        h.piece(id);
+        return Some(Conversation {
+            key: h.0.digest(),
+            later,
+        });
+    }
+    let leading = leading.filter(|l| !l.is_empty())?;
+    if let Some(system) = system {
+        h.piece(system.get().as_bytes());
+    }
+    for item in leading {
+        h.piece(item.get().as_bytes());
+    }
+    Some(Conversation {
+        key: h.0.digest(),
+        later,
+    })
+}
+
+impl<'a> Leading<'a> {
+    /// Its messages (chat, Messages) or input items (Responses; a plain string input is the
+    /// whole conversation's start).
+    fn items(self) -> Option<Vec<&'a RawValue>> {
+        match (self.messages, self.input) {
+            (Some(m), _) => Some(m),
+            (None, Some(input)) => match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
+                Ok(items) => Some(items),
+                Err(_) => Some(vec![input]),
+            },
+            (None, None) => None,
+        }
+    }
+}
+
+/// The leading part of `items`: up to and with the first user message (all of them when
+/// none is a user's).
+fn leading<'i, 'a>(items: &'i [&'a RawValue]) -> &'i [&'a RawValue] {
+    let end = items
+        .iter()
+        .position(|item| {
+            let item: Option<Item<'_>> = serde_json::from_str(item.get()).ok();
+            item.and_then(|i| i.role).as_deref() == Some("user")
+        })
+        .map_or(items.len(), |i| i + 1);
+    &items[..end]
+}
+
+/// Whether `items` hold an answer of the model or a tool's result, what makes a later turn: a
+/// chat message of role `assistant`, `tool` (or the old `function`); an Anthropic `assistant`
+/// message or a `tool_result` block; a Responses item of role `assistant`, a `reasoning` item,
+/// or a call or its output (`function_call`, `function_call_output`, any `*_call` and
+/// `*_call_output`). Looked for from the end, where the last answer is.
+fn answered(items: &[&RawValue]) -> bool {
+    items.iter().rev().any(|item| {
+        let Ok(i) = serde_json::from_str::<Item<'_>>(item.get()) else {
+            return false;
+        };
+        let kind = i.kind.as_deref().unwrap_or("");
+        matches!(i.role.as_deref(), Some("assistant" | "tool" | "function"))
+            || kind == "reasoning"
+            || kind.ends_with("_call")
+            || kind.ends_with("_call_output")
+            || i.content.is_some_and(holds_tool_result)
+    })
+}
+
+/// Whether message content is a list of blocks with a `tool_result` among them.
+fn holds_tool_result(content: &RawValue) -> bool {
+    content.get().starts_with('[')
+        && serde_json::from_str::<Vec<Block<'_>>>(content.get())
+            .is_ok_and(|b| b.iter().any(|b| b.kind.as_deref() == Some("tool_result")))
+}
+
+/// A streaming hash fed length-prefixed pieces.
+struct Pieces(Xxh3Default);
+
+impl Pieces {
+    fn piece(&mut self, bytes: &[u8]) {
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(header: &str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            HeaderName::from_bytes(header.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn each_harness_header_keys_its_conversation_whatever_the_body() {
+        let names: Vec<&str> = HARNESS_HEADERS.iter().map(HeaderName::as_str).collect();
+        assert_eq!(
+            names,
+            ["x-claude-code-session-id", "thread-id", "session-id"]
+        );
+        let a = br#"{"messages":[{"role":"user","content":"one"}]}"#;
+        let b = br#"{"messages":[{"role":"user","content":"two"}]}"#;
+        let bare = conversation_key("m", &HeaderMap::new(), a).unwrap().key;
+        let mut keys = Vec::new();
+        for name in names {
+            let h = with(name, "3f1c");
+            let key = conversation_key("m", &h, a).unwrap().key;
+            assert_eq!(key, conversation_key("m", &h, b).unwrap().key, "{name}");
+            assert_ne!(key, bare, "{name}");
+            keys.push(key);
+        }
+        keys.dedup();
+        assert_eq!(
+            keys.len(),
+            3,
+            "the same id under two headers is two conversations"
+        );
+    }
+
+    #[test]
+    fn a_harness_id_goes_before_the_cache_key_and_that_before_the_session_header() {
+        let body = br#"{"prompt_cache_key":"k1","input":"hello"}"#;
+        let mut h = with("x-switchboard-session", "s1");
+        let session = conversation_id(&h, None).unwrap();
+        assert_eq!(session, ("session", &b"s1"[..]));
+        assert_eq!(
+            conversation_id(&h, Some("k1")),
+            Some(("prompt_cache_key", &b"k1"[..]))
+        );
+        h.insert("thread-id", "t1".parse().unwrap());
+        h.insert("session-id", "c1".parse().unwrap());
+        assert_eq!(
+            conversation_id(&h, Some("k1")),
+            Some(("thread-id", &b"t1"[..]))
+        );
+        h.insert("x-claude-code-session-id", "".parse().unwrap());
+        // An empty id is no id.
+        assert_eq!(conversation_id(&h, Some("k1")).unwrap().0, "thread-id");
+        let by_key = conversation_key("m", &HeaderMap::new(), body).unwrap();
+        let other = br#"{"prompt_cache_key":"k1","input":"bye"}"#;
+        assert_eq!(
+            by_key,
+            conversation_key("m", &HeaderMap::new(), other).unwrap()
+        );
+        let chat = br#"{"prompt_cache_key":"k1","messages":[{"role":"user","content":"x"}]}"#;
+        assert_eq!(
+            by_key.key,
+            conversation_key("m", &HeaderMap::new(), chat).unwrap().key
+        );
+    }
+
+    #[test]
+    fn a_conversation_keeps_its_key_as_it_grows() {
+        let h = HeaderMap::new();
+        let turn1 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
+        let turn2 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
+        let other = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"uno"}]}"#;
+        let key = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).map(|c| c.key);
+        let k1 = key(&h, turn1).unwrap();
+        assert_eq!(key(&h, turn2), Some(k1));
+        assert_ne!(key(&h, other), Some(k1));
+        assert_ne!(conversation_key("b", &h, turn1).map(|c| c.key), Some(k1));
+        let mut with = HeaderMap::new();
+        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
+        let s = key(&with, turn1).unwrap();
+        assert_eq!(key(&with, other), Some(s));
+        assert_eq!(key(&h, br#"{"model":"a"}"#), None);
+        let input = br#"{"model":"a","input":"hello"}"#;
+        assert!(key(&h, input).is_some());
+    }
+
+    #[test]
+    fn a_turn_after_the_first_user_message_is_a_later_turn() {
+        let h = HeaderMap::new();
+        let later = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).unwrap().later;
+        let first =
+            br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
+        let second = br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
+        assert!(!later(&h, first));
+        assert!(later(&h, second));
+        // Anthropic Messages: the system prompt apart; Responses: input items or a string.
+        let messages = br#"{"system":"S","messages":[{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
+        assert!(later(&h, messages));
+        let items = br#"{"input":[{"role":"user","content":"one"},{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
+        assert!(later(&h, items));
+        assert!(!later(&h, br#"{"input":"hello"}"#));
+        // A session header keys the conversation; its body still tells the turn.
+        let mut with = HeaderMap::new();
+        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
+        assert!(!later(&with, first));
+        assert!(later(&with, second));
+        assert!(!later(&with, b"{}"));
+    }
+
+    #[test]
+    fn only_an_answer_of_the_model_or_a_tool_result_makes_a_later_turn() {
+        let h = HeaderMap::new();
+        let later = |body: &str| conversation_key("a", &h, body.as_bytes()).unwrap().later;
+        let user = r#"{"role":"user","content":"u"}"#;
+        let chat = |rest: &str| format!(r#"{{"messages":[{user}{rest}]}}"#);
+        // More user messages, or a system one, are no answer.
+        assert!(!later(&chat(&format!(",{user}"))));
+        assert!(!later(&chat(&format!(",{user},{user}"))));
+        assert!(!later(&chat(r#",{"role":"system","content":"s"}"#)));
+        assert!(!later(&chat(
+            r#",{"role":"user","content":[{"type":"text","text":"t"}]}"#
+        )));
+        // Chat: the model's answer, a tool's.
+        assert!(later(&chat(
+            r#",{"role":"assistant","content":"a"},{"role":"user","content":"v"}"#
+        )));
+        assert!(later(&chat(
+            r#",{"role":"tool","tool_call_id":"c","content":"ok"}"#
+        )));
+        // Messages: a tool_result block in a user message.
+        let result = r#",{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"}]}"#;
+        assert!(later(&chat(result)));
+        // Responses items.
+        let input = |rest: &str| format!(r#"{{"input":[{user}{rest}]}}"#);
+        assert!(!later(&input(&format!(",{user}"))));
+        assert!(!later(&input(
+            r#",{"type":"message","role":"user","content":"v"}"#
+        )));
+        for item in [
+            r#"{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}"#,
+            r#"{"type":"function_call_output","call_id":"c","output":"ok"}"#,
+            r#"{"type":"reasoning","summary":[]}"#,
+        ] {
+            assert!(later(&input(&format!(",{item}"))), "{item}");
+        }
+        // With a session header the same.
+        let mut with = HeaderMap::new();
+        with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
+        let two_users = chat(&format!(",{user}"));
+        assert!(
+            !conversation_key("a", &with, two_users.as_bytes())
+                .unwrap()
+                .later
+        );
+    }
+}
