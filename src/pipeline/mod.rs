@@ -127,7 +127,7 @@ async fn attempt(
         tries.resent,
     );
     let headers = call.headers(tries.only_one());
-    let sent = send::send(call, &Arc::clone(&chosen.replica), headers, out).await;
+    let sent = send::send(call, &chosen.replica, headers, out).await;
     chosen.tally.tell(send::outcome(&sent));
     match sent {
         Ok(answer) => {
