@@ -39,8 +39,9 @@ fn three_replicas(order: &[&str]) -> String {
         .render()
 }
 
-#[tokio::test]
-async fn two_processes_send_each_conversation_to_the_same_replica() {
+/// Three simulated backends, and their names and URLs as the configs of
+/// [`three_replicas`] name them.
+async fn three_sims() -> ([Sim; 3], [(&'static str, String); 3]) {
     let sims = [
         sim(SimConfig::default()).await,
         sim(SimConfig::default()).await,
@@ -51,6 +52,12 @@ async fn two_processes_send_each_conversation_to_the_same_replica() {
         ("b", sims[1].url()),
         ("c", sims[2].url()),
     ];
+    (sims, urls)
+}
+
+#[tokio::test]
+async fn two_processes_send_each_conversation_to_the_same_replica() {
+    let (sims, urls) = three_sims().await;
     // Two processes, each with its own state; the second lists the replicas in another order.
     let procs = [
         proxy(&three_replicas(&["a", "b", "c"]), &urls).await,
@@ -97,16 +104,7 @@ async fn two_processes_send_each_conversation_to_the_same_replica() {
 /// the three replicas).
 #[tokio::test]
 async fn each_harness_conversation_id_keeps_its_requests_on_one_replica() {
-    let sims = [
-        sim(SimConfig::default()).await,
-        sim(SimConfig::default()).await,
-        sim(SimConfig::default()).await,
-    ];
-    let urls = [
-        ("a", sims[0].url()),
-        ("b", sims[1].url()),
-        ("c", sims[2].url()),
-    ];
+    let (sims, urls) = three_sims().await;
     let p = proxy(&three_replicas(&["a", "b", "c"]), &urls).await;
     let c = client();
     let sources = HARNESS_HEADERS
