@@ -1,6 +1,7 @@
 //! Backend health: flavour-aware probes on an interval, and the state (up, loading, down) they give.
 
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use http::{header, HeaderMap, StatusCode};
@@ -22,27 +23,66 @@ pub enum BackendState {
     down,
 }
 
-/// What the probes last found of every backend, by name: its state, and the load it reports.
+/// What the probes last found of every backend, by name: one [`BackendHealth`] each, kept for
+/// the process's life (a snapshot's replicas hold theirs, so a request reads it without a
+/// lookup).
 #[derive(Debug, Default)]
 pub struct Health {
-    states: RwLock<HashMap<String, BackendState>>,
-    reported: Reported,
+    backends: RwLock<HashMap<String, Arc<BackendHealth>>>,
 }
 
 impl Health {
-    /// The load the backends report beyond this process's own requests.
-    pub fn reported(&self) -> &Reported {
-        &self.reported
+    /// Backend `name`'s health, made on first use (unknown, no reading).
+    pub fn of(&self, name: &str) -> Arc<BackendHealth> {
+        let known = self.backends.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = known.get(name) {
+            return Arc::clone(h);
+        }
+        drop(known);
+        let mut all = self
+            .backends
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(all.entry(name.to_string()).or_default())
     }
 
     pub fn get(&self, backend: &str) -> Option<BackendState> {
-        self.states.read().ok()?.get(backend).copied()
+        let known = self.backends.read().unwrap_or_else(PoisonError::into_inner);
+        known.get(backend).and_then(|h| h.state())
     }
 
     pub fn set(&self, backend: &str, state: BackendState) {
-        if let Ok(mut m) = self.states.write() {
-            m.insert(backend.to_string(), state);
+        self.of(backend).set(state);
+    }
+}
+
+/// One backend's health: its state by its last probe, and the load it last reported.
+#[derive(Debug, Default)]
+pub struct BackendHealth {
+    /// 0 until probed, else a [`BackendState`] plus one.
+    state: AtomicU8,
+    /// The load it reports beyond this process's own requests.
+    pub reported: Reported,
+}
+
+impl BackendHealth {
+    /// Its state by its last probe; `None` until probed.
+    pub fn state(&self) -> Option<BackendState> {
+        match self.state.load(Ordering::Relaxed) {
+            1 => Some(BackendState::up),
+            2 => Some(BackendState::loading),
+            3 => Some(BackendState::down),
+            _ => None,
         }
+    }
+
+    pub fn set(&self, state: BackendState) {
+        let code = match state {
+            BackendState::up => 1,
+            BackendState::loading => 2,
+            BackendState::down => 3,
+        };
+        self.state.store(code, Ordering::Relaxed);
     }
 }
 

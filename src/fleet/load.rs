@@ -5,13 +5,10 @@
 //! requests at that moment is the other processes' share; the choice counts that share on top
 //! of the process's own requests now (which it knows exactly, reading or not).
 
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-
-// foldhash: read on every request, keyed by backend names from the config (no untrusted keys).
-use foldhash::HashMap;
 
 use crate::config::Backend;
 use crate::fleet::discovery;
@@ -112,11 +109,10 @@ pub fn combined(own: u32, others: Option<u32>) -> u32 {
     own.saturating_add(others.unwrap_or(0))
 }
 
-/// The last reading of every backend whose load is read: the requests it had beyond this
-/// process's own.
+/// The last reading of one backend's load: the requests it had beyond this process's own.
 #[derive(Debug, Default)]
 pub struct Reported {
-    readings: RwLock<HashMap<String, Reading>>,
+    reading: Mutex<Option<Reading>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -126,34 +122,23 @@ struct Reading {
 }
 
 impl Reported {
-    /// `backend` reported `busy` requests in a reading begun at `at`, when this process had
+    /// The backend reported `busy` requests in a reading begun at `at`, when this process had
     /// `own` on it (the more of its count as the reading began and ended: a request of its own
     /// the backend may not show yet is not taken for another process's); `None`: it could not
     /// be read, and its last reading is no longer used.
-    pub fn set(&self, backend: &str, busy: Option<u32>, own: u32, at: Instant) {
-        let mut readings = self
-            .readings
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        match busy {
-            Some(busy) => {
-                let r = Reading {
-                    others: busy.saturating_sub(own),
-                    at,
-                };
-                readings.insert(backend.to_string(), r);
-            }
-            None => {
-                readings.remove(backend);
-            }
-        }
+    pub fn set(&self, busy: Option<u32>, own: u32, at: Instant) {
+        let reading = busy.map(|busy| Reading {
+            others: busy.saturating_sub(own),
+            at,
+        });
+        *self.reading.lock().unwrap_or_else(PoisonError::into_inner) = reading;
     }
 
-    /// The requests of other processes on `backend` by its last reading, taken within
+    /// The requests of other processes on the backend by its last reading, taken within
     /// `max_age` of `now`; `None` without such a reading.
-    pub fn others(&self, backend: &str, now: Instant, max_age: Duration) -> Option<u32> {
-        let readings = self.readings.read().unwrap_or_else(PoisonError::into_inner);
-        let r = readings.get(backend)?;
+    pub fn others(&self, now: Instant, max_age: Duration) -> Option<u32> {
+        let reading = *self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = reading?;
         (now.saturating_duration_since(r.at) <= max_age).then_some(r.others)
     }
 }
@@ -213,18 +198,17 @@ mod tests {
         let r = Reported::default();
         let age = Duration::from_secs(1);
         let t0 = Instant::now();
-        assert_eq!(r.others("a", t0, age), None);
+        assert_eq!(r.others(t0, age), None);
         // The backend has 3, this process 1 of them: 2 are another's.
-        r.set("a", Some(3), 1, t0);
-        assert_eq!(r.others("a", t0, age), Some(2));
-        assert_eq!(combined(1, r.others("a", t0, age)), 3);
+        r.set(Some(3), 1, t0);
+        assert_eq!(r.others(t0, age), Some(2));
+        assert_eq!(combined(1, r.others(t0, age)), 3);
         // Its own not shown yet: nobody else's.
-        r.set("a", Some(1), 2, t0);
-        assert_eq!(r.others("a", t0, age), Some(0));
-        assert_eq!(r.others("a", t0 + Duration::from_secs(2), age), None);
-        r.set("a", None, 0, t0);
-        assert_eq!(r.others("a", t0, age), None);
-        assert_eq!(r.others("b", t0, age), None);
+        r.set(Some(1), 2, t0);
+        assert_eq!(r.others(t0, age), Some(0));
+        assert_eq!(r.others(t0 + Duration::from_secs(2), age), None);
+        r.set(None, 0, t0);
+        assert_eq!(r.others(t0, age), None);
         assert_eq!(combined(3, None), 3);
     }
 }

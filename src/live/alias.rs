@@ -1,6 +1,6 @@
 //! The live aliases and replicas of one snapshot: each alias with its metric handles, its
-//! context guard and its replicas; each replica (a backend) with its slots, its breaker and
-//! what is learned of its connections. Built once with the snapshot, so a request carries its
+//! context guard and its replicas; each replica (a backend) with its slots, its breaker, what
+//! is learned of its connections, and its health and reported load. Built once with the snapshot, so a request carries its
 //! handles from step to step and never looks one up by name.
 //!
 //! They live here, not in `fleet/`, because an alias's metric handles are `observe`'s, and
@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::config::{Alias, Backend};
 use crate::fleet::breaker::Breaker;
+use crate::fleet::health::BackendHealth;
 use crate::fleet::slots::Slots;
 use crate::guard::GuardSpec;
 use crate::observe::metrics::AliasMetrics;
@@ -25,6 +26,8 @@ pub struct Replica {
     pub breaker: Arc<Breaker>,
     /// What is learned of its connections (kept while its URL is the same).
     pub conns: Arc<ConnWatch>,
+    /// Its state by its last probe and the load it last reported (the process's, by name).
+    pub health: Arc<BackendHealth>,
 }
 
 impl Replica {

@@ -67,17 +67,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A snapshot keeping the discoveries of `previous` that still apply (see [`Self::build`]).
-    pub fn new(
-        config: Config,
-        metrics: &Metrics,
-        previous: Option<&Snapshot>,
-    ) -> Result<Snapshot, ConfigErrors> {
-        Self::build(config, metrics, previous, Vec::new())
-    }
-
     /// The first snapshot of a process, its shared store started when the config has one.
-    fn first(config: Config, metrics: &Metrics) -> Result<Snapshot, ConfigErrors> {
+    fn first(config: Config, at: Kept<'_>) -> Result<Snapshot, ConfigErrors> {
+        let metrics = at.metrics;
         let shared = match &config.server.shared_state {
             Some(settings) => {
                 let signals = metrics.shared_signals(&crate::shared::shown(&settings.url));
@@ -92,7 +84,7 @@ impl Snapshot {
             }
             None => None,
         };
-        Self::assemble(config, metrics, None, Vec::new(), shared)
+        Self::assemble(config, at, None, Vec::new(), shared)
     }
 
     /// `previous`: the snapshot being replaced. Its discoveries hold for backends still at the
@@ -103,22 +95,23 @@ impl Snapshot {
     /// a file that cannot be loaded fails the snapshot.
     pub fn build(
         config: Config,
-        metrics: &Metrics,
+        at: Kept<'_>,
         previous: Option<&Snapshot>,
         fresh: Fresh,
     ) -> Result<Snapshot, ConfigErrors> {
         let shared = previous.and_then(|p| p.shared.clone());
-        Self::assemble(config, metrics, previous, fresh, shared)
+        Self::assemble(config, at, previous, fresh, shared)
     }
 
     /// [`Self::build`] with the shared store given.
     fn assemble(
         config: Config,
-        metrics: &Metrics,
+        at: Kept<'_>,
         previous: Option<&Snapshot>,
         fresh: Fresh,
         shared: Option<Arc<Store>>,
     ) -> Result<Snapshot, ConfigErrors> {
+        let metrics = at.metrics;
         let found = figures::carry(&config, previous, fresh);
         let config = figures::apply(config, &found);
         let gate = previous
@@ -137,7 +130,7 @@ impl Snapshot {
             shared.as_ref(),
         );
         let tracer = tracer(&config, metrics, previous)?;
-        let replicas = replicas(&config, metrics, previous, shared.as_ref());
+        let replicas = replicas(&config, at, previous, shared.as_ref());
         let live = config.aliases.values().map(|a| {
             let of = |b: &Arc<Backend>| Arc::clone(&replicas[&b.name]);
             let replicas: Vec<_> = a.backends.iter().map(of).collect();
@@ -209,6 +202,14 @@ impl Snapshot {
     }
 }
 
+/// What outlives every snapshot and each one is built with: the metric registry and the
+/// backends' health.
+#[derive(Clone, Copy)]
+pub struct Kept<'a> {
+    pub metrics: &'a Metrics,
+    pub health: &'a Health,
+}
+
 /// Cheap to clone; handed to every handler.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -238,13 +239,20 @@ impl AppState {
     pub fn new(config: Config, config_path: Option<PathBuf>) -> Result<AppState, ConfigErrors> {
         let tls = load_tls(&config)?;
         let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
         let client = Client::new(config.server.connect_timeout, tls);
-        let snap = Snapshot::first(config, &metrics)?;
+        let snap = Snapshot::first(
+            config,
+            Kept {
+                metrics: &metrics,
+                health: &health,
+            },
+        )?;
         Ok(AppState {
             live: Arc::new(ArcSwap::from_pointee(snap)),
             client,
             metrics,
-            health: Arc::new(Health::default()),
+            health,
             started: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -304,6 +312,14 @@ impl AppState {
         }
     }
 
+    /// What every snapshot of this state is built with.
+    fn kept(&self) -> Kept<'_> {
+        Kept {
+            metrics: &self.metrics,
+            health: &self.health,
+        }
+    }
+
     /// Swap in a new config; requests in flight keep the snapshot they started with. A config
     /// whose snapshot cannot be built is refused and the running one kept.
     pub fn swap(&self, config: Config) -> Result<(), ConfigErrors> {
@@ -315,7 +331,7 @@ impl AppState {
         let tls = load_tls(&config)?;
         let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
         let previous = self.live.load_full();
-        let next = Snapshot::build(config, &self.metrics, Some(&previous), fresh)?;
+        let next = Snapshot::build(config, self.kept(), Some(&previous), fresh)?;
         self.client.set_tls(tls);
         self.live.store(Arc::new(next));
         Ok(())
@@ -327,7 +343,7 @@ impl AppState {
         let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
         let previous = self.live.load_full();
         let config = previous.config.clone();
-        let next = Snapshot::build(config, &self.metrics, Some(&previous), fresh)?;
+        let next = Snapshot::build(config, self.kept(), Some(&previous), fresh)?;
         self.live.store(Arc::new(next));
         Ok(())
     }
@@ -469,10 +485,11 @@ fn tracer(
 /// snapshot's while the backend keeps its URL; new ones otherwise.
 fn replicas(
     config: &Config,
-    metrics: &Metrics,
+    at: Kept<'_>,
     previous: Option<&Snapshot>,
     shared: Option<&Arc<Store>>,
 ) -> HashMap<String, Arc<Replica>> {
+    let metrics = at.metrics;
     config
         .backends
         .values()
@@ -507,6 +524,7 @@ fn replicas(
                 slots,
                 breaker,
                 conns,
+                health: at.health.of(&b.name),
             };
             (b.name.clone(), Arc::new(replica))
         })

@@ -122,10 +122,8 @@ pub async fn read_load(
     if let Err(e) = &busy {
         tracing::debug!(backend = %backend.name, "load not read: {e}");
     }
-    state
-        .health
-        .reported()
-        .set(&backend.name, busy.ok(), before.max(own()), at);
+    let health = state.health.of(&backend.name);
+    health.reported.set(busy.ok(), before.max(own()), at);
 }
 
 /// Read the replicas' load forever on the configured interval (spawned by [`run`]).

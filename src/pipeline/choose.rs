@@ -139,8 +139,7 @@ impl<'c, 'a> Choice<'c, 'a> {
     /// request.
     fn load(&self, i: usize, now: Instant) -> Result<Load, FallbackReason> {
         let replica = &self.alias.replicas[i];
-        let health = &self.call.state.health;
-        match health.get(replica.name()) {
+        match replica.health.state() {
             Some(BackendState::down) => return Err(FallbackReason::down),
             Some(BackendState::loading) => return Err(FallbackReason::loading),
             _ => {}
@@ -151,7 +150,7 @@ impl<'c, 'a> Choice<'c, 'a> {
         let s = &replica.slots;
         let others = self
             .max_age
-            .and_then(|age| health.reported().others(replica.name(), now, age));
+            .and_then(|age| replica.health.reported.others(now, age));
         let busy = load::combined(s.busy(), others);
         Ok(Load {
             free: s.slots().saturating_sub(busy),
@@ -247,13 +246,13 @@ impl<'c, 'a> Choice<'c, 'a> {
 
     /// What the client is told when no replica of the alias can take its request, for `why`.
     fn refusal(&self, why: FallbackReason, now: Instant) -> ProxyError {
-        let (alias, health) = (self.alias, &self.call.state.health);
+        let alias = self.alias;
         match why {
             FallbackReason::loading => {
                 let replica = alias
                     .replicas
                     .iter()
-                    .find(|r| health.get(r.name()) == Some(BackendState::loading))
+                    .find(|r| r.health.state() == Some(BackendState::loading))
                     .unwrap_or(alias.first());
                 ProxyError::UpstreamLoading {
                     backend: replica.name().to_string(),

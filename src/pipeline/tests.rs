@@ -255,6 +255,23 @@ async fn an_open_breaker_is_passed_over_until_its_time_is_out_then_a_trial_close
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_replica_down_by_its_probe_is_passed_over_and_a_loading_alias_says_so() {
+    use crate::fleet::health::BackendState;
+    let script = Script::new(&[]);
+    let state = state(&script);
+    state.health.set("a", BackendState::down);
+    for _ in 0..2 {
+        assert_eq!(ask(&state, "x").await.unwrap(), 200);
+        assert_eq!(script.reached(), ["b"]);
+    }
+    state.health.set("b", BackendState::loading);
+    state.health.set("c", BackendState::loading);
+    let e = ask(&state, "x").await.unwrap_err();
+    assert!(matches!(e, ProxyError::UpstreamLoading { .. }), "{e:?}");
+    assert!(script.reached().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_full_alias_waits_its_queue_timeout_then_goes_to_its_fallback() {
     let script = Script::new(&[]);
     let state = state(&script);
