@@ -36,3 +36,4 @@ pub mod tokens;
 pub mod upstream;
 pub mod utf8;
 pub mod wire;
+pub mod words;

@@ -42,10 +42,7 @@ fn names() -> String {
         .filter_map(|a| a.spec().config_name)
         .map(|n| format!("\"{n}\""))
         .collect();
-    match names.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => names.join(""),
-    }
+    crate::words::or_list(&names)
 }
 
 /// `apis = ["chat", "messages", "responses"]` of backend `name`: the API the others are

@@ -200,10 +200,7 @@ pub fn names_with(fact: impl Fn(&Runtime) -> bool) -> String {
         .filter(|r| fact(r))
         .map(|r| r.name)
         .collect();
-    match names.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => names.join(""),
-    }
+    crate::words::or_list(&names)
 }
 
 #[cfg(test)]
