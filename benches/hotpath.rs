@@ -103,6 +103,7 @@ fn metrics_per_request(c: &mut Criterion) {
                 cached: None,
                 prefill_tps: Some(2500.0),
                 decode_tps: Some(80.0),
+                timings: None,
             });
             ex.status = 200;
             ex.completed = true;

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::backends::Timeouts;
 use super::counting::GateConfig;
 use super::error::ConfigError;
+use super::schedule::Scheduling;
 use super::values::{cores, ms, nonzero, reasoning_field, secs, socket_addr};
 use crate::reasoning::OutputField;
 
@@ -56,6 +57,11 @@ pub struct RawServer {
     pub load_interval_ms: Option<u64>,
     pub after_spill: Option<String>,
     pub spill_wait_ms: Option<u64>,
+    pub schedule: Option<String>,
+    pub preempt_after_ms: Option<u64>,
+    pub max_preemptions: Option<u32>,
+    pub slot_hold_ms: Option<u64>,
+    pub pin_slack_gpu_seconds: Option<f64>,
 }
 
 /// `[server]` validated.
@@ -116,6 +122,8 @@ pub struct Server {
     /// that is full by this process's own requests, before it goes to the next in its order
     /// (zero: it goes at once).
     pub spill_wait: Duration,
+    /// How each backend's slots are shared.
+    pub schedule: Scheduling,
 }
 
 /// `server.shared_state`: where the counts several processes share are kept, and how.
@@ -258,6 +266,7 @@ pub(super) fn validate(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         },
         after_spill: after_spill(raw.after_spill.as_deref(), errs),
         spill_wait: Duration::from_millis(raw.spill_wait_ms.unwrap_or(30_000)),
+        schedule: super::schedule::validate(&raw, errs),
         listen,
         metrics_listen,
         reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),

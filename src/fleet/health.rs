@@ -1,17 +1,15 @@
 //! Backend health: flavour-aware probes on an interval, and the state (up, loading, down) they give.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{header, HeaderMap, StatusCode};
 use prometheus_client::encoding::EncodeLabelValue;
 
-// foldhash: read on every request, keyed by backend names from the config (no untrusted keys).
-use foldhash::HashMap;
-
 use crate::config::Backend;
 use crate::fleet::load::Reported;
+use crate::fleet::named::ByName;
 use crate::upstream::{Client, SendError};
 
 /// A backend's health state.
@@ -28,27 +26,17 @@ pub enum BackendState {
 /// lookup).
 #[derive(Debug, Default)]
 pub struct Health {
-    backends: RwLock<HashMap<String, Arc<BackendHealth>>>,
+    backends: ByName<BackendHealth>,
 }
 
 impl Health {
     /// Backend `name`'s health, made on first use (unknown, no reading).
     pub fn of(&self, name: &str) -> Arc<BackendHealth> {
-        let known = self.backends.read().unwrap_or_else(PoisonError::into_inner);
-        if let Some(h) = known.get(name) {
-            return Arc::clone(h);
-        }
-        drop(known);
-        let mut all = self
-            .backends
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(all.entry(name.to_string()).or_default())
+        self.backends.of(name)
     }
 
     pub fn get(&self, backend: &str) -> Option<BackendState> {
-        let known = self.backends.read().unwrap_or_else(PoisonError::into_inner);
-        known.get(backend).and_then(|h| h.state())
+        self.backends.get(backend).and_then(|h| h.state())
     }
 
     pub fn set(&self, backend: &str, state: BackendState) {

@@ -4,11 +4,13 @@
 pub mod balance;
 pub mod breaker;
 pub mod conversation;
+pub mod cost;
 pub mod discovery;
 pub mod drift;
 pub mod health;
 pub mod lease;
 pub mod load;
+pub mod named;
 pub mod routes;
 pub mod slots;
 pub mod ticket;

@@ -2,8 +2,8 @@
 //!
 //! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
 //! A whole answer is mostly text the proxy does not need: its `usage` object is found by its
-//! key (see `json_scan`) and parsed alone, and llama.cpp's two speeds are parsed as the
-//! numbers under their keys in `timings`. Every backend's answer carries
+//! key (see `json_scan`) and parsed alone, and so is llama.cpp's `timings` object. Every
+//! backend's answer carries
 //! `usage` (and llama.cpp's `timings`) at the top level after `choices`, and no such object
 //! after it: the last occurrence is the one read. A body that writes a word character as an
 //! escape (where a key may hide from the search, see `json_scan`) is parsed whole instead.
@@ -27,13 +27,16 @@ pub struct Usage {
     /// llama.cpp `timings`: prompt and generation speed as the backend measured them.
     pub prefill_tps: Option<f64>,
     pub decode_tps: Option<f64>,
+    /// llama.cpp `timings`: the work as the backend measured it.
+    pub timings: Option<Timings>,
 }
 
 #[derive(Deserialize)]
-struct UsageChunk {
+struct UsageChunk<'a> {
     choices: Option<Vec<serde::de::IgnoredAny>>,
     usage: Option<WireUsage>,
-    timings: Option<Timings>,
+    #[serde(borrow)]
+    timings: Option<&'a serde_json::value::RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -56,21 +59,44 @@ struct PromptDetails {
     cached_tokens: Option<u64>,
 }
 
-/// llama.cpp's `timings`: prompt and generation speed as the backend measured them.
-#[derive(Deserialize, Default)]
-struct Timings {
-    prompt_per_second: Option<f64>,
-    predicted_per_second: Option<f64>,
+/// llama.cpp's `timings`: the work of one answer as the backend measured it.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq)]
+pub struct Timings {
+    /// Prompt tokens read from the slot's cache.
+    pub cache_n: Option<u64>,
+    /// Prompt tokens processed.
+    pub prompt_n: Option<u64>,
+    pub prompt_ms: Option<f64>,
+    pub prompt_per_second: Option<f64>,
+    /// Tokens generated.
+    pub predicted_n: Option<u64>,
+    pub predicted_ms: Option<f64>,
+    pub predicted_per_second: Option<f64>,
 }
 
-fn usage_with(u: WireUsage, timings: Timings) -> Usage {
+impl Timings {
+    /// The `timings` object whose text starts `text` (what follows it is not read); `None`
+    /// when it is no such object or one of its members is not of its type.
+    fn of(text: &[u8]) -> Option<Timings> {
+        Timings::deserialize(&mut serde_json::Deserializer::from_slice(text)).ok()
+    }
+
+    /// The `timings` object `v` (as [`Timings::of`] reads its text).
+    pub fn of_value(v: &serde_json::Value) -> Option<Timings> {
+        Timings::deserialize(v).ok()
+    }
+}
+
+fn usage_with(u: WireUsage, timings: Option<Timings>) -> Usage {
+    let t = timings.unwrap_or_default();
     Usage {
         prompt: u.prompt_tokens,
         completion: u.completion_tokens,
         reasoning: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
         cached: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
-        prefill_tps: timings.prompt_per_second,
-        decode_tps: timings.predicted_per_second,
+        prefill_tps: t.prompt_per_second,
+        decode_tps: t.predicted_per_second,
+        timings,
     }
 }
 
@@ -79,24 +105,19 @@ fn usage_with(u: WireUsage, timings: Timings) -> Usage {
 pub fn of_event(data: &[u8]) -> Option<(Usage, bool)> {
     let c: UsageChunk = serde_json::from_slice(data).ok()?;
     let usage_only = c.choices.as_ref().is_some_and(|ch| ch.is_empty());
-    Some((
-        usage_with(c.usage?, c.timings.unwrap_or_default()),
-        usage_only,
-    ))
+    let timings = c.timings.and_then(|t| Timings::of(t.get().as_bytes()));
+    Some((usage_with(c.usage?, timings), usage_only))
 }
 
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"usage\""));
 static TIMINGS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"timings\""));
-/// The end both speeds' keys share.
-static PER_SECOND: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"_per_second\""));
 
 /// Usage and timings of a whole (non-streamed) answer; `None` when it is not a JSON object
 /// or has no usage object.
 ///
 /// Reads what [`of_event`] reads, for a fraction of its cost, when the top-level `usage` is
 /// the last `usage` object of the answer (as in every backend's layout): that object is
-/// found by its key and parsed alone; the two speeds are the numbers under their keys after
-/// the last `timings` key (llama.cpp's names, found nowhere else).
+/// found by its key and parsed alone, and so is the object under the last `timings` key.
 pub fn of_body(body: &[u8]) -> Option<Usage> {
     // An array (llama.cpp's answer to several prompts at once) holds a usage per prompt.
     if skip_ws(body).first() != Some(&b'{') {
@@ -107,15 +128,8 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
     }
     let usage = last_object(body, &USAGE)?;
     let u = WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(usage)).ok()?;
-    let timings = last_object(body, &TIMINGS).unwrap_or_default();
-    let (prompt_per_second, predicted_per_second) = speeds(timings);
-    Some(usage_with(
-        u,
-        Timings {
-            prompt_per_second,
-            predicted_per_second,
-        },
-    ))
+    let timings = last_object(body, &TIMINGS).and_then(Timings::of);
+    Some(usage_with(u, timings))
 }
 
 /// `body` from the start of the object under the last `key` on.
@@ -123,44 +137,6 @@ fn last_object<'b>(body: &'b [u8], key: &'b Finder<'static>) -> Option<&'b [u8]>
     values(body, key)
         .filter(|v| v.first() == Some(&b'{'))
         .last()
-}
-
-/// The numbers under the first `"prompt_per_second"` and the first `"predicted_per_second"`
-/// key in `bytes` (as `json_scan::values` finds a key: not after a backslash, before a `:`,
-/// occurrences of one key not overlapping), read as serde_json reads an `f64`; `None` when
-/// there is no such key or its value is not a number. One search, for the keys' common end.
-fn speeds(bytes: &[u8]) -> (Option<f64>, Option<f64>) {
-    const PROMPT: &[u8] = b"\"prompt";
-    const PREDICTED: &[u8] = b"\"predicted";
-    let end = PER_SECOND.needle().len();
-    // Per key: its value once found, and where its next occurrence may start.
-    let mut keys = [(PROMPT, None, 0), (PREDICTED, None, 0)];
-    let mut from = 0;
-    while keys.iter().any(|(_, found, _)| found.is_none()) {
-        let Some(at) = bytes.get(from..).and_then(|rest| PER_SECOND.find(rest)) else {
-            break;
-        };
-        let at = from + at;
-        from = at + end;
-        for (name, found, next) in &mut keys {
-            let Some(start) = at.checked_sub(name.len()) else {
-                continue;
-            };
-            if found.is_some() || start < *next || &bytes[start..at] != *name {
-                continue;
-            }
-            *next = at + end;
-            if start > 0 && bytes[start - 1] == b'\\' {
-                continue;
-            }
-            if let Some(value) = skip_ws(&bytes[at + end..]).strip_prefix(b":") {
-                *found =
-                    Some(f64::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok());
-            }
-        }
-    }
-    let [(_, prefill, _), (_, decode, _)] = keys;
-    (prefill.flatten(), decode.flatten())
 }
 
 #[cfg(test)]
@@ -515,31 +491,6 @@ mod tests {
     /// (integers are written as they are, never escaped).
     const PREFILL_AT: u64 = 9_876_543_210_123;
     const DECODE_AT: u64 = 9_876_543_210_457;
-
-    /// The number under the first `key` in `bytes`, as the speeds were read one search each.
-    fn number(bytes: &[u8], key: &[u8]) -> Option<f64> {
-        let key = finder(key);
-        let value = values(bytes, &key).next()?;
-        f64::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
-    }
-
-    proptest! {
-        /// One search for the keys' common end finds what a search for each key finds, in
-        /// any text of their pieces.
-        #[test]
-        fn the_speeds_read_as_a_search_for_each_key_reads_them(
-            pieces in proptest::collection::vec(prop::sample::select(vec![
-                "\"prompt_per_second\"", "\"predicted_per_second\"", "_per_second\"", "\"prompt",
-                "\"predicted", "prompt_per_second\"", "\\", ":", " ", "\n", "2.5", "7", "-1e3", "null",
-                "\"x\"", ",", "{", "}", "1966.3223151467574",
-            ]), 0..24),
-        ) {
-            let text = pieces.concat();
-            let bytes = text.as_bytes();
-            let each = (number(bytes, b"\"prompt_per_second\""), number(bytes, b"\"predicted_per_second\""));
-            prop_assert_eq!(speeds(bytes), each, "{}", text);
-        }
-    }
 
     #[test]
     fn an_escaped_usage_key_is_read() {

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::wire::usage::Usage;
+use crate::wire::usage::{Timings, Usage};
 
 #[derive(Deserialize)]
 struct WireUsage {
@@ -28,14 +28,16 @@ struct InputDetails {
 }
 
 fn usage_with(u: WireUsage, timings: Option<&Value>) -> Usage {
-    let speed = |k: &str| timings.and_then(|t| t.get(k)).and_then(Value::as_f64);
+    let timings = timings.and_then(Timings::of_value);
+    let speed = |k: fn(&Timings) -> Option<f64>| timings.as_ref().and_then(k);
     Usage {
         prompt: u.input_tokens,
         completion: u.output_tokens,
         reasoning: u.output_tokens_details.and_then(|d| d.reasoning_tokens),
         cached: u.input_tokens_details.and_then(|d| d.cached_tokens),
-        prefill_tps: speed("prompt_per_second"),
-        decode_tps: speed("predicted_per_second"),
+        prefill_tps: speed(|t| t.prompt_per_second),
+        decode_tps: speed(|t| t.predicted_per_second),
+        timings,
     }
 }
 

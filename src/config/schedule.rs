@@ -1,0 +1,138 @@
+//! How a backend's slots are shared (`server.schedule` and the keys beside it): the order a
+//! freed slot goes in, when an `interactive` request takes a slot from a lower class, and how
+//! long a slot waits for its conversation's next turn — as written, as validated.
+
+use std::time::Duration;
+
+use super::error::ConfigError;
+use super::server::RawServer;
+
+/// The order of a backend's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// First come, first served: one class, no turns.
+    Arrival,
+    /// By class, then clients in turn by request.
+    Requests,
+    /// By class, then clients by the GPU time they were given (fair share of work).
+    #[default]
+    Work,
+}
+
+/// `server.schedule` and its keys, validated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scheduling {
+    pub order: Order,
+    /// An `interactive` request waiting this long while every slot holds lower classes takes
+    /// one that has sent its client nothing yet (`None`: never; only with `Work`).
+    pub preempt_after: Option<Duration>,
+    /// How many times one request may be put back in its queue so.
+    pub max_preemptions: u32,
+    /// How long a freed llama.cpp slot waits for its conversation's next turn, when that
+    /// conversation came back this fast before and its cached prefix is worth the wait (zero:
+    /// never; only with `Work`).
+    pub slot_hold: Duration,
+    /// How far past the fair order's next (in GPU-seconds) a request whose conversation a
+    /// freed slot holds may go first.
+    pub pin_slack: f64,
+}
+
+impl Default for Scheduling {
+    fn default() -> Self {
+        Scheduling {
+            order: Order::Work,
+            preempt_after: Some(Duration::from_millis(1_000)),
+            max_preemptions: 2,
+            slot_hold: Duration::from_millis(500),
+            pin_slack: 10.0,
+        }
+    }
+}
+
+impl Scheduling {
+    /// Whether requests are ordered by work (and preempted, and held for).
+    pub fn by_work(&self) -> bool {
+        self.order == Order::Work
+    }
+}
+
+pub(super) fn validate(raw: &RawServer, errs: &mut Vec<ConfigError>) -> Scheduling {
+    let d = Scheduling::default();
+    let order = match raw.schedule.as_deref() {
+        None | Some("work") => Order::Work,
+        Some("requests") => Order::Requests,
+        Some("arrival") => Order::Arrival,
+        Some(other) => {
+            errs.push(ConfigError::BadValue {
+                key: "server.schedule".into(),
+                value: other.into(),
+                reason: "is not one of work, requests, arrival".into(),
+            });
+            d.order
+        }
+    };
+    let preempt_after = match raw.preempt_after_ms {
+        Some(0) => None,
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => d.preempt_after,
+    };
+    let pin_slack = match raw.pin_slack_gpu_seconds {
+        Some(v) if !(v.is_finite() && v >= 0.0) => {
+            errs.push(ConfigError::BadValue {
+                key: "server.pin_slack_gpu_seconds".into(),
+                value: v.to_string(),
+                reason: "is not a number of seconds at or above 0".into(),
+            });
+            d.pin_slack
+        }
+        v => v.unwrap_or(d.pin_slack),
+    };
+    Scheduling {
+        order,
+        preempt_after,
+        max_preemptions: raw.max_preemptions.unwrap_or(d.max_preemptions),
+        slot_hold: raw
+            .slot_hold_ms
+            .map_or(d.slot_hold, Duration::from_millis),
+        pin_slack,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_each_key() {
+        let mut errs = Vec::new();
+        let s = validate(&RawServer::default(), &mut errs);
+        assert_eq!(s, Scheduling::default());
+        let raw = RawServer {
+            schedule: Some("arrival".into()),
+            preempt_after_ms: Some(0),
+            max_preemptions: Some(5),
+            slot_hold_ms: Some(0),
+            pin_slack_gpu_seconds: Some(1.5),
+            ..RawServer::default()
+        };
+        let s = validate(&raw, &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(
+            s,
+            Scheduling {
+                order: Order::Arrival,
+                preempt_after: None,
+                max_preemptions: 5,
+                slot_hold: Duration::ZERO,
+                pin_slack: 1.5,
+            }
+        );
+        let raw = RawServer {
+            schedule: Some("fifo".into()),
+            pin_slack_gpu_seconds: Some(-1.0),
+            ..RawServer::default()
+        };
+        validate(&raw, &mut errs);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+    }
+}
