@@ -62,6 +62,7 @@ impl ProxyError {
             ProxyError::UpstreamLoading { retry_after, .. }
             | ProxyError::Overloaded { retry_after, .. }
             | ProxyError::QueueTimeout { retry_after, .. }
+            | ProxyError::WaitTooLong { retry_after, .. }
             | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
             ProxyError::TooManyConnections { .. } | ProxyError::ProxyExhausted { .. } => Some(1),
             ProxyError::CountBusy { .. } => Some(1),

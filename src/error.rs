@@ -95,6 +95,13 @@ pub enum ProxyError {
         waited: Duration,
         retry_after: u64,
     },
+    #[error("the wait for a slot of {alias} is predicted at {predicted:?}, longer than the {limit:?} this request may wait")]
+    WaitTooLong {
+        alias: String,
+        predicted: Duration,
+        limit: Duration,
+        retry_after: u64,
+    },
     #[error("no backend of {alias} can take requests now ({why})")]
     NoBackend {
         alias: String,
@@ -194,6 +201,7 @@ impl ProxyError {
             UpstreamLoading { .. } => (S::SERVICE_UNAVAILABLE, None, "model_loading"),
             Overloaded { .. } => (S::TOO_MANY_REQUESTS, None, "overloaded"),
             QueueTimeout { .. } => (S::SERVICE_UNAVAILABLE, None, "queue_timeout"),
+            WaitTooLong { .. } => (S::SERVICE_UNAVAILABLE, None, "wait_too_long"),
             NoBackend { .. } => (S::SERVICE_UNAVAILABLE, None, "no_backend"),
             Unauthorized => (S::UNAUTHORIZED, None, "invalid_api_key"),
             TooDeep { .. } => (S::BAD_REQUEST, None, "json_too_deep"),
@@ -298,7 +306,7 @@ mod tests {
 
     /// How many variants [`ordinal`] knows; a new variant needs an arm there (the match
     /// does not compile without one) and a sample in [`one_of_each`].
-    const VARIANTS: usize = 31;
+    const VARIANTS: usize = 32;
 
     fn ordinal(e: &ProxyError) -> usize {
         use ProxyError::*;
@@ -334,6 +342,7 @@ mod tests {
             BodyTimeout { .. } => 28,
             RateLimited { quota: false, .. } => 29,
             RateLimited { quota: true, .. } => 30,
+            WaitTooLong { .. } => 31,
         }
     }
 
@@ -415,6 +424,12 @@ mod tests {
             QueueTimeout {
                 alias: "a".into(),
                 waited: d,
+                retry_after: 1,
+            },
+            WaitTooLong {
+                alias: "a".into(),
+                predicted: d,
+                limit: d,
                 retry_after: 1,
             },
             NoBackend {

@@ -175,6 +175,7 @@ impl Registry {
                 tokens_per_minute: None,
                 tokens_per_day: None,
                 reserve_output_tokens: 0,
+                max_queue_wait: None,
             })
         });
         let specs = anonymous

@@ -1,27 +1,32 @@
 //! A request's place in any queue it waits in: its ticket (class, client, arrival, how long
 //! it may wait before it is lifted a class, conversation) and its client, whose queue figures
-//! count it while it waits.
+//! count it while it waits, and the longest wait for a slot it takes.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 
 use super::{class, Caller, PRIORITY};
 use crate::config::{Clients, Priority};
 use crate::error::ProxyError;
 use crate::fleet::ticket::Ticket;
 
-/// Where a request stands in a queue: its ticket, and its client (for the client's queue
-/// figures).
+/// Where a request stands in a queue: its ticket, its client (for the client's queue
+/// figures), and the longest wait for a slot it takes (its client's `max_queue_wait_ms`, its
+/// own `x-switchboard-max-wait-ms`, the shorter).
 pub struct Place {
     pub ticket: Ticket,
     pub caller: Option<Caller>,
+    pub max_wait: Option<Duration>,
 }
 
+/// The header a request sets the longest wait for a slot it takes with, in milliseconds.
+pub const MAX_WAIT: HeaderName = HeaderName::from_static("x-switchboard-max-wait-ms");
+
 impl Place {
-    /// The place of a request of `caller` that arrived `since`, in `conversation`: its class
-    /// is its client's, or lower as its header asks (a value that is no class is a 400). The
+    /// The place of a request of `caller` (`None`: no key is configured) with `headers`,
+    /// arrived at `since`, in `conversation` (when some alias on its way has replicas): the
     /// same place on every replica and fallback.
     pub fn new(
         caller: Option<&Caller>,
@@ -30,6 +35,11 @@ impl Place {
         since: Instant,
         conversation: Option<u64>,
     ) -> Result<Place, ProxyError> {
+        let own = caller.and_then(|c| c.spec.max_queue_wait);
+        let max_wait = match (own, asked_wait(headers)?) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if caller.is_none() && !headers.contains_key(PRIORITY) {
             return Ok(Place {
                 ticket: Ticket {
@@ -37,6 +47,7 @@ impl Place {
                     ..Ticket::plain(since)
                 },
                 caller: None,
+                max_wait,
             });
         }
         let own = caller.map_or(Priority::Normal, |c| c.spec.priority);
@@ -48,8 +59,10 @@ impl Place {
                 since,
                 max_wait: clients.max_wait(class),
                 conversation,
+                ..Ticket::plain(since)
             },
             caller: caller.cloned(),
+            max_wait,
         })
     }
 
@@ -86,4 +99,19 @@ impl Drop for Queued<'_> {
             .queue_wait
             .observe(self.since.elapsed().as_secs_f64());
     }
+}
+
+/// The wait a request's `x-switchboard-max-wait-ms` sets (a whole number of milliseconds; else
+/// the 400 of an invalid request).
+fn asked_wait(headers: &HeaderMap) -> Result<Option<Duration>, ProxyError> {
+    let Some(v) = headers.get(MAX_WAIT) else {
+        return Ok(None);
+    };
+    let ms = v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok());
+    ms.map(|ms| Some(Duration::from_millis(ms))).ok_or_else(|| {
+        ProxyError::InvalidRequest(format!(
+            "invalid x-switchboard-max-wait-ms header {:?}: expected a whole number of milliseconds",
+            crate::error::Echo::new(&String::from_utf8_lossy(v.as_bytes()))
+        ))
+    })
 }

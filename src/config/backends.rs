@@ -15,6 +15,7 @@ use super::sizing::{sizing, RawSizing, Sizing};
 use super::values::nonzero;
 use crate::address::TlsSpec;
 use crate::flavor::Flavor;
+use crate::fleet::cost::Seed;
 use crate::wire::{Adapter, Converter};
 
 /// `[backends.NAME]` as written.
@@ -32,6 +33,11 @@ pub struct RawBackend {
     pub total_timeout_secs: Option<u64>,
     pub ca_file: Option<std::path::PathBuf>,
     pub apis: Option<Vec<String>>,
+    pub prefill_tokens_per_s: Option<f64>,
+    pub prefill_half_depth: Option<f64>,
+    pub decode_tokens_per_s: Option<f64>,
+    pub decode_half_depth: Option<f64>,
+    pub pin_slots: Option<bool>,
 }
 
 /// The limits of one exchange with a backend.
@@ -72,6 +78,10 @@ pub struct Backend {
     pub timeouts: Timeouts,
     /// The wire APIs it serves itself; the others are translated to chat completions.
     pub apis: Apis,
+    /// Its speeds before its answers are measured (the cost model's prior).
+    pub seed: Seed,
+    /// Each request is sent to the slot it took (`id_slot`), where its runtime takes that.
+    pub pin_slots: bool,
 }
 
 impl Backend {
@@ -137,6 +147,7 @@ pub(super) fn validate(
     errs: &mut Vec<ConfigError>,
 ) -> Option<Backend> {
     let timeouts = backend_timeouts(name, &raw, server, errs);
+    let seed = seed(name, &raw, errs);
     let key = format!("backends.{name}.url");
     let url = match Url::parse(&raw.url) {
         Ok(u) if !matches!(u.scheme(), "http" | "https") => {
@@ -214,6 +225,7 @@ pub(super) fn validate(
         None => None,
     };
     let apis = super::apis::parse(name, raw.apis, raw.flavor, errs);
+    let pin_slots = raw.pin_slots.unwrap_or(true) && !raw.flavor.runtime().pins_slots.is_empty();
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),
@@ -227,5 +239,35 @@ pub(super) fn validate(
         api_key,
         timeouts,
         apis,
+        seed,
+        pin_slots,
     })
+}
+
+/// The cost model's seeds: each key set overrides the default speed; a speed or depth must be
+/// a number above zero.
+fn seed(name: &str, raw: &RawBackend, errs: &mut Vec<ConfigError>) -> Seed {
+    let d = Seed::default();
+    let mut positive = |key: &str, v: Option<f64>| {
+        let v = v?;
+        if v.is_finite() && v > 0.0 {
+            return Some(v);
+        }
+        errs.push(ConfigError::BadValue {
+            key: format!("backends.{name}.{key}"),
+            value: v.to_string(),
+            reason: "is not a number above zero".into(),
+        });
+        None
+    };
+    Seed {
+        prefill_tps: positive("prefill_tokens_per_s", raw.prefill_tokens_per_s)
+            .unwrap_or(d.prefill_tps),
+        prefill_half_depth: positive("prefill_half_depth", raw.prefill_half_depth)
+            .or(d.prefill_half_depth),
+        decode_tps: positive("decode_tokens_per_s", raw.decode_tokens_per_s)
+            .unwrap_or(d.decode_tps),
+        decode_half_depth: positive("decode_half_depth", raw.decode_half_depth)
+            .or(d.decode_half_depth),
+    }
 }

@@ -24,6 +24,7 @@ pub struct RawClient {
     pub tokens_per_minute: Option<u64>,
     pub tokens_per_day: Option<u64>,
     pub reserve_output_tokens: Option<u32>,
+    pub max_queue_wait_ms: Option<u64>,
 }
 
 /// `[priority.CLASS]` as written.
@@ -84,6 +85,8 @@ pub struct ClientSpec {
     /// The output reserved for each choice of a request that sets no output limit (and whose
     /// alias sets none either); `0`: none.
     pub reserve_output_tokens: u32,
+    /// A request whose predicted wait for a slot is longer is refused at once (503).
+    pub max_queue_wait: Option<Duration>,
 }
 
 /// `clients.NAME.reserve_output_tokens` unset.
@@ -259,6 +262,7 @@ fn client(
         reserve_output_tokens: c
             .reserve_output_tokens
             .unwrap_or(DEFAULT_RESERVE_OUTPUT_TOKENS),
+        max_queue_wait: c.max_queue_wait_ms.map(Duration::from_millis),
         name,
         keys,
         aliases: allowed,

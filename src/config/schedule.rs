@@ -91,9 +91,7 @@ pub(super) fn validate(raw: &RawServer, errs: &mut Vec<ConfigError>) -> Scheduli
         order,
         preempt_after,
         max_preemptions: raw.max_preemptions.unwrap_or(d.max_preemptions),
-        slot_hold: raw
-            .slot_hold_ms
-            .map_or(d.slot_hold, Duration::from_millis),
+        slot_hold: raw.slot_hold_ms.map_or(d.slot_hold, Duration::from_millis),
         pin_slack,
     }
 }

@@ -245,7 +245,10 @@ impl CostModel {
             fit.prefill.fade();
             fit.prefill.add(x1, x2, t, 1.0);
         }
-        if let Some(t) = o.generated_s.filter(|t| *t >= LEAST_SECONDS && o.generated > 0) {
+        if let Some(t) = o
+            .generated_s
+            .filter(|t| *t >= LEAST_SECONDS && o.generated > 0)
+        {
             let depth = (o.cached + o.prompt) as f64;
             let (x1, x2) = features(o.generated as f64, depth);
             fit.decode.fade();
@@ -361,14 +364,26 @@ mod tests {
             }
         }
         let (prefill, decode) = m.rates();
-        assert!(close(prefill.tokens_per_second(), 4_000.0, 0.05), "{prefill:?}");
-        assert!(close(prefill.half_depth().unwrap(), 100_000.0, 0.1), "{prefill:?}");
+        assert!(
+            close(prefill.tokens_per_second(), 4_000.0, 0.05),
+            "{prefill:?}"
+        );
+        assert!(
+            close(prefill.half_depth().unwrap(), 100_000.0, 0.1),
+            "{prefill:?}"
+        );
         assert!(close(decode.tokens_per_second(), 40.0, 0.05), "{decode:?}");
         // Predictions of shapes it never saw.
         let want = real(100_000, 30_000, 100);
         let got = m.predict(100_000, 30_000, 100);
-        assert!(close(got.prefill, want.prompt_s.unwrap(), 0.05), "{got:?} {want:?}");
-        assert!(close(got.decode, want.generated_s.unwrap(), 0.05), "{got:?} {want:?}");
+        assert!(
+            close(got.prefill, want.prompt_s.unwrap(), 0.05),
+            "{got:?} {want:?}"
+        );
+        assert!(
+            close(got.decode, want.generated_s.unwrap(), 0.05),
+            "{got:?} {want:?}"
+        );
     }
 
     #[test]
@@ -389,7 +404,10 @@ mod tests {
             });
         }
         let (prefill, _) = m.rates();
-        assert!(close(prefill.tokens_per_second(), 2_000.0, 0.1), "{prefill:?}");
+        assert!(
+            close(prefill.tokens_per_second(), 2_000.0, 0.1),
+            "{prefill:?}"
+        );
         let w = m.predict(50_000, 10_000, 0);
         assert!(close(w.prefill, 5.0, 0.15), "{w:?}");
     }
@@ -426,8 +444,16 @@ mod tests {
             decode_half_depth: None,
         });
         let (p, d) = m.rates();
-        assert!(close(p.tokens_per_second(), learned.0.tokens_per_second(), 0.02));
-        assert!(close(d.tokens_per_second(), learned.1.tokens_per_second(), 0.02));
+        assert!(close(
+            p.tokens_per_second(),
+            learned.0.tokens_per_second(),
+            0.02
+        ));
+        assert!(close(
+            d.tokens_per_second(),
+            learned.1.tokens_per_second(),
+            0.02
+        ));
         // A fresh model takes the new seed whole.
         let fresh = CostModel::default();
         fresh.seed(Seed {

@@ -8,6 +8,7 @@ use http::{header, HeaderMap, StatusCode};
 use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
+use crate::fleet::cost::CostModel;
 use crate::fleet::load::Reported;
 use crate::fleet::named::ByName;
 use crate::upstream::{Client, SendError};
@@ -44,13 +45,16 @@ impl Health {
     }
 }
 
-/// One backend's health: its state by its last probe, and the load it last reported.
+/// One backend's health: its state by its last probe, the load it last reported, and its
+/// cost model.
 #[derive(Debug, Default)]
 pub struct BackendHealth {
     /// 0 until probed, else a [`BackendState`] plus one.
     state: AtomicU8,
     /// The load it reports beyond this process's own requests.
     pub reported: Reported,
+    /// What its answers taught of its speed.
+    pub cost: Arc<CostModel>,
 }
 
 impl BackendHealth {

@@ -144,8 +144,7 @@ mod tests {
             class,
             client: 1,
             since: now - Duration::from_secs(ago),
-            max_wait: Duration::MAX,
-            conversation: None,
+            ..Ticket::plain(now - Duration::from_secs(ago))
         };
         let old_batch = rank(&t(Priority::Batch, 60));
         let new_interactive = rank(&t(Priority::Interactive, 0));

@@ -14,3 +14,4 @@ pub mod named;
 pub mod routes;
 pub mod slots;
 pub mod ticket;
+pub mod work;

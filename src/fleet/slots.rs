@@ -10,7 +10,9 @@
 //! store, a request holding its slot here takes the backend's shared lease too before it is
 //! sent ([`super::lease`]), so every process together keeps to the backend's slots.
 
+mod fair;
 mod order;
+mod table;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -18,10 +20,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use fair::Fair;
 use order::{displaced, pick, Waiter};
+use table::{Holder, Table};
 
 use super::lease::SharedSlots;
 use super::ticket::{QueueWatch, Ticket};
+use crate::config::{Order, Priority, Scheduling};
 use crate::error::ProxyError;
 use crate::shared::lease::Lease;
 
@@ -45,22 +50,31 @@ struct Inner {
 
 #[derive(Debug)]
 struct State {
-    free: u32,
     waiters: Vec<Waiter<oneshot::Sender<SlotPermit>>>,
     seq: u64,
     /// The client last served in each class (the fair turn goes on from it).
     last: [Option<u64>; 3],
-    /// The conversation keys of the requests holding a slot (those that have one).
-    held: Vec<u64>,
+    /// Each slot: its holder, the conversation it caches, whether it is kept.
+    table: Table,
+    /// The clients' shares of GPU time.
+    fair: Fair,
+    /// Grants made (each permit names its own).
+    grants: u64,
+    /// How the slots are shared (the config in force).
+    schedule: Scheduling,
+    /// Whether the backend is sent the slot a request takes (each slot its own cache).
+    pinned: bool,
+    /// How soon each conversation came back for its next turn, last time (a few kept).
+    gaps: Vec<(u64, Duration)>,
 }
 
-impl State {
-    /// A request of conversation `key` gave its slot up.
-    fn unhold(&mut self, key: Option<u64>) {
-        if let Some(i) = key.and_then(|k| self.held.iter().position(|h| *h == k)) {
-            self.held.swap_remove(i);
-        }
-    }
+/// Conversations whose return gap is remembered.
+const GAPS: usize = 64;
+
+/// The time the scheduler reads: tokio's clock (the real one outside tests), so a paused test
+/// clock ages requests and ends holds too.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// Held while a request occupies a backend slot; dropping it frees the slot (to the next
@@ -68,8 +82,12 @@ impl State {
 #[derive(Debug)]
 pub struct SlotPermit {
     inner: Option<Arc<Inner>>,
-    /// The conversation it holds the slot for, if any.
-    conversation: Option<u64>,
+    /// Which slot, and the grant that gave it.
+    index: u32,
+    grant: u64,
+    /// Told when a request of a better class takes the slot (the request may be preempted
+    /// until it sends its client a byte).
+    preempt: Option<oneshot::Receiver<()>>,
     /// The backend's shared lease, given back with the slot.
     lease: Option<Lease>,
 }
@@ -80,8 +98,52 @@ impl Drop for SlotPermit {
         // to a request that will ask for it.
         drop(self.lease.take());
         if let Some(inner) = self.inner.take() {
-            inner.release(self.conversation);
+            inner.release(self.index as usize, self.grant);
         }
+    }
+}
+
+impl SlotPermit {
+    /// The slot's number (llama.cpp's `id_slot`).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Whether the request may still be preempted.
+    pub fn preemptible(&self) -> bool {
+        self.preempt.is_some()
+    }
+
+    /// Resolves when the slot is to be given up to a better class (never, for a request that
+    /// may not be preempted).
+    pub async fn preempted(&mut self) {
+        match &mut self.preempt {
+            Some(rx) => {
+                if rx.await.is_err() {
+                    // The scheduler let the request off: it keeps its slot.
+                    self.preempt = None;
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+
+    /// The request sends its client its first byte: it is preempted no more. `false` when it
+    /// was told to give its slot up first.
+    pub fn started(&mut self) -> bool {
+        let Some(mut rx) = self.preempt.take() else {
+            return true;
+        };
+        if let Some(inner) = &self.inner {
+            let mut st = inner.lock();
+            if let Some(h) = st.table.slots[self.index as usize].holder.as_mut() {
+                if h.grant == self.grant {
+                    h.preempt = None;
+                }
+            }
+        }
+        rx.try_recv().is_err()
     }
 }
 
@@ -90,40 +152,164 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot of conversation `key` came free: to the next waiting request, else back to the
-    /// free ones.
-    fn release(self: &Arc<Inner>, key: Option<u64>) {
+    /// Slot `index` goes to a request of `ticket`: its holder set, its client's share charged.
+    fn grant(self: &Arc<Inner>, st: &mut State, index: usize, ticket: Ticket) -> SlotPermit {
+        let now = now();
+        st.grants += 1;
+        let grant = st.grants;
+        st.fair.granted(ticket.client, ticket.work);
+        let sched = &st.schedule;
+        let may_preempt = sched.by_work()
+            && sched.preempt_after.is_some()
+            && ticket.class > Priority::Interactive
+            && ticket.preemptions < sched.max_preemptions;
+        let (tx, rx) = match may_preempt {
+            true => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
+        let slot = &mut st.table.slots[index];
+        slot.holder = Some(Holder {
+            grant,
+            ticket,
+            granted_at: now,
+            preempt: tx,
+        });
+        slot.kept = None;
+        slot.cached = ticket.conversation.map(|k| (k, ticket.tokens));
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        SlotPermit {
+            inner: Some(Arc::clone(self)),
+            index: index as u32,
+            grant,
+            preempt: rx,
+            lease: None,
+        }
+    }
+
+    /// Slot `index`, given by `grant`, came free: kept for its conversation's next turn, or
+    /// to the next waiting request, else open.
+    fn release(self: &Arc<Inner>, index: usize, grant: u64) {
         let mut st = self.lock();
-        st.unhold(key);
-        // Tokio's clock (the real one outside tests): a paused test clock ages requests too.
-        let now = tokio::time::Instant::now().into_std();
+        let now = now();
+        let slot = &mut st.table.slots[index];
+        let Some(h) = slot.holder.take_if(|h| h.grant == grant) else {
+            return;
+        };
+        slot.freed_at = Some(now);
+        self.busy.fetch_sub(1, Ordering::AcqRel);
+        if let Some(until) = keep_until(&st, &h.ticket, now) {
+            let k = h.ticket.conversation.unwrap_or_default();
+            st.table.slots[index].kept = Some((k, until));
+            self.expire_at(index, k, until);
+            return;
+        }
+        self.hand_out(&mut st, index, now);
+    }
+
+    /// Slot `index` (open) to the next waiting request that takes it, if any.
+    fn hand_out(self: &Arc<Inner>, st: &mut State, index: usize, now: Instant) {
         loop {
-            let Some((i, turn)) = pick(&st.waiters, &st.last, now) else {
-                st.free += 1;
-                self.busy.fetch_sub(1, Ordering::AcqRel);
+            let held = st.table.slots[index].cached.map(|(k, _)| k);
+            let picked = pick(&st.waiters, &st.last, now, &st.fair, &st.schedule, held);
+            let Some((i, turn)) = picked else {
                 return;
             };
             let w = st.waiters.swap_remove(i);
             self.waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
             st.last[turn as usize] = Some(w.ticket.client);
-            let conversation = w.ticket.conversation;
-            st.held.extend(conversation);
-            let permit = SlotPermit {
-                inner: Some(Arc::clone(self)),
-                conversation,
-                lease: None,
-            };
+            let permit = self.grant(st, index, w.ticket);
             match w.tx.send(permit) {
                 Ok(()) => return,
-                // Its request is gone: disarmed, so dropping it here frees nothing.
+                // Its request is gone: disarmed, so dropping it here frees nothing; the slot
+                // and the share it was charged are undone.
                 Err(mut p) => {
                     p.inner = None;
-                    st.unhold(conversation);
+                    st.table.slots[index].holder = None;
+                    self.busy.fetch_sub(1, Ordering::AcqRel);
+                    st.fair.settle(w.ticket.client, w.ticket.work, 0.0);
                 }
             }
         }
     }
+
+    /// Slot `index`, kept for conversation `k`, is handed out at `until` unless `k` took it.
+    fn expire_at(self: &Arc<Inner>, index: usize, k: u64, until: Instant) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::clone(self);
+        rt.spawn(async move {
+            tokio::time::sleep_until(until.into()).await;
+            let mut st = inner.lock();
+            let slot = &mut st.table.slots[index];
+            if slot.holder.is_none() && slot.kept.is_some_and(|(c, u)| c == k && u == until) {
+                slot.kept = None;
+                inner.hand_out(&mut st, index, now());
+            }
+        });
+    }
+
+    /// A request of `ticket` has waited its preemption wait: when every slot holds a worse
+    /// class, the one with the most predicted prefill left that sent its client nothing is
+    /// told to give its slot up. Whether one was.
+    fn preempt_for(&self, ticket: &Ticket) -> bool {
+        let mut st = self.lock();
+        if !st.schedule.by_work() || ticket.class != Priority::Interactive {
+            return false;
+        }
+        let Some(i) = st.table.victim(ticket.class, now()) else {
+            return false;
+        };
+        let h = st.table.slots[i].holder.as_mut();
+        h.and_then(|h| h.preempt.take())
+            .is_some_and(|tx| tx.send(()).is_ok())
+    }
+
+    /// Note how soon conversation `k` came back to the slot its last turn left.
+    fn returned(st: &mut State, k: u64, now: Instant) {
+        let Some((i, _)) = st.table.cached(k) else {
+            return;
+        };
+        let slot = &st.table.slots[i];
+        let Some(freed) = slot.freed_at.filter(|_| slot.holder.is_none()) else {
+            return;
+        };
+        let gap = now.saturating_duration_since(freed);
+        st.gaps.retain(|(c, _)| *c != k);
+        if st.gaps.len() >= GAPS {
+            st.gaps.remove(0);
+        }
+        st.gaps.push((k, gap));
+    }
+}
+
+/// Until when a slot freed by a request of `t` is kept for its conversation's next turn:
+/// ordering by work with holds on, a slot of its own cache, others waiting (else it stays
+/// open anyway) but none of its conversation, its client within the slack of the fair order's
+/// next, and its conversation known to come back within the hold (kept twice that gap).
+fn keep_until(st: &State, t: &Ticket, now: Instant) -> Option<Instant> {
+    let sched = &st.schedule;
+    let k = t.conversation?;
+    if !sched.by_work() || sched.slot_hold.is_zero() || !st.pinned || st.waiters.is_empty() {
+        return None;
+    }
+    if st.waiters.iter().any(|w| w.ticket.conversation == Some(k)) {
+        return None;
+    }
+    let next = st
+        .waiters
+        .iter()
+        .map(|w| st.fair.start(w.ticket.client))
+        .fold(f64::INFINITY, f64::min);
+    if st.fair.start(t.client) > next + sched.pin_slack {
+        return None;
+    }
+    let gap = st.gaps.iter().find(|(c, _)| *c == k)?.1;
+    (gap <= sched.slot_hold).then(|| now + (gap * 2).min(sched.slot_hold))
 }
 
 /// Undoes the queue bookkeeping however the wait ends (granted, timed out, or client gone).
@@ -161,11 +347,15 @@ impl Slots {
         Slots {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
-                    free: slots,
                     waiters: Vec::new(),
                     seq: 0,
                     last: [None; 3],
-                    held: Vec::new(),
+                    table: Table::new(slots),
+                    fair: Fair::default(),
+                    grants: 0,
+                    schedule: Scheduling::default(),
+                    pinned: false,
+                    gaps: Vec::new(),
                 }),
                 busy: AtomicU32::new(0),
                 waiting: AtomicU32::new(0),
@@ -180,6 +370,19 @@ impl Slots {
     pub fn with_shared(mut self, shared: SharedSlots) -> Slots {
         self.shared = Some(shared);
         self
+    }
+
+    /// Share the slots by `schedule`; `pinned`: the backend is told which slot each request
+    /// takes, each slot with a cache of its own.
+    pub fn set_schedule(&self, schedule: Scheduling, pinned: bool) {
+        let mut st = self.inner.lock();
+        st.schedule = schedule;
+        st.pinned = pinned;
+    }
+
+    /// Whether requests are sent to the slot they took.
+    pub fn pinned(&self) -> bool {
+        self.inner.lock().pinned
     }
 
     /// Whether it counts in a shared store too.
@@ -217,38 +420,89 @@ impl Slots {
 
     /// Requests of conversation `key` holding a slot here now (this process's).
     pub fn held_by(&self, key: u64) -> u32 {
-        let st = self.inner.lock();
-        st.held.iter().filter(|h| **h == key).count() as u32
+        self.inner.lock().table.held_by(key)
     }
 
-    fn take(&self, st: &mut State, conversation: Option<u64>) -> Option<SlotPermit> {
-        if st.free == 0 || !st.waiters.is_empty() {
+    /// Tokens of conversation `key` this backend's cache is known to hold (as this process
+    /// last left them).
+    pub fn cached_for(&self, key: u64) -> u64 {
+        let st = self.inner.lock();
+        st.table.cached(key).map_or(0, |(_, n)| n)
+    }
+
+    /// A request of `client`, predicted at `predicted` GPU-seconds, took `measured`; it left
+    /// `tokens` of conversation `key` in its slot (as its backend reported them).
+    pub fn settle(&self, client: u64, predicted: f64, measured: f64, left: Option<(u64, u64)>) {
+        let mut st = self.inner.lock();
+        st.fair.settle(client, predicted, measured);
+        if let Some((key, tokens)) = left {
+            for slot in &mut st.table.slots {
+                if let Some((k, n)) = slot.cached.as_mut() {
+                    if *k == key {
+                        *n = tokens;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The wait predicted for a request of `ticket` queued now: the slots' predicted times
+    /// left, then the predicted work of each waiter that goes before it, each put on the slot
+    /// free soonest; it starts when the soonest is free after them.
+    pub fn predicted_wait(&self, ticket: &Ticket) -> Duration {
+        let st = self.inner.lock();
+        let now = now();
+        let mut free: Vec<f64> = st.table.slots.iter().map(|s| s.left(now)).collect();
+        let start = st.fair.start(ticket.client);
+        let ahead = st.waiters.iter().filter(|w| match st.schedule.order {
+            Order::Arrival => (w.ticket.since, w.seq) < (ticket.since, u64::MAX),
+            _ if w.ticket.class != ticket.class => w.ticket.class < ticket.class,
+            Order::Requests => w.ticket.since <= ticket.since,
+            Order::Work => {
+                let theirs = st.fair.start(w.ticket.client);
+                theirs < start || (theirs == start && w.ticket.since <= ticket.since)
+            }
+        });
+        for w in ahead {
+            if let Some(soonest) = free.iter_mut().min_by(|a, b| a.total_cmp(b)) {
+                *soonest += w.ticket.work.max(0.0);
+            }
+        }
+        let soonest = free.into_iter().min_by(f64::total_cmp).unwrap_or(0.0);
+        Duration::from_secs_f64(soonest.max(0.0))
+    }
+
+    /// A slot for `ticket` now, if one is open to it and nobody waits (a conversation's own
+    /// kept slot is its own even then).
+    fn take(&self, st: &mut State, ticket: Ticket) -> Option<SlotPermit> {
+        let now = now();
+        if let Some(k) = ticket.conversation {
+            Inner::returned(st, k, now);
+            if let Some(i) = st.table.kept_for(k, now) {
+                return Some(self.inner.grant(st, i, ticket));
+            }
+        }
+        if !st.waiters.is_empty() {
             return None;
         }
-        st.free -= 1;
-        st.held.extend(conversation);
-        self.inner.busy.fetch_add(1, Ordering::AcqRel);
-        Some(SlotPermit {
-            inner: Some(Arc::clone(&self.inner)),
-            conversation,
-            lease: None,
-        })
+        let i = st.table.choose(ticket.conversation, now)?;
+        Some(self.inner.grant(st, i, ticket))
     }
 
     /// A slot now, without waiting (and without passing anyone waiting). With a shared store
     /// that is up, never: its lease is asked for in [`Self::acquire`].
     pub fn try_acquire(&self) -> Option<SlotPermit> {
-        self.try_acquire_for(None)
+        self.try_acquire_for(Ticket::plain(now()))
     }
 
-    /// [`Self::try_acquire`] for a request of `conversation`.
-    pub fn try_acquire_for(&self, conversation: Option<u64>) -> Option<SlotPermit> {
+    /// [`Self::try_acquire`] for a request of `ticket`.
+    pub fn try_acquire_for(&self, ticket: Ticket) -> Option<SlotPermit> {
         let lease = match &self.shared {
             Some(shared) => Some(shared.unasked()?),
             None => None,
         };
         let mut st = self.inner.lock();
-        let mut permit = self.take(&mut st, conversation)?;
+        let mut permit = self.take(&mut st, ticket)?;
         permit.lease = lease;
         Some(permit)
     }
@@ -273,16 +527,18 @@ impl Slots {
         Ok(permit)
     }
 
-    /// A slot of this process, waiting in its queue up to `timeout`.
+    /// A slot of this process, waiting in its queue up to `timeout`; an `interactive` request
+    /// that waits its preemption wait asks for a lower class's slot (again after each such
+    /// wait).
     async fn acquire_here(
         &self,
         timeout: Duration,
         ticket: Ticket,
         watch: &dyn QueueWatch,
     ) -> Result<SlotPermit, Refused> {
-        let (seq, mut rx) = {
+        let (seq, mut rx, preempt_after) = {
             let mut st = self.inner.lock();
-            if let Some(p) = self.take(&mut st, ticket.conversation) {
+            if let Some(p) = self.take(&mut st, ticket) {
                 return Ok(p);
             }
             if st.waiters.len() >= self.queue as usize {
@@ -300,7 +556,8 @@ impl Slots {
             self.inner
                 .waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
-            (seq, rx)
+            let preempts = st.schedule.by_work() && ticket.class == Priority::Interactive;
+            (seq, rx, st.schedule.preempt_after.filter(|_| preempts))
         };
         watch.entered();
         let waiting = Waiting {
@@ -309,18 +566,36 @@ impl Slots {
             watch,
             since: Instant::now(),
         };
-        match tokio::time::timeout(timeout, &mut rx).await {
-            Ok(Ok(p)) => Ok(p),
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut preempt_at = preempt_after.map(|d| tokio::time::Instant::now() + d);
+        let got = loop {
+            let preempt = async {
+                match preempt_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                got = &mut rx => break Some(got),
+                () = tokio::time::sleep_until(deadline) => break None,
+                () = preempt => {
+                    self.inner.preempt_for(&ticket);
+                    preempt_at = preempt_after.map(|d| tokio::time::Instant::now() + d);
+                }
+            }
+        };
+        match got {
+            Some(Ok(p)) => Ok(p),
             // Its place was given to a request of a better class or a fairer share.
-            Ok(Err(_)) => Err(self.full()),
+            Some(Err(_)) => Err(self.full()),
             // Granted (or its place given away) as the wait ran out.
-            _ if !waiting.leave() => match rx.try_recv() {
+            None if !waiting.leave() => match rx.try_recv() {
                 Ok(p) => Ok(p),
                 Err(oneshot::error::TryRecvError::Closed) => Err(self.full()),
                 Err(_) => Err(Refused::TimedOut(timeout)),
             },
             // The wait ran out: the queue had room, the slots never came free.
-            _ => Err(Refused::TimedOut(timeout)),
+            None => Err(Refused::TimedOut(timeout)),
         }
     }
 

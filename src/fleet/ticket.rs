@@ -1,5 +1,5 @@
-//! Who waits for a slot and since when, what the scheduler orders by, and who is told of the
-//! wait.
+//! Who waits for a slot and since when, what it will cost, what the scheduler orders by, and
+//! who is told of the wait.
 
 use std::time::{Duration, Instant};
 
@@ -24,9 +24,17 @@ pub struct Ticket {
     pub since: Instant,
     /// Its class's wait after which it is lifted into the next class's turns.
     pub max_wait: Duration,
-    /// Its conversation's key, where its alias has replicas: counted while it holds a slot
-    /// ([`Slots::held_by`]).
+    /// Its conversation's key: counted while it holds a slot ([`Slots::held_by`]), and the
+    /// slot it leaves holds that conversation's prefix.
     pub conversation: Option<u64>,
+    /// Its predicted GPU-seconds on the backend it waits for, all and prefill
+    /// ([`crate::fleet::cost`]); 0 where nothing is predicted.
+    pub work: f64,
+    pub prefill: f64,
+    /// The tokens its slot will hold after it: its prompt and expected output.
+    pub tokens: u64,
+    /// How many times it gave its slot up to a better class.
+    pub preemptions: u32,
 }
 
 impl Ticket {
@@ -38,6 +46,10 @@ impl Ticket {
             since,
             max_wait: Duration::MAX,
             conversation: None,
+            work: 0.0,
+            prefill: 0.0,
+            tokens: 0,
+            preemptions: 0,
         }
     }
 

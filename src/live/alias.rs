@@ -35,6 +35,16 @@ impl Replica {
     pub fn name(&self) -> &str {
         &self.backend.name
     }
+
+    /// Whether a request of the API named `api` (in `apis`) is sent to the slot it took
+    /// (`id_slot`): its runtime takes that for the API, its config lets it, and no other
+    /// process shares its slots.
+    pub fn pins(&self, api: Option<&str>) -> bool {
+        let runtime = self.backend.flavor.runtime();
+        self.backend.pin_slots
+            && !self.slots.is_shared()
+            && api.is_some_and(|a| runtime.pins_slots.contains(&a))
+    }
 }
 
 /// One alias as the snapshot serves it.

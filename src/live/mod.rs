@@ -25,6 +25,7 @@ use crate::fleet::health::Health;
 use crate::fleet::lease::SharedSlots;
 use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
+use crate::fleet::work::Outputs;
 use crate::guard::GuardSpec;
 use crate::observe::metrics::{AliasMetrics, Metrics};
 use crate::observe::trace::Tracer;
@@ -231,6 +232,8 @@ pub struct AppState {
     rebuild: Arc<Mutex<()>>,
     /// The last reload's result and time.
     pub reloads: Arc<reload::ReloadLog>,
+    /// How long each client's recent answers were (what its next is expected to take).
+    pub outputs: Arc<Outputs>,
 }
 
 impl AppState {
@@ -260,6 +263,7 @@ impl AppState {
             config_path: config_path.map(Arc::from),
             script: None,
             rebuild: Arc::default(),
+            outputs: Arc::default(),
             reloads: Arc::default(),
         })
     }
@@ -309,6 +313,7 @@ impl AppState {
         let now = crate::fleet::breaker::now();
         for r in snap.replicas.values() {
             self.metrics.breaker_state(r.name(), r.breaker.state(now));
+            self.metrics.speeds(r.name(), &r.health.cost);
         }
     }
 
@@ -519,12 +524,16 @@ fn replicas(
                 || Arc::new(metrics.conn_watch(&b.name)),
                 |r| Arc::clone(&r.conns),
             );
+            // A slot's number means nothing to processes sharing the backend's slots.
+            slots.set_schedule(config.server.schedule, b.pin_slots && !slots.is_shared());
+            let health = at.health.of(&b.name);
+            health.cost.seed(b.seed);
             let replica = Replica {
                 backend: Arc::clone(b),
                 slots,
                 breaker,
                 conns,
-                health: at.health.of(&b.name),
+                health,
             };
             (b.name.clone(), Arc::new(replica))
         })

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
+use crate::fleet::work::{Clock, Job, Measured};
 use crate::observe::metrics::{AliasMetrics, ClientMetrics};
 use crate::observe::trace::{End, RequestTrace};
 use crate::observe::window::Sample;
@@ -58,6 +59,8 @@ pub struct Record {
     pub generated: u64,
     /// The request's spans, when tracing is on.
     pub trace: Option<Box<RequestTrace>>,
+    /// Its work on the backend that answered: predicted, measured at its end.
+    pub work: Option<Job>,
 }
 
 impl Record {
@@ -86,6 +89,7 @@ impl Record {
             charge: None,
             generated: 0,
             trace: None,
+            work: None,
         }
     }
 
@@ -166,13 +170,28 @@ impl Record {
             charge: None,
             generated: 0,
             trace: None,
+            work: None,
         };
         std::mem::replace(self, husk)
     }
 
-    fn record(&self) {
+    /// Its work measured now, given back to the scheduler and the cost model.
+    fn measure(&mut self, now: Instant) -> Option<Measured> {
+        let clock = Clock {
+            sent: self.sent_at,
+            first_token: self.first_token,
+            last_token: self.last_token,
+            ended: now,
+        };
+        let measured = self.work.take()?.finish(self.usage.as_ref(), &clock);
+        let client = self.client.as_ref().map_or("-", ClientMetrics::name);
+        let backend = self.backend.as_deref().unwrap_or("-");
+        self.m.work(backend, client, &measured);
+        Some(measured)
+    }
+
+    fn record(&self, now: Instant, work: Option<Measured>) {
         let m = &self.m;
-        let now = Instant::now();
         m.inflight.dec();
         m.request(self.endpoint, self.status, self.stream);
         if let Some(c) = &self.client {
@@ -220,6 +239,9 @@ impl Record {
             reasoning_tokens = self.usage.and_then(|u| u.reasoning),
             ttft_ms = ms(ttft),
             duration_ms = total.as_secs_f64() * 1000.0,
+            gpu_predicted_s = work.map(|w| w.predicted.total()),
+            gpu_prefill_s = work.map(|w| w.work.prefill),
+            gpu_decode_s = work.map(|w| w.work.decode),
             cancelled = !self.completed,
             error = self.error.as_deref(),
         );
@@ -232,6 +254,10 @@ impl Record {
             counter.learn(*bytes, u32::try_from(u.prompt).unwrap_or(u32::MAX));
         }
         m.prompt_tokens.inc_by(u.prompt);
+        let cached = u.timings.and_then(|t| t.cache_n).or(u.cached);
+        if let Some(c) = cached.filter(|c| *c > 0) {
+            m.cached(c);
+        }
         m.completion_tokens.inc_by(u.completion);
         if let Some(r) = u.reasoning {
             m.reasoning_tokens.inc_by(r);
@@ -263,6 +289,8 @@ impl Drop for Record {
             if let Some(mut c) = self.charge.take() {
                 c.settle(self.usage, self.generated, self.sent_at.is_some());
             }
+            let now = Instant::now();
+            let work = self.measure(now);
             if let Some(t) = self.trace.take() {
                 t.finish(&End {
                     status: self.status,
@@ -270,9 +298,10 @@ impl Drop for Record {
                     first_token: self.first_token,
                     completed: self.completed,
                     error: self.error.as_deref(),
+                    work,
                 });
             }
-            self.record();
+            self.record(now, work);
         }
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::call::Call;
 use super::shape::{self, Shaped};
 use crate::error::ProxyError;
+use crate::fleet::work::Need;
 use crate::guard::{self, Counted, Verdict};
 use crate::live::alias::LiveAlias;
 use crate::observe::metrics::{CountFallback, CountMethod};
@@ -35,6 +36,18 @@ pub struct Admitted {
     /// The prompt's tokens as the guard counted them, where it counted (not where its byte
     /// bound alone let the request pass, nor where the alias has no guard).
     pub prompt: Option<u32>,
+}
+
+impl Admitted {
+    /// What the request asks of a backend: the guard's count (else the body's bytes over
+    /// four) and its output limit (none where it sets none, or an invalid one, refused later).
+    pub fn need(&self, adapter: &dyn crate::wire::Adapter) -> Need {
+        let body = &self.body.body;
+        Need {
+            prompt: self.prompt.map_or(body.len() as u64 / 4, u64::from).max(1),
+            output: adapter.requested_output(body).ok().flatten(),
+        }
+    }
 }
 
 /// The request shaped for `alias` and guarded: admitted there, or on the alias its

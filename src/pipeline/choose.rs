@@ -9,7 +9,7 @@
 //! requests (a flood of one session waits for none but itself: it spills at once); before
 //! any other conversation is moved off its first replica, the replicas are read again.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::call::Call;
@@ -21,6 +21,7 @@ use crate::fleet::health::BackendState;
 use crate::fleet::load;
 use crate::fleet::routes::FallbackReason;
 use crate::fleet::slots::{Refused, SlotPermit};
+use crate::fleet::work::{Job, Need};
 use crate::live::alias::{LiveAlias, Replica};
 
 /// The replica a request goes to, with its slot and its breaker's leave.
@@ -35,18 +36,23 @@ pub struct Chosen {
     pub queued: Duration,
     /// Where its conversation was (an alias with replicas and a conversation key only).
     pub affinity: Option<AffinityResult>,
+    /// Its work there, predicted (taken into the record when it answers).
+    pub job: Option<Job>,
+    /// The wait for its slot predicted when it queued (none where it took one at once).
+    pub predicted_wait: Option<Duration>,
 }
 
 /// Why no replica was chosen: `None` when every usable one was tried already.
 pub type Refusal = Option<(FallbackReason, ProxyError)>;
 
-/// Choose a replica of `alias` that `tried` does not name, for the call.
+/// Choose a replica of `alias` that `tried` does not name, for the call that needs `need`.
 pub async fn choose(
     call: &Call<'_>,
     alias: &LiveAlias,
+    need: Need,
     tried: &mut Vec<usize>,
 ) -> Result<Chosen, Refusal> {
-    let mut choice = Choice::new(call, alias);
+    let mut choice = Choice::new(call, alias, need);
     let mut queued = Duration::ZERO;
     // A replica that looks full only by other processes' requests is read again once before
     // its conversation is moved off it.
@@ -57,7 +63,7 @@ pub async fn choose(
         let Some(mut index) = picked.index else {
             return Err(picked.why.map(|w| (w, choice.refusal(w, now))));
         };
-        let mut waited = None;
+        let mut waited: Option<(SlotPermit, Job)> = None;
         let moving = picked.first.filter(|f| *f != index);
         let spill = moving.zip(choice.spill_wait.take());
         // Not for a replica its own conversation mostly holds: that wait would be for itself.
@@ -81,10 +87,11 @@ pub async fn choose(
             tried.push(index);
             continue;
         };
-        let slot = match waited {
-            Some(permit) => permit,
+        let (slot, mut job) = match waited {
+            Some(got) => got,
             None => choice.queue(replica, &mut queued).await.map_err(Some)?,
         };
+        job.granted();
         return Ok(Chosen {
             replica: Arc::clone(replica),
             index,
@@ -92,6 +99,11 @@ pub async fn choose(
             tally: Tally::new(Some(pass), Some(Arc::clone(&replica.breaker))),
             queued,
             affinity: choice.key.map(|key| choice.remember(key, replica)),
+            job: Some(job),
+            predicted_wait: *choice
+                .predicted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
         });
     }
 }
@@ -107,6 +119,9 @@ struct Choice<'c, 'a> {
     spill_wait: Option<Duration>,
     /// How old a backend's load reading may be and still count (where there is a choice).
     max_age: Option<Duration>,
+    need: Need,
+    /// The wait predicted where the request last queued.
+    predicted: Mutex<Option<Duration>>,
 }
 
 /// The replica picked, the first of the conversation's order (when it has one), and why the
@@ -118,7 +133,7 @@ struct Picked {
 }
 
 impl<'c, 'a> Choice<'c, 'a> {
-    fn new(call: &'c Call<'a>, alias: &'c LiveAlias) -> Choice<'c, 'a> {
+    fn new(call: &'c Call<'a>, alias: &'c LiveAlias, need: Need) -> Choice<'c, 'a> {
         let server = &call.snap.config.server;
         let choice = alias.replicas.len() > 1;
         let conversation = call.conversation.filter(|_| choice);
@@ -131,6 +146,8 @@ impl<'c, 'a> Choice<'c, 'a> {
                 .map(|_| server.spill_wait.min(server.queue_timeout))
                 .filter(|w| !w.is_zero()),
             max_age: server.load_interval.filter(|_| choice).map(load::max_age),
+            need,
+            predicted: Mutex::new(None),
         }
     }
 
@@ -288,7 +305,7 @@ impl<'c, 'a> Choice<'c, 'a> {
         &self,
         replica: &Replica,
         queued: &mut Duration,
-    ) -> Result<SlotPermit, (FallbackReason, ProxyError)> {
+    ) -> Result<(SlotPermit, Job), Failing> {
         let timeout = self.call.snap.config.server.queue_timeout;
         self.wait(replica, timeout, queued).await
     }
@@ -299,7 +316,7 @@ impl<'c, 'a> Choice<'c, 'a> {
         replica: &Replica,
         timeout: Duration,
         queued: &mut Duration,
-    ) -> Result<SlotPermit, (FallbackReason, ProxyError)> {
+    ) -> Result<(SlotPermit, Job), Failing> {
         let since = breaker::now();
         let got = self.slot(replica, timeout).await;
         *queued += breaker::now() - since;
@@ -307,21 +324,37 @@ impl<'c, 'a> Choice<'c, 'a> {
     }
 
     /// A slot of `replica` now, or a place in its queue for up to `timeout` (429 when full,
-    /// 503 when the wait runs out).
+    /// 503 when the wait runs out), in the order of the call's ticket carrying its work there.
     async fn slot(
         &self,
         replica: &Replica,
         timeout: Duration,
-    ) -> Result<SlotPermit, (FallbackReason, ProxyError)> {
+    ) -> Result<(SlotPermit, Job), Failing> {
         let (slots, place) = (&replica.slots, &self.call.place);
-        if let Some(p) = slots.try_acquire_for(place.ticket.conversation) {
-            return Ok(p);
+        let cost = (&replica.slots, &replica.health.cost);
+        let job = Job::predict(cost, &self.call.state.outputs, &place.ticket, self.need);
+        let ticket = job.ticket(place.ticket);
+        if let Some(p) = slots.try_acquire_for(ticket) {
+            return Ok((p, job));
+        }
+        let predicted = slots.predicted_wait(&ticket);
+        *self
+            .predicted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(predicted);
+        self.alias.metrics.predicted_wait(predicted.as_secs_f64());
+        if let Some(limit) = place.max_wait.filter(|l| predicted > *l) {
+            let e = ProxyError::WaitTooLong {
+                alias: self.alias.name().to_string(),
+                predicted,
+                limit,
+                retry_after: predicted.as_secs_f64().ceil().max(1.0) as u64,
+            };
+            return Err((FallbackReason::queue_timeout, e));
         }
         let _queued = place.queued();
-        let got = slots
-            .acquire(timeout, place.ticket, &*self.alias.metrics)
-            .await;
-        got.map_err(|refused| {
+        let got = slots.acquire(timeout, ticket, &*self.alias.metrics).await;
+        got.map(|p| (p, job)).map_err(|refused| {
             let reason = match refused {
                 Refused::Full { .. } => FallbackReason::overloaded,
                 Refused::TimedOut(_) => FallbackReason::queue_timeout,
@@ -330,6 +363,9 @@ impl<'c, 'a> Choice<'c, 'a> {
         })
     }
 }
+
+/// Why a replica gave no slot: the fallback's reason and the client's error.
+type Failing = (FallbackReason, ProxyError);
 
 /// Of two reasons no replica could take a request, the one that tells the client most:
 /// loading (it keeps its model_loading answer), then an open breaker over a backend down.

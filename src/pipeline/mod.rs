@@ -30,6 +30,7 @@ mod choose;
 pub mod deadline;
 mod limit;
 mod peek;
+mod preempt;
 pub mod relay;
 mod resolve;
 mod respond;
@@ -81,14 +82,16 @@ pub async fn handle(
             Err(e) => return Err(e),
         };
         limit::charge(&mut call, &admitted).await?;
+        let need = admitted.need(call.req.adapter);
         loop {
-            let chosen = match choose::choose(&call, &admitted.alias, &mut tries.tried).await {
+            let alias = &admitted.alias;
+            let chosen = match choose::choose(&call, alias, need, &mut tries.tried).await {
                 Ok(c) => c,
                 Err(refusal) => break tries.refused(refusal),
             };
             match attempt(&mut call, &admitted, chosen, &mut tries).await? {
                 Attempt::Answered(response) => return Ok(response),
-                Attempt::Next(Next::Replica) => {}
+                Attempt::Next(Next::Replica) | Attempt::Preempted => {}
                 Attempt::Next(Next::Alias | Next::GiveUp) => break,
                 Attempt::Next(Next::Stop(e)) => return Err(e),
             }
@@ -101,10 +104,22 @@ pub async fn handle(
     }
 }
 
-/// How one attempt ended: the client's answer, or what comes after its failure.
+/// How one attempt ended: the client's answer, what comes after its failure, or its slot
+/// taken by a better class before it sent a byte (it waits for another).
 enum Attempt {
     Answered(Response),
     Next(Next),
+    Preempted,
+}
+
+/// The `chosen` replica's slot was taken before the attempt sent its client a byte: counted,
+/// and the request goes back to its queue as it was (its place kept), once more preempted.
+fn preempted(call: &mut Call<'_>, chosen: Chosen) -> Attempt {
+    let class = call.place.ticket.class;
+    call.rec.metrics().preempted(class);
+    traced::preempted(call.rec, &chosen);
+    call.place.ticket.preemptions += 1;
+    Attempt::Preempted
 }
 
 /// One attempt at the `chosen` replica: the body made for it, sent, the breaker told what
@@ -117,8 +132,13 @@ async fn attempt(
 ) -> Result<Attempt, ProxyError> {
     call.rec.backend = Some(chosen.replica.backend.name.clone());
     let (alias, backend) = (&admitted.alias.spec, &chosen.replica.backend);
-    let out = shape::for_replica(call, alias, &admitted.body, backend)?;
+    let mut out = shape::for_replica(call, alias, &admitted.body, backend)?;
     let translated = out.translated;
+    let api = translated.map_or(call.req.adapter.spec().config_name, |_| Some("chat"));
+    if chosen.replica.pins(api) {
+        let member = format!("\"id_slot\":{},", chosen.slot.index());
+        out.body = out.body.with_first_member(member.as_bytes());
+    }
     traced::attempt(
         call.rec,
         &admitted.alias.spec,
@@ -126,11 +146,18 @@ async fn attempt(
         translated.is_some(),
         tries.resent,
     );
-    let headers = call.headers(tries.only_one());
-    let sent = send::send(call, &chosen.replica, headers, out).await;
+    let headers = call.headers(tries.only_one() && !chosen.slot.preemptible());
+    let send = send::send(call, &chosen.replica, headers, out);
+    let Some(sent) = preempt::sent(&mut chosen.slot, send).await else {
+        return Ok(preempted(call, chosen));
+    };
     chosen.tally.tell(send::outcome(&sent));
     match sent {
         Ok(answer) => {
+            let Some(answer) = preempt::first_piece(&mut chosen.slot, answer).await else {
+                return Ok(preempted(call, chosen));
+            };
+            call.rec.work = chosen.job.take();
             let served = Served::new(Arc::clone(&admitted.alias), chosen).translated(translated);
             respond::respond(call, served, answer)
                 .await

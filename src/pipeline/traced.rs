@@ -91,9 +91,25 @@ pub fn attempt(rec: &mut Record, alias: &Alias, chosen: &Chosen, translated: boo
             crate::fleet::balance::AffinityResult::new => "new",
         }),
         resent,
+        predicted_wait: chosen.predicted_wait,
+        predicted_work: chosen.job.as_ref().map_or(0.0, |j| j.predicted.total()),
     });
     if translated {
         t.translated("chat_completions");
+    }
+}
+
+/// The attempt's slot went to an interactive request before any byte reached the client.
+pub fn preempted(rec: &mut Record, chosen: &Chosen) {
+    tracing::info!(
+        target: "switchboard::request",
+        request_id = rec.request_id.to_str().unwrap_or_default(),
+        backend = chosen.replica.name(),
+        held_ms = chosen.job.as_ref().map(|j| j.held().as_secs_f64() * 1000.0),
+        "preempted: its slot went to an interactive request; back in its queue"
+    );
+    if let Some(t) = rec.traced() {
+        t.preempted(chosen.replica.name());
     }
 }
 

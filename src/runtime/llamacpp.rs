@@ -42,4 +42,7 @@ pub const LLAMACPP: Runtime = Runtime {
     // `server_chat_convert_anthropic_to_oai` / `_responses_to_chatcmpl`.
     converts: Some(Engine::Llamacpp),
     errors_in_first_event: false,
+    // `id_slot` in the request body; a slot's KV cache is its own. Its Messages converter
+    // builds a new body of a few fields and drops `id_slot`.
+    pins_slots: &["chat", "responses"],
 };

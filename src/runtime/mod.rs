@@ -54,6 +54,10 @@ pub struct Runtime {
     /// It answers a streamed request it cannot serve with a 200 whose first event is the
     /// error: the first event is read before the head goes out.
     pub errors_in_first_event: bool,
+    /// Each slot has a cache of its own and a request of these APIs (names in `apis`) may
+    /// name the slot it runs on (`id_slot`): the scheduler sends each to the slot it took, so
+    /// a conversation meets its own prefix ([`crate::fleet::slots`]). Empty: none.
+    pub pins_slots: &'static [&'static str],
 }
 
 impl Runtime {

@@ -24,4 +24,5 @@ pub const OPENAI: Runtime = Runtime {
     engine: Engine::Vllm,
     converts: None,
     errors_in_first_event: false,
+    pins_slots: &[],
 };

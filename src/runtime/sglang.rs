@@ -34,4 +34,6 @@ pub const SGLANG: Runtime = Runtime {
     converts: Some(Engine::Sglang),
     // It puts a context error inside a 200 stream.
     errors_in_first_event: true,
+    // Its prefix cache is shared by all its requests, whatever slot: nothing to pin.
+    pins_slots: &[],
 };

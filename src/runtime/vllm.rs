@@ -36,4 +36,6 @@ pub const VLLM: Runtime = Runtime {
     // `responses.utils.construct_input_messages`.
     converts: Some(Engine::Vllm),
     errors_in_first_event: false,
+    // Its prefix cache is shared by all its requests, whatever slot: nothing to pin.
+    pins_slots: &[],
 };

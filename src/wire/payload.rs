@@ -39,6 +39,27 @@ impl Payload {
         Payload(Repr::Parts(parts.into()))
     }
 
+    /// The body with `member` (`"key":value,`) put first in its top-level object: after the
+    /// first `{`, the rest shared. A body without one is returned as it is.
+    pub fn with_first_member(&self, member: &[u8]) -> Payload {
+        let parts = self.parts();
+        let Some((i, at)) = parts
+            .iter()
+            .enumerate()
+            .find_map(|(i, p)| p.iter().position(|b| *b == b'{').map(|at| (i, at)))
+        else {
+            return self.clone();
+        };
+        let mut out = Vec::with_capacity(parts.len() + 2);
+        out.extend(parts[..i].iter().cloned());
+        out.push(parts[i].slice(..=at));
+        out.push(Bytes::copy_from_slice(member));
+        out.push(parts[i].slice(at + 1..));
+        out.extend(parts[i + 1..].iter().cloned());
+        out.retain(|p| !p.is_empty());
+        Payload(Repr::Parts(out.into()))
+    }
+
     fn parts(&self) -> &[Bytes] {
         match &self.0 {
             Repr::Whole(b) => std::slice::from_ref(b),
@@ -159,6 +180,24 @@ pub fn apply_edits(body: &[u8], mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_member_goes_after_the_opening_brace_whatever_the_parts() {
+        let body = Bytes::from_static(br#" {"model":"a","stream":true}"#);
+        let whole = Payload::from(body.clone()).with_first_member(br#""id_slot":1,"#);
+        assert_eq!(
+            whole.to_vec(),
+            br#" {"id_slot":1,"model":"a","stream":true}"#
+        );
+        let spliced = Payload::spliced(&body, vec![(10..13, br#""bb""#.to_vec())]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&spliced.with_first_member(br#""id_slot":0,"#).to_vec())
+                .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"id_slot":0,"model":"bb","stream":true})
+        );
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -1,10 +1,11 @@
 //! The order of a backend's queue: which waiting request a freed slot goes to (class, then
-//! clients in turn, aging lifting a class), and which one a full queue refuses to make room
-//! for a better one. Pure functions of the waiters; the scheduler ([`super`]) applies them.
+//! clients by their share of work or in turn, aging lifting a class; or plain arrival), and
+//! which one a full queue refuses to make room for a better one. Pure functions of the waiters; the scheduler ([`super`]) applies them.
 
 use std::time::Instant;
 
-use crate::config::Priority;
+use super::fair::Fair;
+use crate::config::{Order, Priority, Scheduling};
 use crate::fleet::ticket::Ticket;
 
 /// A request waiting for a slot: its place in line and what it carries to be woken (`tx`).
@@ -15,14 +16,28 @@ pub(super) struct Waiter<T> {
     pub tx: T,
 }
 
-/// The waiting request that gets the next slot, and the class whose turn it took: the best
-/// class waiting, its next client in turn after `last` among those with a request in it (its
-/// own or lifted into it, [`Ticket::lifted`]), that client's oldest request there.
+/// The waiting request that gets the next slot, and the class whose turn it took.
+///
+/// By arrival: the oldest, whatever its class. Else the best class waiting (a request's own or
+/// lifted into it, [`Ticket::lifted`]) and in it, by requests, its next client in turn after
+/// `last`; by work, the client with the least start tag in `fair` (ties in turn after
+/// `last`) — or, when the freed slot caches conversation `held`, a request of it whose client
+/// is within the schedule's slack of that — then that client's oldest request there.
 pub(super) fn pick<T>(
     waiters: &[Waiter<T>],
     last: &[Option<u64>; 3],
     now: Instant,
+    fair: &Fair,
+    schedule: &Scheduling,
+    held: Option<u64>,
 ) -> Option<(usize, Priority)> {
+    if schedule.order == Order::Arrival {
+        let (i, w) = waiters
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, w)| (w.ticket.since, w.seq))?;
+        return Some((i, w.ticket.class));
+    }
     let best = waiters.iter().map(|w| w.ticket.class).min()?;
     let in_turn = || {
         waiters
@@ -31,15 +46,43 @@ pub(super) fn pick<T>(
             .filter(move |(_, w)| w.ticket.lifted(best, now) == best)
     };
     let after = last[best as usize];
-    let next_client = in_turn()
-        .map(|(_, w)| w.ticket.client)
-        .filter(|c| after.is_none_or(|a| *c > a))
-        .min()
-        .or_else(|| in_turn().map(|(_, w)| w.ticket.client).min())?;
-    in_turn()
-        .filter(|(_, w)| w.ticket.client == next_client)
-        .min_by_key(|(_, w)| (w.ticket.since, w.seq))
-        .map(|(i, _)| (i, best))
+    let in_order = |clients: &mut dyn Iterator<Item = u64>| -> Option<u64> {
+        let all: Vec<u64> = clients.collect();
+        let next = all
+            .iter()
+            .copied()
+            .filter(|c| after.is_none_or(|a| *c > a))
+            .min();
+        next.or_else(|| all.iter().copied().min())
+    };
+    let oldest_of = |client: u64| {
+        in_turn()
+            .filter(|(_, w)| w.ticket.client == client)
+            .min_by_key(|(_, w)| (w.ticket.since, w.seq))
+            .map(|(i, _)| (i, best))
+    };
+    if schedule.order == Order::Requests {
+        let client = in_order(&mut in_turn().map(|(_, w)| w.ticket.client))?;
+        return oldest_of(client);
+    }
+    let least = in_turn()
+        .map(|(_, w)| fair.start(w.ticket.client))
+        .fold(f64::INFINITY, f64::min);
+    if let Some(k) = held {
+        let own = in_turn()
+            .filter(|(_, w)| w.ticket.conversation == Some(k))
+            .filter(|(_, w)| fair.start(w.ticket.client) <= least + schedule.pin_slack)
+            .min_by_key(|(_, w)| (w.ticket.since, w.seq));
+        if let Some((i, _)) = own {
+            return Some((i, best));
+        }
+    }
+    let client = in_order(
+        &mut in_turn()
+            .filter(|(_, w)| fair.start(w.ticket.client) <= least)
+            .map(|(_, w)| w.ticket.client),
+    )?;
+    oldest_of(client)
 }
 
 /// The waiter a request of `ticket` takes the place of in a full queue of `queue` places, if

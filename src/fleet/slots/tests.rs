@@ -24,7 +24,7 @@ fn ticket(class: Priority, client: u64, since: Instant) -> Ticket {
         client,
         since,
         max_wait: Duration::from_secs(60),
-        conversation: None,
+        ..Ticket::plain(since)
     }
 }
 
@@ -266,13 +266,13 @@ async fn a_client_under_its_fair_part_takes_the_place_of_the_newest_of_the_one_h
 #[tokio::test]
 async fn the_conversations_holding_slots_are_counted_through_hand_overs() {
     let (m, slots) = (Queued::default(), Slots::new(2, 4));
-    let one = slots.try_acquire_for(Some(7)).unwrap();
-    let plain = slots.try_acquire().unwrap();
-    assert_eq!((slots.held_by(7), slots.held_by(8)), (1, 0));
     let t = Ticket {
         conversation: Some(7),
         ..Ticket::plain(Instant::now())
     };
+    let one = slots.try_acquire_for(t).unwrap();
+    let plain = slots.try_acquire().unwrap();
+    assert_eq!((slots.held_by(7), slots.held_by(8)), (1, 0));
     let mut next = Box::pin(slots.acquire(Duration::from_secs(9), t, &m));
     assert!(futures_util::poll!(next.as_mut()).is_pending());
     drop(plain);

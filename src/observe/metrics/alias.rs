@@ -10,13 +10,16 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
+use super::gpu::GpuFamilies;
 use super::labels::{
     CountFallback, CountFallbackLabels, CountMethod, FallbackLabels, Name, RejectionLabels,
     RequestLabels, UpstreamLabels,
 };
+use crate::config::Priority;
 use crate::fleet::balance::AffinityResult;
 use crate::fleet::routes::FallbackReason;
 use crate::fleet::ticket::QueueWatch;
+use crate::fleet::work::Measured;
 use crate::observe::window::Window;
 use crate::upstream::failure::UpstreamReason;
 use crate::wire::Endpoint;
@@ -63,6 +66,7 @@ pub struct AliasHandles {
     pub(super) fallbacks: Family<FallbackLabels, Counter>,
     /// By [`AffinityResult`] in declaration order.
     pub(super) affinity: [Counter; 3],
+    pub(super) gpu: GpuFamilies,
 }
 
 impl AliasHandles {
@@ -75,6 +79,26 @@ impl AliasHandles {
                 reason,
             })
             .inc();
+    }
+
+    /// A request of `client` served by `backend` took `m` of its GPU.
+    pub fn work(&self, backend: &str, client: &str, m: &Measured) {
+        self.gpu.work(&self.name, backend, client, m);
+    }
+
+    /// A request of class `class` gave its slot up to an interactive one.
+    pub fn preempted(&self, class: Priority) {
+        self.gpu.preempted(&self.name, class);
+    }
+
+    /// A backend read `tokens` of a request's prompt from its cache.
+    pub fn cached(&self, tokens: u64) {
+        self.gpu.cached(&self.name, tokens);
+    }
+
+    /// A request entered a queue with a wait of `secs` predicted.
+    pub fn predicted_wait(&self, secs: f64) {
+        self.gpu.predicted_wait(&self.name, secs);
     }
 
     pub fn affinity(&self, result: AffinityResult) {

@@ -3,6 +3,7 @@
 
 mod alias;
 mod client;
+mod gpu;
 mod labels;
 mod text;
 
@@ -74,6 +75,7 @@ pub struct Metrics {
     /// Spans the tracer could not export.
     pub spans_dropped: SpansDropped,
     clients: ClientFamilies,
+    gpu: gpu::GpuFamilies,
     /// The status page's rolling window of every alias, kept across reloads like the series.
     windows: Mutex<HashMap<String, Arc<Window>>>,
     /// Where every window counts its steps from.
@@ -130,6 +132,7 @@ impl Metrics {
             connections_refused: Counter::default(),
             spans_dropped: SpansDropped::default(),
             clients: ClientFamilies::default(),
+            gpu: gpu::GpuFamilies::default(),
             windows: Mutex::default(),
             origin: Instant::now(),
             registry: Registry::default(),
@@ -138,6 +141,7 @@ impl Metrics {
         m.register_load(&mut r);
         m.register_process(&mut r);
         m.clients.register(&mut r);
+        m.gpu.register(&mut r);
         // Counters start at 0 so rate() and alerts see them before the first event.
         for result in [ReloadResult::success, ReloadResult::failure] {
             let _ = m.reloads.get_or_create(&ReloadLabel { result });
@@ -415,6 +419,7 @@ impl Metrics {
                     result,
                 })
             }),
+            gpu: self.gpu.clone(),
             name,
         }))
     }
@@ -502,6 +507,12 @@ impl Metrics {
             up: self.shared_up.get_or_create(&label).clone(),
             fallbacks: self.shared_fallbacks.get_or_create(&label).clone(),
         }
+    }
+
+    /// Backend `backend`'s learned speeds, shown as its cost model holds them now (set before
+    /// each scrape).
+    pub fn speeds(&self, backend: &str, cost: &crate::fleet::cost::CostModel) {
+        self.gpu.speeds(backend, cost);
     }
 
     pub fn render(&self, openmetrics: bool) -> String {

@@ -14,6 +14,7 @@ use opentelemetry_sdk::trace::Span;
 
 use super::names as n;
 use super::Tracer;
+use crate::fleet::work::Measured;
 use crate::utf8::prefix;
 use crate::wire::usage::Usage;
 
@@ -76,6 +77,10 @@ pub struct Attempt<'a> {
     pub affinity: Option<&'static str>,
     /// Sent once more after a backend dropped it unanswered.
     pub resent: bool,
+    /// The wait for the slot predicted when it queued (none where it did not), and its GPU
+    /// time predicted there.
+    pub predicted_wait: Option<Duration>,
+    pub predicted_work: f64,
 }
 
 /// What the request's record knows at its end.
@@ -86,6 +91,8 @@ pub struct End<'a> {
     /// The answer reached its end (unset: the client went away).
     pub completed: bool,
     pub error: Option<&'a str>,
+    /// Its GPU time, measured.
+    pub work: Option<Measured>,
 }
 
 impl RequestTrace {
@@ -231,6 +238,13 @@ impl RequestTrace {
         if a.resent {
             attrs.push(KeyValue::new(n::RESENT, true));
         }
+        if let Some(w) = a.predicted_wait {
+            attrs.push(KeyValue::new(
+                n::QUEUE_WAIT_PREDICTED,
+                w.as_secs_f64() * 1000.0,
+            ));
+        }
+        attrs.push(KeyValue::new(n::GPU_PREDICTED, a.predicted_work));
         let tracer = self.tracer.sdk();
         let span = tracer
             .span_builder(format!("{} {}", self.operation, a.model))
@@ -244,6 +258,19 @@ impl RequestTrace {
         }
         self.backend = Some((a.backend.to_string(), a.flavor));
         self.translated = None;
+    }
+
+    /// The attempt gave its slot up to an interactive request before its client had a byte:
+    /// its span ends so, and the request's tells of it.
+    pub fn preempted(&mut self, backend: &str) {
+        if let Some(mut a) = self.attempt.take() {
+            a.set_attribute(KeyValue::new(n::PREEMPTED, true));
+            a.end();
+        }
+        self.server.span().add_event(
+            n::PREEMPTED,
+            vec![KeyValue::new(n::BACKEND, backend.to_string())],
+        );
     }
 
     /// The attempt is sent translated to `api` (the backend does not serve the client's).
@@ -328,6 +355,11 @@ impl RequestTrace {
         attrs.push(KeyValue::new(n::HTTP_STATUS, i64::from(end.status)));
         if let Some(u) = end.usage {
             attrs.extend(usage(u));
+        }
+        if let Some(w) = end.work {
+            attrs.push(KeyValue::new(n::GPU_PREFILL, w.work.prefill));
+            attrs.push(KeyValue::new(n::GPU_DECODE, w.work.decode));
+            attrs.push(KeyValue::new(n::GPU_REPORTED, w.reported));
         }
         if let Some(m) = self.response_model.take() {
             attrs.push(KeyValue::new(n::RESPONSE_MODEL, m));

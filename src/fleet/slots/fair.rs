@@ -1,0 +1,98 @@
+//! Fair share of one backend's GPU time among its clients: start-time fair queuing over work.
+//! Each client has a finish tag, the GPU-seconds it was given as the queue counts them; a
+//! request's start tag is its client's finish tag, or the queue's virtual time when that is
+//! later (a client that was away comes back at the present, with no credit saved up). The
+//! waiting client with the least start tag goes next; a grant moves the virtual time to its
+//! start tag and adds the request's predicted work to its client's tag; the measured work
+//! replaces the prediction when the request ends.
+
+/// The tags of one backend's clients.
+#[derive(Debug, Default)]
+pub(super) struct Fair {
+    /// (client, finish tag in GPU-seconds).
+    tags: Vec<(u64, f64)>,
+    /// The start tag of the last request granted (never falls).
+    virtual_time: f64,
+}
+
+/// Tags past this many are swept of those at or below the virtual time (they start there).
+const SWEEP_AT: usize = 64;
+
+impl Fair {
+    fn tag(&self, client: u64) -> Option<&f64> {
+        self.tags.iter().find(|(c, _)| *c == client).map(|(_, t)| t)
+    }
+
+    /// The start tag a request of `client` would get now.
+    pub fn start(&self, client: u64) -> f64 {
+        self.tag(client)
+            .copied()
+            .unwrap_or(f64::MIN)
+            .max(self.virtual_time)
+    }
+
+    /// A request of `client` predicted at `work` GPU-seconds was given a slot.
+    pub fn granted(&mut self, client: u64, work: f64) {
+        let start = self.start(client);
+        self.virtual_time = start;
+        self.set(client, start + work.max(0.0));
+        if self.tags.len() > SWEEP_AT {
+            let v = self.virtual_time;
+            self.tags.retain(|(_, t)| *t > v);
+        }
+    }
+
+    /// A request of `client` granted at `predicted` took `measured` GPU-seconds.
+    pub fn settle(&mut self, client: u64, predicted: f64, measured: f64) {
+        let at = self.tag(client).copied().unwrap_or(self.virtual_time);
+        self.set(client, at + measured.max(0.0) - predicted.max(0.0));
+    }
+
+    fn set(&mut self, client: u64, tag: f64) {
+        match self.tags.iter_mut().find(|(c, _)| *c == client) {
+            Some((_, t)) => *t = tag,
+            None => self.tags.push((client, tag)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_given_more_work_starts_later() {
+        let mut f = Fair::default();
+        assert_eq!(f.start(1), f.start(2));
+        f.granted(1, 12.0);
+        f.granted(2, 1.0);
+        assert!(f.start(2) < f.start(1));
+        // Ten short turns of client 2 catch up with one compaction of client 1.
+        for _ in 0..10 {
+            f.granted(2, 1.0);
+        }
+        assert!((f.start(2) - 11.0).abs() < 1e-9, "{}", f.start(2));
+        assert!((f.start(1) - 12.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_measure_replaces_the_prediction() {
+        let mut f = Fair::default();
+        f.granted(1, 10.0);
+        f.settle(1, 10.0, 2.0);
+        f.granted(2, 3.0);
+        assert!(f.start(1) < f.start(2));
+    }
+
+    #[test]
+    fn a_client_coming_back_has_no_credit_saved() {
+        let mut f = Fair::default();
+        f.granted(1, 1.0);
+        for _ in 0..50 {
+            f.granted(2, 1.0);
+        }
+        // Client 1 was away: it starts at the virtual time, not 49 seconds ahead of 2.
+        assert_eq!(f.start(1), f.virtual_time);
+        assert!(f.start(2) - f.start(1) <= 1.0 + 1e-9);
+    }
+}

@@ -1,0 +1,238 @@
+//! One request's work on the backend it was sent to, in GPU-seconds: predicted before it runs
+//! (its uncached prompt over the backend's prefill rate at that depth, its expected output
+//! over the decode rate, [`super::cost`]), measured when it ends (the backend's `timings`, else
+//! the proxy's own clock), and the measure given back: to the backend's cost model, to the
+//! fair order of its slots, to what its client's answers recently took.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+// foldhash: keyed by client ids the proxy gives (no untrusted keys).
+use foldhash::HashMap;
+
+use super::cost::{CostModel, Observed, Work};
+use super::slots::Slots;
+use super::ticket::Ticket;
+use crate::wire::usage::Usage;
+
+/// What the request asks of a backend: its prompt's tokens (the guard's count, else an
+/// estimate) and its output limit, if it sets one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Need {
+    pub prompt: u64,
+    pub output: Option<u32>,
+}
+
+/// Output expected of a request that sets no limit, from a client with no answers yet.
+const UNLIMITED_OUTPUT: u64 = 1_024;
+/// Answers per client whose lengths are kept.
+const RECENT: usize = 8;
+
+/// How long each client's recent answers were (the longest of its last few caps what its
+/// next one is expected to take).
+#[derive(Debug, Default)]
+pub struct Outputs {
+    by_client: Mutex<HashMap<u64, Vec<u64>>>,
+}
+
+impl Outputs {
+    /// The longest of `client`'s recent answers.
+    fn recent(&self, client: u64) -> Option<u64> {
+        let all = self
+            .by_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        all.get(&client).and_then(|v| v.iter().copied().max())
+    }
+
+    fn note(&self, client: u64, tokens: u64) {
+        let mut all = self
+            .by_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let v = all.entry(client).or_default();
+        if v.len() >= RECENT {
+            v.remove(0);
+        }
+        v.push(tokens);
+    }
+}
+
+/// A request's work on one replica: predicted when it is queued there; settled once, when
+/// it ends (measured), is preempted, or fails (the time it held the slot).
+#[derive(Debug)]
+pub struct Job {
+    slots: Arc<Slots>,
+    cost: Arc<CostModel>,
+    outputs: Arc<Outputs>,
+    client: u64,
+    conversation: Option<u64>,
+    /// Prompt tokens the replica is known to hold for the conversation.
+    pub cached: u64,
+    pub prompt: u64,
+    /// Output tokens expected.
+    pub output: u64,
+    pub predicted: Work,
+    /// When it got its slot (set once granted).
+    granted_at: Option<Instant>,
+    settled: bool,
+}
+
+/// What a request took, and what was predicted of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    pub work: Work,
+    pub predicted: Work,
+    /// The backend's own timings (else the proxy's clock).
+    pub reported: bool,
+}
+
+/// The proxy's own times of an exchange.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    pub sent: Option<Instant>,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub ended: Instant,
+}
+
+impl Job {
+    /// The work of a request needing `need`, of `ticket`'s client and conversation, on the
+    /// replica of `slots` and `cost`.
+    pub fn predict(
+        (slots, cost): (&Arc<Slots>, &Arc<CostModel>),
+        outputs: &Arc<Outputs>,
+        ticket: &Ticket,
+        need: Need,
+    ) -> Job {
+        let held = ticket.conversation.map_or(0, |k| slots.cached_for(k));
+        let cached = held.min(need.prompt.saturating_sub(1));
+        let asked = need.output.map(u64::from);
+        let recent = outputs.recent(ticket.client);
+        let output = match (asked, recent) {
+            (Some(a), Some(r)) => a.min(r.max(1)),
+            (Some(a), None) => a.min(UNLIMITED_OUTPUT),
+            (None, Some(r)) => r.max(1),
+            (None, None) => UNLIMITED_OUTPUT,
+        };
+        let predicted = cost.predict(cached, need.prompt - cached, output);
+        Job {
+            slots: Arc::clone(slots),
+            cost: Arc::clone(cost),
+            outputs: Arc::clone(outputs),
+            client: ticket.client,
+            conversation: ticket.conversation,
+            cached,
+            prompt: need.prompt,
+            output,
+            predicted,
+            granted_at: None,
+            settled: false,
+        }
+    }
+
+    /// `ticket` carrying this work.
+    pub fn ticket(&self, ticket: Ticket) -> Ticket {
+        Ticket {
+            work: self.predicted.total(),
+            prefill: self.predicted.prefill,
+            tokens: self.prompt + self.output,
+            ..ticket
+        }
+    }
+
+    /// How long it has held its slot.
+    pub fn held(&self) -> std::time::Duration {
+        self.granted_at.map(|t| t.elapsed()).unwrap_or_default()
+    }
+
+    /// It got its slot now.
+    pub fn granted(&mut self) {
+        self.granted_at = Some(Instant::now());
+    }
+
+    /// It ended with `usage` (its backend's report) at the times of `clock`: what it took,
+    /// learned from and charged to its client's share.
+    pub fn finish(mut self, usage: Option<&Usage>, clock: &Clock) -> Measured {
+        let observed = observe(usage, clock, self.cached, self.prompt, self.predicted);
+        let reported = usage.and_then(|u| u.timings).is_some();
+        // Learned only from a backend's timings or a stream's own (a whole answer's time
+        // cannot be split between its phases).
+        if reported || clock.first_token.is_some() {
+            self.cost.learn(&observed);
+        }
+        if let Some(u) = usage {
+            self.outputs.note(self.client, u.completion);
+        }
+        let work = observed.seconds();
+        let left = self
+            .conversation
+            .zip(usage.map(|u| u.prompt + u.completion));
+        self.slots
+            .settle(self.client, self.predicted.total(), work.total(), left);
+        self.settled = true;
+        Measured {
+            work,
+            predicted: self.predicted,
+            reported,
+        }
+    }
+}
+
+impl Drop for Job {
+    /// Preempted or failed: its client is charged the time it held the slot.
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let held = self.granted_at.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        self.slots
+            .settle(self.client, self.predicted.total(), held, None);
+    }
+}
+
+/// What the request took: its backend's timings where it sent them, else its usage over the
+/// proxy's clock (time to first token the prefill, first to last token the decode; a whole
+/// answer's time split as predicted).
+fn observe(
+    usage: Option<&Usage>,
+    clock: &Clock,
+    cached: u64,
+    prompt: u64,
+    predicted: Work,
+) -> Observed {
+    if let Some(t) = usage.and_then(|u| u.timings) {
+        return Observed {
+            cached: t.cache_n.unwrap_or(0),
+            prompt: t.prompt_n.unwrap_or(0),
+            prompt_s: t.prompt_ms.map(|ms| ms / 1000.0),
+            generated: t.predicted_n.unwrap_or(0),
+            generated_s: t.predicted_ms.map(|ms| ms / 1000.0),
+        };
+    }
+    let reported_cached = usage.and_then(|u| u.cached);
+    let cached = reported_cached.unwrap_or(cached);
+    let prompt = usage.map_or(prompt, |u| u.prompt);
+    let generated = usage.map_or(0, |u| u.completion);
+    let secs = |a: Option<Instant>, b: Option<Instant>| {
+        Some(b?.saturating_duration_since(a?).as_secs_f64())
+    };
+    let (prompt_s, generated_s) = match clock.first_token {
+        Some(_) => (
+            secs(clock.sent, clock.first_token),
+            secs(clock.first_token, clock.last_token),
+        ),
+        None => {
+            let total = secs(clock.sent, Some(clock.ended)).unwrap_or(0.0);
+            let share = predicted.prefill / predicted.total().max(f64::MIN_POSITIVE);
+            (Some(total * share), Some(total * (1.0 - share)))
+        }
+    };
+    Observed {
+        cached,
+        prompt: prompt.saturating_sub(cached),
+        prompt_s,
+        generated,
+        generated_s,
+    }
+}
