@@ -7,7 +7,7 @@ use crate::config::Priority;
 
 /// Counts the requests waiting, as the queue gauge does.
 #[derive(Default)]
-struct Queued(AtomicI64);
+pub(super) struct Queued(pub(super) AtomicI64);
 
 impl QueueWatch for Queued {
     fn entered(&self) {
@@ -18,7 +18,7 @@ impl QueueWatch for Queued {
     }
 }
 
-fn ticket(class: Priority, client: u64, since: Instant) -> Ticket {
+pub(super) fn ticket(class: Priority, client: u64, since: Instant) -> Ticket {
     Ticket {
         class,
         client,
@@ -74,8 +74,14 @@ async fn queue_wait_running_out_is_not_a_full_queue() {
 
 /// Queue `tickets` behind a held slot, then free slots one at a time: the order granted.
 async fn order(tickets: &[Ticket]) -> Vec<usize> {
+    order_by(Scheduling::default(), tickets).await
+}
+
+/// [`order`] under `schedule`.
+pub(super) async fn order_by(schedule: Scheduling, tickets: &[Ticket]) -> Vec<usize> {
     let m = Queued::default();
     let slots = Slots::new(1, 64);
+    slots.set_schedule(schedule, false);
     let held = slots.try_acquire().unwrap();
     let mut waiters: Vec<_> = tickets
         .iter()
@@ -125,7 +131,7 @@ async fn clients_of_one_class_take_turns() {
 }
 
 /// Tokio's clock now, as the scheduler reads it (paused in these tests).
-fn now() -> Instant {
+pub(super) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 

@@ -1,0 +1,180 @@
+//! The scheduler's tests of GPU time: the fair order by work, the other orders, preemption,
+//! pinned slots and the hold for a returning turn, predicted waits. On tokio's paused clock.
+
+use super::tests::{now, order_by, ticket, Queued};
+use super::*;
+use crate::config::{Order, Priority};
+
+fn worth(work: f64, t: Ticket) -> Ticket {
+    Ticket {
+        work,
+        prefill: work,
+        ..t
+    }
+}
+
+fn scheduled(order: Order) -> Scheduling {
+    Scheduling {
+        order,
+        ..Scheduling::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_work_one_compaction_is_a_turn_as_long_as_ten_short_ones() {
+    let t0 = now();
+    // Client 1: two compactions of 10 s each; client 2: eleven turns of 1 s.
+    let mut ts = vec![
+        worth(10.0, ticket(Priority::Batch, 1, t0)),
+        worth(10.0, ticket(Priority::Batch, 1, t0)),
+    ];
+    ts.extend((0..11).map(|_| worth(1.0, ticket(Priority::Batch, 2, t0))));
+    let got = order_by(Scheduling::default(), &ts).await;
+    assert_eq!(got[0], 0, "{got:?}");
+    // Ten of client 2's turns, then client 1's second compaction.
+    assert!(got[1..11].iter().all(|&i| i >= 2), "{got:?}");
+    assert_eq!(got[11], 1, "{got:?}");
+    // By requests, the clients alternate whatever each request costs.
+    let got = order_by(scheduled(Order::Requests), &ts).await;
+    assert_eq!(&got[..4], &[0, 2, 1, 3], "{got:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_arrival_the_oldest_goes_first_whatever_its_class() {
+    let t0 = now();
+    let ts = [
+        ticket(Priority::Batch, 1, t0),
+        ticket(Priority::Interactive, 2, t0 + Duration::from_secs(1)),
+    ];
+    assert_eq!(order_by(scheduled(Order::Arrival), &ts).await, vec![0, 1]);
+    assert_eq!(order_by(Scheduling::default(), &ts).await, vec![1, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interactive_request_takes_the_slot_of_the_batch_one_with_most_prefill_left() {
+    let m = Queued::default();
+    let slots = Slots::new(2, 8);
+    let t0 = now();
+    let mut short = slots
+        .try_acquire_for(worth(5.0, ticket(Priority::Batch, 1, t0)))
+        .unwrap();
+    let mut long = slots
+        .try_acquire_for(worth(60.0, ticket(Priority::Batch, 2, t0)))
+        .unwrap();
+    assert!(short.preemptible() && long.preemptible());
+    let person = ticket(Priority::Interactive, 3, t0);
+    let mut waiting = Box::pin(slots.acquire(Duration::from_secs(30), person, &m));
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    // Before its preemption wait, nobody is asked.
+    tokio::time::advance(Duration::from_millis(900)).await;
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    assert!(futures_util::poll!(Box::pin(long.preempted())).is_pending());
+    tokio::time::advance(Duration::from_millis(200)).await;
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    // The long one is asked; the short one is not.
+    long.preempted().await;
+    assert!(futures_util::poll!(Box::pin(short.preempted())).is_pending());
+    let index = long.index();
+    drop(long);
+    let got = waiting.await.unwrap();
+    assert_eq!(got.index(), index);
+    assert!(!got.preemptible(), "an interactive request is never preempted");
+    drop(short);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_sent_a_byte_or_was_preempted_enough_keeps_its_slot() {
+    let m = Queued::default();
+    let slots = Slots::new(1, 8);
+    let t0 = now();
+    let mut started = slots
+        .try_acquire_for(worth(60.0, ticket(Priority::Batch, 1, t0)))
+        .unwrap();
+    assert!(started.started());
+    assert!(!started.preemptible());
+    let person = ticket(Priority::Interactive, 3, t0);
+    let mut waiting = Box::pin(slots.acquire(Duration::from_secs(5), person, &m));
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    drop(started);
+    drop(waiting.await.unwrap());
+    let spent = Ticket {
+        preemptions: Scheduling::default().max_preemptions,
+        ..worth(60.0, ticket(Priority::Batch, 1, t0))
+    };
+    assert!(!slots.try_acquire_for(spent).unwrap().preemptible());
+    // Ordered by requests, nobody is preempted.
+    slots.set_schedule(scheduled(Order::Requests), false);
+    let t = worth(60.0, ticket(Priority::Batch, 1, t0));
+    assert!(!slots.try_acquire_for(t).unwrap().preemptible());
+}
+
+fn of(conversation: u64, client: u64) -> Ticket {
+    Ticket {
+        conversation: Some(conversation),
+        tokens: 1_000,
+        ..worth(1.0, ticket(Priority::Batch, client, now()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conversation_finds_the_slot_it_left() {
+    let slots = Slots::new(3, 8);
+    slots.set_schedule(Scheduling::default(), true);
+    let a = slots.try_acquire_for(of(7, 1)).unwrap();
+    let b = slots.try_acquire_for(of(8, 2)).unwrap();
+    let (ia, ib) = (a.index(), b.index());
+    assert_ne!(ia, ib);
+    drop((a, b));
+    // Another conversation takes the slot used least recently, not one holding a prefix.
+    let c = slots.try_acquire_for(of(9, 3)).unwrap();
+    assert!(c.index() != ia && c.index() != ib);
+    assert_eq!(slots.try_acquire_for(of(8, 2)).unwrap().index(), ib);
+    assert_eq!(slots.try_acquire_for(of(7, 1)).unwrap().index(), ia);
+    assert_eq!(slots.cached_for(7), 1_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_waits_for_a_turn_that_comes_back_fast_and_no_longer() {
+    let m = Queued::default();
+    let slots = Slots::new(1, 8);
+    slots.set_schedule(Scheduling::default(), true);
+    // Its first turn, then its second 100 ms after: the gap is learned.
+    drop(slots.try_acquire_for(of(7, 1)).unwrap());
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let second = slots.try_acquire_for(of(7, 1)).unwrap();
+    let other = of(9, 2);
+    let mut waiting = Box::pin(slots.acquire(Duration::from_secs(30), other, &m));
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    // The slot is kept for the conversation's next turn, which takes it past the waiter.
+    drop(second);
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let third = slots.try_acquire_for(of(7, 1)).unwrap();
+    drop(third);
+    // Kept again (twice the gap); no turn comes: the waiter gets it when the hold ends.
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    tokio::time::advance(Duration::from_millis(250)).await;
+    let got = waiting.await.unwrap();
+    assert_eq!(got.index(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wait_predicted_is_the_work_ahead_over_the_slots() {
+    let m = Queued::default();
+    let slots = Slots::new(2, 8);
+    let t0 = now();
+    let _a = slots.try_acquire_for(worth(10.0, ticket(Priority::Batch, 1, t0)));
+    let _b = slots.try_acquire_for(worth(4.0, ticket(Priority::Batch, 2, t0)));
+    let early = worth(3.0, ticket(Priority::Interactive, 3, t0));
+    let mut queued = Box::pin(slots.acquire(Duration::from_secs(60), early, &m));
+    assert!(futures_util::poll!(queued.as_mut()).is_pending());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // Slots free in 9 s and 3 s; the interactive request ahead takes the one at 3 s (to 6 s).
+    let batch = worth(2.0, ticket(Priority::Batch, 4, t0));
+    assert_eq!(slots.predicted_wait(&batch), Duration::from_secs(6));
+    // An interactive request goes before batch waiters but after the interactive one.
+    let person = worth(1.0, ticket(Priority::Interactive, 5, t0));
+    assert_eq!(slots.predicted_wait(&person), Duration::from_secs(6));
+}
