@@ -259,6 +259,120 @@ fn one_slot_queue(queue: u32, clients: &str) -> String {
         .render()
 }
 
+/// One alias `a` on one backend `b` of one slot whose predicted prefill is long (a seed of a
+/// token a second), interactive requests preempting after 50 ms, with `clients` added.
+fn slow_slot(clients: &str) -> String {
+    Fleet::new()
+        .server("preempt_after_ms = 50")
+        .backend("b", "openai")
+        .slots(1)
+        .set("prefill_tokens_per_s", 1.0)
+        .alias("a", "b")
+        .text(clients)
+        .render()
+}
+
+#[tokio::test]
+async fn a_batch_request_that_sent_nothing_gives_its_slot_to_an_interactive_one_and_is_answered_200(
+) {
+    set_key("SB_T_PREEMPT_BATCH", "pre-batch-key");
+    set_key("SB_T_PREEMPT_INTER", "pre-inter-key");
+    let mut b = Held::start().await;
+    let cfg = slow_slot(
+        "[clients.agents]\nkey_env = \"SB_T_PREEMPT_BATCH\"\npriority = \"batch\"\n\
+         [clients.person]\nkey_env = \"SB_T_PREEMPT_INTER\"\npriority = \"interactive\"",
+    );
+    let p = proxy(&cfg, &[("b", b.url.clone())]).await;
+    let batch = send(&p, "pre-batch-key", "compaction");
+    let (m, _first_try) = b.next().await;
+    assert_eq!(m, "compaction");
+    let person = send(&p, "pre-inter-key", "question");
+    // The batch request is dropped at the backend and the person's reaches it.
+    let (m, release) = b.next().await;
+    assert_eq!(m, "question", "the interactive request takes the slot");
+    release.send(()).unwrap();
+    assert_eq!(answered(person).await.0, 200);
+    // The batch request, back first in its queue, is sent again and answered.
+    let (m, release) = b.next().await;
+    assert_eq!(m, "compaction");
+    release.send(()).unwrap();
+    assert_eq!(answered(batch).await.0, 200);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            "switchboard_preemptions_total{alias=\"a\",class=\"batch\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&m, "switchboard_inflight_requests{alias=\"a\"}"),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn a_request_whose_predicted_wait_passes_its_deadline_gets_503_and_retry_after_in_each_apis_envelope(
+) {
+    set_key("SB_T_DEADLINE", "deadline-key");
+    let mut b = Held::start().await;
+    let cfg = slow_slot(
+        "[clients.hurried]\nkey_env = \"SB_T_DEADLINE\"\npriority = \"batch\"\nmax_queue_wait_ms = 60000",
+    );
+    let p = proxy(&cfg, &[("b", b.url.clone())]).await;
+    let running = send(&p, "deadline-key", "running");
+    let (_, release) = b.next().await;
+    let asks = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "a", "messages": [{"role": "user", "content": "q"}]}),
+        ),
+        ("/v1/responses", json!({"model": "a", "input": "q"})),
+        (
+            "/v1/messages",
+            json!({"model": "a", "max_tokens": 8, "messages": [{"role": "user", "content": "q"}]}),
+        ),
+    ];
+    for (path, body) in asks {
+        // Its client's own limit (a minute) holds; the request's header asks for less.
+        let r = client()
+            .post(p.url(path))
+            .bearer_auth("deadline-key")
+            .header("x-switchboard-max-wait-ms", "1000")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503, "{path}");
+        let retry: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(retry > 1, "{path}: the predicted wait, {retry} s");
+        let v: Value = r.json().await.unwrap();
+        if path == "/v1/messages" {
+            assert_eq!(v["type"], "error", "{v}");
+            assert_eq!(v["error"]["type"], "overloaded_error", "{v}");
+        } else {
+            assert_eq!(v["error"]["code"], "wait_too_long", "{v}");
+        }
+        assert!(v.to_string().contains("predicted"), "{v}");
+    }
+    // A header that is no number is the client's 400.
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .bearer_auth("deadline-key")
+        .header("x-switchboard-max-wait-ms", "soon")
+        .json(&json!({"model": "a", "messages": [{"role": "user", "content": "q"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    release.send(()).unwrap();
+    assert_eq!(answered(running).await.0, 200);
+}
+
 /// The status and body of a request sent in the background.
 async fn answered(r: tokio::task::JoinHandle<reqwest::Response>) -> (u16, Value) {
     let r = within("an answer", r).await.unwrap();
