@@ -260,6 +260,23 @@ fn every_family_rendered() -> String {
         switchboard::fleet::routes::FallbackReason::connect,
     );
     let _watch = m.conn_watch("b");
+    let a = m.alias("a");
+    let measured = switchboard::fleet::work::Measured {
+        work: switchboard::fleet::cost::Work {
+            prefill: 1.0,
+            decode: 2.0,
+        },
+        predicted: switchboard::fleet::cost::Work {
+            prefill: 1.5,
+            decode: 2.0,
+        },
+        reported: true,
+    };
+    a.work("b", "c", &measured);
+    a.preempted(switchboard::config::Priority::Batch);
+    a.cached(10);
+    a.predicted_wait(1.0);
+    m.speeds("b", &switchboard::fleet::cost::CostModel::default());
     m.render(false)
 }
 

@@ -1,5 +1,6 @@
-//! A client's request admitted against its limits: a place among its requests in flight and
-//! its tokens reserved (prompt and `max_tokens`), settled from the usage when it ends.
+//! A client's request admitted against its limits: a place among its requests in flight, its
+//! tokens reserved (prompt and `max_tokens`) and its GPU time (as predicted), settled from the
+//! usage and the work measured when it ends.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -19,14 +20,22 @@ pub struct Charge {
     prompt: u64,
     /// The most it may be charged when its tokens count (its prompt and output reserved).
     most: Option<u64>,
+    /// GPU-milliseconds reserved.
+    gpu: u64,
     /// Its place among the client's requests in flight in the shared store, if any.
     _place: Option<crate::shared::lease::Lease>,
 }
 
 impl Charge {
-    /// Admit a request of `caller` whose prompt is `prompt` tokens and which asks room for
-    /// `output` more: its place in flight, then one request and the tokens of its limits.
-    pub async fn admit(caller: &Caller, prompt: u64, output: u64) -> Result<Charge, ProxyError> {
+    /// Admit a request of `caller` whose prompt is `prompt` tokens, which asks room for
+    /// `output` more and is predicted at `gpu` GPU-milliseconds: its place in flight, then one
+    /// request and the tokens of its limits, then its GPU time.
+    pub async fn admit(
+        caller: &Caller,
+        prompt: u64,
+        output: u64,
+        gpu: u64,
+    ) -> Result<Charge, ProxyError> {
         let state = &caller.state;
         let spec = &caller.spec;
         let n = state.inflight.fetch_add(1, Ordering::AcqRel);
@@ -35,6 +44,7 @@ impl Charge {
             reserved: 0,
             prompt,
             most: spec.counts_tokens().then_some(prompt + output),
+            gpu: 0,
             _place: None,
         };
         state.metrics.inflight.inc();
@@ -53,36 +63,53 @@ impl Charge {
             }
         }
         let cost = prompt + output;
-        match state.limiter.reserve(cost, Instant::now()).await {
-            Ok(_) => {
-                charge.reserved = cost;
-                Ok(charge)
-            }
-            Err(r) => {
-                let reason = match r.which {
-                    Which::Day => RefusalReason::quota,
-                    _ => RefusalReason::rate_limit,
-                };
-                state.metrics.refused(reason);
-                Err(refusal(&spec.name, r))
-            }
+        let refused = |r: Refusal, gpu: bool| {
+            let reason = match r.which {
+                Which::Day => RefusalReason::quota,
+                _ => RefusalReason::rate_limit,
+            };
+            state.metrics.refused(reason);
+            refusal(&spec.name, r, gpu)
+        };
+        state
+            .limiter
+            .reserve(cost, Instant::now())
+            .await
+            .map_err(|r| refused(r, false))?;
+        charge.reserved = cost;
+        if spec.counts_gpu() {
+            state
+                .gpu
+                .reserve(gpu, Instant::now())
+                .await
+                .map_err(|r| refused(r, true))?;
+            charge.gpu = gpu;
         }
+        Ok(charge)
     }
 }
 
-/// The 429 of a refusal, saying which limit and whether waiting helps.
-fn refusal(client: &str, r: Refusal) -> ProxyError {
-    let what = match r.which {
-        Which::Requests => "requests per minute",
-        Which::Tokens => "tokens per minute",
-        Which::Day => "tokens per day",
+/// The 429 of a refusal, saying which limit and whether waiting helps; `gpu`: of the GPU
+/// budgets (counted in milliseconds, told in seconds).
+fn refusal(client: &str, r: Refusal, gpu: bool) -> ProxyError {
+    let what = match (r.which, gpu) {
+        (Which::Requests, _) => "requests per minute",
+        (Which::Tokens, false) => "tokens per minute",
+        (Which::Day, false) => "tokens per day",
+        (Which::Tokens, true) => "GPU-seconds per minute",
+        (Which::Day, true) => "GPU-seconds per day",
     };
+    let amount = |n: u64| match gpu {
+        true => format!("{:.3}", n as f64 / 1000.0),
+        false => n.to_string(),
+    };
+    let (needed, limit) = (amount(r.needed), amount(r.limit));
+    let unit = if gpu { "GPU-seconds" } else { "tokens" };
     let detail = match r.retry_after {
         None => format!(
-            "the request needs {} tokens, more than the limit of {} {what}: it can never fit, do not retry it",
-            r.needed, r.limit
+            "the request needs {needed} {unit}, more than the limit of {limit} {what}: it can never fit, do not retry it"
         ),
-        Some(s) => format!("limit of {} {what} reached, retry in {s}s", r.limit),
+        Some(s) => format!("limit of {limit} {what} reached, retry in {s}s"),
     };
     ProxyError::RateLimited {
         client: client.to_string(),
@@ -98,7 +125,7 @@ impl Settle for Charge {
     /// usage reported, else (a stream cut short, an answer without usage) its prompt and the
     /// tokens seen generated. A usage is believed up to what the request could cost: its
     /// prompt and output reserved, or its prompt and the tokens relayed, whichever is more.
-    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool) {
+    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool, gpu: Option<u64>) {
         let seen = self.prompt + generated;
         let used = match usage {
             _ if !sent => 0,
@@ -118,6 +145,13 @@ impl Settle for Charge {
         self.caller.state.limiter.settle(self.reserved, used, now);
         self.caller.state.recent.add(now, used);
         self.reserved = 0;
+        if self.gpu > 0 {
+            // Measured, else (no answer came) nothing when it never went to a backend, else
+            // what was reserved.
+            let used = gpu.unwrap_or(if sent { self.gpu } else { 0 });
+            self.caller.state.gpu.settle(self.gpu, used, now);
+            self.gpu = 0;
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The rate-limit headers a client with limits gets on every answer: OpenAI's
-//! `x-ratelimit-*` and, on `/v1/messages`, Anthropic's `anthropic-ratelimit-*`.
+//! `x-ratelimit-*` and, on `/v1/messages`, Anthropic's `anthropic-ratelimit-*`; its GPU budgets
+//! as `x-switchboard-ratelimit-*-gpu-seconds`.
 
 use std::time::{Duration, SystemTime};
 
@@ -39,8 +40,31 @@ pub fn write(headers: &mut HeaderMap, standing: &Standing, anthropic: bool) {
 /// The headers of `caller`'s standing now, when it has limits.
 pub fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthropic: bool) {
     if let Some(c) = caller.filter(|c| c.spec.limited()) {
-        let standing = c.state.limiter.standing(std::time::Instant::now());
-        write(headers, &standing, anthropic);
+        let now = std::time::Instant::now();
+        write(headers, &c.state.limiter.standing(now), anthropic);
+        if c.spec.counts_gpu() {
+            write_gpu(headers, &c.state.gpu.standing(now));
+        }
+    }
+}
+
+/// Write the GPU budgets' `standing` (kept in milliseconds): the minute's, else the day's, as
+/// `x-switchboard-ratelimit-{limit,remaining,reset}-gpu-seconds`, in seconds.
+pub fn write_gpu(headers: &mut HeaderMap, standing: &Standing) {
+    let Some(left) = standing.tokens.or(standing.day) else {
+        return;
+    };
+    let seconds = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
+    let values = [
+        ("limit", seconds(left.limit)),
+        ("remaining", seconds(left.remaining)),
+        ("reset", duration(left.reset)),
+    ];
+    for (what, value) in values {
+        let name = format!("x-switchboard-ratelimit-{what}-gpu-seconds");
+        if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            headers.insert(n, v);
+        }
     }
 }
 
@@ -88,6 +112,24 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_795_752_306);
         assert_eq!(rfc3339(t), "2026-11-27T04:05:06Z");
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn gpu_budgets_are_told_in_seconds() {
+        let s = Standing {
+            requests: None,
+            tokens: Some(Left {
+                limit: 120_000,
+                remaining: 90_500,
+                reset: Duration::from_secs(15),
+            }),
+            day: Some(full(1)),
+        };
+        let mut h = HeaderMap::new();
+        write_gpu(&mut h, &s);
+        assert_eq!(h["x-switchboard-ratelimit-limit-gpu-seconds"], "120.000");
+        assert_eq!(h["x-switchboard-ratelimit-remaining-gpu-seconds"], "90.500");
+        assert_eq!(h["x-switchboard-ratelimit-reset-gpu-seconds"], "15s");
     }
 
     #[test]

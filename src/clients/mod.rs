@@ -32,6 +32,8 @@ pub struct ClientState {
     /// The same in every process (see [`client_id`]): the unit of the queue's fair turn.
     pub id: u64,
     pub limiter: Box<dyn Limiter>,
+    /// Its budgets of GPU time, in milliseconds (a limiter of its own, its "tokens").
+    pub gpu: Box<dyn Limiter>,
     pub inflight: AtomicU32,
     pub queued: AtomicI64,
     pub metrics: ClientMetrics,
@@ -118,16 +120,22 @@ pub fn class(own: Priority, headers: &HeaderMap) -> Result<Priority, ProxyError>
 }
 
 /// The limits of a new client: in `store` when there is one, else in this process.
-fn limiter(spec: &ClientSpec, store: Option<&Arc<Store>>) -> Box<dyn Limiter> {
+fn limiter(
+    kind: &str,
+    spec: &ClientSpec,
+    limits: Limits,
+    store: Option<&Arc<Store>>,
+) -> Box<dyn Limiter> {
     let now = Instant::now();
     match store {
         Some(store) => Box::new(shared::Shared::new(
             Arc::clone(store),
+            kind,
             &spec.name,
-            limits(spec),
+            limits,
             now,
         )),
-        None => Box::new(Local::new(limits(spec), now)),
+        None => Box::new(Local::new(limits, now)),
     }
 }
 
@@ -144,6 +152,15 @@ pub struct Registry {
 /// id of requests of no client.
 fn client_id(name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(name.as_bytes()).max(1)
+}
+
+/// Its GPU budgets as a limiter's: milliseconds for tokens, no count of requests.
+fn gpu_limits(spec: &ClientSpec) -> Limits {
+    Limits {
+        requests_per_minute: None,
+        tokens_per_minute: spec.gpu_ms_per_minute.map(|n| n.get()),
+        tokens_per_day: spec.gpu_ms_per_day.map(|n| n.get()),
+    }
 }
 
 fn limits(spec: &ClientSpec) -> Limits {
@@ -176,6 +193,8 @@ impl Registry {
                 tokens_per_day: None,
                 reserve_output_tokens: 0,
                 max_queue_wait: None,
+                gpu_ms_per_minute: None,
+                gpu_ms_per_day: None,
             })
         });
         let specs = anonymous
@@ -189,11 +208,13 @@ impl Registry {
                 let state = match kept {
                     Some(s) => {
                         s.limiter.reconfigure(limits(&spec));
+                        s.gpu.reconfigure(gpu_limits(&spec));
                         s
                     }
                     None => Arc::new(ClientState {
                         id: client_id(&spec.name),
-                        limiter: limiter(&spec, store),
+                        limiter: limiter("client", &spec, limits(&spec), store),
+                        gpu: limiter("gpu", &spec, gpu_limits(&spec), store),
                         inflight: AtomicU32::new(0),
                         queued: AtomicI64::new(0),
                         metrics: metrics.client(&spec.name),

@@ -26,10 +26,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The limits of client `name` in `store`.
-    pub fn new(store: Arc<Store>, name: &str, limits: Limits, now: Instant) -> Shared {
+    /// The limits of client `name` in `store`, its buckets of `kind` (`client`: requests and
+    /// tokens; `gpu`: GPU-milliseconds).
+    pub fn new(store: Arc<Store>, kind: &str, name: &str, limits: Limits, now: Instant) -> Shared {
         Shared {
-            key: Store::key("client", name),
+            key: Store::key(kind, name),
             inflight: Places::new("inflight", name),
             store,
             local: Local::new(limits, now),

@@ -25,6 +25,8 @@ pub struct RawClient {
     pub tokens_per_day: Option<u64>,
     pub reserve_output_tokens: Option<u32>,
     pub max_queue_wait_ms: Option<u64>,
+    pub gpu_seconds_per_minute: Option<f64>,
+    pub gpu_seconds_per_day: Option<f64>,
 }
 
 /// `[priority.CLASS]` as written.
@@ -87,6 +89,9 @@ pub struct ClientSpec {
     pub reserve_output_tokens: u32,
     /// A request whose predicted wait for a slot is longer is refused at once (503).
     pub max_queue_wait: Option<Duration>,
+    /// GPU time a minute and a day, in milliseconds of a backend's slot.
+    pub gpu_ms_per_minute: Option<NonZeroU64>,
+    pub gpu_ms_per_day: Option<NonZeroU64>,
 }
 
 /// `clients.NAME.reserve_output_tokens` unset.
@@ -99,6 +104,12 @@ impl ClientSpec {
             || self.requests_per_minute.is_some()
             || self.tokens_per_minute.is_some()
             || self.tokens_per_day.is_some()
+            || self.counts_gpu()
+    }
+
+    /// Whether it has a budget of GPU time (and so its requests' work is reserved).
+    pub fn counts_gpu(&self) -> bool {
+        self.gpu_ms_per_minute.is_some() || self.gpu_ms_per_day.is_some()
     }
 
     /// Whether it has a token budget (and so its requests' tokens are counted and reserved).
@@ -263,11 +274,32 @@ fn client(
             .reserve_output_tokens
             .unwrap_or(DEFAULT_RESERVE_OUTPUT_TOKENS),
         max_queue_wait: c.max_queue_wait_ms.map(Duration::from_millis),
+        gpu_ms_per_minute: gpu_ms(
+            &key("gpu_seconds_per_minute"),
+            c.gpu_seconds_per_minute,
+            errs,
+        ),
+        gpu_ms_per_day: gpu_ms(&key("gpu_seconds_per_day"), c.gpu_seconds_per_day, errs),
         name,
         keys,
         aliases: allowed,
         priority,
     }
+}
+
+/// A budget of GPU-seconds, in milliseconds: a number of seconds of at least a millisecond.
+fn gpu_ms(key: &str, seconds: Option<f64>, errs: &mut Vec<ConfigError>) -> Option<NonZeroU64> {
+    let s = seconds?;
+    let ms = (s * 1000.0).round();
+    if s.is_finite() && ms >= 1.0 && ms < u64::MAX as f64 {
+        return NonZeroU64::new(ms as u64);
+    }
+    errs.push(ConfigError::BadValue {
+        key: key.into(),
+        value: s.to_string(),
+        reason: "is not a number of seconds of at least 0.001".into(),
+    });
+    None
 }
 
 #[cfg(test)]

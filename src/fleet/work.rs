@@ -58,6 +58,42 @@ impl Outputs {
     }
 }
 
+/// What a request is predicted to take of a replica.
+#[derive(Debug, Clone, Copy)]
+pub struct Estimate {
+    /// Prompt tokens the replica is known to hold for its conversation.
+    pub cached: u64,
+    /// Output tokens expected: its limit, capped by its client's recent answers.
+    pub output: u64,
+    pub predicted: Work,
+}
+
+/// The work of a request needing `need`, of `ticket`'s client and conversation, on the
+/// replica of `slots` and `cost`: its uncached prompt over the prefill rate at that depth,
+/// its expected output over the decode rate.
+pub fn estimate(
+    (slots, cost): (&Slots, &CostModel),
+    outputs: &Outputs,
+    ticket: &Ticket,
+    need: Need,
+) -> Estimate {
+    let held = ticket.conversation.map_or(0, |k| slots.cached_for(k));
+    let cached = held.min(need.prompt.saturating_sub(1));
+    let asked = need.output.map(u64::from);
+    let recent = outputs.recent(ticket.client);
+    let output = match (asked, recent) {
+        (Some(a), Some(r)) => a.min(r.max(1)),
+        (Some(a), None) => a.min(UNLIMITED_OUTPUT),
+        (None, Some(r)) => r.max(1),
+        (None, None) => UNLIMITED_OUTPUT,
+    };
+    Estimate {
+        cached,
+        output,
+        predicted: cost.predict(cached, need.prompt - cached, output),
+    }
+}
+
 /// A request's work on one replica: predicted when it is queued there; settled once, when
 /// it ends (measured), is preempted, or fails (the time it held the slot).
 #[derive(Debug)]
@@ -105,17 +141,11 @@ impl Job {
         ticket: &Ticket,
         need: Need,
     ) -> Job {
-        let held = ticket.conversation.map_or(0, |k| slots.cached_for(k));
-        let cached = held.min(need.prompt.saturating_sub(1));
-        let asked = need.output.map(u64::from);
-        let recent = outputs.recent(ticket.client);
-        let output = match (asked, recent) {
-            (Some(a), Some(r)) => a.min(r.max(1)),
-            (Some(a), None) => a.min(UNLIMITED_OUTPUT),
-            (None, Some(r)) => r.max(1),
-            (None, None) => UNLIMITED_OUTPUT,
-        };
-        let predicted = cost.predict(cached, need.prompt - cached, output);
+        let Estimate {
+            cached,
+            output,
+            predicted,
+        } = estimate((slots, cost), outputs, ticket, need);
         Job {
             slots: Arc::clone(slots),
             cost: Arc::clone(cost),

@@ -17,7 +17,8 @@ use crate::wire::{Endpoint, Seen};
 /// backend reported, else from the tokens seen generated; `sent`: the request went to a
 /// backend (a request refused or cancelled before that used nothing).
 pub trait Settle: Send + Sync + std::fmt::Debug {
-    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool);
+    /// `gpu`: the GPU-milliseconds measured, when they were.
+    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool, gpu: Option<u64>);
 }
 
 /// A counter that learns from the prompt tokens the backend reports (an estimating one), fed
@@ -286,11 +287,12 @@ impl Record {
 impl Drop for Record {
     fn drop(&mut self) {
         if self.armed {
-            if let Some(mut c) = self.charge.take() {
-                c.settle(self.usage, self.generated, self.sent_at.is_some());
-            }
             let now = Instant::now();
             let work = self.measure(now);
+            if let Some(mut c) = self.charge.take() {
+                let gpu = work.map(|w| (w.work.total() * 1000.0).round() as u64);
+                c.settle(self.usage, self.generated, self.sent_at.is_some(), gpu);
+            }
             if let Some(t) = self.trace.take() {
                 t.finish(&End {
                     status: self.status,

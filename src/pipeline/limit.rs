@@ -34,8 +34,23 @@ pub async fn charge(call: &mut Call<'_>, admitted: &Admitted) -> Result<(), Prox
     } else {
         (0, 0)
     };
-    call.rec.charge = Some(Box::new(Charge::admit(caller, prompt, output).await?));
+    let gpu = if caller.spec.counts_gpu() {
+        gpu_ms(call, admitted)
+    } else {
+        0
+    };
+    call.rec.charge = Some(Box::new(Charge::admit(caller, prompt, output, gpu).await?));
     Ok(())
+}
+
+/// The request's GPU-milliseconds as predicted on its alias's first replica (its budget is
+/// reserved before a replica is chosen).
+fn gpu_ms(call: &Call<'_>, admitted: &Admitted) -> u64 {
+    let replica = admitted.alias.first();
+    let need = admitted.need(call.req.adapter);
+    let on = (&*replica.slots, &*replica.health.cost);
+    let e = crate::fleet::work::estimate(on, &call.state.outputs, &call.place.ticket, need);
+    (e.predicted.total() * 1000.0).round() as u64
 }
 
 /// The output reserved for a request asking `asked` (its output limit, its choices) of a

@@ -113,12 +113,11 @@ impl<'s> Tries<'s> {
         }
     }
 
-    /// The request's conversation, when some alias on its way has replicas.
-    pub fn conversation(&self, req: &Incoming) -> Option<Conversation> {
+    /// The request's conversation, when it matters on its way: some alias has replicas (it
+    /// keeps to its own), or slots are scheduled by work (its slot and cached prefix).
+    pub fn conversation(&self, req: &Incoming, by_work: bool) -> Option<Conversation> {
         let first = self.order.first()?;
-        self.order
-            .iter()
-            .any(|a| a.replicas.len() > 1)
+        (by_work || self.order.iter().any(|a| a.replicas.len() > 1))
             .then(|| conversation_key(first.name(), &req.headers, &req.body))
             .flatten()
     }
