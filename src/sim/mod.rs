@@ -15,6 +15,7 @@ mod embed;
 mod event_steps;
 mod frame;
 mod generation;
+mod gpu;
 mod info;
 mod listener;
 mod llamacpp;
@@ -38,7 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use config::SimConfig;
+pub use config::{GpuSim, SimConfig};
 pub use recorder::{Recorded, Recorder};
 pub use tokenize::count_prompt_tokens;
 
