@@ -40,7 +40,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use config::{GpuSim, SimConfig};
-pub use recorder::{Recorded, Recorder};
+pub use recorder::{GpuRun, Recorded, Recorder};
 pub use tokenize::count_prompt_tokens;
 
 use state::Shared;
@@ -89,6 +89,14 @@ impl Sim {
 
     pub fn recorder(&self) -> &Recorder {
         &self.shared.recorder
+    }
+
+    /// GPU mode: the slot-time its slots spent busy so far (zero outside GPU mode).
+    pub fn gpu_busy(&self) -> std::time::Duration {
+        self.shared
+            .gpu
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |g| g.busy())
     }
 
     /// Answer every generation request from now on with `status` before any byte of an
