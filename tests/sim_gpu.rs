@@ -260,6 +260,15 @@ async fn streams_and_other_apis_report_the_cache_where_llama_server_does() {
     assert!(done["timings"]["cache_n"].as_u64() > Some(0));
     let runs = sim.recorder().gpu_runs();
     assert_eq!(runs.len(), 5);
+    // Responses keeps `id_slot` (its body is converted in place); Messages drops it.
+    let mut pinned = resp.clone();
+    pinned["id_slot"] = json!(0);
+    post(&sim, "/v1/responses", &pinned).await;
+    let mut unpinned = msg.clone();
+    unpinned["id_slot"] = json!(0);
+    post(&sim, "/v1/messages", &unpinned).await;
+    let runs = sim.recorder().gpu_runs();
+    assert_eq!((runs[5].id_slot, runs[6].id_slot), (Some(0), None));
 }
 
 #[tokio::test]

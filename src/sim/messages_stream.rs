@@ -77,7 +77,8 @@ pub(crate) async fn messages(State(sh): State<Arc<Shared>>, raw: Bytes) -> Respo
             .as_u64()
             .and_then(|n| u32::try_from(n).ok()),
         stream: body["stream"].as_bool().unwrap_or(false),
-        id_slot: body["id_slot"].as_i64(),
+        // llama.cpp's converter builds a new body of a few fields: `id_slot` is dropped.
+        id_slot: None,
     };
     let (gen_req, plan) = match req.plan(&sh) {
         Ok(p) => p,

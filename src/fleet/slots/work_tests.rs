@@ -78,7 +78,10 @@ async fn an_interactive_request_takes_the_slot_of_the_batch_one_with_most_prefil
     drop(long);
     let got = waiting.await.unwrap();
     assert_eq!(got.index(), index);
-    assert!(!got.preemptible(), "an interactive request is never preempted");
+    assert!(
+        !got.preemptible(),
+        "an interactive request is never preempted"
+    );
     drop(short);
 }
 
