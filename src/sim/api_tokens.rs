@@ -40,7 +40,7 @@ pub(super) fn converted(flavor: Flavor, raw: &[u8], convert: ToChat) -> Result<V
 fn prompt_tokens(sh: &Shared, chat: &Value) -> Result<u32, Failure> {
     let d = dialect(sh.flavor());
     let raw = serde_json::to_vec(chat).map_err(|e| Failure::Invalid(e.to_string()))?;
-    Ok(plan::parse(sh.flavor(), d, Kind::Chat, &raw)?.prompt_tokens)
+    Ok(plan::parse(false, sh.flavor(), d, Kind::Chat, &raw)?.prompt_tokens)
 }
 
 pub(crate) async fn count_tokens(State(sh): State<Arc<Shared>>, body: Bytes) -> Response {

@@ -34,7 +34,7 @@ async fn generate(sh: Arc<Shared>, kind: Kind, raw: &[u8]) -> Response {
         return reply::json(flavor, status, &body);
     }
     let d = dialect(flavor);
-    let req = match plan::parse(flavor, d, kind, raw) {
+    let req = match plan::parse(sh.gpu.is_some(), flavor, d, kind, raw) {
         Ok(r) => r,
         Err(f) => return reply::failure(&sh, &f),
     };
@@ -46,10 +46,9 @@ async fn generate(sh: Arc<Shared>, kind: Kind, raw: &[u8]) -> Response {
         }
         Err(f) => return reply::failure(&sh, &f),
     };
-    let mut gen = Generation::new(sh.recorder.clone());
-    if !gen.acquire(&sh.slots).await {
+    let Some(gen) = Generation::start(&sh, &req, &plan).await else {
         return reply::empty(flavor, StatusCode::SERVICE_UNAVAILABLE);
-    }
+    };
     if req.stream {
         sse_body::respond(sh, &req, plan, gen)
     } else {
@@ -59,24 +58,29 @@ async fn generate(sh: Arc<Shared>, kind: Kind, raw: &[u8]) -> Response {
 
 /// Waits as long as the whole generation would take, then answers in one body.
 async fn answer(sh: &Shared, req: &GenRequest, plan: Plan, mut gen: Generation) -> Response {
-    let start = Instant::now();
     let cfg = &sh.cfg;
-    if !cfg.ttft.is_zero() {
-        tokio::time::sleep(cfg.ttft).await;
-    }
-    let first = Instant::now();
-    let rest = cfg
-        .token_delay
-        .saturating_mul(plan.tokens.saturating_sub(1));
-    if !rest.is_zero() {
-        tokio::time::sleep(rest).await;
-    }
-    let counts = Counts {
-        prompt: plan.prompt,
-        completion: plan.tokens,
-        reasoning: plan.reasoning_tokens(),
-        prompt_ms: millis(first - start),
-        predicted_ms: millis(first.elapsed()),
+    let counts = if gen.run_gpu(&plan).await {
+        gen.gpu_counts(&plan).unwrap_or_default()
+    } else {
+        let start = Instant::now();
+        if !cfg.ttft.is_zero() {
+            tokio::time::sleep(cfg.ttft).await;
+        }
+        let first = Instant::now();
+        let rest = cfg
+            .token_delay
+            .saturating_mul(plan.tokens.saturating_sub(1));
+        if !rest.is_zero() {
+            tokio::time::sleep(rest).await;
+        }
+        Counts {
+            prompt: plan.prompt,
+            completion: plan.tokens,
+            reasoning: plan.reasoning_tokens(),
+            prompt_ms: millis(first - start),
+            predicted_ms: millis(first.elapsed()),
+            cached: None,
+        }
     };
     let (reasoning, content) = plan.texts();
     let id = sh.next_id();

@@ -3,7 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use super::config::SimConfig;
+use super::config::{GpuSim, SimConfig};
 use crate::flavor::Flavor;
 
 /// Options of one simulated backend.
@@ -64,6 +64,22 @@ pub struct SimArgs {
     /// llama-server does (at the next request on it).
     #[arg(long)]
     pub close_after_stream: bool,
+    /// GPU mode: prompt tokens per second at depth 0 (slots keep a KV cache; the delays
+    /// above are then unused).
+    #[arg(long)]
+    pub gpu_prefill_tps: Option<f64>,
+    /// GPU mode: generated tokens per second at depth 0.
+    #[arg(long, default_value_t = 40.0)]
+    pub gpu_decode_tps: f64,
+    /// GPU mode: depth at which prefill runs at half speed (0: never slows).
+    #[arg(long, default_value_t = 0)]
+    pub gpu_prefill_half_depth: u32,
+    /// GPU mode: depth at which decode runs at half speed (0: never slows).
+    #[arg(long, default_value_t = 0)]
+    pub gpu_decode_half_depth: u32,
+    /// GPU mode: prompt tokens evaluated per step.
+    #[arg(long, default_value_t = 512)]
+    pub gpu_batch: u32,
 }
 
 impl SimArgs {
@@ -85,6 +101,13 @@ impl SimArgs {
             reasoning_tokens: self.reasoning_tokens,
             spaced_json: self.spaced_json,
             close_after_stream: self.close_after_stream,
+            gpu: self.gpu_prefill_tps.map(|prefill_tps| GpuSim {
+                prefill_tps,
+                decode_tps: self.gpu_decode_tps,
+                prefill_half_depth: self.gpu_prefill_half_depth,
+                decode_half_depth: self.gpu_decode_half_depth,
+                batch: self.gpu_batch.max(1),
+            }),
             ..SimConfig::default()
         }
     }
@@ -151,5 +174,32 @@ mod tests {
             (1000, 3, true, false)
         );
         assert_eq!(cli.sim.addr().port(), 7001);
+        assert_eq!(cfg.gpu, None);
+    }
+
+    #[test]
+    fn gpu_mode_is_on_with_a_prefill_rate() {
+        let cli = Cli::parse_from([
+            "sim",
+            "--gpu-prefill-tps",
+            "4000",
+            "--gpu-decode-tps",
+            "40",
+            "--gpu-prefill-half-depth",
+            "100000",
+            "--gpu-batch",
+            "256",
+        ]);
+        let gpu = cli.sim.config().gpu.expect("gpu mode");
+        assert_eq!(
+            gpu,
+            GpuSim {
+                prefill_tps: 4000.0,
+                decode_tps: 40.0,
+                prefill_half_depth: 100_000,
+                decode_half_depth: 0,
+                batch: 256,
+            }
+        );
     }
 }

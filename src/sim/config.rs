@@ -54,6 +54,59 @@ pub struct SimConfig {
     /// the connection is kept open until the next request arrives on it, then closed without
     /// reading it or answering.
     pub close_after_stream: bool,
+    /// Behave like a GPU-backed server: slots keep a KV cache, prompts are prefilled and
+    /// tokens decoded at these rates (`ttft` and `token_delay` are then unused). `None`: the
+    /// fixed delays above.
+    pub gpu: Option<GpuSim>,
+}
+
+/// The pace of a simulated GPU. A rate at depth `d` (tokens already in the slot) is
+/// `tps / (1 + d / half_depth)`, or `tps` when `half_depth` is 0.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuSim {
+    /// Prompt tokens per second at depth 0.
+    pub prefill_tps: f64,
+    /// Generated tokens per second at depth 0.
+    pub decode_tps: f64,
+    /// Depth at which prefill runs at half speed (0: it never slows).
+    pub prefill_half_depth: u32,
+    /// Depth at which decode runs at half speed (0: it never slows).
+    pub decode_half_depth: u32,
+    /// Prompt tokens evaluated per step (llama.cpp's `--batch-size`).
+    pub batch: u32,
+}
+
+impl Default for GpuSim {
+    fn default() -> Self {
+        Self {
+            prefill_tps: 4000.0,
+            decode_tps: 40.0,
+            prefill_half_depth: 0,
+            decode_half_depth: 0,
+            batch: 512,
+        }
+    }
+}
+
+impl GpuSim {
+    /// Seconds to prefill `n` tokens on top of `depth` cached ones, in one step.
+    pub fn prefill_secs(&self, depth: usize, n: usize) -> f64 {
+        n as f64 / rate(self.prefill_tps, self.prefill_half_depth, depth)
+    }
+
+    /// Seconds of one decode step at `depth`.
+    pub fn decode_secs(&self, depth: usize) -> f64 {
+        1.0 / rate(self.decode_tps, self.decode_half_depth, depth)
+    }
+}
+
+fn rate(tps: f64, half_depth: u32, depth: usize) -> f64 {
+    let tps = tps.max(1e-9);
+    if half_depth == 0 {
+        tps
+    } else {
+        tps / (1.0 + depth as f64 / f64::from(half_depth))
+    }
 }
 
 impl Default for SimConfig {
@@ -78,6 +131,7 @@ impl Default for SimConfig {
             fail_status: None,
             spaced_json: false,
             close_after_stream: false,
+            gpu: None,
         }
     }
 }

@@ -17,7 +17,7 @@ use super::generation::{End, Generation};
 use super::plan::{GenRequest, Plan};
 use super::reply;
 use super::state::Shared;
-use super::tokenize::{count_prompt_tokens, thinking_enabled};
+use super::tokenize::{count_prompt_tokens, prompt_ids, thinking_enabled};
 
 /// One event of a paced stream; `token`: it carries a generated token.
 pub(crate) struct Step {
@@ -37,6 +37,8 @@ pub(crate) struct ApiRequest {
     pub chat: Value,
     pub max_tokens: Option<u32>,
     pub stream: bool,
+    /// llama.cpp's `id_slot`, as sent.
+    pub id_slot: Option<i64>,
 }
 
 impl ApiRequest {
@@ -50,6 +52,8 @@ impl ApiRequest {
             max_tokens: self.max_tokens,
             prompt_tokens: count_prompt_tokens(flavor, &self.chat),
             thinking: thinking_enabled(&self.chat),
+            id_slot: self.id_slot,
+            prompt: sh.gpu.is_some().then(|| prompt_ids(&self.chat)),
         };
         let plan = Plan::new(&sh.cfg, dialect(flavor), &req)?;
         Ok((req, plan))
@@ -82,8 +86,11 @@ pub(crate) fn tokens(plan: &Plan) -> Vec<(Field, String)> {
         .collect()
 }
 
-/// The counts of a generation, its times as the pacing makes them.
-pub(crate) fn counts(sh: &Shared, plan: &Plan) -> Counts {
+/// The counts of a generation, its times as the pacing (or the GPU model) makes them.
+pub(crate) fn counts(sh: &Shared, gen: &Generation, plan: &Plan) -> Counts {
+    if let Some(c) = gen.gpu_counts(plan) {
+        return c;
+    }
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     Counts {
         prompt: plan.prompt,
@@ -94,11 +101,15 @@ pub(crate) fn counts(sh: &Shared, plan: &Plan) -> Counts {
             .cfg
             .token_delay
             .saturating_mul(plan.tokens.saturating_sub(1))),
+        cached: None,
     }
 }
 
 /// Waits as long as the whole generation would take (a whole answer).
-pub(crate) async fn wait_whole(sh: &Shared, plan: &Plan) {
+pub(crate) async fn wait_whole(sh: &Shared, gen: &mut Generation, plan: &Plan) {
+    if gen.run_gpu(plan).await {
+        return;
+    }
     let d = sh.cfg.ttft
         + sh.cfg
             .token_delay
@@ -138,24 +149,18 @@ impl Paced {
             return None;
         };
         if self.emitted == 0 {
-            pause(self.sh.cfg.ttft).await;
+            self.gen.before_first(self.sh.cfg.ttft).await;
         } else if let Some(mut gate) = self.gate.take() {
             let _ = gate.wait_for(|open| *open).await;
         }
         if step.token {
-            if self.tokens > 0 {
-                pause(self.sh.cfg.token_delay).await;
-            }
+            self.gen
+                .before_token(self.tokens, self.sh.cfg.token_delay)
+                .await;
             self.tokens += 1;
         }
         self.emitted += 1;
         Some(Ok(step.bytes))
-    }
-}
-
-async fn pause(d: Duration) {
-    if !d.is_zero() {
-        tokio::time::sleep(d).await;
     }
 }
 

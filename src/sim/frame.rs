@@ -29,6 +29,8 @@ pub(crate) struct Counts {
     pub reasoning: u32,
     pub prompt_ms: f64,
     pub predicted_ms: f64,
+    /// Prompt tokens read from the KV cache (GPU mode only; `None`: not simulated).
+    pub cached: Option<u32>,
 }
 
 /// A finished non-stream answer.

@@ -4,12 +4,21 @@
 //! (FIFO), holds it while tokens flow, and counts itself when it ends: completed, failed
 //! on purpose (`fail_after`), or — when dropped before either, because the client went
 //! away and the response future or body was dropped — cancelled. The slot frees at once.
+//!
+//! In GPU mode the slot is a [`Lease`] of the slot model, and the waits before the first
+//! event and before each token are its prefill and decode steps instead of fixed delays.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::recorder::{Event, Recorder};
+use super::frame::Counts;
+use super::gpu::{Lease, Start};
+use super::plan::{GenRequest, Plan};
+use super::recorder::{Event, GpuRun, Recorder};
+use super::state::Shared;
+use super::tokenize;
 
 /// How a generation ended, when it did not end by being dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +31,7 @@ pub(crate) enum End {
 pub(crate) struct Generation {
     recorder: Recorder,
     permit: Option<OwnedSemaphorePermit>,
+    lease: Option<Lease>,
     ended: bool,
 }
 
@@ -30,8 +40,84 @@ impl Generation {
         Self {
             recorder,
             permit: None,
+            lease: None,
             ended: false,
         }
+    }
+
+    /// Takes a slot for `req`: in GPU mode the slot model's choice, else the first free one.
+    /// `None` when the slots are gone.
+    pub async fn start(sh: &Shared, req: &GenRequest, plan: &Plan) -> Option<Self> {
+        let mut gen = Self::new(sh.recorder.clone());
+        let started = match (&sh.gpu, &req.prompt) {
+            (Some(gpu), Some(prompt)) => {
+                let pin = gpu.pin(req.id_slot);
+                let lease = match gpu.start(prompt.ids.as_slice().into(), pin) {
+                    Start::Now(lease) => Some(lease),
+                    Start::Wait(ticket) => {
+                        let _waiting = Waiting::new(&gen.recorder);
+                        ticket.wait().await
+                    }
+                };
+                lease.map(|mut lease| {
+                    lease.set_output(output_ids(&prompt.tail, plan));
+                    gen.recorder.gpu_run(GpuRun {
+                        id_slot: req.id_slot,
+                        slot: lease.slot(),
+                        cached: lease.cached(),
+                        prompt_n: lease.prompt_n(),
+                    });
+                    gen.recorder.bump(Event::Started);
+                    gen.lease = Some(lease);
+                })
+            }
+            _ => gen.acquire(&sh.slots).await.then_some(()),
+        };
+        started.map(|()| gen)
+    }
+
+    /// Waits before the first event: the prefill in GPU mode, else `ttft`.
+    pub async fn before_first(&mut self, ttft: Duration) {
+        match &mut self.lease {
+            Some(lease) => lease.prefill().await,
+            None => pause(ttft).await,
+        }
+    }
+
+    /// Waits before generated token `i`: one decode step in GPU mode, else `delay` before
+    /// every token but the first.
+    pub async fn before_token(&mut self, i: u32, delay: Duration) {
+        match &mut self.lease {
+            Some(lease) => lease.decode().await,
+            None if i > 0 => pause(delay).await,
+            None => {}
+        }
+    }
+
+    /// GPU mode: runs the whole generation of `plan` (a whole answer). False outside it.
+    pub async fn run_gpu(&mut self, plan: &Plan) -> bool {
+        let Some(lease) = &mut self.lease else {
+            return false;
+        };
+        lease.prefill().await;
+        for _ in 0..plan.tokens {
+            lease.decode().await;
+        }
+        true
+    }
+
+    /// GPU mode: the counts of `plan`, with the model's times and the cached prefix.
+    pub fn gpu_counts(&self, plan: &Plan) -> Option<Counts> {
+        let lease = self.lease.as_ref()?;
+        let (prompt_ms, predicted_ms) = lease.model_ms(plan.tokens);
+        Some(Counts {
+            prompt: plan.prompt,
+            completion: plan.tokens,
+            reasoning: plan.reasoning_tokens(),
+            prompt_ms,
+            predicted_ms,
+            cached: Some(lease.cached()),
+        })
     }
 
     /// Waits for a free slot, first come first served. False if the slots are gone.
@@ -65,10 +151,28 @@ impl Generation {
     }
 
     fn release(&mut self) {
-        if self.permit.take().is_some() {
+        let permit = self.permit.take().is_some();
+        let lease = self.lease.take().is_some();
+        if permit || lease {
             self.recorder.bump(Event::Stopped);
         }
     }
+}
+
+async fn pause(d: Duration) {
+    if !d.is_zero() {
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// The ids of `plan`'s tokens as a prompt that goes on after them would tokenize them: the
+/// whitespace the prompt ends with starts the first piece.
+fn output_ids(tail: &str, plan: &Plan) -> Vec<u32> {
+    let mut text = tail.to_owned();
+    for i in 0..plan.tokens {
+        plan.write_token(i, &mut text);
+    }
+    tokenize::ids(&text, true)
 }
 
 impl Drop for Generation {

@@ -204,17 +204,40 @@ pub(crate) async fn props(State(sh): State<Arc<Shared>>) -> Response {
 }
 
 pub(crate) async fn slots(State(sh): State<Arc<Shared>>) -> Response {
-    let busy = sh.recorder.running();
+    let running = sh.recorder.running();
+    let gpu = sh.gpu.as_ref().map(|g| g.slots());
     let list: Vec<Value> = (0..sh.cfg.slots.max(1))
         .map(|i| {
-            json!({
-                "id": i, "n_ctx": sh.cfg.slot_ctx, "speculative": false, "is_processing": i < busy,
+            // GPU mode: each slot's own state (`n_past`, as older llama-server builds show it).
+            let view = gpu.as_ref().and_then(|v| v.get(i as usize));
+            let busy = view.map_or(i < running, |v| v.busy);
+            let mut slot = json!({
+                "id": i, "n_ctx": sh.cfg.slot_ctx, "speculative": false, "is_processing": busy,
                 "id_task": -1, "params": params(-1),
-                "next_token": [{"has_next_token": i < busy, "has_new_line": false, "n_remain": -1, "n_decoded": 0}],
-            })
+                "next_token": [{"has_next_token": busy, "has_new_line": false, "n_remain": -1, "n_decoded": 0}],
+            });
+            if let Some(v) = view {
+                slot["n_past"] = json!(v.cached_tokens);
+            }
+            slot
         })
         .collect();
     reply::json(sh.flavor(), StatusCode::OK, &Value::Array(list))
+}
+
+/// GPU mode's own report: `{"busy_seconds", "slots": [{"id", "cached_tokens", "busy"}]}`.
+pub(crate) async fn sim_gpu(State(sh): State<Arc<Shared>>) -> Response {
+    let Some(gpu) = &sh.gpu else {
+        let (status, body) = dialect(sh.flavor()).not_found("GET", "/sim/gpu");
+        return reply::json(sh.flavor(), status, &body);
+    };
+    let slots: Vec<Value> = gpu
+        .slots()
+        .iter()
+        .map(|s| json!({"id": s.id, "cached_tokens": s.cached_tokens, "busy": s.busy}))
+        .collect();
+    let body = json!({"busy_seconds": gpu.busy().as_secs_f64(), "slots": slots});
+    reply::json(sh.flavor(), StatusCode::OK, &body)
 }
 
 /// What a flavour's `/metrics` reads from: slot use, token and request counts.

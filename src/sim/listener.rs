@@ -37,7 +37,8 @@ fn router(sh: Arc<Shared>) -> Router {
         .route("/v1/embeddings", post(embed::embeddings))
         .route("/v1/models", get(info::models))
         .route("/health", get(info::health))
-        .route("/metrics", get(info::metrics));
+        .route("/metrics", get(info::metrics))
+        .route("/sim/gpu", get(info::sim_gpu));
     r = match sh.flavor() {
         Flavor::Llamacpp => r
             .route("/chat/completions", post(chat::chat))

@@ -23,18 +23,20 @@ pub(crate) fn usage(c: &Counts) -> Value {
         "completion_tokens": c.completion,
         "prompt_tokens": c.prompt,
         "total_tokens": c.prompt.saturating_add(c.completion),
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": c.cached.unwrap_or(0)},
     })
 }
 
 pub(crate) fn timings(c: &Counts) -> Value {
     let per_token = |ms: f64, n: u32| if n == 0 { 0.0 } else { ms / f64::from(n) };
+    let cached = c.cached.unwrap_or(0);
+    let prompt_n = c.prompt.saturating_sub(cached);
     json!({
-        "cache_n": 0,
-        "prompt_n": c.prompt,
+        "cache_n": cached,
+        "prompt_n": prompt_n,
         "prompt_ms": c.prompt_ms,
-        "prompt_per_token_ms": per_token(c.prompt_ms, c.prompt),
-        "prompt_per_second": per_second(c.prompt, c.prompt_ms),
+        "prompt_per_token_ms": per_token(c.prompt_ms, prompt_n),
+        "prompt_per_second": per_second(prompt_n, c.prompt_ms),
         "predicted_n": c.completion,
         "predicted_ms": c.predicted_ms,
         "predicted_per_token_ms": per_token(c.predicted_ms, c.completion),

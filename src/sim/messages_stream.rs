@@ -77,16 +77,17 @@ pub(crate) async fn messages(State(sh): State<Arc<Shared>>, raw: Bytes) -> Respo
             .as_u64()
             .and_then(|n| u32::try_from(n).ok()),
         stream: body["stream"].as_bool().unwrap_or(false),
+        // llama.cpp's converter builds a new body of a few fields: `id_slot` is dropped.
+        id_slot: None,
     };
-    let (_, plan) = match req.plan(&sh) {
+    let (gen_req, plan) = match req.plan(&sh) {
         Ok(p) => p,
         Err(f) => return failure(&sh, &f),
     };
-    let mut gen = Generation::new(sh.recorder.clone());
-    if !gen.acquire(&sh.slots).await {
+    let Some(mut gen) = Generation::start(&sh, &gen_req, &plan).await else {
         return reply::empty(flavor, StatusCode::SERVICE_UNAVAILABLE);
-    }
-    let counts = event_steps::counts(&sh, &plan);
+    };
+    let counts = event_steps::counts(&sh, &gen, &plan);
     let id = sh.next_id();
     let model = body["model"].as_str().unwrap_or(&sh.cfg.model).to_owned();
     if req.stream {
@@ -97,7 +98,7 @@ pub(crate) async fn messages(State(sh): State<Arc<Shared>>, raw: Bytes) -> Respo
         };
         return event_steps::respond(sh, gen, steps, counts);
     }
-    event_steps::wait_whole(&sh, &plan).await;
+    event_steps::wait_whole(&sh, &mut gen, &plan).await;
     let answer = whole(
         flavor,
         if flavor == Flavor::Sglang {
@@ -135,8 +136,9 @@ fn whole(flavor: Flavor, model: &str, id: &str, plan: &Plan, c: &Counts) -> Valu
         Flavor::Llamacpp => {
             v["id"] = json!(format!("chatcmpl-{id}"));
             v["stop_sequence"] = Value::Null;
-            v["usage"] = json!({"cache_read_input_tokens": 0, "input_tokens": c.prompt,
-                "output_tokens": c.completion});
+            let cached = c.cached.unwrap_or(0);
+            v["usage"] = json!({"cache_read_input_tokens": cached,
+                "input_tokens": c.prompt - cached, "output_tokens": c.completion});
         }
         Flavor::Sglang => {
             v["id"] = json!(format!("msg_{id}"));
@@ -181,8 +183,8 @@ fn llamacpp_steps(model: &str, id: &str, plan: &Plan, c: &Counts) -> Vec<Step> {
             out.extend_from_slice(&named(&json!({"type": "message_start", "message": {
                 "id": format!("chatcmpl-{id}"), "type": "message", "role": "assistant",
                 "content": [], "model": model, "stop_reason": null, "stop_sequence": null,
-                "usage": {"cache_read_input_tokens": 0, "input_tokens": c.prompt,
-                    "output_tokens": 0}}})));
+                "usage": {"cache_read_input_tokens": c.cached.unwrap_or(0),
+                    "input_tokens": c.prompt - c.cached.unwrap_or(0), "output_tokens": 0}}})));
         }
         let (index, started) = match field {
             Field::Reasoning => (0, &mut thinking),

@@ -15,6 +15,7 @@ mod embed;
 mod event_steps;
 mod frame;
 mod generation;
+mod gpu;
 mod info;
 mod listener;
 mod llamacpp;
@@ -38,8 +39,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use config::SimConfig;
-pub use recorder::{Recorded, Recorder};
+pub use config::{GpuSim, SimConfig};
+pub use recorder::{GpuRun, Recorded, Recorder};
 pub use tokenize::count_prompt_tokens;
 
 use state::Shared;
@@ -88,6 +89,14 @@ impl Sim {
 
     pub fn recorder(&self) -> &Recorder {
         &self.shared.recorder
+    }
+
+    /// GPU mode: the slot-time its slots spent busy so far (zero outside GPU mode).
+    pub fn gpu_busy(&self) -> std::time::Duration {
+        self.shared
+            .gpu
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |g| g.busy())
     }
 
     /// Answer every generation request from now on with `status` before any byte of an

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::config::SimConfig;
 use super::frame::{Dialect, Failure, Field, Kind};
-use super::tokenize::{count_prompt_tokens, thinking_enabled};
+use super::tokenize::{count_prompt_tokens, prompt_ids, thinking_enabled, PromptIds};
 use crate::flavor::Flavor;
 
 /// What the simulator needs from a chat or completion request.
@@ -18,10 +18,16 @@ pub(crate) struct GenRequest {
     pub max_tokens: Option<u32>,
     pub prompt_tokens: u32,
     pub thinking: bool,
+    /// llama.cpp's `id_slot`, as sent.
+    pub id_slot: Option<i64>,
+    /// The prompt's token ids (GPU mode only).
+    pub prompt: Option<PromptIds>,
 }
 
-/// Parses and validates a body; the prompt is counted with the simulator's tokenizer.
+/// Parses and validates a body; the prompt is counted with the simulator's tokenizer (and
+/// tokenized when `gpu`).
 pub(crate) fn parse(
+    gpu: bool,
     flavor: Flavor,
     dialect: &dyn Dialect,
     kind: Kind,
@@ -73,6 +79,8 @@ pub(crate) fn parse(
         max_tokens,
         prompt_tokens: count_prompt_tokens(flavor, &body),
         thinking: thinking_enabled(&body),
+        id_slot: body.get("id_slot").and_then(Value::as_i64),
+        prompt: gpu.then(|| prompt_ids(&body)),
     })
 }
 
@@ -181,6 +189,8 @@ mod tests {
             max_tokens,
             prompt_tokens,
             thinking: true,
+            id_slot: None,
+            prompt: None,
         }
     }
 

@@ -22,6 +22,19 @@ pub struct Recorded {
     pub body: Bytes,
 }
 
+/// Where one generation ran in GPU mode, and how much of its prompt was cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuRun {
+    /// The `id_slot` the request asked for, if any (as sent, before wrapping).
+    pub id_slot: Option<i64>,
+    /// The slot it ran on.
+    pub slot: usize,
+    /// Prompt tokens found in the cache (`cache_n`).
+    pub cached: u32,
+    /// Prompt tokens evaluated (`prompt_n`).
+    pub prompt_n: u32,
+}
+
 /// Shared log of requests and generation outcomes; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Recorder {
@@ -38,6 +51,7 @@ struct Inner {
     queued: AtomicU32,
     running: AtomicU32,
     changed: Notify,
+    gpu_runs: Mutex<VecDeque<GpuRun>>,
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +99,36 @@ impl Recorder {
     /// Generations holding a slot right now.
     pub fn running(&self) -> u32 {
         self.inner.running.load(Ordering::Acquire)
+    }
+
+    /// GPU mode: every generation that got a slot, in the order they got it (the most recent
+    /// 4096).
+    pub fn gpu_runs(&self) -> Vec<GpuRun> {
+        let runs = self.inner.gpu_runs.lock();
+        runs.unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// Resolves once `n` generations got a GPU slot.
+    pub async fn wait_gpu_runs(&self, n: usize) {
+        self.wait_until(|r| r.gpu_runs().len() >= n).await;
+    }
+
+    pub(crate) fn gpu_run(&self, run: GpuRun) {
+        {
+            let mut runs = self
+                .inner
+                .gpu_runs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if runs.len() == KEEP_REQUESTS {
+                runs.pop_front();
+            }
+            runs.push_back(run);
+        }
+        self.inner.changed.notify_waiters();
     }
 
     /// Resolves once `n` requests were received.

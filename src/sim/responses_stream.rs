@@ -44,16 +44,16 @@ pub(crate) async fn responses(State(sh): State<Arc<Shared>>, raw: Bytes) -> Resp
             .as_u64()
             .and_then(|n| u32::try_from(n).ok()),
         stream: body["stream"].as_bool().unwrap_or(false),
+        id_slot: body["id_slot"].as_i64(),
     };
-    let (_, plan) = match req.plan(&sh) {
+    let (gen_req, plan) = match req.plan(&sh) {
         Ok(p) => p,
         Err(f) => return reply::failure(&sh, &f),
     };
-    let mut gen = Generation::new(sh.recorder.clone());
-    if !gen.acquire(&sh.slots).await {
+    let Some(mut gen) = Generation::start(&sh, &gen_req, &plan).await else {
         return reply::empty(flavor, StatusCode::SERVICE_UNAVAILABLE);
-    }
-    let counts = event_steps::counts(&sh, &plan);
+    };
+    let counts = event_steps::counts(&sh, &gen, &plan);
     let ids = Ids::new(&sh.next_id());
     let model = sh.cfg.model.clone();
     if req.stream {
@@ -64,7 +64,7 @@ pub(crate) async fn responses(State(sh): State<Arc<Shared>>, raw: Bytes) -> Resp
         };
         return event_steps::respond(sh, gen, steps, counts);
     }
-    event_steps::wait_whole(&sh, &plan).await;
+    event_steps::wait_whole(&sh, &mut gen, &plan).await;
     let (reasoning, text) = plan.texts();
     let output = items(&ids, reasoning.as_deref(), &text);
     let mut answer = response(flavor, &model, &ids, "completed", output, &counts);
@@ -128,7 +128,8 @@ fn response(
     c: &Counts,
 ) -> Value {
     let mut usage = json!({"input_tokens": c.prompt, "output_tokens": c.completion,
-        "total_tokens": c.prompt + c.completion, "input_tokens_details": {"cached_tokens": 0}});
+        "total_tokens": c.prompt + c.completion,
+        "input_tokens_details": {"cached_tokens": c.cached.unwrap_or(0)}});
     let mut r = json!({"id": ids.response, "object": "response", "created_at": reply::unix_now(),
         "status": status, "model": model, "output": output, "usage": usage});
     if flavor != Flavor::Llamacpp {

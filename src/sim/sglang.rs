@@ -19,6 +19,10 @@ fn usage(c: &Counts) -> Value {
         "prompt_tokens_details": null,
         "reasoning_tokens": c.reasoning,
     });
+    // GPU mode reports its prefix cache hits as `--enable-cache-report` does.
+    if let Some(cached) = c.cached {
+        u["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    }
     if c.reasoning > 0 {
         u["completion_tokens_details"] = json!({"reasoning_tokens": c.reasoning});
     }

@@ -83,12 +83,6 @@ pub(crate) fn respond(sh: Arc<Shared>, req: &GenRequest, plan: Plan, gen: Genera
     reply::sse(flavor, Body::from_stream(body))
 }
 
-async fn pause(d: Duration) {
-    if !d.is_zero() {
-        tokio::time::sleep(d).await;
-    }
-}
-
 impl Events {
     async fn next(&mut self) -> Option<io::Result<Bytes>> {
         if self.stage == Stage::End {
@@ -106,7 +100,7 @@ impl Events {
             std::future::pending::<()>().await;
         }
         if self.emitted == 0 {
-            pause(self.sh.cfg.ttft).await;
+            self.gen.before_first(self.sh.cfg.ttft).await;
         } else if let Some(mut gate) = self.gate.take() {
             // An error means the simulator is gone: nothing left to wait for.
             let _ = gate.wait_for(|open| *open).await;
@@ -124,9 +118,8 @@ impl Events {
                     return self.frame.role();
                 }
                 Stage::Tokens if self.next_token < self.plan.tokens => {
-                    if self.next_token > 0 {
-                        pause(self.sh.cfg.token_delay).await;
-                    }
+                    let delay = self.sh.cfg.token_delay;
+                    self.gen.before_token(self.next_token, delay).await;
                     self.first_token.get_or_insert_with(Instant::now);
                     self.text.clear();
                     let field = self.plan.write_token(self.next_token, &mut self.text);
@@ -160,6 +153,9 @@ impl Events {
     }
 
     fn counts(&self) -> Counts {
+        if let Some(c) = self.gen.gpu_counts(&self.plan) {
+            return c;
+        }
         let now = Instant::now();
         let first = self.first_token.unwrap_or(now);
         Counts {
@@ -168,6 +164,7 @@ impl Events {
             reasoning: self.plan.reasoning_tokens(),
             prompt_ms: millis(first - self.start),
             predicted_ms: millis(now - first),
+            cached: None,
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{watch, Semaphore};
 
 use super::config::SimConfig;
+use super::gpu::Gpu;
 use super::recorder::Recorder;
 use crate::flavor::Flavor;
 
@@ -20,6 +21,8 @@ pub(crate) struct Shared {
     pub cfg: SimConfig,
     pub recorder: Recorder,
     pub slots: Arc<Semaphore>,
+    /// GPU mode's slots and KV caches (they replace `slots` for generations).
+    pub gpu: Option<Arc<Gpu>>,
     /// `true` once [`super::Sim::release`] opened the gate (always `true` without a gate).
     pub gate: watch::Sender<bool>,
     /// When the simulated model finishes loading; `None` when it never loads.
@@ -54,9 +57,11 @@ impl Shared {
         let model_json = serde_json::Value::from(cfg.model.as_str()).to_string();
         let (gate, _) = watch::channel(!cfg.gate);
         let slots = Arc::new(Semaphore::new(cfg.slots.max(1) as usize));
+        let gpu = cfg.gpu.map(|g| Gpu::new(g, cfg.flavor, cfg.slots));
         Arc::new(Self {
             recorder: Recorder::default(),
             slots,
+            gpu,
             gate,
             ready_at,
             created,

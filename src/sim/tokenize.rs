@@ -211,6 +211,50 @@ pub fn count_prompt_tokens(_flavor: Flavor, body: &Value) -> u32 {
     }
 }
 
+/// A prompt as token ids, and the whitespace its text ends with (it starts the first piece
+/// generated after it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PromptIds {
+    pub ids: Vec<u32>,
+    pub tail: String,
+}
+
+/// The prompt of a chat or completion body as token ids: as many as [`count_prompt_tokens`]
+/// counts, and equal prompt prefixes give equal id prefixes (one id per piece).
+pub fn prompt_ids(body: &Value) -> PromptIds {
+    let mut out = PromptIds::default();
+    if body.get("messages").is_some_and(Value::is_array) {
+        push_text(&mut out, &render_chat(body));
+    } else if let Some(p) = body.get("prompt") {
+        push_prompt(&mut out, p);
+    }
+    out
+}
+
+fn push_text(out: &mut PromptIds, text: &str) {
+    pieces(text, true, |t| out.ids.push(t.id));
+    out.tail = text[text.trim_end().len()..].to_owned();
+}
+
+fn push_prompt(out: &mut PromptIds, prompt: &Value) {
+    match prompt {
+        Value::String(s) => push_text(out, s),
+        Value::Array(items) => {
+            for item in items {
+                match item {
+                    Value::Number(n) => {
+                        let id = n.as_u64().and_then(|n| u32::try_from(n).ok());
+                        out.ids.push(id.unwrap_or(0));
+                        out.tail.clear();
+                    }
+                    other => push_prompt(out, other),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 fn count_prompt(prompt: &Value) -> u32 {
     match prompt {
         Value::String(s) => count(s, true),
@@ -280,6 +324,30 @@ mod tests {
         ] {
             assert!(count(text, true) as usize <= text.len(), "{text:?}");
         }
+    }
+
+    #[test]
+    fn prompt_ids_count_as_the_prompt_and_share_prefixes() {
+        let one = json!({"messages":[{"role":"user","content":"Hello there, how are you?"}]});
+        let two = json!({"messages":[{"role":"user","content":"Hello there, how are you?"},
+            {"role":"assistant","content":"word0 word1 "},{"role":"user","content":"more"}]});
+        let (a, b) = (prompt_ids(&one), prompt_ids(&two));
+        assert_eq!(
+            a.ids.len() as u32,
+            count_prompt_tokens(Flavor::Llamacpp, &one)
+        );
+        assert_eq!(
+            b.ids.len() as u32,
+            count_prompt_tokens(Flavor::Llamacpp, &two)
+        );
+        assert_eq!(a.tail, "\n");
+        // The second prompt starts with the first one and its answer's pieces: "\nword0".
+        assert_eq!(b.ids[..a.ids.len()], a.ids[..]);
+        assert_eq!(b.ids[a.ids.len()], ids("\nword0", true)[0]);
+        let text = json!({"prompt": ["a b", [7, 8], "c "]});
+        let t = prompt_ids(&text);
+        assert_eq!(t.ids.len() as u32, count_prompt_tokens(Flavor::Vllm, &text));
+        assert_eq!((t.ids[2], t.tail.as_str()), (7, " "));
     }
 
     #[test]

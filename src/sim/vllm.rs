@@ -23,7 +23,10 @@ fn usage(c: &Counts, stream: bool) -> Value {
         "total_tokens": c.prompt.saturating_add(c.completion),
         "completion_tokens": c.completion,
     });
-    if !stream {
+    // GPU mode reports its prefix cache hits as `--enable-prompt-tokens-details` does.
+    if let Some(cached) = c.cached {
+        u["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    } else if !stream {
         u["prompt_tokens_details"] = Value::Null;
     }
     if c.reasoning > 0 {
