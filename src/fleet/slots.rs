@@ -11,7 +11,9 @@
 //! sent ([`super::lease`]), so every process together keeps to the backend's slots.
 
 mod fair;
+mod hold;
 mod order;
+mod refused;
 mod table;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,13 +23,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use fair::Fair;
+use hold::{keep_until, returned};
 use order::{displaced, pick, Waiter};
 use table::{Holder, Table};
+
+pub use refused::Refused;
 
 use super::lease::SharedSlots;
 use super::ticket::{QueueWatch, Ticket};
 use crate::config::{Order, Priority, Scheduling};
-use crate::error::ProxyError;
 use crate::shared::lease::Lease;
 
 /// The slots of one backend.
@@ -67,9 +71,6 @@ struct State {
     /// How soon each conversation came back for its next turn, last time (a few kept).
     gaps: Vec<(u64, Duration)>,
 }
-
-/// Conversations whose return gap is remembered.
-const GAPS: usize = 64;
 
 /// The time the scheduler reads: tokio's clock (the real one outside tests), so a paused test
 /// clock ages requests and ends holds too.
@@ -268,48 +269,6 @@ impl Inner {
         h.and_then(|h| h.preempt.take())
             .is_some_and(|tx| tx.send(()).is_ok())
     }
-
-    /// Note how soon conversation `k` came back to the slot its last turn left.
-    fn returned(st: &mut State, k: u64, now: Instant) {
-        let Some((i, _)) = st.table.cached(k) else {
-            return;
-        };
-        let slot = &st.table.slots[i];
-        let Some(freed) = slot.freed_at.filter(|_| slot.holder.is_none()) else {
-            return;
-        };
-        let gap = now.saturating_duration_since(freed);
-        st.gaps.retain(|(c, _)| *c != k);
-        if st.gaps.len() >= GAPS {
-            st.gaps.remove(0);
-        }
-        st.gaps.push((k, gap));
-    }
-}
-
-/// Until when a slot freed by a request of `t` is kept for its conversation's next turn:
-/// ordering by work with holds on, a slot of its own cache, others waiting (else it stays
-/// open anyway) but none of its conversation, its client within the slack of the fair order's
-/// next, and its conversation known to come back within the hold (kept twice that gap).
-fn keep_until(st: &State, t: &Ticket, now: Instant) -> Option<Instant> {
-    let sched = &st.schedule;
-    let k = t.conversation?;
-    if !sched.by_work() || sched.slot_hold.is_zero() || !st.pinned || st.waiters.is_empty() {
-        return None;
-    }
-    if st.waiters.iter().any(|w| w.ticket.conversation == Some(k)) {
-        return None;
-    }
-    let next = st
-        .waiters
-        .iter()
-        .map(|w| st.fair.start(w.ticket.client))
-        .fold(f64::INFINITY, f64::min);
-    if st.fair.start(t.client) > next + sched.pin_slack {
-        return None;
-    }
-    let gap = st.gaps.iter().find(|(c, _)| *c == k)?.1;
-    (gap <= sched.slot_hold).then(|| now + (gap * 2).min(sched.slot_hold))
 }
 
 /// Undoes the queue bookkeeping however the wait ends (granted, timed out, or client gone).
@@ -477,7 +436,7 @@ impl Slots {
     fn take(&self, st: &mut State, ticket: Ticket) -> Option<SlotPermit> {
         let now = now();
         if let Some(k) = ticket.conversation {
-            Inner::returned(st, k, now);
+            returned(st, k, now);
             if let Some(i) = st.table.kept_for(k, now) {
                 return Some(self.inner.grant(st, i, ticket));
             }
@@ -601,34 +560,6 @@ impl Slots {
 
     fn full(&self) -> Refused {
         Refused::Full { slots: self.slots }
-    }
-}
-
-/// Why a request got no slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// The queue was full, or the request's place in it went to a request of a better class
-    /// or a fairer share: the 429 of a full queue.
-    Full { slots: u32 },
-    /// The wait ran out with room in the queue: no slot came free.
-    TimedOut(Duration),
-}
-
-impl Refused {
-    /// What the client of `alias` is told, when no other replica or fallback takes it.
-    pub fn error(self, alias: &str) -> ProxyError {
-        match self {
-            Refused::Full { slots } => ProxyError::Overloaded {
-                alias: alias.to_string(),
-                slots,
-                retry_after: 1,
-            },
-            Refused::TimedOut(waited) => ProxyError::QueueTimeout {
-                alias: alias.to_string(),
-                waited,
-                retry_after: 1,
-            },
-        }
     }
 }
 

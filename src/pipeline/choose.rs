@@ -87,11 +87,10 @@ pub async fn choose(
             tried.push(index);
             continue;
         };
-        let (slot, mut job) = match waited {
+        let (slot, job) = match waited {
             Some(got) => got,
             None => choice.queue(replica, &mut queued).await.map_err(Some)?,
         };
-        job.granted();
         return Ok(Chosen {
             replica: Arc::clone(replica),
             index,
@@ -100,10 +99,7 @@ pub async fn choose(
             queued,
             affinity: choice.key.map(|key| choice.remember(key, replica)),
             job: Some(job),
-            predicted_wait: *choice
-                .predicted
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
+            predicted_wait: choice.predicted(),
         });
     }
 }
@@ -221,6 +217,14 @@ impl<'c, 'a> Choice<'c, 'a> {
         load(i).filter(|l| l.free > 0).map(|_| i)
     }
 
+    /// The wait predicted where the request last queued.
+    fn predicted(&self) -> Option<Duration> {
+        *self
+            .predicted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Whether more than half the slots of replica `i` are held by requests of the
     /// conversation (this process's count).
     fn held_mostly(&self, i: usize) -> bool {
@@ -332,9 +336,10 @@ impl<'c, 'a> Choice<'c, 'a> {
     ) -> Result<(SlotPermit, Job), Failing> {
         let (slots, place) = (&replica.slots, &self.call.place);
         let cost = (&replica.slots, &replica.health.cost);
-        let job = Job::predict(cost, &self.call.state.outputs, &place.ticket, self.need);
+        let mut job = Job::predict(cost, &self.call.state.outputs, &place.ticket, self.need);
         let ticket = job.ticket(place.ticket);
         if let Some(p) = slots.try_acquire_for(ticket) {
+            job.granted();
             return Ok((p, job));
         }
         let predicted = slots.predicted_wait(&ticket);
@@ -354,7 +359,11 @@ impl<'c, 'a> Choice<'c, 'a> {
         }
         let _queued = place.queued();
         let got = slots.acquire(timeout, ticket, &*self.alias.metrics).await;
-        got.map(|p| (p, job)).map_err(|refused| {
+        got.map(|p| {
+            job.granted();
+            (p, job)
+        })
+        .map_err(|refused| {
             let reason = match refused {
                 Refused::Full { .. } => FallbackReason::overloaded,
                 Refused::TimedOut(_) => FallbackReason::queue_timeout,
