@@ -147,6 +147,14 @@ fn alias_row(out: &mut String, a: &AliasView) {
         }
         out.push_str("</div>");
     }
+    if a.prompt_tokens > 0 {
+        let share = a.cached_tokens as f64 / a.prompt_tokens as f64;
+        let _ = write!(
+            out,
+            "<div class=\"cached\">prompt tokens from cache: {:.0} %</div>",
+            share * 100.0
+        );
+    }
     if !a.series.is_empty() {
         out.push_str("<div class=\"charts\">");
         super::charts::requests(out, &a.series);
@@ -181,7 +189,7 @@ fn backend_cell(out: &mut String, b: &BackendView) {
         out,
         "<div class=\"backend\" data-backend=\"{n}\"><span class=\"state {class}\">{words}</span> \
          <b>{n}</b> <span class=\"dim\">{f} · {busy}/{slots} slots busy · queue {q}</span>\
-         <div class=\"url\">{u}</div></div>",
+         <div class=\"url\">{u}</div>",
         n = E(&b.name),
         f = E(b.flavor),
         busy = b.busy,
@@ -189,6 +197,26 @@ fn backend_cell(out: &mut String, b: &BackendView) {
         q = b.queue_limit,
         u = E(&b.url),
     );
+    let c = &b.cost;
+    let half = c.prefill_half_depth.map_or(String::new(), |d| {
+        format!(", half at {}k deep", (d / 1000.0).round())
+    });
+    let _ = write!(
+        out,
+        "<div class=\"dim cost\">prefill {:.0} tok/s{half} · decode {:.1} tok/s · learned from {:.0} answers</div>",
+        c.prefill_tps, c.decode_tps, c.learned,
+    );
+    if !b.queue.is_empty() {
+        out.push_str("<div class=\"dim waits\">waiting:");
+        for (class, wait) in b.queue.iter().take(8) {
+            let _ = write!(out, " {class} {}", seconds(wait.as_secs_f64()));
+        }
+        if b.queue.len() > 8 {
+            let _ = write!(out, " and {} more", b.queue.len() - 8);
+        }
+        out.push_str("</div>");
+    }
+    out.push_str("</div>");
 }
 
 /// Seconds as the TTFT column shows them.
@@ -268,6 +296,7 @@ setTimeout(tick,every);})";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::status::view::CostView;
     use crate::observe::window::Summary;
 
     fn fleet(description: &str) -> Fleet {
@@ -291,9 +320,18 @@ mod tests {
                     busy: 1,
                     slots: 4,
                     queue_limit: 64,
+                    cost: CostView {
+                        prefill_tps: 3950.4,
+                        prefill_half_depth: Some(98_000.0),
+                        decode_tps: 40.04,
+                        learned: 12.0,
+                    },
+                    queue: vec![("batch", Duration::from_millis(4200))],
                 }],
                 inflight: 2,
                 queued: 1,
+                prompt_tokens: 1000,
+                cached_tokens: 630,
                 last_5m: Summary {
                     requests: 10,
                     errors: 1,
@@ -340,6 +378,9 @@ mod tests {
             "As of 2024-12-31 23:59:59 UTC · up 9 min 59 s",
             "config as loaded at start",
             "<script nonce=\"n\">",
+            "prefill 3950 tok/s, half at 98k deep · decode 40.0 tok/s · learned from 12 answers",
+            "waiting: batch 4.20 s",
+            "prompt tokens from cache: 63 %",
         ] {
             assert!(html.contains(shown), "{shown} in {html}");
         }

@@ -1,7 +1,7 @@
 //! What the status page shows, gathered from the live snapshot, backend health, the slots,
 //! the gauges and the rolling window: plain data, rendered by `html`.
 
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::clients::{ClientView, Viewer};
 use crate::live::reload::LastReload;
@@ -39,6 +39,9 @@ pub struct AliasView {
     pub backends: Vec<BackendView>,
     pub inflight: i64,
     pub queued: i64,
+    /// Prompt tokens its backends reported, and those they read from cache (since start).
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
     pub last_5m: Summary,
     /// Requests and median time to first token of each 10-second step, oldest first.
     pub series: Vec<(u32, Option<f64>)>,
@@ -57,6 +60,20 @@ pub struct BackendView {
     pub busy: u32,
     pub slots: u32,
     pub queue_limit: u32,
+    /// Its cost model: prefill and decode rates at depth 0, prefill's half depth, answers
+    /// learned from.
+    pub cost: CostView,
+    /// The requests waiting for its slots, each with its class and predicted wait.
+    pub queue: Vec<(&'static str, Duration)>,
+}
+
+/// A backend's cost model as the page shows it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CostView {
+    pub prefill_tps: f64,
+    pub prefill_half_depth: Option<f64>,
+    pub decode_tps: f64,
+    pub learned: f64,
 }
 
 /// Gather the page's data from one snapshot.
@@ -82,6 +99,13 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
                         busy: r.slots.busy(),
                         slots: b.slots.get(),
                         queue_limit: b.queue,
+                        cost: cost_view(&r.health.cost),
+                        queue: r
+                            .slots
+                            .predicted_queue()
+                            .into_iter()
+                            .map(|(class, wait)| (class.as_str(), wait))
+                            .collect(),
                     }
                 })
                 .collect();
@@ -93,6 +117,8 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
                 backends,
                 inflight: m.inflight.get(),
                 queued: m.queued.get(),
+                prompt_tokens: m.prompt_tokens.get(),
+                cached_tokens: m.cached_tokens.get(),
                 last_5m: m.window.summary(now),
                 series: m.window.series(now),
             }
@@ -109,6 +135,17 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
         }),
         aliases,
         clients: super::clients::collect(snap, viewer),
+    }
+}
+
+/// A backend's cost model now.
+fn cost_view(cost: &crate::fleet::cost::CostModel) -> CostView {
+    let (prefill, decode) = cost.rates();
+    CostView {
+        prefill_tps: prefill.tokens_per_second(),
+        prefill_half_depth: prefill.half_depth(),
+        decode_tps: decode.tokens_per_second(),
+        learned: cost.learned().0,
     }
 }
 

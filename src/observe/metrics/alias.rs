@@ -67,6 +67,8 @@ pub struct AliasHandles {
     /// By [`AffinityResult`] in declaration order.
     pub(super) affinity: [Counter; 3],
     pub(super) gpu: GpuFamilies,
+    /// Its series of `switchboard_prompt_cached_tokens_total`.
+    pub cached_tokens: Counter,
 }
 
 impl AliasHandles {
@@ -93,7 +95,7 @@ impl AliasHandles {
 
     /// A backend read `tokens` of a request's prompt from its cache.
     pub fn cached(&self, tokens: u64) {
-        self.gpu.cached(&self.name, tokens);
+        self.cached_tokens.inc_by(tokens);
     }
 
     /// A request entered a queue with a wait of `secs` predicted.

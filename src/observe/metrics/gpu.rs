@@ -178,11 +178,12 @@ impl GpuFamilies {
         self.preemptions.get_or_create(&labels).inc();
     }
 
-    pub(super) fn cached(&self, alias: &Name, tokens: u64) {
+    /// The series of `alias` of the cached prompt tokens.
+    pub(super) fn cached(&self, alias: &Name) -> Counter {
         let labels = AliasLabel {
             alias: Arc::clone(alias),
         };
-        self.cached.get_or_create(&labels).inc_by(tokens);
+        self.cached.get_or_create_owned(&labels)
     }
 
     pub(super) fn predicted_wait(&self, alias: &Name, secs: f64) {

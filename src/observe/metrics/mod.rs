@@ -420,6 +420,7 @@ impl Metrics {
                 })
             }),
             gpu: self.gpu.clone(),
+            cached_tokens: self.gpu.cached(&name),
             name,
         }))
     }
