@@ -6,21 +6,10 @@
 mod common;
 
 use common::toml::Fleet;
-use common::{client, proxy, sample, within, Proxy};
+use common::{client, gpu_sim, proxy, sample, within, Proxy};
 use serde_json::{json, Value};
 use switchboard::flavor::Flavor;
-use switchboard::sim::{GpuSim, Sim, SimConfig};
-
-async fn gpu_sim(flavor: Flavor, slots: u32, gpu: GpuSim) -> Sim {
-    let cfg = SimConfig {
-        flavor,
-        slots,
-        slot_ctx: 131_072,
-        gpu: Some(gpu),
-        ..SimConfig::default()
-    };
-    Sim::spawn(cfg).await.expect("sim starts")
-}
+use switchboard::sim::GpuSim;
 
 fn fleet(flavor: &str, slots: u32, server: &str, clients: &str) -> String {
     Fleet::new()

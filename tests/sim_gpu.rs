@@ -2,6 +2,8 @@
 //! `cached_tokens` as each dialect reports them, `/sim/gpu`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -25,14 +27,7 @@ const FAST: GpuSim = GpuSim {
 };
 
 async fn sim(flavor: Flavor, slots: u32, gpu: GpuSim) -> Sim {
-    let cfg = SimConfig {
-        flavor,
-        slots,
-        slot_ctx: 65536,
-        gpu: Some(gpu),
-        ..SimConfig::default()
-    };
-    Sim::spawn(cfg).await.expect("sim starts")
+    common::gpu_sim(flavor, slots, gpu).await
 }
 
 async fn post(sim: &Sim, path: &str, body: &Value) -> Value {

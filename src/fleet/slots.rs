@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use fair::Fair;
-use hold::{keep_until, returned};
+use hold::{keep_until, Returns};
 use order::{displaced, pick, Waiter};
 use table::{Holder, Table};
 
@@ -69,7 +69,7 @@ struct State {
     /// Whether the backend is sent the slot a request takes (each slot its own cache).
     pinned: bool,
     /// How soon each conversation came back for its next turn, last time (a few kept).
-    gaps: Vec<(u64, Duration)>,
+    returns: Returns,
 }
 
 /// The time the scheduler reads: tokio's clock (the real one outside tests), so a paused test
@@ -201,6 +201,9 @@ impl Inner {
         };
         slot.freed_at = Some(now);
         self.busy.fetch_sub(1, Ordering::AcqRel);
+        if let Some(k) = h.ticket.conversation {
+            st.returns.freed(k, now);
+        }
         if let Some(until) = keep_until(&st, &h.ticket, now) {
             let k = h.ticket.conversation.unwrap_or_default();
             st.table.slots[index].kept = Some((k, until));
@@ -314,7 +317,7 @@ impl Slots {
                     grants: 0,
                     schedule: Scheduling::default(),
                     pinned: false,
-                    gaps: Vec::new(),
+                    returns: Returns::default(),
                 }),
                 busy: AtomicU32::new(0),
                 waiting: AtomicU32::new(0),
@@ -466,7 +469,7 @@ impl Slots {
     fn take(&self, st: &mut State, ticket: Ticket) -> Option<SlotPermit> {
         let now = now();
         if let Some(k) = ticket.conversation {
-            returned(st, k, now);
+            st.returns.returned(k, now);
             if let Some(i) = st.table.kept_for(k, now) {
                 return Some(self.inner.grant(st, i, ticket));
             }

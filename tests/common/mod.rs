@@ -122,6 +122,22 @@ pub async fn sim(cfg: SimConfig) -> Sim {
     Sim::spawn(cfg).await.expect("simulator starts")
 }
 
+/// A simulator of `flavor` in GPU mode (`gpu`) with `slots` slots of 64k tokens each.
+pub async fn gpu_sim(
+    flavor: switchboard::flavor::Flavor,
+    slots: u32,
+    gpu: switchboard::sim::GpuSim,
+) -> Sim {
+    sim(SimConfig {
+        flavor,
+        slots,
+        slot_ctx: 65_536,
+        gpu: Some(gpu),
+        ..SimConfig::default()
+    })
+    .await
+}
+
 /// One alias `a` (old name `old-a`) on one backend `b` at `{b}`.
 pub fn one_alias(flavor: &str, extra_server: &str, extra_alias: &str) -> String {
     toml::Fleet::new()
