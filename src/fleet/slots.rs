@@ -258,14 +258,16 @@ impl Inner {
     }
 
     /// A request of `ticket` has waited its preemption wait: when every slot holds a worse
-    /// class, the one with the most predicted prefill left that sent its client nothing is
-    /// told to give its slot up. Whether one was.
+    /// class and none is predicted to free within another such wait, the one with the most
+    /// predicted prefill left that sent its client nothing is told to give its slot up.
+    /// Whether one was.
     fn preempt_for(&self, ticket: &Ticket) -> bool {
         let mut st = self.lock();
         if !st.schedule.by_work() || ticket.class != Priority::Interactive {
             return false;
         }
-        let Some(i) = st.table.victim(ticket.class, now()) else {
+        let soon = st.schedule.preempt_after.unwrap_or_default();
+        let Some(i) = st.table.victim(ticket.class, now(), soon) else {
             return false;
         };
         let h = st.table.slots[i].holder.as_mut();

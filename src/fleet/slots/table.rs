@@ -133,14 +133,15 @@ impl Table {
     }
 
     /// The holder a request of class `class` takes a slot from at `now`, when every slot is
-    /// held by a worse class: of those that sent their client nothing yet and may still be
-    /// preempted, the one with the most predicted prefill left (none with none left).
-    pub fn victim(&self, class: Priority, now: Instant) -> Option<usize> {
+    /// held by a worse class and none is predicted to be free within `soon`: of those that
+    /// sent their client nothing yet and may still be preempted, the one with the most
+    /// predicted prefill left (none with none left).
+    pub fn victim(&self, class: Priority, now: Instant, soon: Duration) -> Option<usize> {
         let all_worse = self
             .slots
             .iter()
             .all(|s| s.holder.as_ref().is_some_and(|h| h.ticket.class > class));
-        if !all_worse {
+        if !all_worse || self.slots.iter().any(|s| s.left(now) <= soon.as_secs_f64()) {
             return None;
         }
         self.slots

@@ -181,3 +181,26 @@ async fn the_wait_predicted_is_the_work_ahead_over_the_slots() {
     let person = worth(1.0, ticket(Priority::Interactive, 5, t0));
     assert_eq!(slots.predicted_wait(&person), Duration::from_secs(6));
 }
+
+#[tokio::test(start_paused = true)]
+async fn nobody_is_preempted_when_a_slot_is_predicted_free_within_another_wait() {
+    let m = Queued::default();
+    let slots = Slots::new(2, 8);
+    let t0 = now();
+    let ending = slots
+        .try_acquire_for(worth(1.5, ticket(Priority::Batch, 1, t0)))
+        .unwrap();
+    let mut long = slots
+        .try_acquire_for(worth(60.0, ticket(Priority::Batch, 2, t0)))
+        .unwrap();
+    let person = ticket(Priority::Interactive, 3, t0);
+    let mut waiting = Box::pin(slots.acquire(Duration::from_secs(30), person, &m));
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    // At 1.1 s the first slot is predicted free in 0.4 s: the person waits for it.
+    tokio::time::advance(Duration::from_millis(1_100)).await;
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    assert!(futures_util::poll!(Box::pin(long.preempted())).is_pending());
+    let index = ending.index();
+    drop(ending);
+    assert_eq!(waiting.await.unwrap().index(), index);
+}
