@@ -11,11 +11,11 @@ use url::Url;
 use super::apis::Apis;
 use super::error::ConfigError;
 use super::keys::bearer;
+use super::seed::Seed;
 use super::sizing::{sizing, RawSizing, Sizing};
 use super::values::nonzero;
 use crate::address::TlsSpec;
 use crate::flavor::Flavor;
-use crate::fleet::cost::Seed;
 use crate::wire::{Adapter, Converter};
 
 /// `[backends.NAME]` as written.

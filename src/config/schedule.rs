@@ -5,7 +5,16 @@
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::server::RawServer;
+
+/// The keys of `[server]` that say how slots are shared, as written.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct RawSchedule<'a> {
+    pub schedule: Option<&'a str>,
+    pub preempt_after_ms: Option<u64>,
+    pub max_preemptions: Option<u32>,
+    pub slot_hold_ms: Option<u64>,
+    pub pin_slack_gpu_seconds: Option<f64>,
+}
 
 /// The order of a backend's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,9 +65,9 @@ impl Scheduling {
     }
 }
 
-pub(super) fn validate(raw: &RawServer, errs: &mut Vec<ConfigError>) -> Scheduling {
+pub(super) fn validate(raw: RawSchedule<'_>, errs: &mut Vec<ConfigError>) -> Scheduling {
     let d = Scheduling::default();
-    let order = match raw.schedule.as_deref() {
+    let order = match raw.schedule {
         None | Some("work") => Order::Work,
         Some("requests") => Order::Requests,
         Some("arrival") => Order::Arrival,
@@ -103,17 +112,16 @@ mod tests {
     #[test]
     fn defaults_and_each_key() {
         let mut errs = Vec::new();
-        let s = validate(&RawServer::default(), &mut errs);
+        let s = validate(RawSchedule::default(), &mut errs);
         assert_eq!(s, Scheduling::default());
-        let raw = RawServer {
-            schedule: Some("arrival".into()),
+        let raw = RawSchedule {
+            schedule: Some("arrival"),
             preempt_after_ms: Some(0),
             max_preemptions: Some(5),
             slot_hold_ms: Some(0),
             pin_slack_gpu_seconds: Some(1.5),
-            ..RawServer::default()
         };
-        let s = validate(&raw, &mut errs);
+        let s = validate(raw, &mut errs);
         assert!(errs.is_empty(), "{errs:?}");
         assert_eq!(
             s,
@@ -125,12 +133,12 @@ mod tests {
                 pin_slack: 1.5,
             }
         );
-        let raw = RawServer {
-            schedule: Some("fifo".into()),
+        let raw = RawSchedule {
+            schedule: Some("fifo"),
             pin_slack_gpu_seconds: Some(-1.0),
-            ..RawServer::default()
+            ..RawSchedule::default()
         };
-        validate(&raw, &mut errs);
+        validate(raw, &mut errs);
         assert_eq!(errs.len(), 2, "{errs:?}");
     }
 }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::backends::Timeouts;
 use super::counting::GateConfig;
 use super::error::ConfigError;
-use super::schedule::Scheduling;
+use super::schedule::{RawSchedule, Scheduling};
 use super::values::{cores, ms, nonzero, reasoning_field, secs, socket_addr};
 use crate::reasoning::OutputField;
 
@@ -266,7 +266,16 @@ pub(super) fn validate(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         },
         after_spill: after_spill(raw.after_spill.as_deref(), errs),
         spill_wait: Duration::from_millis(raw.spill_wait_ms.unwrap_or(30_000)),
-        schedule: super::schedule::validate(&raw, errs),
+        schedule: super::schedule::validate(
+            RawSchedule {
+                schedule: raw.schedule.as_deref(),
+                preempt_after_ms: raw.preempt_after_ms,
+                max_preemptions: raw.max_preemptions,
+                slot_hold_ms: raw.slot_hold_ms,
+                pin_slack_gpu_seconds: raw.pin_slack_gpu_seconds,
+            },
+            errs,
+        ),
         listen,
         metrics_listen,
         reasoning_field: reasoning_field("server.reasoning_field", reasoning, errs),

@@ -13,6 +13,8 @@
 
 use std::sync::{Mutex, PoisonError};
 
+pub use crate::config::Seed;
+
 /// Each new observation multiplies the sums by this (half-life of about 35 answers).
 const FADE: f64 = 0.98;
 /// How many answers the prior counts as (it is two points, at depth 0 and [`PRIOR_DEPTH`]).
@@ -21,32 +23,6 @@ const PRIOR_WEIGHT: f64 = 1.0;
 const PRIOR_DEPTH: f64 = 32_768.0;
 /// The least time an observation must take to be learned from (shorter ones are noise).
 const LEAST_SECONDS: f64 = 0.000_5;
-
-/// A backend's rates before it is measured: its config's seeds, or the defaults.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Seed {
-    /// Prompt tokens per second read at depth 0.
-    pub prefill_tps: f64,
-    /// The depth at which prefill runs at half that rate (`None`: it does not slow).
-    pub prefill_half_depth: Option<f64>,
-    /// Tokens per second generated at depth 0.
-    pub decode_tps: f64,
-    /// The depth at which decode runs at half that rate.
-    pub decode_half_depth: Option<f64>,
-}
-
-impl Default for Seed {
-    /// A consumer GPU's middle: 1,500 prompt tokens/s halving at 128k, 40 tokens/s
-    /// generated halving at 256k.
-    fn default() -> Self {
-        Seed {
-            prefill_tps: 1_500.0,
-            prefill_half_depth: Some(131_072.0),
-            decode_tps: 40.0,
-            decode_half_depth: Some(262_144.0),
-        }
-    }
-}
 
 /// What one answer took, as its backend reported it (or the proxy timed it).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -165,7 +165,7 @@ mod tests {
                 total: Duration::from_secs(1),
             },
             apis: crate::config::Apis::default_for(crate::flavor::Flavor::Llamacpp),
-            seed: crate::fleet::cost::Seed::default(),
+            seed: crate::config::Seed::default(),
             pin_slots: true,
         }
     }

@@ -1,0 +1,66 @@
+//! Predicted waits: the work ahead of a request on a backend — each slot's predicted time left,
+//! then the predicted work of each waiter the order puts first, each on the slot free soonest.
+
+use std::time::Duration;
+
+use super::{now, Slots};
+use crate::config::{Order, Priority};
+use crate::fleet::ticket::Ticket;
+
+impl Slots {
+    /// The requests waiting now, in the order they are predicted to go (by class, then by
+    /// their clients' start tags, then arrival; by arrival alone when so ordered), each with
+    /// its class and predicted wait from now.
+    pub fn predicted_queue(&self) -> Vec<(Priority, Duration)> {
+        let st = self.inner.lock();
+        let now = now();
+        let mut free: Vec<f64> = st.table.slots.iter().map(|s| s.left(now)).collect();
+        let mut waiting: Vec<&Ticket> = st.waiters.iter().map(|w| &w.ticket).collect();
+        waiting.sort_by(|a, b| match st.schedule.order {
+            Order::Arrival => a.since.cmp(&b.since),
+            _ => (a.class, st.fair.start(a.client), a.since)
+                .partial_cmp(&(b.class, st.fair.start(b.client), b.since))
+                .unwrap_or(std::cmp::Ordering::Equal),
+        });
+        waiting
+            .into_iter()
+            .map(|t| {
+                let soonest = free
+                    .iter_mut()
+                    .min_by(|a, b| a.total_cmp(b))
+                    .map_or(0.0, |s| {
+                        let at = *s;
+                        *s += t.work.max(0.0);
+                        at
+                    });
+                (t.class, Duration::from_secs_f64(soonest.max(0.0)))
+            })
+            .collect()
+    }
+
+    /// The wait predicted for a request of `ticket` queued now: the slots' predicted times
+    /// left, then the predicted work of each waiter that goes before it, each put on the slot
+    /// free soonest; it starts when the soonest is free after them.
+    pub fn predicted_wait(&self, ticket: &Ticket) -> Duration {
+        let st = self.inner.lock();
+        let now = now();
+        let mut free: Vec<f64> = st.table.slots.iter().map(|s| s.left(now)).collect();
+        let start = st.fair.start(ticket.client);
+        let ahead = st.waiters.iter().filter(|w| match st.schedule.order {
+            Order::Arrival => (w.ticket.since, w.seq) < (ticket.since, u64::MAX),
+            _ if w.ticket.class != ticket.class => w.ticket.class < ticket.class,
+            Order::Requests => w.ticket.since <= ticket.since,
+            Order::Work => {
+                let theirs = st.fair.start(w.ticket.client);
+                theirs < start || (theirs == start && w.ticket.since <= ticket.since)
+            }
+        });
+        for w in ahead {
+            if let Some(soonest) = free.iter_mut().min_by(|a, b| a.total_cmp(b)) {
+                *soonest += w.ticket.work.max(0.0);
+            }
+        }
+        let soonest = free.into_iter().min_by(f64::total_cmp).unwrap_or(0.0);
+        Duration::from_secs_f64(soonest.max(0.0))
+    }
+}
