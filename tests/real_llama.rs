@@ -27,6 +27,10 @@ const THINK_THEN_ANSWER: &str =
 /// The real model runs on a shared CPU: a stream of 120 tokens may take a while.
 const REAL_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// The tests share one server of two slots: each runs alone on it, so one's requests neither
+/// take another's slots nor slow the answers another times.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn sse(url: String, body: &Value) -> Vec<u8> {
     let whole = async {
         let r = client().post(url).json(body).send().await.unwrap();
@@ -101,6 +105,7 @@ fn chat_body(extra: Value) -> Value {
 #[tokio::test]
 #[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
 async fn real_llama_responses_streams_repaired_and_translated_are_alike() {
+    let _alone = ALONE.lock().await;
     let p = real_proxy().await;
     for extra in [
         json!({"max_output_tokens": 64, "grammar": THINK_THEN_ANSWER}),
@@ -143,6 +148,7 @@ async fn real_llama_responses_streams_repaired_and_translated_are_alike() {
 #[tokio::test]
 #[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
 async fn real_llama_messages_streams_repaired_and_translated_are_alike() {
+    let _alone = ALONE.lock().await;
     let p = real_proxy().await;
     let native = json!({"model": "a", "stream": true, "max_tokens": 6, "system": "Be brief.",
         "messages": [{"role": "user", "content": "Say hi."}]});
@@ -166,6 +172,7 @@ async fn real_llama_messages_streams_repaired_and_translated_are_alike() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
 async fn real_llama_loses_no_request_to_the_connections_it_closes_after_streams() {
+    let _alone = ALONE.lock().await;
     let toml = one_alias("llamacpp", "", "").replace("slots = 8", "slots = 2");
     let p = proxy(&toml, &[("b", real())]).await;
     let url = p.url("/v1/chat/completions");
