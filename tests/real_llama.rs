@@ -9,9 +9,11 @@ mod common;
 use std::time::Instant;
 
 use common::spec::{check_messages, check_responses, parse_sse, types};
+use common::toml::Fleet;
 use common::*;
 use serde_json::{json, Value};
 use switchboard::reasoning::OutputField;
+use switchboard::wire::usage::{of_body, Timings};
 use switchboard::wire::{adapter, Action, ApiEvents, Endpoint, Seen, StreamContext};
 
 fn real() -> String {
@@ -221,5 +223,138 @@ async fn real_llama_loses_no_request_to_the_connections_it_closes_after_streams(
                 || l.starts_with("switchboard_upstream_connections_not_pooled_total"))
             .collect::<Vec<_>>()
             .join("\n")
+    );
+}
+
+/// `varied_text` bytes for about `tokens` tokens of this model's tokenizer (2.3 bytes a
+/// token, as its /tokenize counts them).
+fn bytes_for(tokens: usize) -> usize {
+    tokens * 23 / 10
+}
+
+/// A whole chat answer's `timings` (llama.cpp's own measure of its work).
+fn timings_of(body: &[u8]) -> Timings {
+    of_body(body)
+        .and_then(|u| u.timings)
+        .unwrap_or_else(|| panic!("timings in {}", String::from_utf8_lossy(body)))
+}
+
+/// How many of the real server's slots are processing a task (its GET /slots).
+async fn slots_processing() -> usize {
+    let slots: Value = client()
+        .get(format!("{}/slots", real()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let slots = slots.as_array().expect("GET /slots is a list");
+    slots.iter().filter(|s| s["is_processing"] == true).count()
+}
+
+/// Through the proxy, with the server's two slots both held by batch requests whose prompts
+/// take it seconds to read, an interactive request preempts one of them after 50 ms: all three
+/// are answered 200, the preemption is counted, and the preempted request's answer tells how
+/// much of its prompt the server read from its cache when it was sent again.
+#[tokio::test]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn real_llama_a_preempted_request_is_answered_and_reuses_its_processed_prefix() {
+    let _alone = ALONE.lock().await;
+    std::env::set_var("SB_T_REAL_BATCH", "real-batch-key");
+    std::env::set_var("SB_T_REAL_PERSON", "real-person-key");
+    let cfg = Fleet::new()
+        .server("preempt_after_ms = 50")
+        .backend("b", "llamacpp")
+        .slots(2)
+        // A token a second: the batch requests' predicted prefill is long, so they are
+        // preempted (this process has measured no answer of the server yet).
+        .set("prefill_tokens_per_s", 1.0)
+        .alias("a", "b")
+        .text(
+            "[clients.batch]\nkey_env = \"SB_T_REAL_BATCH\"\npriority = \"batch\"\n\
+             [clients.person]\nkey_env = \"SB_T_REAL_PERSON\"\npriority = \"interactive\"",
+        )
+        .render();
+    let p = proxy(&cfg, &[("b", real())]).await;
+    let url = p.url("/v1/chat/completions");
+    let send = |key: &'static str, body: Value| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let r = client()
+                .post(url)
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.bytes().await.unwrap(), start.elapsed())
+        })
+    };
+    let answered = |task: tokio::task::JoinHandle<_>| async {
+        tokio::time::timeout(REAL_WAIT, task)
+            .await
+            .expect("answered in time")
+            .unwrap()
+    };
+    // Prompts this server has never seen (a seed of this run), nothing of them in its cache.
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let batch = |tokens: usize, seed: u64| {
+        json!({"model": "a", "max_tokens": 8, "ignore_eos": true,
+            "messages": [{"role": "user", "content": varied_text(bytes_for(tokens), seed)}]})
+    };
+    // The second has the more predicted prefill left when the interactive request has
+    // waited its 50 ms (a longer prompt, granted later): it is the one preempted.
+    let kept = send("real-batch-key", batch(3_300, run));
+    let preempted = send("real-batch-key", batch(3_600, run ^ 0x5eed));
+    tokio::time::timeout(REAL_WAIT, async {
+        while slots_processing().await < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("both batch requests reach the server's slots");
+    let person = send(
+        "real-person-key",
+        json!({"model": "a", "max_tokens": 8, "ignore_eos": true,
+            "messages": [{"role": "user", "content": "A short question."}]}),
+    );
+
+    let (status, body, took) = answered(person).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    eprintln!(
+        "interactive: answered in {took:.2?}, {:?}",
+        timings_of(&body)
+    );
+    let mut batch_timings = Vec::new();
+    for (name, task) in [("kept", kept), ("preempted", preempted)] {
+        let (status, body, took) = answered(task).await;
+        assert_eq!(status, 200, "{name}: {}", String::from_utf8_lossy(&body));
+        let t = timings_of(&body);
+        eprintln!(
+            "batch {name}: answered in {took:.2?}, cache_n {:?} prompt_n {:?} prompt_ms {:?}",
+            t.cache_n, t.prompt_n, t.prompt_ms
+        );
+        batch_timings.push(t);
+    }
+    let preemptions = sample(
+        &p.metrics().await,
+        "switchboard_preemptions_total{alias=\"a\",class=\"batch\"}",
+    );
+    eprintln!("preemptions {preemptions}");
+    assert!(preemptions >= 1.0, "{preemptions}");
+    // Seen in every run here (CTX=8192 NP=2, the host prompt cache on by default): the
+    // preempted request's resend read 751 to 2,934 tokens from the server's cache (what it
+    // had processed before the cancel, kept in the slot or its RAM prompt cache), the other
+    // only the chat template's first 3.
+    let [kept, preempted] = [batch_timings[0], batch_timings[1]];
+    assert!(
+        preempted.cache_n > kept.cache_n,
+        "the resend reused its processed prefix: {preempted:?} vs {kept:?}"
     );
 }
