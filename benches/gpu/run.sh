@@ -22,6 +22,8 @@ DECODE_TPS=${DECODE_TPS:-40}
 HALF_DEPTH=${HALF_DEPTH:-100000}
 SLOT_CTX=${SLOT_CTX:-131072}
 DRIVER_ARGS=${DRIVER_ARGS:-}
+# More [server] keys for every mode, e.g. SERVER_KEYS='slot_hold_ms = 500'.
+SERVER_KEYS=${SERVER_KEYS:-}
 WORK=$(mktemp -d)
 PIDS=()
 
@@ -77,6 +79,7 @@ config() {
 listen = "127.0.0.1:$1"
 queue_timeout_secs = 600
 $2
+$SERVER_KEYS
 [backends.gpu]
 url = "http://127.0.0.1:$4"
 flavor = "llamacpp"

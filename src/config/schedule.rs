@@ -52,7 +52,7 @@ impl Default for Scheduling {
             order: Order::Work,
             preempt_after: Some(Duration::from_millis(1_000)),
             max_preemptions: 2,
-            slot_hold: Duration::from_millis(500),
+            slot_hold: Duration::ZERO,
             pin_slack: 10.0,
         }
     }

@@ -60,7 +60,12 @@ pub(super) fn keep_until(st: &State, t: &Ticket, now: Instant) -> Option<Instant
     if !sched.by_work() || sched.slot_hold.is_zero() || !st.pinned || st.waiters.is_empty() {
         return None;
     }
-    if st.waiters.iter().any(|w| w.ticket.conversation == Some(k)) {
+    // Nor for a better class waiting, nor past its own turn's waiters.
+    if st
+        .waiters
+        .iter()
+        .any(|w| w.ticket.conversation == Some(k) || w.ticket.class < t.class)
+    {
         return None;
     }
     let next = st

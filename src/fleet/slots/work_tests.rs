@@ -142,7 +142,11 @@ async fn a_conversation_finds_the_slot_it_left() {
 async fn a_slot_waits_for_a_turn_that_comes_back_fast_and_no_longer() {
     let m = Queued::default();
     let slots = Slots::new(1, 8);
-    slots.set_schedule(Scheduling::default(), true);
+    let holding = Scheduling {
+        slot_hold: Duration::from_millis(500),
+        ..Scheduling::default()
+    };
+    slots.set_schedule(holding, true);
     // Its first turn, then its second 100 ms after: the gap is learned.
     drop(slots.try_acquire_for(of(7, 1)).unwrap());
     tokio::time::advance(Duration::from_millis(100)).await;
