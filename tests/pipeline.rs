@@ -28,6 +28,20 @@ async fn error_of(resp: reqwest::Response) -> (u16, Value) {
     (status, v["error"].clone())
 }
 
+/// A body as a backend got it, less the `"id_slot":N,` a llama.cpp backend gets first (the
+/// slot its request took); whether it was there.
+fn unpinned(body: &[u8]) -> (String, bool) {
+    let text = std::str::from_utf8(body).unwrap();
+    match text.strip_prefix("{\"id_slot\":") {
+        Some(rest) => {
+            let digits = rest.find(',').unwrap();
+            assert!(rest[..digits].chars().all(|c| c.is_ascii_digit()), "{text}");
+            (format!("{{{}", &rest[digits + 1..]), true)
+        }
+        None => (text.to_string(), false),
+    }
+}
+
 #[tokio::test]
 async fn routes_by_alias_and_old_name_rewriting_model() {
     for flavor in [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang] {
@@ -51,9 +65,12 @@ async fn routes_by_alias_and_old_name_rewriting_model() {
         assert_eq!(v["object"], "chat.completion");
         let seen = sim.recorder().last().unwrap();
         assert_eq!(seen.path, "/v1/chat/completions");
-        // Only `model` changed; every other byte is the client's.
+        // Only `model` changed (and a llama.cpp backend told the slot it runs on); every
+        // other byte is the client's.
+        let (sent, pinned) = unpinned(&seen.body);
+        assert_eq!(pinned, flavor == Flavor::Llamacpp, "{flavor}");
         assert_eq!(
-            std::str::from_utf8(&seen.body).unwrap(),
+            sent,
             body.replace(r#""model":"a""#, r#""model":"up-model""#)
         );
         assert_eq!(seen.headers["x-request-id"], "req-123");
@@ -554,7 +571,7 @@ async fn limits_the_backends_accept_pass_unchanged() {
         assert_ne!(r.status(), 400, "{body}");
         let seen = sim.recorder().last().unwrap();
         assert_eq!(
-            std::str::from_utf8(&seen.body).unwrap(),
+            unpinned(&seen.body).0,
             body.replace("\"a\"", "\"up-model\"")
         );
     }
