@@ -148,34 +148,7 @@ pub(super) fn validate(
 ) -> Option<Backend> {
     let timeouts = backend_timeouts(name, &raw, server, errs);
     let seed = seed(name, &raw, errs);
-    let key = format!("backends.{name}.url");
-    let url = match Url::parse(&raw.url) {
-        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-            Err(format!("scheme {:?} is not http or https", u.scheme()))
-        }
-        Ok(u) if u.host_str().is_none() => Err("no host".to_string()),
-        Ok(u) if u.query().is_some() || u.fragment().is_some() => {
-            Err("a base URL takes no query or fragment".to_string())
-        }
-        Ok(u) if u.path().trim_end_matches('/').ends_with("/v1") => Err(
-            "the base URL is the server root: leave out /v1 (requests keep their own /v1/... path)"
-                .to_string(),
-        ),
-        Ok(u) => Ok(u),
-        Err(e) => Err(e.to_string()),
-    };
-    let address = url.and_then(|u| crate::address::address(&u).map(|a| (u, a)));
-    let (url, address) = match address {
-        Ok(ua) => ua,
-        Err(reason) => {
-            errs.push(ConfigError::BadUrl {
-                key,
-                value: raw.url,
-                reason,
-            });
-            return None;
-        }
-    };
+    let (url, address) = base_url(name, &raw.url, errs)?;
     let tls = match (address.server_name, raw.ca_file) {
         (Some(server_name), ca_file) => Some(TlsSpec {
             server_name,
@@ -200,30 +173,7 @@ pub(super) fn validate(
             errs,
         )?,
     };
-    let api_key = match raw.api_key_env {
-        Some(var) => match std::env::var(&var) {
-            Ok(k) => match bearer(&k) {
-                Ok(v) => Some(v),
-                Err(reason) => {
-                    errs.push(ConfigError::BadValue {
-                        key: format!("backends.{name}.api_key_env"),
-                        value: var,
-                        reason,
-                    });
-                    None
-                }
-            },
-            Err(_) => {
-                errs.push(ConfigError::BadValue {
-                    key: format!("backends.{name}.api_key_env"),
-                    value: var,
-                    reason: "is not set in the environment".into(),
-                });
-                None
-            }
-        },
-        None => None,
-    };
+    let api_key = raw.api_key_env.and_then(|var| api_key(name, var, errs));
     let apis = super::apis::parse(name, raw.apis, raw.flavor, errs);
     let pin_slots = raw.pin_slots.unwrap_or(true) && !raw.flavor.runtime().pins_slots.is_empty();
     Some(Backend {
@@ -242,6 +192,67 @@ pub(super) fn validate(
         seed,
         pin_slots,
     })
+}
+
+/// `backends.NAME.url` checked: an http or https server root with a host, no query, fragment
+/// or `/v1`; with the address it is reached at.
+fn base_url(
+    name: &str,
+    raw: &str,
+    errs: &mut Vec<ConfigError>,
+) -> Option<(Url, crate::address::Address)> {
+    let key = format!("backends.{name}.url");
+    let url = match Url::parse(raw) {
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+            Err(format!("scheme {:?} is not http or https", u.scheme()))
+        }
+        Ok(u) if u.host_str().is_none() => Err("no host".to_string()),
+        Ok(u) if u.query().is_some() || u.fragment().is_some() => {
+            Err("a base URL takes no query or fragment".to_string())
+        }
+        Ok(u) if u.path().trim_end_matches('/').ends_with("/v1") => Err(
+            "the base URL is the server root: leave out /v1 (requests keep their own /v1/... path)"
+                .to_string(),
+        ),
+        Ok(u) => Ok(u),
+        Err(e) => Err(e.to_string()),
+    };
+    let address = url.and_then(|u| crate::address::address(&u).map(|a| (u, a)));
+    address
+        .map_err(|reason| {
+            errs.push(ConfigError::BadUrl {
+                key,
+                value: raw.to_string(),
+                reason,
+            })
+        })
+        .ok()
+}
+
+/// The backend's own key, from the environment variable `var` (`backends.NAME.api_key_env`),
+/// as the `Authorization` value that replaces the client's.
+fn api_key(name: &str, var: String, errs: &mut Vec<ConfigError>) -> Option<HeaderValue> {
+    match std::env::var(&var) {
+        Ok(k) => match bearer(&k) {
+            Ok(v) => Some(v),
+            Err(reason) => {
+                errs.push(ConfigError::BadValue {
+                    key: format!("backends.{name}.api_key_env"),
+                    value: var,
+                    reason,
+                });
+                None
+            }
+        },
+        Err(_) => {
+            errs.push(ConfigError::BadValue {
+                key: format!("backends.{name}.api_key_env"),
+                value: var,
+                reason: "is not set in the environment".into(),
+            });
+            None
+        }
+    }
 }
 
 /// The cost model's seeds: each key set overrides the default speed; a speed or depth must be
