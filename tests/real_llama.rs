@@ -372,14 +372,7 @@ async fn real_llama_cost_model_predicts_a_mixed_set_within_its_stated_error() {
 
 /// How many of the real server's slots are processing a task (its GET /slots).
 async fn slots_processing() -> usize {
-    let slots: Value = client()
-        .get(format!("{}/slots", real()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let slots = json_at(&format!("{}/slots", real())).await;
     let slots = slots.as_array().expect("GET /slots is a list");
     slots.iter().filter(|s| s["is_processing"] == true).count()
 }

@@ -58,12 +58,7 @@ impl Proxy {
 
     /// GET `path` of the proxy, its answer read as JSON.
     pub async fn get_json(&self, path: &str) -> serde_json::Value {
-        reqwest::get(self.url(path))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        json_at(&self.url(path)).await
     }
 
     pub async fn metrics(&self) -> String {
@@ -116,6 +111,11 @@ pub async fn start(state: AppState) -> Proxy {
         stop: Some(tx),
         task,
     }
+}
+
+/// The JSON a `GET` of `url` answers.
+pub async fn json_at(url: &str) -> serde_json::Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
 }
 
 pub async fn sim(cfg: SimConfig) -> Sim {
