@@ -345,11 +345,6 @@ impl Slots {
         st.pinned = pinned;
     }
 
-    /// Whether requests are sent to the slot they took.
-    pub fn pinned(&self) -> bool {
-        self.inner.lock().pinned
-    }
-
     /// Whether it counts in a shared store too.
     pub fn is_shared(&self) -> bool {
         self.shared.is_some()

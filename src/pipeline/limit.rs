@@ -10,11 +10,17 @@ use super::call::Call;
 use crate::clients::charge::Charge;
 use crate::config::ClientSpec;
 use crate::error::ProxyError;
+use crate::fleet::work::Need;
 
 /// Charge the request's client (its requests in flight and tokens are counted whether it
 /// has limits or not) for the body `admitted` by its alias, when the request is not charged
-/// yet. The prompt's tokens where the guard counted them already are not counted again.
-pub async fn charge(call: &mut Call<'_>, admitted: &Admitted) -> Result<(), ProxyError> {
+/// yet. The prompt's tokens where the guard counted them already are not counted again;
+/// its GPU time reserved as `need` is predicted on the alias's first replica.
+pub async fn charge(
+    call: &mut Call<'_>,
+    admitted: &Admitted,
+    need: Need,
+) -> Result<(), ProxyError> {
     let Some(caller) = call.req.caller.as_ref() else {
         return Ok(());
     };
@@ -35,7 +41,7 @@ pub async fn charge(call: &mut Call<'_>, admitted: &Admitted) -> Result<(), Prox
         (0, 0)
     };
     let gpu = if caller.spec.counts_gpu() {
-        gpu_ms(call, admitted)
+        gpu_ms(call, admitted, need)
     } else {
         0
     };
@@ -45,9 +51,8 @@ pub async fn charge(call: &mut Call<'_>, admitted: &Admitted) -> Result<(), Prox
 
 /// The request's GPU-milliseconds as predicted on its alias's first replica (its budget is
 /// reserved before a replica is chosen).
-fn gpu_ms(call: &Call<'_>, admitted: &Admitted) -> u64 {
+fn gpu_ms(call: &Call<'_>, admitted: &Admitted, need: Need) -> u64 {
     let replica = admitted.alias.first();
-    let need = admitted.need(call.req.adapter);
     let on = (&*replica.slots, &*replica.health.cost);
     let e = crate::fleet::work::estimate(on, &call.state.outputs, &call.place.ticket, need);
     (e.predicted.total() * 1000.0).round() as u64

@@ -81,8 +81,8 @@ pub async fn handle(
             }
             Err(e) => return Err(e),
         };
-        limit::charge(&mut call, &admitted).await?;
         let need = admitted.need(call.req.adapter);
+        limit::charge(&mut call, &admitted, need).await?;
         loop {
             let alias = &admitted.alias;
             let chosen = match choose::choose(&call, alias, need, &mut tries.tried).await {
