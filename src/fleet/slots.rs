@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use fair::Fair;
 use hold::{keep_until, Returns};
 use order::{displaced, pick, Waiter};
-use table::{Holder, Table};
+use table::{Holder, Kept, Table};
 
 pub use refused::Refused;
 
@@ -159,7 +159,12 @@ impl Inner {
         let now = now();
         st.grants += 1;
         let grant = st.grants;
-        st.fair.granted(ticket.client, ticket.work);
+        let waiting = st
+            .waiters
+            .iter()
+            .map(|w| st.fair.start(w.ticket.client))
+            .fold(f64::INFINITY, f64::min);
+        st.fair.granted(ticket.client, ticket.work, waiting);
         let sched = &st.schedule;
         let may_preempt = sched.by_work()
             && sched.preempt_after.is_some()
@@ -206,9 +211,13 @@ impl Inner {
             st.returns.freed(k, now);
         }
         if let Some(until) = keep_until(&st, &h.ticket, now) {
-            let k = h.ticket.conversation.unwrap_or_default();
-            st.table.slots[index].kept = Some((k, until));
-            self.expire_at(index, k, until);
+            let kept = Kept {
+                conversation: h.ticket.conversation.unwrap_or_default(),
+                until,
+                class: h.ticket.class,
+            };
+            st.table.slots[index].kept = Some(kept);
+            self.expire_at(index, kept);
             return;
         }
         self.hand_out(&mut st, index, now);
@@ -241,21 +250,37 @@ impl Inner {
         }
     }
 
-    /// Slot `index`, kept for conversation `k`, is handed out at `until` unless `k` took it.
-    fn expire_at(self: &Arc<Inner>, index: usize, k: u64, until: Instant) {
+    /// Slot `index`, `kept` for a conversation, is handed out when the hold ends unless the
+    /// conversation took it (or a better class did).
+    fn expire_at(self: &Arc<Inner>, index: usize, kept: Kept) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let inner = Arc::clone(self);
         rt.spawn(async move {
-            tokio::time::sleep_until(until.into()).await;
+            tokio::time::sleep_until(kept.until.into()).await;
             let mut st = inner.lock();
             let slot = &mut st.table.slots[index];
-            if slot.holder.is_none() && slot.kept.is_some_and(|(c, u)| c == k && u == until) {
+            if slot.holder.is_none() && slot.kept == Some(kept) {
                 slot.kept = None;
                 inner.hand_out(&mut st, index, now());
             }
         });
+    }
+
+    /// Holds a request of a better class than their conversation's waits for end at once:
+    /// their slots are handed out.
+    fn unkeep(self: &Arc<Inner>, st: &mut State, now: Instant) {
+        let Some(best) = st.waiters.iter().map(|w| w.ticket.class).min() else {
+            return;
+        };
+        for index in 0..st.table.slots.len() {
+            let slot = &mut st.table.slots[index];
+            if slot.holder.is_none() && slot.kept.is_some_and(|k| best < k.class) {
+                slot.kept = None;
+                self.hand_out(st, index, now);
+            }
+        }
     }
 
     /// A request of `ticket` has waited its preemption wait: when every slot holds a worse
@@ -407,12 +432,13 @@ impl Slots {
     }
 
     /// A slot for `ticket` now, if one is open to it and nobody waits (a conversation's own
-    /// kept slot is its own even then).
+    /// kept slot is its own even then, unless a better class waits).
     fn take(&self, st: &mut State, ticket: Ticket) -> Option<SlotPermit> {
         let now = now();
         if let Some(k) = ticket.conversation {
             st.returns.returned(k, now);
-            if let Some(i) = st.table.kept_for(k, now) {
+            let better = st.waiters.iter().any(|w| w.ticket.class < ticket.class);
+            if let Some(i) = st.table.kept_for(k, now).filter(|_| !better) {
                 return Some(self.inner.grant(st, i, ticket));
             }
         }
@@ -490,6 +516,7 @@ impl Slots {
             self.inner
                 .waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
+            self.inner.unkeep(&mut st, now());
             let preempts = st.schedule.by_work() && ticket.class == Priority::Interactive;
             (seq, rx, st.schedule.preempt_after.filter(|_| preempts))
         };

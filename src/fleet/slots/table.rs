@@ -39,8 +39,16 @@ pub(super) struct Slot {
     /// When it was last freed (the least recently used goes to a request without a slot of
     /// its own).
     pub freed_at: Option<Instant>,
-    /// Kept for the next turn of this conversation until then.
-    pub kept: Option<(u64, Instant)>,
+    /// Kept for a conversation's next turn.
+    pub kept: Option<Kept>,
+}
+
+/// A slot kept for the next turn of `conversation` (of class `class`) until `until`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Kept {
+    pub conversation: u64,
+    pub until: Instant,
+    pub class: Priority,
 }
 
 impl Slot {
@@ -52,7 +60,7 @@ impl Slot {
                 let ends = h.granted_at + Duration::from_secs_f64(h.ticket.work.max(0.0));
                 ends.saturating_duration_since(now).as_secs_f64()
             }
-            (None, Some((_, until))) => until.saturating_duration_since(now).as_secs_f64(),
+            (None, Some(kept)) => kept.until.saturating_duration_since(now).as_secs_f64(),
             (None, None) => 0.0,
         }
     }
@@ -61,7 +69,7 @@ impl Slot {
     fn open_to(&self, conversation: Option<u64>, now: Instant) -> bool {
         self.holder.is_none()
             && match self.kept {
-                Some((k, until)) => conversation == Some(k) || now >= until,
+                Some(kept) => conversation == Some(kept.conversation) || now >= kept.until,
                 None => true,
             }
     }
@@ -106,7 +114,7 @@ impl Table {
         self.slots.iter().position(|s| {
             s.holder.is_none()
                 && s.kept
-                    .is_some_and(|(k, until)| k == conversation && now < until)
+                    .is_some_and(|kept| kept.conversation == conversation && now < kept.until)
         })
     }
 

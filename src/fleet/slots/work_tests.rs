@@ -167,6 +167,63 @@ async fn a_slot_waits_for_a_turn_that_comes_back_fast_and_no_longer() {
     assert_eq!(got.index(), 0);
 }
 
+fn holding(slack: f64) -> Scheduling {
+    Scheduling {
+        slot_hold: Duration::from_millis(500),
+        pin_slack: slack,
+        ..Scheduling::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kept_slot_goes_at_once_to_a_better_class_arriving_during_the_hold() {
+    let m = Queued::default();
+    let slots = Slots::new(1, 8);
+    slots.set_schedule(holding(10.0), true);
+    drop(slots.try_acquire_for(of(7, 1)).unwrap());
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let second = slots.try_acquire_for(of(7, 1)).unwrap();
+    let mut batch = Box::pin(slots.acquire(Duration::from_secs(30), of(9, 2), &m));
+    assert!(futures_util::poll!(batch.as_mut()).is_pending());
+    drop(second);
+    // Kept for conversation 7; a person comes: the hold ends for it, not after it.
+    let person = ticket(Priority::Interactive, 3, now());
+    let mut asking = Box::pin(slots.acquire(Duration::from_secs(30), person, &m));
+    let got = futures_util::poll!(asking.as_mut());
+    assert!(matches!(got, std::task::Poll::Ready(Ok(_))), "{got:?}");
+    // Nor does the returning turn pass the person when it comes back first.
+    assert!(futures_util::poll!(batch.as_mut()).is_pending());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conversation_keeps_its_slot_only_within_the_slack_of_those_waiting() {
+    let m = Queued::default();
+    let slots = Slots::new(1, 8);
+    slots.set_schedule(holding(2.5), true);
+    let turn = || worth(1.0, of(7, 1));
+    drop(slots.try_acquire_for(turn()).unwrap());
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let mut held = slots.try_acquire_for(turn()).unwrap();
+    let mut other = Box::pin(slots.acquire(Duration::from_secs(30), worth(1.0, of(9, 2)), &m));
+    assert!(futures_util::poll!(other.as_mut()).is_pending());
+    // Client 1 is ahead of client 2 by a second a turn: its turns come back to a kept slot
+    // while it is within 2.5 s of client 2, then the slot goes to client 2.
+    let mut turns = 2;
+    loop {
+        drop(held);
+        if futures_util::poll!(other.as_mut()).is_ready() {
+            break;
+        }
+        tokio::time::advance(Duration::from_millis(10)).await;
+        held = slots
+            .try_acquire_for(turn())
+            .expect("kept for its next turn");
+        turns += 1;
+        assert!(turns < 10, "the conversation kept the slot past the slack");
+    }
+    assert_eq!(turns, 4);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_wait_predicted_is_the_work_ahead_over_the_slots() {
     let m = Queued::default();
