@@ -482,3 +482,117 @@ async fn real_llama_a_preempted_request_is_answered_and_reuses_its_processed_pre
         "the resend reused its processed prefix: {preempted:?} vs {kept:?}"
     );
 }
+
+/// Through the proxy scheduling by work, with holds for returning turns and preemption after
+/// 50 ms: three batch agents in growing conversations and a person asking short questions,
+/// streamed and whole answers mixed, on the server's two slots. Every request is answered 200
+/// and whole (a preempted stream too: it had sent its client nothing), nothing stays in
+/// flight, and the conversations' turns read their prefix from the server's cache.
+#[tokio::test]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn real_llama_mixed_streams_and_classes_all_answer_under_preemption() {
+    let _alone = ALONE.lock().await;
+    std::env::set_var("SB_T_MIX_AGENTS", "mix-agent-key");
+    std::env::set_var("SB_T_MIX_PERSON", "mix-person-key");
+    let cfg = Fleet::new()
+        .server("preempt_after_ms = 50\nslot_hold_ms = 500")
+        .backend("b", "llamacpp")
+        .slots(2)
+        .set("prefill_tokens_per_s", 50.0)
+        .alias("a", "b")
+        .text(
+            "[clients.agents]\nkey_env = \"SB_T_MIX_AGENTS\"\npriority = \"batch\"\n\
+             [clients.person]\nkey_env = \"SB_T_MIX_PERSON\"\npriority = \"interactive\"",
+        )
+        .render();
+    let p = proxy(&cfg, &[("b", real())]).await;
+    let url = p.url("/v1/chat/completions");
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let agents = (0..3u64).map(|a| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let mut messages = vec![json!({"role": "user",
+                "content": varied_text(bytes_for(600), run ^ a)})];
+            let (mut failed, mut cached) = (Vec::new(), 0u64);
+            for i in 0..6u64 {
+                let stream = (i + a) % 2 == 0;
+                let (status, whole, text, read) =
+                    mixed_turn(&url, "mix-agent-key", json!(messages), stream).await;
+                if status != 200 || !whole {
+                    failed.push(format!("agent {a} turn {i}: {status} {text:.200}"));
+                }
+                cached += read;
+                messages.push(json!({"role": "assistant", "content": format!("answer {i}")}));
+                messages.push(json!({"role": "user",
+                    "content": varied_text(bytes_for(100), run ^ (a << 8) ^ i)}));
+            }
+            (failed, cached)
+        })
+    });
+    let agents: Vec<_> = agents.collect();
+    let person = tokio::spawn(async move {
+        let url = url.clone();
+        let mut failed = Vec::new();
+        for i in 0..6u64 {
+            let question = json!([{"role": "user", "content": format!("Question {i}?")}]);
+            let (status, whole, text, _) =
+                mixed_turn(&url, "mix-person-key", question, i % 2 == 1).await;
+            if status != 200 || !whole {
+                failed.push(format!("person {i}: {status} {text:.200}"));
+            }
+        }
+        failed
+    });
+    let mut failed = Vec::new();
+    let mut cached = 0;
+    for a in agents {
+        let (f, c) = tokio::time::timeout(REAL_WAIT * 3, a).await.unwrap().unwrap();
+        failed.extend(f);
+        cached += c;
+    }
+    failed.extend(tokio::time::timeout(REAL_WAIT, person).await.unwrap().unwrap());
+    assert!(failed.is_empty(), "{failed:#?}");
+    let m = p.metrics().await;
+    let preemptions = sample(
+        &m,
+        "switchboard_preemptions_total{alias=\"a\",class=\"batch\"}",
+    );
+    eprintln!("preemptions {preemptions}, the agents' tokens read from cache {cached}");
+    assert_eq!(sample(&m, "switchboard_inflight_requests{alias=\"a\"}"), 0.0);
+    // Each conversation's later turns find at least its first prompt in the server's cache.
+    assert!(cached > 3 * 5 * 200, "{cached}");
+}
+
+/// One turn of the mixed test: its status, whether the answer came whole, its text, and the
+/// prompt tokens the server read from its cache.
+async fn mixed_turn(
+    url: &str,
+    key: &str,
+    messages: Value,
+    stream: bool,
+) -> (u16, bool, String, u64) {
+    let body = json!({"model": "a", "stream": stream, "max_tokens": 12,
+        "stream_options": {"include_usage": true}, "messages": messages});
+    let r = client().post(url).bearer_auth(key).json(&body).send();
+    let r = r.await.unwrap();
+    let status = r.status().as_u16();
+    let bytes = r.bytes().await.unwrap();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let whole = match stream {
+        true => text.contains("data: [DONE]"),
+        false => text.contains("\"choices\""),
+    };
+    // The timings: on the whole answer, or on a stream's last chunk.
+    let last = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .rfind(|d| d.contains("\"timings\""))
+        .unwrap_or(&text);
+    let cached = of_body(last.as_bytes())
+        .and_then(|u| u.timings)
+        .and_then(|t| t.cache_n);
+    (status, whole, text, cached.unwrap_or(0))
+}
