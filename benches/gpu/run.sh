@@ -24,6 +24,8 @@ SLOT_CTX=${SLOT_CTX:-131072}
 DRIVER_ARGS=${DRIVER_ARGS:-}
 # More [server] keys for every mode, e.g. SERVER_KEYS='slot_hold_ms = 500'.
 SERVER_KEYS=${SERVER_KEYS:-}
+# A directory to keep each mode's config and the proxy's and simulator's logs in.
+LOGS=${LOGS:-}
 WORK=$(mktemp -d)
 PIDS=()
 
@@ -35,7 +37,8 @@ stop_all() {
     done
     PIDS=()
 }
-trap 'stop_all; rm -rf "$WORK"' EXIT
+keep_logs() { [[ -z $LOGS ]] || { mkdir -p "$LOGS" && cp "$WORK"/* "$LOGS"/; }; }
+trap 'stop_all; keep_logs; rm -rf "$WORK"' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
