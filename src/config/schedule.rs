@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::error::ConfigError;
+use super::Priority;
 
 /// The keys of `[server]` that say how slots are shared, as written.
 #[derive(Debug, Default, Clone, Copy)]
@@ -52,7 +53,7 @@ impl Default for Scheduling {
             order: Order::Work,
             preempt_after: Some(Duration::from_millis(1_000)),
             max_preemptions: 2,
-            slot_hold: Duration::ZERO,
+            slot_hold: Duration::from_millis(500),
             pin_slack: 10.0,
         }
     }
@@ -62,6 +63,23 @@ impl Scheduling {
     /// Whether requests are ordered by work (and preempted, and held for).
     pub fn by_work(&self) -> bool {
         self.order == Order::Work
+    }
+
+    /// Whether a request of `class`, preempted `preemptions` times, may be preempted again
+    /// while it holds a slot (until it sends its client a byte).
+    pub fn preemptible(&self, class: Priority, preemptions: u32) -> bool {
+        self.may_preempt(class) && preemptions < self.max_preemptions
+    }
+
+    /// Whether a request of `class`, preempted `preemptions` times, would keep its slot however
+    /// long an `interactive` request waits for it: it may be preempted no more.
+    pub fn spent(&self, class: Priority, preemptions: u32) -> bool {
+        self.may_preempt(class) && preemptions >= self.max_preemptions
+    }
+
+    /// Whether requests of `class` give their slots to `interactive` ones at all.
+    fn may_preempt(&self, class: Priority) -> bool {
+        self.by_work() && self.preempt_after.is_some() && class > Priority::Interactive
     }
 }
 

@@ -165,12 +165,7 @@ impl Inner {
             .map(|w| st.fair.start(w.ticket.client))
             .fold(f64::INFINITY, f64::min);
         st.fair.granted(ticket.client, ticket.work, waiting);
-        let sched = &st.schedule;
-        let may_preempt = sched.by_work()
-            && sched.preempt_after.is_some()
-            && ticket.class > Priority::Interactive
-            && ticket.preemptions < sched.max_preemptions;
-        let (tx, rx) = match may_preempt {
+        let (tx, rx) = match st.schedule.preemptible(ticket.class, ticket.preemptions) {
             true => {
                 let (tx, rx) = oneshot::channel();
                 (Some(tx), Some(rx))
@@ -223,11 +218,18 @@ impl Inner {
         self.hand_out(&mut st, index, now);
     }
 
-    /// Slot `index` (open) to the next waiting request that takes it, if any.
+    /// Slot `index` (open) to the next waiting request that takes it, if any. While every
+    /// other slot holds a request that may be preempted no more, a request that may not either
+    /// takes it only when no other waits: an `interactive` request then always has a slot it
+    /// can take within one preemption wait.
     fn hand_out(self: &Arc<Inner>, st: &mut State, index: usize, now: Instant) {
         loop {
             let held = st.table.slots[index].cached.map(|(k, _)| k);
-            let picked = pick(&st.waiters, &st.last, now, &st.fair, &st.schedule, held);
+            let sched = &st.schedule;
+            let spent_elsewhere = st.table.spent_but(index, sched);
+            let open = |t: &Ticket| !(spent_elsewhere && sched.spent(t.class, t.preemptions));
+            let picked = pick(&st.waiters, &st.last, now, &st.fair, sched, held, &open)
+                .or_else(|| pick(&st.waiters, &st.last, now, &st.fair, sched, held, &|_| true));
             let Some((i, turn)) = picked else {
                 return;
             };

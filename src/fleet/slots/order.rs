@@ -16,7 +16,8 @@ pub(super) struct Waiter<T> {
     pub tx: T,
 }
 
-/// The waiting request that gets the next slot, and the class whose turn it took.
+/// The waiting request that gets the next slot, and the class whose turn it took, among those
+/// `open` lets take it.
 ///
 /// By arrival: the oldest, whatever its class. Else the best class waiting (a request's own or
 /// lifted into it, [`Ticket::lifted`]) and in it, by requests, its next client in turn after
@@ -30,21 +31,15 @@ pub(super) fn pick<T>(
     fair: &Fair,
     schedule: &Scheduling,
     held: Option<u64>,
+    open: &dyn Fn(&Ticket) -> bool,
 ) -> Option<(usize, Priority)> {
+    let waiting = || waiters.iter().enumerate().filter(|(_, w)| open(&w.ticket));
     if schedule.order == Order::Arrival {
-        let (i, w) = waiters
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, w)| (w.ticket.since, w.seq))?;
+        let (i, w) = waiting().min_by_key(|(_, w)| (w.ticket.since, w.seq))?;
         return Some((i, w.ticket.class));
     }
-    let best = waiters.iter().map(|w| w.ticket.class).min()?;
-    let in_turn = || {
-        waiters
-            .iter()
-            .enumerate()
-            .filter(move |(_, w)| w.ticket.lifted(best, now) == best)
-    };
+    let best = waiting().map(|(_, w)| w.ticket.class).min()?;
+    let in_turn = || waiting().filter(move |(_, w)| w.ticket.lifted(best, now) == best);
     let after = last[best as usize];
     let in_order = |clients: &mut dyn Iterator<Item = u64>| -> Option<u64> {
         let all: Vec<u64> = clients.collect();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::config::Priority;
+use crate::config::{Priority, Scheduling};
 use crate::fleet::ticket::Ticket;
 
 /// The request holding a slot.
@@ -144,6 +144,16 @@ impl Table {
     /// held by a worse class and none is predicted to be free within `soon`: of those that
     /// sent their client nothing yet and may still be preempted, the one with the most
     /// predicted prefill left (none with none left).
+    /// Whether every slot but `index` holds a request that `schedule` lets preempt no more.
+    pub fn spent_but(&self, index: usize, schedule: &Scheduling) -> bool {
+        self.slots.iter().enumerate().all(|(i, s)| {
+            i == index
+                || s.holder
+                    .as_ref()
+                    .is_some_and(|h| schedule.spent(h.ticket.class, h.ticket.preemptions))
+        })
+    }
+
     pub fn victim(&self, class: Priority, now: Instant, soon: Duration) -> Option<usize> {
         let all_worse = self
             .slots

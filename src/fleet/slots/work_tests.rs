@@ -113,6 +113,38 @@ async fn a_request_that_sent_a_byte_or_was_preempted_enough_keeps_its_slot() {
     assert!(!slots.try_acquire_for(t).unwrap().preemptible());
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_slot_goes_to_a_request_still_preemptible_while_the_others_hold_spent_ones() {
+    let m = Queued::default();
+    let slots = Slots::new(2, 8);
+    let t0 = now();
+    let spent = |client| Ticket {
+        preemptions: Scheduling::default().max_preemptions,
+        ..worth(60.0, ticket(Priority::Batch, client, t0))
+    };
+    let kept = slots.try_acquire_for(spent(1)).unwrap();
+    let freed = slots
+        .try_acquire_for(worth(1.0, ticket(Priority::Batch, 2, t0)))
+        .unwrap();
+    // Client 3's preempted request waits before its next one, first in its client's order.
+    let mut again = Box::pin(slots.acquire(Duration::from_secs(300), spent(3), &m));
+    assert!(futures_util::poll!(again.as_mut()).is_pending());
+    let next = worth(1.0, ticket(Priority::Batch, 3, t0 + Duration::from_secs(1)));
+    let mut fresh = Box::pin(slots.acquire(Duration::from_secs(300), next, &m));
+    assert!(futures_util::poll!(fresh.as_mut()).is_pending());
+    // With the other slot spent, the freed one goes to the request that can still give it up.
+    let index = freed.index();
+    drop(freed);
+    let fresh = fresh.await.unwrap();
+    assert_eq!(fresh.index(), index);
+    assert!(fresh.preemptible());
+    assert!(futures_util::poll!(again.as_mut()).is_pending());
+    // With no other request waiting, the spent one takes a slot anyway.
+    drop(fresh);
+    assert_eq!(again.await.unwrap().index(), index);
+    drop(kept);
+}
+
 fn of(conversation: u64, client: u64) -> Ticket {
     Ticket {
         conversation: Some(conversation),
