@@ -172,15 +172,13 @@ impl Inner {
             }
             false => (None, None),
         };
-        let slot = &mut st.table.slots[index];
-        slot.holder = Some(Holder {
+        let holder = Holder {
             grant,
             ticket,
             granted_at: now,
             preempt: tx,
-        });
-        slot.kept = None;
-        slot.cached = ticket.conversation.map(|k| (k, ticket.tokens));
+        };
+        st.table.hold(index, holder);
         self.busy.fetch_add(1, Ordering::AcqRel);
         SlotPermit {
             inner: Some(Arc::clone(self)),
@@ -196,11 +194,9 @@ impl Inner {
     fn release(self: &Arc<Inner>, index: usize, grant: u64) {
         let mut st = self.lock();
         let now = now();
-        let slot = &mut st.table.slots[index];
-        let Some(h) = slot.holder.take_if(|h| h.grant == grant) else {
+        let Some(h) = st.table.free(index, grant) else {
             return;
         };
-        slot.freed_at = Some(now);
         self.busy.fetch_sub(1, Ordering::AcqRel);
         if let Some(k) = h.ticket.conversation {
             st.returns.freed(k, now);
@@ -211,7 +207,7 @@ impl Inner {
                 until,
                 class: h.ticket.class,
             };
-            st.table.slots[index].kept = Some(kept);
+            st.table.keep(index, Some(kept));
             self.expire_at(index, kept);
             return;
         }
@@ -244,7 +240,7 @@ impl Inner {
                 // and the share it was charged are undone.
                 Err(mut p) => {
                     p.inner = None;
-                    st.table.slots[index].holder = None;
+                    st.table.ungrant(index);
                     self.busy.fetch_sub(1, Ordering::AcqRel);
                     st.fair.settle(w.ticket.client, w.ticket.work, 0.0);
                 }
@@ -262,9 +258,9 @@ impl Inner {
         rt.spawn(async move {
             tokio::time::sleep_until(kept.until.into()).await;
             let mut st = inner.lock();
-            let slot = &mut st.table.slots[index];
+            let slot = &st.table.slots[index];
             if slot.holder.is_none() && slot.kept == Some(kept) {
-                slot.kept = None;
+                st.table.keep(index, None);
                 inner.hand_out(&mut st, index, now());
             }
         });
@@ -276,10 +272,10 @@ impl Inner {
         let Some(best) = st.waiters.iter().map(|w| w.ticket.class).min() else {
             return;
         };
-        for index in 0..st.table.slots.len() {
-            let slot = &mut st.table.slots[index];
+        for index in st.table.kept() {
+            let slot = &st.table.slots[index];
             if slot.holder.is_none() && slot.kept.is_some_and(|k| best < k.class) {
-                slot.kept = None;
+                st.table.keep(index, None);
                 self.hand_out(st, index, now);
             }
         }
@@ -423,13 +419,7 @@ impl Slots {
         let mut st = self.inner.lock();
         st.fair.settle(client, predicted, measured);
         if let Some((key, tokens)) = left {
-            for slot in &mut st.table.slots {
-                if let Some((k, n)) = slot.cached.as_mut() {
-                    if *k == key {
-                        *n = tokens;
-                    }
-                }
-            }
+            st.table.cache(key, tokens);
         }
     }
 
