@@ -7,6 +7,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
+use serde::de::DeserializeSeed;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -156,9 +157,44 @@ fn is_json_string_of(raw: &[u8], text: &str) -> bool {
 
 /// The top-level values of `keys` in `body`, borrowed (a missing key is `None`).
 fn top_level<'a>(body: &'a [u8], keys: &[&str]) -> Result<Vec<Option<&'a RawValue>>, ProxyError> {
-    let map: std::collections::HashMap<std::borrow::Cow<'a, str>, &'a RawValue> =
-        serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
-    Ok(keys.iter().map(|k| map.get(*k).copied()).collect())
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = Members(keys)
+        .deserialize(&mut de)
+        .and_then(|found| de.end().map(|()| found));
+    found.map_err(|e| ProxyError::InvalidJson(bounded(e)))
+}
+
+/// The values of the members named `.0` of a JSON object (the last of a name given twice),
+/// the others skipped unread.
+struct Members<'k>(&'k [&'k str]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Members<'_> {
+    type Value = Vec<Option<&'de RawValue>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Members<'_> {
+    type Value = Vec<Option<&'de RawValue>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = vec![None; self.0.len()];
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match self.0.iter().position(|k| *k == key) {
+                Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
 }
 
 /// The first of the token limits `keys` that `body` sets (a non-negative integer; `null` is
@@ -341,6 +377,44 @@ mod tests {
             if let Ok(p) = p {
                 let edited = p.upstream_body(&body, &text, false) != body;
                 proptest::prop_assert_eq!(edited, raw != json);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The members read without a map are those a map of the whole object gives (the
+        /// last of a name given twice), whatever the whitespace, order, escapes and nesting;
+        /// what is no object is refused as the map refuses it.
+        #[test]
+        fn top_level_members_are_those_of_a_map_of_the_body(
+            members in proptest::collection::vec((0usize..5, 0usize..6), 0..8),
+            ws in proptest::collection::vec(r"[ \t\r\n]{0,2}", 40),
+            trailing in proptest::option::of(r"[ \n]{0,2}|,|x|\{\}"),
+        ) {
+            const NAMES: [&str; 5] = ["max_tokens", r"max_t\u006fkens", "model", "max_output_tokens", "n"];
+            const VALUES: [&str; 6] = ["12", "null", r#""x""#, r#"{"max_tokens":3}"#, r#"[1, {"a":[]}]"#, "-1.5e3"];
+            let mut w = ws.iter().cycle();
+            let mut text = format!("{}{{", w.next().unwrap());
+            for (i, (k, v)) in members.iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                text += &format!(r#"{}"{}"{}:{}{}{}"#, w.next().unwrap(), NAMES[*k], w.next().unwrap(),
+                    w.next().unwrap(), VALUES[*v], w.next().unwrap());
+            }
+            text.push('}');
+            text += trailing.as_deref().unwrap_or("");
+            let keys = ["max_tokens", "max_output_tokens", "n"];
+            let map: Result<std::collections::HashMap<String, &RawValue>, _> =
+                serde_json::from_str(&text);
+            let got = top_level(text.as_bytes(), &keys);
+            match map {
+                Ok(map) => {
+                    let want: Vec<Option<&str>> = keys.iter().map(|k| map.get(*k).map(|r| r.get())).collect();
+                    let got: Vec<Option<&str>> = got.unwrap().iter().map(|r| r.map(|r| r.get())).collect();
+                    proptest::prop_assert_eq!(got, want, "{}", text);
+                }
+                Err(_) => proptest::prop_assert!(got.is_err(), "{}", text),
             }
         }
     }
