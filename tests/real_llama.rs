@@ -549,11 +549,19 @@ async fn real_llama_mixed_streams_and_classes_all_answer_under_preemption() {
     let mut failed = Vec::new();
     let mut cached = 0;
     for a in agents {
-        let (f, c) = tokio::time::timeout(REAL_WAIT * 3, a).await.unwrap().unwrap();
+        let (f, c) = tokio::time::timeout(REAL_WAIT * 3, a)
+            .await
+            .unwrap()
+            .unwrap();
         failed.extend(f);
         cached += c;
     }
-    failed.extend(tokio::time::timeout(REAL_WAIT, person).await.unwrap().unwrap());
+    failed.extend(
+        tokio::time::timeout(REAL_WAIT, person)
+            .await
+            .unwrap()
+            .unwrap(),
+    );
     assert!(failed.is_empty(), "{failed:#?}");
     let m = p.metrics().await;
     let preemptions = sample(
@@ -561,7 +569,10 @@ async fn real_llama_mixed_streams_and_classes_all_answer_under_preemption() {
         "switchboard_preemptions_total{alias=\"a\",class=\"batch\"}",
     );
     eprintln!("preemptions {preemptions}, the agents' tokens read from cache {cached}");
-    assert_eq!(sample(&m, "switchboard_inflight_requests{alias=\"a\"}"), 0.0);
+    assert_eq!(
+        sample(&m, "switchboard_inflight_requests{alias=\"a\"}"),
+        0.0
+    );
     // Each conversation's later turns find at least its first prompt in the server's cache.
     assert!(cached > 3 * 5 * 200, "{cached}");
 }
