@@ -19,6 +19,7 @@ use crate::live::alias::LiveAlias;
 use crate::observe::metrics::{CountFallback, CountMethod};
 use crate::observe::record::Learn;
 use crate::tokens::{Counter, Fallback, Method};
+use crate::wire::request::ParsedRequest;
 
 /// What the guard made of a request shaped for an alias.
 pub enum Guarded {
@@ -40,12 +41,17 @@ pub struct Admitted {
 
 impl Admitted {
     /// What the request asks of a backend: the guard's count (else the body's bytes over
-    /// four) and its output limit (none where it sets none, or an invalid one, refused later).
-    pub fn need(&self, adapter: &dyn crate::wire::Adapter) -> Need {
+    /// four) and its output limit (none where it sets none, or an invalid one, refused later),
+    /// read from the body's view (`resolved`, where shaping left the body as it came).
+    pub fn need(&self, adapter: &dyn crate::wire::Adapter, resolved: &ParsedRequest) -> Need {
         let body = &self.body.body;
+        let view = self.body.view(resolved);
         Need {
             prompt: self.prompt.map_or(body.len() as u64 / 4, u64::from).max(1),
-            output: adapter.requested_output(body).ok().flatten(),
+            output: view
+                .output_limit(adapter.spec().output_limit())
+                .ok()
+                .flatten(),
         }
     }
 }

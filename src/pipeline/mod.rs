@@ -81,7 +81,7 @@ pub async fn handle(
             }
             Err(e) => return Err(e),
         };
-        let need = admitted.need(call.req.adapter);
+        let need = admitted.need(call.req.adapter, &call.routed.view);
         limit::charge(&mut call, &admitted, need).await?;
         loop {
             let alias = &admitted.alias;

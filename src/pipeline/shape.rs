@@ -34,7 +34,7 @@ pub struct Shaped {
 
 impl Shaped {
     /// The body's view: its own when shaping (or the guard) changed it, else the resolve's.
-    fn view<'a>(&'a self, resolved: &'a ParsedRequest) -> &'a ParsedRequest {
+    pub fn view<'a>(&'a self, resolved: &'a ParsedRequest) -> &'a ParsedRequest {
         self.view.as_ref().unwrap_or(resolved)
     }
 

@@ -14,22 +14,54 @@ use serde_json::value::RawValue;
 use super::payload::{apply_edits, Payload};
 use crate::error::{bounded, ProxyError};
 
-/// The fields of an OpenAI-style request body the proxy looks at; the rest are skipped.
-#[derive(Debug, Deserialize)]
+/// The output limits a request body may set, in any API.
+const LIMITS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+
+/// The members of an OpenAI-style request body the proxy looks at (the last of a name given
+/// twice, as a full parse reads it); the rest are skipped.
+#[derive(Debug, Default)]
 pub struct RequestView<'a> {
-    #[serde(borrow, default)]
     model: Option<&'a RawValue>,
-    #[serde(default)]
     pub stream: Option<bool>,
     /// Kept when it is `null` too: an injected `stream_options` must replace it, not sit
     /// beside it as a second key.
-    #[serde(borrow, default, deserialize_with = "present")]
     stream_options: Option<&'a RawValue>,
+    /// Each of [`LIMITS`], as given.
+    limits: [Option<&'a RawValue>; 3],
 }
 
-/// A member that is there, whatever its value (`null` included).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
+impl<'de> Deserialize<'de> for RequestView<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(ViewVisitor)
+    }
+}
+
+struct ViewVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ViewVisitor {
+    type Value = RequestView<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("struct RequestView")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut view = RequestView::default();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match &*key {
+                "model" => view.model = Some(map.next_value()?),
+                "stream" => view.stream = map.next_value()?,
+                "stream_options" => view.stream_options = Some(map.next_value()?),
+                k => match LIMITS.iter().position(|l| *l == k) {
+                    Some(i) => view.limits[i] = Some(map.next_value()?),
+                    None => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                },
+            }
+        }
+        Ok(view)
+    }
 }
 
 /// A parsed request: the view plus where its editable fields sit in the body.
@@ -39,6 +71,8 @@ pub struct ParsedRequest {
     pub stream: bool,
     model_span: Range<usize>,
     stream_options: Option<(Range<usize>, bool)>,
+    /// Each of [`LIMITS`] as [`crate::json_scan::token_limit`] reads it.
+    limits: [Result<Option<u32>, &'static str>; 3],
 }
 
 /// Where a borrowed raw value sits in the body it was parsed from.
@@ -81,7 +115,28 @@ impl ParsedRequest {
             stream: view.stream.unwrap_or(false),
             model_span: span_of(body, raw_model),
             stream_options,
+            limits: view.limits.map(crate::json_scan::token_limit),
         })
+    }
+
+    /// The first of the token limits `keys` the body sets, as [`output_limit`] reads it.
+    pub fn output_limit(&self, keys: &[&'static str]) -> Result<Option<u32>, ProxyError> {
+        for key in keys {
+            let Some(i) = LIMITS.iter().position(|l| l == key) else {
+                continue;
+            };
+            match self.limits[i] {
+                Ok(Some(n)) => return Ok(Some(n)),
+                Ok(None) => {}
+                Err(message) => {
+                    return Err(ProxyError::InvalidParam {
+                        param: key,
+                        message: message.into(),
+                    })
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Whether the client itself asked for the usage chunk of a stream.
@@ -387,12 +442,12 @@ mod tests {
         /// what is no object is refused as the map refuses it.
         #[test]
         fn top_level_members_are_those_of_a_map_of_the_body(
-            members in proptest::collection::vec((0usize..5, 0usize..6), 0..8),
+            members in proptest::collection::vec((0usize..6, 0usize..7), 0..8),
             ws in proptest::collection::vec(r"[ \t\r\n]{0,2}", 40),
             trailing in proptest::option::of(r"[ \n]{0,2}|,|x|\{\}"),
         ) {
-            const NAMES: [&str; 5] = ["max_tokens", r"max_t\u006fkens", "model", "max_output_tokens", "n"];
-            const VALUES: [&str; 6] = ["12", "null", r#""x""#, r#"{"max_tokens":3}"#, r#"[1, {"a":[]}]"#, "-1.5e3"];
+            const NAMES: [&str; 6] = ["max_tokens", r"max_t\u006fkens", "model", "max_output_tokens", "n", "max_completion_tokens"];
+            const VALUES: [&str; 7] = ["12", "null", r#""x""#, r#"{"max_tokens":3}"#, r#"[1, {"a":[]}]"#, "-1.5e3", "4e2"];
             let mut w = ws.iter().cycle();
             let mut text = format!("{}{{", w.next().unwrap());
             for (i, (k, v)) in members.iter().enumerate() {
@@ -415,6 +470,26 @@ mod tests {
                     proptest::prop_assert_eq!(got, want, "{}", text);
                 }
                 Err(_) => proptest::prop_assert!(got.is_err(), "{}", text),
+            }
+            // The view's limits are those read on their own, for each API's keys.
+            if let Ok(view) = ParsedRequest::parse(text.as_bytes()) {
+                let read = |r: Result<Option<u32>, ProxyError>| r.map_err(|e| format!("{e:?}"));
+                for keys in [&["max_completion_tokens", "max_tokens"][..], &["max_tokens"], &["max_output_tokens"]] {
+                    proptest::prop_assert_eq!(
+                        read(view.output_limit(keys)),
+                        read(output_limit(text.as_bytes(), keys)),
+                        "{}", text
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_view_holds_every_apis_output_limits() {
+        for api in crate::wire::APIS {
+            for key in api.spec().output_limit() {
+                assert!(LIMITS.contains(key), "{key}");
             }
         }
     }
