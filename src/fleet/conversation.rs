@@ -98,8 +98,9 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
     let cache_key = lead.as_mut().and_then(|l| l.prompt_cache_key.take());
     let system = lead.as_ref().and_then(|l| l.system);
     let items = lead.and_then(Leading::items);
-    let leading = items.as_deref().map(leading);
-    let later = items.as_deref().is_some_and(answered);
+    let read = items.as_deref().map(Read::leading);
+    let later = read.as_ref().is_some_and(Read::answered);
+    let leading = read.map(|r| r.lead());
     if let Some((label, id)) = conversation_id(headers, cache_key.as_deref()) {
         h.piece(label.as_bytes());
         h.piece(id);
@@ -136,36 +137,59 @@ impl<'a> Leading<'a> {
     }
 }
 
-/// The leading part of `items`: up to and with the first user message (all of them when
-/// none is a user's).
-fn leading<'i, 'a>(items: &'i [&'a RawValue]) -> &'i [&'a RawValue] {
-    let end = items
-        .iter()
-        .position(|item| {
-            let item: Option<Item<'_>> = serde_json::from_str(item.get()).ok();
-            item.and_then(|i| i.role).as_deref() == Some("user")
-        })
-        .map_or(items.len(), |i| i + 1);
-    &items[..end]
+/// A request's items, those of its leading part read (each item is read once).
+struct Read<'i, 'a> {
+    items: &'i [&'a RawValue],
+    /// The leading items, read: up to and with the first user message (all of them when
+    /// none is a user's).
+    head: Vec<Option<Item<'a>>>,
 }
 
-/// Whether `items` hold an answer of the model or a tool's result, what makes a later turn: a
-/// chat message of role `assistant`, `tool` (or the old `function`); an Anthropic `assistant`
-/// message or a `tool_result` block; a Responses item of role `assistant`, a `reasoning` item,
-/// or a call or its output (`function_call`, `function_call_output`, any `*_call` and
-/// `*_call_output`). Looked for from the end, where the last answer is.
-fn answered(items: &[&RawValue]) -> bool {
-    items.iter().rev().any(|item| {
-        let Ok(i) = serde_json::from_str::<Item<'_>>(item.get()) else {
-            return false;
+impl<'i, 'a> Read<'i, 'a> {
+    fn leading(items: &'i [&'a RawValue]) -> Read<'i, 'a> {
+        let mut head = Vec::new();
+        for item in items {
+            let item: Option<Item<'a>> = serde_json::from_str(item.get()).ok();
+            let user = item.as_ref().and_then(|i| i.role.as_deref()) == Some("user");
+            head.push(item);
+            if user {
+                break;
+            }
+        }
+        Read { items, head }
+    }
+
+    /// The leading part of the items.
+    fn lead(&self) -> &'i [&'a RawValue] {
+        &self.items[..self.head.len()]
+    }
+
+    /// Whether the items hold an answer of the model or a tool's result, what makes a later
+    /// turn: a chat message of role `assistant`, `tool` (or the old `function`); an Anthropic
+    /// `assistant` message or a `tool_result` block; a Responses item of role `assistant`, a
+    /// `reasoning` item, or a call or its output (`function_call`, `function_call_output`,
+    /// any `*_call` and `*_call_output`). Looked for from the end, where the last answer is.
+    fn answered(&self) -> bool {
+        let tail = &self.items[self.head.len()..];
+        let answers = |item: &&RawValue| {
+            serde_json::from_str::<Item<'_>>(item.get()).is_ok_and(|i| i.answers())
         };
-        let kind = i.kind.as_deref().unwrap_or("");
-        matches!(i.role.as_deref(), Some("assistant" | "tool" | "function"))
-            || kind == "reasoning"
+        tail.iter().rev().any(answers) || self.head.iter().flatten().any(Item::answers)
+    }
+}
+
+impl Item<'_> {
+    /// Whether it is an answer of the model or a tool's result.
+    fn answers(&self) -> bool {
+        let kind = self.kind.as_deref().unwrap_or("");
+        matches!(
+            self.role.as_deref(),
+            Some("assistant" | "tool" | "function")
+        ) || kind == "reasoning"
             || kind.ends_with("_call")
             || kind.ends_with("_call_output")
-            || i.content.is_some_and(holds_tool_result)
-    })
+            || self.content.is_some_and(holds_tool_result)
+    }
 }
 
 /// Whether message content is a list of blocks with a `tool_result` among them.
