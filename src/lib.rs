@@ -5,7 +5,7 @@
 //! `observe` (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the
 //! one HTTP client) → `guard` → `tokens` → `config` → `wire` (one adapter per API) →
 //! `reasoning` → `runtime` (one file per backend runtime) → `error`, `flavor`, `address`,
-//! `files`, `json_scan`. `.ci/module-cycles.py` fails the build on a cycle, on `config` naming a
+//! `files`, `json_scan`, `json_walk`. `.ci/module-cycles.py` fails the build on a cycle, on `config` naming a
 //! new layer, and on `observe` naming `tokens`.
 
 pub mod address;
@@ -24,6 +24,7 @@ pub mod guard;
 pub mod http;
 pub mod json_depth;
 mod json_scan;
+mod json_walk;
 pub mod live;
 pub mod observe;
 pub mod path;

@@ -170,7 +170,7 @@ impl Affinity {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::fleet::conversation::{conversation_key, SESSION_HEADER};
+    use crate::fleet::conversation::{conversation_of, SESSION_HEADER};
     use http::HeaderMap;
 
     #[test]
@@ -197,13 +197,13 @@ mod tests {
         let h = HeaderMap::new();
         let body = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
         assert_eq!(
-            conversation_key("a", &h, body).map(|c| c.key),
+            conversation_of("a", &h, body).map(|c| c.key),
             Some(PINNED_KEY)
         );
         let mut with = HeaderMap::new();
         with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
         assert_eq!(
-            conversation_key("a", &with, body).map(|c| c.key),
+            conversation_of("a", &with, body).map(|c| c.key),
             Some(PINNED_SESSION)
         );
         assert_eq!(xxh3_64_with_seed(b"replica-a", 42), PINNED_SCORE_HASH);

@@ -5,10 +5,13 @@
 //! The key is XXH3-64 over length-prefixed pieces, fixed by its specification: every process,
 //! build and platform computes the same.
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, HeaderName};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use xxhash_rust::xxh3::Xxh3Default;
+
+use crate::json_walk;
+use crate::wire::request::History;
 
 /// A client's own conversation id; without it the key comes from the leading messages.
 pub const SESSION_HEADER: HeaderName = HeaderName::from_static("x-switchboard-session");
@@ -43,38 +46,6 @@ pub fn conversation_id<'a>(
         .find(|(_, id)| !id.is_empty())
 }
 
-#[derive(Deserialize)]
-struct Leading<'a> {
-    #[serde(borrow, default)]
-    system: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    messages: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
-    /// The conversation's id as OpenAI's prompt caching names it (Responses and chat).
-    #[serde(borrow, default)]
-    prompt_cache_key: Option<std::borrow::Cow<'a, str>>,
-}
-
-/// One message or input item, as much as tells whose it is: the client's, the model's or a
-/// tool's.
-#[derive(Deserialize)]
-struct Item<'a> {
-    #[serde(borrow, default)]
-    role: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default, rename = "type")]
-    kind: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-}
-
-/// A content block's type.
-#[derive(Deserialize)]
-struct Block<'a> {
-    #[serde(borrow, default, rename = "type")]
-    kind: Option<std::borrow::Cow<'a, str>>,
-}
-
 /// A request's conversation, as every process reads it from the request alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conversation {
@@ -91,13 +62,17 @@ pub struct Conversation {
 /// ([`answered`]). `None` when the request has neither.
 /// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
 /// of pieces hash alike by their joins).
-pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
+pub fn conversation_key(
+    alias: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    history: &History,
+) -> Option<Conversation> {
     let mut h = Pieces(Xxh3Default::new());
     h.piece(alias.as_bytes());
-    let mut lead: Option<Leading<'_>> = serde_json::from_slice(body).ok();
-    let cache_key = lead.as_mut().and_then(|l| l.prompt_cache_key.take());
-    let system = lead.as_ref().and_then(|l| l.system);
-    let items = lead.and_then(Leading::items);
+    let [system, messages, input, cache_key] = history.members(body);
+    let cache_key = cache_key.and_then(|k| serde_json::from_str::<Cow<'_, str>>(k).ok());
+    let items = items(messages, input);
     let read = items.as_deref().map(Read::leading);
     let later = read.as_ref().is_some_and(Read::answered);
     let leading = read.map(|r| r.lead());
@@ -111,10 +86,10 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
     }
     let leading = leading.filter(|l| !l.is_empty())?;
     if let Some(system) = system {
-        h.piece(system.get().as_bytes());
+        h.piece(system.as_bytes());
     }
     for item in leading {
-        h.piece(item.get().as_bytes());
+        h.piece(item.as_bytes());
     }
     Some(Conversation {
         key: h.0.digest(),
@@ -122,35 +97,33 @@ pub fn conversation_key(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option
     })
 }
 
-impl<'a> Leading<'a> {
-    /// Its messages (chat, Messages) or input items (Responses; a plain string input is the
-    /// whole conversation's start).
-    fn items(self) -> Option<Vec<&'a RawValue>> {
-        match (self.messages, self.input) {
-            (Some(m), _) => Some(m),
-            (None, Some(input)) => match serde_json::from_str::<Vec<&RawValue>>(input.get()) {
-                Ok(items) => Some(items),
-                Err(_) => Some(vec![input]),
-            },
-            (None, None) => None,
-        }
+/// A request's items: its `messages` (chat, Messages), else its `input` items (Responses; a
+/// plain string input is the whole conversation's start).
+fn items<'a>(messages: Option<&'a str>, input: Option<&'a str>) -> Option<Vec<&'a str>> {
+    match (messages, input) {
+        (Some(m), _) => Some(json_walk::elements(m)?.collect()),
+        (None, Some(input)) => match json_walk::elements(input) {
+            Some(items) => Some(items.collect()),
+            None => Some(vec![input]),
+        },
+        (None, None) => None,
     }
 }
 
 /// A request's items, those of its leading part read (each item is read once).
 struct Read<'i, 'a> {
-    items: &'i [&'a RawValue],
+    items: &'i [&'a str],
     /// The leading items, read: up to and with the first user message (all of them when
     /// none is a user's).
-    head: Vec<Option<Item<'a>>>,
+    head: Vec<Item<'a>>,
 }
 
 impl<'i, 'a> Read<'i, 'a> {
-    fn leading(items: &'i [&'a RawValue]) -> Read<'i, 'a> {
+    fn leading(items: &'i [&'a str]) -> Read<'i, 'a> {
         let mut head = Vec::new();
         for item in items {
-            let item: Option<Item<'a>> = serde_json::from_str(item.get()).ok();
-            let user = item.as_ref().and_then(|i| i.role.as_deref()) == Some("user");
+            let item = Item::of(item);
+            let user = item.role.as_deref() == Some("user");
             head.push(item);
             if user {
                 break;
@@ -160,7 +133,7 @@ impl<'i, 'a> Read<'i, 'a> {
     }
 
     /// The leading part of the items.
-    fn lead(&self) -> &'i [&'a RawValue] {
+    fn lead(&self) -> &'i [&'a str] {
         &self.items[..self.head.len()]
     }
 
@@ -171,14 +144,34 @@ impl<'i, 'a> Read<'i, 'a> {
     /// any `*_call` and `*_call_output`). Looked for from the end, where the last answer is.
     fn answered(&self) -> bool {
         let tail = &self.items[self.head.len()..];
-        let answers = |item: &&RawValue| {
-            serde_json::from_str::<Item<'_>>(item.get()).is_ok_and(|i| i.answers())
-        };
-        tail.iter().rev().any(answers) || self.head.iter().flatten().any(Item::answers)
+        tail.iter().rev().any(|item| Item::of(item).answers())
+            || self.head.iter().any(Item::answers)
     }
 }
 
-impl Item<'_> {
+/// One message or input item, as much as tells whose it is: the client's, the model's or a
+/// tool's (a member that is not of its type, or an item that is no object, reads as unset).
+#[derive(Default)]
+struct Item<'a> {
+    role: Option<Cow<'a, str>>,
+    kind: Option<Cow<'a, str>>,
+    content: Option<&'a str>,
+}
+
+impl<'a> Item<'a> {
+    fn of(text: &'a str) -> Item<'a> {
+        let mut item = Item::default();
+        for (key, value) in json_walk::members(text).into_iter().flatten() {
+            match json_walk::string(key).as_deref() {
+                Some("role") => item.role = json_walk::string(value),
+                Some("type") => item.kind = json_walk::string(value),
+                Some("content") => item.content = Some(value).filter(|v| *v != "null"),
+                _ => {}
+            }
+        }
+        item
+    }
+
     /// Whether it is an answer of the model or a tool's result.
     fn answers(&self) -> bool {
         let kind = self.kind.as_deref().unwrap_or("");
@@ -193,10 +186,15 @@ impl Item<'_> {
 }
 
 /// Whether message content is a list of blocks with a `tool_result` among them.
-fn holds_tool_result(content: &RawValue) -> bool {
-    content.get().starts_with('[')
-        && serde_json::from_str::<Vec<Block<'_>>>(content.get())
-            .is_ok_and(|b| b.iter().any(|b| b.kind.as_deref() == Some("tool_result")))
+fn holds_tool_result(content: &str) -> bool {
+    json_walk::elements(content).is_some_and(|mut blocks| {
+        blocks.any(|b| {
+            json_walk::member(b, "type")
+                .and_then(json_walk::string)
+                .as_deref()
+                == Some("tool_result")
+        })
+    })
 }
 
 /// A streaming hash fed length-prefixed pieces.
@@ -207,6 +205,16 @@ impl Pieces {
         self.0.update(&(bytes.len() as u64).to_le_bytes());
         self.0.update(bytes);
     }
+}
+
+/// [`conversation_key`] of a body read for it alone.
+#[cfg(test)]
+pub(crate) fn conversation_of(
+    alias: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Conversation> {
+    conversation_key(alias, headers, body, &History::of(body))
 }
 
 #[cfg(test)]
@@ -231,12 +239,12 @@ mod tests {
         );
         let a = br#"{"messages":[{"role":"user","content":"one"}]}"#;
         let b = br#"{"messages":[{"role":"user","content":"two"}]}"#;
-        let bare = conversation_key("m", &HeaderMap::new(), a).unwrap().key;
+        let bare = conversation_of("m", &HeaderMap::new(), a).unwrap().key;
         let mut keys = Vec::new();
         for name in names {
             let h = with(name, "3f1c");
-            let key = conversation_key("m", &h, a).unwrap().key;
-            assert_eq!(key, conversation_key("m", &h, b).unwrap().key, "{name}");
+            let key = conversation_of("m", &h, a).unwrap().key;
+            assert_eq!(key, conversation_of("m", &h, b).unwrap().key, "{name}");
             assert_ne!(key, bare, "{name}");
             keys.push(key);
         }
@@ -267,16 +275,16 @@ mod tests {
         h.insert("x-claude-code-session-id", "".parse().unwrap());
         // An empty id is no id.
         assert_eq!(conversation_id(&h, Some("k1")).unwrap().0, "thread-id");
-        let by_key = conversation_key("m", &HeaderMap::new(), body).unwrap();
+        let by_key = conversation_of("m", &HeaderMap::new(), body).unwrap();
         let other = br#"{"prompt_cache_key":"k1","input":"bye"}"#;
         assert_eq!(
             by_key,
-            conversation_key("m", &HeaderMap::new(), other).unwrap()
+            conversation_of("m", &HeaderMap::new(), other).unwrap()
         );
         let chat = br#"{"prompt_cache_key":"k1","messages":[{"role":"user","content":"x"}]}"#;
         assert_eq!(
             by_key.key,
-            conversation_key("m", &HeaderMap::new(), chat).unwrap().key
+            conversation_of("m", &HeaderMap::new(), chat).unwrap().key
         );
     }
 
@@ -286,11 +294,11 @@ mod tests {
         let turn1 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
         let turn2 = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
         let other = br#"{"model":"a","messages":[{"role":"system","content":"S"},{"role":"user","content":"uno"}]}"#;
-        let key = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).map(|c| c.key);
+        let key = |h: &HeaderMap, body: &[u8]| conversation_of("a", h, body).map(|c| c.key);
         let k1 = key(&h, turn1).unwrap();
         assert_eq!(key(&h, turn2), Some(k1));
         assert_ne!(key(&h, other), Some(k1));
-        assert_ne!(conversation_key("b", &h, turn1).map(|c| c.key), Some(k1));
+        assert_ne!(conversation_of("b", &h, turn1).map(|c| c.key), Some(k1));
         let mut with = HeaderMap::new();
         with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
         let s = key(&with, turn1).unwrap();
@@ -303,7 +311,7 @@ mod tests {
     #[test]
     fn a_turn_after_the_first_user_message_is_a_later_turn() {
         let h = HeaderMap::new();
-        let later = |h: &HeaderMap, body: &[u8]| conversation_key("a", h, body).unwrap().later;
+        let later = |h: &HeaderMap, body: &[u8]| conversation_of("a", h, body).unwrap().later;
         let first =
             br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#;
         let second = br#"{"messages":[{"role":"system","content":"S"},{"role":"user","content":"one"},{"role":"assistant","content":"x"},{"role":"user","content":"two"}]}"#;
@@ -326,7 +334,7 @@ mod tests {
     #[test]
     fn only_an_answer_of_the_model_or_a_tool_result_makes_a_later_turn() {
         let h = HeaderMap::new();
-        let later = |body: &str| conversation_key("a", &h, body.as_bytes()).unwrap().later;
+        let later = |body: &str| conversation_of("a", &h, body.as_bytes()).unwrap().later;
         let user = r#"{"role":"user","content":"u"}"#;
         let chat = |rest: &str| format!(r#"{{"messages":[{user}{rest}]}}"#);
         // More user messages, or a system one, are no answer.
@@ -365,9 +373,134 @@ mod tests {
         with.insert(SESSION_HEADER, http::HeaderValue::from_static("s1"));
         let two_users = chat(&format!(",{user}"));
         assert!(
-            !conversation_key("a", &with, two_users.as_bytes())
+            !conversation_of("a", &with, two_users.as_bytes())
                 .unwrap()
                 .later
         );
+    }
+
+    /// The conversation of `body` as a full parse reads it: its members, messages and items
+    /// parsed by serde_json (the last of a name given twice; a member not of its type unset).
+    fn parsed(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
+        use serde_json::value::RawValue;
+        use serde_json::Value;
+        use std::collections::BTreeMap;
+        let top: BTreeMap<String, &RawValue> = serde_json::from_slice(body).unwrap_or_default();
+        let cache_key = top
+            .get("prompt_cache_key")
+            .and_then(|k| serde_json::from_str::<String>(k.get()).ok());
+        let items: Option<Vec<&RawValue>> = match (top.get("messages"), top.get("input")) {
+            (Some(m), _) => serde_json::from_str(m.get()).ok(),
+            (None, Some(i)) => Some(serde_json::from_str(i.get()).unwrap_or_else(|_| vec![*i])),
+            (None, None) => None,
+        };
+        let value = |r: &RawValue| serde_json::from_str::<Value>(r.get()).unwrap();
+        let field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let answers = |item: &Value| {
+            let kind = field(item, "type").unwrap_or_default();
+            let blocks = item.get("content").and_then(Value::as_array);
+            matches!(
+                field(item, "role").as_deref(),
+                Some("assistant" | "tool" | "function")
+            ) || kind == "reasoning"
+                || kind.ends_with("_call")
+                || kind.ends_with("_call_output")
+                || blocks.is_some_and(|b| {
+                    b.iter()
+                        .any(|b| field(b, "type").as_deref() == Some("tool_result"))
+                })
+        };
+        let later = items
+            .as_ref()
+            .is_some_and(|i| i.iter().any(|r| answers(&value(r))));
+        let lead = items.as_ref().map(|items| {
+            let first_user = items
+                .iter()
+                .position(|r| field(&value(r), "role").as_deref() == Some("user"));
+            &items[..first_user.map_or(items.len(), |u| u + 1)]
+        });
+        let mut h = Pieces(Xxh3Default::new());
+        h.piece(alias.as_bytes());
+        if let Some((label, id)) = conversation_id(headers, cache_key.as_deref()) {
+            h.piece(label.as_bytes());
+            h.piece(id);
+            return Some(Conversation {
+                key: h.0.digest(),
+                later,
+            });
+        }
+        let lead = lead.filter(|l| !l.is_empty())?;
+        if let Some(system) = top.get("system") {
+            h.piece(system.get().as_bytes());
+        }
+        for item in lead {
+            h.piece(item.get().as_bytes());
+        }
+        Some(Conversation {
+            key: h.0.digest(),
+            later,
+        })
+    }
+
+    /// A request body with any members, messages and items, spelled any way JSON allows.
+    fn body() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let ws = prop::sample::select(vec!["", " ", "\n\t"]);
+        let word = prop::sample::select(vec![
+            r#""user""#,
+            r#""assistant""#,
+            r#""tool""#,
+            r#""system""#,
+            r#""us\u0065r""#,
+            r#""function_call""#,
+            r#""reasoning""#,
+            r#""message""#,
+            r#""tool_result""#,
+            r#""text""#,
+            "7",
+            "null",
+            r#""a\"]}""#,
+        ]);
+        let key = prop::sample::select(vec![
+            r#""role""#,
+            r#""type""#,
+            r#""content""#,
+            r#""r\u006fle""#,
+            r#""name""#,
+        ]);
+        let block = (word.clone(), ws.clone())
+            .prop_map(|(w, s)| format!(r#"{{{s}"type"{s}:{s}{w}{s},"text":"x"}}"#));
+        let blocks = prop::collection::vec(block, 0..3).prop_map(|b| format!("[{}]", b.join(",")));
+        let value = prop_oneof![word.clone().prop_map(String::from), blocks];
+        let member = (key, ws.clone(), value).prop_map(|(k, s, v)| format!("{s}{k}{s}:{s}{v}"));
+        let item = prop_oneof![
+            4 => prop::collection::vec(member, 0..4).prop_map(|m| format!("{{{}}}", m.join(","))),
+            1 => word.clone().prop_map(String::from),
+        ];
+        let items = (prop::collection::vec(item, 0..5), ws.clone())
+            .prop_map(|(i, s)| format!("[{s}{}{s}]", i.join(&format!("{s},{s}"))));
+        let top = prop::sample::select(vec![
+            "messages",
+            "input",
+            "system",
+            "prompt_cache_key",
+            "model",
+            "m\\u0065ssages",
+        ]);
+        let top_value = prop_oneof![items, word.prop_map(String::from)];
+        let top_member = (top, ws, top_value).prop_map(|(k, s, v)| format!(r#"{s}"{k}"{s}:{v}"#));
+        prop::collection::vec(top_member, 0..4).prop_map(|m| format!("{{{}}}", m.join(",")))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_conversation_reads_as_a_full_parse_of_its_body_reads_it(body in body()) {
+            let h = HeaderMap::new();
+            proptest::prop_assert_eq!(
+                conversation_of("a", &h, body.as_bytes()),
+                parsed("a", &h, body.as_bytes()),
+                "{}", body
+            );
+        }
     }
 }

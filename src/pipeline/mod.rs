@@ -69,7 +69,8 @@ pub async fn handle(
     let routed = resolve(snap, rec, &req)?;
     traced::resolved(rec, &req, &routed);
     let mut tries = Tries::new(snap, &routed.route.alias, &req);
-    let conversation = tries.conversation(&req, snap.config.server.schedule.by_work());
+    let by_work = snap.config.server.schedule.by_work();
+    let conversation = tries.conversation(&req, &routed.view.history, by_work);
     let mut call = Call::new((state, snap), rec, req, routed, conversation)?;
     while let Some(alias) = tries.alias().cloned() {
         let admitted = match admit::admitted(&mut call, alias).await {

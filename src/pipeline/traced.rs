@@ -21,7 +21,8 @@ pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
     let max = req.adapter.requested_output(&req.body).ok().flatten();
     t.resolved(&routed.view.model, max.map(u64::from), routed.view.stream);
     t.alias(routed.route.alias.name());
-    let cache_key = prompt_cache_key(&req.body);
+    let [.., cache_key] = routed.view.history.members(&req.body);
+    let cache_key = cache_key.and_then(|k| serde_json::from_str::<String>(k).ok());
     if let Some((_, id)) = conversation_id(&req.headers, cache_key.as_deref()) {
         t.conversation(&String::from_utf8_lossy(id));
     }
@@ -36,15 +37,6 @@ pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
             t.input(&prompt);
         }
     }
-}
-
-/// The body's `prompt_cache_key` (Responses and chat), read for the span.
-fn prompt_cache_key(body: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Keyed {
-        prompt_cache_key: Option<String>,
-    }
-    serde_json::from_slice::<Keyed>(body).ok()?.prompt_cache_key
 }
 
 /// What kind of request Codex CLI says this is (`request_kind` of its `x-codex-turn-metadata`

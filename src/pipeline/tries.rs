@@ -22,6 +22,7 @@ use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::upstream::exchange::Answer;
 use crate::upstream::failure::{Kind, UpstreamError};
+use crate::wire::request::History;
 use crate::wire::Adapter;
 
 /// What the client gets when no alias could serve the request.
@@ -115,10 +116,15 @@ impl<'s> Tries<'s> {
 
     /// The request's conversation, when it matters on its way: some alias has replicas (it
     /// keeps to its own), or slots are scheduled by work (its slot and cached prefix).
-    pub fn conversation(&self, req: &Incoming, by_work: bool) -> Option<Conversation> {
+    pub fn conversation(
+        &self,
+        req: &Incoming,
+        history: &History,
+        by_work: bool,
+    ) -> Option<Conversation> {
         let first = self.order.first()?;
         (by_work || self.order.iter().any(|a| a.replicas.len() > 1))
-            .then(|| conversation_key(first.name(), &req.headers, &req.body))
+            .then(|| conversation_key(first.name(), &req.headers, &req.body, history))
             .flatten()
     }
 

@@ -17,6 +17,9 @@ use crate::error::{bounded, ProxyError};
 /// The output limits a request body may set, in any API.
 const LIMITS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
 
+/// The members a request's conversation is read from (see [`History`]).
+const HISTORY: [&str; 4] = ["system", "messages", "input", "prompt_cache_key"];
+
 /// The members of an OpenAI-style request body the proxy looks at (the last of a name given
 /// twice, as a full parse reads it); the rest are skipped.
 #[derive(Debug, Default)]
@@ -28,6 +31,8 @@ pub struct RequestView<'a> {
     stream_options: Option<&'a RawValue>,
     /// Each of [`LIMITS`], as given.
     limits: [Option<&'a RawValue>; 3],
+    /// Each of [`HISTORY`], as given.
+    history: [Option<&'a RawValue>; 4],
 }
 
 impl<'de> Deserialize<'de> for RequestView<'de> {
@@ -52,12 +57,15 @@ impl<'de> serde::de::Visitor<'de> for ViewVisitor {
                 "model" => view.model = Some(map.next_value()?),
                 "stream" => view.stream = map.next_value()?,
                 "stream_options" => view.stream_options = Some(map.next_value()?),
-                k => match LIMITS.iter().position(|l| *l == k) {
-                    Some(i) => view.limits[i] = Some(map.next_value()?),
-                    None => {
+                k => {
+                    if let Some(i) = LIMITS.iter().position(|l| *l == k) {
+                        view.limits[i] = Some(map.next_value()?);
+                    } else if let Some(i) = HISTORY.iter().position(|h| *h == k) {
+                        view.history[i] = Some(map.next_value()?);
+                    } else {
                         map.next_value::<serde::de::IgnoredAny>()?;
                     }
-                },
+                }
             }
         }
         Ok(view)
@@ -73,6 +81,35 @@ pub struct ParsedRequest {
     stream_options: Option<(Range<usize>, bool)>,
     /// Each of [`LIMITS`] as [`crate::json_scan::token_limit`] reads it.
     limits: [Result<Option<u32>, &'static str>; 3],
+    /// Where its conversation shows in the body.
+    pub history: History,
+}
+
+/// Where a request's conversation shows in its body: the spans of its `system`, `messages`,
+/// `input` and `prompt_cache_key` members, those it has (the last of a name given twice).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct History([Option<Range<usize>>; 4]);
+
+impl History {
+    /// The history of `body`; empty when it is no JSON object.
+    pub fn of(body: &[u8]) -> History {
+        match serde_json::from_slice::<RequestView<'_>>(body) {
+            Ok(view) => History::in_view(body, &view),
+            Err(_) => History::default(),
+        }
+    }
+
+    fn in_view(body: &[u8], view: &RequestView<'_>) -> History {
+        History(view.history.map(|raw| raw.map(|r| span_of(body, r))))
+    }
+
+    /// Its members' text in `body` (the body it was read from), in [`HISTORY`]'s order.
+    pub fn members<'b>(&self, body: &'b [u8]) -> [Option<&'b str>; 4] {
+        self.0.clone().map(|span| {
+            let bytes = body.get(span?)?;
+            std::str::from_utf8(bytes).ok()
+        })
+    }
 }
 
 /// Where a borrowed raw value sits in the body it was parsed from.
@@ -116,6 +153,7 @@ impl ParsedRequest {
             model_span: span_of(body, raw_model),
             stream_options,
             limits: view.limits.map(crate::json_scan::token_limit),
+            history: History::in_view(body, &view),
         })
     }
 

@@ -1,0 +1,250 @@
+//! Walking JSON text a parse has already checked: an array's elements and an object's
+//! members, as text, without building values.
+//!
+//! Hand-written for the hot path: every request's conversation is read from its messages
+//! (see `fleet::conversation`), and serde_json spent about 4,000 instructions a request
+//! there (callgrind, `benches/load/instructions.sh`) splitting a two-message array and
+//! reading two items, several times what a walk over the bytes costs. The text must be
+//! valid JSON (a [`serde_json::value::RawValue`] is): on other text the answers are
+//! unspecified but nothing panics. Property tests hold every answer to a full parse's.
+
+use std::borrow::Cow;
+
+use memchr::memchr2;
+
+/// The index just past the string that opens at `b[at]` (a `"`).
+fn string_end(b: &[u8], at: usize) -> usize {
+    let mut i = at + 1;
+    while let Some(j) = b.get(i..).and_then(|rest| memchr2(b'"', b'\\', rest)) {
+        i += j;
+        if b[i] == b'\\' {
+            i += 2;
+        } else {
+            return i + 1;
+        }
+    }
+    b.len()
+}
+
+/// The index just past the value that starts at `b[at]` (not whitespace).
+fn value_end(b: &[u8], at: usize) -> usize {
+    match b.get(at) {
+        Some(b'"') => string_end(b, at),
+        Some(b'{' | b'[') => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while let Some(&c) = b.get(i) {
+                match c {
+                    b'"' => {
+                        i = string_end(b, i);
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return i + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            b.len()
+        }
+        _ => {
+            let rest = b.get(at..).unwrap_or_default();
+            let len = rest
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(rest.len());
+            at + len
+        }
+    }
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The text of each element of the array `text`, in order; `None` when `text` is no array.
+pub fn elements(text: &str) -> Option<Elements<'_>> {
+    let b = text.as_bytes();
+    let at = skip_ws(b, 0);
+    (b.get(at) == Some(&b'[')).then_some(Elements { text, at: at + 1 })
+}
+
+/// The elements of an array, as [`elements`] finds them.
+pub struct Elements<'a> {
+    text: &'a str,
+    /// Just past the `[` or the last element read.
+    at: usize,
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let b = self.text.as_bytes();
+        let mut i = skip_ws(b, self.at);
+        if b.get(i) == Some(&b',') {
+            i = skip_ws(b, i + 1);
+        }
+        match b.get(i) {
+            None | Some(b']') => {
+                self.at = b.len();
+                None
+            }
+            Some(_) => {
+                let end = value_end(b, i);
+                self.at = end;
+                self.text.get(i..end)
+            }
+        }
+    }
+}
+
+/// Each member of the object `text` as its key's text (with its quotes, as written) and its
+/// value's text, in order; `None` when `text` is no object.
+pub fn members(text: &str) -> Option<Members<'_>> {
+    let b = text.as_bytes();
+    let at = skip_ws(b, 0);
+    (b.get(at) == Some(&b'{')).then_some(Members { text, at: at + 1 })
+}
+
+/// The members of an object, as [`members`] finds them.
+pub struct Members<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        let b = self.text.as_bytes();
+        let mut i = skip_ws(b, self.at);
+        if b.get(i) == Some(&b',') {
+            i = skip_ws(b, i + 1);
+        }
+        if b.get(i) != Some(&b'"') {
+            self.at = b.len();
+            return None;
+        }
+        let key_end = string_end(b, i);
+        let key = self.text.get(i..key_end)?;
+        let mut v = skip_ws(b, key_end);
+        if b.get(v) == Some(&b':') {
+            v = skip_ws(b, v + 1);
+        }
+        let end = value_end(b, v);
+        self.at = end;
+        Some((key, self.text.get(v..end)?))
+    }
+}
+
+/// The string the JSON string literal `raw` holds (`None` when `raw` is no string): its
+/// text between the quotes where it escapes nothing.
+pub fn string(raw: &str) -> Option<Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(inner))
+    }
+}
+
+/// The value of the last member `name` of the object `text` (as a full parse keeps the last
+/// of a name given twice); `None` when it has none or is no object.
+pub fn member<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    members(text)?
+        .filter(|(key, _)| string(key).is_some_and(|k| k == name))
+        .last()
+        .map(|(_, value)| value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::value::RawValue;
+    use serde_json::Value;
+
+    /// Any JSON value, written with any whitespace and escapes.
+    fn json() -> impl Strategy<Value = String> {
+        let ws = prop::sample::select(vec!["", " ", "\n  ", "\t", "\r\n"]);
+        let text = prop::sample::select(vec![
+            r#""role""#,
+            r#""type""#,
+            r#""r\u006fle""#,
+            r#""a\"b""#,
+            r#""x\\""#,
+            r#""é{[""#,
+            r#""tool_result""#,
+            r#""user""#,
+            r#""""#,
+        ]);
+        let scalar = prop::sample::select(vec![
+            "0", "-1.5e3", "17", "true", "false", "null", "1E+2", "-0",
+        ]);
+        let leaf = prop_oneof![
+            text.clone().prop_map(String::from),
+            scalar.prop_map(String::from)
+        ];
+        leaf.prop_recursive(4, 40, 6, move |inner| {
+            let ws = ws.clone();
+            let member = (text.clone(), ws.clone(), inner.clone(), ws.clone())
+                .prop_map(|(k, w1, v, w2)| format!("{w1}{k}{w2}:{w1}{v}{w2}"));
+            prop_oneof![
+                (prop::collection::vec(inner, 0..5), ws.clone())
+                    .prop_map(|(items, w)| format!("[{w}{}{w}]", items.join(&format!("{w},")))),
+                (prop::collection::vec(member, 0..5), ws)
+                    .prop_map(|(ms, w)| format!("{{{w}{}{w}}}", ms.join(","))),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn elements_are_those_of_a_full_parse(text in json()) {
+            let parsed: Option<Vec<&RawValue>> = serde_json::from_str(&text).ok();
+            let walked: Option<Vec<&str>> = elements(&text).map(Iterator::collect);
+            let parsed: Option<Vec<&str>> = parsed.map(|v| v.iter().map(|r| r.get()).collect());
+            prop_assert_eq!(walked, parsed);
+        }
+
+        #[test]
+        fn members_are_those_of_a_full_parse(text in json()) {
+            let parsed: Value = serde_json::from_str(&text).unwrap();
+            match parsed.as_object() {
+                None => prop_assert!(members(&text).is_none()),
+                Some(map) => {
+                    for key in map.keys().map(String::as_str).chain(["role", "absent"]) {
+                        let walked = member(&text, key)
+                            .map(|v| serde_json::from_str::<Value>(v).unwrap());
+                        prop_assert_eq!(walked.as_ref(), map.get(key), "{}", key);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_string_reads_as_a_full_parse_reads_it(text in json()) {
+            let parsed: Value = serde_json::from_str(&text).unwrap();
+            let read = string(&text);
+            prop_assert_eq!(read.as_deref(), parsed.as_str());
+        }
+    }
+
+    #[test]
+    fn text_that_is_not_json_gives_an_answer_without_a_panic() {
+        for text in ["", "[", "{\"a\"", "[\"\\", "{\"a\":[}", "]", "[1,", "{,}"] {
+            let _ = elements(text).map(|e| e.count());
+            let _ = member(text, "a");
+            let _ = string(text);
+        }
+    }
+}
