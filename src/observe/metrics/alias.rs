@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::gpu::GpuFamilies;
+use super::gpu::{GpuFamilies, KeptWork};
 use super::labels::{
     CountFallback, CountFallbackLabels, CountMethod, FallbackLabels, Name, RejectionLabels,
     RequestLabels, UpstreamLabels,
@@ -67,6 +67,8 @@ pub struct AliasHandles {
     /// By [`AffinityResult`] in declaration order.
     pub(super) affinity: [Counter; 3],
     pub(super) gpu: GpuFamilies,
+    /// Its series of GPU time, by backend and client.
+    pub(super) gpu_kept: KeptWork,
     /// Its series of `switchboard_prompt_cached_tokens_total`.
     pub cached_tokens: Counter,
 }
@@ -85,7 +87,8 @@ impl AliasHandles {
 
     /// A request of `client` served by `backend` took `m` of its GPU.
     pub fn work(&self, backend: &str, client: &str, m: &Measured) {
-        self.gpu.work(&self.name, backend, client, m);
+        self.gpu
+            .work(&self.name, &self.gpu_kept, backend, client, m);
     }
 
     /// A request of class `class` gave its slot up to an interactive one.

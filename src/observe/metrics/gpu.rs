@@ -2,7 +2,9 @@
 //! were off, preemptions, prompt tokens read from cache, each backend's learned speeds, and the
 //! queue waits predicted.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use foldhash::HashMap;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -54,6 +56,18 @@ fn ratio_hist() -> Histogram {
 }
 
 type Seconds = Counter<f64, AtomicU64>;
+
+/// One alias's series of work and prediction error by backend and client, each looked up in
+/// its family once (a lock and a hash of its labels) and then kept.
+#[derive(Debug, Default)]
+pub(super) struct KeptWork(Mutex<HashMap<String, HashMap<String, WorkSeries>>>);
+
+#[derive(Debug)]
+struct WorkSeries {
+    prefill: Seconds,
+    decode: Seconds,
+    error: Histogram,
+}
 type Level = Gauge<f64, AtomicU64>;
 
 /// The families of GPU time (a clone shares them).
@@ -141,27 +155,50 @@ impl GpuFamilies {
         );
     }
 
-    /// A request of `client` on `alias`, served by `backend`, took `m`.
-    pub(super) fn work(&self, alias: &Name, backend: &str, client: &str, m: &Measured) {
+    /// A request of `client` on `alias`, served by `backend`, took `m`; the series counted
+    /// into are kept in `kept` (the alias's own) after their first lookup.
+    pub(super) fn work(
+        &self,
+        alias: &Name,
+        kept: &KeptWork,
+        backend: &str,
+        client: &str,
+        m: &Measured,
+    ) {
+        let mut by_backend = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let by_client = match by_backend.get_mut(backend) {
+            Some(c) => c,
+            None => by_backend.entry(backend.to_string()).or_default(),
+        };
+        let series = match by_client.get(client) {
+            Some(s) => s,
+            None => by_client
+                .entry(client.to_string())
+                .or_insert_with(|| self.series(alias, backend, client)),
+        };
+        series.prefill.inc_by(m.work.prefill.max(0.0));
+        series.decode.inc_by(m.work.decode.max(0.0));
+        let predicted = m.predicted.total();
+        if predicted > 0.0 {
+            series.error.observe(m.work.total() / predicted);
+        }
+    }
+
+    /// The series a request of `client` on `alias`, served by `backend`, counts its work into.
+    fn series(&self, alias: &Name, backend: &str, client: &str) -> WorkSeries {
         let (backend, client) = (name(backend), name(client));
-        for (phase, secs) in [
-            (Phase::prefill, m.work.prefill),
-            (Phase::decode, m.work.decode),
-        ] {
-            let labels = WorkLabels {
+        let phase = |phase| {
+            self.work.get_or_create_owned(&WorkLabels {
                 alias: Arc::clone(alias),
                 backend: Arc::clone(&backend),
                 client: Arc::clone(&client),
                 phase,
-            };
-            self.work.get_or_create(&labels).inc_by(secs.max(0.0));
-        }
-        let predicted = m.predicted.total();
-        if predicted > 0.0 {
-            let ratio = m.work.total() / predicted;
-            self.error
-                .get_or_create(&BackendLabel { backend })
-                .observe(ratio);
+            })
+        };
+        WorkSeries {
+            prefill: phase(Phase::prefill),
+            decode: phase(Phase::decode),
+            error: self.error.get_or_create_owned(&BackendLabel { backend }),
         }
     }
 

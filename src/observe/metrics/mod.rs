@@ -420,6 +420,7 @@ impl Metrics {
                 })
             }),
             gpu: self.gpu.clone(),
+            gpu_kept: Default::default(),
             cached_tokens: self.gpu.cached(&name),
             name,
         }))
