@@ -12,10 +12,24 @@ use std::borrow::Cow;
 
 use memchr::memchr2;
 
+/// Bytes of a string looked at one by one before the rest is searched (most strings here are
+/// keys and roles, shorter than a search's start costs).
+const SHORT: usize = 24;
+
 /// The index just past the string that opens at `b[at]` (a `"`).
 fn string_end(b: &[u8], at: usize) -> usize {
     let mut i = at + 1;
-    while let Some(j) = b.get(i..).and_then(|rest| memchr2(b'"', b'\\', rest)) {
+    loop {
+        let rest = b.get(i..).unwrap_or_default();
+        let head = &rest[..rest.len().min(SHORT)];
+        let found = match head.iter().position(|&c| c == b'"' || c == b'\\') {
+            Some(j) => Some(j),
+            None if rest.len() > SHORT => memchr2(b'"', b'\\', &rest[SHORT..]).map(|j| j + SHORT),
+            None => None,
+        };
+        let Some(j) = found else {
+            return b.len();
+        };
         i += j;
         if b[i] == b'\\' {
             i += 2;
@@ -23,7 +37,6 @@ fn string_end(b: &[u8], at: usize) -> usize {
             return i + 1;
         }
     }
-    b.len()
 }
 
 /// The index just past the value that starts at `b[at]` (not whitespace).

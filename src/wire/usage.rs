@@ -14,7 +14,6 @@ use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::json_scan::{finder, may_escape_word, skip_ws, values};
-use crate::json_walk;
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -75,65 +74,11 @@ pub struct Timings {
     pub predicted_per_second: Option<f64>,
 }
 
-/// The members of [`Timings`], in the order of its fields.
-const TIMINGS_FIELDS: [&str; 7] = [
-    "cache_n",
-    "prompt_n",
-    "prompt_ms",
-    "prompt_per_second",
-    "predicted_n",
-    "predicted_ms",
-    "predicted_per_second",
-];
-
 impl Timings {
-    /// The `timings` object whose text starts `text` (valid JSON; what follows the object is
-    /// not read), as its derived parse reads it: `None` when it is no object, a member is not
-    /// of its type or is given twice. Walked, not parsed: a parse of the object was most of
-    /// the cost of reading a whole answer's usage.
-    fn read(text: &str) -> Option<Timings> {
-        let mut t = Timings::default();
-        let mut seen = [false; TIMINGS_FIELDS.len()];
-        for (key, value) in json_walk::members(text)? {
-            let key = json_walk::string(key)?;
-            let Some(i) = TIMINGS_FIELDS.iter().position(|f| *f == key) else {
-                continue;
-            };
-            if std::mem::replace(&mut seen[i], true) {
-                return None;
-            }
-            match i {
-                0 => t.cache_n = count(value)?,
-                1 => t.prompt_n = count(value)?,
-                2 => t.prompt_ms = number(value)?,
-                3 => t.prompt_per_second = number(value)?,
-                4 => t.predicted_n = count(value)?,
-                5 => t.predicted_ms = number(value)?,
-                _ => t.predicted_per_second = number(value)?,
-            }
-        }
-        Some(t)
-    }
-
     /// The `timings` object `v` (as [`of_body`] reads its text).
     pub fn of_value(v: &serde_json::Value) -> Option<Timings> {
         Timings::deserialize(v).ok()
     }
-}
-
-/// An optional count as its derived parse reads it: `null`, or a non-negative integer that
-/// fits (`None`: neither).
-fn count(value: &str) -> Option<Option<u64>> {
-    match value {
-        "null" => Some(None),
-        v if v.bytes().all(|b| b.is_ascii_digit()) => v.parse().ok().map(Some),
-        _ => None,
-    }
-}
-
-/// An optional number as its derived parse reads it (`None`: neither `null` nor a number).
-fn number(value: &str) -> Option<Option<f64>> {
-    serde_json::from_str(value).ok()
 }
 
 fn usage_with(u: WireUsage, timings: Option<Timings>) -> Usage {
@@ -182,22 +127,14 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
     let from = body.len() - usage.len().max(timings.map_or(0, <[u8]>::len));
     let tail = std::str::from_utf8(&body[from..]).ok();
     let u = object::<WireUsage>(usage, tail)?;
-    let timings = timings.and_then(|t| match text_of(t, tail) {
-        Some(text) => Timings::read(text),
-        None => Timings::deserialize(&mut serde_json::Deserializer::from_slice(t)).ok(),
-    });
-    Some(usage_with(u, timings))
-}
-
-/// The text of `at` (a slice of the body to its end) in `tail`, when `tail` holds it.
-fn text_of<'b>(at: &[u8], tail: Option<&'b str>) -> Option<&'b str> {
-    tail.and_then(|t| t.get(t.len().checked_sub(at.len())?..))
+    Some(usage_with(u, timings.and_then(|t| object(t, tail))))
 }
 
 /// The object that starts `at` (what follows it is not read), `None` when it is not a `T`;
 /// read from `tail` as text when that holds `at` (both run to the body's end).
 fn object<'b, T: Deserialize<'b>>(at: &'b [u8], tail: Option<&'b str>) -> Option<T> {
-    match text_of(at, tail) {
+    let text = tail.and_then(|t| t.get(t.len().checked_sub(at.len())?..));
+    match text {
         Some(text) => T::deserialize(&mut serde_json::Deserializer::from_str(text)).ok(),
         None => T::deserialize(&mut serde_json::Deserializer::from_slice(at)).ok(),
     }
@@ -282,54 +219,7 @@ mod tests {
         assert_eq!(of_body(body).map(|u| u.prompt), Some(1));
     }
 
-    /// A `timings` object with any of its members, others, any values and any spelling.
-    fn timings_text() -> impl Strategy<Value = String> {
-        let key = prop::sample::select(vec![
-            "cache_n",
-            "prompt_n",
-            "prompt_ms",
-            "prompt_per_second",
-            "predicted_n",
-            "predicted_ms",
-            "predicted_per_second",
-            "prompt_per_token_ms",
-            "draft_n",
-            r"pr\u006fmpt_n",
-            r"cache\u005fn",
-        ]);
-        let value = prop::sample::select(vec![
-            "0",
-            "17",
-            "18446744073709551615",
-            "18446744073709551616",
-            "-3",
-            "-0",
-            "2.5",
-            "1e3",
-            "1E-7",
-            "0.000011352941176470588",
-            "17000000.0",
-            "null",
-            "true",
-            r#""7""#,
-            "[1,{}]",
-            r#"{"a":[1]}"#,
-        ]);
-        let ws = prop::sample::select(vec!["", " ", "\n  "]);
-        let member =
-            (key, value, ws.clone()).prop_map(|(k, v, w)| format!(r#"{w}"{k}"{w}:{w}{v}{w}"#));
-        (prop::collection::vec(member, 0..9), ws)
-            .prop_map(|(m, w)| format!("{w}{{{}}}{w},\"id\":1}}", m.join(",")))
-    }
-
     proptest! {
-        /// The walk over a `timings` object reads what its derived parse reads.
-        #[test]
-        fn timings_read_as_their_derived_parse_reads_them(text in timings_text()) {
-            let parsed = Timings::deserialize(&mut serde_json::Deserializer::from_str(text.trim_start())).ok();
-            prop_assert_eq!(Timings::read(text.trim_start()), parsed, "{}", text);
-        }
-
         /// Whatever the model wrote and however the backend laid the answer out, the key
         /// search reads what a full parse reads. The model's text also appears as a key after
         /// `usage` (a key's quotes are escaped as a string's are): only a key that is exactly
