@@ -148,8 +148,11 @@ async fn attempt(
         tries.resent,
     );
     let headers = call.headers(tries.only_one() && !chosen.slot.preemptible());
-    let send = send::send(call, &chosen.replica, headers, out);
-    let Some(sent) = preempt::sent(&mut chosen.slot, send).await else {
+    let sent = {
+        let send = std::pin::pin!(send::send(call, &chosen.replica, headers, out));
+        preempt::sent(&mut chosen.slot, send).await
+    };
+    let Some(sent) = sent else {
         return Ok(preempted(call, chosen));
     };
     chosen.tally.tell(send::outcome(&sent));

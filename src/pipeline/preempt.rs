@@ -6,6 +6,7 @@
 //! client's: its client only waits longer.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use axum::http::header;
 use futures_util::StreamExt;
@@ -14,16 +15,17 @@ use super::send::Failed;
 use crate::fleet::slots::SlotPermit;
 use crate::upstream::exchange::Answer;
 
-/// `send`'s result, unless the slot was asked for first (`None`).
-pub async fn sent(
+/// `send`'s result, unless the slot was asked for first (`None`). The exchange is awaited
+/// where it was pinned (its future is large: moving it is a copy of every byte of it).
+pub async fn sent<F: Future<Output = Result<Answer, Failed>>>(
     slot: &mut SlotPermit,
-    send: impl Future<Output = Result<Answer, Failed>>,
+    mut send: Pin<&mut F>,
 ) -> Option<Result<Answer, Failed>> {
     if !slot.preemptible() {
         return Some(send.await);
     }
     tokio::select! {
-        sent = send => Some(sent),
+        sent = &mut send => Some(sent),
         () = slot.preempted() => None,
     }
 }
