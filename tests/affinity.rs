@@ -10,7 +10,7 @@ use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 use switchboard::flavor::Flavor;
 use switchboard::fleet::balance::order;
-use switchboard::fleet::conversation::{conversation_key, HARNESS_HEADERS, SESSION_HEADER};
+use switchboard::fleet::conversation::{conversation_of, HARNESS_HEADERS, SESSION_HEADER};
 use switchboard::sim::{Sim, SimConfig};
 
 /// Turn `n` of conversation `conv`: its leading messages the same every turn.
@@ -172,7 +172,7 @@ fn sessions_first_on_a() -> impl Iterator<Item = HeaderValue> {
         .filter(|s| {
             let mut h = HeaderMap::new();
             h.insert(SESSION_HEADER, s.clone());
-            let key = conversation_key("m", &h, b"{}").unwrap().key;
+            let key = conversation_of("m", &h, b"{}").unwrap().key;
             order(key, &[("a", 2), ("b", 2)])[0] == 0
         })
 }

@@ -207,9 +207,9 @@ impl Pieces {
     }
 }
 
-/// [`conversation_key`] of a body read for it alone.
-#[cfg(test)]
-pub(crate) fn conversation_of(
+/// [`conversation_key`] of a body read for it alone (the pipeline reads the body's history
+/// in its one parse of the body).
+pub fn conversation_of(
     alias: &str,
     headers: &HeaderMap,
     body: &[u8],
