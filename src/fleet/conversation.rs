@@ -209,11 +209,7 @@ impl Pieces {
 
 /// [`conversation_key`] of a body read for it alone (the pipeline reads the body's history
 /// in its one parse of the body).
-pub fn conversation_of(
-    alias: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Option<Conversation> {
+pub fn conversation_of(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
     conversation_key(alias, headers, body, &History::of(body))
 }
 

@@ -29,13 +29,14 @@ pub const CHAT_PATH: &str = "/v1/chat/completions";
 /// A body shaped for an alias, and where its model and stream options sit in it.
 pub struct Shaped {
     pub body: Bytes,
-    view: Option<ParsedRequest>,
+    /// Boxed: most bodies are not changed, and the view is large.
+    view: Option<Box<ParsedRequest>>,
 }
 
 impl Shaped {
     /// The body's view: its own when shaping (or the guard) changed it, else the resolve's.
     pub fn view<'a>(&'a self, resolved: &'a ParsedRequest) -> &'a ParsedRequest {
-        self.view.as_ref().unwrap_or(resolved)
+        self.view.as_deref().unwrap_or(resolved)
     }
 
     /// The body with its output limit lowered by the guard: read anew.
@@ -44,7 +45,7 @@ impl Shaped {
     }
 
     fn changed(body: Bytes) -> Result<Shaped, ProxyError> {
-        let view = Some(ParsedRequest::parse(&body)?);
+        let view = Some(Box::new(ParsedRequest::parse(&body)?));
         Ok(Shaped { body, view })
     }
 }

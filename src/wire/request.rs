@@ -87,8 +87,10 @@ pub struct ParsedRequest {
 
 /// Where a request's conversation shows in its body: the spans of its `system`, `messages`,
 /// `input` and `prompt_cache_key` members, those it has (the last of a name given twice).
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct History([Option<Range<usize>>; 4]);
+/// (A span is held as two `u32`s: a request body is far below 4 GiB, and the view stays
+/// small.)
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct History([Option<(u32, u32)>; 4]);
 
 impl History {
     /// The history of `body`; empty when it is no JSON object.
@@ -100,13 +102,18 @@ impl History {
     }
 
     fn in_view(body: &[u8], view: &RequestView<'_>) -> History {
-        History(view.history.map(|raw| raw.map(|r| span_of(body, r))))
+        let span = |r: &RawValue| {
+            let s = span_of(body, r);
+            Some((u32::try_from(s.start).ok()?, u32::try_from(s.end).ok()?))
+        };
+        History(view.history.map(|raw| raw.and_then(span)))
     }
 
     /// Its members' text in `body` (the body it was read from), in [`HISTORY`]'s order.
     pub fn members<'b>(&self, body: &'b [u8]) -> [Option<&'b str>; 4] {
-        self.0.clone().map(|span| {
-            let bytes = body.get(span?)?;
+        self.0.map(|span| {
+            let (start, end) = span?;
+            let bytes = body.get(start as usize..end as usize)?;
             std::str::from_utf8(bytes).ok()
         })
     }
