@@ -68,28 +68,37 @@ pub fn conversation_key(
     body: &[u8],
     history: &History,
 ) -> Option<Conversation> {
-    let mut h = Pieces(Xxh3Default::new());
-    h.piece(alias.as_bytes());
     let [system, messages, input, cache_key] = history.members(body);
     let cache_key = cache_key.and_then(|k| serde_json::from_str::<Cow<'_, str>>(k).ok());
     let items = items(messages, input);
     let read = items.as_deref().map(Read::leading);
     let later = read.as_ref().is_some_and(Read::answered);
-    let leading = read.map(|r| r.lead());
-    if let Some((label, id)) = conversation_id(headers, cache_key.as_deref()) {
+    let id = conversation_id(headers, cache_key.as_deref());
+    keyed(alias, id, system, read.map(|r| r.lead()), later)
+}
+
+/// The conversation of `alias` keyed by the `id` the request carries (with its label), else
+/// by its `system` prompt and `leading` items; `None` when it has neither.
+fn keyed(
+    alias: &str,
+    id: Option<(&str, &[u8])>,
+    system: Option<&str>,
+    leading: Option<&[&str]>,
+    later: bool,
+) -> Option<Conversation> {
+    let mut h = Pieces(Xxh3Default::new());
+    h.piece(alias.as_bytes());
+    if let Some((label, id)) = id {
         h.piece(label.as_bytes());
         h.piece(id);
-        return Some(Conversation {
-            key: h.0.digest(),
-            later,
-        });
-    }
-    let leading = leading.filter(|l| !l.is_empty())?;
-    if let Some(system) = system {
-        h.piece(system.as_bytes());
-    }
-    for item in leading {
-        h.piece(item.as_bytes());
+    } else {
+        let leading = leading.filter(|l| !l.is_empty())?;
+        if let Some(system) = system {
+            h.piece(system.as_bytes());
+        }
+        for item in leading {
+            h.piece(item.as_bytes());
+        }
     }
     Some(Conversation {
         key: h.0.digest(),
@@ -415,27 +424,10 @@ mod tests {
                 .position(|r| field(&value(r), "role").as_deref() == Some("user"));
             &items[..first_user.map_or(items.len(), |u| u + 1)]
         });
-        let mut h = Pieces(Xxh3Default::new());
-        h.piece(alias.as_bytes());
-        if let Some((label, id)) = conversation_id(headers, cache_key.as_deref()) {
-            h.piece(label.as_bytes());
-            h.piece(id);
-            return Some(Conversation {
-                key: h.0.digest(),
-                later,
-            });
-        }
-        let lead = lead.filter(|l| !l.is_empty())?;
-        if let Some(system) = top.get("system") {
-            h.piece(system.get().as_bytes());
-        }
-        for item in lead {
-            h.piece(item.get().as_bytes());
-        }
-        Some(Conversation {
-            key: h.0.digest(),
-            later,
-        })
+        let lead: Option<Vec<&str>> = lead.map(|l| l.iter().map(|r| r.get()).collect());
+        let id = conversation_id(headers, cache_key.as_deref());
+        let system = top.get("system").map(|s| s.get());
+        keyed(alias, id, system, lead.as_deref(), later)
     }
 
     /// A request body with any members, messages and items, spelled any way JSON allows.

@@ -166,22 +166,10 @@ impl ParsedRequest {
 
     /// The first of the token limits `keys` the body sets, as [`output_limit`] reads it.
     pub fn output_limit(&self, keys: &[&'static str]) -> Result<Option<u32>, ProxyError> {
-        for key in keys {
-            let Some(i) = LIMITS.iter().position(|l| l == key) else {
-                continue;
-            };
-            match self.limits[i] {
-                Ok(Some(n)) => return Ok(Some(n)),
-                Ok(None) => {}
-                Err(message) => {
-                    return Err(ProxyError::InvalidParam {
-                        param: key,
-                        message: message.into(),
-                    })
-                }
-            }
-        }
-        Ok(None)
+        first_set(keys.iter().filter_map(|key| {
+            let i = LIMITS.iter().position(|l| l == key)?;
+            Some((*key, self.limits[i]))
+        }))
     }
 
     /// Whether the client itself asked for the usage chunk of a stream.
@@ -308,8 +296,17 @@ fn first_limit(
     keys: &[&'static str],
     found: Vec<Option<&RawValue>>,
 ) -> Result<Option<u32>, ProxyError> {
-    for (key, raw) in keys.iter().zip(found) {
-        match crate::json_scan::token_limit(raw) {
+    let read = found.into_iter().map(crate::json_scan::token_limit);
+    first_set(keys.iter().copied().zip(read))
+}
+
+/// The first of `limits` (each key with its value as read) that is set; the first that is
+/// no limit is the 400.
+fn first_set(
+    limits: impl IntoIterator<Item = (&'static str, Result<Option<u32>, &'static str>)>,
+) -> Result<Option<u32>, ProxyError> {
+    for (key, limit) in limits {
+        match limit {
             Ok(Some(n)) => return Ok(Some(n)),
             Ok(None) => {}
             Err(message) => {
