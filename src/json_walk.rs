@@ -170,6 +170,48 @@ pub fn string(raw: &str) -> Option<Cow<'_, str>> {
     }
 }
 
+/// Exact powers of ten as `f64`, as serde_json scales a number's digits by them.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The JSON number `text` as an `f64`, read as serde_json reads it (`None`: no number). A
+/// number of up to 18 digits without an exponent is its digits scaled by one exact power of
+/// ten, serde_json's own arithmetic; any other is handed to serde_json.
+pub fn number(text: &str) -> Option<f64> {
+    let b = text.as_bytes();
+    let (negative, digits) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        _ => (false, b),
+    };
+    let mut significand = 0u64;
+    let mut count = 0usize;
+    let mut scale = None;
+    for (i, &c) in digits.iter().enumerate() {
+        match c {
+            b'0'..=b'9' => {
+                significand = significand * 10 + u64::from(c - b'0');
+                count += 1;
+            }
+            b'.' if scale.is_none() && i > 0 => scale = Some(digits.len() - i - 1),
+            _ => return serde_json::from_str(text).ok(),
+        }
+        if count > 18 {
+            return serde_json::from_str(text).ok();
+        }
+    }
+    let leading_zero = digits.len() > 1 && digits[0] == b'0' && digits[1] != b'.';
+    if count == 0 || scale == Some(0) || leading_zero {
+        return serde_json::from_str(text).ok();
+    }
+    let f = match scale {
+        None => significand as f64,
+        Some(s) => significand as f64 / *POW10.get(s)?,
+    };
+    Some(if negative { -f } else { f })
+}
+
 /// The value of the last member `name` of the object `text` (as a full parse keeps the last
 /// of a name given twice); `None` when it has none or is no object.
 pub fn member<'a>(text: &'a str, name: &str) -> Option<&'a str> {
@@ -249,6 +291,17 @@ mod tests {
             let parsed: Value = serde_json::from_str(&text).unwrap();
             let read = string(&text);
             prop_assert_eq!(read.as_deref(), parsed.as_str());
+        }
+    }
+
+    proptest! {
+        /// Any spelling of a number reads as serde_json reads it, to the bit.
+        #[test]
+        fn a_number_reads_as_serde_json_reads_it(
+            text in r"-?(0|[1-9][0-9]{0,21})(\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?|[0-9.e-]{1,8}",
+        ) {
+            let parsed: Option<f64> = serde_json::from_str(&text).ok();
+            prop_assert_eq!(number(&text).map(f64::to_bits), parsed.map(f64::to_bits), "{}", text);
         }
     }
 

@@ -14,6 +14,7 @@ use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::json_scan::{finder, may_escape_word, skip_ws, values};
+use crate::json_walk;
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -74,10 +75,76 @@ pub struct Timings {
     pub predicted_per_second: Option<f64>,
 }
 
+/// The members of [`Timings`], with their quotes as a backend writes them, in the order of
+/// its fields.
+const TIMINGS_FIELDS: [&str; 7] = [
+    "\"cache_n\"",
+    "\"prompt_n\"",
+    "\"prompt_ms\"",
+    "\"prompt_per_second\"",
+    "\"predicted_n\"",
+    "\"predicted_ms\"",
+    "\"predicted_per_second\"",
+];
+
 impl Timings {
+    /// The `timings` object whose text starts `text` (valid JSON: what follows the object is
+    /// not read), as its derived parse reads it: `None` when it is no object, or a member of
+    /// it is not of its type or is given twice. Walked, not parsed (see `json_walk`): the
+    /// parse was most of the cost of reading a llama.cpp answer's usage.
+    fn read(text: &str) -> Option<Timings> {
+        let mut t = Timings::default();
+        let mut seen = [false; TIMINGS_FIELDS.len()];
+        for (key, value) in json_walk::members(text)? {
+            let field = match key.contains('\\') {
+                false => TIMINGS_FIELDS.iter().position(|f| *f == key),
+                true => {
+                    let key = json_walk::string(key)?;
+                    TIMINGS_FIELDS
+                        .iter()
+                        .position(|f| f[1..f.len() - 1] == *key)
+                }
+            };
+            let Some(i) = field else {
+                continue;
+            };
+            if std::mem::replace(&mut seen[i], true) {
+                return None;
+            }
+            match i {
+                0 => t.cache_n = count(value)?,
+                1 => t.prompt_n = count(value)?,
+                2 => t.prompt_ms = seconds(value)?,
+                3 => t.prompt_per_second = seconds(value)?,
+                4 => t.predicted_n = count(value)?,
+                5 => t.predicted_ms = seconds(value)?,
+                _ => t.predicted_per_second = seconds(value)?,
+            }
+        }
+        Some(t)
+    }
+
     /// The `timings` object `v` (as [`of_body`] reads its text).
     pub fn of_value(v: &serde_json::Value) -> Option<Timings> {
         Timings::deserialize(v).ok()
+    }
+}
+
+/// An optional count as its derived parse reads it: `null`, or a non-negative integer that
+/// fits (`None`: neither).
+fn count(value: &str) -> Option<Option<u64>> {
+    match value {
+        "null" => Some(None),
+        v if v.bytes().all(|b| b.is_ascii_digit()) => v.parse().ok().map(Some),
+        _ => None,
+    }
+}
+
+/// An optional number as its derived parse reads it (`None`: neither `null` nor a number).
+fn seconds(value: &str) -> Option<Option<f64>> {
+    match value {
+        "null" => Some(None),
+        v => json_walk::number(v).map(Some),
     }
 }
 
@@ -127,14 +194,22 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
     let from = body.len() - usage.len().max(timings.map_or(0, <[u8]>::len));
     let tail = std::str::from_utf8(&body[from..]).ok();
     let u = object::<WireUsage>(usage, tail)?;
-    Some(usage_with(u, timings.and_then(|t| object(t, tail))))
+    let timings = timings.and_then(|t| match text_of(t, tail) {
+        Some(text) => Timings::read(text),
+        None => Timings::deserialize(&mut serde_json::Deserializer::from_slice(t)).ok(),
+    });
+    Some(usage_with(u, timings))
+}
+
+/// The text of `at` (a slice of the body to its end) in `tail`, when `tail` holds it.
+fn text_of<'b>(at: &[u8], tail: Option<&'b str>) -> Option<&'b str> {
+    tail.and_then(|t| t.get(t.len().checked_sub(at.len())?..))
 }
 
 /// The object that starts `at` (what follows it is not read), `None` when it is not a `T`;
 /// read from `tail` as text when that holds `at` (both run to the body's end).
 fn object<'b, T: Deserialize<'b>>(at: &'b [u8], tail: Option<&'b str>) -> Option<T> {
-    let text = tail.and_then(|t| t.get(t.len().checked_sub(at.len())?..));
-    match text {
+    match text_of(at, tail) {
         Some(text) => T::deserialize(&mut serde_json::Deserializer::from_str(text)).ok(),
         None => T::deserialize(&mut serde_json::Deserializer::from_slice(at)).ok(),
     }
@@ -219,7 +294,52 @@ mod tests {
         assert_eq!(of_body(body).map(|u| u.prompt), Some(1));
     }
 
+    /// A `timings` object with any of its members, others, any values and any spelling.
+    fn timings_text() -> impl Strategy<Value = String> {
+        let key = prop::sample::select(vec![
+            "cache_n",
+            "prompt_n",
+            "prompt_ms",
+            "prompt_per_second",
+            "predicted_n",
+            "predicted_ms",
+            "predicted_per_second",
+            "prompt_per_token_ms",
+            "draft_n",
+            r"pr\u006fmpt_n",
+            r"cache\u005fn",
+            r"prompt_m\u0073",
+        ]);
+        let number = r"-?(0|[1-9][0-9]{0,20})(\.[0-9]{1,22})?([eE][+-]?[0-9]{1,3})?";
+        let other = prop::sample::select(vec![
+            "null",
+            "true",
+            r#""7""#,
+            "[1,{}]",
+            r#"{"a":[1,"}"]}"#,
+            "18446744073709551616",
+        ]);
+        let value = prop_oneof![3 => number.prop_map(|n| n), 1 => other.prop_map(String::from)];
+        let ws = prop::sample::select(vec!["", " ", "\n  "]);
+        let member =
+            (key, value, ws.clone()).prop_map(|(k, v, w)| format!(r#"{w}"{k}"{w}:{w}{v}{w}"#));
+        (prop::collection::vec(member, 0..9), ws)
+            .prop_map(|(m, w)| format!("{{{}}}{w},\"id\":1}}", m.join(",")))
+    }
+
     proptest! {
+        /// The walk over a `timings` object reads what its derived parse reads, to the bit.
+        #[test]
+        fn timings_read_as_their_derived_parse_reads_them(text in timings_text()) {
+            let parsed = Timings::deserialize(&mut serde_json::Deserializer::from_str(&text)).ok();
+            let bits = |t: Option<Timings>| t.map(|t| {
+                let f = |x: Option<f64>| x.map(f64::to_bits);
+                (t.cache_n, t.prompt_n, t.predicted_n, f(t.prompt_ms), f(t.prompt_per_second),
+                    f(t.predicted_ms), f(t.predicted_per_second))
+            });
+            prop_assert_eq!(bits(Timings::read(&text)), bits(parsed), "{}", text);
+        }
+
         /// Whatever the model wrote and however the backend laid the answer out, the key
         /// search reads what a full parse reads. The model's text also appears as a key after
         /// `usage` (a key's quotes are escaped as a string's are): only a key that is exactly
