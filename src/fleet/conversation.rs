@@ -33,16 +33,24 @@ pub fn conversation_id<'a>(
     headers: &'a HeaderMap,
     cache_key: Option<&'a str>,
 ) -> Option<(&'static str, &'a [u8])> {
-    let header = |h: &HeaderName| headers.get(h).map(|v| v.as_bytes());
-    let found = HARNESS_HEADERS
+    // One pass over the request's headers costs less than a hashed lookup of each name.
+    let mut found: [Option<&[u8]>; 4] = [None; 4];
+    let session = [&SESSION_HEADER];
+    for (name, value) in headers {
+        let mut named = HARNESS_HEADERS.iter().chain(session);
+        if let Some(i) = named.position(|h| h == name) {
+            found[i].get_or_insert(value.as_bytes());
+        }
+    }
+    let harness = HARNESS_HEADERS
         .iter()
-        .map(|h| (h.as_str(), header(h)))
-        .chain([
-            ("prompt_cache_key", cache_key.map(str::as_bytes)),
-            ("session", header(&SESSION_HEADER)),
-        ]);
-    found
-        .filter_map(|(label, id)| Some((label, id?)))
+        .zip(found)
+        .map(|(h, id)| (h.as_str(), id));
+    let ids = harness.chain([
+        ("prompt_cache_key", cache_key.map(str::as_bytes)),
+        ("session", found[3]),
+    ]);
+    ids.filter_map(|(label, id)| Some((label, id?)))
         .find(|(_, id)| !id.is_empty())
 }
 
