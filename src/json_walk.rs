@@ -39,6 +39,18 @@ fn string_end(b: &[u8], at: usize) -> usize {
     }
 }
 
+/// The bytes that end a number or a literal: what may follow a value.
+static ENDS_SCALAR: [bool; 256] = {
+    let mut ends = [false; 256];
+    let mut i = 0;
+    let bytes = *b",}] \t\n\r";
+    while i < bytes.len() {
+        ends[bytes[i] as usize] = true;
+        i += 1;
+    }
+    ends
+};
+
 /// The index just past the value that starts at `b[at]` (not whitespace).
 fn value_end(b: &[u8], at: usize) -> usize {
     match b.get(at) {
@@ -69,7 +81,7 @@ fn value_end(b: &[u8], at: usize) -> usize {
             let rest = b.get(at..).unwrap_or_default();
             let len = rest
                 .iter()
-                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .position(|&c| ENDS_SCALAR[usize::from(c)])
                 .unwrap_or(rest.len());
             at + len
         }

@@ -96,15 +96,14 @@ impl Timings {
         let mut t = Timings::default();
         let mut seen = [false; TIMINGS_FIELDS.len()];
         for (key, value) in json_walk::members(text)? {
-            let field = match key.contains('\\') {
-                false => TIMINGS_FIELDS.iter().position(|f| *f == key),
-                true => {
-                    let key = json_walk::string(key)?;
-                    TIMINGS_FIELDS
-                        .iter()
-                        .position(|f| f[1..f.len() - 1] == *key)
-                }
-            };
+            let field = TIMINGS_FIELDS.iter().position(|f| *f == key).or_else(|| {
+                // A key written with an escape: read, then named.
+                let escaped = key.bytes().any(|b| b == b'\\');
+                let key = json_walk::string(key).filter(|_| escaped)?;
+                TIMINGS_FIELDS
+                    .iter()
+                    .position(|f| f[1..f.len() - 1] == *key)
+            });
             let Some(i) = field else {
                 continue;
             };
