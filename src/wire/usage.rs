@@ -14,7 +14,6 @@ use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::json_scan::{finder, may_escape_word, skip_ws, values};
-use crate::json_walk;
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -75,75 +74,10 @@ pub struct Timings {
     pub predicted_per_second: Option<f64>,
 }
 
-/// The members of [`Timings`], with their quotes as a backend writes them, in the order of
-/// its fields.
-const TIMINGS_FIELDS: [&str; 7] = [
-    "\"cache_n\"",
-    "\"prompt_n\"",
-    "\"prompt_ms\"",
-    "\"prompt_per_second\"",
-    "\"predicted_n\"",
-    "\"predicted_ms\"",
-    "\"predicted_per_second\"",
-];
-
 impl Timings {
-    /// The `timings` object whose text starts `text` (valid JSON: what follows the object is
-    /// not read), as its derived parse reads it: `None` when it is no object, or a member of
-    /// it is not of its type or is given twice. Walked, not parsed (see `json_walk`): the
-    /// parse was most of the cost of reading a llama.cpp answer's usage.
-    fn read(text: &str) -> Option<Timings> {
-        let mut t = Timings::default();
-        let mut seen = [false; TIMINGS_FIELDS.len()];
-        for (key, value) in json_walk::members(text)? {
-            let field = TIMINGS_FIELDS.iter().position(|f| *f == key).or_else(|| {
-                // A key written with an escape: read, then named.
-                let escaped = key.bytes().any(|b| b == b'\\');
-                let key = json_walk::string(key).filter(|_| escaped)?;
-                TIMINGS_FIELDS
-                    .iter()
-                    .position(|f| f[1..f.len() - 1] == *key)
-            });
-            let Some(i) = field else {
-                continue;
-            };
-            if std::mem::replace(&mut seen[i], true) {
-                return None;
-            }
-            match i {
-                0 => t.cache_n = count(value)?,
-                1 => t.prompt_n = count(value)?,
-                2 => t.prompt_ms = seconds(value)?,
-                3 => t.prompt_per_second = seconds(value)?,
-                4 => t.predicted_n = count(value)?,
-                5 => t.predicted_ms = seconds(value)?,
-                _ => t.predicted_per_second = seconds(value)?,
-            }
-        }
-        Some(t)
-    }
-
     /// The `timings` object `v` (as [`of_body`] reads its text).
     pub fn of_value(v: &serde_json::Value) -> Option<Timings> {
         Timings::deserialize(v).ok()
-    }
-}
-
-/// An optional count as its derived parse reads it: `null`, or a non-negative integer that
-/// fits (`None`: neither).
-fn count(value: &str) -> Option<Option<u64>> {
-    match value {
-        "null" => Some(None),
-        v if v.bytes().all(|b| b.is_ascii_digit()) => v.parse().ok().map(Some),
-        _ => None,
-    }
-}
-
-/// An optional number as its derived parse reads it (`None`: neither `null` nor a number).
-fn seconds(value: &str) -> Option<Option<f64>> {
-    match value {
-        "null" => Some(None),
-        v => json_walk::number(v).map(Some),
     }
 }
 
@@ -193,22 +127,14 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
     let from = body.len() - usage.len().max(timings.map_or(0, <[u8]>::len));
     let tail = std::str::from_utf8(&body[from..]).ok();
     let u = object::<WireUsage>(usage, tail)?;
-    let timings = timings.and_then(|t| match text_of(t, tail) {
-        Some(text) => Timings::read(text),
-        None => Timings::deserialize(&mut serde_json::Deserializer::from_slice(t)).ok(),
-    });
-    Some(usage_with(u, timings))
-}
-
-/// The text of `at` (a slice of the body to its end) in `tail`, when `tail` holds it.
-fn text_of<'b>(at: &[u8], tail: Option<&'b str>) -> Option<&'b str> {
-    tail.and_then(|t| t.get(t.len().checked_sub(at.len())?..))
+    Some(usage_with(u, timings.and_then(|t| object(t, tail))))
 }
 
 /// The object that starts `at` (what follows it is not read), `None` when it is not a `T`;
 /// read from `tail` as text when that holds `at` (both run to the body's end).
 fn object<'b, T: Deserialize<'b>>(at: &'b [u8], tail: Option<&'b str>) -> Option<T> {
-    match text_of(at, tail) {
+    let text = tail.and_then(|t| t.get(t.len().checked_sub(at.len())?..));
+    match text {
         Some(text) => T::deserialize(&mut serde_json::Deserializer::from_str(text)).ok(),
         None => T::deserialize(&mut serde_json::Deserializer::from_slice(at)).ok(),
     }
