@@ -77,7 +77,7 @@ pub fn conversation_key(
     history: &History,
 ) -> Option<Conversation> {
     let [system, messages, input, cache_key] = history.members(body);
-    let cache_key = cache_key.and_then(|k| serde_json::from_str::<Cow<'_, str>>(k).ok());
+    let cache_key = cache_key.and_then(json_walk::string);
     let items = items(messages, input);
     let read = items.as_deref().map(Read::leading);
     let later = read.as_ref().is_some_and(Read::answered);

@@ -22,7 +22,7 @@ pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
     t.resolved(&routed.view.model, max.map(u64::from), routed.view.stream);
     t.alias(routed.route.alias.name());
     let [.., cache_key] = routed.view.history.members(&req.body);
-    let cache_key = cache_key.and_then(|k| serde_json::from_str::<String>(k).ok());
+    let cache_key = cache_key.and_then(crate::json_walk::string);
     if let Some((_, id)) = conversation_id(&req.headers, cache_key.as_deref()) {
         t.conversation(&String::from_utf8_lossy(id));
     }

@@ -56,6 +56,7 @@ fn ratio_hist() -> Histogram {
 }
 
 type Seconds = Counter<f64, AtomicU64>;
+type Level = Gauge<f64, AtomicU64>;
 
 /// One alias's series of work and prediction error by backend and client, each looked up in
 /// its family once (a lock and a hash of its labels) and then kept.
@@ -68,7 +69,6 @@ struct WorkSeries {
     decode: Seconds,
     error: Histogram,
 }
-type Level = Gauge<f64, AtomicU64>;
 
 /// The families of GPU time (a clone shares them).
 #[derive(Clone, Debug)]
