@@ -84,7 +84,8 @@ fn value_end(b: &[u8], at: usize) -> usize {
                 .iter()
                 .position(|&c| ENDS_SCALAR[usize::from(c)])
                 .unwrap_or(rest.len());
-            at + len
+            // At least one byte, so a walk of text that is not JSON still moves on.
+            (at + len.max(1)).min(b.len())
         }
     }
 }
@@ -140,6 +141,27 @@ impl<'a> Iterator for Elements<'a> {
     }
 }
 
+impl<'a> Elements<'a> {
+    /// The next element's text, and each of its members (key and value, as [`members`] gives
+    /// them) given to `member` when it is an object, read in one walk; `None` at the end.
+    pub fn next_object(&mut self, mut member: impl FnMut(&'a str, &'a str)) -> Option<&'a str> {
+        let b = self.text.as_bytes();
+        let i = next_start(b, self.at);
+        if b.get(i) != Some(&b'{') {
+            return self.next();
+        }
+        let mut members = Members {
+            text: self.text,
+            at: i + 1,
+        };
+        for (key, value) in members.by_ref() {
+            member(key, value);
+        }
+        self.at = members.at;
+        self.text.get(i..members.at)
+    }
+}
+
 /// Each member of the object `text` as its key's text (with its quotes, as written) and its
 /// value's text, in order; `None` when `text` is no object.
 pub fn members(text: &str) -> Option<Members<'_>> {
@@ -160,9 +182,17 @@ impl<'a> Iterator for Members<'a> {
     fn next(&mut self) -> Option<(&'a str, &'a str)> {
         let b = self.text.as_bytes();
         let i = next_start(b, self.at);
-        if b.get(i) != Some(&b'"') {
-            self.at = b.len();
-            return None;
+        match b.get(i) {
+            Some(b'"') => {}
+            // Just past the object's closing brace: where it ends.
+            Some(b'}') => {
+                self.at = i + 1;
+                return None;
+            }
+            _ => {
+                self.at = b.len();
+                return None;
+            }
         }
         let key_end = string_end(b, i);
         let key = self.text.get(i..key_end)?;
@@ -180,7 +210,8 @@ impl<'a> Iterator for Members<'a> {
 /// text between the quotes where it escapes nothing.
 pub fn string(raw: &str) -> Option<Cow<'_, str>> {
     let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
-    if inner.contains('\\') {
+    let b = inner.as_bytes();
+    if b.contains(&b'\\') {
         serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
     } else {
         Some(Cow::Borrowed(inner))
@@ -269,10 +300,44 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// An array's elements read with their members are those of a full parse, and so are
+        /// the members of each object among them.
+        #[test]
+        fn elements_read_with_their_members_are_those_of_a_full_parse(text in json()) {
+            let parsed: Option<Vec<&RawValue>> = serde_json::from_str(&text).ok();
+            let Some(parsed) = parsed else {
+                prop_assert!(elements(&text).is_none());
+                return Ok(());
+            };
+            let mut walked = elements(&text).unwrap();
+            for element in parsed {
+                let mut seen = Vec::new();
+                let text = walked.next_object(|k, v| seen.push((k, v)));
+                prop_assert_eq!(text, Some(element.get()));
+                let whole: Vec<(&str, &str)> = members(element.get()).into_iter().flatten().collect();
+                prop_assert_eq!(seen, whole);
+            }
+            prop_assert_eq!(walked.next_object(|_, _| {}), None);
+        }
+    }
+
     #[test]
     fn text_that_is_not_json_gives_an_answer_without_a_panic() {
-        for text in ["", "[", "{\"a\"", "[\"\\", "{\"a\":[}", "]", "[1,", "{,}"] {
+        for text in [
+            "",
+            "[",
+            "{\"a\"",
+            "[\"\\",
+            "{\"a\":[}",
+            "]",
+            "[1,",
+            "{,}",
+            "[}",
+            "[:]",
+        ] {
             let _ = elements(text).map(|e| e.count());
+            let _ = elements(text).map(|mut e| while e.next_object(|_, _| {}).is_some() {});
             let _ = member(text, "a");
             let _ = string(text);
         }

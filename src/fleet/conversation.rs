@@ -59,7 +59,7 @@ pub fn conversation_id<'a>(
 pub struct Conversation {
     /// What the order of its replicas is computed from.
     pub key: u64,
-    /// Its history holds an answer of the model or a tool's result ([`answered`]): a later
+    /// Its history holds an answer of the model or a tool's result ([`Item::answers`]): a later
     /// turn, whose prefix its replica may hold cached. More user messages alone are not one.
     pub later: bool,
 }
@@ -67,9 +67,10 @@ pub struct Conversation {
 /// The conversation of a request for `alias`: its key from the id it carries
 /// ([`conversation_id`]), else from its leading messages (system prompt and messages up to the
 /// first user message, which every later turn repeats), and whether it is a later turn
-/// ([`answered`]). `None` when the request has neither.
+/// ([`Item::answers`]). `None` when the request has neither.
 /// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
-/// of pieces hash alike by their joins).
+/// of pieces hash alike by their joins): the alias, then the id's label and the id, else the
+/// system prompt (when there is one) and each leading item.
 pub fn conversation_key(
     alias: &str,
     headers: &HeaderMap,
@@ -78,96 +79,74 @@ pub fn conversation_key(
 ) -> Option<Conversation> {
     let [system, messages, input, cache_key] = history.members(body);
     let cache_key = cache_key.and_then(json_walk::string);
-    let items = items(messages, input);
-    let read = items.as_deref().map(Read::leading);
-    let later = read.as_ref().is_some_and(Read::answered);
     let id = conversation_id(headers, cache_key.as_deref());
-    keyed(alias, id, system, read.map(|r| r.lead()), later)
-}
-
-/// The conversation of `alias` keyed by the `id` the request carries (with its label), else
-/// by its `system` prompt and `leading` items; `None` when it has neither.
-fn keyed(
-    alias: &str,
-    id: Option<(&str, &[u8])>,
-    system: Option<&str>,
-    leading: Option<&[&str]>,
-    later: bool,
-) -> Option<Conversation> {
     let mut h = Pieces(Xxh3Default::new());
     h.piece(alias.as_bytes());
-    if let Some((label, id)) = id {
-        h.piece(label.as_bytes());
-        h.piece(id);
-    } else {
-        let leading = leading.filter(|l| !l.is_empty())?;
-        if let Some(system) = system {
-            h.piece(system.as_bytes());
+    match id {
+        Some((label, id)) => {
+            h.piece(label.as_bytes());
+            h.piece(id);
         }
-        for item in leading {
+        None => system.into_iter().for_each(|s| h.piece(s.as_bytes())),
+    }
+    let mut leading = 0;
+    let later = read_items(messages, input, |item| {
+        leading += 1;
+        if id.is_none() {
             h.piece(item.as_bytes());
         }
-    }
-    Some(Conversation {
+    });
+    (id.is_some() || leading > 0).then(|| Conversation {
         key: h.0.digest(),
         later,
     })
 }
 
-/// A request's items: its `messages` (chat, Messages), else its `input` items (Responses; a
-/// plain string input is the whole conversation's start).
-fn items<'a>(messages: Option<&'a str>, input: Option<&'a str>) -> Option<Vec<&'a str>> {
-    match (messages, input) {
-        (Some(m), _) => Some(json_walk::elements(m)?.collect()),
+/// Whether a request's items — its `messages` (chat, Messages), else its `input` items
+/// (Responses; an input that is no array is one item, the whole conversation's start) — hold
+/// an answer of the model or a tool's result; each leading item (up to and with the first
+/// user message, all of them when none is a user's) given to `lead` in order. One walk, from
+/// the start, that ends once both are known (a later turn's first answer follows its first
+/// user message closely).
+fn read_items<'a>(
+    messages: Option<&'a str>,
+    input: Option<&'a str>,
+    mut lead: impl FnMut(&'a str),
+) -> bool {
+    let items = match (messages, input) {
+        (Some(m), _) => json_walk::elements(m),
         (None, Some(input)) => match json_walk::elements(input) {
-            Some(items) => Some(items.collect()),
-            None => Some(vec![input]),
+            Some(items) => Some(items),
+            None => {
+                lead(input);
+                return Item::of(input).answers();
+            }
         },
         (None, None) => None,
-    }
-}
-
-/// A request's items, those of its leading part read (each item is read once).
-struct Read<'i, 'a> {
-    items: &'i [&'a str],
-    /// The leading items, read: up to and with the first user message (all of them when
-    /// none is a user's).
-    head: Vec<Item<'a>>,
-}
-
-impl<'i, 'a> Read<'i, 'a> {
-    fn leading(items: &'i [&'a str]) -> Read<'i, 'a> {
-        let mut head = Vec::new();
-        for item in items {
-            let item = Item::of(item);
-            let user = item.role.as_deref() == Some("user");
-            head.push(item);
-            if user {
-                break;
-            }
+    };
+    let Some(mut items) = items else {
+        return false;
+    };
+    let (mut leading, mut later) = (true, false);
+    loop {
+        let mut item = Item::default();
+        let Some(text) = items.next_object(|key, value| item.member(key, value)) else {
+            return later;
+        };
+        if leading {
+            lead(text);
+            leading = item.role.as_deref() != Some("user");
         }
-        Read { items, head }
-    }
-
-    /// The leading part of the items.
-    fn lead(&self) -> &'i [&'a str] {
-        &self.items[..self.head.len()]
-    }
-
-    /// Whether the items hold an answer of the model or a tool's result, what makes a later
-    /// turn: a chat message of role `assistant`, `tool` (or the old `function`); an Anthropic
-    /// `assistant` message or a `tool_result` block; a Responses item of role `assistant`, a
-    /// `reasoning` item, or a call or its output (`function_call`, `function_call_output`,
-    /// any `*_call` and `*_call_output`). Looked for from the end, where the last answer is.
-    fn answered(&self) -> bool {
-        let tail = &self.items[self.head.len()..];
-        tail.iter().rev().any(|item| Item::of(item).answers())
-            || self.head.iter().any(Item::answers)
+        later = later || item.answers();
+        if later && !leading {
+            return true;
+        }
     }
 }
 
 /// One message or input item, as much as tells whose it is: the client's, the model's or a
-/// tool's (a member that is not of its type, or an item that is no object, reads as unset).
+/// tool's (a member that is not of its type, or an item that is no object, reads as unset;
+/// the last of a name given twice counts, as in a full parse).
 #[derive(Default)]
 struct Item<'a> {
     role: Option<Cow<'a, str>>,
@@ -179,17 +158,34 @@ impl<'a> Item<'a> {
     fn of(text: &'a str) -> Item<'a> {
         let mut item = Item::default();
         for (key, value) in json_walk::members(text).into_iter().flatten() {
-            match json_walk::string(key).as_deref() {
-                Some("role") => item.role = json_walk::string(value),
-                Some("type") => item.kind = json_walk::string(value),
-                Some("content") => item.content = Some(value).filter(|v| *v != "null"),
-                _ => {}
-            }
+            item.member(key, value);
         }
         item
     }
 
-    /// Whether it is an answer of the model or a tool's result.
+    /// A member of the item, its key as written (with its quotes).
+    fn member(&mut self, key: &'a str, value: &'a str) {
+        let name = match key {
+            r#""role""# | r#""type""# | r#""content""# => Cow::Borrowed(&key[1..key.len() - 1]),
+            _ if key.contains('\\') => match json_walk::string(key) {
+                Some(k) => k,
+                None => return,
+            },
+            _ => return,
+        };
+        match &*name {
+            "role" => self.role = json_walk::string(value),
+            "type" => self.kind = json_walk::string(value),
+            "content" => self.content = Some(value).filter(|v| *v != "null"),
+            _ => {}
+        }
+    }
+
+    /// Whether it is an answer of the model or a tool's result, what makes a later turn: a
+    /// chat message of role `assistant`, `tool` (or the old `function`); an Anthropic
+    /// `assistant` message or a `tool_result` block; a Responses item of role `assistant`, a
+    /// `reasoning` item, or a call or its output (`function_call`, `function_call_output`,
+    /// any `*_call` and `*_call_output`).
     fn answers(&self) -> bool {
         let kind = self.kind.as_deref().unwrap_or("");
         matches!(
@@ -241,6 +237,36 @@ mod tests {
             value.parse().unwrap(),
         );
         h
+    }
+
+    /// The conversation of `alias` keyed by the `id` the request carries (with its label),
+    /// else by its `system` prompt and `leading` items, as the key's specification says;
+    /// `None` when it has neither.
+    fn keyed(
+        alias: &str,
+        id: Option<(&str, &[u8])>,
+        system: Option<&str>,
+        leading: Option<&[&str]>,
+        later: bool,
+    ) -> Option<Conversation> {
+        let mut h = Pieces(Xxh3Default::new());
+        h.piece(alias.as_bytes());
+        if let Some((label, id)) = id {
+            h.piece(label.as_bytes());
+            h.piece(id);
+        } else {
+            let leading = leading.filter(|l| !l.is_empty())?;
+            if let Some(system) = system {
+                h.piece(system.as_bytes());
+            }
+            for item in leading {
+                h.piece(item.as_bytes());
+            }
+        }
+        Some(Conversation {
+            key: h.0.digest(),
+            later,
+        })
     }
 
     #[test]
