@@ -414,12 +414,18 @@ impl Slots {
     }
 
     /// A request of `client`, predicted at `predicted` GPU-seconds, took `measured`; it left
-    /// `tokens` of conversation `key` in its slot (as its backend reported them).
-    pub fn settle(&self, client: u64, predicted: f64, measured: f64, left: Option<(u64, u64)>) {
+    /// `tokens` of conversation `key` in slot `index` (as its backend reported them).
+    pub fn settle(
+        &self,
+        client: u64,
+        predicted: f64,
+        measured: f64,
+        left: Option<(usize, u64, u64)>,
+    ) {
         let mut st = self.inner.lock();
         st.fair.settle(client, predicted, measured);
-        if let Some((key, tokens)) = left {
-            st.table.cache(key, tokens);
+        if let Some((index, key, tokens)) = left {
+            st.table.cache(index, key, tokens);
         }
     }
 

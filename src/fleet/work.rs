@@ -109,8 +109,9 @@ pub struct Job {
     /// Output tokens expected.
     pub output: u64,
     pub predicted: Work,
-    /// When it got its slot (set once granted).
+    /// When it got its slot, and which (set once granted).
     granted_at: Option<Instant>,
+    slot: Option<usize>,
     settled: bool,
 }
 
@@ -157,6 +158,7 @@ impl Job {
             output,
             predicted,
             granted_at: None,
+            slot: None,
             settled: false,
         }
     }
@@ -176,9 +178,10 @@ impl Job {
         self.granted_at.map(|t| t.elapsed()).unwrap_or_default()
     }
 
-    /// It got its slot now.
-    pub fn granted(&mut self) {
+    /// It got slot `index` now.
+    pub fn granted(&mut self, index: u32) {
         self.granted_at = Some(Instant::now());
+        self.slot = Some(index as usize);
     }
 
     /// It ended with `usage` (its backend's report) at the times of `clock`: what it took,
@@ -196,8 +199,10 @@ impl Job {
         }
         let work = observed.seconds();
         let left = self
-            .conversation
-            .zip(usage.map(|u| u.prompt + u.completion));
+            .slot
+            .zip(self.conversation)
+            .zip(usage.map(|u| u.prompt + u.completion))
+            .map(|((slot, key), tokens)| (slot, key, tokens));
         self.slots
             .settle(self.client, self.predicted.total(), work.total(), left);
         self.settled = true;

@@ -339,7 +339,7 @@ impl<'c, 'a> Choice<'c, 'a> {
         let mut job = Job::predict(cost, &self.call.state.outputs, &place.ticket, self.need);
         let ticket = job.ticket(place.ticket);
         if let Some(p) = slots.try_acquire_for(ticket) {
-            job.granted();
+            job.granted(p.index());
             return Ok((p, job));
         }
         let predicted = slots.predicted_wait(&ticket);
@@ -360,7 +360,7 @@ impl<'c, 'a> Choice<'c, 'a> {
         let _queued = place.queued();
         let got = slots.acquire(timeout, ticket, &*self.alias.metrics).await;
         got.map(|p| {
-            job.granted();
+            job.granted(p.index());
             (p, job)
         })
         .map_err(|refused| {

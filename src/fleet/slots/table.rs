@@ -207,6 +207,8 @@ impl Table {
 
     /// The slot kept for `conversation`, if any is (and open).
     pub fn kept_for(&self, conversation: u64, now: Instant) -> Option<usize> {
+        // Most of the time no slot is kept at all: one look at the open index says so.
+        self.open.range((true, 0, 0)..).next()?;
         self.of(conversation)
             .filter(|(_, s)| {
                 s.holder.is_none()
@@ -217,10 +219,11 @@ impl Table {
             .min()
     }
 
-    /// The slots caching `conversation` now cache `tokens` of it.
-    pub fn cache(&mut self, conversation: u64, tokens: u64) {
-        for &i in self.caching.get(&conversation).into_iter().flatten() {
-            if let Some((_, n)) = self.slots[i].cached.as_mut() {
+    /// Slot `index`, when it still caches `conversation`, now caches `tokens` of it (what a
+    /// request of it left there; the conversation's other slots keep what they held).
+    pub fn cache(&mut self, index: usize, conversation: u64, tokens: u64) {
+        if let Some((k, n)) = self.slots.get_mut(index).and_then(|s| s.cached.as_mut()) {
+            if *k == conversation {
                 *n = tokens;
             }
         }
@@ -286,7 +289,7 @@ mod tests {
         Free(usize),
         Keep(usize, u64),
         Unkeep(usize),
-        Cache(u64, u64),
+        Cache(usize, u64, u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -296,7 +299,7 @@ mod tests {
             (0usize..8).prop_map(Op::Free),
             (0usize..8, 0u64..40).prop_map(|(i, at)| Op::Keep(i, at)),
             (0usize..8).prop_map(Op::Unkeep),
-            (0u64..4, 1u64..100).prop_map(|(c, n)| Op::Cache(c, n)),
+            (0usize..8, 0u64..4, 1u64..100).prop_map(|(i, c, n)| Op::Cache(i, c, n)),
         ]
     }
 
@@ -399,7 +402,7 @@ mod tests {
                         let j = t.open.iter().nth(i % t.open.len()).unwrap().2;
                         t.keep(j, None);
                     }
-                    Op::Cache(k, tokens) => t.cache(k, tokens),
+                    Op::Cache(i, k, tokens) => t.cache(i, k, tokens),
                 }
                 check(&t, now);
             }
