@@ -89,14 +89,14 @@ pub fn conversation_key(
         }
         None => system.into_iter().for_each(|s| h.piece(s.as_bytes())),
     }
-    let mut leading = 0;
+    let mut led = false;
     let later = read_items(messages, input, |item| {
-        leading += 1;
+        led = true;
         if id.is_none() {
             h.piece(item.as_bytes());
         }
     });
-    (id.is_some() || leading > 0).then(|| Conversation {
+    (id.is_some() || led).then(|| Conversation {
         key: h.0.digest(),
         later,
     })

@@ -110,8 +110,7 @@ pub struct Job {
     pub output: u64,
     pub predicted: Work,
     /// When it got its slot, and which (set once granted).
-    granted_at: Option<Instant>,
-    slot: Option<usize>,
+    granted: Option<(Instant, usize)>,
     settled: bool,
 }
 
@@ -157,8 +156,7 @@ impl Job {
             prompt: need.prompt,
             output,
             predicted,
-            granted_at: None,
-            slot: None,
+            granted: None,
             settled: false,
         }
     }
@@ -175,13 +173,12 @@ impl Job {
 
     /// How long it has held its slot.
     pub fn held(&self) -> std::time::Duration {
-        self.granted_at.map(|t| t.elapsed()).unwrap_or_default()
+        self.granted.map(|(t, _)| t.elapsed()).unwrap_or_default()
     }
 
     /// It got slot `index` now.
     pub fn granted(&mut self, index: u32) {
-        self.granted_at = Some(Instant::now());
-        self.slot = Some(index as usize);
+        self.granted = Some((Instant::now(), index as usize));
     }
 
     /// It ended with `usage` (its backend's report) at the times of `clock`: what it took,
@@ -199,7 +196,8 @@ impl Job {
         }
         let work = observed.seconds();
         let left = self
-            .slot
+            .granted
+            .map(|(_, slot)| slot)
             .zip(self.conversation)
             .zip(usage.map(|u| u.prompt + u.completion))
             .map(|((slot, key), tokens)| (slot, key, tokens));
@@ -220,7 +218,7 @@ impl Drop for Job {
         if self.settled {
             return;
         }
-        let held = self.granted_at.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let held = self.granted.map_or(0.0, |(t, _)| t.elapsed().as_secs_f64());
         self.slots
             .settle(self.client, self.predicted.total(), held, None);
     }

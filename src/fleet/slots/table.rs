@@ -165,8 +165,12 @@ impl Table {
 
     /// The open slots kept for a conversation.
     pub fn kept(&self) -> Vec<usize> {
-        let kept = (true, 0, 0)..;
-        self.open.range(kept).map(|&(_, _, i)| i).collect()
+        self.kept_open().collect()
+    }
+
+    /// The open slots kept for a conversation, as the open index orders them.
+    fn kept_open(&self) -> impl Iterator<Item = usize> + '_ {
+        self.open.range((true, 0, 0)..).map(|&(_, _, i)| i)
     }
 
     /// Whether every slot but `index` holds a request that `schedule` lets preempt no more.
@@ -208,7 +212,7 @@ impl Table {
     /// The slot kept for `conversation`, if any is (and open).
     pub fn kept_for(&self, conversation: u64, now: Instant) -> Option<usize> {
         // Most of the time no slot is kept at all: one look at the open index says so.
-        self.open.range((true, 0, 0)..).next()?;
+        self.kept_open().next()?;
         self.of(conversation)
             .filter(|(_, s)| {
                 s.holder.is_none()
