@@ -2,10 +2,12 @@
 //! whose conversation each holds in its cache, and which one a grant takes — the slot holding
 //! the request's conversation, else the one used least recently, never one kept for another
 //! conversation's next turn. Indexed so that a grant, a release and a conversation's lookups
-//! cost the same with 4 slots or 4,096: the open slots in the order they were freed, and each
-//! conversation's slots.
+//! cost the same with 4 slots or 4,096: the open slots in the order they were freed (a queue
+//! whose entries go stale as their slots are taken, dropped from its front and swept when it
+//! grows past twice the slots: a grant and a release push and pop, where an ordered set cost
+//! ten times as much), counts of the open and kept slots, and each conversation's slots.
 
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
@@ -85,9 +87,12 @@ impl Slot {
 #[derive(Debug)]
 pub(super) struct Table {
     pub slots: Vec<Slot>,
-    /// The slots nobody holds, by (kept, freed, index): the least recently freed of those kept
-    /// for nobody first.
-    open: BTreeSet<(bool, u64, usize)>,
+    /// The open slots as (freed, index), in the order they were freed: an entry whose slot
+    /// was taken since (or freed again) is stale, and skipped.
+    freed: VecDeque<(u64, usize)>,
+    /// Slots nobody holds, and of those the ones kept for a conversation.
+    open: usize,
+    kept: usize,
     /// The slots whose cache holds each conversation.
     caching: HashMap<u64, Vec<usize>>,
     frees: u64,
@@ -97,30 +102,67 @@ impl Table {
     pub fn new(n: u32) -> Table {
         Table {
             slots: (0..n).map(|_| Slot::default()).collect(),
-            open: (0..n as usize).map(|i| (false, 0, i)).collect(),
+            freed: (0..n as usize).map(|i| (0, i)).collect(),
+            open: n as usize,
+            kept: 0,
             caching: HashMap::default(),
             frees: 0,
         }
     }
 
-    fn open_key(&self, index: usize) -> (bool, u64, usize) {
+    /// Whether the entry (`freed`, `index`) of the freed queue still names an open slot.
+    fn live(&self, (freed, index): (u64, usize)) -> bool {
         let s = &self.slots[index];
-        (s.kept.is_some(), s.freed, index)
+        s.holder.is_none() && s.freed == freed
+    }
+
+    /// The open slots in the order they were freed.
+    fn open_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.freed
+            .iter()
+            .filter(|&&e| self.live(e))
+            .map(|&(_, i)| i)
+    }
+
+    /// Changes slot `index` by `change`, keeping the counts of open and kept slots.
+    fn change(&mut self, index: usize, change: impl FnOnce(&mut Slot)) {
+        let count = |s: &Slot| (s.holder.is_none(), s.holder.is_none() && s.kept.is_some());
+        let (open, kept) = count(&self.slots[index]);
+        change(&mut self.slots[index]);
+        let (now_open, now_kept) = count(&self.slots[index]);
+        self.open = self.open + usize::from(now_open) - usize::from(open);
+        self.kept = self.kept + usize::from(now_kept) - usize::from(kept);
+    }
+
+    /// Slot `index` came open now: last in the freed queue.
+    fn freed_now(&mut self, index: usize) {
+        self.frees += 1;
+        self.slots[index].freed = self.frees;
+        self.freed.push_back((self.frees, index));
+        if self.freed.len() > 2 * self.slots.len() + 16 {
+            let slots = &self.slots;
+            self.freed
+                .retain(|&(f, i)| slots[i].holder.is_none() && slots[i].freed == f);
+        }
     }
 
     /// Slot `index` (open) goes to `holder`: no longer kept, its cache now the holder's
     /// conversation's.
     pub fn hold(&mut self, index: usize, holder: Holder) {
-        self.open.remove(&self.open_key(index));
         let cached = holder
             .ticket
             .conversation
             .map(|k| (k, holder.ticket.tokens));
-        let slot = &mut self.slots[index];
-        let was = slot.cached.map(|(k, _)| k);
-        slot.holder = Some(holder);
-        slot.kept = None;
-        slot.cached = cached;
+        let mut was = None;
+        self.change(index, |slot| {
+            was = slot.cached.map(|(k, _)| k);
+            slot.holder = Some(holder);
+            slot.kept = None;
+            slot.cached = cached;
+        });
+        while self.freed.front().is_some_and(|&e| !self.live(e)) {
+            self.freed.pop_front();
+        }
         let now = cached.map(|(k, _)| k);
         if was != now {
             if let Some(k) = was {
@@ -140,42 +182,45 @@ impl Table {
     /// Slot `index`'s holder, when it is the one of `grant`, gives it back: it is open, freed
     /// now. `None`: someone else holds it (or nobody).
     pub fn free(&mut self, index: usize, grant: u64) -> Option<Holder> {
-        let h = self.slots[index].holder.take_if(|h| h.grant == grant)?;
-        self.frees += 1;
-        self.slots[index].freed = self.frees;
-        self.open.insert(self.open_key(index));
-        Some(h)
+        if self.slots[index].holder.as_ref()?.grant != grant {
+            return None;
+        }
+        let mut h = None;
+        self.change(index, |slot| h = slot.holder.take());
+        self.freed_now(index);
+        h
     }
 
-    /// Slot `index`'s grant never reached its request: open again as it was before.
+    /// Slot `index`'s grant never reached its request: open again (last in the freed order).
     pub fn ungrant(&mut self, index: usize) {
-        if self.slots[index].holder.take().is_some() {
-            self.open.insert(self.open_key(index));
+        if self.slots[index].holder.is_some() {
+            self.change(index, |slot| slot.holder = None);
+            self.freed_now(index);
         }
     }
 
     /// Slot `index` (open) kept so, or no longer kept.
     pub fn keep(&mut self, index: usize, kept: Option<Kept>) {
-        let was = self.open.remove(&self.open_key(index));
-        self.slots[index].kept = kept;
-        if was {
-            self.open.insert(self.open_key(index));
-        }
+        self.change(index, |slot| slot.kept = kept);
     }
 
-    /// The open slots kept for a conversation.
+    /// The open slots kept for a conversation, in the order they were freed.
     pub fn kept(&self) -> Vec<usize> {
-        self.kept_open().collect()
-    }
-
-    /// The open slots kept for a conversation, as the open index orders them.
-    fn kept_open(&self) -> impl Iterator<Item = usize> + '_ {
-        self.open.range((true, 0, 0)..).map(|&(_, _, i)| i)
+        if self.kept == 0 {
+            return Vec::new();
+        }
+        let kept = |&i: &usize| self.slots[i].kept.is_some();
+        self.open_slots().filter(kept).collect()
     }
 
     /// Whether every slot but `index` holds a request that `schedule` lets preempt no more.
     pub fn spent_but(&self, index: usize, schedule: &Scheduling) -> bool {
-        if self.open.iter().any(|&(_, _, i)| i != index) {
+        let other_open = match self.open {
+            0 => false,
+            1 => self.slots[index].holder.is_some(),
+            _ => true,
+        };
+        if other_open {
             return false;
         }
         self.slots.iter().enumerate().all(|(i, s)| {
@@ -202,17 +247,24 @@ impl Table {
                 .min()
         });
         own.or_else(|| {
-            self.open
-                .iter()
-                .map(|&(_, _, i)| i)
-                .find(|&i| self.slots[i].open_to(conversation, now))
+            // Those kept for nobody first, then the kept ones, each in the order freed.
+            let mut open = self.open_slots();
+            let unkept = open.find(|&i| self.slots[i].kept.is_none());
+            unkept.or_else(|| {
+                self.open_slots().find(|&i| {
+                    let s = &self.slots[i];
+                    s.kept.is_some() && s.open_to(conversation, now)
+                })
+            })
         })
     }
 
     /// The slot kept for `conversation`, if any is (and open).
     pub fn kept_for(&self, conversation: u64, now: Instant) -> Option<usize> {
-        // Most of the time no slot is kept at all: one look at the open index says so.
-        self.kept_open().next()?;
+        // Most of the time no slot is kept at all: the count says so.
+        if self.kept == 0 {
+            return None;
+        }
         self.of(conversation)
             .filter(|(_, s)| {
                 s.holder.is_none()
@@ -291,6 +343,7 @@ mod tests {
     enum Op {
         Grant(Option<u64>, u64),
         Free(usize),
+        Ungrant(usize),
         Keep(usize, u64),
         Unkeep(usize),
         Cache(usize, u64, u64),
@@ -301,6 +354,7 @@ mod tests {
         prop_oneof![
             (conv, 1u64..100).prop_map(|(c, n)| Op::Grant(c, n)),
             (0usize..8).prop_map(Op::Free),
+            (0usize..8).prop_map(Op::Ungrant),
             (0usize..8, 0u64..40).prop_map(|(i, at)| Op::Keep(i, at)),
             (0usize..8).prop_map(Op::Unkeep),
             (0usize..8, 0u64..4, 1u64..100).prop_map(|(i, c, n)| Op::Cache(i, c, n)),
@@ -328,7 +382,14 @@ mod tests {
     }
 
     fn check(t: &Table, now: Instant) {
-        let open: Vec<usize> = t.open.iter().map(|&(_, _, i)| i).collect();
+        let open: Vec<usize> = t.open_slots().collect();
+        assert_eq!(t.open, open.len(), "the open count");
+        let kept_open = open.iter().filter(|&&i| t.slots[i].kept.is_some()).count();
+        assert_eq!(t.kept, kept_open, "the kept count");
+        assert!(
+            t.freed.len() <= 2 * t.slots.len() + 16,
+            "the freed queue is swept"
+        );
         let mut idle: Vec<usize> = (0..t.slots.len())
             .filter(|&i| t.slots[i].holder.is_none())
             .collect();
@@ -366,12 +427,42 @@ mod tests {
         assert_eq!(kept, scanned, "kept");
     }
 
+    /// A conversation that keeps coming back to its slot while another slot stays open leaves
+    /// a stale entry in the freed queue at each release: swept, the queue stays within twice
+    /// the slots, and the open slot is still the one a newcomer takes.
+    #[test]
+    fn a_slot_taken_again_and_again_leaves_the_freed_queue_bounded() {
+        let t0 = Instant::now();
+        let mut t = Table::new(2);
+        for grant in 1..=100u64 {
+            let i = t.choose(Some(7), t0).unwrap();
+            assert_eq!(i, 0);
+            let ticket = Ticket {
+                conversation: Some(7),
+                tokens: 5,
+                ..Ticket::plain(t0)
+            };
+            t.hold(
+                i,
+                Holder {
+                    grant,
+                    ticket,
+                    granted_at: t0,
+                    preempt: None,
+                },
+            );
+            assert!(t.free(i, grant).is_some());
+            assert!(t.freed.len() <= 2 * 2 + 16, "{} entries", t.freed.len());
+        }
+        assert_eq!(t.choose(Some(8), t0), Some(1));
+    }
+
     proptest! {
         /// The indexes answer as a scan of every slot does, after any changes.
         #[test]
         fn indexed_lookups_answer_as_a_scan_of_every_slot(
             n in 1u32..6,
-            ops in prop::collection::vec(op(), 0..60),
+            ops in prop::collection::vec(op(), 0..200),
         ) {
             let t0 = Instant::now();
             let now = t0 + Duration::from_millis(20);
@@ -395,15 +486,22 @@ mod tests {
                             prop_assert!(t.free(j, grant).is_some());
                         }
                     }
-                    Op::Keep(..) | Op::Unkeep(_) if t.open.is_empty() => {}
+                    Op::Ungrant(i) => {
+                        let held: Vec<usize> =
+                            (0..t.slots.len()).filter(|&j| t.slots[j].holder.is_some()).collect();
+                        if let Some(&j) = held.get(i % held.len().max(1)) {
+                            t.ungrant(j);
+                        }
+                    }
+                    Op::Keep(..) | Op::Unkeep(_) if t.open == 0 => {}
                     Op::Keep(i, at) => {
-                        let j = t.open.iter().nth(i % t.open.len()).unwrap().2;
+                        let j = t.open_slots().nth(i % t.open).unwrap();
                         let Some((conversation, _)) = t.slots[j].cached else { continue };
                         let until = t0 + Duration::from_millis(at);
                         t.keep(j, Some(Kept { conversation, until, class: Priority::Batch }));
                     }
                     Op::Unkeep(i) => {
-                        let j = t.open.iter().nth(i % t.open.len()).unwrap().2;
+                        let j = t.open_slots().nth(i % t.open).unwrap();
                         t.keep(j, None);
                     }
                     Op::Cache(i, k, tokens) => t.cache(i, k, tokens),
