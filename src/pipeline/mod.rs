@@ -45,6 +45,7 @@ mod tries;
 use std::sync::Arc;
 
 use axum::response::Response;
+use bytes::Bytes;
 
 use admit::Admitted;
 use choose::Chosen;
@@ -123,6 +124,18 @@ fn preempted(call: &mut Call<'_>, chosen: Chosen) -> Attempt {
     Attempt::Preempted
 }
 
+/// llama-server's `id_slot` member for slot `index`, as it goes first in a request body.
+fn id_slot(index: u32) -> Bytes {
+    const KEY: &[u8] = br#""id_slot":"#;
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(index).as_bytes();
+    let mut member = Vec::with_capacity(KEY.len() + digits.len() + 1);
+    member.extend_from_slice(KEY);
+    member.extend_from_slice(digits);
+    member.push(b',');
+    Bytes::from(member)
+}
+
 /// One attempt at the `chosen` replica: the body made for it, sent, the breaker told what
 /// its head said (the one place it is told of a head), and the answer made the client's.
 async fn attempt(
@@ -137,8 +150,7 @@ async fn attempt(
     let translated = out.translated;
     let api = translated.map_or(call.req.adapter.spec().config_name, |_| Some("chat"));
     if chosen.replica.pins(api) {
-        let member = format!("\"id_slot\":{},", chosen.slot.index());
-        out.body = out.body.with_first_member(member.as_bytes());
+        out.body = out.body.with_first_member(id_slot(chosen.slot.index()));
     }
     traced::attempt(
         call.rec,

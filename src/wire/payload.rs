@@ -41,7 +41,7 @@ impl Payload {
 
     /// The body with `member` (`"key":value,`) put first in its top-level object: after the
     /// first `{`, the rest shared. A body without one is returned as it is.
-    pub fn with_first_member(&self, member: &[u8]) -> Payload {
+    pub fn with_first_member(&self, member: Bytes) -> Payload {
         let parts = self.parts();
         let Some((i, at)) = parts
             .iter()
@@ -53,7 +53,7 @@ impl Payload {
         let mut out = Vec::with_capacity(parts.len() + 2);
         out.extend(parts[..i].iter().cloned());
         out.push(parts[i].slice(..=at));
-        out.push(Bytes::copy_from_slice(member));
+        out.push(member);
         out.push(parts[i].slice(at + 1..));
         out.extend(parts[i + 1..].iter().cloned());
         out.retain(|p| !p.is_empty());
@@ -184,15 +184,19 @@ mod tests {
     #[test]
     fn a_first_member_goes_after_the_opening_brace_whatever_the_parts() {
         let body = Bytes::from_static(br#" {"model":"a","stream":true}"#);
-        let whole = Payload::from(body.clone()).with_first_member(br#""id_slot":1,"#);
+        let whole =
+            Payload::from(body.clone()).with_first_member(Bytes::from_static(br#""id_slot":1,"#));
         assert_eq!(
             whole.to_vec(),
             br#" {"id_slot":1,"model":"a","stream":true}"#
         );
         let spliced = Payload::spliced(&body, vec![(10..13, br#""bb""#.to_vec())]);
-        let v: serde_json::Value =
-            serde_json::from_slice(&spliced.with_first_member(br#""id_slot":0,"#).to_vec())
-                .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(
+            &spliced
+                .with_first_member(Bytes::from_static(br#""id_slot":0,"#))
+                .to_vec(),
+        )
+        .unwrap();
         assert_eq!(
             v,
             serde_json::json!({"id_slot":0,"model":"bb","stream":true})
