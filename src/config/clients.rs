@@ -151,6 +151,14 @@ impl Clients {
     pub fn max_waits(&self) -> [Duration; 3] {
         self.max_wait
     }
+
+    /// Whether any client's requests are `interactive` (no other request is: a request may
+    /// only lower its client's class).
+    pub fn has_interactive(&self) -> bool {
+        self.named
+            .iter()
+            .any(|c| c.priority == Priority::Interactive)
+    }
 }
 
 /// Validate `[clients]` and `[priority]`; `anonymous`: the keys of `server.api_keys_env`;

@@ -77,6 +77,15 @@ impl Scheduling {
         self.may_preempt(class) && preemptions >= self.max_preemptions
     }
 
+    /// The same sharing where `interactive` requests exist only when `interactive`: without
+    /// them nothing is ever preempted, so no request holds its slot as one that may be.
+    pub fn with_interactive(self, interactive: bool) -> Scheduling {
+        Scheduling {
+            preempt_after: self.preempt_after.filter(|_| interactive),
+            ..self
+        }
+    }
+
     /// Whether requests of `class` give their slots to `interactive` ones at all.
     fn may_preempt(&self, class: Priority) -> bool {
         self.by_work() && self.preempt_after.is_some() && class > Priority::Interactive
@@ -158,5 +167,16 @@ mod tests {
         };
         validate(raw, &mut errs);
         assert_eq!(errs.len(), 2, "{errs:?}");
+    }
+
+    #[test]
+    fn no_interactive_client_means_no_preemption() {
+        let s = Scheduling::default();
+        assert!(s.preempt_after.is_some());
+        assert!(s.with_interactive(true).may_preempt(Priority::Batch));
+        let without = s.with_interactive(false);
+        assert_eq!(without.preempt_after, None);
+        assert!(!without.may_preempt(Priority::Batch));
+        assert!(!without.may_preempt(Priority::Normal));
     }
 }

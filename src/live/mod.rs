@@ -495,6 +495,7 @@ fn replicas(
     shared: Option<&Arc<Store>>,
 ) -> HashMap<String, Arc<Replica>> {
     let metrics = at.metrics;
+    let schedule = (config.server.schedule).with_interactive(config.clients.has_interactive());
     config
         .backends
         .values()
@@ -525,7 +526,7 @@ fn replicas(
                 |r| Arc::clone(&r.conns),
             );
             // A slot's number means nothing to processes sharing the backend's slots.
-            slots.set_schedule(config.server.schedule, b.pin_slots && !slots.is_shared());
+            slots.set_schedule(schedule, b.pin_slots && !slots.is_shared());
             let health = at.health.of(&b.name);
             health.cost.seed(b.seed);
             let replica = Replica {
