@@ -410,7 +410,7 @@ impl Slots {
     /// last left them).
     pub fn cached_for(&self, key: u64) -> u64 {
         let st = self.inner.lock();
-        st.table.cached(key).map_or(0, |(_, n)| n)
+        st.table.cached(key).unwrap_or(0)
     }
 
     /// A request of `client`, predicted at `predicted` GPU-seconds, took `measured`; it left

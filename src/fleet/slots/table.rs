@@ -5,7 +5,10 @@
 //! cost the same with 4 slots or 4,096: the open slots in the order they were freed (a queue
 //! whose entries go stale as their slots are taken, dropped from its front and swept when it
 //! grows past twice the slots: a grant and a release push and pop, where an ordered set cost
-//! ten times as much), counts of the open and kept slots, and each conversation's slots.
+//! ten times as much), counts of the open and kept slots, and each conversation's slots with
+//! the open ones among them in the order freed and the most tokens any of them holds (a
+//! conversation sending many requests at once holds many slots: a grant looks at the last
+//! of its open ones, a prediction at the tally).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -94,8 +97,44 @@ pub(super) struct Table {
     open: usize,
     kept: usize,
     /// The slots whose cache holds each conversation.
-    caching: HashMap<u64, Vec<usize>>,
+    caching: HashMap<u64, Caching>,
     frees: u64,
+}
+
+/// The slots whose cache holds one conversation, and the open ones among them in the order
+/// they were freed (the others are held by its requests: a slot's holder is the conversation
+/// it caches); the most tokens of it one of them holds, and how many hold that many.
+#[derive(Debug, Default)]
+struct Caching {
+    slots: Vec<usize>,
+    open: Vec<usize>,
+    most: u64,
+    at_most: usize,
+}
+
+impl Caching {
+    /// One of its slots caches `to` tokens of it where it cached `from` (`None`: it did not,
+    /// or does no more). Whether the most is to be counted again (its last slot went lower).
+    fn tally(&mut self, from: Option<u64>, to: Option<u64>) -> bool {
+        if let Some(n) = to {
+            if n > self.most || self.at_most == 0 {
+                (self.most, self.at_most) = (n, 1);
+                return false;
+            }
+            self.at_most += usize::from(n == self.most);
+        }
+        if from == Some(self.most) {
+            self.at_most -= 1;
+        }
+        self.at_most == 0 && !self.slots.is_empty()
+    }
+}
+
+/// `index` taken out of `list`, where it is, the rest kept in order (it is mostly last).
+fn unlist(list: &mut Vec<usize>, index: usize) {
+    if let Some(at) = list.iter().rposition(|&i| i == index) {
+        list.remove(at);
+    }
 }
 
 impl Table {
@@ -155,7 +194,7 @@ impl Table {
             .map(|k| (k, holder.ticket.tokens));
         let mut was = None;
         self.change(index, |slot| {
-            was = slot.cached.map(|(k, _)| k);
+            was = slot.cached;
             slot.holder = Some(holder);
             slot.kept = None;
             slot.cached = cached;
@@ -163,19 +202,58 @@ impl Table {
         while self.freed.front().is_some_and(|&e| !self.live(e)) {
             self.freed.pop_front();
         }
-        let now = cached.map(|(k, _)| k);
-        if was != now {
-            if let Some(k) = was {
-                if let Some(list) = self.caching.get_mut(&k) {
-                    list.retain(|&i| i != index);
-                    if list.is_empty() {
-                        self.caching.remove(&k);
+        match (was, cached) {
+            (Some((k, from)), Some((now, to))) if k == now => {
+                if let Some(c) = self.caching.get_mut(&k) {
+                    unlist(&mut c.open, index);
+                }
+                self.retally(k, Some(from), Some(to));
+            }
+            _ => {
+                if let Some((k, from)) = was {
+                    if let Some(c) = self.caching.get_mut(&k) {
+                        unlist(&mut c.open, index);
+                        unlist(&mut c.slots, index);
+                        if c.slots.is_empty() {
+                            self.caching.remove(&k);
+                        } else {
+                            self.retally(k, Some(from), None);
+                        }
                     }
                 }
+                if let Some((k, to)) = cached {
+                    self.caching.entry(k).or_default().slots.push(index);
+                    self.retally(k, None, Some(to));
+                }
             }
-            if let Some(k) = now {
-                self.caching.entry(k).or_default().push(index);
-            }
+        }
+    }
+
+    /// One slot of `conversation` went from `from` tokens of it to `to` (see
+    /// [`Caching::tally`]); the most counted again over its slots when its last went lower.
+    fn retally(&mut self, conversation: u64, from: Option<u64>, to: Option<u64>) {
+        let Some(c) = self.caching.get_mut(&conversation) else {
+            return;
+        };
+        if c.tally(from, to) {
+            let slots = &self.slots;
+            let tokens = || {
+                c.slots
+                    .iter()
+                    .filter_map(|&i| slots[i].cached.map(|(_, n)| n))
+            };
+            let most = tokens().max().unwrap_or(0);
+            c.at_most = tokens().filter(|&n| n == most).count();
+            c.most = most;
+        }
+    }
+
+    /// Slot `index` came open: open among its conversation's.
+    fn opened(&mut self, index: usize) {
+        self.freed_now(index);
+        let k = self.slots[index].cached.map(|(k, _)| k);
+        if let Some(c) = k.and_then(|k| self.caching.get_mut(&k)) {
+            c.open.push(index);
         }
     }
 
@@ -187,7 +265,7 @@ impl Table {
         }
         let mut h = None;
         self.change(index, |slot| h = slot.holder.take());
-        self.freed_now(index);
+        self.opened(index);
         h
     }
 
@@ -195,7 +273,7 @@ impl Table {
     pub fn ungrant(&mut self, index: usize) {
         if self.slots[index].holder.is_some() {
             self.change(index, |slot| slot.holder = None);
-            self.freed_now(index);
+            self.opened(index);
         }
     }
 
@@ -231,20 +309,27 @@ impl Table {
         })
     }
 
-    /// The slots caching `conversation`.
-    fn of(&self, conversation: u64) -> impl Iterator<Item = (usize, &Slot)> {
-        let list = self.caching.get(&conversation).map_or(&[][..], |l| &l[..]);
+    /// The slots caching `conversation`, all of them or the open ones (in the order freed).
+    fn of(&self, conversation: u64, open: bool) -> impl DoubleEndedIterator<Item = (usize, &Slot)> {
+        let list = self
+            .caching
+            .get(&conversation)
+            .map_or(&[][..], |c| match open {
+                true => &c.open[..],
+                false => &c.slots[..],
+            });
         list.iter().map(|&i| (i, &self.slots[i]))
     }
 
     /// The slot a request of `conversation` takes at `now`: the open one holding its
-    /// conversation (the first, when several do), else the open one kept for nobody used least recently, else any open one.
+    /// conversation (the one freed last, when several do: its latest turn), else the open one
+    /// kept for nobody used least recently, else any open one.
     pub fn choose(&self, conversation: Option<u64>, now: Instant) -> Option<usize> {
         let own = conversation.and_then(|k| {
-            self.of(k)
-                .filter(|(_, s)| s.open_to(conversation, now))
+            self.of(k, true)
+                .rev()
+                .find(|(_, s)| s.open_to(conversation, now))
                 .map(|(i, _)| i)
-                .min()
         });
         own.or_else(|| {
             // Those kept for nobody first, then the kept ones, each in the order freed.
@@ -265,14 +350,13 @@ impl Table {
         if self.kept == 0 {
             return None;
         }
-        self.of(conversation)
-            .filter(|(_, s)| {
-                s.holder.is_none()
-                    && s.kept
-                        .is_some_and(|kept| kept.conversation == conversation && now < kept.until)
+        self.of(conversation, true)
+            .rev()
+            .find(|(_, s)| {
+                s.kept
+                    .is_some_and(|kept| kept.conversation == conversation && now < kept.until)
             })
             .map(|(i, _)| i)
-            .min()
     }
 
     /// Slot `index`, when it still caches `conversation`, now caches `tokens` of it (what a
@@ -280,29 +364,22 @@ impl Table {
     pub fn cache(&mut self, index: usize, conversation: u64, tokens: u64) {
         if let Some((k, n)) = self.slots.get_mut(index).and_then(|s| s.cached.as_mut()) {
             if *k == conversation {
-                *n = tokens;
+                let from = std::mem::replace(n, tokens);
+                self.retally(conversation, Some(from), Some(tokens));
             }
         }
     }
 
     /// Tokens of `conversation` a slot holds (the most any one holds).
-    pub fn cached(&self, conversation: u64) -> Option<(usize, u64)> {
-        self.of(conversation)
-            .filter_map(|(i, s)| match s.cached {
-                Some((c, n)) if c == conversation => Some((i, n)),
-                _ => None,
-            })
-            .max_by_key(|(_, n)| *n)
+    pub fn cached(&self, conversation: u64) -> Option<u64> {
+        self.caching.get(&conversation).map(|c| c.most)
     }
 
-    /// Requests of `conversation` holding a slot.
+    /// Requests of `conversation` holding a slot (each holds one caching it).
     pub fn held_by(&self, conversation: u64) -> u32 {
-        let of = |(_, s): &(usize, &Slot)| {
-            s.holder
-                .as_ref()
-                .is_some_and(|h| h.ticket.conversation == Some(conversation))
-        };
-        self.of(conversation).filter(of).count() as u32
+        self.caching
+            .get(&conversation)
+            .map_or(0, |c| (c.slots.len() - c.open.len()) as u32)
     }
 
     /// The holder a request of class `class` takes a slot from at `now`, when every slot is
@@ -371,7 +448,8 @@ mod tests {
         };
         let own = conversation.and_then(|k| {
             open()
-                .find(|(_, s)| s.cached.is_some_and(|(c, _)| c == k))
+                .filter(|(_, s)| s.cached.is_some_and(|(c, _)| c == k))
+                .max_by_key(|(_, s)| s.freed)
                 .map(|(i, _)| i)
         });
         own.or_else(|| {
@@ -407,16 +485,26 @@ mod tests {
                 .iter()
                 .filter(|s| of(s))
                 .map(|s| s.cached.unwrap().1);
-            assert_eq!(t.cached(k).map(|(_, n)| n), most.max(), "cached {k}");
+            assert_eq!(t.cached(k), most.max(), "cached {k}");
             let held = t.slots.iter().filter(|s| {
                 s.holder
                     .as_ref()
                     .is_some_and(|h| h.ticket.conversation == Some(k))
             });
             assert_eq!(t.held_by(k) as usize, held.count(), "held_by {k}");
-            let kept = t.slots.iter().position(|s| {
-                s.holder.is_none() && s.kept.is_some_and(|x| x.conversation == k && now < x.until)
-            });
+            let mut open: Vec<usize> = t.of(k, true).map(|(i, _)| i).collect();
+            open.sort_unstable();
+            let scanned: Vec<usize> = (0..t.slots.len())
+                .filter(|&i| t.slots[i].holder.is_none() && of(&t.slots[i]))
+                .collect();
+            assert_eq!(open, scanned, "the open slots caching {k}");
+            let kept = (0..t.slots.len())
+                .filter(|&i| {
+                    let s = &t.slots[i];
+                    s.holder.is_none()
+                        && s.kept.is_some_and(|x| x.conversation == k && now < x.until)
+                })
+                .max_by_key(|&i| t.slots[i].freed);
             assert_eq!(t.kept_for(k, now), kept, "kept_for {k}");
         }
         let mut kept = t.kept();
