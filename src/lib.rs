@@ -23,6 +23,7 @@ pub mod fleet;
 pub mod guard;
 pub mod http;
 pub mod json_depth;
+mod json_key;
 mod json_scan;
 mod json_walk;
 pub mod live;

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 
 use super::payload::{apply_edits, Payload};
 use crate::error::{bounded, ProxyError};
+use crate::json_key::Key;
 
 /// The output limits a request body may set, in any API.
 const LIMITS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
@@ -52,7 +53,7 @@ impl<'de> serde::de::Visitor<'de> for ViewVisitor {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut view = RequestView::default();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             match &*key {
                 "model" => view.model = Some(map.next_value()?),
                 "stream" => view.stream = map.next_value()?,
@@ -273,7 +274,7 @@ impl<'de> serde::de::Visitor<'de> for Members<'_> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = vec![None; self.0.len()];
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             match self.0.iter().position(|k| *k == key) {
                 Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
                 None => {

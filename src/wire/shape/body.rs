@@ -3,10 +3,10 @@
 use std::borrow::Cow;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::error::ProxyError;
+use crate::json_key::Key;
 
 /// One top-level member: its key (unescaped) and its value's JSON text.
 #[derive(Debug)]
@@ -104,31 +104,6 @@ impl<'a> Members<'a> {
 pub(super) fn json_string(out: &mut Vec<u8>, s: &str) {
     // Writing a string into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
-}
-
-/// A key, borrowed from the body when it has no escapes.
-pub(super) struct Key<'a>(pub(super) Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(s)))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(s.to_owned())))
-            }
-            fn visit_string<E>(self, s: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(s)))
-            }
-        }
-        d.deserialize_str(V)
-    }
 }
 
 struct ListVisitor;

@@ -13,8 +13,8 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::body::Key;
 use crate::error::ProxyError;
+use crate::json_key::Key;
 use crate::json_scan::{finder, may_escape_word, values};
 
 /// Input kinds an alias accepts besides text.
