@@ -311,13 +311,8 @@ impl Table {
 
     /// The slots caching `conversation`, all of them or the open ones (in the order freed).
     fn of(&self, conversation: u64, open: bool) -> impl DoubleEndedIterator<Item = (usize, &Slot)> {
-        let list = self
-            .caching
-            .get(&conversation)
-            .map_or(&[][..], |c| match open {
-                true => &c.open[..],
-                false => &c.slots[..],
-            });
+        let c = self.caching.get(&conversation);
+        let list = c.map_or(&[][..], |c| if open { &c.open[..] } else { &c.slots[..] });
         list.iter().map(|&i| (i, &self.slots[i]))
     }
 
