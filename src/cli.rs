@@ -74,9 +74,50 @@ pub enum Command {
         /// A chat completions request body (JSON); `-` reads standard input.
         request: PathBuf,
     },
+    /// Print usage from the ledger's database (`[ledger]`): totals per group, from the hourly
+    /// roll-ups since a time.
+    Usage {
+        #[arg(long, default_value = "routes.toml")]
+        config: PathBuf,
+        /// How far back, as a duration (`7d`, `24h`, `90m`): the hours that began since then.
+        #[arg(long, default_value = "7d")]
+        since: humantime::Duration,
+        /// What to group by, comma-separated: client, alias, day, hour (UTC).
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "client,alias"
+        )]
+        by: Vec<UsageBy>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = switchboard::ledger::report::Format::Table)]
+        format: switchboard::ledger::report::Format,
+    },
     /// Print the alias table with each backend's health.
     Routes {
         #[arg(long, default_value = "routes.toml")]
         config: PathBuf,
     },
+}
+
+/// What `usage` groups by.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum UsageBy {
+    Client,
+    Alias,
+    Day,
+    Hour,
+}
+
+impl UsageBy {
+    pub fn dim(self) -> switchboard::ledger::Dim {
+        use switchboard::ledger::Dim;
+        match self {
+            UsageBy::Client => Dim::Client,
+            UsageBy::Alias => Dim::Alias,
+            UsageBy::Day => Dim::Day,
+            UsageBy::Hour => Dim::Hour,
+        }
+    }
 }

@@ -2,11 +2,12 @@
 //!
 //! Layers, each using only the ones listed after it: `http` (the surface) → `pipeline` (one
 //! routed request, step by step) → `live` (the config snapshot in force) → `clients` →
-//! `observe` (metrics, the request record) → `fleet` (routes, slots, health) → `upstream` (the
-//! one HTTP client) → `guard` → `tokens` → `config` → `wire` (one adapter per API) →
-//! `reasoning` → `runtime` (one file per backend runtime) → `error`, `flavor`, `address`,
-//! `files`, `json_scan`, `json_walk`. `.ci/module-cycles.py` fails the build on a cycle, on `config` naming a
-//! new layer, and on `observe` naming `tokens`.
+//! `observe` (metrics, the request record) → `ledger` (usage rows in a database) → `fleet`
+//! (routes, slots, health) → `upstream` (the one HTTP client) → `guard` → `tokens` → `config`
+//! → `wire` (one adapter per API) → `reasoning` → `runtime` (one file per backend runtime) →
+//! `error`, `flavor`, `address`, `files`, `json_scan`, `json_walk`. `.ci/module-cycles.py`
+//! fails the build on a cycle, on `config` naming a new layer, and on `observe` naming
+//! `tokens`.
 
 pub mod address;
 pub mod alloc;
@@ -26,6 +27,7 @@ pub mod json_depth;
 mod json_key;
 mod json_scan;
 mod json_walk;
+pub mod ledger;
 pub mod live;
 pub mod observe;
 pub mod path;

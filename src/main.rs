@@ -334,6 +334,27 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
     Ok(())
 }
 
+/// Totals from the ledger since `since` ago, grouped `by`, printed as `format`.
+fn usage(
+    cfg: &Config,
+    since: std::time::Duration,
+    by: &[cli::UsageBy],
+    format: switchboard::ledger::report::Format,
+) -> Result<(), String> {
+    let Some(ledger) = &cfg.ledger else {
+        return Err("no [ledger] in the config: usage is not recorded".into());
+    };
+    let dims: Vec<_> = by.iter().map(|b| b.dim()).collect();
+    let from = switchboard::ledger::now_ms() - since.as_millis() as i64;
+    let groups = dims.clone();
+    let totals = switchboard::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))?;
+    print!(
+        "{}",
+        switchboard::ledger::report::render(&totals, &dims, format)
+    );
+    Ok(())
+}
+
 /// How a command that did not fail ended.
 enum Done {
     Ok,
@@ -379,6 +400,12 @@ async fn run(cli: Cli) -> Result<Done, String> {
             alias,
             request,
         } => tokens(load(&config)?, &alias, &request).await,
+        Command::Usage {
+            config,
+            since,
+            by,
+            format,
+        } => usage(&load(&config)?, *since, &by, format),
     };
     done.map(|()| Done::Ok)
 }

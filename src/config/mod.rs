@@ -7,6 +7,7 @@ mod clients;
 mod counting;
 mod error;
 mod keys;
+mod ledger;
 mod model;
 mod names;
 mod raw;
@@ -31,6 +32,7 @@ pub use clients::{ClientSpec, Clients, Priority};
 pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use error::{ConfigError, ConfigErrors};
 pub use keys::bearer;
+pub use ledger::{parse_url as parse_ledger_url, Ledger, LedgerUrl};
 pub use model::Config;
 pub use raw::RawConfig;
 pub use schedule::{Order, Scheduling};
@@ -60,6 +62,7 @@ pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {
                 "clients.",
                 "priority.",
                 "tracing.",
+                "ledger.",
             ]
             .iter()
             .any(|section| key.starts_with(section))

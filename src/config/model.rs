@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::aliases::Alias;
 use super::backends::Backend;
 use super::clients::Clients;
+use super::ledger::Ledger;
 use super::server::Server;
 use super::tracing::Tracing;
 
@@ -20,4 +21,6 @@ pub struct Config {
     pub clients: Arc<Clients>,
     /// Where spans go; `None`: tracing off.
     pub tracing: Option<Tracing>,
+    /// Where usage is recorded; `None`: no ledger.
+    pub ledger: Option<Ledger>,
 }

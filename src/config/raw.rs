@@ -8,6 +8,7 @@ use serde::Deserialize;
 use super::aliases::RawAlias;
 use super::backends::RawBackend;
 use super::clients::{RawClient, RawPriorities};
+use super::ledger::RawLedger;
 use super::server::RawServer;
 use super::tracing::RawTracing;
 
@@ -29,4 +30,7 @@ pub struct RawConfig {
     /// Spans exported over OTLP: where, how many.
     #[serde(default)]
     pub tracing: RawTracing,
+    /// The usage ledger: where, how batched, how long kept.
+    #[serde(default)]
+    pub ledger: RawLedger,
 }

@@ -11,7 +11,7 @@ use super::model::Config;
 use super::names::name_check;
 use super::raw::RawConfig;
 use super::routing::{context_fallbacks, fallbacks, replicas};
-use super::{aliases, backends, clients, server, tracing};
+use super::{aliases, backends, clients, ledger, server, tracing};
 
 /// Validate a raw config. Collects all errors rather than stopping at the first.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
@@ -68,6 +68,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         &mut errs,
     );
     let tracing = tracing::validate(raw.tracing, &mut errs);
+    let ledger = ledger::validate(raw.ledger, &mut errs);
     if errs.is_empty() {
         Ok(Config {
             server,
@@ -75,6 +76,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             aliases,
             clients: Arc::new(clients),
             tracing,
+            ledger,
         })
     } else {
         Err(ConfigErrors(errs))

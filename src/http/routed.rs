@@ -52,6 +52,8 @@ where
             });
         }
         let caller = identify(&snap, &headers)?;
+        // A request its key let in is usage, answered or refused; one without is nobody's.
+        rec.ledger.clone_from(&snap.ledger);
         // Traced from here: a request refused before its client is known makes no span and
         // does not continue the trace it names.
         if let Some(tracer) = &snap.tracer {

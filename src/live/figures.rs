@@ -167,6 +167,7 @@ pub fn apply(config: Config, found: &Found) -> Config {
         aliases,
         clients: config.clients,
         tracing: config.tracing,
+        ledger: config.ledger,
     }
 }
 

@@ -27,6 +27,7 @@ use crate::fleet::routes::RouteTable;
 use crate::fleet::slots::Slots;
 use crate::fleet::work::Outputs;
 use crate::guard::GuardSpec;
+use crate::ledger::Ledger;
 use crate::observe::metrics::{AliasMetrics, Metrics};
 use crate::observe::trace::Tracer;
 use crate::shared::Store;
@@ -62,6 +63,8 @@ pub struct Snapshot {
     pub clients: Registry,
     /// The tracer, when `[tracing]` is on (kept while its setting is unchanged).
     pub tracer: Option<Arc<Tracer>>,
+    /// The usage ledger, when `[ledger]` is set (kept while its setting is unchanged).
+    pub ledger: Option<Arc<Ledger>>,
     /// The store slots and client limits are shared in, when `server.shared_state` is set:
     /// started with the process, the same in every snapshot.
     pub shared: Option<Arc<Store>>,
@@ -131,6 +134,7 @@ impl Snapshot {
             shared.as_ref(),
         );
         let tracer = tracer(&config, metrics, previous)?;
+        let ledger = ledger(&config, metrics, previous)?;
         let replicas = replicas(&config, at, previous, shared.as_ref());
         let live = config.aliases.values().map(|a| {
             let of = |b: &Arc<Backend>| Arc::clone(&replicas[&b.name]);
@@ -156,6 +160,7 @@ impl Snapshot {
             found,
             clients,
             tracer,
+            ledger,
             shared,
         })
     }
@@ -479,6 +484,33 @@ fn tracer(
             ConfigErrors(vec![ConfigError::BadValue {
                 key: "tracing.otlp_endpoint".into(),
                 value: settings.url.clone(),
+                reason,
+            }])
+        })
+}
+
+/// The ledger of `config`: the previous snapshot's while its setting is the same, else one
+/// opened now (its database migrated, its thread started); none without `[ledger]`.
+fn ledger(
+    config: &Config,
+    metrics: &Metrics,
+    previous: Option<&Snapshot>,
+) -> Result<Option<Arc<Ledger>>, ConfigErrors> {
+    let Some(settings) = &config.ledger else {
+        return Ok(None);
+    };
+    let kept = previous
+        .and_then(|p| p.ledger.as_ref())
+        .filter(|l| l.settings() == settings);
+    if let Some(l) = kept {
+        return Ok(Some(Arc::clone(l)));
+    }
+    Ledger::start(settings, metrics.ledger.clone())
+        .map(|l| Some(Arc::new(l)))
+        .map_err(|reason| {
+            ConfigErrors(vec![ConfigError::BadValue {
+                key: "ledger.url".into(),
+                value: settings.url.shown(),
                 reason,
             }])
         })

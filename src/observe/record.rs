@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use http::HeaderValue;
 
 use crate::fleet::work::{Clock, Job, Measured};
+use crate::ledger::{Ledger, Row};
 use crate::observe::metrics::{AliasMetrics, ClientMetrics};
 use crate::observe::trace::{End, RequestTrace};
 use crate::observe::window::Sample;
@@ -62,6 +63,14 @@ pub struct Record {
     pub trace: Option<Box<RequestTrace>>,
     /// Its work on the backend that answered: predicted, measured at its end.
     pub work: Option<Job>,
+    /// The usage ledger its row goes to, when one is kept.
+    pub ledger: Option<Arc<Ledger>>,
+    /// Time it waited for slots, all attempts together.
+    pub queued: Duration,
+    /// Times its slot was taken before it sent a byte.
+    pub preempted: u32,
+    /// An alias other than the one asked for answered it.
+    pub fell_back: bool,
 }
 
 impl Record {
@@ -91,6 +100,10 @@ impl Record {
             generated: 0,
             trace: None,
             work: None,
+            ledger: None,
+            queued: Duration::ZERO,
+            preempted: 0,
+            fell_back: false,
         }
     }
 
@@ -172,6 +185,10 @@ impl Record {
             generated: 0,
             trace: None,
             work: None,
+            ledger: None,
+            queued: Duration::ZERO,
+            preempted: 0,
+            fell_back: false,
         };
         std::mem::replace(self, husk)
     }
@@ -189,6 +206,40 @@ impl Record {
         let backend = self.backend.as_deref().unwrap_or("-");
         self.m.work(backend, client, &measured);
         Some(measured)
+    }
+
+    /// The ledger's row of the request, ending `now`.
+    fn row(&self, now: Instant, work: Option<Measured>) -> Row {
+        let ms = |d: Duration| d.as_millis() as i64;
+        let total = now - self.started;
+        let usage = self.usage.unwrap_or_default();
+        let generated = self.usage.map_or(self.generated, |u| u.completion);
+        let gpu = work.map(|w| w.work).unwrap_or_default();
+        Row {
+            seq: 0,
+            at_ms: crate::ledger::now_ms() - ms(total),
+            request_id: self.request_id.to_str().unwrap_or("-").to_string(),
+            client: self
+                .client
+                .as_ref()
+                .map_or("-", ClientMetrics::name)
+                .to_string(),
+            alias: self.m.name().to_string(),
+            backend: self.backend.as_deref().unwrap_or("-").to_string(),
+            api: self.endpoint.label().to_string(),
+            status: i64::from(self.status),
+            prompt_tokens: usage.prompt as i64,
+            cached_tokens: usage.cached.unwrap_or(0) as i64,
+            output_tokens: generated as i64,
+            gpu_prefill_s: gpu.prefill,
+            gpu_decode_s: gpu.decode,
+            ttft_ms: self.first_token.map(|t| ms(t - self.started)),
+            duration_ms: ms(total),
+            queue_ms: ms(self.queued),
+            cancelled: !self.completed,
+            preempted: i64::from(self.preempted),
+            fell_back: self.fell_back,
+        }
     }
 
     fn record(&self, now: Instant, work: Option<Measured>) {
@@ -302,6 +353,9 @@ impl Drop for Record {
                     error: self.error.as_deref(),
                     work,
                 });
+            }
+            if let Some(ledger) = self.ledger.take() {
+                ledger.record(self.row(now, work));
             }
             self.record(now, work);
         }

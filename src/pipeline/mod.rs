@@ -121,6 +121,7 @@ fn preempted(call: &mut Call<'_>, chosen: Chosen) -> Attempt {
     call.rec.metrics().preempted(class);
     traced::preempted(call.rec, &chosen);
     call.place.ticket.preemptions += 1;
+    call.rec.preempted += 1;
     Attempt::Preempted
 }
 
@@ -145,6 +146,7 @@ async fn attempt(
     tries: &mut Tries<'_>,
 ) -> Result<Attempt, ProxyError> {
     call.rec.backend = Some(chosen.replica.backend.name.clone());
+    call.rec.queued += chosen.queued;
     let (alias, backend) = (&admitted.alias.spec, &chosen.replica.backend);
     let mut out = shape::for_replica(call, alias, &admitted.body, backend)?;
     let translated = out.translated;

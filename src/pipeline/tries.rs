@@ -213,6 +213,7 @@ impl<'s> Tries<'s> {
                 t.alias(to.name());
             }
             rec.route(&to.metrics, to.spec.backend.name.as_str());
+            rec.fell_back = true;
         }
         self.why = None;
     }

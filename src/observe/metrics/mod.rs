@@ -3,6 +3,7 @@
 
 mod alias;
 mod client;
+mod exports;
 mod gpu;
 mod labels;
 mod text;
@@ -74,6 +75,8 @@ pub struct Metrics {
     pub connections_refused: Counter,
     /// Spans the tracer could not export.
     pub spans_dropped: SpansDropped,
+    /// The usage ledger's rows written, dropped and waiting.
+    pub ledger: crate::ledger::Counters,
     clients: ClientFamilies,
     gpu: gpu::GpuFamilies,
     /// The status page's rolling window of every alias, kept across reloads like the series.
@@ -131,6 +134,7 @@ impl Metrics {
             client_connections: Gauge::default(),
             connections_refused: Counter::default(),
             spans_dropped: SpansDropped::default(),
+            ledger: Default::default(),
             clients: ClientFamilies::default(),
             gpu: gpu::GpuFamilies::default(),
             windows: Mutex::default(),
@@ -319,18 +323,7 @@ impl Metrics {
             "Client connections closed at once because server.max_connections were open",
             self.connections_refused.clone(),
         );
-        for reason in [
-            SpanDrop::queue_full,
-            SpanDrop::export_failed,
-            SpanDrop::too_large,
-        ] {
-            self.spans_dropped.add(reason, 0);
-        }
-        r.register(
-            "trace_spans_dropped",
-            "Spans not exported (queue_full: tracing.queue_spans were waiting; export_failed: the collector refused, was unreachable or too slow; too_large: one span over tracing.export_max_bytes), by reason",
-            self.spans_dropped.0.clone(),
-        );
+        exports::register(r, &self.spans_dropped, &self.ledger);
         let info: Family<VersionLabel, Gauge> = Family::default();
         info.get_or_create(&VersionLabel {
             version: env!("CARGO_PKG_VERSION"),

@@ -1,0 +1,188 @@
+//! `[ledger]`: where the usage ledger is kept (a SQLite file or a PostgreSQL database), how
+//! its rows are batched and how long raw rows are kept; off while no `url` is set.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::error::ConfigError;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLedger {
+    pub url: Option<String>,
+    pub batch_rows: Option<u64>,
+    pub batch_interval_ms: Option<u64>,
+    pub buffer_rows: Option<u64>,
+    pub retention_days: Option<u64>,
+}
+
+/// The database a ledger is kept in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerUrl {
+    /// A SQLite file (`sqlite:///abs/path.db`, `sqlite://relative.db`), made when missing.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, as `postgres://` or `postgresql://` URL (its password, if any,
+    /// is never logged).
+    Postgres(String),
+}
+
+impl LedgerUrl {
+    /// The URL as it may be shown: a PostgreSQL password replaced by `***`.
+    pub fn shown(&self) -> String {
+        match self {
+            LedgerUrl::Sqlite(p) => format!("sqlite://{}", p.display()),
+            LedgerUrl::Postgres(u) => match url::Url::parse(u) {
+                Ok(mut u) if u.password().is_some() => {
+                    let _ = u.set_password(Some("***"));
+                    u.to_string()
+                }
+                _ => u.clone(),
+            },
+        }
+    }
+}
+
+/// The ledger as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ledger {
+    pub url: LedgerUrl,
+    /// A batch is written once it holds this many rows (or its interval passed).
+    pub batch_rows: usize,
+    /// A batch is written at least this often while rows wait.
+    pub batch_interval: Duration,
+    /// Rows waiting for the database at most (in the queue and in batches not yet written);
+    /// more are dropped and counted (`switchboard_ledger_rows_dropped_total`).
+    pub buffer_rows: usize,
+    /// Raw rows older than this many days are deleted (the hourly and daily roll-ups stay);
+    /// 0 keeps them forever.
+    pub retention_days: u64,
+}
+
+/// The `[ledger]` section: `None` when no `url` is set (no ledger).
+pub fn validate(raw: RawLedger, errs: &mut Vec<ConfigError>) -> Option<Ledger> {
+    let bad = |key: &str, value: &str, reason: &str| ConfigError::BadValue {
+        key: format!("ledger.{key}"),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
+    let text = raw.url?;
+    let url = match parse_url(&text) {
+        Ok(u) => u,
+        Err(reason) => {
+            errs.push(bad("url", &text, &reason));
+            return None;
+        }
+    };
+    let mut bounded = |key: &str, v: Option<u64>, default: u64, range: (u64, u64)| {
+        let v = v.unwrap_or(default);
+        if v < range.0 || v > range.1 {
+            let reason = format!("must be between {} and {}", range.0, range.1);
+            errs.push(bad(key, &v.to_string(), &reason));
+        }
+        v
+    };
+    let batch_rows = bounded("batch_rows", raw.batch_rows, 500, (1, 100_000));
+    let interval = bounded(
+        "batch_interval_ms",
+        raw.batch_interval_ms,
+        1000,
+        (10, 600_000),
+    );
+    let buffer_rows = bounded("buffer_rows", raw.buffer_rows, 100_000, (1, 10_000_000));
+    let retention_days = bounded("retention_days", raw.retention_days, 90, (0, 36_500));
+    if buffer_rows < batch_rows {
+        errs.push(bad(
+            "buffer_rows",
+            &buffer_rows.to_string(),
+            "must be at least ledger.batch_rows",
+        ));
+    }
+    Some(Ledger {
+        url,
+        batch_rows: batch_rows as usize,
+        batch_interval: Duration::from_millis(interval),
+        buffer_rows: buffer_rows as usize,
+        retention_days,
+    })
+}
+
+/// `sqlite://PATH` (three slashes for an absolute path) or a `postgres://` URL.
+pub fn parse_url(text: &str) -> Result<LedgerUrl, String> {
+    if let Some(path) = text.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err("names no file (sqlite:///var/lib/switchboard/usage.db)".into());
+        }
+        return Ok(LedgerUrl::Sqlite(PathBuf::from(path)));
+    }
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        return match url::Url::parse(text) {
+            Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) => {
+                Ok(LedgerUrl::Postgres(text.to_string()))
+            }
+            Ok(_) => Err("names no host".into()),
+            Err(e) => Err(format!("is not a URL: {e}")),
+        };
+    }
+    Err("must start with sqlite:// or postgres://".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(toml: &str) -> (Option<Ledger>, Vec<String>) {
+        use figment::providers::{Format, Toml};
+        let raw: RawLedger = figment::Figment::new()
+            .merge(Toml::string(toml))
+            .extract()
+            .unwrap_or_default();
+        let mut errs = Vec::new();
+        let l = validate(raw, &mut errs);
+        (l, errs.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn a_ledger_is_off_without_a_url_and_has_defaults_with_one() {
+        assert_eq!(check("").0, None);
+        let (l, errs) = check(r#"url = "sqlite:///var/lib/switchboard/usage.db""#);
+        assert!(errs.is_empty(), "{errs:?}");
+        let l = l.unwrap();
+        assert_eq!(
+            l.url,
+            LedgerUrl::Sqlite("/var/lib/switchboard/usage.db".into())
+        );
+        assert_eq!(
+            (l.batch_rows, l.buffer_rows, l.retention_days),
+            (500, 100_000, 90)
+        );
+        assert_eq!(l.batch_interval, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_bad_url_or_bound_is_named() {
+        for (toml, key) in [
+            (r#"url = "mysql://x/db""#, "ledger.url"),
+            (r#"url = "sqlite://""#, "ledger.url"),
+            (r#"url = "postgres://""#, "ledger.url"),
+            (
+                "url = \"sqlite://a.db\"\nbatch_rows = 0",
+                "ledger.batch_rows",
+            ),
+            (
+                "url = \"sqlite://a.db\"\nbatch_rows = 10\nbuffer_rows = 5",
+                "ledger.buffer_rows",
+            ),
+        ] {
+            let (_, errs) = check(toml);
+            assert!(errs.iter().any(|e| e.contains(key)), "{toml}: {errs:?}");
+        }
+    }
+
+    #[test]
+    fn a_postgres_password_is_not_shown() {
+        let u = parse_url("postgres://sb:secret@db:5432/usage").unwrap();
+        assert_eq!(u.shown(), "postgres://sb:***@db:5432/usage");
+    }
+}

@@ -1,0 +1,83 @@
+//! The ledger's schema, one migration per version, written once for both databases (the
+//! types and statements here mean the same in SQLite and PostgreSQL).
+//!
+//! A database records the versions applied to it in `ledger_schema`; at start the missing
+//! ones are applied in order, in one transaction. A database that holds a version this build
+//! does not know was written by a newer Switchboard: it is refused, never altered.
+
+/// Each version's statements, in order: `MIGRATIONS[0]` makes version 1.
+pub const MIGRATIONS: &[&[&str]] = &[&[
+    // One row per request that reached a model endpoint. `process` and `seq` name the row
+    // where it was made, so a batch written again (its commit's outcome unknown) is found.
+    "CREATE TABLE requests (
+        process TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        request_id TEXT NOT NULL,
+        client TEXT NOT NULL,
+        alias TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        api TEXT NOT NULL,
+        status BIGINT NOT NULL,
+        prompt_tokens BIGINT NOT NULL,
+        cached_tokens BIGINT NOT NULL,
+        output_tokens BIGINT NOT NULL,
+        gpu_prefill_s DOUBLE PRECISION NOT NULL,
+        gpu_decode_s DOUBLE PRECISION NOT NULL,
+        ttft_ms BIGINT,
+        duration_ms BIGINT NOT NULL,
+        queue_ms BIGINT NOT NULL,
+        cancelled BIGINT NOT NULL,
+        preempted BIGINT NOT NULL,
+        fell_back BIGINT NOT NULL,
+        PRIMARY KEY (process, seq)
+    )",
+    "CREATE INDEX requests_at ON requests (at_ms)",
+    ROLLUP_HOURLY,
+    ROLLUP_DAILY,
+]];
+
+const ROLLUP_HOURLY: &str = "CREATE TABLE usage_hourly (
+    bucket_ms BIGINT NOT NULL,
+    client TEXT NOT NULL,
+    alias TEXT NOT NULL,
+    requests BIGINT NOT NULL,
+    errors BIGINT NOT NULL,
+    prompt_tokens BIGINT NOT NULL,
+    cached_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    gpu_prefill_s DOUBLE PRECISION NOT NULL,
+    gpu_decode_s DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (bucket_ms, client, alias)
+)";
+
+const ROLLUP_DAILY: &str = "CREATE TABLE usage_daily (
+    bucket_ms BIGINT NOT NULL,
+    client TEXT NOT NULL,
+    alias TEXT NOT NULL,
+    requests BIGINT NOT NULL,
+    errors BIGINT NOT NULL,
+    prompt_tokens BIGINT NOT NULL,
+    cached_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    gpu_prefill_s DOUBLE PRECISION NOT NULL,
+    gpu_decode_s DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (bucket_ms, client, alias)
+)";
+
+/// The newest version this build writes.
+pub const LATEST: i64 = MIGRATIONS.len() as i64;
+
+/// Made before anything is read, so a new database and an old one read alike.
+pub const VERSIONS: &str = "CREATE TABLE IF NOT EXISTS ledger_schema (version BIGINT NOT NULL)";
+
+/// The roll-up tables and the width of their buckets in milliseconds (UTC hours and days).
+pub const ROLLUPS: [(&str, i64); 2] = [("usage_hourly", 3_600_000), ("usage_daily", 86_400_000)];
+
+/// Why a database at `at` is refused: it holds a version newer than this build's.
+pub fn too_new(at: &str, version: i64) -> String {
+    format!(
+        "the ledger at {at} has schema version {version}, written by a newer Switchboard \
+         (this build knows versions up to {LATEST}); refused, and left as it is"
+    )
+}

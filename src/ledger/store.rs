@@ -1,0 +1,527 @@
+//! The ledger's database: a SQLite file or a PostgreSQL server, opened and migrated at start,
+//! written a batch per transaction (the rows and their roll-ups together), read for reports.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use rusqlite::TransactionBehavior;
+
+use super::schema::{self, LATEST, MIGRATIONS, ROLLUPS, VERSIONS};
+use super::Row;
+use crate::config::LedgerUrl;
+
+/// The PostgreSQL advisory lock migrations are made under.
+const MIGRATION_LOCK: i64 = 0x5357_4c45_4447;
+
+/// A PostgreSQL error with the server's own message where it sent one.
+fn pg(e: postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+/// An open ledger database.
+pub enum Store {
+    Sqlite(rusqlite::Connection, String),
+    Postgres(Box<postgres::Client>, String),
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.at())
+    }
+}
+
+/// What a report groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dim {
+    Client,
+    Alias,
+    /// The UTC day.
+    Day,
+    /// The UTC hour.
+    Hour,
+}
+
+impl Dim {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dim::Client => "client",
+            Dim::Alias => "alias",
+            Dim::Day => "day",
+            Dim::Hour => "hour",
+        }
+    }
+
+    fn column(self) -> &'static str {
+        match self {
+            Dim::Client => "client",
+            Dim::Alias => "alias",
+            Dim::Day => "(bucket_ms / 86400000) * 86400000",
+            Dim::Hour => "bucket_ms",
+        }
+    }
+}
+
+/// One group of a report: its keys (in the order asked, a day or hour as its start in
+/// milliseconds since the epoch) and its sums.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Total {
+    pub keys: Vec<String>,
+    pub requests: i64,
+    pub errors: i64,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+    pub gpu_prefill_s: f64,
+    pub gpu_decode_s: f64,
+}
+
+/// One bucket of one alias and client, as the usage API reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Bucketed {
+    /// Its start, in milliseconds since the epoch.
+    pub start_ms: i64,
+    pub alias: String,
+    pub client: String,
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+}
+
+/// A roll-up bucket's sums.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sums {
+    requests: i64,
+    errors: i64,
+    prompt: i64,
+    cached: i64,
+    output: i64,
+    prefill: f64,
+    decode: f64,
+}
+
+const INSERT_ROW: &str = "INSERT INTO requests (process, seq, at_ms, request_id, client, alias, \
+    backend, api, status, prompt_tokens, cached_tokens, output_tokens, gpu_prefill_s, \
+    gpu_decode_s, ttft_ms, duration_ms, queue_ms, cancelled, preempted, fell_back) VALUES \
+    ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)";
+
+fn upsert(table: &str) -> String {
+    let add = |c: &str| format!("{c} = {table}.{c} + excluded.{c}");
+    let sums = [
+        "requests",
+        "errors",
+        "prompt_tokens",
+        "cached_tokens",
+        "output_tokens",
+        "gpu_prefill_s",
+        "gpu_decode_s",
+    ];
+    format!(
+        "INSERT INTO {table} (bucket_ms, client, alias, requests, errors, prompt_tokens, \
+         cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s) VALUES \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (bucket_ms, client, alias) DO \
+         UPDATE SET {}",
+        sums.map(add).join(", ")
+    )
+}
+
+impl Store {
+    /// Opens the database at `url` and brings its schema to this build's version; an error
+    /// names the database and says why (a file that is no SQLite database, a newer schema).
+    pub fn open(url: &LedgerUrl) -> Result<Store, String> {
+        let at = url.shown();
+        let mut store = match url {
+            LedgerUrl::Sqlite(path) => {
+                let conn = rusqlite::Connection::open(path).map_err(|e| format!("{at}: {e}"))?;
+                conn.busy_timeout(Duration::from_secs(10))
+                    .map_err(|e| format!("{at}: {e}"))?;
+                // The first read tells a file that is no database.
+                conn.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+                    .map_err(|e| format!("{at}: {e}"))?;
+                Store::Sqlite(conn, at)
+            }
+            LedgerUrl::Postgres(text) => {
+                let mut cfg = postgres::Config::from_str(text).map_err(|e| format!("{at}: {e}"))?;
+                if cfg.get_connect_timeout().is_none() {
+                    cfg.connect_timeout(Duration::from_secs(5));
+                }
+                let client = cfg
+                    .connect(postgres::NoTls)
+                    .map_err(|e| format!("{at}: {e}"))?;
+                Store::Postgres(Box::new(client), at)
+            }
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The database as it may be shown.
+    pub fn at(&self) -> &str {
+        match self {
+            Store::Sqlite(_, at) | Store::Postgres(_, at) => at,
+        }
+    }
+
+    /// Applies the migrations the database lacks, in one transaction (PostgreSQL: under a lock,
+    /// so two processes starting at once apply each once); refuses a newer database.
+    fn migrate(&mut self) -> Result<i64, String> {
+        let at = self.at().to_string();
+        let err = |e: &dyn std::fmt::Display| format!("{at}: {e}");
+        let version_of = |v: Option<i64>| v.unwrap_or(0);
+        let max = "SELECT max(version) FROM ledger_schema";
+        let insert = "INSERT INTO ledger_schema (version) VALUES ($1)";
+        match self {
+            Store::Sqlite(conn, _) => {
+                conn.execute_batch(VERSIONS).map_err(|e| err(&e))?;
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(|e| err(&e))?;
+                let version = version_of(tx.query_row(max, [], |r| r.get(0)).map_err(|e| err(&e))?);
+                if version > LATEST {
+                    return Err(schema::too_new(&at, version));
+                }
+                for (n, steps) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                    for step in *steps {
+                        tx.execute_batch(step).map_err(|e| err(&e))?;
+                    }
+                    tx.execute(insert, [n as i64 + 1]).map_err(|e| err(&e))?;
+                }
+                tx.commit().map_err(|e| err(&e))?;
+                Ok(version)
+            }
+            Store::Postgres(client, _) => {
+                // One process at a time makes and migrates the schema (two starting at once
+                // would both make `ledger_schema`); the lock ends with the session at worst.
+                client
+                    .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
+                    .map_err(|e| err(&pg(e)))?;
+                let migrated = (|| -> Result<Result<i64, i64>, String> {
+                    client.batch_execute(VERSIONS).map_err(pg)?;
+                    let mut tx = client.transaction().map_err(pg)?;
+                    let version = version_of(tx.query_one(max, &[]).map_err(pg)?.get(0));
+                    if version > LATEST {
+                        return Ok(Err(version));
+                    }
+                    for (n, steps) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                        for step in *steps {
+                            tx.batch_execute(step).map_err(pg)?;
+                        }
+                        tx.execute(insert, &[&(n as i64 + 1)]).map_err(pg)?;
+                    }
+                    tx.commit().map_err(pg)?;
+                    Ok(Ok(version))
+                })();
+                let _ =
+                    client.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"));
+                match migrated {
+                    Ok(Ok(version)) => Ok(version),
+                    Ok(Err(newer)) => Err(schema::too_new(&at, newer)),
+                    Err(e) => Err(err(&e)),
+                }
+            }
+        }
+    }
+
+    /// Writes `rows` (made by `process`) and adds them to the roll-ups, in one transaction.
+    pub fn write(&mut self, process: &str, rows: &[Row]) -> Result<(), String> {
+        let rollups = ROLLUPS.map(|(table, width)| (table, rollup(rows, width)));
+        match self {
+            Store::Sqlite(conn, _) => {
+                let tx = conn.transaction().map_err(|e| e.to_string())?;
+                {
+                    let mut insert = tx.prepare_cached(INSERT_ROW).map_err(|e| e.to_string())?;
+                    for r in rows {
+                        insert
+                            .execute(rusqlite::params![
+                                process,
+                                r.seq,
+                                r.at_ms,
+                                r.request_id,
+                                r.client,
+                                r.alias,
+                                r.backend,
+                                r.api,
+                                r.status,
+                                r.prompt_tokens,
+                                r.cached_tokens,
+                                r.output_tokens,
+                                r.gpu_prefill_s,
+                                r.gpu_decode_s,
+                                r.ttft_ms,
+                                r.duration_ms,
+                                r.queue_ms,
+                                i64::from(r.cancelled),
+                                r.preempted,
+                                i64::from(r.fell_back),
+                            ])
+                            .map_err(|e| e.to_string())?;
+                    }
+                    for (table, groups) in &rollups {
+                        let mut up = tx.prepare(&upsert(table)).map_err(|e| e.to_string())?;
+                        for ((bucket, client, alias), s) in groups {
+                            up.execute(rusqlite::params![
+                                bucket, client, alias, s.requests, s.errors, s.prompt, s.cached,
+                                s.output, s.prefill, s.decode,
+                            ])
+                            .map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+                tx.commit().map_err(|e| e.to_string())
+            }
+            Store::Postgres(client, _) => {
+                let mut tx = client.transaction().map_err(pg)?;
+                let insert = tx.prepare(INSERT_ROW).map_err(pg)?;
+                for r in rows {
+                    let (cancelled, fell_back) = (i64::from(r.cancelled), i64::from(r.fell_back));
+                    tx.execute(
+                        &insert,
+                        &[
+                            &process,
+                            &r.seq,
+                            &r.at_ms,
+                            &r.request_id,
+                            &r.client,
+                            &r.alias,
+                            &r.backend,
+                            &r.api,
+                            &r.status,
+                            &r.prompt_tokens,
+                            &r.cached_tokens,
+                            &r.output_tokens,
+                            &r.gpu_prefill_s,
+                            &r.gpu_decode_s,
+                            &r.ttft_ms,
+                            &r.duration_ms,
+                            &r.queue_ms,
+                            &cancelled,
+                            &r.preempted,
+                            &fell_back,
+                        ],
+                    )
+                    .map_err(pg)?;
+                }
+                for (table, groups) in &rollups {
+                    let up = tx.prepare(&upsert(table)).map_err(pg)?;
+                    for ((bucket, client, alias), s) in groups {
+                        tx.execute(
+                            &up,
+                            &[
+                                bucket,
+                                client,
+                                alias,
+                                &s.requests,
+                                &s.errors,
+                                &s.prompt,
+                                &s.cached,
+                                &s.output,
+                                &s.prefill,
+                                &s.decode,
+                            ],
+                        )
+                        .map_err(pg)?;
+                    }
+                }
+                tx.commit().map_err(pg)
+            }
+        }
+    }
+
+    /// Whether the row `seq` of `process` is written (a batch whose commit's outcome is
+    /// unknown is looked for by its first row).
+    pub fn holds(&mut self, process: &str, seq: i64) -> Result<bool, String> {
+        let q = "SELECT count(*) FROM requests WHERE process = $1 AND seq = $2";
+        let n: i64 = match self {
+            Store::Sqlite(conn, _) => conn
+                .query_row(q, rusqlite::params![process, seq], |r| r.get(0))
+                .map_err(|e| e.to_string())?,
+            Store::Postgres(client, _) => {
+                client.query_one(q, &[&process, &seq]).map_err(pg)?.get(0)
+            }
+        };
+        Ok(n > 0)
+    }
+
+    /// Deletes the raw rows older than `before_ms` (the roll-ups stay); how many.
+    pub fn prune(&mut self, before_ms: i64) -> Result<u64, String> {
+        let q = "DELETE FROM requests WHERE at_ms < $1";
+        match self {
+            Store::Sqlite(conn, _) => conn
+                .execute(q, [before_ms])
+                .map(|n| n as u64)
+                .map_err(|e| e.to_string()),
+            Store::Postgres(client, _) => client.execute(q, &[&before_ms]).map_err(pg),
+        }
+    }
+
+    /// Whether the connection is lost for good (PostgreSQL), so the next write reconnects.
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Store::Postgres(c, _) if c.is_closed())
+    }
+
+    /// Sums of the hourly roll-ups from `since_ms` on (by hour: a bucket that began before it
+    /// is not counted), grouped by `by` and ordered by the groups' keys.
+    pub fn totals(&mut self, since_ms: i64, by: &[Dim]) -> Result<Vec<Total>, String> {
+        let keys: Vec<String> = by
+            .iter()
+            .enumerate()
+            .map(|(i, d)| format!("CAST({} AS TEXT) AS k{i}", d.column()))
+            .collect();
+        let group: Vec<String> = (0..by.len()).map(|i| format!("k{i}")).collect();
+        let select = keys
+            .iter()
+            .cloned()
+            .chain([
+                "CAST(sum(requests) AS BIGINT)".into(),
+                "CAST(sum(errors) AS BIGINT)".into(),
+                "CAST(sum(prompt_tokens) AS BIGINT)".into(),
+                "CAST(sum(cached_tokens) AS BIGINT)".into(),
+                "CAST(sum(output_tokens) AS BIGINT)".into(),
+                "CAST(sum(gpu_prefill_s) AS DOUBLE PRECISION)".into(),
+                "CAST(sum(gpu_decode_s) AS DOUBLE PRECISION)".into(),
+            ])
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut q = format!("SELECT {select} FROM usage_hourly WHERE bucket_ms >= $1");
+        if !group.is_empty() {
+            q += &format!(" GROUP BY {0} ORDER BY {0}", group.join(", "));
+        }
+        let n = by.len();
+        let total = |get: &dyn Fn(usize) -> Result<Option<String>, String>,
+                     int: &dyn Fn(usize) -> Result<Option<i64>, String>,
+                     float: &dyn Fn(usize) -> Result<Option<f64>, String>|
+         -> Result<Total, String> {
+            Ok(Total {
+                keys: (0..n)
+                    .map(|i| get(i).map(Option::unwrap_or_default))
+                    .collect::<Result<_, _>>()?,
+                requests: int(n)?.unwrap_or(0),
+                errors: int(n + 1)?.unwrap_or(0),
+                prompt_tokens: int(n + 2)?.unwrap_or(0),
+                cached_tokens: int(n + 3)?.unwrap_or(0),
+                output_tokens: int(n + 4)?.unwrap_or(0),
+                gpu_prefill_s: float(n + 5)?.unwrap_or(0.0),
+                gpu_decode_s: float(n + 6)?.unwrap_or(0.0),
+            })
+        };
+        let mut out = Vec::new();
+        match self {
+            Store::Sqlite(conn, _) => {
+                let mut st = conn.prepare(&q).map_err(|e| e.to_string())?;
+                let mut rows = st.query([since_ms]).map_err(|e| e.to_string())?;
+                while let Some(r) = rows.next().map_err(|e| e.to_string())? {
+                    out.push(total(
+                        &|i| r.get(i).map_err(|e| e.to_string()),
+                        &|i| r.get(i).map_err(|e| e.to_string()),
+                        &|i| r.get(i).map_err(|e| e.to_string()),
+                    )?);
+                }
+            }
+            Store::Postgres(client, _) => {
+                for r in client.query(&q, &[&since_ms]).map_err(pg)? {
+                    out.push(total(
+                        &|i| r.try_get(i).map_err(pg),
+                        &|i| r.try_get(i).map_err(pg),
+                        &|i| r.try_get(i).map_err(pg),
+                    )?);
+                }
+            }
+        }
+        // A report with no rows at all still has its one total when nothing is grouped.
+        out.retain(|t| !by.is_empty() || t.requests > 0);
+        Ok(out)
+    }
+}
+
+impl Store {
+    /// Requests and tokens per bucket of `width_ms` (a minute, from the raw rows; an hour or
+    /// a day, from their roll-ups), alias and client, for the buckets starting in
+    /// `[from_ms, to_ms)`, ordered by bucket, alias and client.
+    pub fn buckets(
+        &mut self,
+        width_ms: i64,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<Bucketed>, String> {
+        let q = match width_ms {
+            60_000 => "SELECT (at_ms / 60000) * 60000 AS b, alias, client, count(*), \
+                CAST(sum(prompt_tokens) AS BIGINT), CAST(sum(cached_tokens) AS BIGINT), \
+                CAST(sum(output_tokens) AS BIGINT) FROM requests \
+                WHERE at_ms >= $1 AND at_ms < $2 GROUP BY b, alias, client ORDER BY b, alias, client"
+                .to_string(),
+            w => {
+                let table = ROLLUPS
+                    .iter()
+                    .find(|(_, width)| *width == w)
+                    .map(|(t, _)| *t)
+                    .ok_or_else(|| format!("no roll-up of {w} ms"))?;
+                format!(
+                    "SELECT bucket_ms, alias, client, CAST(sum(requests) AS BIGINT), \
+                     CAST(sum(prompt_tokens) AS BIGINT), CAST(sum(cached_tokens) AS BIGINT), \
+                     CAST(sum(output_tokens) AS BIGINT) FROM {table} \
+                     WHERE bucket_ms >= $1 AND bucket_ms < $2 GROUP BY bucket_ms, alias, client \
+                     ORDER BY bucket_ms, alias, client"
+                )
+            }
+        };
+        let mut out = Vec::new();
+        match self {
+            Store::Sqlite(conn, _) => {
+                let mut st = conn.prepare(&q).map_err(|e| e.to_string())?;
+                let mut rows = st.query([from_ms, to_ms]).map_err(|e| e.to_string())?;
+                while let Some(r) = rows.next().map_err(|e| e.to_string())? {
+                    let get = |i| r.get::<_, i64>(i).map_err(|e| e.to_string());
+                    let text = |i| r.get::<_, String>(i).map_err(|e| e.to_string());
+                    out.push(Bucketed {
+                        start_ms: get(0)?,
+                        alias: text(1)?,
+                        client: text(2)?,
+                        requests: get(3)?,
+                        prompt_tokens: get(4)?,
+                        cached_tokens: get(5)?,
+                        output_tokens: get(6)?,
+                    });
+                }
+            }
+            Store::Postgres(client, _) => {
+                for r in client.query(&q, &[&from_ms, &to_ms]).map_err(pg)? {
+                    let get = |i| r.try_get::<_, i64>(i).map_err(pg);
+                    let text = |i| r.try_get::<_, String>(i).map_err(pg);
+                    out.push(Bucketed {
+                        start_ms: get(0)?,
+                        alias: text(1)?,
+                        client: text(2)?,
+                        requests: get(3)?,
+                        prompt_tokens: get(4)?,
+                        cached_tokens: get(5)?,
+                        output_tokens: get(6)?,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `rows` summed per bucket of `width` milliseconds, client and alias.
+fn rollup(rows: &[Row], width: i64) -> BTreeMap<(i64, String, String), Sums> {
+    let mut groups: BTreeMap<(i64, String, String), Sums> = BTreeMap::new();
+    for r in rows {
+        let bucket = r.at_ms.div_euclid(width) * width;
+        let s = groups
+            .entry((bucket, r.client.clone(), r.alias.clone()))
+            .or_default();
+        s.requests += 1;
+        s.errors += i64::from(r.status >= 400);
+        s.prompt += r.prompt_tokens;
+        s.cached += r.cached_tokens;
+        s.output += r.output_tokens;
+        s.prefill += r.gpu_prefill_s;
+        s.decode += r.gpu_decode_s;
+    }
+    groups
+}

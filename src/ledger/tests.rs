@@ -1,0 +1,189 @@
+//! The ledger against a real SQLite file: its schema's versions, batches and roll-ups, the
+//! writer's bound.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::{Ledger as Settings, LedgerUrl};
+
+fn settings(dir: &tempfile::TempDir) -> Settings {
+    Settings {
+        url: LedgerUrl::Sqlite(dir.path().join("usage.db")),
+        batch_rows: 3,
+        batch_interval: Duration::from_millis(10),
+        buffer_rows: 1000,
+        retention_days: 0,
+    }
+}
+
+fn row(i: i64, client: &str, alias: &str, at_ms: i64) -> Row {
+    Row {
+        seq: i,
+        at_ms,
+        request_id: format!("req-{i}"),
+        client: client.into(),
+        alias: alias.into(),
+        backend: "gpu".into(),
+        api: "chat_completions".into(),
+        status: if i % 4 == 3 { 400 } else { 200 },
+        prompt_tokens: 100 + i,
+        cached_tokens: i,
+        output_tokens: 10 + i,
+        gpu_prefill_s: 0.25 * i as f64,
+        gpu_decode_s: 0.5,
+        ttft_ms: Some(20),
+        duration_ms: 200,
+        queue_ms: 0,
+        cancelled: false,
+        preempted: 0,
+        fell_back: false,
+    }
+}
+
+fn raw(path: &std::path::Path, sql: &str) -> i64 {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn a_new_database_gets_every_version_and_an_old_one_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    drop(Store::open(&s.url).unwrap());
+    drop(Store::open(&s.url).unwrap());
+    let path = dir.path().join("usage.db");
+    assert_eq!(
+        raw(&path, "SELECT max(version) FROM ledger_schema"),
+        SCHEMA_VERSION
+    );
+    assert_eq!(
+        raw(&path, "SELECT count(*) FROM ledger_schema"),
+        SCHEMA_VERSION
+    );
+}
+
+#[test]
+fn a_database_of_a_newer_version_is_refused_and_not_altered() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    drop(Store::open(&s.url).unwrap());
+    let path = dir.path().join("usage.db");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute("INSERT INTO ledger_schema (version) VALUES (99)", [])
+        .unwrap();
+    drop(c);
+    let before = std::fs::read(&path).unwrap();
+    let err = Store::open(&s.url).unwrap_err();
+    assert!(err.contains("schema version 99"), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn a_file_that_is_no_database_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let path = dir.path().join("usage.db");
+    std::fs::write(&path, vec![0x5a; 8192]).unwrap();
+    let err = Store::open(&s.url).unwrap_err();
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(err.contains("not a database"), "{err}");
+}
+
+#[test]
+fn roll_ups_equal_the_raw_rows_and_a_batch_is_found_by_its_first_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let mut store = Store::open(&s.url).unwrap();
+    let day = 1_796_515_200_000;
+    let rows: Vec<Row> = (0..40)
+        .map(|i| {
+            let (client, alias) = (
+                ["ann", "bob"][i as usize % 2],
+                ["a", "b", "c"][i as usize % 3],
+            );
+            row(i, client, alias, day + i * 1_000_000)
+        })
+        .collect();
+    assert!(!store.holds("p", 0).unwrap());
+    store.write("p", &rows[..25]).unwrap();
+    store.write("p", &rows[25..]).unwrap();
+    assert!(store.holds("p", 0).unwrap() && store.holds("p", 25).unwrap());
+    for by in [
+        vec![Dim::Client, Dim::Alias],
+        vec![Dim::Day],
+        vec![Dim::Hour, Dim::Client],
+        vec![],
+    ] {
+        let totals = store.totals(0, &by).unwrap();
+        let sum = |f: fn(&Total) -> i64| totals.iter().map(f).sum::<i64>();
+        assert_eq!(sum(|t| t.requests), 40, "{by:?}");
+        assert_eq!(sum(|t| t.errors), 10, "{by:?}");
+        assert_eq!(
+            sum(|t| t.prompt_tokens),
+            rows.iter().map(|r| r.prompt_tokens).sum::<i64>()
+        );
+        assert_eq!(
+            sum(|t| t.output_tokens),
+            rows.iter().map(|r| r.output_tokens).sum::<i64>()
+        );
+        let prefill: f64 = totals.iter().map(|t| t.gpu_prefill_s).sum();
+        assert!((prefill - 0.25 * 780.0).abs() < 1e-9, "{prefill}");
+    }
+    // Per client and alias, each group's sums equal its raw rows'.
+    let path = dir.path().join("usage.db");
+    for t in store.totals(0, &[Dim::Client, Dim::Alias]).unwrap() {
+        let q = format!(
+            "SELECT sum(prompt_tokens) FROM requests WHERE client = '{}' AND alias = '{}'",
+            t.keys[0], t.keys[1]
+        );
+        assert_eq!(raw(&path, &q), t.prompt_tokens, "{t:?}");
+    }
+    // Retention deletes raw rows only.
+    assert_eq!(store.prune(day + 20 * 1_000_000).unwrap(), 20);
+    assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 20);
+    let all = store.totals(0, &[]).unwrap();
+    assert_eq!(all[0].requests, 40);
+}
+
+#[test]
+fn the_writer_writes_every_row_and_closing_writes_what_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let counters = Counters::default();
+    let ledger = Ledger::start(&settings(&dir), counters.clone()).unwrap();
+    for i in 0..10 {
+        ledger.record(row(0, "ann", "a", 1_796_515_200_000 + i));
+    }
+    ledger.close();
+    let path = dir.path().join("usage.db");
+    assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 10);
+    assert_eq!(
+        raw(&path, "SELECT count(DISTINCT seq) FROM requests"),
+        10,
+        "each row numbered once"
+    );
+    assert_eq!((counters.written.get(), counters.dropped.get()), (10, 0));
+    assert_eq!(counters.waiting.get(), 0);
+}
+
+#[test]
+fn rows_over_the_buffer_are_dropped_and_counted_never_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(&dir);
+    (s.batch_rows, s.buffer_rows) = (5, 5);
+    s.batch_interval = Duration::from_secs(600);
+    let counters = Counters::default();
+    let ledger = Ledger::start(&s, counters.clone()).unwrap();
+    // The database is held by another writer: the writer's batch cannot commit.
+    let path = dir.path().join("usage.db");
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    for i in 0..12 {
+        ledger.record(row(0, "ann", "a", 1_796_515_200_000 + i));
+    }
+    assert_eq!(counters.dropped.get(), 7);
+    blocker.execute_batch("COMMIT").unwrap();
+    ledger.close();
+    assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 5);
+    assert_eq!(counters.written.get() + counters.dropped.get(), 12);
+}

@@ -1,0 +1,250 @@
+//! The ledger's writer thread: batches the rows handed to it and writes each batch in one
+//! transaction. A batch that failed is kept and tried again (reconnecting to a PostgreSQL
+//! that went away), first looking whether its commit did land; raw rows past their
+//! retention are deleted hourly. Once every handle is gone it writes what waits and ends.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::{Row, Shared, Store};
+use crate::config;
+
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Starts the writer thread, which opens the database first (the PostgreSQL client blocks
+/// on a runtime of its own, so it is never called from the proxy's); returns once it is open,
+/// or with why it could not be.
+pub(super) fn spawn(
+    settings: config::Ledger,
+    rx: Receiver<Row>,
+    shared: Arc<Shared>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let (ready, opened) = mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name("ledger".into())
+        .spawn(move || {
+            let store = match Store::open(&settings.url) {
+                Ok(s) => s,
+                Err(e) => return drop(ready.send(Err(e))),
+            };
+            let _ = ready.send(Ok(()));
+            let mut w = Writer {
+                store,
+                settings,
+                shared,
+                // Names this process's rows: a batch written twice is found by it.
+                process: format!("{:016x}", fastrand::u64(..)),
+                pending: VecDeque::new(),
+                oldest: None,
+                failed: None,
+                retry_at: None,
+                backoff: Duration::from_millis(250),
+                pruned_at: None,
+            };
+            w.run(&rx);
+        })
+        .map_err(|e| format!("the ledger's thread: {e}"))?;
+    opened
+        .recv()
+        .map_err(|_| "the ledger's thread ended".to_string())??;
+    Ok(thread)
+}
+
+/// `f` on the database at `url`, opened on a thread of its own (see [`spawn`]).
+pub fn with_store<T: Send + 'static>(
+    url: &config::LedgerUrl,
+    f: impl FnOnce(&mut Store) -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let url = url.clone();
+    std::thread::spawn(move || f(&mut Store::open(&url)?))
+        .join()
+        .map_err(|_| "the ledger's reader failed".to_string())?
+}
+
+struct Writer {
+    store: Store,
+    settings: config::Ledger,
+    shared: Arc<Shared>,
+    process: String,
+    pending: VecDeque<Row>,
+    /// When the oldest waiting row arrived.
+    oldest: Option<Instant>,
+    /// The batch whose last write failed: its first row's number and its length (it is
+    /// written again as it was, once it is known not to be in the database).
+    failed: Option<(i64, usize)>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    pruned_at: Option<Instant>,
+}
+
+impl Writer {
+    fn run(&mut self, rx: &Receiver<Row>) {
+        let mut open = true;
+        while open || !self.pending.is_empty() {
+            if open {
+                match rx.recv_timeout(self.until_due()) {
+                    Ok(row) => {
+                        self.take(row);
+                        while let Ok(row) = rx.try_recv() {
+                            self.take(row);
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => open = false,
+                }
+            }
+            let now = Instant::now();
+            if self.retry_at.is_some_and(|r| r > now) && open {
+                continue;
+            }
+            let interval_over = self
+                .oldest
+                .is_some_and(|o| now >= o + self.settings.batch_interval);
+            while self.pending.len() >= self.settings.batch_rows
+                || ((interval_over || !open) && !self.pending.is_empty())
+            {
+                if !self.write_one() {
+                    if !open {
+                        // Ending: a few more tries (reconnecting), then what the database
+                        // will not take is counted as dropped.
+                        self.last_tries();
+                    }
+                    break;
+                }
+            }
+            self.prune(now);
+        }
+    }
+
+    fn take(&mut self, row: Row) {
+        self.oldest.get_or_insert_with(Instant::now);
+        self.pending.push_back(row);
+    }
+
+    /// How long to wait for rows before a batch is due (or a retry, or a prune).
+    fn until_due(&self) -> Duration {
+        let now = Instant::now();
+        let due = match (self.oldest, self.retry_at) {
+            (_, Some(r)) => Some(r),
+            (Some(o), None) => Some(o + self.settings.batch_interval),
+            (None, None) => None,
+        };
+        due.map_or(PRUNE_EVERY, |d| d.saturating_duration_since(now))
+    }
+
+    /// Writes the next batch; whether it is in the database now.
+    fn write_one(&mut self) -> bool {
+        let len = match self.failed {
+            Some((_, len)) => len,
+            None => self.settings.batch_rows.min(self.pending.len()),
+        };
+        let batch: Vec<Row> = self.pending.iter().take(len).cloned().collect();
+        match self.try_write(&batch) {
+            Ok(()) => {
+                self.pending.drain(..batch.len());
+                self.done(batch.len());
+                true
+            }
+            Err(e) => {
+                let first = batch.first().map_or(0, |r| r.seq);
+                if self.failed.is_none() {
+                    tracing::warn!(
+                        ledger = %self.store.at(),
+                        error = %e,
+                        waiting = self.pending.len(),
+                        "usage ledger: a write failed; rows wait and are written again"
+                    );
+                }
+                self.failed = Some((first, batch.len()));
+                self.shared.counters.up.set(0);
+                self.retry_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                false
+            }
+        }
+    }
+
+    fn try_write(&mut self, batch: &[Row]) -> Result<(), String> {
+        if self.failed.is_some() || self.store.is_closed() {
+            // After a failure the connection is made anew (a PostgreSQL that restarted
+            // leaves the old one dead, not always closed).
+            if let Store::Postgres(..) = self.store {
+                self.store = Store::open(&self.settings.url)?;
+            }
+        }
+        if let (Some((first, _)), Some(row)) = (self.failed, batch.first()) {
+            // The failed write may have committed before its answer was lost.
+            if row.seq == first && self.store.holds(&self.process, first)? {
+                return Ok(());
+            }
+        }
+        self.store.write(&self.process, batch)
+    }
+
+    /// `n` rows are in the database.
+    fn done(&mut self, n: usize) {
+        let s = &self.shared;
+        s.waiting.fetch_sub(n, Ordering::Relaxed);
+        s.counters.waiting.dec_by(n as i64);
+        s.counters.written.inc_by(n as u64);
+        s.counters.up.set(1);
+        s.drop_logged.store(false, Ordering::Relaxed);
+        if self.failed.take().is_some() {
+            tracing::info!(ledger = %self.store.at(), "usage ledger: writing again");
+        }
+        self.retry_at = None;
+        self.backoff = Duration::from_millis(250);
+        self.oldest = (!self.pending.is_empty()).then(Instant::now);
+    }
+
+    fn last_tries(&mut self) {
+        for _ in 0..3 {
+            std::thread::sleep(self.backoff.min(Duration::from_secs(2)));
+            while !self.pending.is_empty() {
+                if !self.write_one() {
+                    break;
+                }
+            }
+            if self.pending.is_empty() {
+                return;
+            }
+        }
+        self.give_up_all();
+    }
+
+    fn give_up_all(&mut self) {
+        let n = self.pending.len();
+        self.pending.clear();
+        let s = &self.shared;
+        s.waiting.fetch_sub(n, Ordering::Relaxed);
+        s.counters.waiting.dec_by(n as i64);
+        s.counters.dropped.inc_by(n as u64);
+        tracing::error!(rows = n, "usage ledger: rows not written at exit");
+    }
+
+    /// Deletes raw rows past their retention, once an hour.
+    fn prune(&mut self, now: Instant) {
+        let days = self.settings.retention_days;
+        if days == 0 || self.pruned_at.is_some_and(|p| now < p + PRUNE_EVERY) {
+            return;
+        }
+        self.pruned_at = Some(now);
+        let before = now_ms() - days as i64 * 86_400_000;
+        match self.store.prune(before) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(rows = n, "usage ledger: raw rows past retention deleted"),
+            Err(e) => tracing::warn!(error = %e, "usage ledger: pruning failed"),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,423 @@
+//! The usage ledger from outside: the proxy in front of a simulator records a row per request
+//! that reached a model endpoint in a real SQLite file, `switchboard usage` reads it back;
+//! two ledgers (as two processes) share a real PostgreSQL server, started here on loopback
+//! (Debian package `postgresql`; skipped without it, unless `SWITCHBOARD_TEST_NEED_POSTGRES`
+//! is set, as CI does), and one survives that server's restart.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use switchboard::config::{Ledger as Settings, LedgerUrl};
+use switchboard::ledger::{self, Counters, Dim, Ledger, Row};
+use switchboard::sim::SimConfig;
+
+fn config(gpu: &str, dead: &str, db: &Path) -> String {
+    format!(
+        r#"
+[backends.gpu]
+url = "{gpu}"
+flavor = "llamacpp"
+slots = 4
+[backends.dead]
+url = "{dead}"
+flavor = "llamacpp"
+[aliases.frank]
+backend = "gpu"
+[aliases.gone]
+backend = "dead"
+fallbacks = ["frank"]
+[clients.ann]
+key_env = "SB_T_LEDGER_ANN"
+[clients.bob]
+key_env = "SB_T_LEDGER_BOB"
+[ledger]
+url = "sqlite://{}"
+batch_interval_ms = 10
+"#,
+        db.display()
+    )
+}
+
+fn raw<T: rusqlite::types::FromSql>(db: &Path, sql: &str) -> T {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[tokio::test]
+async fn every_api_answered_or_refused_is_a_row_and_usage_reads_them_back() {
+    std::env::set_var("SB_T_LEDGER_ANN", "ann-key");
+    std::env::set_var("SB_T_LEDGER_BOB", "bob-key");
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let toml = config(&gpu.url(), &dead_url().await, &db);
+    let path = dir.path().join("routes.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let p = proxy(&toml, &[]).await;
+    let c = client();
+    let post = |key: &'static str, path: &'static str, body: serde_json::Value| {
+        let req = c.post(p.url(path)).bearer_auth(key).json(&body);
+        async move { within("an answer", req.send()).await.unwrap() }
+    };
+    let chat = |model: &str, stream: bool| {
+        json!({"model": model, "stream": stream, "max_tokens": 5,
+               "messages": [{"role": "user", "content": "hi"}]})
+    };
+    let r = post("ann-key", "/v1/chat/completions", chat("frank", false)).await;
+    assert_eq!(r.status(), 200);
+    let r = post("ann-key", "/v1/chat/completions", chat("frank", true)).await;
+    assert_eq!(r.status(), 200);
+    sse_payloads(r).await;
+    let r = post(
+        "bob-key",
+        "/v1/responses",
+        json!({"model": "frank", "input": "hi", "max_output_tokens": 5}),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    let r = post(
+        "bob-key",
+        "/v1/messages",
+        json!({"model": "frank", "max_tokens": 5,
+               "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    let r = post("ann-key", "/v1/chat/completions", chat("nope", false)).await;
+    assert_eq!(r.status(), 404);
+    let r = post("ann-key", "/v1/chat/completions", chat("gone", false)).await;
+    assert_eq!(r.status(), 200);
+    // Without a key: nobody's usage, no row.
+    let r = post("wrong-key", "/v1/chat/completions", chat("frank", false)).await;
+    assert_eq!(r.status(), 401);
+
+    let written = p.state.metrics.ledger.written.clone();
+    until("six rows written", || written.get() >= 6).await;
+    assert_eq!(raw::<i64>(&db, "SELECT count(*) FROM requests"), 6);
+    let apis: String = raw(
+        &db,
+        "SELECT group_concat(api, ',') FROM (SELECT api FROM requests ORDER BY api)",
+    );
+    assert_eq!(
+        apis,
+        "chat_completions,chat_completions,chat_completions,chat_completions,messages,responses"
+    );
+    let fell: (String, i64) = {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.query_row(
+            "SELECT alias, status FROM requests WHERE fell_back = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    assert_eq!(fell, ("frank".to_string(), 200));
+    assert_eq!(
+        raw::<i64>(
+            &db,
+            "SELECT count(*) FROM requests WHERE status = 404 AND client = 'ann'"
+        ),
+        1
+    );
+    assert_eq!(
+        raw::<i64>(
+            &db,
+            "SELECT count(*) FROM requests WHERE status = 200 AND \
+             (prompt_tokens = 0 OR output_tokens = 0 OR duration_ms < 0)"
+        ),
+        0,
+        "every answered request has its tokens"
+    );
+    let hourly: i64 = raw(&db, "SELECT sum(output_tokens) FROM usage_hourly");
+    let rows: i64 = raw(&db, "SELECT sum(output_tokens) FROM requests");
+    assert_eq!(hourly, rows);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["usage", "--config"])
+        .arg(&path)
+        .args(["--by", "client", "--format", "csv", "--since", "1d"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("client,requests,errors,"), "{csv}");
+    assert!(lines[1].starts_with("ann,4,1,"), "{csv}");
+    assert!(lines[2].starts_with("bob,2,0,"), "{csv}");
+}
+
+#[test]
+fn usage_without_a_ledger_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.toml");
+    std::fs::write(
+        &path,
+        "[backends.b]\nurl = \"http://127.0.0.1:9\"\nflavor = \"llamacpp\"\n[aliases.a]\nbackend = \"b\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["usage", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no [ledger]"), "{err}");
+}
+
+/// A PostgreSQL server of its own in a temp dir, on a loopback port.
+struct Postgres {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Postgres {
+    /// Started, or `None` after saying the test is skipped (a failure where
+    /// `SWITCHBOARD_TEST_NEED_POSTGRES` is set).
+    fn start() -> Option<Postgres> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|d| d.flatten().map(|e| e.path().join("bin")).max());
+        let Some(bin) = bin.filter(|b| b.join("initdb").exists()) else {
+            assert!(
+                std::env::var_os("SWITCHBOARD_TEST_NEED_POSTGRES").is_none(),
+                "PostgreSQL is not installed (Debian package postgresql)"
+            );
+            eprintln!("skipped: PostgreSQL is not installed (Debian package postgresql)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = Postgres { bin, dir, port };
+        if is_root() {
+            // initdb refuses root: the server runs as `postgres`.
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(pg.dir.path())
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+        pg.run(
+            "initdb",
+            &["-D", &pg.data(), "-A", "trust", "-U", "postgres"],
+        );
+        pg.ctl_start();
+        pg.run(
+            "createdb",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "postgres",
+                "usage",
+            ],
+        );
+        Some(pg)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/usage", self.port)
+    }
+
+    fn ctl_start(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log").display().to_string();
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-l", &log, "-w", "-o", &opts, "start"],
+        );
+    }
+
+    fn stop(&self) {
+        self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        let out = cmd.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{tool}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let exe = self.bin.join("pg_ctl");
+        let data = self.data();
+        let args = ["-D", data.as_str(), "-m", "immediate", "stop"];
+        let _ = if is_root() {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(exe)
+                .args(args)
+                .output()
+        } else {
+            Command::new(exe).args(args).output()
+        };
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+fn pg_settings(url: &str) -> Settings {
+    Settings {
+        url: LedgerUrl::Postgres(url.to_string()),
+        batch_rows: 50,
+        batch_interval: Duration::from_millis(10),
+        buffer_rows: 10_000,
+        retention_days: 0,
+    }
+}
+
+fn row(client: &str, i: i64) -> Row {
+    Row {
+        at_ms: ledger::now_ms() - i,
+        request_id: format!("{client}-{i}"),
+        client: client.into(),
+        alias: "frank".into(),
+        backend: "gpu".into(),
+        api: "chat_completions".into(),
+        status: 200,
+        prompt_tokens: 10,
+        output_tokens: 2,
+        duration_ms: 5,
+        ..Row::default()
+    }
+}
+
+fn pg_count(url: &str, sql: &'static str) -> i64 {
+    let url = LedgerUrl::Postgres(url.to_string());
+    ledger::with_store(&url, move |s| match s {
+        ledger::Store::Postgres(c, _) => {
+            Ok(c.query_one(sql, &[]).map_err(|e| e.to_string())?.get(0))
+        }
+        ledger::Store::Sqlite(..) => Err("not postgres".into()),
+    })
+    .unwrap()
+}
+
+#[test]
+fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = pg.url();
+    // Both start at once: the schema is made once.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| Ledger::start(&pg_settings(&url), Counters::default()));
+        let b = s.spawn(|| Ledger::start(&pg_settings(&url), Counters::default()));
+        (a.join().unwrap().unwrap(), b.join().unwrap().unwrap())
+    });
+    std::thread::scope(|s| {
+        s.spawn(|| (0..600).for_each(|i| a.record(row("ann", i))));
+        s.spawn(|| (0..400).for_each(|i| b.record(row("bob", i))));
+    });
+    a.close();
+    b.close();
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM requests"), 1000);
+    assert_eq!(
+        pg_count(
+            &url,
+            "SELECT count(*) FROM (SELECT DISTINCT process, seq FROM requests) d"
+        ),
+        1000
+    );
+    assert_eq!(
+        pg_count(&url, "SELECT count(*) FROM ledger_schema"),
+        ledger::SCHEMA_VERSION
+    );
+    let by_client = ledger::with_store(&LedgerUrl::Postgres(url.clone()), |s| {
+        s.totals(0, &[Dim::Client])
+    })
+    .unwrap();
+    let counts: Vec<(String, i64, i64)> = by_client
+        .iter()
+        .map(|t| (t.keys[0].clone(), t.requests, t.prompt_tokens))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("ann".to_string(), 600, 6000),
+            ("bob".to_string(), 400, 4000)
+        ]
+    );
+
+    // A database a newer build wrote is refused, and left as it was.
+    pg_count(&url, "SELECT count(*) FROM ledger_schema");
+    let newer = LedgerUrl::Postgres(url.clone());
+    ledger::with_store(&newer, |s| match s {
+        ledger::Store::Postgres(c, _) => c
+            .batch_execute("INSERT INTO ledger_schema (version) VALUES (99)")
+            .map_err(|e| e.to_string()),
+        ledger::Store::Sqlite(..) => Ok(()),
+    })
+    .unwrap();
+    let err = Ledger::start(&pg_settings(&url), Counters::default()).unwrap_err();
+    assert!(err.contains("schema version 99"), "{err}");
+    assert!(!err.contains("password"), "{err}");
+}
+
+#[test]
+fn a_postgres_restart_mid_run_loses_no_row() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = pg.url();
+    let counters = Counters::default();
+    let l = Ledger::start(&pg_settings(&url), counters.clone()).unwrap();
+    (0..100).for_each(|i| l.record(row("ann", i)));
+    pg.stop();
+    (100..200).for_each(|i| l.record(row("ann", i)));
+    pg.ctl_start();
+    (200..300).for_each(|i| l.record(row("ann", i)));
+    l.close();
+    assert_eq!(counters.dropped.get(), 0);
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM requests"), 300);
+    assert_eq!(
+        pg_count(
+            &url,
+            "SELECT CAST(sum(requests) AS BIGINT) FROM usage_daily"
+        ),
+        300
+    );
+}
