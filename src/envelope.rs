@@ -65,7 +65,7 @@ impl ProxyError {
             | ProxyError::WaitTooLong { retry_after, .. }
             | ProxyError::NoBackend { retry_after, .. } => Some(*retry_after),
             ProxyError::TooManyConnections { .. } | ProxyError::ProxyExhausted { .. } => Some(1),
-            ProxyError::CountBusy { .. } => Some(1),
+            ProxyError::CountBusy { .. } | ProxyError::LedgerUnavailable { .. } => Some(1),
             ProxyError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }

@@ -122,6 +122,15 @@ pub enum ProxyError {
     /// The client did not send the request's body in time; the connection is closed.
     #[error("{} {waited:?}", if *.total { "the request body was not received within" } else { "the request body stalled: no byte for" })]
     BodyTimeout { waited: Duration, total: bool },
+    /// A usage API an admin key (`server.admin_keys_env`) is needed for.
+    #[error("this endpoint needs an admin key (server.admin_keys_env)")]
+    AdminOnly,
+    /// Usage is asked for and no `[ledger]` records it.
+    #[error("usage is not recorded: the config has no [ledger]")]
+    NoLedger,
+    /// The ledger's database could not be read.
+    #[error("the usage ledger cannot be read now ({detail}); retry shortly")]
+    LedgerUnavailable { detail: String },
     /// A client's limit refuses the request; `retry_after` `None`: it never fits.
     #[error("rate limit of client {client}: {detail}")]
     RateLimited {
@@ -208,6 +217,9 @@ impl ProxyError {
             BodyTimeout { .. } => (S::REQUEST_TIMEOUT, None, "request_timeout"),
             TooManyConnections { .. } => (S::SERVICE_UNAVAILABLE, None, "too_many_connections"),
             ProxyExhausted { .. } => (S::SERVICE_UNAVAILABLE, None, "proxy_overloaded"),
+            AdminOnly => (S::FORBIDDEN, None, "admin_key_required"),
+            NoLedger => (S::NOT_FOUND, None, "usage_not_recorded"),
+            LedgerUnavailable { .. } => (S::SERVICE_UNAVAILABLE, None, "ledger_unavailable"),
             RateLimited { quota: true, .. } => (S::TOO_MANY_REQUESTS, None, "insufficient_quota"),
             RateLimited { .. } => (S::TOO_MANY_REQUESTS, None, "rate_limit_exceeded"),
         }
@@ -306,7 +318,7 @@ mod tests {
 
     /// How many variants [`ordinal`] knows; a new variant needs an arm there (the match
     /// does not compile without one) and a sample in [`one_of_each`].
-    const VARIANTS: usize = 32;
+    const VARIANTS: usize = 35;
 
     fn ordinal(e: &ProxyError) -> usize {
         use ProxyError::*;
@@ -343,6 +355,9 @@ mod tests {
             RateLimited { quota: false, .. } => 29,
             RateLimited { quota: true, .. } => 30,
             WaitTooLong { .. } => 31,
+            AdminOnly => 32,
+            NoLedger => 33,
+            LedgerUnavailable { .. } => 34,
         }
     }
 
@@ -440,6 +455,9 @@ mod tests {
             Unauthorized,
             TooDeep { limit: 64 },
             ProxyExhausted { detail: "x".into() },
+            AdminOnly,
+            NoLedger,
+            LedgerUnavailable { detail: "x".into() },
             TooManyConnections { limit: 1 },
             BodyTimeout {
                 waited: d,

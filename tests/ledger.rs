@@ -421,3 +421,113 @@ fn a_postgres_restart_mid_run_loses_no_row() {
         300
     );
 }
+
+#[tokio::test]
+async fn the_usage_api_answers_admins_everyone_and_a_client_itself() {
+    std::env::set_var("SB_T_USAGE_ANN", "ann-usage");
+    std::env::set_var("SB_T_USAGE_BOB", "bob-usage");
+    std::env::set_var("SB_T_USAGE_ADMIN", "admin-usage");
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let toml = format!(
+        "[server]\nadmin_keys_env = \"SB_T_USAGE_ADMIN\"\n\
+         [backends.gpu]\nurl = \"{}\"\nflavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n\
+         [clients.ann]\nkey_env = \"SB_T_USAGE_ANN\"\n[clients.bob]\nkey_env = \"SB_T_USAGE_BOB\"\n\
+         [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
+        gpu.url(),
+        db.display()
+    );
+    let p = proxy(&toml, &[]).await;
+    let c = client();
+    for key in ["ann-usage", "ann-usage", "bob-usage"] {
+        let r = c
+            .post(p.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(&chat("frank", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let written = p.state.metrics.ledger.written.clone();
+    until("three rows written", || written.get() >= 3).await;
+    let start = ledger::now_ms() / 1000 - 3600;
+    let get = |path: String, key: &'static str| {
+        let req = c.get(p.url(&path)).bearer_auth(key);
+        async move {
+            let r = within("usage", req.send()).await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let org = format!(
+        "/v1/organization/usage/completions?start_time={start}&bucket_width=1h&limit=2\
+         &group_by[]=api_key_id&group_by[]=model"
+    );
+    let (status, page) = get(org.clone(), "admin-usage").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["object"], "page");
+    let results: Vec<&serde_json::Value> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b["results"].as_array().unwrap())
+        .collect();
+    let of = |client: &str| -> i64 {
+        results
+            .iter()
+            .filter(|r| r["api_key_id"] == client && r["model"] == "frank")
+            .map(|r| r["num_model_requests"].as_i64().unwrap())
+            .sum()
+    };
+    assert_eq!((of("ann"), of("bob")), (2, 1), "{page}");
+    assert!(results
+        .iter()
+        .all(|r| r["object"] == "organization.usage.completions.result"
+            && r["input_tokens"].as_i64().unwrap() > 0));
+
+    // A client's key is no admin key; at /v1/usage it sees its own usage alone.
+    let (status, e) = get(org, "ann-usage").await;
+    assert_eq!(status, 403);
+    assert_eq!(e["error"]["code"], "admin_key_required");
+    let own = format!("/v1/usage?start_time={start}&bucket_width=1d&group_by=api_key_id");
+    let (status, page) = get(own.clone(), "bob-usage").await;
+    assert_eq!(status, 200);
+    let clients: Vec<&serde_json::Value> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b["results"].as_array().unwrap())
+        .map(|r| &r["api_key_id"])
+        .collect();
+    assert_eq!(clients, [&json!("bob")], "{page}");
+    let (status, e) = get(own, "nobody").await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (401, Some("invalid_api_key"))
+    );
+    let (status, e) = get("/v1/usage?bucket_width=1h".into(), "bob-usage").await;
+    assert_eq!(
+        (status, e["error"]["param"].as_str()),
+        (400, Some("start_time"))
+    );
+}
+
+#[tokio::test]
+async fn usage_without_a_ledger_is_a_clear_404() {
+    let gpu = sim(SimConfig::default()).await;
+    let toml = format!(
+        "[backends.gpu]\nurl = \"{}\"\nflavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n",
+        gpu.url()
+    );
+    let p = proxy(&toml, &[]).await;
+    let r = client()
+        .get(p.url("/v1/usage?start_time=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "usage_not_recorded");
+}

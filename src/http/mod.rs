@@ -9,4 +9,5 @@ pub mod routed;
 pub mod router;
 pub mod server;
 pub mod status;
+pub mod usage;
 pub mod workers;

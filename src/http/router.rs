@@ -3,7 +3,7 @@
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::{count, handlers, status};
+use super::{count, handlers, status, usage};
 use crate::live::AppState;
 use crate::wire;
 
@@ -23,6 +23,11 @@ pub fn app(state: AppState) -> Router {
     router
         .route("/metrics", get(handlers::metrics))
         .route("/health", get(handlers::health))
+        .route(
+            "/v1/organization/usage/completions",
+            get(usage::organization),
+        )
+        .route("/v1/usage", get(usage::own))
         // Every other POST under /v1/ is routed by its model (see [`handlers::routed_or_not_found`]).
         .fallback(handlers::routed_or_not_found)
         .method_not_allowed_fallback(handlers::not_found)
