@@ -73,7 +73,20 @@ pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), Stri
 /// Start a simulator for every backend of the config, point the backends at them, and serve
 /// the proxy on the configured address until ctrl-c.
 pub async fn run(path: &Path) -> Result<(), String> {
-    let (cfg, sims) = simulated(path).await?;
+    let (mut cfg, sims) = simulated(path).await?;
+    // Usage is recorded where the config keeps it, else in a temp dir of the demo's own.
+    let own_dir = match cfg.ledger {
+        Some(_) => None,
+        None => {
+            let dir = std::env::temp_dir().join(format!("switchboard-demo-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+            let url = crate::config::LedgerUrl::Sqlite(dir.join("usage.db"));
+            eprintln!("demo: usage ledger at {}", url.shown());
+            cfg.ledger = Some(crate::config::Ledger::at(url));
+            Some(dir)
+        }
+    };
     for (name, sim) in &sims {
         let flavor = cfg.backends.get(name).map_or("", |b| b.flavor.as_str());
         eprintln!("demo: backend {name} ({flavor}) simulated at {}", sim.url());
@@ -99,6 +112,9 @@ pub async fn run(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("server error: {e}"))?;
     for (_, sim) in sims {
         sim.shutdown().await;
+    }
+    if let Some(dir) = own_dir {
+        let _ = std::fs::remove_dir_all(dir);
     }
     Ok(())
 }

@@ -408,6 +408,14 @@ fn a_postgres_restart_mid_run_loses_no_row() {
     (0..100).for_each(|i| l.record(row("ann", i)));
     pg.stop();
     (100..200).for_each(|i| l.record(row("ann", i)));
+    // Its writes fail now: said (the status page's line, `switchboard_ledger_up` 0), rows wait.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while l.trouble().0.is_none() {
+        assert!(std::time::Instant::now() < deadline, "no write failed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(counters.up.get(), 0);
+    assert!(l.trouble().1 > 0, "rows wait");
     pg.ctl_start();
     (200..300).for_each(|i| l.record(row("ann", i)));
     l.close();
@@ -512,6 +520,30 @@ async fn the_usage_api_answers_admins_everyone_and_a_client_itself() {
         (status, e["error"]["param"].as_str()),
         (400, Some("start_time"))
     );
+
+    // The status page charts each client's days: an admin sees both, a client itself.
+    let page = |key: &'static str| {
+        let req = c.get(p.url("/")).bearer_auth(key);
+        async move { req.send().await.unwrap().text().await.unwrap() }
+    };
+    within("the page's usage", async {
+        while !page("admin-usage").await.contains("<td>bob</td>") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let admin = page("admin-usage").await;
+    assert!(admin.contains("usage ledger sqlite://"), "{admin}");
+    assert!(
+        admin.contains("<span class=\"ok\">writing</span>"),
+        "{admin}"
+    );
+    assert!(admin.contains("<td>ann</td>") && admin.contains("<svg class=\"days\""));
+    let bob = page("bob-usage").await;
+    assert!(
+        bob.contains("<td>bob</td>") && !bob.contains("<td>ann</td>"),
+        "{bob}"
+    );
 }
 
 #[tokio::test]
@@ -530,4 +562,87 @@ async fn usage_without_a_ledger_is_a_clear_404() {
     assert_eq!(r.status(), 404);
     let e: serde_json::Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "usage_not_recorded");
+}
+
+/// `switchboard_ledger_rows_written_total` of the proxy at `base`.
+async fn rows_written(c: &reqwest::Client, base: &str) -> f64 {
+    let text = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    sample(&text, "switchboard_ledger_rows_written_total")
+}
+
+#[tokio::test]
+async fn rows_the_ledger_reported_written_survive_a_kill_9() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = dir.path().join("routes.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[backends.gpu]\nurl = \"{}\"\n\
+             flavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n\
+             [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 50\n",
+            gpu.url(),
+            db.display()
+        ),
+    )
+    .unwrap();
+    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let c = client();
+    within("the proxy's health", async {
+        while c.get(format!("{base}/health")).send().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let send = |n: usize| {
+        let (c, url) = (c.clone(), format!("{base}/v1/chat/completions"));
+        async move {
+            for _ in 0..n {
+                let r = c
+                    .post(&url)
+                    .json(&chat("frank", false))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        }
+    };
+    send(40).await;
+    within("40 rows written", async {
+        while rows_written(&c, &base).await < 40.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    send(10).await;
+    proxy.kill().unwrap();
+    proxy.wait().unwrap();
+    let rows: i64 = raw(&db, "SELECT count(*) FROM requests");
+    assert!((40..=50).contains(&rows), "{rows} rows after 50 answers");
+    let hourly: i64 = raw(
+        &db,
+        "SELECT CAST(sum(requests) AS BIGINT) FROM usage_hourly",
+    );
+    assert_eq!(hourly, rows, "the roll-ups hold what the rows hold");
 }

@@ -70,6 +70,12 @@
 #                    (default 17791, no persistence; its CPU not counted): `server.shared_state`,
 #                    the cost of a slot lease per request. With BASELINE_BIN, the baseline runs
 #                    without it: the store against none in one run
+#   LEDGER=          sqlite or postgres: Switchboard gets a [ledger] section, a SQLite file in the
+#                    temp dir or a PostgreSQL server started here on PG_PORT (default 17792,
+#                    Debian's postgresql; its CPU not counted, the ledger thread's is): the cost
+#                    of a usage row per request. With BASELINE_BIN, the baseline runs without it:
+#                    the ledger against none in one run. The report ends with the rows written
+#                    and dropped
 #   RUST_LOG=warn    log level of the proxy and simulators (per-request logs cost CPU)
 # Needs: cargo, wrk, nginx, curl, awk.
 set -euo pipefail
@@ -100,6 +106,8 @@ OTLP_SINK=${OTLP_SINK:-ok}
 FIRST_BYTE_SAMPLES=${FIRST_BYTE_SAMPLES:-400}
 SHARED_STATE=${SHARED_STATE:-0}
 REDIS_PORT=${REDIS_PORT:-17791}
+LEDGER=${LEDGER:-}
+PG_PORT=${PG_PORT:-17792}
 export RUST_LOG=${RUST_LOG:-warn}
 API=/v1/chat/completions
 
@@ -256,7 +264,36 @@ $(for ((c = 1; c <= CLIENTS; c++)); do
     printf 'max_concurrent = 100000\nrequests_per_minute = 1000000000\ntokens_per_minute = 1000000000000\ntokens_per_day = 1000000000000000\n'
   done)
 $([[ -n $TRACE_RATIO ]] && printf '\n[tracing]\notlp_endpoint = "http://127.0.0.1:%s"\nsample_ratio = %s\n' "$OTLP_PORT" "$TRACE_RATIO")
+$(case $LEDGER in
+    sqlite) printf '\n[ledger]\nurl = "sqlite://%s/usage.db"\n' "$WORK" ;;
+    postgres) printf '\n[ledger]\nurl = "postgres://postgres@127.0.0.1:%s/bench"\n' "$PG_PORT" ;;
+  esac)
 EOF
+  case $LEDGER in
+    "" | sqlite) ;;
+    postgres)
+      pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+      [[ -x $pg_bin/initdb ]] || die "PostgreSQL not found (Debian package postgresql)"
+      require_free_ports "$PG_PORT"
+      as_pg=()
+      mkdir -p "$WORK/pg"
+      if [[ $(id -u) == 0 ]]; then
+        # initdb refuses root: the server runs as postgres, in a dir it can reach.
+        chmod o+x "$WORK"
+        chown postgres "$WORK/pg"
+        as_pg=(runuser -u postgres --)
+      fi
+      "${as_pg[@]}" "$pg_bin/initdb" -D "$WORK/pg" -A trust -U postgres >/dev/null
+      spawn postgres "$WORK/postgres.log" "${as_pg[@]}" "$pg_bin/postgres" -D "$WORK/pg" \
+        -p "$PG_PORT" -k "$WORK/pg" -c listen_addresses=127.0.0.1
+      for _ in $(seq 100); do
+        "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" && break
+        sleep 0.1
+      done
+      "$pg_bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres bench
+      ;;
+    *) die "LEDGER=$LEDGER: not sqlite or postgres" ;;
+  esac
   if [[ -n $TRACE_RATIO ]]; then
     case $OTLP_SINK in
       ok | hang)
@@ -286,9 +323,9 @@ EOF
   export BEARER_KEYS
   start_switchboard "$BIN" "$WORK/bench.toml"
   if [[ -n ${BASELINE_BIN:-} ]]; then
-    # The baseline runs without the [tracing] section (the last) and without the store:
-    # tracing on against off, the store against none.
-    sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/; /^shared_state = /d; /^\[tracing\]/,\$d" "$WORK/bench.toml" >"$WORK/baseline.toml"
+    # The baseline runs without the [tracing] and [ledger] sections (the last) and without
+    # the store: tracing, the ledger, the store against none.
+    sed "s/^listen = .*/listen = \"127.0.0.1:$((SB_PORT + 1))\"/; /^shared_state = /d; /^\[tracing\]/,\$d; /^\[ledger\]/,\$d" "$WORK/bench.toml" >"$WORK/baseline.toml"
     spawn baseline "$WORK/baseline.log" "$BASELINE_BIN" serve --config "$WORK/baseline.toml"
     BASE_PID=$SPAWNED
     wait_http "http://127.0.0.1:$((SB_PORT + 1))/health" "$BASE_PID" baseline
@@ -530,6 +567,14 @@ if [[ -n $TRACE_RATIO ]]; then
     awk '/^switchboard_trace_spans_dropped_total/ { printf "%s%s %s", sep, $1, $2; sep = ", " }')
   printf '\n### Tracing (sample_ratio %s, collector %s)\n\n' "$TRACE_RATIO" "$OTLP_SINK"
   printf 'Spans dropped: %s. Switchboard peak RSS: %s.\n' "${dropped:-none}" \
+    "$(awk '/^VmHWM/ { print $2 " " $3 }' "/proc/$SB_PID/status")"
+fi
+
+if [[ -n $LEDGER ]]; then
+  rows=$(curl -sS --max-time 10 "http://127.0.0.1:$SB_PORT/metrics" |
+    awk '/^switchboard_ledger_rows_(written|dropped)_total/ { printf "%s%s %s", sep, $1, $2; sep = ", " }')
+  printf '\n### Ledger (%s)\n\n' "$LEDGER"
+  printf 'Rows: %s. Switchboard peak RSS: %s.\n' "${rows:-none}" \
     "$(awk '/^VmHWM/ { print $2 " " $3 }' "/proc/$SB_PID/status")"
 fi
 

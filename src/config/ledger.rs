@@ -60,14 +60,39 @@ pub struct Ledger {
     pub retention_days: u64,
 }
 
-/// The `[ledger]` section: `None` when no `url` is set (no ledger).
-pub fn validate(raw: RawLedger, errs: &mut Vec<ConfigError>) -> Option<Ledger> {
+impl Ledger {
+    /// A ledger at `url` with every other key at its default.
+    pub fn at(url: LedgerUrl) -> Ledger {
+        Ledger {
+            url,
+            batch_rows: DEFAULTS.0 as usize,
+            batch_interval: Duration::from_millis(DEFAULTS.1),
+            buffer_rows: DEFAULTS.2 as usize,
+            retention_days: DEFAULTS.3,
+        }
+    }
+}
+
+/// `batch_rows`, `batch_interval_ms`, `buffer_rows`, `retention_days` unset.
+const DEFAULTS: (u64, u64, u64, u64) = (500, 1000, 100_000, 90);
+
+/// The `[ledger]` section: `None` when no `url` is set and no `data_dir` (no ledger); without a
+/// `url`, a SQLite file `usage.db` in `data_dir`.
+pub fn validate(
+    raw: RawLedger,
+    data_dir: Option<&std::path::Path>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<Ledger> {
     let bad = |key: &str, value: &str, reason: &str| ConfigError::BadValue {
         key: format!("ledger.{key}"),
         value: value.to_string(),
         reason: reason.to_string(),
     };
-    let text = raw.url?;
+    let text = match (raw.url, data_dir) {
+        (Some(url), _) => url,
+        (None, Some(dir)) => format!("sqlite://{}", dir.join("usage.db").display()),
+        (None, None) => return None,
+    };
     let url = match parse_url(&text) {
         Ok(u) => u,
         Err(reason) => {
@@ -83,15 +108,16 @@ pub fn validate(raw: RawLedger, errs: &mut Vec<ConfigError>) -> Option<Ledger> {
         }
         v
     };
-    let batch_rows = bounded("batch_rows", raw.batch_rows, 500, (1, 100_000));
+    let (rows, ms, buffer, days) = DEFAULTS;
+    let batch_rows = bounded("batch_rows", raw.batch_rows, rows, (1, 100_000));
     let interval = bounded(
         "batch_interval_ms",
         raw.batch_interval_ms,
-        1000,
+        ms,
         (10, 600_000),
     );
-    let buffer_rows = bounded("buffer_rows", raw.buffer_rows, 100_000, (1, 10_000_000));
-    let retention_days = bounded("retention_days", raw.retention_days, 90, (0, 36_500));
+    let buffer_rows = bounded("buffer_rows", raw.buffer_rows, buffer, (1, 10_000_000));
+    let retention_days = bounded("retention_days", raw.retention_days, days, (0, 36_500));
     if buffer_rows < batch_rows {
         errs.push(bad(
             "buffer_rows",
@@ -139,7 +165,7 @@ mod tests {
             .extract()
             .unwrap_or_default();
         let mut errs = Vec::new();
-        let l = validate(raw, &mut errs);
+        let l = validate(raw, None, &mut errs);
         (l, errs.iter().map(ToString::to_string).collect())
     }
 
@@ -158,6 +184,24 @@ mod tests {
             (500, 100_000, 90)
         );
         assert_eq!(l.batch_interval, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_data_dir_holds_the_ledger_a_url_does_not_name() {
+        let mut errs = Vec::new();
+        let dir = std::path::Path::new("/var/lib/switchboard");
+        let l = validate(RawLedger::default(), Some(dir), &mut errs).unwrap();
+        assert_eq!(
+            l.url,
+            LedgerUrl::Sqlite("/var/lib/switchboard/usage.db".into())
+        );
+        let raw = RawLedger {
+            url: Some("postgres://db/usage".into()),
+            ..RawLedger::default()
+        };
+        let l = validate(raw, Some(dir), &mut errs).unwrap();
+        assert_eq!(l.url, LedgerUrl::Postgres("postgres://db/usage".into()));
+        assert!(errs.is_empty());
     }
 
     #[test]

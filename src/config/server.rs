@@ -38,6 +38,7 @@ pub struct RawServer {
     pub api_keys_env: Option<String>,
     pub metrics_keys_env: Option<String>,
     pub admin_keys_env: Option<String>,
+    pub data_dir: Option<String>,
     pub stream_idle_timeout_ms: Option<u64>,
     pub total_timeout_secs: Option<u64>,
     pub client_header_timeout_ms: Option<u64>,
@@ -99,6 +100,9 @@ pub struct Server {
     /// Keys that see the whole status page (every alias and client); `None`: none do beyond
     /// what a client key or an open proxy shows.
     pub admin_keys: Option<Vec<String>>,
+    /// Where the proxy keeps its files (the ledger's SQLite file, unless `[ledger] url` says
+    /// otherwise); `None`: nowhere.
+    pub data_dir: Option<std::path::PathBuf>,
     /// The backend-side timeouts of a backend that sets none of its own.
     pub timeouts: Timeouts,
     /// What a client connection may take: time, connections, nesting.
@@ -320,6 +324,17 @@ pub(super) fn validate(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         api_keys,
         metrics_keys,
         admin_keys,
+        data_dir: match raw.data_dir.as_deref() {
+            Some("") => {
+                errs.push(ConfigError::BadValue {
+                    key: "server.data_dir".into(),
+                    value: String::new(),
+                    reason: "must name a directory".into(),
+                });
+                None
+            }
+            d => d.map(std::path::PathBuf::from),
+        },
         shared_state: shared_state(&raw, errs),
     }
 }

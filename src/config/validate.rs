@@ -68,7 +68,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         &mut errs,
     );
     let tracing = tracing::validate(raw.tracing, &mut errs);
-    let ledger = ledger::validate(raw.ledger, &mut errs);
+    let ledger = ledger::validate(raw.ledger, server.data_dir.as_deref(), &mut errs);
     if errs.is_empty() {
         Ok(Config {
             server,

@@ -11,9 +11,10 @@ mod schema;
 pub mod store;
 mod writer;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -81,6 +82,83 @@ pub struct Ledger {
     shared: Arc<Shared>,
 }
 
+/// How many days [`Daily`] holds.
+pub const DAYS: usize = 14;
+const DAY_MS: i64 = 86_400_000;
+
+/// Tokens (prompt and output) and GPU-seconds per UTC day and client over the last [`DAYS`]
+/// days, as the status page charts them: read from the daily roll-up, then kept up with
+/// each batch written (and read again every minute, for what other processes wrote).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Daily {
+    /// The first day's start, in milliseconds since the epoch (a UTC midnight).
+    pub first_ms: i64,
+    /// Per client, each day's tokens and GPU-seconds, oldest first.
+    pub clients: BTreeMap<String, [(i64, f64); DAYS]>,
+}
+
+impl Daily {
+    /// The days up to the one holding `now_ms`.
+    fn first_for(now_ms: i64) -> i64 {
+        (now_ms.div_euclid(DAY_MS) - (DAYS as i64 - 1)) * DAY_MS
+    }
+
+    /// From the roll-up's `(day, client, tokens, GPU-seconds)` rows, for the days to `now_ms`.
+    fn of(rows: &[(i64, String, i64, f64)], now_ms: i64) -> Daily {
+        let mut d = Daily {
+            first_ms: Daily::first_for(now_ms),
+            clients: BTreeMap::new(),
+        };
+        for (day, client, tokens, gpu) in rows {
+            d.put(*day, client, *tokens, *gpu);
+        }
+        d
+    }
+
+    fn put(&mut self, at_ms: i64, client: &str, tokens: i64, gpu: f64) {
+        let i = (at_ms - self.first_ms).div_euclid(DAY_MS);
+        let Ok(i) = usize::try_from(i) else { return };
+        if i >= DAYS {
+            return;
+        }
+        let days = self
+            .clients
+            .entry(client.to_string())
+            .or_insert([(0, 0.0); DAYS]);
+        days[i].0 += tokens;
+        days[i].1 += gpu;
+    }
+
+    /// With `rows` added, its days moved on to the one holding `now_ms`.
+    fn with(&self, rows: &[Row], now_ms: i64) -> Daily {
+        let first = Daily::first_for(now_ms);
+        let shift = usize::try_from((first - self.first_ms) / DAY_MS).unwrap_or(0);
+        let mut d = Daily {
+            first_ms: first,
+            clients: self
+                .clients
+                .iter()
+                .map(|(c, days)| {
+                    let mut moved = [(0, 0.0); DAYS];
+                    for (i, v) in days.iter().enumerate().skip(shift) {
+                        moved[i - shift] = *v;
+                    }
+                    (c.clone(), moved)
+                })
+                .collect(),
+        };
+        for r in rows {
+            d.put(
+                r.at_ms,
+                &r.client,
+                r.prompt_tokens + r.output_tokens,
+                r.gpu_prefill_s + r.gpu_decode_s,
+            );
+        }
+        d
+    }
+}
+
 /// What the request path and the writer thread both read.
 #[derive(Debug)]
 struct Shared {
@@ -90,6 +168,23 @@ struct Shared {
     seq: AtomicI64,
     /// Whether the drop of a row was logged since the ledger last wrote.
     drop_logged: AtomicBool,
+    daily: Mutex<Arc<Daily>>,
+    /// Why writes fail, while they do.
+    trouble: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn set_daily(&self, d: Daily) {
+        *self.daily.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(d);
+    }
+
+    fn daily(&self) -> Arc<Daily> {
+        Arc::clone(&self.daily.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn set_trouble(&self, t: Option<String>) {
+        *self.trouble.lock().unwrap_or_else(PoisonError::into_inner) = t;
+    }
 }
 
 impl Ledger {
@@ -101,6 +196,8 @@ impl Ledger {
             waiting: AtomicUsize::new(0),
             seq: AtomicI64::new(0),
             drop_logged: AtomicBool::new(false),
+            daily: Mutex::default(),
+            trouble: Mutex::default(),
         });
         let (tx, rx) = mpsc::channel();
         let thread = writer::spawn(settings.clone(), rx, Arc::clone(&shared))?;
@@ -118,6 +215,22 @@ impl Ledger {
     pub fn close(self) {
         drop(self.tx);
         let _ = self.thread.join();
+    }
+
+    /// The last [`DAYS`] days per client, as last read and kept up.
+    pub fn daily(&self) -> Arc<Daily> {
+        self.shared.daily()
+    }
+
+    /// Why writes fail, while they do; and how many rows wait and were dropped.
+    pub fn trouble(&self) -> (Option<String>, i64, u64) {
+        let s = &self.shared;
+        let why = s
+            .trouble
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        (why, s.counters.waiting.get(), s.counters.dropped.get())
     }
 
     pub fn settings(&self) -> &config::Ledger {

@@ -507,6 +507,44 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Tokens (prompt and output) and GPU-seconds per UTC day and client, from the daily
+    /// roll-up, for the days from `from_ms` on.
+    pub fn daily(&mut self, from_ms: i64) -> Result<Vec<(i64, String, i64, f64)>, String> {
+        let q = "SELECT bucket_ms, client, CAST(sum(prompt_tokens + output_tokens) AS BIGINT), \
+                 CAST(sum(gpu_prefill_s + gpu_decode_s) AS DOUBLE PRECISION) FROM usage_daily \
+                 WHERE bucket_ms >= $1 GROUP BY bucket_ms, client ORDER BY bucket_ms, client";
+        let mut out = Vec::new();
+        match self {
+            Store::Sqlite(conn, _) => {
+                let mut st = conn.prepare(q).map_err(|e| e.to_string())?;
+                let mut rows = st.query([from_ms]).map_err(|e| e.to_string())?;
+                while let Some(r) = rows.next().map_err(|e| e.to_string())? {
+                    let day = (r.get(0), r.get(1), r.get(2), r.get(3));
+                    let e = |e: rusqlite::Error| e.to_string();
+                    out.push((
+                        day.0.map_err(e)?,
+                        day.1.map_err(e)?,
+                        day.2.map_err(e)?,
+                        day.3.map_err(e)?,
+                    ));
+                }
+            }
+            Store::Postgres(client, _) => {
+                for r in client.query(q, &[&from_ms]).map_err(pg)? {
+                    out.push((
+                        r.try_get(0).map_err(pg)?,
+                        r.try_get(1).map_err(pg)?,
+                        r.try_get(2).map_err(pg)?,
+                        r.try_get(3).map_err(pg)?,
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// `rows` summed per bucket of `width` milliseconds, client and alias.
 fn rollup(rows: &[Row], width: i64) -> BTreeMap<(i64, String, String), Sums> {
     let mut groups: BTreeMap<(i64, String, String), Sums> = BTreeMap::new();

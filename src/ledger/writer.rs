@@ -14,6 +14,7 @@ use crate::config;
 
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const READ_DAYS_EVERY: Duration = Duration::from_secs(60);
 
 /// Starts the writer thread, which opens the database first (the PostgreSQL client blocks
 /// on a runtime of its own, so it is never called from the proxy's); returns once it is open,
@@ -33,6 +34,7 @@ pub(super) fn spawn(
             };
             let _ = ready.send(Ok(()));
             let mut w = Writer {
+                read_at: None,
                 store,
                 settings,
                 shared,
@@ -79,6 +81,8 @@ struct Writer {
     retry_at: Option<Instant>,
     backoff: Duration,
     pruned_at: Option<Instant>,
+    /// When the days of the status page were last read from the database.
+    read_at: Option<Instant>,
 }
 
 impl Writer {
@@ -117,6 +121,21 @@ impl Writer {
                 }
             }
             self.prune(now);
+            self.read_days(now);
+        }
+    }
+
+    /// Reads the status page's days from the database, once a minute (what this process
+    /// writes is added to them as it goes; this adds what other processes wrote).
+    fn read_days(&mut self, now: Instant) {
+        if self.read_at.is_some_and(|r| now < r + READ_DAYS_EVERY) {
+            return;
+        }
+        self.read_at = Some(now);
+        let at = now_ms();
+        match self.store.daily(super::Daily::of(&[], at).first_ms) {
+            Ok(rows) => self.shared.set_daily(super::Daily::of(&rows, at)),
+            Err(e) => tracing::debug!(error = %e, "usage ledger: the days could not be read"),
         }
     }
 
@@ -133,7 +152,9 @@ impl Writer {
             (Some(o), None) => Some(o + self.settings.batch_interval),
             (None, None) => None,
         };
-        due.map_or(PRUNE_EVERY, |d| d.saturating_duration_since(now))
+        due.map_or(READ_DAYS_EVERY, |d| {
+            d.saturating_duration_since(now).min(READ_DAYS_EVERY)
+        })
     }
 
     /// Writes the next batch; whether it is in the database now.
@@ -147,6 +168,8 @@ impl Writer {
             Ok(()) => {
                 self.pending.drain(..batch.len());
                 self.done(batch.len());
+                let days = self.shared.daily().with(&batch, now_ms());
+                self.shared.set_daily(days);
                 true
             }
             Err(e) => {
@@ -161,6 +184,7 @@ impl Writer {
                 }
                 self.failed = Some((first, batch.len()));
                 self.shared.counters.up.set(0);
+                self.shared.set_trouble(Some(e));
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
                 false
@@ -193,6 +217,7 @@ impl Writer {
         s.counters.written.inc_by(n as u64);
         s.counters.up.set(1);
         s.drop_logged.store(false, Ordering::Relaxed);
+        s.set_trouble(None);
         if self.failed.take().is_some() {
             tracing::info!(ledger = %self.store.at(), "usage ledger: writing again");
         }

@@ -1,5 +1,6 @@
-//! Small inline SVG charts of an alias's last five minutes (no assets, no script): requests
-//! per 10-second step as bars, and the median time to first token per step as a line.
+//! Inline SVG charts (no assets, no script): an alias's last five minutes, small (requests
+//! per 10-second step as bars, the median time to first token per step as a line), and a
+//! client's days from the ledger, with a labelled scale.
 
 use std::fmt::Write;
 
@@ -64,6 +65,56 @@ pub fn ttft(out: &mut String, series: &[(u32, Option<f64>)]) {
     out.push_str("</svg>");
 }
 
+/// Bars of each day's `values` (oldest first, the first day starting at `first_ms`), 240 × 60
+/// px: the scale's top and zero written on its axis, the first and last day under it, and the
+/// last day's value beside it (`decimals` places).
+pub fn days(out: &mut String, what: &str, values: &[f64], first_ms: i64, decimals: usize) {
+    const DW: f64 = 240.0;
+    const DH: f64 = 60.0;
+    const LEFT: f64 = 44.0;
+    const BOTTOM: f64 = 12.0;
+    let most = values.iter().copied().fold(0.0_f64, f64::max);
+    let n = values.len().max(1);
+    let bar = (DW - LEFT) / n as f64;
+    let plot = DH - BOTTOM - 2.0;
+    let date = |i: usize| {
+        let ms = first_ms.max(0) as u64 + i as u64 * 86_400_000;
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        humantime::format_rfc3339_seconds(at).to_string()[5..10].to_string()
+    };
+    let (first, last) = (date(0), date(n - 1));
+    let _ = write!(
+        out,
+        "<svg class=\"days\" width=\"{DW}\" height=\"{DH}\" viewBox=\"0 0 {DW} {DH}\" role=\"img\">\
+         <title>{what} per day, {first} to {last} (most {most:.decimals$})</title>\
+         <line x1=\"{LEFT}\" y1=\"2\" x2=\"{LEFT}\" y2=\"{y0}\" stroke=\"currentColor\" stroke-width=\"0.5\"/>\
+         <text x=\"{lx}\" y=\"9\" text-anchor=\"end\" font-size=\"9\">{most:.decimals$}</text>\
+         <text x=\"{lx}\" y=\"{y0}\" text-anchor=\"end\" font-size=\"9\">0</text>",
+        y0 = DH - BOTTOM,
+        lx = LEFT - 3.0,
+    );
+    for (i, v) in values.iter().enumerate() {
+        if *v <= 0.0 || most <= 0.0 {
+            continue;
+        }
+        let h = (v / most * plot).max(1.0);
+        let _ = write!(
+            out,
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"currentColor\"/>",
+            LEFT + 1.0 + i as f64 * bar,
+            DH - BOTTOM - h,
+            (bar - 1.0).max(0.5)
+        );
+    }
+    let _ = write!(
+        out,
+        "<text x=\"{LEFT}\" y=\"{DH}\" font-size=\"9\" dy=\"-1\">{first}</text>\
+         <text x=\"{DW}\" y=\"{DH}\" font-size=\"9\" dy=\"-1\" text-anchor=\"end\">{last}</text></svg>\
+         <span class=\"val\">{:.decimals$} today</span>",
+        values.last().copied().unwrap_or(0.0)
+    );
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -83,5 +134,26 @@ mod tests {
         let mut empty = String::new();
         ttft(&mut empty, &[(0, None)]);
         assert!(!empty.contains("polyline"));
+    }
+
+    #[test]
+    fn days_are_bars_on_a_labelled_scale() {
+        let mut out = String::new();
+        let values = [0.0, 50.0, 100.0];
+        days(&mut out, "tokens", &values, 1_796_515_200_000, 0);
+        assert_eq!(out.matches("<rect").count(), 2);
+        assert!(out.contains("width=\"240\" height=\"60\""), "{out}");
+        assert!(
+            out.contains(">100</text>") && out.contains(">0</text>"),
+            "{out}"
+        );
+        assert!(
+            out.contains(">12-06</text>") && out.contains(">12-08</text>"),
+            "{out}"
+        );
+        assert!(
+            out.ends_with("<span class=\"val\">100 today</span>"),
+            "{out}"
+        );
     }
 }

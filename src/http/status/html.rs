@@ -109,6 +109,9 @@ fn status_section(out: &mut String, fleet: &Fleet) {
             );
         }
     }
+    if let Some(l) = &fleet.ledger {
+        super::usage::line(out, l);
+    }
     out.push_str("</p>\n");
     if fleet.aliases.is_empty() {
         out.push_str("<p>No aliases are configured.</p>\n</main>\n");
@@ -126,6 +129,9 @@ fn status_section(out: &mut String, fleet: &Fleet) {
     }
     out.push_str("</tbody>\n</table>\n");
     super::clients::render(out, &fleet.clients);
+    if let Some(l) = &fleet.ledger {
+        super::usage::render(out, l);
+    }
     out.push_str("</main>\n");
 }
 
@@ -307,6 +313,7 @@ mod tests {
             reload: None,
             shared: None,
             clients: Vec::new(),
+            ledger: None,
             aliases: vec![AliasView {
                 name: "a<b>".into(),
                 description: Some(description.into()),

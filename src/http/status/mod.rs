@@ -6,6 +6,7 @@ mod charts;
 mod clients;
 mod escape;
 mod html;
+mod usage;
 mod view;
 
 use axum::extract::State;

@@ -20,6 +20,8 @@ pub struct Fleet {
     pub shared: Option<SharedView>,
     pub aliases: Vec<AliasView>,
     pub clients: Vec<ClientView>,
+    /// The usage ledger, when one is kept.
+    pub ledger: Option<super::usage::LedgerView>,
 }
 
 /// The shared store's line: where, and whether it answers.
@@ -135,6 +137,7 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
         }),
         aliases,
         clients: super::clients::collect(snap, viewer),
+        ledger: super::usage::collect(snap, viewer),
     }
 }
 
