@@ -646,3 +646,44 @@ async fn rows_the_ledger_reported_written_survive_a_kill_9() {
     );
     assert_eq!(hourly, rows, "the roll-ups hold what the rows hold");
 }
+
+#[tokio::test]
+async fn a_stream_its_client_left_is_a_cancelled_row() {
+    use futures_util::StreamExt;
+    let gpu = sim(SimConfig {
+        gate: true,
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let toml = format!(
+        "[backends.gpu]\nurl = \"{}\"\nflavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n\
+         [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
+        gpu.url(),
+        db.display()
+    );
+    let p = proxy(&toml, &[]).await;
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .json(&chat("frank", true))
+        .send()
+        .await
+        .unwrap();
+    let mut body = r.bytes_stream();
+    within("first event", body.next()).await.unwrap().unwrap();
+    drop(body);
+    within("cancel", gpu.recorder().wait_cancelled(1)).await;
+    let written = p.state.metrics.ledger.written.clone();
+    until("the row written", || written.get() >= 1).await;
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let (cancelled, api, status): (i64, String, i64) = c
+        .query_row("SELECT cancelled, api, status FROM requests", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(
+        (cancelled, api.as_str(), status),
+        (1, "chat_completions", 200)
+    );
+}

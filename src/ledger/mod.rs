@@ -1,10 +1,12 @@
 //! The usage ledger: one row per request that reached a model endpoint, kept in SQLite or
 //! PostgreSQL with hourly and daily roll-ups per client and alias.
 //!
-//! Serving never waits for it: a request's row is handed to a queue as its record ends, and
-//! a thread of the ledger's own writes the rows in batches (`batch_rows`, or whatever waited
-//! `batch_interval_ms`), one transaction each. While the database is slow or down, rows wait
-//! up to `buffer_rows`; more are dropped, counted and logged once.
+//! Serving never waits for it: a request's row is pushed on a queue as its record ends, and a
+//! thread of the ledger's own writes the rows in batches, one transaction each: every
+//! `batch_interval_ms` what is queued, sooner when `batch_rows` are. The thread is woken once
+//! a batch, not once a row (a wake a row cost more than the row's insert). While the
+//! database is slow or down, rows wait up to `buffer_rows`; more are dropped, counted and
+//! logged once.
 
 pub mod report;
 mod schema;
@@ -13,7 +15,6 @@ mod writer;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::metrics::counter::Counter;
@@ -76,8 +77,7 @@ pub struct Counters {
 /// waits, once the last handle is dropped.
 #[derive(Debug)]
 pub struct Ledger {
-    tx: Sender<Row>,
-    thread: std::thread::JoinHandle<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
     settings: config::Ledger,
     shared: Arc<Shared>,
 }
@@ -168,6 +168,10 @@ struct Shared {
     seq: AtomicI64,
     /// Whether the drop of a row was logged since the ledger last wrote.
     drop_logged: AtomicBool,
+    /// Rows handed in, not yet taken by the writer.
+    queue: Mutex<Vec<Row>>,
+    /// Set when the last handle goes: the writer writes what waits and ends.
+    closing: AtomicBool,
     daily: Mutex<Arc<Daily>>,
     /// Why writes fail, while they do.
     trouble: Mutex<Option<String>>,
@@ -196,25 +200,34 @@ impl Ledger {
             waiting: AtomicUsize::new(0),
             seq: AtomicI64::new(0),
             drop_logged: AtomicBool::new(false),
+            queue: Mutex::default(),
+            closing: AtomicBool::new(false),
             daily: Mutex::default(),
             trouble: Mutex::default(),
         });
-        let (tx, rx) = mpsc::channel();
-        let thread = writer::spawn(settings.clone(), rx, Arc::clone(&shared))?;
+        let thread = writer::spawn(settings.clone(), Arc::clone(&shared))?;
         shared.counters.up.set(1);
         tracing::info!(ledger = %settings.url.shown(), "usage ledger open");
         Ok(Ledger {
-            tx,
-            thread,
+            thread: Some(thread),
             settings: settings.clone(),
             shared,
         })
     }
 
     /// Writes what waits and ends the writer (what dropping the last handle does, waited for).
-    pub fn close(self) {
-        drop(self.tx);
-        let _ = self.thread.join();
+    pub fn close(mut self) {
+        self.end();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    fn end(&self) {
+        self.shared.closing.store(true, Ordering::Release);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
     }
 
     /// The last [`DAYS`] days per client, as last read and kept up.
@@ -254,11 +267,23 @@ impl Ledger {
         }
         row.seq = s.seq.fetch_add(1, Ordering::Relaxed);
         s.counters.waiting.inc();
-        if self.tx.send(row).is_err() {
-            s.waiting.fetch_sub(1, Ordering::Relaxed);
-            s.counters.waiting.dec();
-            s.counters.dropped.inc();
+        let queued = {
+            let mut q = s.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            q.push(row);
+            q.len()
+        };
+        // A batch is full: the writer need not wait for its interval.
+        if queued == self.settings.batch_rows {
+            if let Some(t) = &self.thread {
+                t.thread().unpark();
+            }
         }
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 

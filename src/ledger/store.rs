@@ -104,10 +104,53 @@ struct Sums {
     decode: f64,
 }
 
-const INSERT_ROW: &str = "INSERT INTO requests (process, seq, at_ms, request_id, client, alias, \
-    backend, api, status, prompt_tokens, cached_tokens, output_tokens, gpu_prefill_s, \
-    gpu_decode_s, ttft_ms, duration_ms, queue_ms, cancelled, preempted, fell_back) VALUES \
-    ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)";
+/// Rows inserted by one statement (each takes 20 parameters).
+const CHUNK: usize = 50;
+
+/// The statement inserting `n` rows.
+fn insert_rows(n: usize) -> String {
+    let values: Vec<String> = (0..n)
+        .map(|r| {
+            let params: Vec<String> = (1..=20).map(|c| format!("${}", r * 20 + c)).collect();
+            format!("({})", params.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO requests (process, seq, at_ms, request_id, client, alias, backend, api, \
+         status, prompt_tokens, cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s, \
+         ttft_ms, duration_ms, queue_ms, cancelled, preempted, fell_back) VALUES {}",
+        values.join(", ")
+    )
+}
+
+/// A row's 20 parameters, in [`insert_rows`]' order, as `$t` trait objects; `$flags` holds
+/// its `cancelled` and `fell_back` as numbers.
+macro_rules! row_params {
+    ($t:ty, $process:expr, $r:expr, $flags:expr) => {
+        [
+            &$process as &$t,
+            &$r.seq,
+            &$r.at_ms,
+            &$r.request_id,
+            &$r.client,
+            &$r.alias,
+            &$r.backend,
+            &$r.api,
+            &$r.status,
+            &$r.prompt_tokens,
+            &$r.cached_tokens,
+            &$r.output_tokens,
+            &$r.gpu_prefill_s,
+            &$r.gpu_decode_s,
+            &$r.ttft_ms,
+            &$r.duration_ms,
+            &$r.queue_ms,
+            &$flags.0,
+            &$r.preempted,
+            &$flags.1,
+        ]
+    };
+}
 
 fn upsert(table: &str) -> String {
     let add = |c: &str| format!("{c} = {table}.{c} + excluded.{c}");
@@ -139,8 +182,12 @@ impl Store {
                 let conn = rusqlite::Connection::open(path).map_err(|e| format!("{at}: {e}"))?;
                 conn.busy_timeout(Duration::from_secs(10))
                     .map_err(|e| format!("{at}: {e}"))?;
-                // The first read tells a file that is no database.
+                // The first read tells a file that is no database. In WAL mode a commit
+                // survives the process (kill -9) without an fsync of its own; the log is synced
+                // at checkpoints (a power cut may take the last commits).
                 conn.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+                    .map_err(|e| format!("{at}: {e}"))?;
+                conn.execute_batch("PRAGMA synchronous=NORMAL")
                     .map_err(|e| format!("{at}: {e}"))?;
                 Store::Sqlite(conn, at)
             }
@@ -233,31 +280,21 @@ impl Store {
             Store::Sqlite(conn, _) => {
                 let tx = conn.transaction().map_err(|e| e.to_string())?;
                 {
-                    let mut insert = tx.prepare_cached(INSERT_ROW).map_err(|e| e.to_string())?;
-                    for r in rows {
+                    for chunk in rows.chunks(CHUNK) {
+                        let mut insert = tx
+                            .prepare_cached(&insert_rows(chunk.len()))
+                            .map_err(|e| e.to_string())?;
+                        let flags: Vec<(i64, i64)> = chunk
+                            .iter()
+                            .map(|r| (i64::from(r.cancelled), i64::from(r.fell_back)))
+                            .collect();
+                        let params: Vec<&dyn rusqlite::ToSql> = chunk
+                            .iter()
+                            .zip(&flags)
+                            .flat_map(|(r, f)| row_params!(dyn rusqlite::ToSql, process, r, f))
+                            .collect();
                         insert
-                            .execute(rusqlite::params![
-                                process,
-                                r.seq,
-                                r.at_ms,
-                                r.request_id,
-                                r.client,
-                                r.alias,
-                                r.backend,
-                                r.api,
-                                r.status,
-                                r.prompt_tokens,
-                                r.cached_tokens,
-                                r.output_tokens,
-                                r.gpu_prefill_s,
-                                r.gpu_decode_s,
-                                r.ttft_ms,
-                                r.duration_ms,
-                                r.queue_ms,
-                                i64::from(r.cancelled),
-                                r.preempted,
-                                i64::from(r.fell_back),
-                            ])
+                            .execute(params.as_slice())
                             .map_err(|e| e.to_string())?;
                     }
                     for (table, groups) in &rollups {
@@ -275,35 +312,19 @@ impl Store {
             }
             Store::Postgres(client, _) => {
                 let mut tx = client.transaction().map_err(pg)?;
-                let insert = tx.prepare(INSERT_ROW).map_err(pg)?;
-                for r in rows {
-                    let (cancelled, fell_back) = (i64::from(r.cancelled), i64::from(r.fell_back));
-                    tx.execute(
-                        &insert,
-                        &[
-                            &process,
-                            &r.seq,
-                            &r.at_ms,
-                            &r.request_id,
-                            &r.client,
-                            &r.alias,
-                            &r.backend,
-                            &r.api,
-                            &r.status,
-                            &r.prompt_tokens,
-                            &r.cached_tokens,
-                            &r.output_tokens,
-                            &r.gpu_prefill_s,
-                            &r.gpu_decode_s,
-                            &r.ttft_ms,
-                            &r.duration_ms,
-                            &r.queue_ms,
-                            &cancelled,
-                            &r.preempted,
-                            &fell_back,
-                        ],
-                    )
-                    .map_err(pg)?;
+                for chunk in rows.chunks(CHUNK) {
+                    let flags: Vec<(i64, i64)> = chunk
+                        .iter()
+                        .map(|r| (i64::from(r.cancelled), i64::from(r.fell_back)))
+                        .collect();
+                    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = chunk
+                        .iter()
+                        .zip(&flags)
+                        .flat_map(|(r, f)| {
+                            row_params!(dyn postgres::types::ToSql + Sync, process, r, f)
+                        })
+                        .collect();
+                    tx.execute(&insert_rows(chunk.len()), &params).map_err(pg)?;
                 }
                 for (table, groups) in &rollups {
                     let up = tx.prepare(&upsert(table)).map_err(pg)?;
@@ -546,12 +567,12 @@ impl Store {
 }
 
 /// `rows` summed per bucket of `width` milliseconds, client and alias.
-fn rollup(rows: &[Row], width: i64) -> BTreeMap<(i64, String, String), Sums> {
-    let mut groups: BTreeMap<(i64, String, String), Sums> = BTreeMap::new();
+fn rollup(rows: &[Row], width: i64) -> BTreeMap<(i64, &str, &str), Sums> {
+    let mut groups: BTreeMap<(i64, &str, &str), Sums> = BTreeMap::new();
     for r in rows {
         let bucket = r.at_ms.div_euclid(width) * width;
         let s = groups
-            .entry((bucket, r.client.clone(), r.alias.clone()))
+            .entry((bucket, r.client.as_str(), r.alias.as_str()))
             .or_default();
         s.requests += 1;
         s.errors += i64::from(r.status >= 400);

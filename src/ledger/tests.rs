@@ -96,7 +96,8 @@ fn roll_ups_equal_the_raw_rows_and_a_batch_is_found_by_its_first_row() {
     let s = settings(&dir);
     let mut store = Store::open(&s.url).unwrap();
     let day = 1_796_515_200_000;
-    let rows: Vec<Row> = (0..40)
+    // Written in two batches, the second more than one statement's rows.
+    let rows: Vec<Row> = (0..130)
         .map(|i| {
             let (client, alias) = (
                 ["ann", "bob"][i as usize % 2],
@@ -108,7 +109,7 @@ fn roll_ups_equal_the_raw_rows_and_a_batch_is_found_by_its_first_row() {
     assert!(!store.holds("p", 0).unwrap());
     store.write("p", &rows[..25]).unwrap();
     store.write("p", &rows[25..]).unwrap();
-    assert!(store.holds("p", 0).unwrap() && store.holds("p", 25).unwrap());
+    assert!(store.holds("p", 0).unwrap() && store.holds("p", 129).unwrap());
     for by in [
         vec![Dim::Client, Dim::Alias],
         vec![Dim::Day],
@@ -117,8 +118,8 @@ fn roll_ups_equal_the_raw_rows_and_a_batch_is_found_by_its_first_row() {
     ] {
         let totals = store.totals(0, &by).unwrap();
         let sum = |f: fn(&Total) -> i64| totals.iter().map(f).sum::<i64>();
-        assert_eq!(sum(|t| t.requests), 40, "{by:?}");
-        assert_eq!(sum(|t| t.errors), 10, "{by:?}");
+        assert_eq!(sum(|t| t.requests), 130, "{by:?}");
+        assert_eq!(sum(|t| t.errors), 32, "{by:?}");
         assert_eq!(
             sum(|t| t.prompt_tokens),
             rows.iter().map(|r| r.prompt_tokens).sum::<i64>()
@@ -128,7 +129,7 @@ fn roll_ups_equal_the_raw_rows_and_a_batch_is_found_by_its_first_row() {
             rows.iter().map(|r| r.output_tokens).sum::<i64>()
         );
         let prefill: f64 = totals.iter().map(|t| t.gpu_prefill_s).sum();
-        assert!((prefill - 0.25 * 780.0).abs() < 1e-9, "{prefill}");
+        assert!((prefill - 0.25 * 8385.0).abs() < 1e-9, "{prefill}");
     }
     // Per client and alias, each group's sums equal its raw rows'.
     let path = dir.path().join("usage.db");
@@ -141,9 +142,9 @@ fn roll_ups_equal_the_raw_rows_and_a_batch_is_found_by_its_first_row() {
     }
     // Retention deletes raw rows only.
     assert_eq!(store.prune(day + 20 * 1_000_000).unwrap(), 20);
-    assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 20);
+    assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 110);
     let all = store.totals(0, &[]).unwrap();
-    assert_eq!(all[0].requests, 40);
+    assert_eq!(all[0].requests, 130);
 }
 
 #[test]

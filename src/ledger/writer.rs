@@ -1,11 +1,11 @@
-//! The ledger's writer thread: batches the rows handed to it and writes each batch in one
-//! transaction. A batch that failed is kept and tried again (reconnecting to a PostgreSQL
+//! The ledger's writer thread: wakes every batch interval (or when a batch is full), takes
+//! the rows queued and writes them in batches, one transaction each. A batch that failed is kept and tried again (reconnecting to a PostgreSQL
 //! that went away), first looking whether its commit did land; raw rows past their
 //! retention are deleted hourly. Once every handle is gone it writes what waits and ends.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,7 +21,6 @@ const READ_DAYS_EVERY: Duration = Duration::from_secs(60);
 /// or with why it could not be.
 pub(super) fn spawn(
     settings: config::Ledger,
-    rx: Receiver<Row>,
     shared: Arc<Shared>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let (ready, opened) = mpsc::sync_channel(1);
@@ -41,13 +40,12 @@ pub(super) fn spawn(
                 // Names this process's rows: a batch written twice is found by it.
                 process: format!("{:016x}", fastrand::u64(..)),
                 pending: VecDeque::new(),
-                oldest: None,
                 failed: None,
                 retry_at: None,
                 backoff: Duration::from_millis(250),
                 pruned_at: None,
             };
-            w.run(&rx);
+            w.run();
         })
         .map_err(|e| format!("the ledger's thread: {e}"))?;
     opened
@@ -73,8 +71,6 @@ struct Writer {
     shared: Arc<Shared>,
     process: String,
     pending: VecDeque<Row>,
-    /// When the oldest waiting row arrived.
-    oldest: Option<Instant>,
     /// The batch whose last write failed: its first row's number and its length (it is
     /// written again as it was, once it is known not to be in the database).
     failed: Option<(i64, usize)>,
@@ -86,43 +82,63 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(&mut self, rx: &Receiver<Row>) {
-        let mut open = true;
-        while open || !self.pending.is_empty() {
-            if open {
-                match rx.recv_timeout(self.until_due()) {
-                    Ok(row) => {
-                        self.take(row);
-                        while let Ok(row) = rx.try_recv() {
-                            self.take(row);
-                        }
-                    }
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => open = false,
-                }
+    fn run(&mut self) {
+        let interval = self.settings.batch_interval;
+        let mut tick = Instant::now() + interval;
+        loop {
+            if !self.shared.closing.load(Ordering::Acquire) {
+                let wake = self.retry_at.unwrap_or(tick).min(tick);
+                std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
             }
+            let closing = self.shared.closing.load(Ordering::Acquire);
+            self.take();
             let now = Instant::now();
-            if self.retry_at.is_some_and(|r| r > now) && open {
-                continue;
+            let due = now >= tick || closing;
+            if due {
+                tick = now + interval;
             }
-            let interval_over = self
-                .oldest
-                .is_some_and(|o| now >= o + self.settings.batch_interval);
-            while self.pending.len() >= self.settings.batch_rows
-                || ((interval_over || !open) && !self.pending.is_empty())
-            {
-                if !self.write_one() {
-                    if !open {
-                        // Ending: a few more tries (reconnecting), then what the database
-                        // will not take is counted as dropped.
-                        self.last_tries();
-                    }
-                    break;
-                }
+            if closing || self.retry_at.is_none_or(|r| r <= now) {
+                self.write_due(due, closing);
             }
             self.prune(now);
             self.read_days(now);
+            if closing {
+                self.take();
+                if self.pending.is_empty() {
+                    return;
+                }
+            }
         }
+    }
+
+    /// Writes the full batches, and (`due`) what else waits.
+    fn write_due(&mut self, due: bool, closing: bool) {
+        loop {
+            let full = self.pending.len() >= self.settings.batch_rows;
+            if !(full || (due && !self.pending.is_empty())) {
+                return;
+            }
+            if !self.write_one() {
+                if closing {
+                    // Ending: a few more tries (reconnecting), then what the database will
+                    // not take is counted as dropped.
+                    self.last_tries();
+                }
+                return;
+            }
+        }
+    }
+
+    /// Takes the rows queued since.
+    fn take(&mut self) {
+        let rows = std::mem::take(
+            &mut *self
+                .shared
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.pending.extend(rows);
     }
 
     /// Reads the status page's days from the database, once a minute (what this process
@@ -137,24 +153,6 @@ impl Writer {
             Ok(rows) => self.shared.set_daily(super::Daily::of(&rows, at)),
             Err(e) => tracing::debug!(error = %e, "usage ledger: the days could not be read"),
         }
-    }
-
-    fn take(&mut self, row: Row) {
-        self.oldest.get_or_insert_with(Instant::now);
-        self.pending.push_back(row);
-    }
-
-    /// How long to wait for rows before a batch is due (or a retry, or a prune).
-    fn until_due(&self) -> Duration {
-        let now = Instant::now();
-        let due = match (self.oldest, self.retry_at) {
-            (_, Some(r)) => Some(r),
-            (Some(o), None) => Some(o + self.settings.batch_interval),
-            (None, None) => None,
-        };
-        due.map_or(READ_DAYS_EVERY, |d| {
-            d.saturating_duration_since(now).min(READ_DAYS_EVERY)
-        })
     }
 
     /// Writes the next batch; whether it is in the database now.
@@ -223,7 +221,6 @@ impl Writer {
         }
         self.retry_at = None;
         self.backoff = Duration::from_millis(250);
-        self.oldest = (!self.pending.is_empty()).then(Instant::now);
     }
 
     fn last_tries(&mut self) {
