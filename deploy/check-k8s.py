@@ -17,8 +17,10 @@ PodDisruptionBudget and ServiceMonitor select the Deployment's pods, named ports
 ConfigMap the Deployment mounts holds routes.toml), and with --switchboard the ConfigMap's
 routes.toml is validated by `switchboard check` (with the Deployment's SWITCHBOARD_SERVER__*
 variables set, as the pods see it). The variant also has: its Deployment the same as the
-plain one but for the store's address and the spread constraints; the store's address the
-Redis Service's name and port; that Service selecting the Redis pods; every spread
+plain one but for the store's and the ledger's addresses and the spread constraints; the
+store's address the Redis Service's name and port; that Service selecting the Redis pods;
+the ledger's URL naming the PostgreSQL Service, port, user, database and password variable
+(from the server's Secret, set before the URL); that Service selecting its pods; every spread
 constraint selecting the Switchboard pods; a PodDisruptionBudget that lets a drain take a
 replica and keeps one serving.
 
@@ -40,6 +42,8 @@ from kubernetes_validate.utils import SchemaNotFoundError, all_versions
 K8S = Path(__file__).resolve().parent / "k8s"
 SHARED = K8S / "shared"
 SHARED_ENV = "SWITCHBOARD_SERVER__SHARED_STATE"
+LEDGER_ENV = "SWITCHBOARD_LEDGER__URL"
+LEDGER_PASSWORD = "SWITCHBOARD_LEDGER_PASSWORD"
 MIN_VERSION = (1, 25)
 
 DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
@@ -179,13 +183,14 @@ def env_of(container):
 
 
 def without_variant(deploy):
-    """A Deployment without what the variant may change: the store's address and the
-    spread constraints."""
+    """A Deployment without what the variant may change: the store's and the ledger's
+    addresses and the spread constraints."""
     d = yaml.safe_load(yaml.safe_dump(deploy))
     spec = d["spec"]["template"]["spec"]
     spec.pop("topologySpreadConstraints", None)
     for c in spec["containers"]:
-        c["env"] = [e for e in c.get("env", []) if e["name"] != SHARED_ENV]
+        c["env"] = [e for e in c.get("env", [])
+                    if e["name"] not in (SHARED_ENV, LEDGER_ENV, LEDGER_PASSWORD)]
     return d
 
 
@@ -195,7 +200,7 @@ def check_variant(docs, plain):
     deploy = by_kind(docs, "Deployment", "switchboard")
     if without_variant(deploy) != without_variant(by_kind(plain, "Deployment", "switchboard")):
         errors.append("shared/deployment.yaml: differs from deployment.yaml in more than "
-                      f"{SHARED_ENV} and topologySpreadConstraints")
+                      f"{SHARED_ENV}, {LEDGER_ENV} and topologySpreadConstraints")
     pod = deploy["spec"]["template"]
     labels = pod["metadata"]["labels"]
     url = env_of(pod["spec"]["containers"][0]).get(SHARED_ENV) or ""
@@ -214,6 +219,7 @@ def check_variant(docs, plain):
     for p in redis["spec"]["ports"]:
         if isinstance(p.get("targetPort"), str) and p["targetPort"] not in store_ports:
             errors.append(f"shared/redis.yaml: targetPort {p['targetPort']} is no port of Redis")
+    errors += check_ledger(docs, pod["spec"]["containers"][0])
     spread = pod["spec"].get("topologySpreadConstraints", [])
     if not spread:
         errors.append("shared/deployment.yaml: no topologySpreadConstraints")
@@ -232,6 +238,34 @@ def check_variant(docs, plain):
     if not 1 <= keeps < replicas:
         errors.append(f"shared/pdb.yaml: keeps {keeps} of {replicas} replicas: a drain must "
                       "be able to take one and leave one serving")
+    return errors
+
+
+def check_ledger(docs, container):
+    """The ledger's URL names the PostgreSQL Service, its port and the database the server
+    makes, with the password the Secret gives both; the Service selects the server's pods."""
+    errors = []
+    env = {e["name"]: e for e in container.get("env", [])}
+    url = env.get(LEDGER_ENV, {}).get("value") or ""
+    pg = by_kind(docs, "StatefulSet", "switchboard-postgres")
+    service = by_kind(docs, "Service", "switchboard-postgres")
+    server = pg["spec"]["template"]["spec"]["containers"][0]
+    server_env = {e["name"]: e for e in server.get("env", [])}
+    want = (f"postgres://{server_env['POSTGRES_USER']['value']}:$({LEDGER_PASSWORD})@"
+            f"{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/"
+            f"{server_env['POSTGRES_DB']['value']}")
+    if url != want:
+        errors.append(f"shared/deployment.yaml: {LEDGER_ENV} {url!r} is not {want!r}")
+    names = list(env)
+    if LEDGER_PASSWORD not in names or names.index(LEDGER_PASSWORD) > names.index(LEDGER_ENV):
+        errors.append(f"shared/deployment.yaml: {LEDGER_PASSWORD} must come before "
+                      f"{LEDGER_ENV} (Kubernetes expands $(VAR) only from earlier variables)")
+    secret = lambda e: e.get("valueFrom", {}).get("secretKeyRef")
+    if secret(env.get(LEDGER_PASSWORD, {})) != secret(server_env.get("POSTGRES_PASSWORD", {})):
+        errors.append("shared/: the ledger's password and the server's come from different "
+                      "Secrets")
+    if service["spec"]["selector"].items() - pg["spec"]["template"]["metadata"]["labels"].items():
+        errors.append("shared/postgres.yaml: the Service does not select the PostgreSQL pods")
     return errors
 
 

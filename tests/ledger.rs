@@ -687,3 +687,110 @@ async fn a_stream_its_client_left_is_a_cancelled_row() {
         (1, "chat_completions", 200)
     );
 }
+
+/// A `switchboard serve` of its own, on a free port, with `ledger_url`, answering alias
+/// `frank` from `backend`; killed when dropped.
+struct Served {
+    child: std::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    async fn start(backend: &str, ledger_url: &str) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let path = dir.path().join("routes.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:{port}\"\n[backends.gpu]\nurl = \"{backend}\"\n\
+                 flavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n\
+                 [ledger]\nurl = \"{ledger_url}\"\nbatch_interval_ms = 10\n"
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let c = client();
+        within("a proxy's health", async {
+            while c.get(format!("{base}/health")).send().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        Served {
+            child,
+            base,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn two_binaries_on_one_postgres_record_every_request_once() {
+    let Some(pg) = Postgres::start() else { return };
+    let gpu = sim(SimConfig::default()).await;
+    let (url, backend) = (pg.url(), gpu.url());
+    // Started together: they migrate the new database at once.
+    let (a, b) = tokio::join!(
+        Served::start(&backend, &url),
+        Served::start(&backend, &url)
+    );
+    let c = client();
+    let send = |base: String, n: usize| {
+        let c = c.clone();
+        async move {
+            for _ in 0..n {
+                let r = c
+                    .post(format!("{base}/v1/chat/completions"))
+                    .json(&chat("frank", false))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        }
+    };
+    tokio::join!(send(a.base.clone(), 30), send(b.base.clone(), 20));
+    for (p, n) in [(&a, 30.0), (&b, 20.0)] {
+        within("every row written", async {
+            while rows_written(&c, &p.base).await < n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+    drop((a, b));
+    let rows = tokio::task::spawn_blocking(move || {
+        (
+            pg_count(&url, "SELECT count(*) FROM requests"),
+            pg_count(&url, "SELECT count(DISTINCT process) FROM requests"),
+            pg_count(
+                &url,
+                "SELECT CAST(sum(requests) AS BIGINT) FROM usage_hourly",
+            ),
+            pg_count(&url, "SELECT count(*) FROM ledger_schema"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(rows, (50, 2, 50, ledger::SCHEMA_VERSION));
+}
