@@ -200,12 +200,7 @@ impl Postgres {
             eprintln!("skipped: PostgreSQL is not installed (Debian package postgresql)");
             return None;
         };
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (dir, port) = (tempfile::tempdir().unwrap(), free_port());
         let pg = Postgres { bin, dir, port };
         if is_root() {
             // initdb refuses root: the server runs as `postgres`.
@@ -582,40 +577,10 @@ async fn rows_the_ledger_reported_written_survive_a_kill_9() {
     let gpu = sim(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("usage.db");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let path = dir.path().join("routes.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n[backends.gpu]\nurl = \"{}\"\n\
-             flavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n\
-             [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 50\n",
-            gpu.url(),
-            db.display()
-        ),
-    )
-    .unwrap();
-    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let mut proxy = Served::start(&gpu.url(), &format!("sqlite://{}", db.display())).await;
     let c = client();
-    within("the proxy's health", async {
-        while c.get(format!("{base}/health")).send().await.is_err() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
     let send = |n: usize| {
-        let (c, url) = (c.clone(), format!("{base}/v1/chat/completions"));
+        let (c, url) = (c.clone(), format!("{}/v1/chat/completions", proxy.base));
         async move {
             for _ in 0..n {
                 let r = c
@@ -630,14 +595,14 @@ async fn rows_the_ledger_reported_written_survive_a_kill_9() {
     };
     send(40).await;
     within("40 rows written", async {
-        while rows_written(&c, &base).await < 40.0 {
+        while rows_written(&c, &proxy.base).await < 40.0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
     send(10).await;
-    proxy.kill().unwrap();
-    proxy.wait().unwrap();
+    proxy.child.kill().unwrap();
+    proxy.child.wait().unwrap();
     let rows: i64 = raw(&db, "SELECT count(*) FROM requests");
     assert!((40..=50).contains(&rows), "{rows} rows after 50 answers");
     let hourly: i64 = raw(
@@ -698,12 +663,7 @@ struct Served {
 
 impl Served {
     async fn start(backend: &str, ledger_url: &str) -> Served {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (dir, port) = (tempfile::tempdir().unwrap(), free_port());
         let path = dir.path().join("routes.toml");
         std::fs::write(
             &path,
@@ -750,10 +710,7 @@ async fn two_binaries_on_one_postgres_record_every_request_once() {
     let gpu = sim(SimConfig::default()).await;
     let (url, backend) = (pg.url(), gpu.url());
     // Started together: they migrate the new database at once.
-    let (a, b) = tokio::join!(
-        Served::start(&backend, &url),
-        Served::start(&backend, &url)
-    );
+    let (a, b) = tokio::join!(Served::start(&backend, &url), Served::start(&backend, &url));
     let c = client();
     let send = |base: String, n: usize| {
         let c = c.clone();

@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,16 +21,10 @@ use axum::routing::{get, post};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+use common::free_port;
+
 /// Every wait here ends by this, so a bug fails instead of hanging.
 const DEADLINE: Duration = Duration::from_secs(20);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `redis-server` on the PATH, or `None` (the test says it is skipped).
 fn redis_binary() -> Option<PathBuf> {

@@ -26,10 +26,7 @@ pub async fn organization(
     RawQuery(query): RawQuery,
 ) -> Response {
     let snap = state.live.load_full();
-    let admin = snap.config.server.admin_keys.as_ref().is_some_and(|keys| {
-        crate::clients::presented(&headers).is_some_and(|k| crate::clients::one_of(keys, k))
-    });
-    if !admin {
+    if !is_admin(&snap, &headers) {
         return ProxyError::AdminOnly.into_response();
     }
     answer(&snap, None, query.as_deref()).await
@@ -42,10 +39,7 @@ pub async fn own(
     RawQuery(query): RawQuery,
 ) -> Response {
     let snap = state.live.load_full();
-    let admin = snap.config.server.admin_keys.as_ref().is_some_and(|keys| {
-        crate::clients::presented(&headers).is_some_and(|k| crate::clients::one_of(keys, k))
-    });
-    let only = match admin {
+    let only = match is_admin(&snap, &headers) {
         true => None,
         false => match intake::identify(&snap, &headers) {
             Ok(caller) => Some(caller.map_or("-".to_string(), |c| c.name().to_string())),
@@ -53,6 +47,13 @@ pub async fn own(
         },
     };
     answer(&snap, only, query.as_deref()).await
+}
+
+/// Whether the request presents an admin key (`server.admin_keys_env`).
+fn is_admin(snap: &Snapshot, headers: &HeaderMap) -> bool {
+    snap.config.server.admin_keys.as_ref().is_some_and(|keys| {
+        crate::clients::presented(headers).is_some_and(|k| crate::clients::one_of(keys, k))
+    })
 }
 
 async fn answer(snap: &Snapshot, only: Option<String>, query: Option<&str>) -> Response {

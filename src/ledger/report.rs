@@ -13,21 +13,15 @@ pub enum Format {
     Json,
 }
 
-const SUMS: [&str; 8] = [
-    "requests",
-    "errors",
-    "prompt_tokens",
-    "cached_tokens",
-    "output_tokens",
-    "gpu_prefill_s",
-    "gpu_decode_s",
-    "gpu_s",
-];
-
 /// `totals` grouped by `by`, printed as `format`; a day or hour as its UTC start
 /// (`2026-12-06`, `2026-12-06T14:00Z`).
 pub fn render(totals: &[Total], by: &[Dim], format: Format) -> String {
-    let header: Vec<&str> = by.iter().map(|d| d.name()).chain(SUMS).collect();
+    let header: Vec<&str> = by
+        .iter()
+        .map(|d| d.name())
+        .chain(super::schema::SUMS)
+        .chain(["gpu_s"])
+        .collect();
     let lines: Vec<Vec<String>> = totals.iter().map(|t| cells(t, by)).collect();
     match format {
         Format::Csv => std::iter::once(header.iter().map(|h| csv(h)).collect::<Vec<_>>())

@@ -37,7 +37,10 @@ pub const MIGRATIONS: &[&[&str]] = &[&[
     ROLLUP_DAILY,
 ]];
 
-const ROLLUP_HOURLY: &str = "CREATE TABLE usage_hourly (
+/// The columns of a roll-up table: sums per bucket, client and alias.
+macro_rules! rollup_columns {
+    () => {
+        "(
     bucket_ms BIGINT NOT NULL,
     client TEXT NOT NULL,
     alias TEXT NOT NULL,
@@ -49,21 +52,23 @@ const ROLLUP_HOURLY: &str = "CREATE TABLE usage_hourly (
     gpu_prefill_s DOUBLE PRECISION NOT NULL,
     gpu_decode_s DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (bucket_ms, client, alias)
-)";
+)"
+    };
+}
 
-const ROLLUP_DAILY: &str = "CREATE TABLE usage_daily (
-    bucket_ms BIGINT NOT NULL,
-    client TEXT NOT NULL,
-    alias TEXT NOT NULL,
-    requests BIGINT NOT NULL,
-    errors BIGINT NOT NULL,
-    prompt_tokens BIGINT NOT NULL,
-    cached_tokens BIGINT NOT NULL,
-    output_tokens BIGINT NOT NULL,
-    gpu_prefill_s DOUBLE PRECISION NOT NULL,
-    gpu_decode_s DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (bucket_ms, client, alias)
-)";
+const ROLLUP_HOURLY: &str = concat!("CREATE TABLE usage_hourly ", rollup_columns!());
+const ROLLUP_DAILY: &str = concat!("CREATE TABLE usage_daily ", rollup_columns!());
+
+/// The roll-ups' sums, as their columns are named.
+pub const SUMS: [&str; 7] = [
+    "requests",
+    "errors",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "gpu_prefill_s",
+    "gpu_decode_s",
+];
 
 /// The newest version this build writes.
 pub const LATEST: i64 = MIGRATIONS.len() as i64;

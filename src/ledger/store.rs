@@ -92,6 +92,24 @@ pub struct Bucketed {
     pub output_tokens: i64,
 }
 
+impl Bucketed {
+    /// From a result row's columns: bucket, alias, client, requests, then the tokens.
+    fn read(
+        int: impl Fn(usize) -> Result<i64, String>,
+        text: impl Fn(usize) -> Result<String, String>,
+    ) -> Result<Bucketed, String> {
+        Ok(Bucketed {
+            start_ms: int(0)?,
+            alias: text(1)?,
+            client: text(2)?,
+            requests: int(3)?,
+            prompt_tokens: int(4)?,
+            cached_tokens: int(5)?,
+            output_tokens: int(6)?,
+        })
+    }
+}
+
 /// A roll-up bucket's sums.
 #[derive(Debug, Default, Clone, Copy)]
 struct Sums {
@@ -154,21 +172,12 @@ macro_rules! row_params {
 
 fn upsert(table: &str) -> String {
     let add = |c: &str| format!("{c} = {table}.{c} + excluded.{c}");
-    let sums = [
-        "requests",
-        "errors",
-        "prompt_tokens",
-        "cached_tokens",
-        "output_tokens",
-        "gpu_prefill_s",
-        "gpu_decode_s",
-    ];
     format!(
         "INSERT INTO {table} (bucket_ms, client, alias, requests, errors, prompt_tokens, \
          cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s) VALUES \
          ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (bucket_ms, client, alias) DO \
          UPDATE SET {}",
-        sums.map(add).join(", ")
+        schema::SUMS.map(add).join(", ")
     )
 }
 
@@ -495,32 +504,18 @@ impl Store {
                 let mut st = conn.prepare(&q).map_err(|e| e.to_string())?;
                 let mut rows = st.query([from_ms, to_ms]).map_err(|e| e.to_string())?;
                 while let Some(r) = rows.next().map_err(|e| e.to_string())? {
-                    let get = |i| r.get::<_, i64>(i).map_err(|e| e.to_string());
-                    let text = |i| r.get::<_, String>(i).map_err(|e| e.to_string());
-                    out.push(Bucketed {
-                        start_ms: get(0)?,
-                        alias: text(1)?,
-                        client: text(2)?,
-                        requests: get(3)?,
-                        prompt_tokens: get(4)?,
-                        cached_tokens: get(5)?,
-                        output_tokens: get(6)?,
-                    });
+                    out.push(Bucketed::read(
+                        |i| r.get(i).map_err(|e| e.to_string()),
+                        |i| r.get(i).map_err(|e| e.to_string()),
+                    )?);
                 }
             }
             Store::Postgres(client, _) => {
                 for r in client.query(&q, &[&from_ms, &to_ms]).map_err(pg)? {
-                    let get = |i| r.try_get::<_, i64>(i).map_err(pg);
-                    let text = |i| r.try_get::<_, String>(i).map_err(pg);
-                    out.push(Bucketed {
-                        start_ms: get(0)?,
-                        alias: text(1)?,
-                        client: text(2)?,
-                        requests: get(3)?,
-                        prompt_tokens: get(4)?,
-                        cached_tokens: get(5)?,
-                        output_tokens: get(6)?,
-                    });
+                    out.push(Bucketed::read(
+                        |i| r.try_get(i).map_err(pg),
+                        |i| r.try_get(i).map_err(pg),
+                    )?);
                 }
             }
         }

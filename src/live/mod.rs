@@ -472,21 +472,12 @@ fn tracer(
     let Some(settings) = &config.tracing else {
         return Ok(None);
     };
-    let kept = previous
-        .and_then(|p| p.tracer.as_ref())
-        .filter(|t| t.settings() == settings);
-    if let Some(t) = kept {
-        return Ok(Some(Arc::clone(t)));
-    }
-    Tracer::start(settings, metrics.spans_dropped.clone())
-        .map(|t| Some(Arc::new(t)))
-        .map_err(|reason| {
-            ConfigErrors(vec![ConfigError::BadValue {
-                key: "tracing.otlp_endpoint".into(),
-                value: settings.url.clone(),
-                reason,
-            }])
-        })
+    kept_or_started(
+        previous.and_then(|p| p.tracer.as_ref()),
+        |t| t.settings() == settings,
+        || Tracer::start(settings, metrics.spans_dropped.clone()),
+        ("tracing.otlp_endpoint", &settings.url),
+    )
 }
 
 /// The ledger of `config`: the previous snapshot's while its setting is the same, else one
@@ -499,21 +490,32 @@ fn ledger(
     let Some(settings) = &config.ledger else {
         return Ok(None);
     };
-    let kept = previous
-        .and_then(|p| p.ledger.as_ref())
-        .filter(|l| l.settings() == settings);
-    if let Some(l) = kept {
-        return Ok(Some(Arc::clone(l)));
+    kept_or_started(
+        previous.and_then(|p| p.ledger.as_ref()),
+        |l| l.settings() == settings,
+        || Ledger::start(settings, metrics.ledger.clone()),
+        ("ledger.url", &settings.url.shown()),
+    )
+}
+
+/// `before` while `same` holds of it, else one `start`ed now; a start that fails is an error
+/// of the config key and value `of`.
+fn kept_or_started<T>(
+    before: Option<&Arc<T>>,
+    same: impl Fn(&T) -> bool,
+    start: impl FnOnce() -> Result<T, String>,
+    of: (&str, &str),
+) -> Result<Option<Arc<T>>, ConfigErrors> {
+    if let Some(t) = before.filter(|t| same(t)) {
+        return Ok(Some(Arc::clone(t)));
     }
-    Ledger::start(settings, metrics.ledger.clone())
-        .map(|l| Some(Arc::new(l)))
-        .map_err(|reason| {
-            ConfigErrors(vec![ConfigError::BadValue {
-                key: "ledger.url".into(),
-                value: settings.url.shown(),
-                reason,
-            }])
-        })
+    start().map(|t| Some(Arc::new(t))).map_err(|reason| {
+        ConfigErrors(vec![ConfigError::BadValue {
+            key: of.0.into(),
+            value: of.1.into(),
+            reason,
+        }])
+    })
 }
 
 /// Each backend as a replica: its slots — the previous snapshot's where their count, queue

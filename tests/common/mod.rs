@@ -16,6 +16,15 @@ use tokio::task::JoinHandle;
 /// Every wait in a test is bounded by this, so a bug fails instead of hanging.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// A loopback port nothing listens on now (for a process started with it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
     match tokio::time::timeout(WAIT, f).await {
         Ok(v) => v,

@@ -176,6 +176,18 @@ class Fleet:
         wait_http(url + "/health")
         return url
 
+    def serve(self, name, config):
+        """`switchboard serve` of `config(port)` (the TOML for a free loopback port); its base
+        URL once it answers /health."""
+        port = free_port()
+        path = os.path.join(self.tmp.name, f"{name}.toml")
+        with open(path, "w") as f:
+            f.write(config(port))
+        self.spawn([BIN, "serve", "--config", path], name)
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/health")
+        return base
+
     def close(self):
         for server in self.servers:
             server.shutdown()

@@ -3,13 +3,12 @@ Retry-After they parse and the rate-limit headers they read. Simulator only (the
 the proxy's own; a real backend adds nothing here)."""
 
 import os
-import socket
 
 import anthropic
 import openai
 import pytest
 
-from conftest import BACKEND, BIN, Fleet, wait_http
+from conftest import BACKEND, Fleet
 
 pytestmark = pytest.mark.skipif(BACKEND == "real", reason="the proxy's own limits: simulator only")
 
@@ -22,11 +21,8 @@ def limited():
     fleet = Fleet()
     try:
         sim = fleet.simulate("llamacpp")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         os.environ["SB_SDK_LIMITED_KEYS"] = KEY
-        config = f"""
+        config = lambda port: f"""
 [server]
 listen = "127.0.0.1:{port}"
 
@@ -44,13 +40,7 @@ context_window = 4096
 key_env = "SB_SDK_LIMITED_KEYS"
 tokens_per_minute = 100
 """
-        path = os.path.join(fleet.tmp.name, "limited.toml")
-        with open(path, "w") as f:
-            f.write(config)
-        fleet.spawn([BIN, "serve", "--config", path], "limited-proxy")
-        base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/health")
-        yield base
+        yield fleet.serve("limited-proxy", config)
     finally:
         fleet.close()
 

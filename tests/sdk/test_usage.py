@@ -5,14 +5,13 @@ models, each page validated here against the SDK's schema; a client's key is ref
 Simulator only (the ledger is the proxy's own)."""
 
 import os
-import socket
 import time
 
 import openai
 import pytest
 from openai.types.admin.organization.usage_completions_response import UsageCompletionsResponse
 
-from conftest import BACKEND, BIN, Fleet, wait_http
+from conftest import BACKEND, Fleet
 
 pytestmark = pytest.mark.skipif(BACKEND == "real", reason="the proxy's own ledger: simulator only")
 
@@ -25,12 +24,9 @@ def ledgered():
     fleet = Fleet()
     try:
         sim = fleet.simulate("llamacpp")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         os.environ.update(SB_SDK_USAGE_ADMIN=ADMIN, SB_SDK_USAGE_ANN=ANN, SB_SDK_USAGE_BOB=BOB)
         db = os.path.join(fleet.tmp.name, "usage.db")
-        config = f"""
+        config = lambda port: f"""
 [server]
 listen = "127.0.0.1:{port}"
 admin_keys_env = "SB_SDK_USAGE_ADMIN"
@@ -53,12 +49,7 @@ key_env = "SB_SDK_USAGE_BOB"
 url = "sqlite://{db}"
 batch_interval_ms = 10
 """
-        path = os.path.join(fleet.tmp.name, "ledgered.toml")
-        with open(path, "w") as f:
-            f.write(config)
-        fleet.spawn([BIN, "serve", "--config", path], "ledgered-proxy")
-        base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/health")
+        base = fleet.serve("ledgered-proxy", config)
         for key, n in ((ANN, 3), (BOB, 1)):
             c = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
             for _ in range(n):
