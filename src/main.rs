@@ -108,6 +108,7 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     if state.live.load().config.server.watch_config {
         tokio::spawn(switchboard::live::watch::run(state.clone()));
     }
+    let live = std::sync::Arc::clone(&state.live);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(Stop::Serve);
     let (first, second) = shutdown_signals();
     tokio::spawn(async move {
@@ -116,7 +117,12 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
         second.await;
         let _ = stop_tx.send(Stop::Now);
     });
-    workers::serve(state, listen, n, grace, stop_rx).await
+    let served = workers::serve(state, listen, n, grace, stop_rx).await;
+    // The requests have ended: the ledger writes the rows that wait before the process does.
+    if let Some(ledger) = live.load_full().ledger.clone() {
+        let _ = tokio::task::spawn_blocking(move || ledger.close()).await;
+    }
+    served
 }
 
 fn load(path: &std::path::Path) -> Result<Config, String> {

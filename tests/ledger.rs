@@ -577,7 +577,7 @@ async fn rows_the_ledger_reported_written_survive_a_kill_9() {
     let gpu = sim(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("usage.db");
-    let mut proxy = Served::start(&gpu.url(), &format!("sqlite://{}", db.display())).await;
+    let mut proxy = Served::start(&gpu.url(), &format!("sqlite://{}", db.display()), 10).await;
     let c = client();
     let send = |n: usize| {
         let (c, url) = (c.clone(), format!("{}/v1/chat/completions", proxy.base));
@@ -662,7 +662,8 @@ struct Served {
 }
 
 impl Served {
-    async fn start(backend: &str, ledger_url: &str) -> Served {
+    /// Writing its rows every `interval_ms`.
+    async fn start(backend: &str, ledger_url: &str, interval_ms: u64) -> Served {
         let (dir, port) = (tempfile::tempdir().unwrap(), free_port());
         let path = dir.path().join("routes.toml");
         std::fs::write(
@@ -670,7 +671,7 @@ impl Served {
             format!(
                 "[server]\nlisten = \"127.0.0.1:{port}\"\n[backends.gpu]\nurl = \"{backend}\"\n\
                  flavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n\
-                 [ledger]\nurl = \"{ledger_url}\"\nbatch_interval_ms = 10\n"
+                 [ledger]\nurl = \"{ledger_url}\"\nbatch_interval_ms = {interval_ms}\n"
             ),
         )
         .unwrap();
@@ -710,7 +711,10 @@ async fn two_binaries_on_one_postgres_record_every_request_once() {
     let gpu = sim(SimConfig::default()).await;
     let (url, backend) = (pg.url(), gpu.url());
     // Started together: they migrate the new database at once.
-    let (a, b) = tokio::join!(Served::start(&backend, &url), Served::start(&backend, &url));
+    let (a, b) = tokio::join!(
+        Served::start(&backend, &url, 10),
+        Served::start(&backend, &url, 10)
+    );
     let c = client();
     let send = |base: String, n: usize| {
         let c = c.clone();
@@ -750,4 +754,39 @@ async fn two_binaries_on_one_postgres_record_every_request_once() {
     .await
     .unwrap();
     assert_eq!(rows, (50, 2, 50, ledger::SCHEMA_VERSION));
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_writes_the_rows_that_wait() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    // Rows wait ten minutes, or for 500 of them: none is written while it serves.
+    let mut proxy = Served::start(&gpu.url(), &format!("sqlite://{}", db.display()), 600_000).await;
+    let c = client();
+    for _ in 0..5 {
+        let r = c
+            .post(format!("{}/v1/chat/completions", proxy.base))
+            .json(&chat("frank", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(rows_written(&c, &proxy.base).await, 0.0);
+    let pid = proxy.child.id().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let exit = tokio::task::spawn_blocking(move || {
+        let status = proxy.child.wait().unwrap();
+        drop(proxy);
+        status
+    })
+    .await
+    .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert_eq!(raw::<i64>(&db, "SELECT count(*) FROM requests"), 5);
 }

@@ -77,7 +77,10 @@ pub struct Counters {
 /// waits, once the last handle is dropped.
 #[derive(Debug)]
 pub struct Ledger {
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The writer, until [`Ledger::close`] waits for it.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The writer's handle, to wake it.
+    waker: std::thread::Thread,
     settings: config::Ledger,
     shared: Arc<Shared>,
 }
@@ -209,25 +212,31 @@ impl Ledger {
         shared.counters.up.set(1);
         tracing::info!(ledger = %settings.url.shown(), "usage ledger open");
         Ok(Ledger {
-            thread: Some(thread),
+            waker: thread.thread().clone(),
+            thread: Mutex::new(Some(thread)),
             settings: settings.clone(),
             shared,
         })
     }
 
-    /// Writes what waits and ends the writer (what dropping the last handle does, waited for).
-    pub fn close(mut self) {
+    /// Writes what waits and ends the writer, waiting for it (what dropping the last handle
+    /// does without waiting): the end of a graceful shutdown. Rows handed in after it are
+    /// counted as dropped.
+    pub fn close(&self) {
         self.end();
-        if let Some(t) = self.thread.take() {
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }
 
     fn end(&self) {
         self.shared.closing.store(true, Ordering::Release);
-        if let Some(t) = &self.thread {
-            t.thread().unpark();
-        }
+        self.waker.unpark();
     }
 
     /// The last [`DAYS`] days per client, as last read and kept up.
@@ -254,6 +263,10 @@ impl Ledger {
     /// ledger writes again) while `buffer_rows` wait.
     pub fn record(&self, mut row: Row) {
         let s = &self.shared;
+        if s.closing.load(Ordering::Acquire) {
+            s.counters.dropped.inc();
+            return;
+        }
         if s.waiting.fetch_add(1, Ordering::Relaxed) >= self.settings.buffer_rows {
             s.waiting.fetch_sub(1, Ordering::Relaxed);
             s.counters.dropped.inc();
@@ -274,9 +287,7 @@ impl Ledger {
         };
         // A batch is full: the writer need not wait for its interval.
         if queued == self.settings.batch_rows {
-            if let Some(t) = &self.thread {
-                t.thread().unpark();
-            }
+            self.waker.unpark();
         }
     }
 }
