@@ -324,19 +324,21 @@ pub(super) fn validate(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         api_keys,
         metrics_keys,
         admin_keys,
-        data_dir: match raw.data_dir.as_deref() {
-            Some("") => {
-                errs.push(ConfigError::BadValue {
-                    key: "server.data_dir".into(),
-                    value: String::new(),
-                    reason: "must name a directory".into(),
-                });
-                None
-            }
-            d => d.map(std::path::PathBuf::from),
-        },
+        data_dir: data_dir(raw.data_dir.as_deref(), errs),
         shared_state: shared_state(&raw, errs),
     }
+}
+
+/// `server.data_dir`: a path, not an empty one (whether it exists is not read here).
+fn data_dir(raw: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<std::path::PathBuf> {
+    if raw == Some("") {
+        errs.push(ConfigError::BadValue {
+            key: "server.data_dir".into(),
+            value: String::new(),
+            reason: "must name a directory".into(),
+        });
+    }
+    raw.filter(|d| !d.is_empty()).map(std::path::PathBuf::from)
 }
 
 /// `server.shared_state` and its lease and timeout: a `redis://` URL with a host (no I/O
