@@ -315,7 +315,7 @@ fn row(client: &str, i: i64) -> Row {
         client: client.into(),
         alias: "frank".into(),
         backend: "gpu".into(),
-        api: "chat_completions".into(),
+        api: "chat_completions",
         status: 200,
         prompt_tokens: 10,
         output_tokens: 2,

@@ -14,7 +14,7 @@ pub mod store;
 mod writer;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::metrics::counter::Counter;
@@ -40,8 +40,8 @@ pub struct Row {
     pub alias: String,
     /// `-` when no backend was tried.
     pub backend: String,
-    /// The API the client spoke: `chat`, `responses`, `messages`, …
-    pub api: String,
+    /// The API the client spoke, as its endpoint label: `chat_completions`, `responses`, …
+    pub api: &'static str,
     pub status: i64,
     pub prompt_tokens: i64,
     pub cached_tokens: i64,
@@ -69,7 +69,7 @@ pub struct Counters {
     pub dropped: Counter,
     /// 1 while the last write (or the start) succeeded, 0 while writes fail.
     pub up: Gauge,
-    /// Rows waiting to be written.
+    /// Rows handed in and not yet written or dropped (what `buffer_rows` bounds).
     pub waiting: Gauge,
 }
 
@@ -166,8 +166,6 @@ impl Daily {
 #[derive(Debug)]
 struct Shared {
     counters: Counters,
-    /// Rows handed in and not yet written or dropped.
-    waiting: AtomicUsize,
     seq: AtomicI64,
     /// Whether the drop of a row was logged since the ledger last wrote.
     drop_logged: AtomicBool,
@@ -200,7 +198,6 @@ impl Ledger {
     pub fn start(settings: &config::Ledger, counters: Counters) -> Result<Ledger, String> {
         let shared = Arc::new(Shared {
             counters,
-            waiting: AtomicUsize::new(0),
             seq: AtomicI64::new(0),
             drop_logged: AtomicBool::new(false),
             queue: Mutex::default(),
@@ -267,8 +264,9 @@ impl Ledger {
             s.counters.dropped.inc();
             return;
         }
-        if s.waiting.fetch_add(1, Ordering::Relaxed) >= self.settings.buffer_rows {
-            s.waiting.fetch_sub(1, Ordering::Relaxed);
+        let waited = s.counters.waiting.inc();
+        if usize::try_from(waited).unwrap_or(0) >= self.settings.buffer_rows {
+            s.counters.waiting.dec();
             s.counters.dropped.inc();
             if !s.drop_logged.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -279,7 +277,6 @@ impl Ledger {
             return;
         }
         row.seq = s.seq.fetch_add(1, Ordering::Relaxed);
-        s.counters.waiting.inc();
         let queued = {
             let mut q = s.queue.lock().unwrap_or_else(PoisonError::into_inner);
             q.push(row);

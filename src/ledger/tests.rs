@@ -24,7 +24,7 @@ fn row(i: i64, client: &str, alias: &str, at_ms: i64) -> Row {
         client: client.into(),
         alias: alias.into(),
         backend: "gpu".into(),
-        api: "chat_completions".into(),
+        api: "chat_completions",
         status: if i % 4 == 3 { 400 } else { 200 },
         prompt_tokens: 100 + i,
         cached_tokens: i,

@@ -1,7 +1,8 @@
 //! The ledger's writer thread: wakes every batch interval (or when a batch is full), takes
-//! the rows queued and writes them in batches, one transaction each. A batch that failed is kept and tried again (reconnecting to a PostgreSQL
-//! that went away), first looking whether its commit did land; raw rows past their
-//! retention are deleted hourly. Once every handle is gone it writes what waits and ends.
+//! the rows queued and writes them in batches, one transaction each. A batch that failed is
+//! kept and tried again (reconnecting to a PostgreSQL that went away), first looking whether
+//! its commit did land; raw rows past their retention are deleted hourly. Once every handle
+//! is gone it writes what waits and ends.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -71,9 +72,9 @@ struct Writer {
     shared: Arc<Shared>,
     process: String,
     pending: VecDeque<Row>,
-    /// The batch whose last write failed: its first row's number and its length (it is
+    /// The length of the batch whose last write failed, the first rows of `pending` (it is
     /// written again as it was, once it is known not to be in the database).
-    failed: Option<(i64, usize)>,
+    failed: Option<usize>,
     retry_at: Option<Instant>,
     backoff: Duration,
     pruned_at: Option<Instant>,
@@ -149,7 +150,7 @@ impl Writer {
         }
         self.read_at = Some(now);
         let at = now_ms();
-        match self.store.daily(super::Daily::of(&[], at).first_ms) {
+        match self.store.daily(super::Daily::first_for(at)) {
             Ok(rows) => self.shared.set_daily(super::Daily::of(&rows, at)),
             Err(e) => tracing::debug!(error = %e, "usage ledger: the days could not be read"),
         }
@@ -157,10 +158,9 @@ impl Writer {
 
     /// Writes the next batch; whether it is in the database now.
     fn write_one(&mut self) -> bool {
-        let len = match self.failed {
-            Some((_, len)) => len,
-            None => self.settings.batch_rows.min(self.pending.len()),
-        };
+        let len = self
+            .failed
+            .unwrap_or_else(|| self.settings.batch_rows.min(self.pending.len()));
         let batch: Vec<Row> = self.pending.iter().take(len).cloned().collect();
         match self.try_write(&batch) {
             Ok(()) => {
@@ -171,7 +171,6 @@ impl Writer {
                 true
             }
             Err(e) => {
-                let first = batch.first().map_or(0, |r| r.seq);
                 if self.failed.is_none() {
                     tracing::warn!(
                         ledger = %self.store.at(),
@@ -180,7 +179,7 @@ impl Writer {
                         "usage ledger: a write failed; rows wait and are written again"
                     );
                 }
-                self.failed = Some((first, batch.len()));
+                self.failed = Some(batch.len());
                 self.shared.counters.up.set(0);
                 self.shared.set_trouble(Some(e));
                 self.retry_at = Some(Instant::now() + self.backoff);
@@ -198,9 +197,9 @@ impl Writer {
                 self.store = Store::open(&self.settings.url)?;
             }
         }
-        if let (Some((first, _)), Some(row)) = (self.failed, batch.first()) {
+        if let (Some(_), Some(first)) = (self.failed, batch.first()) {
             // The failed write may have committed before its answer was lost.
-            if row.seq == first && self.store.holds(&self.process, first)? {
+            if self.store.holds(&self.process, first.seq)? {
                 return Ok(());
             }
         }
@@ -210,7 +209,6 @@ impl Writer {
     /// `n` rows are in the database.
     fn done(&mut self, n: usize) {
         let s = &self.shared;
-        s.waiting.fetch_sub(n, Ordering::Relaxed);
         s.counters.waiting.dec_by(n as i64);
         s.counters.written.inc_by(n as u64);
         s.counters.up.set(1);
@@ -226,11 +224,7 @@ impl Writer {
     fn last_tries(&mut self) {
         for _ in 0..3 {
             std::thread::sleep(self.backoff.min(Duration::from_secs(2)));
-            while !self.pending.is_empty() {
-                if !self.write_one() {
-                    break;
-                }
-            }
+            self.write_due(true, false);
             if self.pending.is_empty() {
                 return;
             }
@@ -242,7 +236,6 @@ impl Writer {
         let n = self.pending.len();
         self.pending.clear();
         let s = &self.shared;
-        s.waiting.fetch_sub(n, Ordering::Relaxed);
         s.counters.waiting.dec_by(n as i64);
         s.counters.dropped.inc_by(n as u64);
         tracing::error!(rows = n, "usage ledger: rows not written at exit");

@@ -226,7 +226,7 @@ impl Record {
                 .to_string(),
             alias: self.m.name().to_string(),
             backend: self.backend.as_deref().unwrap_or("-").to_string(),
-            api: self.endpoint.label().to_string(),
+            api: self.endpoint.label(),
             status: i64::from(self.status),
             prompt_tokens: usage.prompt as i64,
             cached_tokens: usage.cached.unwrap_or(0) as i64,
