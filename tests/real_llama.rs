@@ -607,3 +607,78 @@ async fn mixed_turn(
         .and_then(|t| t.cache_n);
     (status, whole, text, cached.unwrap_or(0))
 }
+
+/// The completion tokens an answer reported to its client: a whole one's `usage`, a stream's
+/// usage chunk.
+fn completion_tokens_seen(stream: bool, text: &str) -> i64 {
+    let usage = if stream {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find_map(|e| e.get("usage").filter(|u| u.is_object()).cloned())
+    } else {
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .map(|v| v["usage"].clone())
+    };
+    usage.and_then(|u| u["completion_tokens"].as_i64()).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn real_llama_the_ledger_keeps_a_row_per_answer_under_concurrency() {
+    let _alone = ALONE.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let toml = one_alias("llamacpp", "", "").replace("slots = 8", "slots = 2")
+        + &format!(
+            "\n[ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
+            db.display()
+        );
+    let p = proxy(&toml, &[("b", real())]).await;
+    let url = p.url("/v1/chat/completions");
+    let loops = (0..4).map(|l| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let c = client();
+            let mut seen = 0;
+            for i in 0..20 {
+                let stream = (i + l) % 2 == 0;
+                let body = json!({"model": "a", "stream": stream, "max_tokens": 8,
+                    "stream_options": {"include_usage": true},
+                    "messages": [{"role": "user", "content": format!("ledger {l}, turn {i}")}]});
+                let r = c.post(&url).json(&body).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                seen += completion_tokens_seen(stream, &r.text().await.unwrap());
+            }
+            seen
+        })
+    });
+    let mut seen = 0;
+    for l in loops {
+        seen += tokio::time::timeout(REAL_WAIT * 4, l)
+            .await
+            .expect("the loops end in time")
+            .unwrap();
+    }
+    let written = p.state.metrics.ledger.written.clone();
+    until("80 rows written", || written.get() >= 80).await;
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let one = |sql: &str| -> f64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(one("SELECT CAST(count(*) AS REAL) FROM requests"), 80.0);
+    assert_eq!(
+        one("SELECT CAST(sum(output_tokens) AS REAL) FROM requests"),
+        seen as f64,
+        "the ledger's output tokens are what the clients were told"
+    );
+    // llama.cpp's own timings of every answer: each row has its GPU time.
+    assert_eq!(
+        one("SELECT CAST(count(*) AS REAL) FROM requests \
+             WHERE prompt_tokens = 0 OR gpu_prefill_s + gpu_decode_s <= 0"),
+        0.0
+    );
+    assert_eq!(
+        one("SELECT CAST(sum(requests) AS REAL) FROM usage_hourly"),
+        80.0
+    );
+}
