@@ -11,6 +11,8 @@
 
 pub mod address;
 pub mod alloc;
+pub mod budget;
+pub mod calendar;
 pub mod clients;
 pub mod config;
 pub mod demo;
