@@ -8,10 +8,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::postgres::Postgres;
+use common::served::Served;
 use common::*;
 use serde_json::json;
 use switchboard::config::{Ledger as Settings, LedgerUrl};
@@ -178,126 +180,6 @@ fn usage_without_a_ledger_says_so() {
     assert!(err.contains("no [ledger]"), "{err}");
 }
 
-/// A PostgreSQL server of its own in a temp dir, on a loopback port.
-struct Postgres {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl Postgres {
-    /// Started, or `None` after saying the test is skipped (a failure where
-    /// `SWITCHBOARD_TEST_NEED_POSTGRES` is set).
-    fn start() -> Option<Postgres> {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()
-            .and_then(|d| d.flatten().map(|e| e.path().join("bin")).max());
-        let Some(bin) = bin.filter(|b| b.join("initdb").exists()) else {
-            assert!(
-                std::env::var_os("SWITCHBOARD_TEST_NEED_POSTGRES").is_none(),
-                "PostgreSQL is not installed (Debian package postgresql)"
-            );
-            eprintln!("skipped: PostgreSQL is not installed (Debian package postgresql)");
-            return None;
-        };
-        let (dir, port) = (tempfile::tempdir().unwrap(), free_port());
-        let pg = Postgres { bin, dir, port };
-        if is_root() {
-            // initdb refuses root: the server runs as `postgres`.
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(pg.dir.path())
-                .status()
-                .unwrap();
-            assert!(ok.success());
-        }
-        pg.run(
-            "initdb",
-            &["-D", &pg.data(), "-A", "trust", "-U", "postgres"],
-        );
-        pg.ctl_start();
-        pg.run(
-            "createdb",
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "postgres",
-                "usage",
-            ],
-        );
-        Some(pg)
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").display().to_string()
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/usage", self.port)
-    }
-
-    fn ctl_start(&self) {
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1",
-            self.port,
-            self.dir.path().display()
-        );
-        let log = self.dir.path().join("server.log").display().to_string();
-        self.run(
-            "pg_ctl",
-            &["-D", &self.data(), "-l", &log, "-w", "-o", &opts, "start"],
-        );
-    }
-
-    fn stop(&self) {
-        self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
-    }
-
-    fn run(&self, tool: &str, args: &[&str]) {
-        let exe = self.bin.join(tool);
-        let mut cmd = if is_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(exe);
-            c
-        } else {
-            Command::new(exe)
-        };
-        let out = cmd.args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{tool}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let exe = self.bin.join("pg_ctl");
-        let data = self.data();
-        let args = ["-D", data.as_str(), "-m", "immediate", "stop"];
-        let _ = if is_root() {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(exe)
-                .args(args)
-                .output()
-        } else {
-            Command::new(exe).args(args).output()
-        };
-    }
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
-}
-
 fn pg_settings(url: &str) -> Settings {
     Settings {
         url: LedgerUrl::Postgres(url.to_string()),
@@ -305,6 +187,7 @@ fn pg_settings(url: &str) -> Settings {
         batch_interval: Duration::from_millis(10),
         buffer_rows: 10_000,
         retention_days: 0,
+        budget_refresh: Duration::from_secs(5),
     }
 }
 
@@ -341,8 +224,10 @@ fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
     let url = pg.url();
     // Both start at once: the schema is made once.
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| Ledger::start(&pg_settings(&url), Counters::default()));
-        let b = s.spawn(|| Ledger::start(&pg_settings(&url), Counters::default()));
+        let a =
+            s.spawn(|| Ledger::start(&pg_settings(&url), Counters::default(), Default::default()));
+        let b =
+            s.spawn(|| Ledger::start(&pg_settings(&url), Counters::default(), Default::default()));
         (a.join().unwrap().unwrap(), b.join().unwrap().unwrap())
     });
     std::thread::scope(|s| {
@@ -389,7 +274,8 @@ fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
         ledger::Store::Sqlite(..) => Ok(()),
     })
     .unwrap();
-    let err = Ledger::start(&pg_settings(&url), Counters::default()).unwrap_err();
+    let err =
+        Ledger::start(&pg_settings(&url), Counters::default(), Default::default()).unwrap_err();
     assert!(err.contains("schema version 99"), "{err}");
     assert!(!err.contains("password"), "{err}");
 }
@@ -399,7 +285,7 @@ fn a_postgres_restart_mid_run_loses_no_row() {
     let Some(pg) = Postgres::start() else { return };
     let url = pg.url();
     let counters = Counters::default();
-    let l = Ledger::start(&pg_settings(&url), counters.clone()).unwrap();
+    let l = Ledger::start(&pg_settings(&url), counters.clone(), Default::default()).unwrap();
     (0..100).for_each(|i| l.record(row("ann", i)));
     pg.stop();
     (100..200).for_each(|i| l.record(row("ann", i)));
@@ -577,7 +463,11 @@ async fn rows_the_ledger_reported_written_survive_a_kill_9() {
     let gpu = sim(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("usage.db");
-    let mut proxy = Served::start(&gpu.url(), &format!("sqlite://{}", db.display()), 10).await;
+    let mut proxy = Served::start(
+        &frank_config(&gpu.url(), &format!("sqlite://{}", db.display()), 10),
+        &[],
+    )
+    .await;
     let c = client();
     let send = |n: usize| {
         let (c, url) = (c.clone(), format!("{}/v1/chat/completions", proxy.base));
@@ -653,56 +543,13 @@ async fn a_stream_its_client_left_is_a_cancelled_row() {
     );
 }
 
-/// A `switchboard serve` of its own, on a free port, with `ledger_url`, answering alias
-/// `frank` from `backend`; killed when dropped.
-struct Served {
-    child: std::process::Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Served {
-    /// Writing its rows every `interval_ms`.
-    async fn start(backend: &str, ledger_url: &str, interval_ms: u64) -> Served {
-        let (dir, port) = (tempfile::tempdir().unwrap(), free_port());
-        let path = dir.path().join("routes.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "[server]\nlisten = \"127.0.0.1:{port}\"\n[backends.gpu]\nurl = \"{backend}\"\n\
-                 flavor = \"llamacpp\"\n[aliases.frank]\nbackend = \"gpu\"\n\
-                 [ledger]\nurl = \"{ledger_url}\"\nbatch_interval_ms = {interval_ms}\n"
-            ),
-        )
-        .unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let base = format!("http://127.0.0.1:{port}");
-        let c = client();
-        within("a proxy's health", async {
-            while c.get(format!("{base}/health")).send().await.is_err() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
-        Served {
-            child,
-            base,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The config of a proxy answering alias `frank` from `backend`, writing its rows to
+/// `ledger_url` every `interval_ms`.
+fn frank_config(backend: &str, ledger_url: &str, interval_ms: u64) -> String {
+    format!(
+        "[backends.gpu]\nurl = \"{backend}\"\nflavor = \"llamacpp\"\n[aliases.frank]\n\
+         backend = \"gpu\"\n[ledger]\nurl = \"{ledger_url}\"\nbatch_interval_ms = {interval_ms}\n"
+    )
 }
 
 #[tokio::test]
@@ -711,10 +558,8 @@ async fn two_binaries_on_one_postgres_record_every_request_once() {
     let gpu = sim(SimConfig::default()).await;
     let (url, backend) = (pg.url(), gpu.url());
     // Started together: they migrate the new database at once.
-    let (a, b) = tokio::join!(
-        Served::start(&backend, &url, 10),
-        Served::start(&backend, &url, 10)
-    );
+    let config = frank_config(&backend, &url, 10);
+    let (a, b) = tokio::join!(Served::start(&config, &[]), Served::start(&config, &[]));
     let c = client();
     let send = |base: String, n: usize| {
         let c = c.clone();
@@ -762,7 +607,11 @@ async fn a_graceful_shutdown_writes_the_rows_that_wait() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("usage.db");
     // Rows wait ten minutes, or for 500 of them: none is written while it serves.
-    let mut proxy = Served::start(&gpu.url(), &format!("sqlite://{}", db.display()), 600_000).await;
+    let proxy = Served::start(
+        &frank_config(&gpu.url(), &format!("sqlite://{}", db.display()), 600_000),
+        &[],
+    )
+    .await;
     let c = client();
     for _ in 0..5 {
         let r = c
@@ -774,19 +623,7 @@ async fn a_graceful_shutdown_writes_the_rows_that_wait() {
         assert_eq!(r.status(), 200);
     }
     assert_eq!(rows_written(&c, &proxy.base).await, 0.0);
-    let pid = proxy.child.id().to_string();
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let exit = tokio::task::spawn_blocking(move || {
-        let status = proxy.child.wait().unwrap();
-        drop(proxy);
-        status
-    })
-    .await
-    .unwrap();
+    let exit = proxy.stop().await;
     assert!(exit.success(), "{exit:?}");
     assert_eq!(raw::<i64>(&db, "SELECT count(*) FROM requests"), 5);
 }

@@ -1,15 +1,17 @@
 //! A client's request admitted against its limits: a place among its requests in flight, its
-//! tokens reserved (prompt and `max_tokens`) and its GPU time (as predicted), settled from the
-//! usage and the work measured when it ends.
+//! tokens reserved (prompt and `max_tokens`) and its GPU time (as predicted) in its budgets of
+//! the day and month and its limits of a minute, settled from the usage and the work measured
+//! when it ends.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::limiter::{Refusal, Which};
 use super::Caller;
+use crate::budget::Refused;
 use crate::error::ProxyError;
 use crate::observe::metrics::RefusalReason;
-use crate::observe::record::Settle;
+use crate::observe::record::{Charged, Settle};
 use crate::wire::usage::Usage;
 
 /// Held (in the request's record) from admission to the end of the answer.
@@ -22,6 +24,8 @@ pub struct Charge {
     most: Option<u64>,
     /// GPU-milliseconds reserved.
     gpu: u64,
+    /// Tokens and GPU-milliseconds reserved in its budgets of the day and month.
+    budgeted: Option<(u64, u64)>,
     /// Its place among the client's requests in flight in the shared store, if any.
     _place: Option<crate::shared::lease::Lease>,
 }
@@ -45,6 +49,7 @@ impl Charge {
             prompt,
             most: spec.counts_tokens().then_some(prompt + output),
             gpu: 0,
+            budgeted: None,
             _place: None,
         };
         state.metrics.inflight.inc();
@@ -63,29 +68,74 @@ impl Charge {
             }
         }
         let cost = prompt + output;
+        let gpu = if spec.counts_gpu() { gpu } else { 0 };
+        if spec.counts_days() {
+            state.budgets.reserve(cost, gpu).map_err(|r| {
+                state.metrics.refused(RefusalReason::quota);
+                over_budget(&spec.name, r)
+            })?;
+            charge.budgeted = Some((cost, gpu));
+        }
         let refused = |r: Refusal, gpu: bool| {
-            let reason = match r.which {
-                Which::Day => RefusalReason::quota,
-                _ => RefusalReason::rate_limit,
-            };
-            state.metrics.refused(reason);
+            state.metrics.refused(RefusalReason::rate_limit);
             refusal(&spec.name, r, gpu)
         };
-        state
-            .limiter
-            .reserve(cost, Instant::now())
-            .await
-            .map_err(|r| refused(r, false))?;
+        let minute = state.limiter.reserve(cost, Instant::now()).await;
+        if let Err(r) = minute {
+            charge.undo();
+            return Err(refused(r, false));
+        }
         charge.reserved = cost;
         if spec.counts_gpu() {
-            state
-                .gpu
-                .reserve(gpu, Instant::now())
-                .await
-                .map_err(|r| refused(r, true))?;
+            let minute = state.gpu.reserve(gpu, Instant::now()).await;
+            if let Err(r) = minute {
+                charge.undo();
+                return Err(refused(r, true));
+            }
             charge.gpu = gpu;
         }
         Ok(charge)
+    }
+
+    /// Gives back what was reserved: the request was refused after all.
+    fn undo(&mut self) {
+        let state = &self.caller.state;
+        if let Some(b) = self.budgeted.take() {
+            state.budgets.settle(b, (0, 0));
+        }
+        if self.reserved > 0 {
+            state.limiter.settle(self.reserved, 0, Instant::now());
+            self.reserved = 0;
+        }
+    }
+}
+
+/// The 429 of a budget of the day or month that is spent (`insufficient_quota`).
+fn over_budget(client: &str, r: Refused) -> ProxyError {
+    let amount = |n: u64| match r.kind.gpu() {
+        true => format!("{:.3}", n as f64 / 1000.0),
+        false => n.to_string(),
+    };
+    let (needed, limit, what) = (amount(r.needed), amount(r.limit), r.kind.words());
+    let unit = if r.kind.gpu() {
+        "GPU-seconds"
+    } else {
+        "tokens"
+    };
+    let period = if r.kind.month() { "month" } else { "day" };
+    let detail = match r.retry_after {
+        None => format!(
+            "the request needs {needed} {unit}, more than the budget of {limit} {what}: it can never fit, do not retry it"
+        ),
+        Some(s) => format!(
+            "budget of {limit} {what} spent; it resets at the start of the next {period}, in {s}s"
+        ),
+    };
+    ProxyError::RateLimited {
+        client: client.to_string(),
+        detail,
+        quota: true,
+        retry_after: r.retry_after,
     }
 }
 
@@ -95,9 +145,7 @@ fn refusal(client: &str, r: Refusal, gpu: bool) -> ProxyError {
     let what = match (r.which, gpu) {
         (Which::Requests, _) => "requests per minute",
         (Which::Tokens, false) => "tokens per minute",
-        (Which::Day, false) => "tokens per day",
         (Which::Tokens, true) => "GPU-seconds per minute",
-        (Which::Day, true) => "GPU-seconds per day",
     };
     let amount = |n: u64| match gpu {
         true => format!("{:.3}", n as f64 / 1000.0),
@@ -114,7 +162,7 @@ fn refusal(client: &str, r: Refusal, gpu: bool) -> ProxyError {
     ProxyError::RateLimited {
         client: client.to_string(),
         detail,
-        quota: r.which == Which::Day,
+        quota: false,
         retry_after: r.retry_after,
     }
 }
@@ -124,8 +172,16 @@ impl Settle for Charge {
     /// wait run out, cancelled while it waited: the request still counts as one); else the
     /// usage reported, else (a stream cut short, an answer without usage) its prompt and the
     /// tokens seen generated. A usage is believed up to what the request could cost: its
-    /// prompt and output reserved, or its prompt and the tokens relayed, whichever is more.
-    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool, gpu: Option<u64>) {
+    /// prompt and output reserved, or its prompt and the tokens relayed, whichever is more
+    /// (a backend's usage past that is no client's debt). Its GPU time: measured, else
+    /// (no answer came) nothing when it never went to a backend, else what was reserved.
+    fn settle(
+        &mut self,
+        usage: Option<Usage>,
+        generated: u64,
+        sent: bool,
+        gpu: Option<u64>,
+    ) -> Charged {
         let seen = self.prompt + generated;
         let used = match usage {
             _ if !sent => 0,
@@ -142,15 +198,21 @@ impl Settle for Charge {
             m.completion_tokens.inc_by(u.completion);
         }
         let now = Instant::now();
-        self.caller.state.limiter.settle(self.reserved, used, now);
-        self.caller.state.recent.add(now, used);
+        let state = &self.caller.state;
+        state.limiter.settle(self.reserved, used, now);
+        state.recent.add(now, used);
         self.reserved = 0;
+        let gpu_used = gpu.unwrap_or(if sent { self.gpu } else { 0 });
+        if let Some(b) = self.budgeted.take() {
+            state.budgets.settle(b, (used, gpu_used));
+        }
         if self.gpu > 0 {
-            // Measured, else (no answer came) nothing when it never went to a backend, else
-            // what was reserved.
-            let used = gpu.unwrap_or(if sent { self.gpu } else { 0 });
-            self.caller.state.gpu.settle(self.gpu, used, now);
+            state.gpu.settle(self.gpu, gpu_used, now);
             self.gpu = 0;
+        }
+        Charged {
+            tokens: used,
+            gpu_ms: gpu_used,
         }
     }
 }

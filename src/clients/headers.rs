@@ -1,6 +1,7 @@
 //! The rate-limit headers a client with limits gets on every answer: OpenAI's
 //! `x-ratelimit-*` and, on `/v1/messages`, Anthropic's `anthropic-ratelimit-*`; its GPU budgets
-//! as `x-switchboard-ratelimit-*-gpu-seconds`.
+//! as `x-switchboard-ratelimit-*-gpu-seconds`. Tokens and GPU time are told of the minute's
+//! limit, else of the budget of the day or month with the least left.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,10 +9,11 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::limiter::{Left, Standing};
 
-/// Write `standing` into `headers`; `anthropic`: in Anthropic's names (reset as an RFC 3339
-/// time) instead of OpenAI's (reset as a duration).
-pub fn write(headers: &mut HeaderMap, standing: &Standing, anthropic: bool) {
-    let tokens = standing.tokens.or(standing.day);
+/// Write `standing` (and, without a minute's limit of tokens, `budget`) into `headers`;
+/// `anthropic`: in Anthropic's names (reset as an RFC 3339 time) instead of OpenAI's (reset as
+/// a duration).
+pub fn write(headers: &mut HeaderMap, standing: &Standing, budget: Option<Left>, anthropic: bool) {
+    let tokens = standing.tokens.or(budget);
     for (kind, left) in [("requests", standing.requests), ("tokens", tokens)] {
         let Some(left) = left else { continue };
         let reset = if anthropic {
@@ -41,17 +43,25 @@ pub fn write(headers: &mut HeaderMap, standing: &Standing, anthropic: bool) {
 pub fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthropic: bool) {
     if let Some(c) = caller.filter(|c| c.spec.limited()) {
         let now = std::time::Instant::now();
-        write(headers, &c.state.limiter.standing(now), anthropic);
+        let budgets = c.state.budgets.standing();
+        let least = |kinds: [usize; 2]| {
+            kinds
+                .into_iter()
+                .filter_map(|k| budgets[k])
+                .min_by_key(|l| l.remaining)
+        };
+        let [tokens, gpu] = [least([0, 1]), least([2, 3])];
+        write(headers, &c.state.limiter.standing(now), tokens, anthropic);
         if c.spec.counts_gpu() {
-            write_gpu(headers, &c.state.gpu.standing(now));
+            write_gpu(headers, c.state.gpu.standing(now).tokens.or(gpu));
         }
     }
 }
 
-/// Write the GPU budgets' `standing` (kept in milliseconds): the minute's, else the day's, as
+/// Write a GPU budget (kept in milliseconds) as
 /// `x-switchboard-ratelimit-{limit,remaining,reset}-gpu-seconds`, in seconds.
-pub fn write_gpu(headers: &mut HeaderMap, standing: &Standing) {
-    let Some(left) = standing.tokens.or(standing.day) else {
+pub fn write_gpu(headers: &mut HeaderMap, left: Option<Left>) {
+    let Some(left) = left else {
         return;
     };
     let seconds = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
@@ -116,17 +126,13 @@ mod tests {
 
     #[test]
     fn gpu_budgets_are_told_in_seconds() {
-        let s = Standing {
-            requests: None,
-            tokens: Some(Left {
-                limit: 120_000,
-                remaining: 90_500,
-                reset: Duration::from_secs(15),
-            }),
-            day: Some(full(1)),
-        };
+        let left = Some(Left {
+            limit: 120_000,
+            remaining: 90_500,
+            reset: Duration::from_secs(15),
+        });
         let mut h = HeaderMap::new();
-        write_gpu(&mut h, &s);
+        write_gpu(&mut h, left);
         assert_eq!(h["x-switchboard-ratelimit-limit-gpu-seconds"], "120.000");
         assert_eq!(h["x-switchboard-ratelimit-remaining-gpu-seconds"], "90.500");
         assert_eq!(h["x-switchboard-ratelimit-reset-gpu-seconds"], "15s");
@@ -137,19 +143,19 @@ mod tests {
         let s = Standing {
             requests: Some(full(10)),
             tokens: None,
-            day: Some(Left {
-                limit: 1000,
-                remaining: 400,
-                reset: Duration::from_secs(61),
-            }),
         };
+        let day = Some(Left {
+            limit: 1000,
+            remaining: 400,
+            reset: Duration::from_secs(61),
+        });
         let mut h = HeaderMap::new();
-        write(&mut h, &s, false);
+        write(&mut h, &s, day, false);
         assert_eq!(h["x-ratelimit-limit-requests"], "10");
         assert_eq!(h["x-ratelimit-remaining-tokens"], "400");
         assert_eq!(h["x-ratelimit-reset-tokens"], "1m1s");
         let mut a = HeaderMap::new();
-        write(&mut a, &s, true);
+        write(&mut a, &s, day, true);
         assert_eq!(a["anthropic-ratelimit-tokens-remaining"], "400");
         assert!(a["anthropic-ratelimit-requests-reset"]
             .to_str()

@@ -1,10 +1,12 @@
-//! The limits of one client behind one small trait ([`Limiter`]): [`Local`] keeps them in
-//! this process, a token bucket per limit, refilled continuously over its window (a minute,
-//! a day); [`super::shared::Shared`] keeps them in the store several processes share.
+//! The limits of a minute of one client behind one small trait ([`Limiter`]): [`Local`]
+//! keeps them in this process, a token bucket per limit, refilled continuously over the
+//! minute; [`super::shared::Shared`] keeps them in the store several processes share. (Its
+//! budgets of a calendar day and month are [`crate::budget`]'s.)
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use crate::budget::Left;
 use crate::shared::lease::Lease;
 
 /// The limits of one client (each `None`: no limit).
@@ -12,16 +14,6 @@ use crate::shared::lease::Lease;
 pub struct Limits {
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
-    pub tokens_per_day: Option<u64>,
-}
-
-/// One limit as the rate-limit headers show it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Left {
-    pub limit: u64,
-    pub remaining: u64,
-    /// Until the bucket is full again.
-    pub reset: Duration,
 }
 
 /// Where a client stands against each of its limits.
@@ -29,7 +21,6 @@ pub struct Left {
 pub struct Standing {
     pub requests: Option<Left>,
     pub tokens: Option<Left>,
-    pub day: Option<Left>,
 }
 
 /// Which limit refused a request.
@@ -37,8 +28,6 @@ pub struct Standing {
 pub enum Which {
     Requests,
     Tokens,
-    /// The day's quota.
-    Day,
 }
 
 /// A request the limits do not let through now.
@@ -138,7 +127,6 @@ impl Bucket {
 struct Buckets {
     requests: Option<Bucket>,
     tokens: Option<Bucket>,
-    day: Option<Bucket>,
 }
 
 /// The limits kept in this process.
@@ -146,7 +134,6 @@ struct Buckets {
 pub struct Local(Mutex<Buckets>);
 
 pub(super) const MINUTE: Duration = Duration::from_secs(60);
-pub(super) const DAY: Duration = Duration::from_secs(86_400);
 
 impl Local {
     pub fn new(limits: Limits, now: Instant) -> Local {
@@ -157,7 +144,6 @@ impl Local {
             tokens: limits
                 .tokens_per_minute
                 .map(|n| Bucket::new(n, MINUTE, now)),
-            day: limits.tokens_per_day.map(|n| Bucket::new(n, DAY, now)),
         }))
     }
 
@@ -168,10 +154,7 @@ impl Local {
 
 impl Buckets {
     fn refill(&mut self, now: Instant) {
-        for b in [&mut self.requests, &mut self.tokens, &mut self.day]
-            .into_iter()
-            .flatten()
-        {
+        for b in [&mut self.requests, &mut self.tokens].into_iter().flatten() {
             b.refill(now);
         }
     }
@@ -180,7 +163,6 @@ impl Buckets {
         Standing {
             requests: self.requests.as_ref().map(Bucket::left),
             tokens: self.tokens.as_ref().map(Bucket::left),
-            day: self.day.as_ref().map(Bucket::left),
         }
     }
 }
@@ -191,7 +173,6 @@ impl Buckets {
     fn refusal(&self, tokens: u64) -> Option<Refusal> {
         let checks = [
             (Which::Requests, self.requests, 1),
-            (Which::Day, self.day, tokens),
             (Which::Tokens, self.tokens, tokens),
         ];
         let mut refusal: Option<Refusal> = None;
@@ -231,20 +212,17 @@ impl Local {
         if let Some(r) = &mut b.requests {
             r.level -= 1.0;
         }
-        for t in [&mut b.tokens, &mut b.day].into_iter().flatten() {
+        if let Some(t) = &mut b.tokens {
             t.level -= tokens as f64;
         }
         Ok(b.standing())
     }
 
-    /// The levels a shared store reported (requests, tokens, day), as of `now`.
-    pub fn adopt(&self, levels: [Option<f64>; 3], now: Instant) {
+    /// The levels a shared store reported (requests, tokens), as of `now`.
+    pub fn adopt(&self, levels: [Option<f64>; 2], now: Instant) {
         let mut guard = self.lock();
         let b = &mut *guard;
-        for (bucket, level) in [&mut b.requests, &mut b.tokens, &mut b.day]
-            .into_iter()
-            .zip(levels)
-        {
+        for (bucket, level) in [&mut b.requests, &mut b.tokens].into_iter().zip(levels) {
             if let (Some(bucket), Some(level)) = (bucket, level) {
                 bucket.level = level.min(bucket.capacity);
                 bucket.at = now;
@@ -265,10 +243,10 @@ impl Local {
         })
     }
 
-    /// The buckets' capacities and windows (requests, tokens, day).
-    pub fn specs(&self) -> [Option<(u64, Duration)>; 3] {
+    /// The buckets' capacities and windows (requests, tokens).
+    pub fn specs(&self) -> [Option<(u64, Duration)>; 2] {
         let b = self.lock();
-        [b.requests, b.tokens, b.day].map(|x| x.map(|x| (x.capacity as u64, x.window)))
+        [b.requests, b.tokens].map(|x| x.map(|x| (x.capacity as u64, x.window)))
     }
 }
 
@@ -283,7 +261,7 @@ impl Limiter for Local {
         b.refill(now);
         let back = reserved as f64 - used as f64;
         let b = &mut *b;
-        for t in [&mut b.tokens, &mut b.day].into_iter().flatten() {
+        if let Some(t) = &mut b.tokens {
             t.level = (t.level + back).min(t.capacity);
         }
     }
@@ -306,7 +284,6 @@ impl Limiter for Local {
             };
         apply(&mut b.requests, limits.requests_per_minute, MINUTE);
         apply(&mut b.tokens, limits.tokens_per_minute, MINUTE);
-        apply(&mut b.day, limits.tokens_per_day, DAY);
     }
 }
 
@@ -315,19 +292,18 @@ impl Limiter for Local {
 mod tests {
     use super::*;
 
-    fn local(rpm: Option<u64>, tpm: Option<u64>, tpd: Option<u64>) -> (Local, Instant) {
+    fn local(rpm: Option<u64>, tpm: Option<u64>) -> (Local, Instant) {
         let now = Instant::now();
         let limits = Limits {
             requests_per_minute: rpm,
             tokens_per_minute: tpm,
-            tokens_per_day: tpd,
         };
         (Local::new(limits, now), now)
     }
 
     #[test]
     fn tokens_are_reserved_then_refunded_and_refill_over_the_minute() {
-        let (l, t0) = local(None, Some(600), None);
+        let (l, t0) = local(None, Some(600));
         let s = l.take(500, t0).unwrap();
         assert_eq!(s.tokens.unwrap().remaining, 100);
         let r = l.take(200, t0).unwrap_err();
@@ -344,8 +320,8 @@ mod tests {
     }
 
     #[test]
-    fn requests_per_minute_and_the_day_count_alike() {
-        let (l, t0) = local(Some(2), None, Some(1000));
+    fn requests_and_tokens_a_minute_count_alike() {
+        let (l, t0) = local(Some(2), Some(1000));
         l.take(400, t0).unwrap();
         let s = l.take(400, t0).unwrap();
         assert_eq!(s.requests.unwrap().remaining, 0);
@@ -353,18 +329,18 @@ mod tests {
         let r = l.take(1, t0).unwrap_err();
         assert_eq!((r.which, r.retry_after), (Which::Requests, Some(30)));
         let t1 = t0 + Duration::from_secs(30);
-        let r = l.take(400, t1).unwrap_err();
-        assert_eq!(r.which, Which::Day);
+        let r = l.take(800, t1).unwrap_err();
+        assert_eq!(r.which, Which::Tokens);
         // A usage over the reservation goes into debt.
-        l.settle(0, 300, t1);
-        assert_eq!(l.standing(t1).day.unwrap().remaining, 0);
+        l.settle(0, 800, t1);
+        assert_eq!(l.standing(t1).tokens.unwrap().remaining, 0);
         let r = l.take(1, t1).unwrap_err();
-        assert_eq!(r.which, Which::Day);
+        assert_eq!(r.which, Which::Tokens);
     }
 
     #[test]
     fn a_reload_keeps_what_was_used() {
-        let (l, t0) = local(None, Some(100), None);
+        let (l, t0) = local(None, Some(100));
         l.take(60, t0).unwrap();
         l.reconfigure(Limits {
             tokens_per_minute: Some(200),

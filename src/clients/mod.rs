@@ -1,6 +1,6 @@
 //! Named clients at run time: which client a key belongs to (compared in constant time), what
-//! it may use, its priority, and its limits and counters (kept across reloads while the
-//! client exists).
+//! it may use, its priority, and its limits, budgets and counters (kept across reloads while
+//! the client exists).
 
 pub mod charge;
 pub mod headers;
@@ -14,6 +14,8 @@ use std::time::Instant;
 
 use axum::http::{header, HeaderMap, HeaderName};
 
+use crate::budget::{Board, Budgets};
+use crate::calendar::Clock;
 use crate::config::{ClientSpec, Config, Priority};
 use crate::error::ProxyError;
 use crate::observe::metrics::{ClientMetrics, Metrics};
@@ -32,8 +34,10 @@ pub struct ClientState {
     /// The same in every process (see [`client_id`]): the unit of the queue's fair turn.
     pub id: u64,
     pub limiter: Box<dyn Limiter>,
-    /// Its budgets of GPU time, in milliseconds (a limiter of its own, its "tokens").
+    /// Its budget of GPU time a minute, in milliseconds (a limiter of its own, its "tokens").
     pub gpu: Box<dyn Limiter>,
+    /// Its budgets of a calendar day and month, tokens and GPU time.
+    pub budgets: Budgets,
     pub inflight: AtomicU32,
     pub queued: AtomicI64,
     pub metrics: ClientMetrics,
@@ -154,12 +158,22 @@ fn client_id(name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(name.as_bytes()).max(1)
 }
 
-/// Its GPU budgets as a limiter's: milliseconds for tokens, no count of requests.
+/// Its GPU budget a minute as a limiter's: milliseconds for tokens, no count of requests.
 fn gpu_limits(spec: &ClientSpec) -> Limits {
     Limits {
         requests_per_minute: None,
         tokens_per_minute: spec.gpu_ms_per_minute.map(|n| n.get()),
-        tokens_per_day: spec.gpu_ms_per_day.map(|n| n.get()),
+    }
+}
+
+/// Its budgets of a calendar day and month.
+fn budget_limits(spec: &ClientSpec) -> crate::budget::Limits {
+    let get = |n: Option<std::num::NonZeroU64>| n.map(std::num::NonZeroU64::get);
+    crate::budget::Limits {
+        tokens_per_day: get(spec.tokens_per_day),
+        tokens_per_month: get(spec.tokens_per_month),
+        gpu_ms_per_day: get(spec.gpu_ms_per_day),
+        gpu_ms_per_month: get(spec.gpu_ms_per_month),
     }
 }
 
@@ -167,20 +181,22 @@ fn limits(spec: &ClientSpec) -> Limits {
     Limits {
         requests_per_minute: spec.requests_per_minute.map(|n| u64::from(n.get())),
         tokens_per_minute: spec.tokens_per_minute.map(|n| n.get()),
-        tokens_per_day: spec.tokens_per_day.map(|n| n.get()),
     }
 }
 
 impl Registry {
     /// The clients of `config`; one that `previous` has too keeps its counters (its limits
     /// set to the new ones). With `store`, their limits are kept there, shared by every
-    /// process that uses it.
+    /// process that uses it; with `board`, their budgets of a day and a month count what the
+    /// ledger says other processes spent.
     pub fn build(
         config: &Config,
         metrics: &Metrics,
         previous: Option<&Registry>,
         store: Option<&Arc<Store>>,
+        board: Option<&Arc<Board>>,
     ) -> Registry {
+        let calendar = &config.server.budget_timezone;
         let anonymous = config.server.api_keys.as_ref().map(|keys| {
             Arc::new(ClientSpec {
                 name: ANONYMOUS.into(),
@@ -191,10 +207,12 @@ impl Registry {
                 requests_per_minute: None,
                 tokens_per_minute: None,
                 tokens_per_day: None,
+                tokens_per_month: None,
                 reserve_output_tokens: 0,
                 max_queue_wait: None,
                 gpu_ms_per_minute: None,
                 gpu_ms_per_day: None,
+                gpu_ms_per_month: None,
             })
         });
         let specs = anonymous
@@ -209,12 +227,24 @@ impl Registry {
                     Some(s) => {
                         s.limiter.reconfigure(limits(&spec));
                         s.gpu.reconfigure(gpu_limits(&spec));
+                        s.budgets.reconfigure(
+                            budget_limits(&spec),
+                            calendar.clone(),
+                            board.cloned(),
+                        );
                         s
                     }
                     None => Arc::new(ClientState {
                         id: client_id(&spec.name),
                         limiter: limiter("client", &spec, limits(&spec), store),
                         gpu: limiter("gpu", &spec, gpu_limits(&spec), store),
+                        budgets: Budgets::new(
+                            &spec.name,
+                            budget_limits(&spec),
+                            calendar.clone(),
+                            board.cloned(),
+                            Clock::system(),
+                        ),
                         inflight: AtomicU32::new(0),
                         queued: AtomicI64::new(0),
                         metrics: metrics.client(&spec.name),

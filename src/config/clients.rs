@@ -23,10 +23,12 @@ pub struct RawClient {
     pub requests_per_minute: Option<u32>,
     pub tokens_per_minute: Option<u64>,
     pub tokens_per_day: Option<u64>,
+    pub tokens_per_month: Option<u64>,
     pub reserve_output_tokens: Option<u32>,
     pub max_queue_wait_ms: Option<u64>,
     pub gpu_seconds_per_minute: Option<f64>,
     pub gpu_seconds_per_day: Option<f64>,
+    pub gpu_seconds_per_month: Option<f64>,
 }
 
 /// `[priority.CLASS]` as written.
@@ -83,15 +85,18 @@ pub struct ClientSpec {
     pub max_concurrent: Option<NonZeroU32>,
     pub requests_per_minute: Option<NonZeroU32>,
     pub tokens_per_minute: Option<NonZeroU64>,
+    /// Budgets of a calendar day and month (`server.budget_timezone`), kept in the ledger.
     pub tokens_per_day: Option<NonZeroU64>,
+    pub tokens_per_month: Option<NonZeroU64>,
     /// The output reserved for each choice of a request that sets no output limit (and whose
     /// alias sets none either); `0`: none.
     pub reserve_output_tokens: u32,
     /// A request whose predicted wait for a slot is longer is refused at once (503).
     pub max_queue_wait: Option<Duration>,
-    /// GPU time a minute and a day, in milliseconds of a backend's slot.
+    /// GPU time a minute, a calendar day and month, in milliseconds of a backend's slot.
     pub gpu_ms_per_minute: Option<NonZeroU64>,
     pub gpu_ms_per_day: Option<NonZeroU64>,
+    pub gpu_ms_per_month: Option<NonZeroU64>,
 }
 
 /// `clients.NAME.reserve_output_tokens` unset.
@@ -103,18 +108,30 @@ impl ClientSpec {
         self.max_concurrent.is_some()
             || self.requests_per_minute.is_some()
             || self.tokens_per_minute.is_some()
-            || self.tokens_per_day.is_some()
+            || self.counts_tokens()
             || self.counts_gpu()
     }
 
     /// Whether it has a budget of GPU time (and so its requests' work is reserved).
     pub fn counts_gpu(&self) -> bool {
-        self.gpu_ms_per_minute.is_some() || self.gpu_ms_per_day.is_some()
+        self.gpu_ms_per_minute.is_some()
+            || self.gpu_ms_per_day.is_some()
+            || self.gpu_ms_per_month.is_some()
     }
 
     /// Whether it has a token budget (and so its requests' tokens are counted and reserved).
     pub fn counts_tokens(&self) -> bool {
-        self.tokens_per_minute.is_some() || self.tokens_per_day.is_some()
+        self.tokens_per_minute.is_some()
+            || self.tokens_per_day.is_some()
+            || self.tokens_per_month.is_some()
+    }
+
+    /// Whether it has a budget of a calendar day or month.
+    pub fn counts_days(&self) -> bool {
+        self.tokens_per_day.is_some()
+            || self.tokens_per_month.is_some()
+            || self.gpu_ms_per_day.is_some()
+            || self.gpu_ms_per_month.is_some()
     }
 
     pub fn may_use(&self, alias: &str) -> bool {
@@ -278,6 +295,7 @@ fn client(
         requests_per_minute: nz32("requests_per_minute", c.requests_per_minute, errs),
         tokens_per_minute: nz64("tokens_per_minute", c.tokens_per_minute, errs),
         tokens_per_day: nz64("tokens_per_day", c.tokens_per_day, errs),
+        tokens_per_month: nz64("tokens_per_month", c.tokens_per_month, errs),
         reserve_output_tokens: c
             .reserve_output_tokens
             .unwrap_or(DEFAULT_RESERVE_OUTPUT_TOKENS),
@@ -288,6 +306,7 @@ fn client(
             errs,
         ),
         gpu_ms_per_day: gpu_ms(&key("gpu_seconds_per_day"), c.gpu_seconds_per_day, errs),
+        gpu_ms_per_month: gpu_ms(&key("gpu_seconds_per_month"), c.gpu_seconds_per_month, errs),
         name,
         keys,
         aliases: allowed,

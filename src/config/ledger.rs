@@ -16,6 +16,7 @@ pub struct RawLedger {
     pub batch_interval_ms: Option<u64>,
     pub buffer_rows: Option<u64>,
     pub retention_days: Option<u64>,
+    pub budget_refresh_ms: Option<u64>,
 }
 
 /// The database a ledger is kept in.
@@ -58,6 +59,8 @@ pub struct Ledger {
     /// Raw rows older than this many days are deleted (the hourly and daily roll-ups stay);
     /// 0 keeps them forever.
     pub retention_days: u64,
+    /// How often what other processes spent of the clients' day and month budgets is read.
+    pub budget_refresh: Duration,
 }
 
 impl Ledger {
@@ -69,12 +72,14 @@ impl Ledger {
             batch_interval: Duration::from_millis(DEFAULTS.1),
             buffer_rows: DEFAULTS.2 as usize,
             retention_days: DEFAULTS.3,
+            budget_refresh: Duration::from_millis(DEFAULTS.4),
         }
     }
 }
 
-/// `batch_rows`, `batch_interval_ms`, `buffer_rows`, `retention_days` unset.
-const DEFAULTS: (u64, u64, u64, u64) = (500, 1000, 100_000, 90);
+/// `batch_rows`, `batch_interval_ms`, `buffer_rows`, `retention_days`, `budget_refresh_ms`
+/// unset.
+const DEFAULTS: (u64, u64, u64, u64, u64) = (500, 1000, 100_000, 90, 5000);
 
 /// The `[ledger]` section: `None` when no `url` is set and no `data_dir` (no ledger); without a
 /// `url`, a SQLite file `usage.db` in `data_dir`.
@@ -108,7 +113,7 @@ pub fn validate(
         }
         v
     };
-    let (rows, ms, buffer, days) = DEFAULTS;
+    let (rows, ms, buffer, days, refresh) = DEFAULTS;
     let batch_rows = bounded("batch_rows", raw.batch_rows, rows, (1, 100_000));
     let interval = bounded(
         "batch_interval_ms",
@@ -118,6 +123,12 @@ pub fn validate(
     );
     let buffer_rows = bounded("buffer_rows", raw.buffer_rows, buffer, (1, 10_000_000));
     let retention_days = bounded("retention_days", raw.retention_days, days, (0, 36_500));
+    let budget_refresh = bounded(
+        "budget_refresh_ms",
+        raw.budget_refresh_ms,
+        refresh,
+        (10, 3_600_000),
+    );
     if buffer_rows < batch_rows {
         errs.push(bad(
             "buffer_rows",
@@ -131,6 +142,7 @@ pub fn validate(
         batch_interval: Duration::from_millis(interval),
         buffer_rows: buffer_rows as usize,
         retention_days,
+        budget_refresh: Duration::from_millis(budget_refresh),
     })
 }
 

@@ -39,6 +39,7 @@ pub struct RawServer {
     pub metrics_keys_env: Option<String>,
     pub admin_keys_env: Option<String>,
     pub data_dir: Option<String>,
+    pub budget_timezone: Option<String>,
     pub stream_idle_timeout_ms: Option<u64>,
     pub total_timeout_secs: Option<u64>,
     pub client_header_timeout_ms: Option<u64>,
@@ -103,6 +104,8 @@ pub struct Server {
     /// Where the proxy keeps its files (the ledger's SQLite file, unless `[ledger] url` says
     /// otherwise); `None`: nowhere.
     pub data_dir: Option<std::path::PathBuf>,
+    /// The zone whose midnights start the clients' budgets of a day and a month.
+    pub budget_timezone: crate::calendar::Calendar,
     /// The backend-side timeouts of a backend that sets none of its own.
     pub timeouts: Timeouts,
     /// What a client connection may take: time, connections, nesting.
@@ -325,8 +328,25 @@ pub(super) fn validate(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         metrics_keys,
         admin_keys,
         data_dir: data_dir(raw.data_dir.as_deref(), errs),
+        budget_timezone: budget_timezone(raw.budget_timezone.as_deref(), errs),
         shared_state: shared_state(&raw, errs),
     }
+}
+
+/// `server.budget_timezone`: a zone of the IANA database bundled in the binary; UTC unset.
+fn budget_timezone(raw: Option<&str>, errs: &mut Vec<ConfigError>) -> crate::calendar::Calendar {
+    use crate::calendar::Calendar;
+    let Some(name) = raw else {
+        return Calendar::default();
+    };
+    Calendar::named(name).unwrap_or_else(|reason| {
+        errs.push(ConfigError::BadValue {
+            key: "server.budget_timezone".into(),
+            value: name.into(),
+            reason,
+        });
+        Calendar::default()
+    })
 }
 
 /// `server.data_dir`: a path, not an empty one (whether it exists is not read here).

@@ -69,6 +69,12 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     );
     let tracing = tracing::validate(raw.tracing, &mut errs);
     let ledger = ledger::validate(raw.ledger, server.data_dir.as_deref(), &mut errs);
+    budgets(
+        &clients,
+        ledger.as_ref(),
+        server.shared_state.is_some(),
+        &mut errs,
+    );
     if errs.is_empty() {
         Ok(Config {
             server,
@@ -80,6 +86,40 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         })
     } else {
         Err(ConfigErrors(errs))
+    }
+}
+
+/// Budgets of a day and a month with what they are kept by: a month's needs a month of raw
+/// rows in the ledger; processes sharing a store share their budgets through a ledger.
+fn budgets(
+    clients: &clients::Clients,
+    ledger: Option<&ledger::Ledger>,
+    shared: bool,
+    errs: &mut Vec<ConfigError>,
+) {
+    for c in &clients.named {
+        let month = c.tokens_per_month.is_some() || c.gpu_ms_per_month.is_some();
+        match ledger {
+            Some(l) if month && (1..32).contains(&l.retention_days) => {
+                errs.push(ConfigError::BadValue {
+                    key: "ledger.retention_days".into(),
+                    value: l.retention_days.to_string(),
+                    reason: format!(
+                        "must be 0 or at least 32: clients.{}'s budget of a month is read from \
+                         the raw rows",
+                        c.name
+                    ),
+                });
+            }
+            None if shared && c.counts_days() => errs.push(ConfigError::BadValue {
+                key: format!("clients.{}", c.name),
+                value: "a budget of a day or a month".into(),
+                reason: "needs a [ledger] (or server.data_dir) with server.shared_state: \
+                         processes share those budgets through it"
+                    .into(),
+            }),
+            _ => {}
+        }
     }
 }
 
@@ -434,6 +474,42 @@ mod tests {
             "[aliases.x]\nbackend = \"nope\"\n[aliases.w]\nbackend = \"gpu\"\ncontext_window = 0",
         );
         assert_eq!(e.lines().count(), 2, "{e}");
+    }
+
+    #[test]
+    fn budgets_of_a_day_and_month_are_kept_where_they_can_be() {
+        std::env::set_var("SB_T_VALIDATE_BUDGET", "budget-key");
+        let client = "[clients.c]\nkey_env = \"SB_T_VALIDATE_BUDGET\"\ntokens_per_month = 1000\n";
+        let ledger = "[ledger]\nurl = \"sqlite://u.db\"\n";
+        let cfg = from_toml(&format!(
+            "{BASE}\n[server]\nbudget_timezone = \"Europe/Berlin\"\n{client}{ledger}"
+        ))
+        .unwrap();
+        assert_eq!(cfg.server.budget_timezone.name(), "Europe/Berlin");
+        assert_eq!(
+            from_toml(BASE).unwrap().server.budget_timezone.name(),
+            "UTC"
+        );
+        let e = errors("[server]\nbudget_timezone = \"Mars/Olympus\"");
+        assert!(
+            e.contains("server.budget_timezone") && e.contains("Mars/Olympus"),
+            "{e}"
+        );
+        // A month's budget read from raw rows kept for less than a month.
+        let e = errors(&format!("{client}{ledger}retention_days = 7"));
+        assert!(
+            e.contains("ledger.retention_days") && e.contains("clients.c"),
+            "{e}"
+        );
+        // Processes sharing a store, with nothing to share the budgets through.
+        let e = errors(&format!(
+            "[server]\nshared_state = \"redis://cache\"\n{client}"
+        ));
+        assert!(e.contains("clients.c") && e.contains("[ledger]"), "{e}");
+        from_toml(&format!(
+            "{BASE}\n[server]\nshared_state = \"redis://cache\"\n{client}{ledger}"
+        ))
+        .unwrap();
     }
 
     #[test]

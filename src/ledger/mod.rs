@@ -6,11 +6,13 @@
 //! `batch_interval_ms` what is queued, sooner when `batch_rows` are. The thread is woken once
 //! a batch, not once a row (a wake a row cost more than the row's insert). While the
 //! database is slow or down, rows wait up to `buffer_rows`; more are dropped, counted and
-//! logged once.
+//! logged once. The same thread reads what other processes spent of the clients' budgets of a
+//! day and a month, at start and every `budget_refresh_ms`, for [`crate::budget`].
 
 pub mod report;
 mod schema;
 pub mod store;
+mod sums;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -24,6 +26,8 @@ pub use schema::LATEST as SCHEMA_VERSION;
 pub use store::{Bucketed, Dim, Store, Total};
 pub use writer::{now_ms, with_store};
 
+use crate::budget::Board;
+use crate::calendar::Calendar;
 use crate::config;
 
 /// One request as the ledger keeps it.
@@ -58,6 +62,9 @@ pub struct Row {
     pub preempted: i64,
     /// An alias other than the one asked for answered.
     pub fell_back: bool,
+    /// What its client was charged against its budgets (`None`: no client's).
+    pub charged_tokens: Option<i64>,
+    pub charged_gpu_s: Option<f64>,
 }
 
 /// The ledger's metric handles, registered with the others in `observe::metrics`.
@@ -176,6 +183,8 @@ struct Shared {
     daily: Mutex<Arc<Daily>>,
     /// Why writes fail, while they do.
     trouble: Mutex<Option<String>>,
+    /// Where what other processes spent of the budgets is posted.
+    board: Arc<Board>,
 }
 
 impl Shared {
@@ -193,9 +202,14 @@ impl Shared {
 }
 
 impl Ledger {
-    /// Opens the database (migrating it), then starts the writer thread. An error says why
-    /// the database cannot be used (the serve command fails with it at start).
-    pub fn start(settings: &config::Ledger, counters: Counters) -> Result<Ledger, String> {
+    /// Opens the database (migrating it) and reads what was spent of the budgets of the day
+    /// and month of `calendar`, then starts the writer thread. An error says why the database
+    /// cannot be used (the serve command fails with it at start).
+    pub fn start(
+        settings: &config::Ledger,
+        counters: Counters,
+        calendar: Calendar,
+    ) -> Result<Ledger, String> {
         let shared = Arc::new(Shared {
             counters,
             seq: AtomicI64::new(0),
@@ -204,6 +218,7 @@ impl Ledger {
             closing: AtomicBool::new(false),
             daily: Mutex::default(),
             trouble: Mutex::default(),
+            board: Arc::new(Board::new(calendar)),
         });
         let thread = writer::spawn(settings.clone(), Arc::clone(&shared))?;
         shared.counters.up.set(1);
@@ -254,6 +269,19 @@ impl Ledger {
 
     pub fn settings(&self) -> &config::Ledger {
         &self.settings
+    }
+
+    /// What other processes spent of the clients' budgets, as last read.
+    pub fn board(&self) -> &Arc<Board> {
+        &self.shared.board
+    }
+
+    /// The budgets count days and months of `calendar` now (a reload): when it is another,
+    /// what was spent is read again at once.
+    pub fn set_calendar(&self, calendar: Calendar) {
+        if self.shared.board.set_calendar(calendar) {
+            self.waker.unpark();
+        }
     }
 
     /// Hands `row` to the writer; never waits. Dropped (counted, logged once until the

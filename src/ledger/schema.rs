@@ -6,10 +6,11 @@
 //! does not know was written by a newer Switchboard: it is refused, never altered.
 
 /// Each version's statements, in order: `MIGRATIONS[0]` makes version 1.
-pub const MIGRATIONS: &[&[&str]] = &[&[
-    // One row per request that reached a model endpoint. `process` and `seq` name the row
-    // where it was made, so a batch written again (its commit's outcome unknown) is found.
-    "CREATE TABLE requests (
+pub const MIGRATIONS: &[&[&str]] = &[
+    &[
+        // One row per request that reached a model endpoint. `process` and `seq` name the row
+        // where it was made, so a batch written again (its commit's outcome unknown) is found.
+        "CREATE TABLE requests (
         process TEXT NOT NULL,
         seq BIGINT NOT NULL,
         at_ms BIGINT NOT NULL,
@@ -32,10 +33,18 @@ pub const MIGRATIONS: &[&[&str]] = &[&[
         fell_back BIGINT NOT NULL,
         PRIMARY KEY (process, seq)
     )",
-    "CREATE INDEX requests_at ON requests (at_ms)",
-    ROLLUP_HOURLY,
-    ROLLUP_DAILY,
-]];
+        "CREATE INDEX requests_at ON requests (at_ms)",
+        ROLLUP_HOURLY,
+        ROLLUP_DAILY,
+    ],
+    &[
+        // What the request's client was charged against its budgets: tokens and GPU-seconds as
+        // believed (a usage no more than the request could cost), not as reported. NULL on rows
+        // of no client and on rows version 1 wrote (their usage stands for it).
+        "ALTER TABLE requests ADD COLUMN charged_tokens BIGINT",
+        "ALTER TABLE requests ADD COLUMN charged_gpu_s DOUBLE PRECISION",
+    ],
+];
 
 /// The columns of a roll-up table: sums per bucket, client and alias.
 macro_rules! rollup_columns {

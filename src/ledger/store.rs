@@ -15,7 +15,7 @@ use crate::config::LedgerUrl;
 const MIGRATION_LOCK: i64 = 0x5357_4c45_4447;
 
 /// A PostgreSQL error with the server's own message where it sent one.
-fn pg(e: postgres::Error) -> String {
+pub(super) fn pg(e: postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),
@@ -122,26 +122,27 @@ struct Sums {
     decode: f64,
 }
 
-/// Rows inserted by one statement (each takes 20 parameters).
+/// Rows inserted by one statement (each takes 22 parameters).
 const CHUNK: usize = 50;
 
 /// The statement inserting `n` rows.
 fn insert_rows(n: usize) -> String {
     let values: Vec<String> = (0..n)
         .map(|r| {
-            let params: Vec<String> = (1..=20).map(|c| format!("${}", r * 20 + c)).collect();
+            let params: Vec<String> = (1..=22).map(|c| format!("${}", r * 22 + c)).collect();
             format!("({})", params.join(", "))
         })
         .collect();
     format!(
         "INSERT INTO requests (process, seq, at_ms, request_id, client, alias, backend, api, \
          status, prompt_tokens, cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s, \
-         ttft_ms, duration_ms, queue_ms, cancelled, preempted, fell_back) VALUES {}",
+         ttft_ms, duration_ms, queue_ms, cancelled, preempted, fell_back, charged_tokens, \
+         charged_gpu_s) VALUES {}",
         values.join(", ")
     )
 }
 
-/// A row's 20 parameters, in [`insert_rows`]' order, as `$t` trait objects; `$flags` holds
+/// A row's 22 parameters, in [`insert_rows`]' order, as `$t` trait objects; `$flags` holds
 /// its `cancelled` and `fell_back` as numbers.
 macro_rules! row_params {
     ($t:ty, $process:expr, $r:expr, $flags:expr) => {
@@ -166,6 +167,8 @@ macro_rules! row_params {
             &$flags.0,
             &$r.preempted,
             &$flags.1,
+            &$r.charged_tokens,
+            &$r.charged_gpu_s,
         ]
     };
 }
@@ -516,44 +519,6 @@ impl Store {
                         |i| r.try_get(i).map_err(pg),
                         |i| r.try_get(i).map_err(pg),
                     )?);
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl Store {
-    /// Tokens (prompt and output) and GPU-seconds per UTC day and client, from the daily
-    /// roll-up, for the days from `from_ms` on.
-    pub fn daily(&mut self, from_ms: i64) -> Result<Vec<(i64, String, i64, f64)>, String> {
-        let q = "SELECT bucket_ms, client, CAST(sum(prompt_tokens + output_tokens) AS BIGINT), \
-                 CAST(sum(gpu_prefill_s + gpu_decode_s) AS DOUBLE PRECISION) FROM usage_daily \
-                 WHERE bucket_ms >= $1 GROUP BY bucket_ms, client ORDER BY bucket_ms, client";
-        let mut out = Vec::new();
-        match self {
-            Store::Sqlite(conn, _) => {
-                let mut st = conn.prepare(q).map_err(|e| e.to_string())?;
-                let mut rows = st.query([from_ms]).map_err(|e| e.to_string())?;
-                while let Some(r) = rows.next().map_err(|e| e.to_string())? {
-                    let day = (r.get(0), r.get(1), r.get(2), r.get(3));
-                    let e = |e: rusqlite::Error| e.to_string();
-                    out.push((
-                        day.0.map_err(e)?,
-                        day.1.map_err(e)?,
-                        day.2.map_err(e)?,
-                        day.3.map_err(e)?,
-                    ));
-                }
-            }
-            Store::Postgres(client, _) => {
-                for r in client.query(q, &[&from_ms]).map_err(pg)? {
-                    out.push((
-                        r.try_get(0).map_err(pg)?,
-                        r.try_get(1).map_err(pg)?,
-                        r.try_get(2).map_err(pg)?,
-                        r.try_get(3).map_err(pg)?,
-                    ));
                 }
             }
         }

@@ -13,6 +13,7 @@ fn settings(dir: &tempfile::TempDir) -> Settings {
         batch_interval: Duration::from_millis(10),
         buffer_rows: 1000,
         retention_days: 0,
+        budget_refresh: Duration::from_secs(5),
     }
 }
 
@@ -37,6 +38,8 @@ fn row(i: i64, client: &str, alias: &str, at_ms: i64) -> Row {
         cancelled: false,
         preempted: 0,
         fell_back: false,
+        charged_tokens: None,
+        charged_gpu_s: None,
     }
 }
 
@@ -60,6 +63,34 @@ fn a_new_database_gets_every_version_and_an_old_one_is_left_alone() {
         raw(&path, "SELECT count(*) FROM ledger_schema"),
         SCHEMA_VERSION
     );
+}
+
+#[test]
+fn a_database_of_version_1_is_migrated_and_its_rows_count_their_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("usage.db");
+    // As version 1 left it: its tables and one row.
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch(schema::VERSIONS).unwrap();
+    for step in schema::MIGRATIONS[0] {
+        c.execute_batch(step).unwrap();
+    }
+    c.execute_batch(
+        "INSERT INTO ledger_schema (version) VALUES (1);
+         INSERT INTO requests VALUES ('old', 0, 5, 'r', 'ann', 'a', 'gpu', 'chat_completions',
+           200, 100, 0, 20, 1.5, 0.5, NULL, 10, 0, 0, 0, 0);",
+    )
+    .unwrap();
+    drop(c);
+    let mut store = Store::open(&settings(&dir).url).unwrap();
+    assert_eq!(raw(&path, "SELECT max(version) FROM ledger_schema"), 2);
+    let mut charged = row(1, "ann", "a", 6);
+    (charged.charged_tokens, charged.charged_gpu_s) = (Some(50), Some(0.25));
+    store.write("new", &[charged]).unwrap();
+    // The old row counts its usage; the new one what it was charged.
+    let spent = store.spent(0, 100, "me").unwrap();
+    assert_eq!(spent, vec![("ann".to_string(), 120 + 50, 2.0 + 0.25)]);
+    assert_eq!(store.spent(0, 100, "new").unwrap()[0].1, 120);
 }
 
 #[test]
@@ -151,7 +182,7 @@ fn roll_ups_equal_the_raw_rows_and_a_batch_is_found_by_its_first_row() {
 fn the_writer_writes_every_row_and_closing_writes_what_waits() {
     let dir = tempfile::tempdir().unwrap();
     let counters = Counters::default();
-    let ledger = Ledger::start(&settings(&dir), counters.clone()).unwrap();
+    let ledger = Ledger::start(&settings(&dir), counters.clone(), Default::default()).unwrap();
     for i in 0..10 {
         ledger.record(row(0, "ann", "a", 1_796_515_200_000 + i));
     }
@@ -174,7 +205,7 @@ fn rows_over_the_buffer_are_dropped_and_counted_never_waited_for() {
     (s.batch_rows, s.buffer_rows) = (5, 5);
     s.batch_interval = Duration::from_secs(600);
     let counters = Counters::default();
-    let ledger = Ledger::start(&s, counters.clone()).unwrap();
+    let ledger = Ledger::start(&s, counters.clone(), Default::default()).unwrap();
     // The database is held by another writer: the writer's batch cannot commit.
     let path = dir.path().join("usage.db");
     let blocker = rusqlite::Connection::open(&path).unwrap();
@@ -187,4 +218,61 @@ fn rows_over_the_buffer_are_dropped_and_counted_never_waited_for() {
     ledger.close();
     assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 5);
     assert_eq!(counters.written.get() + counters.dropped.get(), 12);
+}
+
+/// Polls `f` until it holds, for at most ten seconds.
+fn until(what: &str, f: impl Fn() -> bool) {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn what_other_processes_spent_is_read_at_start_and_again_in_a_new_zone() {
+    use crate::calendar::Calendar;
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let now = now_ms();
+    let p = Calendar::default().periods(now);
+    // An earlier process's rows: today, earlier this month (when the month began before
+    // today), and last month.
+    let mut rows = vec![
+        row(0, "ann", "a", now),
+        row(1, "ann", "a", p.month.0 - 3_600_000),
+    ];
+    if p.month.0 < p.day.0 {
+        rows.push(row(2, "ann", "a", p.month.0));
+    }
+    Store::open(&s.url)
+        .unwrap()
+        .write("earlier", &rows)
+        .unwrap();
+    let counters = Counters::default();
+    let ledger = Ledger::start(&s, counters.clone(), Calendar::default()).unwrap();
+    let spent = ledger.board().spent();
+    assert_eq!(spent.periods, p);
+    let month = if p.month.0 < p.day.0 {
+        110.0 + 114.0
+    } else {
+        110.0
+    };
+    // Tokens today, this month; GPU-milliseconds today, this month.
+    let gpu_month = 500.0 + (month - 110.0) / 114.0 * 1000.0;
+    assert_eq!(spent.by_client["ann"], [110.0, month, 500.0, gpu_month]);
+    // This process's own rows are its own count's, never the ledger's.
+    ledger.record(row(0, "bob", "a", now));
+    until("bob's row written", || counters.written.get() == 1);
+    let tokyo = Calendar::named("Asia/Tokyo").unwrap();
+    ledger.set_calendar(tokyo.clone());
+    let want = tokyo.periods(now_ms());
+    until("the spending of Tokyo's day", || {
+        ledger.board().spent().periods == want
+    });
+    assert!(!ledger.board().spent().by_client.contains_key("bob"));
+    ledger.close();
 }

@@ -1,16 +1,19 @@
 //! The ledger's writer thread: wakes every batch interval (or when a batch is full), takes
 //! the rows queued and writes them in batches, one transaction each. A batch that failed is
 //! kept and tried again (reconnecting to a PostgreSQL that went away), first looking whether
-//! its commit did land; raw rows past their retention are deleted hourly. Once every handle
-//! is gone it writes what waits and ends.
+//! its commit did land; raw rows past their retention are deleted hourly; what other
+//! processes spent of the budgets is read every `budget_refresh_ms`. Once every handle is gone
+//! it writes what waits and ends.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{Row, Shared, Store};
+use crate::budget::Spent;
+use crate::calendar::{Calendar, Periods};
 use crate::config;
 
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -32,9 +35,11 @@ pub(super) fn spawn(
                 Ok(s) => s,
                 Err(e) => return drop(ready.send(Err(e))),
             };
-            let _ = ready.send(Ok(()));
             let mut w = Writer {
                 read_at: None,
+                spent_at: None,
+                counted: None,
+                before_today: None,
                 store,
                 settings,
                 shared,
@@ -46,6 +51,9 @@ pub(super) fn spawn(
                 backoff: Duration::from_millis(250),
                 pruned_at: None,
             };
+            // The budgets count what was spent before this process from its first request.
+            w.read_spent(Instant::now());
+            let _ = ready.send(Ok(()));
             w.run();
         })
         .map_err(|e| format!("the ledger's thread: {e}"))?;
@@ -66,6 +74,9 @@ pub fn with_store<T: Send + 'static>(
         .map_err(|_| "the ledger's reader failed".to_string())?
 }
 
+/// Tokens and GPU-seconds per client.
+type Sums = HashMap<String, (i64, f64)>;
+
 struct Writer {
     store: Store,
     settings: config::Ledger,
@@ -80,6 +91,12 @@ struct Writer {
     pruned_at: Option<Instant>,
     /// When the days of the status page were last read from the database.
     read_at: Option<Instant>,
+    /// When what was spent of the budgets was last read, and in which calendar.
+    spent_at: Option<Instant>,
+    counted: Option<Calendar>,
+    /// What other processes spent this month before today, per client (tokens, GPU-seconds),
+    /// for the month and day starting at the key's times: read again once a day.
+    before_today: Option<((i64, i64), Sums)>,
 }
 
 impl Writer {
@@ -88,7 +105,9 @@ impl Writer {
         let mut tick = Instant::now() + interval;
         loop {
             if !self.shared.closing.load(Ordering::Acquire) {
+                let refresh = self.spent_at.map(|r| r + self.settings.budget_refresh);
                 let wake = self.retry_at.unwrap_or(tick).min(tick);
+                let wake = refresh.map_or(wake, |r| wake.min(r));
                 std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
             }
             let closing = self.shared.closing.load(Ordering::Acquire);
@@ -103,6 +122,7 @@ impl Writer {
             }
             self.prune(now);
             self.read_days(now);
+            self.read_spent(now);
             if closing {
                 self.take();
                 if self.pending.is_empty() {
@@ -154,6 +174,53 @@ impl Writer {
             Ok(rows) => self.shared.set_daily(super::Daily::of(&rows, at)),
             Err(e) => tracing::debug!(error = %e, "usage ledger: the days could not be read"),
         }
+    }
+
+    /// Reads what processes other than this one spent of the clients' budgets of the day and
+    /// month, every `budget_refresh_ms` (at once when the calendar changed), and posts it.
+    fn read_spent(&mut self, now: Instant) {
+        let calendar = self.shared.board.calendar();
+        let same = self.counted.as_ref() == Some(&calendar);
+        let due = self
+            .spent_at
+            .is_none_or(|r| now >= r + self.settings.budget_refresh);
+        if same && !due {
+            return;
+        }
+        self.spent_at = Some(now);
+        let periods = calendar.periods(now_ms());
+        match self.spent(periods) {
+            Ok(spent) => {
+                self.shared.board.post(spent);
+                self.counted = Some(calendar);
+            }
+            Err(e) => tracing::debug!(error = %e, "usage ledger: the budgets could not be read"),
+        }
+    }
+
+    /// What other processes spent in `p`: this month before today (read once a day), and
+    /// today.
+    fn spent(&mut self, p: Periods) -> Result<Spent, String> {
+        let key = (p.month.0, p.day.0);
+        if self.before_today.as_ref().is_none_or(|(k, _)| *k != key) {
+            let rows = self.store.spent(p.month.0, p.day.0, &self.process)?;
+            let sums = rows.into_iter().map(|(c, t, g)| (c, (t, g))).collect();
+            self.before_today = Some((key, sums));
+        }
+        let mut by_client: HashMap<String, [f64; 4]> = HashMap::new();
+        for (client, tokens, gpu_s) in self.store.spent(p.day.0, i64::MAX, &self.process)? {
+            let (t, g) = (tokens as f64, gpu_s * 1000.0);
+            by_client.insert(client, [t, t, g, g]);
+        }
+        for (client, (tokens, gpu_s)) in self.before_today.iter().flat_map(|(_, m)| m) {
+            let e = by_client.entry(client.clone()).or_default();
+            e[1] += *tokens as f64;
+            e[3] += gpu_s * 1000.0;
+        }
+        Ok(Spent {
+            periods: p,
+            by_client,
+        })
     }
 
     /// Writes the next batch; whether it is in the database now.

@@ -127,14 +127,15 @@ impl Snapshot {
                 Arc::new(CountGate::new(config.server.count, running, waiting))
             });
         let mut guards = guards(&config, previous, &gate)?;
+        let tracer = tracer(&config, metrics, previous)?;
+        let ledger = ledger(&config, metrics, previous)?;
         let clients = Registry::build(
             &config,
             metrics,
             previous.map(|p| &p.clients),
             shared.as_ref(),
+            ledger.as_ref().map(|l| l.board()),
         );
-        let tracer = tracer(&config, metrics, previous)?;
-        let ledger = ledger(&config, metrics, previous)?;
         let replicas = replicas(&config, at, previous, shared.as_ref());
         let live = config.aliases.values().map(|a| {
             let of = |b: &Arc<Backend>| Arc::clone(&replicas[&b.name]);
@@ -480,8 +481,9 @@ fn tracer(
     )
 }
 
-/// The ledger of `config`: the previous snapshot's while its setting is the same, else one
-/// opened now (its database migrated, its thread started); none without `[ledger]`.
+/// The ledger of `config`: the previous snapshot's while its setting is the same (counting
+/// the budgets in the calendar of `config`), else one opened now (its database migrated, what
+/// was spent of the budgets read, its thread started); none without `[ledger]`.
 fn ledger(
     config: &Config,
     metrics: &Metrics,
@@ -490,12 +492,17 @@ fn ledger(
     let Some(settings) = &config.ledger else {
         return Ok(None);
     };
-    kept_or_started(
+    let calendar = &config.server.budget_timezone;
+    let ledger = kept_or_started(
         previous.and_then(|p| p.ledger.as_ref()),
         |l| l.settings() == settings,
-        || Ledger::start(settings, metrics.ledger.clone()),
+        || Ledger::start(settings, metrics.ledger.clone(), calendar.clone()),
         ("ledger.url", &settings.url.shown()),
-    )
+    )?;
+    if let Some(l) = &ledger {
+        l.set_calendar(calendar.clone());
+    }
+    Ok(ledger)
 }
 
 /// `before` while `same` holds of it, else one `start`ed now; a start that fails is an error

@@ -18,8 +18,21 @@ use crate::wire::{Endpoint, Seen};
 /// backend reported, else from the tokens seen generated; `sent`: the request went to a
 /// backend (a request refused or cancelled before that used nothing).
 pub trait Settle: Send + Sync + std::fmt::Debug {
-    /// `gpu`: the GPU-milliseconds measured, when they were.
-    fn settle(&mut self, usage: Option<Usage>, generated: u64, sent: bool, gpu: Option<u64>);
+    /// `gpu`: the GPU-milliseconds measured, when they were. Returns what was charged.
+    fn settle(
+        &mut self,
+        usage: Option<Usage>,
+        generated: u64,
+        sent: bool,
+        gpu: Option<u64>,
+    ) -> Charged;
+}
+
+/// What a request's client was charged (the ledger's row keeps it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Charged {
+    pub tokens: u64,
+    pub gpu_ms: u64,
 }
 
 /// A counter that learns from the prompt tokens the backend reports (an estimating one), fed
@@ -209,7 +222,7 @@ impl Record {
     }
 
     /// The ledger's row of the request, ending `now`.
-    fn row(&self, now: Instant, work: Option<Measured>) -> Row {
+    fn row(&self, now: Instant, work: Option<Measured>, charged: Option<Charged>) -> Row {
         let ms = |d: Duration| d.as_millis() as i64;
         let total = now - self.started;
         let usage = self.usage.unwrap_or_default();
@@ -239,6 +252,8 @@ impl Record {
             cancelled: !self.completed,
             preempted: i64::from(self.preempted),
             fell_back: self.fell_back,
+            charged_tokens: charged.map(|c| c.tokens as i64),
+            charged_gpu_s: charged.map(|c| c.gpu_ms as f64 / 1000.0),
         }
     }
 
@@ -340,10 +355,10 @@ impl Drop for Record {
         if self.armed {
             let now = Instant::now();
             let work = self.measure(now);
-            if let Some(mut c) = self.charge.take() {
+            let charged = self.charge.take().map(|mut c| {
                 let gpu = work.map(|w| (w.work.total() * 1000.0).round() as u64);
-                c.settle(self.usage, self.generated, self.sent_at.is_some(), gpu);
-            }
+                c.settle(self.usage, self.generated, self.sent_at.is_some(), gpu)
+            });
             if let Some(t) = self.trace.take() {
                 t.finish(&End {
                     status: self.status,
@@ -355,7 +370,7 @@ impl Drop for Record {
                 });
             }
             if let Some(ledger) = self.ledger.take() {
-                ledger.record(self.row(now, work));
+                ledger.record(self.row(now, work, charged));
             }
             self.record(now, work);
         }

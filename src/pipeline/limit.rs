@@ -68,12 +68,16 @@ fn reservation(spec: &ClientSpec, asked: (Option<u32>, u32), prompt: u64) -> u64
     match limit {
         Some(each) => u64::from(each) * choices,
         None => {
-            let budget = [spec.tokens_per_minute, spec.tokens_per_day]
-                .into_iter()
-                .flatten()
-                .map(|b| b.get())
-                .min()
-                .unwrap_or(u64::MAX);
+            let budget = [
+                spec.tokens_per_minute,
+                spec.tokens_per_day,
+                spec.tokens_per_month,
+            ]
+            .into_iter()
+            .flatten()
+            .map(|b| b.get())
+            .min()
+            .unwrap_or(u64::MAX);
             let wanted = u64::from(spec.reserve_output_tokens) * choices;
             wanted.min(budget.saturating_sub(prompt))
         }

@@ -13,16 +13,16 @@ pub struct Spec {
     pub window: Duration,
 }
 
-/// The three buckets of a client: requests, tokens a minute, tokens a day.
-pub type Specs = [Option<Spec>; 3];
+/// The two buckets of a client: requests and tokens a minute.
+pub type Specs = [Option<Spec>; 2];
 
 /// What the store answered to a reservation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Levels {
     /// The reservation was taken.
     pub took: bool,
-    /// Each bucket's level after it (requests, tokens, day).
-    pub levels: [Option<f64>; 3],
+    /// Each bucket's level after it (requests, tokens).
+    pub levels: [Option<f64>; 2],
 }
 
 fn args(specs: &Specs) -> Vec<i64> {
@@ -47,14 +47,13 @@ impl Store {
                 for a in args {
                     inv.arg(a);
                 }
-                inv.invoke_async::<(i64, String, String, String)>(&mut c)
-                    .await
+                inv.invoke_async::<(i64, String, String)>(&mut c).await
             })
             .await?;
         let level = |s: &str| s.parse::<f64>().ok();
         Some(Levels {
             took: out.0 == 1,
-            levels: [level(&out.1), level(&out.2), level(&out.3)],
+            levels: [level(&out.1), level(&out.2)],
         })
     }
 

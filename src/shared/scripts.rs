@@ -158,7 +158,7 @@ return 1
 
 /// A client's token buckets, refilled continuously over their windows: KEYS the client's
 /// hash; ARGV mode (`reserve` or `settle`), tokens (the cost, or what goes back: may be
-/// negative), then capacity and window ms of requests, tokens and day (capacity 0: no such
+/// negative), then capacity and window ms of requests and tokens (capacity 0: no such
 /// limit). `reserve` takes one request and the tokens from every bucket or nothing; `settle`
 /// gives tokens back to the token buckets (takes them, when negative). Returns whether it
 /// took, then each bucket's level after ("" where there is no limit).
@@ -169,9 +169,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local reserve = ARGV[1] == 'reserve'
 local tokens = tonumber(ARGV[2])
-local names = {'r', 't', 'd'}
+local names = {'r', 't'}
 local level, cap = {}, {}
-for i = 1, 3 do
+for i = 1, 2 do
   local c = tonumber(ARGV[1 + 2 * i])
   local w = tonumber(ARGV[2 + 2 * i])
   if c > 0 then
@@ -191,7 +191,7 @@ end
 local took = 0
 if reserve then
   took = 1
-  for i = 1, 3 do
+  for i = 1, 2 do
     if cap[i] then
       local cost = tokens
       if i == 1 then cost = 1 end
@@ -199,19 +199,17 @@ if reserve then
     end
   end
   if took == 1 then
-    for i = 1, 3 do
+    for i = 1, 2 do
       if cap[i] then
         if i == 1 then level[i] = level[i] - 1 else level[i] = level[i] - tokens end
       end
     end
   end
 else
-  for i = 2, 3 do
-    if cap[i] then level[i] = math.min(cap[i], level[i] + tokens) end
-  end
+  if cap[2] then level[2] = math.min(cap[2], level[2] + tokens) end
 end
 local out = {took}
-for i = 1, 3 do
+for i = 1, 2 do
   if cap[i] then
     local n = names[i]
     redis.call('HSET', KEYS[1], n .. 'l', tostring(level[i]), n .. 'c', cap[i], n .. 'at', now)
@@ -220,7 +218,7 @@ for i = 1, 3 do
     out[i + 1] = ''
   end
 end
-redis.call('PEXPIRE', KEYS[1], 2 * 86400000)
+redis.call('PEXPIRE', KEYS[1], 120000)
 return out
 "#,
     )

@@ -1,5 +1,6 @@
 //! The status page's section per client: in flight, queued, its class, each limit and what
-//! is left of it. Names are escaped; keys are never shown.
+//! is left of it, and how much of its budgets of the month is used. Names are escaped; keys
+//! are never shown.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -22,8 +23,10 @@ pub struct ClientView {
     pub max_concurrent: Option<u32>,
     /// Tokens charged in the last five minutes.
     pub tokens_5m: u64,
-    /// Label, limit and what is left.
+    /// Label, limit and what is left (GPU time in seconds).
     pub limits: Vec<(&'static str, Left)>,
+    /// The budgets of the month: label, used and limit.
+    pub month: Vec<(&'static str, u64, u64)>,
 }
 
 /// Who is looking at the page, by the key it presented.
@@ -65,14 +68,31 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
         .filter(|c| viewer.sees_client(c.name()))
         .map(|c| {
             let s = c.state.limiter.standing(now);
+            let [td, tm, gd, gm] = c.state.budgets.standing();
+            let seconds = |l: Option<Left>| {
+                l.map(|l| Left {
+                    limit: l.limit / 1000,
+                    remaining: l.remaining / 1000,
+                    reset: l.reset,
+                })
+            };
             let limits = [
                 ("requests / min", s.requests),
                 ("tokens / min", s.tokens),
-                ("tokens / day", s.day),
+                ("tokens / day", td),
+                ("tokens / month", tm),
+                ("GPU-s / day", seconds(gd)),
+                ("GPU-s / month", seconds(gm)),
             ]
             .into_iter()
             .filter_map(|(l, left)| Some((l, left?)))
             .collect();
+            let month = [("tokens", tm), ("GPU-s", seconds(gm))]
+                .into_iter()
+                .filter_map(|(l, left)| {
+                    left.map(|b| (l, b.limit.saturating_sub(b.remaining), b.limit))
+                })
+                .collect();
             ClientView {
                 name: c.spec.name.clone(),
                 priority: c.spec.priority.as_str(),
@@ -82,6 +102,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
                 max_concurrent: c.spec.max_concurrent.map(|m| m.get()),
                 tokens_5m: c.state.recent.sum(now),
                 limits,
+                month,
             }
         })
         .collect()
@@ -129,6 +150,18 @@ pub fn render(out: &mut String, clients: &[ClientView]) {
                 left.limit
             );
         }
+        for (i, (label, used, limit)) in c.month.iter().enumerate() {
+            let share = *used as f64 * 100.0 / (*limit).max(1) as f64;
+            let _ = write!(
+                out,
+                "{}{label} {share:.1} % ({used} of {limit})",
+                if i == 0 {
+                    "<br>month's budget used: "
+                } else {
+                    " · "
+                },
+            );
+        }
         out.push_str("</td></tr>\n");
     }
     out.push_str("</tbody>\n</table>\n");
@@ -150,6 +183,7 @@ mod tests {
             max_concurrent: Some(4),
             tokens_5m: 321,
             limits: vec![("tokens / min", crate::clients::headers::full(100))],
+            month: vec![("tokens", 250, 1000)],
         };
         let mut out = String::new();
         render(&mut out, &[c]);
@@ -159,6 +193,10 @@ mod tests {
         );
         assert!(
             out.contains("1 / 4") && out.contains("tokens / min: 100 / 100"),
+            "{out}"
+        );
+        assert!(
+            out.contains("month's budget used: tokens 25.0 % (250 of 1000)"),
             "{out}"
         );
         let mut none = String::new();
