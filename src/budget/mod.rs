@@ -28,10 +28,6 @@ impl Limits {
             self.gpu_ms_per_month,
         ]
     }
-
-    pub fn any(&self) -> bool {
-        self.get().iter().any(Option::is_some)
-    }
 }
 
 /// One of the four budgets, in the order of [`Limits`] and of every `[_; 4]` here.
@@ -180,11 +176,6 @@ impl Budgets {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether any budget is set.
-    pub fn any(&self) -> bool {
-        self.lock().limits.any()
     }
 
     /// Take `tokens` and `gpu_ms` from every budget, or say which refuses them: one that can

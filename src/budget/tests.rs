@@ -1,3 +1,6 @@
+//! Budgets of a day and a month on tokio's paused clock: reset at the zone's midnights, what a
+//! request did not use given back, what other processes spent counted in its own periods.
+
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
