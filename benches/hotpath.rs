@@ -216,6 +216,7 @@ fn status_window(c: &mut Criterion) {
         error: false,
         ttft: Some(Duration::from_millis(180)),
         decode_tps: Some(42.0),
+        tokens: 16,
     };
     c.bench_function("status_window_record", |b| b.iter(|| w.record(at, sample)));
     c.bench_function("status_window_summary", |b| b.iter(|| w.summary(at)));

@@ -1111,9 +1111,9 @@ async fn the_status_page_shows_a_client_only_its_own_section_and_an_admin_all() 
     let (status, all) = page("page-admin").await;
     assert_eq!(status, 200);
     assert!(all.contains("<h2>Clients</h2>"), "{all}");
-    // The alias's five minutes as inline SVG: a bar for the request, a point of its TTFT.
+    // The alias's five minutes as inline SVG charts: a bar for the request.
     assert!(
-        all.contains("<svg class=\"spark\"") && all.contains("<rect "),
+        all.contains("<svg class=\"chart\"") && all.contains("<rect ") && all.contains("1 req"),
         "{all}"
     );
     assert!(all.contains("<td>limited</td>") && all.contains("<td>ops</td>"));

@@ -230,6 +230,15 @@ async fn assert_rows(s: &Session, p: &Proxy, expected: impl Fn(&str) -> &'static
             .text(&format!("tr[data-alias=\"{}\"] .alias", a.name))
             .await
             .contains(&a.name));
+        // Its window's four charts, each on a labelled scale with its latest value beside.
+        let charts = s.text(&format!("tr[data-charts=\"{}\"]", a.name)).await;
+        for label in ["-5 min", "now", " req", "p50 ", "p95 ", " tok/s", " errors"] {
+            assert!(
+                charts.contains(label),
+                "{}: {label:?} in {charts:?}",
+                a.name
+            );
+        }
     }
 }
 

@@ -200,9 +200,9 @@ impl Settle for Charge {
         let now = Instant::now();
         let state = &self.caller.state;
         state.limiter.settle(self.reserved, used, now);
-        state.recent.add(now, used);
         self.reserved = 0;
         let gpu_used = gpu.unwrap_or(if sent { self.gpu } else { 0 });
+        state.recent.add(now, used, gpu_used);
         if let Some(b) = self.budgeted.take() {
             state.budgets.settle(b, (used, gpu_used));
         }

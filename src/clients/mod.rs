@@ -41,22 +41,23 @@ pub struct ClientState {
     pub inflight: AtomicU32,
     pub queued: AtomicI64,
     pub metrics: ClientMetrics,
-    /// Tokens charged, in 10-second steps: the status page's last five minutes.
+    /// Tokens and GPU time charged, in 10-second steps: the status page's last five minutes.
     pub recent: Recent,
 }
 
-/// Tokens charged in the last five minutes, in a ring of 30 steps of 10 s.
+/// Tokens and GPU-milliseconds charged in the last five minutes, in a ring of 30 steps of
+/// 10 s.
 #[derive(Debug)]
 pub struct Recent {
     origin: Instant,
-    ring: std::sync::Mutex<[(u64, u64); 30]>,
+    ring: std::sync::Mutex<[(u64, u64, u64); 30]>,
 }
 
 impl Recent {
     fn new() -> Recent {
         Recent {
             origin: Instant::now(),
-            ring: std::sync::Mutex::new([(u64::MAX, 0); 30]),
+            ring: std::sync::Mutex::new([(u64::MAX, 0, 0); 30]),
         }
     }
 
@@ -64,25 +65,25 @@ impl Recent {
         at.saturating_duration_since(self.origin).as_secs() / 10
     }
 
-    pub fn add(&self, at: Instant, tokens: u64) {
+    pub fn add(&self, at: Instant, tokens: u64, gpu_ms: u64) {
         let n = self.step(at);
         let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &mut ring[(n % 30) as usize];
         if slot.0 != n {
-            *slot = (n, 0);
+            *slot = (n, 0, 0);
         }
         slot.1 += tokens;
+        slot.2 += gpu_ms;
     }
 
-    /// The tokens of the steps within five minutes of `now`.
-    pub fn sum(&self, now: Instant) -> u64 {
+    /// The tokens and GPU-milliseconds of the steps within five minutes of `now`.
+    pub fn sum(&self, now: Instant) -> (u64, u64) {
         let n = self.step(now);
         let oldest = n.saturating_sub(29);
         let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         ring.iter()
-            .filter(|(at, _)| (oldest..=n).contains(at))
-            .map(|(_, t)| t)
-            .sum()
+            .filter(|(at, ..)| (oldest..=n).contains(at))
+            .fold((0, 0), |(t, g), s| (t + s.1, g + s.2))
     }
 }
 
@@ -335,11 +336,11 @@ mod tests {
     fn recent_tokens_are_the_last_five_minutes() {
         let r = Recent::new();
         let t0 = r.origin;
-        r.add(t0, 5);
-        r.add(t0 + std::time::Duration::from_secs(100), 7);
-        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(100)), 12);
-        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(305)), 7);
-        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(500)), 0);
+        r.add(t0, 5, 1000);
+        r.add(t0 + std::time::Duration::from_secs(100), 7, 250);
+        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(100)), (12, 1250));
+        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(305)), (7, 250));
+        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(500)), (0, 0));
     }
 
     #[test]

@@ -289,6 +289,7 @@ impl Record {
                 error: self.status >= 500 || (self.status < 400 && self.error.is_some()),
                 ttft,
                 decode_tps: decode,
+                tokens: self.usage.map_or(self.generated, |u| u.completion),
             },
         );
         let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);

@@ -21,8 +21,9 @@ pub struct ClientView {
     pub inflight: u32,
     pub queued: i64,
     pub max_concurrent: Option<u32>,
-    /// Tokens charged in the last five minutes.
+    /// Tokens charged in the last five minutes, and GPU-seconds.
     pub tokens_5m: u64,
+    pub gpu_5m: f64,
     /// Label, limit and what is left (GPU time in seconds).
     pub limits: Vec<(&'static str, Left)>,
     /// The budgets of the month: label, used and limit.
@@ -68,6 +69,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
         .filter(|c| viewer.sees_client(c.name()))
         .map(|c| {
             let s = c.state.limiter.standing(now);
+            let recent = c.state.recent.sum(now);
             let [td, tm, gd, gm] = c.state.budgets.standing();
             let seconds = |l: Option<Left>| {
                 l.map(|l| Left {
@@ -100,7 +102,8 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
                 inflight: c.state.inflight.load(Ordering::Relaxed),
                 queued: c.state.queued.load(Ordering::Relaxed),
                 max_concurrent: c.spec.max_concurrent.map(|m| m.get()),
-                tokens_5m: c.state.recent.sum(now),
+                tokens_5m: recent.0,
+                gpu_5m: recent.1 as f64 / 1000.0,
                 limits,
                 month,
             }
@@ -116,7 +119,8 @@ pub fn render(out: &mut String, clients: &[ClientView]) {
     out.push_str(
         "<h2>Clients</h2>\n<table class=\"clients\">\n<thead><tr><th>client</th><th>priority</th>\
          <th>aliases</th><th class=\"n\">in flight</th><th class=\"n\">queued</th>\
-         <th class=\"n\">tokens<br>5 min</th><th>limits (left / limit)</th></tr></thead>\n<tbody>\n",
+         <th class=\"n\">tokens<br>5 min</th><th class=\"n\">GPU-s<br>5 min</th>\
+         <th>limits (left / limit)</th></tr></thead>\n<tbody>\n",
     );
     for c in clients {
         let aliases = c
@@ -130,13 +134,14 @@ pub fn render(out: &mut String, clients: &[ClientView]) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td>",
+             <td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td>",
             E(&c.name),
             c.priority,
             E(&aliases),
             inflight,
             c.queued,
-            c.tokens_5m
+            c.tokens_5m,
+            c.gpu_5m
         );
         if c.limits.is_empty() {
             out.push_str("none");
@@ -182,6 +187,7 @@ mod tests {
             queued: 2,
             max_concurrent: Some(4),
             tokens_5m: 321,
+            gpu_5m: 12.25,
             limits: vec![("tokens / min", crate::clients::headers::full(100))],
             month: vec![("tokens", 250, 1000)],
         };
@@ -192,7 +198,9 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("1 / 4") && out.contains("tokens / min: 100 / 100"),
+            out.contains("1 / 4")
+                && out.contains("tokens / min: 100 / 100")
+                && out.contains("<td class=\"n\">321</td><td class=\"n\">12.2</td>"),
             "{out}"
         );
         assert!(

@@ -161,12 +161,6 @@ fn alias_row(out: &mut String, a: &AliasView) {
             share * 100.0
         );
     }
-    if !a.series.is_empty() {
-        out.push_str("<div class=\"charts\">");
-        super::charts::requests(out, &a.series);
-        super::charts::ttft(out, &a.series);
-        out.push_str("</div>");
-    }
     out.push_str("</td><td>");
     for b in &a.backends {
         backend_cell(out, b);
@@ -187,6 +181,15 @@ fn alias_row(out: &mut String, a: &AliasView) {
         w.rejections,
         a.context_window.map_or("–".into(), |n| n.to_string()),
     );
+    if !a.series.is_empty() {
+        let _ = write!(
+            out,
+            "<tr class=\"charts\" data-charts=\"{}\"><td colspan=\"10\">",
+            E(&a.name)
+        );
+        super::charts::window(out, &a.series);
+        out.push_str("</td></tr>\n");
+    }
 }
 
 fn backend_cell(out: &mut String, b: &BackendView) {
@@ -257,7 +260,10 @@ fn span(d: Duration) -> String {
 }
 
 const STYLE: &str = "\
-.charts svg{vertical-align:middle;margin:2px 6px 0 0;color:#4a7}\
+.charts svg{vertical-align:middle;margin:2px 4px 2px 0;color:#4a7}\
+.fig{display:inline-block;white-space:nowrap;margin-right:.75rem}\
+.fig .val{font-size:12px;font-variant-numeric:tabular-nums}\
+tr.charts td{border-bottom:1px solid var(--line)}\
 :root{color-scheme:light dark;--bg:#fff;--fg:#1b1f24;--dim:#5b6470;--line:#d8dde3;\
 --up:#1a7f37;--loading:#9a6700;--down:#cf222e;--breaker:#8250df;--head:#f3f5f7}\
 @media (prefers-color-scheme:dark){:root{--bg:#0f1216;--fg:#e6e9ed;--dim:#9aa4af;\
@@ -346,7 +352,11 @@ mod tests {
                     ttft_p50: Some(0.25),
                     decode_p50: Some(41.6),
                 },
-                series: vec![(1, Some(0.25))],
+                series: vec![crate::observe::window::Point {
+                    requests: 1,
+                    ttft_p50: Some(0.25),
+                    ..Default::default()
+                }],
             }],
         }
     }

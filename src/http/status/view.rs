@@ -46,7 +46,7 @@ pub struct AliasView {
     pub cached_tokens: u64,
     pub last_5m: Summary,
     /// Requests and median time to first token of each 10-second step, oldest first.
-    pub series: Vec<(u32, Option<f64>)>,
+    pub series: Vec<crate::observe::window::Point>,
 }
 
 /// A backend serving an alias.
