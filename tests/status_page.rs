@@ -246,10 +246,34 @@ async fn assert_rows(s: &Session, p: &Proxy, expected: impl Fn(&str) -> &'static
 #[ignore = "needs chromium and chromedriver (Debian packages chromium, chromium-driver); .ci/run installs them and runs it with --ignored"]
 async fn browser_status_page_shows_a_killed_backend_down_within_one_refresh() {
     let (p, mut sims) = demo_fleet().await;
+    // Each backend's timeline: a row per slot, a bar for each request it answered.
+    let (_, _, html) = page(&p, None).await;
+    let snap = p.state.live.load_full();
+    for b in snap.config.backends.values() {
+        let at = html
+            .find(&format!("data-timeline=\"{}\"", b.name))
+            .unwrap_or_else(|| panic!("no timeline of {}", b.name));
+        let timeline = &html[at..at + html[at..].find("</svg>").unwrap()];
+        let rows = b.slots.get().min(16);
+        assert_eq!(
+            timeline.matches("font-size=\"9\">slot ").count() as u32,
+            rows,
+            "{timeline}"
+        );
+        assert!(
+            timeline.contains("fill-opacity=\"0.45\""),
+            "no bar: {timeline}"
+        );
+    }
     let browser = Browser::start().await;
     let s = browser.session(true).await;
     s.open(&p.url("/")).await;
     assert_rows(&s, &p, |_| "up").await;
+    let first = snap.config.backends.keys().next().unwrap();
+    let text = s.text(&format!("[data-timeline=\"{first}\"]")).await;
+    for label in ["slot 0", "-10 min", "now", "lighter: prefill"] {
+        assert!(text.contains(label), "{label:?} in {text:?}");
+    }
     assert_eq!(s.attribute("html", "class").await, "js", "the script runs");
     assert!(s.text("footer").await.contains("Refreshes every"));
 

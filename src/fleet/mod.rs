@@ -14,4 +14,5 @@ pub mod named;
 pub mod routes;
 pub mod slots;
 pub mod ticket;
+pub mod timeline;
 pub mod work;

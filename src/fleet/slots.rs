@@ -43,6 +43,8 @@ pub struct Slots {
     queue: u32,
     /// The backend's leases in the shared store, when there is one.
     shared: Option<SharedSlots>,
+    /// Who held which slot over the last ten minutes.
+    pub timeline: crate::fleet::timeline::Timeline,
 }
 
 #[derive(Debug)]
@@ -351,6 +353,7 @@ impl Slots {
             slots,
             queue,
             shared: None,
+            timeline: Default::default(),
         }
     }
 

@@ -212,8 +212,21 @@ impl Job {
     }
 }
 
+impl Job {
+    /// The slot it was granted, and when.
+    pub fn grant(&self) -> Option<(u32, Instant)> {
+        self.granted.map(|(t, slot)| (slot as u32, t))
+    }
+
+    /// The slots of its backend.
+    pub fn slots(&self) -> &Arc<Slots> {
+        &self.slots
+    }
+}
+
 impl Drop for Job {
-    /// Preempted or failed: its client is charged the time it held the slot.
+    /// Preempted or failed: its client is charged the time it held the slot, and the
+    /// timeline marks it.
     fn drop(&mut self) {
         if self.settled {
             return;
@@ -221,6 +234,23 @@ impl Drop for Job {
         let held = self.granted.map_or(0.0, |(t, _)| t.elapsed().as_secs_f64());
         self.slots
             .settle(self.client, self.predicted.total(), held, None);
+        if let Some((start, slot)) = self.granted {
+            self.slots.timeline.push(crate::fleet::timeline::Bar {
+                slot: slot as u32,
+                start,
+                first: None,
+                end: Instant::now(),
+                client: None,
+                lost: true,
+                alias: Arc::from("-"),
+                status: 0,
+                error: false,
+                prompt: 0,
+                output: 0,
+                gpu_s: held,
+                requests: 1,
+            });
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
+use crate::fleet::timeline::Bar;
 use crate::fleet::work::{Clock, Job, Measured};
 use crate::ledger::{Ledger, Row};
 use crate::observe::metrics::{AliasMetrics, ClientMetrics};
@@ -214,7 +215,27 @@ impl Record {
             last_token: self.last_token,
             ended: now,
         };
-        let measured = self.work.take()?.finish(self.usage.as_ref(), &clock);
+        let job = self.work.take()?;
+        let held = job.grant().map(|h| (h, Arc::clone(job.slots())));
+        let measured = job.finish(self.usage.as_ref(), &clock);
+        if let Some(((slot, start), slots)) = held {
+            let usage = self.usage.unwrap_or_default();
+            slots.timeline.push(Bar {
+                slot,
+                start,
+                first: self.first_token,
+                end: now,
+                client: self.client.as_ref().map(|c| Arc::from(c.name())),
+                lost: false,
+                alias: Arc::from(self.m.name()),
+                status: self.status,
+                error: self.status >= 500 || (self.status < 400 && self.error.is_some()),
+                prompt: usage.prompt,
+                output: self.usage.map_or(self.generated, |u| u.completion),
+                gpu_s: measured.work.total(),
+                requests: 1,
+            });
+        }
         let client = self.client.as_ref().map_or("-", ClientMetrics::name);
         let backend = self.backend.as_deref().unwrap_or("-");
         self.m.work(backend, client, &measured);

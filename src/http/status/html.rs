@@ -128,6 +128,7 @@ fn status_section(out: &mut String, fleet: &Fleet) {
         alias_row(out, a);
     }
     out.push_str("</tbody>\n</table>\n");
+    super::slots::render(out, &fleet.timelines);
     super::clients::render(out, &fleet.clients);
     if let Some(l) = &fleet.ledger {
         super::usage::render(out, l);
@@ -262,6 +263,8 @@ fn span(d: Duration) -> String {
 const STYLE: &str = "\
 .charts svg{vertical-align:middle;margin:2px 4px 2px 0;color:#4a7}\
 .fig{display:inline-block;white-space:nowrap;margin-right:.75rem}\
+.timeline h3{font-size:14px;margin:.6rem 0 .2rem}.timeline svg{max-width:100%}\
+.legend{font-size:12px}.legend span{margin-right:.9rem}\
 .fig .val{font-size:12px;font-variant-numeric:tabular-nums}\
 tr.charts td{border-bottom:1px solid var(--line)}\
 :root{color-scheme:light dark;--bg:#fff;--fg:#1b1f24;--dim:#5b6470;--line:#d8dde3;\
@@ -320,6 +323,7 @@ mod tests {
             shared: None,
             clients: Vec::new(),
             ledger: None,
+            timelines: Vec::new(),
             aliases: vec![AliasView {
                 name: "a<b>".into(),
                 description: Some(description.into()),

@@ -6,6 +6,7 @@ mod charts;
 mod clients;
 mod escape;
 mod html;
+mod slots;
 mod usage;
 mod view;
 

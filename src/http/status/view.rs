@@ -22,6 +22,8 @@ pub struct Fleet {
     pub clients: Vec<ClientView>,
     /// The usage ledger, when one is kept.
     pub ledger: Option<super::usage::LedgerView>,
+    /// Who held each slot of each backend shown.
+    pub timelines: Vec<super::slots::TimelineView>,
 }
 
 /// The shared store's line: where, and whether it answers.
@@ -138,6 +140,7 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
         aliases,
         clients: super::clients::collect(snap, viewer),
         ledger: super::usage::collect(snap, viewer),
+        timelines: super::slots::collect(snap, viewer),
     }
 }
 

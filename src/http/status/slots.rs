@@ -1,0 +1,315 @@
+//! The status page's slot timeline: per backend, one row per slot over the last ten minutes,
+//! each request a bar from its grant to its end in its client's colour (prefill lighter,
+//! decode full), an error outlined, a request that lost its slot (preempted, or failed before
+//! an answer) a mark; each bar's `<title>` names client, alias, tokens, GPU-seconds and status.
+//! The colours are Okabe and Ito's, told apart with the common colour-vision deficiencies.
+//! A client's key sees the backends of its aliases, other clients' bars grey and unnamed.
+
+use std::fmt::Write;
+use std::time::Instant;
+
+use super::clients::Viewer;
+use super::escape::E;
+use crate::fleet::timeline::{Bar, SPAN};
+use crate::live::Snapshot;
+
+/// Rows drawn at most a backend (a backend of more slots shows its first ones).
+pub const ROWS: u32 = 16;
+const PALETTE: [&str; 7] = [
+    "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442",
+];
+const OTHER: &str = "#9aa4af";
+/// How the legend names requests of no named client.
+const NO_CLIENT: &str = "no client";
+const W: f64 = 720.0;
+const LEFT: f64 = 44.0;
+const ROW: f64 = 14.0;
+const FOOT: f64 = 14.0;
+
+/// One backend's timeline.
+#[derive(Clone, Debug)]
+pub struct TimelineView {
+    pub backend: String,
+    pub slots: u32,
+    /// Each bar, seconds before now of its start, first token and end; its colour and title.
+    pub bars: Vec<BarView>,
+    /// The clients shown, with their colours.
+    pub legend: Vec<(String, &'static str)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BarView {
+    pub slot: u32,
+    pub start: f64,
+    pub first: Option<f64>,
+    pub end: f64,
+    pub colour: &'static str,
+    /// A request that lost its slot: a mark, not a bar.
+    pub lost: bool,
+    pub error: bool,
+    pub title: String,
+}
+
+/// The timelines of the backends `viewer` sees (those of its aliases), in alias order.
+pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
+    let now = Instant::now();
+    let names: Vec<&str> = snap.clients.callers().iter().map(|c| c.name()).collect();
+    let own = match viewer {
+        Viewer::Client(me) => Some(me.name()),
+        Viewer::Admin | Viewer::Open => None,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for live in snap.routes.aliases() {
+        if !viewer.sees_alias(live.name()) {
+            continue;
+        }
+        for r in &live.replicas {
+            if !seen.insert(r.backend.name.clone()) {
+                continue;
+            }
+            let bars = r.slots.timeline.recent(now);
+            out.push(view(
+                &r.backend.name,
+                r.slots.slots(),
+                &bars,
+                now,
+                &names,
+                own,
+            ));
+        }
+    }
+    out
+}
+
+/// A backend's bars as drawn for a viewer that may name `own` only (`None`: every client).
+fn view(
+    backend: &str,
+    slots: u32,
+    bars: &[Bar],
+    now: Instant,
+    names: &[&str],
+    own: Option<&str>,
+) -> TimelineView {
+    let ago = |t: Instant| now.saturating_duration_since(t).as_secs_f64();
+    let mut legend: Vec<(String, &'static str)> = Vec::new();
+    let shown = bars.iter().filter(|b| b.slot < ROWS.min(slots));
+    let bars = shown
+        .map(|b| {
+            // A request of no named client is everyone's (an open proxy's) to see.
+            let client = b.client.as_deref().unwrap_or(NO_CLIENT);
+            let named = Some(client).filter(|c| own.is_none_or(|o| o == *c) || *c == NO_CLIENT);
+            let colour = match named {
+                Some(c) => {
+                    let i = names.iter().position(|n| *n == c).map_or(0, |i| i + 1);
+                    PALETTE[i % PALETTE.len()]
+                }
+                None => OTHER,
+            };
+            if let Some(c) = named.filter(|c| !b.lost && !legend.iter().any(|(n, _)| n == c)) {
+                legend.push((c.to_string(), colour));
+            }
+            let title = match named {
+                _ if b.lost => format!(
+                    "slot {}: a request lost its slot after {:.1} s (preempted or failed)",
+                    b.slot,
+                    ago(b.start) - ago(b.end)
+                ),
+                None => format!("slot {}: another client", b.slot),
+                Some(c) => format!(
+                    "slot {}: {c} · {} · {} prompt + {} output tokens · {:.2} GPU-s · status {}{}",
+                    b.slot,
+                    b.alias,
+                    b.prompt,
+                    b.output,
+                    b.gpu_s,
+                    b.status,
+                    if b.requests > 1 {
+                        format!(" · {} requests", b.requests)
+                    } else {
+                        String::new()
+                    }
+                ),
+            };
+            BarView {
+                slot: b.slot,
+                start: ago(b.start),
+                first: b.first.map(ago),
+                end: ago(b.end),
+                colour,
+                lost: b.lost,
+                error: b.error,
+                title,
+            }
+        })
+        .collect();
+    TimelineView {
+        backend: backend.to_string(),
+        slots,
+        bars,
+        legend,
+    }
+}
+
+/// The section: a timeline per backend (nothing without backends).
+pub fn render(out: &mut String, timelines: &[TimelineView]) {
+    if timelines.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Slots, last 10 minutes</h2>\n");
+    for t in timelines {
+        let rows = t.slots.min(ROWS);
+        let _ = write!(
+            out,
+            "<div class=\"timeline\" data-timeline=\"{n}\"><h3>{n} <span class=\"dim\">{} slots{}</span></h3>",
+            t.slots,
+            if t.slots > ROWS { format!(", the first {ROWS} shown") } else { String::new() },
+            n = E(&t.backend),
+        );
+        svg(out, t, rows);
+        out.push_str("<div class=\"legend\">");
+        for (name, colour) in &t.legend {
+            let _ = write!(
+                out,
+                "<span><svg width=\"10\" height=\"10\"><rect width=\"10\" height=\"10\" fill=\"{colour}\"/></svg> {}</span>",
+                E(name)
+            );
+        }
+        out.push_str("<span class=\"dim\">lighter: prefill · outlined: error · ▼ lost its slot</span></div></div>\n");
+    }
+}
+
+fn svg(out: &mut String, t: &TimelineView, rows: u32) {
+    let h = f64::from(rows) * ROW + FOOT;
+    let span = SPAN.as_secs_f64();
+    let x = |ago: f64| LEFT + (1.0 - ago.min(span) / span) * (W - LEFT);
+    let _ = write!(
+        out,
+        "<svg class=\"slots\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\">\
+         <title>{} slots of {}, last 10 minutes</title>",
+        rows,
+        E(&t.backend)
+    );
+    for r in 0..rows {
+        let y = f64::from(r) * ROW;
+        let _ = write!(
+            out,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"9\">slot {r}</text>\
+             <line x1=\"{LEFT}\" y1=\"{:.1}\" x2=\"{W}\" y2=\"{:.1}\" stroke=\"currentColor\" stroke-width=\"0.2\"/>",
+            LEFT - 3.0,
+            y + ROW - 4.0,
+            y + ROW,
+            y + ROW
+        );
+    }
+    for b in &t.bars {
+        let y = f64::from(b.slot) * ROW + 2.0;
+        let (x0, x1) = (x(b.start), x(b.end).max(x(b.start) + 1.0));
+        if b.lost {
+            let _ = write!(
+                out,
+                "<path d=\"M{:.1} {y:.1}h6l-3 6z\" fill=\"currentColor\"><title>{}</title></path>",
+                x0 - 3.0,
+                E(&b.title)
+            );
+            continue;
+        }
+        let split = b.first.map_or(x0, |f| x(f).clamp(x0, x1));
+        let outline = if b.error {
+            " stroke=\"#cf222e\" stroke-width=\"1.5\""
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            "<g><title>{}</title>\
+             <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.45\"{outline}/>\
+             <rect x=\"{split:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"/></g>",
+            E(&b.title),
+            x1 - x0,
+            ROW - 4.0,
+            (x1 - split).max(0.0),
+            ROW - 4.0,
+            c = b.colour,
+        );
+    }
+    let foot = f64::from(rows) * ROW + FOOT - 2.0;
+    for (label, ago) in [("-10 min", span), ("-5 min", span / 2.0), ("now", 0.0)] {
+        let anchor = match label {
+            "now" => "end",
+            "-5 min" => "middle",
+            _ => "start",
+        };
+        let _ = write!(
+            out,
+            "<text x=\"{:.1}\" y=\"{foot:.1}\" text-anchor=\"{anchor}\" font-size=\"9\">{label}</text>",
+            x(ago)
+        );
+    }
+    out.push_str("</svg>");
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn bar(slot: u32, start: Instant, client: Option<&str>, error: bool) -> Bar {
+        Bar {
+            slot,
+            start,
+            first: Some(start + Duration::from_secs(2)),
+            end: start + Duration::from_secs(10),
+            client: client.map(Arc::from),
+            lost: client.is_none(),
+            alias: Arc::from("frank"),
+            status: if error { 502 } else { 200 },
+            error,
+            prompt: 100,
+            output: 20,
+            gpu_s: 9.5,
+            requests: 1,
+        }
+    }
+
+    #[test]
+    fn bars_are_drawn_per_slot_in_their_clients_colours() {
+        let now = Instant::now();
+        let t0 = now - Duration::from_secs(60);
+        let bars = [
+            bar(0, t0, Some("ann"), false),
+            bar(1, t0, Some("bob<"), true),
+            bar(1, t0 + Duration::from_secs(20), None, false),
+            bar(5, t0, Some("ann"), false),
+        ];
+        let names = ["ann", "bob<"];
+        let v = view("gpu", 2, &bars, now, &names, None);
+        assert_eq!(v.bars.len(), 3, "slot 5 of 2 is not drawn");
+        assert_eq!(
+            v.legend,
+            vec![("ann".into(), PALETTE[1]), ("bob<".into(), PALETTE[2])]
+        );
+        let mut out = String::new();
+        render(&mut out, &[v]);
+        assert!(out.contains(">slot 0</text>") && out.contains(">slot 1</text>"));
+        assert!(!out.contains(">slot 2</text>"));
+        assert!(
+            out.contains("ann · frank · 100 prompt + 20 output tokens · 9.50 GPU-s · status 200"),
+            "{out}"
+        );
+        assert!(out.contains("bob&lt;"), "names are escaped: {out}");
+        assert!(out.contains("stroke=\"#cf222e\""), "the error is outlined");
+        assert!(out.contains("lost its slot after 10.0 s"), "{out}");
+        assert!(out.contains(">-10 min</text>") && out.contains(">now</text>"));
+        // Prefill lighter, decode full: two rects a bar.
+        assert_eq!(out.matches("fill-opacity=\"0.45\"").count(), 2);
+        // A client sees its own bars named, the others grey.
+        let v = view("gpu", 2, &bars, now, &names, Some("ann"));
+        assert_eq!(v.legend, vec![("ann".into(), PALETTE[1])]);
+        assert_eq!(v.bars[1].colour, OTHER);
+        assert_eq!(v.bars[1].title, "slot 1: another client");
+    }
+}
