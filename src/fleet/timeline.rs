@@ -24,10 +24,10 @@ pub struct Bar {
     pub first: Option<Instant>,
     pub end: Instant,
     /// `None`: a request of no named client.
-    pub client: Option<Arc<str>>,
+    pub client: Option<Arc<String>>,
     /// It lost its slot before it answered (preempted, or failed).
     pub lost: bool,
-    pub alias: Arc<str>,
+    pub alias: Arc<String>,
     pub status: u16,
     /// Ended in an error (a 5xx, or a stream that broke off).
     pub error: bool,
@@ -103,9 +103,9 @@ mod tests {
             start,
             first: Some(start + Duration::from_millis(100)),
             end: start + Duration::from_secs(secs),
-            client: Some(client.into()),
+            client: Some(Arc::new(client.into())),
             lost: false,
-            alias: "a".into(),
+            alias: Arc::new("a".into()),
             status: 200,
             error: false,
             prompt: 10,

@@ -242,7 +242,7 @@ impl Drop for Job {
                 end: Instant::now(),
                 client: None,
                 lost: true,
-                alias: Arc::from("-"),
+                alias: Arc::new("-".into()),
                 status: 0,
                 error: false,
                 prompt: 0,

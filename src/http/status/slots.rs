@@ -97,7 +97,7 @@ fn view(
     let bars = shown
         .map(|b| {
             // A request of no named client is everyone's (an open proxy's) to see.
-            let client = b.client.as_deref().unwrap_or(NO_CLIENT);
+            let client = b.client.as_deref().map_or(NO_CLIENT, String::as_str);
             let named = Some(client).filter(|c| own.is_none_or(|o| o == *c) || *c == NO_CLIENT);
             let colour = match named {
                 Some(c) => {
@@ -263,9 +263,9 @@ mod tests {
             start,
             first: Some(start + Duration::from_secs(2)),
             end: start + Duration::from_secs(10),
-            client: client.map(Arc::from),
+            client: client.map(|c| Arc::new(c.to_string())),
             lost: client.is_none(),
-            alias: Arc::from("frank"),
+            alias: Arc::new("frank".into()),
             status: if error { 502 } else { 200 },
             error,
             prompt: 100,

@@ -114,6 +114,11 @@ impl AliasHandles {
         &self.name
     }
 
+    /// Its name, shared (a clone is no copy).
+    pub fn shared_name(&self) -> &std::sync::Arc<String> {
+        &self.name
+    }
+
     pub fn request(&self, endpoint: Endpoint, status: u16, stream: bool) {
         let series = || {
             self.requests.get_or_create_owned(&RequestLabels {

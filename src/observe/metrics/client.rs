@@ -162,6 +162,11 @@ impl ClientMetrics {
         &self.name
     }
 
+    /// Its name, shared (a clone is no copy).
+    pub fn shared_name(&self) -> &std::sync::Arc<String> {
+        &self.name
+    }
+
     pub fn request(&self, status: u16) {
         self.requests
             .get_or_create(&ClientRequestLabels {
