@@ -1330,3 +1330,57 @@ async fn a_request_that_never_reached_a_backend_is_charged_no_tokens() {
     release.send(()).unwrap();
     assert_eq!(within("the first", first).await.unwrap().status(), 200);
 }
+
+/// The status page as the client of `key` sees it.
+async fn status_page(p: &Proxy, key: &str) -> String {
+    let resp = client().get(p.url("/")).bearer_auth(key).send().await;
+    resp.unwrap().text().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_status_page_shows_who_holds_the_slot_and_who_waits_for_it() {
+    set_key("SB_T_SLOTS_ANN", "slots-ann");
+    set_key("SB_T_SLOTS_BOB", "slots-bob");
+    let mut b = Held::start().await;
+    let clients = "[clients.ann]\nkey_env = \"SB_T_SLOTS_ANN\"\n\
+                   [clients.bob]\nkey_env = \"SB_T_SLOTS_BOB\"\npriority = \"batch\"";
+    let p = proxy(&one_slot(clients), &[("b", b.url.clone())]).await;
+    let first = send(&p, "slots-ann", "first");
+    let (_, release_first) = b.next().await;
+    let second = send(&p, "slots-bob", "second");
+    queued(&p, 1.0).await;
+    // Bob sees himself waiting behind the slot's holder; Ann sees another client waiting.
+    let bob = status_page(&p, "slots-bob").await;
+    assert!(bob.contains("<li>bob · batch · waited "), "{bob}");
+    let ann = status_page(&p, "slots-ann").await;
+    assert!(
+        ann.contains("<li>another client · batch · waited "),
+        "{ann}"
+    );
+    release_first.send(()).unwrap();
+    assert_eq!(within("the first", first).await.unwrap().status(), 200);
+    let (_, release_second) = b.next().await;
+    release_second.send(()).unwrap();
+    assert_eq!(within("the second", second).await.unwrap().status(), 200);
+    queued(&p, 0.0).await;
+    // Each answer a bar on slot 0, in its client's colour: named to its own client, grey and
+    // unnamed to the other.
+    within("both bars", async {
+        loop {
+            let ann = status_page(&p, "slots-ann").await;
+            if ann.contains("<title>slot 0: ann · a · 7 prompt + 3 output tokens")
+                && ann.contains("<title>slot 0: another client</title>")
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let bob = status_page(&p, "slots-bob").await;
+    assert!(bob.contains("<title>slot 0: bob · a · "), "{bob}");
+    assert!(
+        !bob.contains("ann"),
+        "bob's page names no other client: {bob}"
+    );
+}

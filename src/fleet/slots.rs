@@ -14,6 +14,7 @@ mod fair;
 mod hold;
 mod order;
 mod predict;
+pub use predict::Queued;
 mod refused;
 mod table;
 

@@ -7,11 +7,23 @@ use super::{now, Slots};
 use crate::config::{Order, Priority};
 use crate::fleet::ticket::Ticket;
 
+/// A request waiting for a slot, as the status page shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Queued {
+    pub class: Priority,
+    /// Its client's id (0: of no client).
+    pub client: u64,
+    /// How long it has waited (since it arrived, across replicas and fallbacks).
+    pub waited: Duration,
+    /// Its predicted wait from now.
+    pub predicted: Duration,
+}
+
 impl Slots {
     /// The requests waiting now, in the order they are predicted to go (by class, then by
     /// their clients' start tags, then arrival; by arrival alone when so ordered), each with
-    /// its class and predicted wait from now.
-    pub fn predicted_queue(&self) -> Vec<(Priority, Duration)> {
+    /// its class, client, wait so far and predicted wait from now.
+    pub fn predicted_queue(&self) -> Vec<Queued> {
         let st = self.inner.lock();
         let now = now();
         let mut free: Vec<f64> = st.table.slots.iter().map(|s| s.left(now)).collect();
@@ -33,7 +45,12 @@ impl Slots {
                         *s += t.work.max(0.0);
                         at
                     });
-                (t.class, Duration::from_secs_f64(soonest.max(0.0)))
+                Queued {
+                    class: t.class,
+                    client: t.client,
+                    waited: t.since.elapsed(),
+                    predicted: Duration::from_secs_f64(soonest.max(0.0)),
+                }
             })
             .collect()
     }

@@ -264,6 +264,8 @@ const STYLE: &str = "\
 .charts svg{vertical-align:middle;margin:2px 4px 2px 0;color:#4a7}\
 .fig{display:inline-block;white-space:nowrap;margin-right:.75rem}\
 .timeline h3{font-size:14px;margin:.6rem 0 .2rem}.timeline svg{max-width:100%}\
+.timeline .slots{vertical-align:top}.queue{display:inline-block;vertical-align:top;\
+margin-left:1rem;font-size:12px;max-width:22rem}.queue ol{margin:.2rem 0;padding-left:1.4rem}\
 .legend{font-size:12px}.legend span{margin-right:.9rem}\
 .fig .val{font-size:12px;font-variant-numeric:tabular-nums}\
 tr.charts td{border-bottom:1px solid var(--line)}\

@@ -3,7 +3,9 @@
 //! decode full), an error outlined, a request that lost its slot (preempted, or failed before
 //! an answer) a mark; each bar's `<title>` names client, alias, tokens, GPU-seconds and status.
 //! The colours are Okabe and Ito's, told apart with the common colour-vision deficiencies.
-//! A client's key sees the backends of its aliases, other clients' bars grey and unnamed.
+//! Beside it, the backend's queue: each waiting request's client, class, wait so far and
+//! predicted wait. A client's key sees the backends of its aliases, other clients' bars grey
+//! and unnamed.
 
 use std::fmt::Write;
 use std::time::Instant;
@@ -35,6 +37,9 @@ pub struct TimelineView {
     pub bars: Vec<BarView>,
     /// The clients shown, with their colours.
     pub legend: Vec<(String, &'static str)>,
+    /// Its queue, in the order predicted: client (as the viewer may see it), class, wait so
+    /// far and predicted wait, in seconds.
+    pub queue: Vec<(String, &'static str, f64, f64)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -69,14 +74,27 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
                 continue;
             }
             let bars = r.slots.timeline.recent(now);
-            out.push(view(
-                &r.backend.name,
-                r.slots.slots(),
-                &bars,
-                now,
-                &names,
-                own,
-            ));
+            let mut v = view(&r.backend.name, r.slots.slots(), &bars, now, &names, own);
+            v.queue = r
+                .slots
+                .predicted_queue()
+                .into_iter()
+                .map(|q| {
+                    let name = snap
+                        .clients
+                        .callers()
+                        .iter()
+                        .find(|c| c.state.id == q.client)
+                        .map_or(NO_CLIENT, |c| c.name());
+                    let shown = match own {
+                        Some(o) if o != name && name != NO_CLIENT => "another client",
+                        _ => name,
+                    };
+                    let (waited, predicted) = (q.waited.as_secs_f64(), q.predicted.as_secs_f64());
+                    (shown.to_string(), q.class.as_str(), waited, predicted)
+                })
+                .collect();
+            out.push(v);
         }
     }
     out
@@ -148,6 +166,7 @@ fn view(
         slots,
         bars,
         legend,
+        queue: Vec::new(),
     }
 }
 
@@ -167,6 +186,7 @@ pub fn render(out: &mut String, timelines: &[TimelineView]) {
             n = E(&t.backend),
         );
         svg(out, t, rows);
+        queue(out, &t.queue);
         out.push_str("<div class=\"legend\">");
         for (name, colour) in &t.legend {
             let _ = write!(
@@ -177,6 +197,31 @@ pub fn render(out: &mut String, timelines: &[TimelineView]) {
         }
         out.push_str("<span class=\"dim\">lighter: prefill · outlined: error · ▼ lost its slot</span></div></div>\n");
     }
+}
+
+/// The requests waiting, as a list beside the timeline (the first 20).
+fn queue(out: &mut String, queue: &[(String, &'static str, f64, f64)]) {
+    out.push_str("<div class=\"queue\"><b>waiting</b>");
+    if queue.is_empty() {
+        out.push_str(" <span class=\"dim\">none</span>");
+    }
+    out.push_str("<ol>");
+    for (client, class, waited, predicted) in queue.iter().take(20) {
+        let _ = write!(
+            out,
+            "<li>{} · {class} · waited {waited:.1} s · predicted {predicted:.1} s</li>",
+            E(client)
+        );
+    }
+    out.push_str("</ol>");
+    if queue.len() > 20 {
+        let _ = write!(
+            out,
+            "<span class=\"dim\">and {} more</span>",
+            queue.len() - 20
+        );
+    }
+    out.push_str("</div>");
 }
 
 fn svg(out: &mut String, t: &TimelineView, rows: u32) {
@@ -311,5 +356,26 @@ mod tests {
         assert_eq!(v.legend, vec![("ann".into(), PALETTE[1])]);
         assert_eq!(v.bars[1].colour, OTHER);
         assert_eq!(v.bars[1].title, "slot 1: another client");
+    }
+
+    #[test]
+    fn the_queue_lists_each_waiting_request() {
+        let mut out = String::new();
+        queue(&mut out, &[]);
+        assert!(
+            out.contains("waiting</b> <span class=\"dim\">none</span>"),
+            "{out}"
+        );
+        let waiting: Vec<_> = (0..22)
+            .map(|i| (format!("c<{i}>"), "batch", 1.25, 4.0))
+            .collect();
+        let mut out = String::new();
+        queue(&mut out, &waiting);
+        assert!(
+            out.contains("<li>c&lt;0&gt; · batch · waited 1.2 s · predicted 4.0 s</li>"),
+            "{out}"
+        );
+        assert_eq!(out.matches("<li>").count(), 20);
+        assert!(out.contains("and 2 more"), "{out}");
     }
 }

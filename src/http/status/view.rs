@@ -108,7 +108,7 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
                             .slots
                             .predicted_queue()
                             .into_iter()
-                            .map(|(class, wait)| (class.as_str(), wait))
+                            .map(|q| (q.class.as_str(), q.predicted))
                             .collect(),
                     }
                 })
