@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::postgres::Postgres;
-use common::served::Served;
+use common::served::{metrics_at, Served};
 use common::*;
 use serde_json::Value;
 use switchboard::sim::SimConfig;
@@ -84,14 +84,7 @@ async fn until_counted(base: &str, who: &str, ok: f64, refused: f64) {
     };
     within("every request counted", async {
         loop {
-            let m = client()
-                .get(format!("{base}/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let m = metrics_at(base).await;
             if sample(&m, &series("200")) == ok && sample(&m, &series("429")) == refused {
                 return;
             }

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::postgres::Postgres;
-use common::served::Served;
+use common::served::{metrics_at, Served};
 use common::*;
 use serde_json::json;
 use switchboard::config::{Ledger as Settings, LedgerUrl};
@@ -446,15 +446,8 @@ async fn usage_without_a_ledger_is_a_clear_404() {
 }
 
 /// `switchboard_ledger_rows_written_total` of the proxy at `base`.
-async fn rows_written(c: &reqwest::Client, base: &str) -> f64 {
-    let text = c
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+async fn rows_written(base: &str) -> f64 {
+    let text = metrics_at(base).await;
     sample(&text, "switchboard_ledger_rows_written_total")
 }
 
@@ -485,7 +478,7 @@ async fn rows_the_ledger_reported_written_survive_a_kill_9() {
     };
     send(40).await;
     within("40 rows written", async {
-        while rows_written(&c, &proxy.base).await < 40.0 {
+        while rows_written(&proxy.base).await < 40.0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -578,7 +571,7 @@ async fn two_binaries_on_one_postgres_record_every_request_once() {
     tokio::join!(send(a.base.clone(), 30), send(b.base.clone(), 20));
     for (p, n) in [(&a, 30.0), (&b, 20.0)] {
         within("every row written", async {
-            while rows_written(&c, &p.base).await < n {
+            while rows_written(&p.base).await < n {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -622,7 +615,7 @@ async fn a_graceful_shutdown_writes_the_rows_that_wait() {
             .unwrap();
         assert_eq!(r.status(), 200);
     }
-    assert_eq!(rows_written(&c, &proxy.base).await, 0.0);
+    assert_eq!(rows_written(&proxy.base).await, 0.0);
     let exit = proxy.stop().await;
     assert!(exit.success(), "{exit:?}");
     assert_eq!(raw::<i64>(&db, "SELECT count(*) FROM requests"), 5);

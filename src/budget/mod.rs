@@ -30,6 +30,16 @@ impl Limits {
     }
 }
 
+/// Whether a refusal whose wait is `wait` (`None`: it never fits) tells more than the one
+/// held (`held`: its wait, if one is held): never fitting first, else the longer wait.
+pub fn worse(held: Option<Option<u64>>, wait: Option<u64>) -> bool {
+    match (held, wait) {
+        (None, _) => true,
+        (Some(h), None) => h.is_some(),
+        (Some(h), Some(w)) => h.is_some_and(|h| w > h),
+    }
+}
+
 /// One of the four budgets, in the order of [`Limits`] and of every `[_; 4]` here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -195,12 +205,7 @@ impl Budgets {
                 continue;
             }
             let retry_after = (needed <= limit).then(|| inner.reset(kind, now).as_secs().max(1));
-            let worse = match (&refused, retry_after) {
-                (None, _) => true,
-                (Some(r), None) => r.retry_after.is_some(),
-                (Some(r), Some(w)) => r.retry_after.is_some_and(|rw| w > rw),
-            };
-            if worse {
+            if worse(refused.map(|r| r.retry_after), retry_after) {
                 refused = Some(Refused {
                     kind,
                     limit,

@@ -182,12 +182,7 @@ impl Buckets {
             if wait == Some(0) {
                 continue;
             }
-            let worse = match (&refusal, wait) {
-                (None, _) => true,
-                (Some(r), None) => r.retry_after.is_some(),
-                (Some(r), Some(w)) => r.retry_after.is_some_and(|rw| w > rw),
-            };
-            if worse {
+            if crate::budget::worse(refusal.map(|r| r.retry_after), wait) {
                 refusal = Some(Refusal {
                     which,
                     limit: bucket.capacity as u64,

@@ -64,3 +64,9 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The Prometheus text of the proxy at `base`.
+pub async fn metrics_at(base: &str) -> String {
+    let resp = client().get(format!("{base}/metrics")).send().await;
+    resp.unwrap().text().await.unwrap()
+}
