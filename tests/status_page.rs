@@ -274,6 +274,12 @@ async fn browser_status_page_shows_a_killed_backend_down_within_one_refresh() {
     for label in ["slot 0", "-10 min", "now", "lighter: prefill"] {
         assert!(text.contains(label), "{label:?} in {text:?}");
     }
+    // The page as the demo first shows it, and one backend's slots.
+    s.screenshot(&artifact("status-page-up.png")).await;
+    let timeline = artifact("status-timeline.png");
+    s.element_screenshot(&format!("[data-timeline=\"{first}\"]"), &timeline)
+        .await;
+    eprintln!("screenshot: {}", timeline.display());
     assert_eq!(s.attribute("html", "class").await, "js", "the script runs");
     assert!(s.text("footer").await.contains("Refreshes every"));
 

@@ -242,6 +242,15 @@ impl Session {
         std::fs::write(path, png).unwrap();
     }
 
+    /// A PNG of the element a CSS selector finds first, written to `path`.
+    pub async fn element_screenshot(&self, css: &str, path: &Path) {
+        let v = self.read(css, "/screenshot").await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+
     pub async fn close(self) {
         call(&self.http, reqwest::Method::DELETE, &self.base, None).await;
     }
