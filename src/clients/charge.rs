@@ -112,58 +112,77 @@ impl Charge {
 
 /// The 429 of a budget of the day or month that is spent (`insufficient_quota`).
 fn over_budget(client: &str, r: Refused) -> ProxyError {
-    let amount = |n: u64| match r.kind.gpu() {
-        true => format!("{:.3}", n as f64 / 1000.0),
-        false => n.to_string(),
-    };
-    let (needed, limit, what) = (amount(r.needed), amount(r.limit), r.kind.words());
-    let unit = if r.kind.gpu() {
-        "GPU-seconds"
-    } else {
-        "tokens"
-    };
     let period = if r.kind.month() { "month" } else { "day" };
-    let detail = match r.retry_after {
-        None => format!(
-            "the request needs {needed} {unit}, more than the budget of {limit} {what}: it can never fit, do not retry it"
-        ),
-        Some(s) => format!(
-            "budget of {limit} {what} spent; it resets at the start of the next {period}, in {s}s"
-        ),
-    };
-    ProxyError::RateLimited {
-        client: client.to_string(),
-        detail,
-        quota: true,
+    let over = Over {
+        what: r.kind.words(),
+        gpu: r.kind.gpu(),
+        needed: r.needed,
+        limit: r.limit,
         retry_after: r.retry_after,
-    }
+    };
+    over.error(client, "budget", true, |s| {
+        format!("spent; it resets at the start of the next {period}, in {s}s")
+    })
 }
 
-/// The 429 of a refusal, saying which limit and whether waiting helps; `gpu`: of the GPU
-/// budgets (counted in milliseconds, told in seconds).
+/// The 429 of a refusal of a minute's limit, saying which and whether waiting helps; `gpu`: of
+/// the GPU budget.
 fn refusal(client: &str, r: Refusal, gpu: bool) -> ProxyError {
     let what = match (r.which, gpu) {
         (Which::Requests, _) => "requests per minute",
         (Which::Tokens, false) => "tokens per minute",
         (Which::Tokens, true) => "GPU-seconds per minute",
     };
-    let amount = |n: u64| match gpu {
-        true => format!("{:.3}", n as f64 / 1000.0),
-        false => n.to_string(),
-    };
-    let (needed, limit) = (amount(r.needed), amount(r.limit));
-    let unit = if gpu { "GPU-seconds" } else { "tokens" };
-    let detail = match r.retry_after {
-        None => format!(
-            "the request needs {needed} {unit}, more than the limit of {limit} {what}: it can never fit, do not retry it"
-        ),
-        Some(s) => format!("limit of {limit} {what} reached, retry in {s}s"),
-    };
-    ProxyError::RateLimited {
-        client: client.to_string(),
-        detail,
-        quota: false,
+    let over = Over {
+        what,
+        gpu,
+        needed: r.needed,
+        limit: r.limit,
         retry_after: r.retry_after,
+    };
+    over.error(client, "limit", false, |s| {
+        format!("reached, retry in {s}s")
+    })
+}
+
+/// A request over a limit or budget: its words, and its amounts (GPU time counted in
+/// milliseconds, told in seconds).
+struct Over {
+    what: &'static str,
+    gpu: bool,
+    needed: u64,
+    limit: u64,
+    retry_after: Option<u64>,
+}
+
+impl Over {
+    /// The 429 that says so, of a `noun` (limit, budget; a `quota` or not); `wait` tells what
+    /// waiting its seconds does, where it helps.
+    fn error(
+        &self,
+        client: &str,
+        noun: &str,
+        quota: bool,
+        wait: impl Fn(u64) -> String,
+    ) -> ProxyError {
+        let amount = |n: u64| match self.gpu {
+            true => format!("{:.3}", n as f64 / 1000.0),
+            false => n.to_string(),
+        };
+        let (needed, limit, what) = (amount(self.needed), amount(self.limit), self.what);
+        let unit = if self.gpu { "GPU-seconds" } else { "tokens" };
+        let detail = match self.retry_after {
+            None => format!(
+                "the request needs {needed} {unit}, more than the {noun} of {limit} {what}: it can never fit, do not retry it"
+            ),
+            Some(s) => format!("{noun} of {limit} {what} {}", wait(s)),
+        };
+        ProxyError::RateLimited {
+            client: client.to_string(),
+            detail,
+            quota,
+            retry_after: self.retry_after,
+        }
     }
 }
 
