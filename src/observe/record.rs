@@ -229,9 +229,9 @@ impl Record {
                 lost: false,
                 alias: Arc::clone(self.m.shared_name()),
                 status: self.status,
-                error: self.status >= 500 || (self.status < 400 && self.error.is_some()),
+                error: self.failed(),
                 prompt: usage.prompt,
-                output: self.usage.map_or(self.generated, |u| u.completion),
+                output: self.output(),
                 gpu_s: measured.work.total(),
                 requests: 1,
             });
@@ -242,12 +242,23 @@ impl Record {
         Some(measured)
     }
 
+    /// It failed, as the error-ratio rule counts failures: a 5xx answer, or a stream that
+    /// ended in an error after its 200 (client errors and cancels are not failures).
+    fn failed(&self) -> bool {
+        self.status >= 500 || (self.status < 400 && self.error.is_some())
+    }
+
+    /// The tokens it generated: as reported, else as seen relayed.
+    fn output(&self) -> u64 {
+        self.usage.map_or(self.generated, |u| u.completion)
+    }
+
     /// The ledger's row of the request, ending `now`.
     fn row(&self, now: Instant, work: Option<Measured>, charged: Option<Charged>) -> Row {
         let ms = |d: Duration| d.as_millis() as i64;
         let total = now - self.started;
         let usage = self.usage.unwrap_or_default();
-        let generated = self.usage.map_or(self.generated, |u| u.completion);
+        let generated = self.output();
         let gpu = work.map(|w| w.work).unwrap_or_default();
         Row {
             seq: 0,
@@ -305,12 +316,10 @@ impl Record {
         m.window.record(
             now,
             Sample {
-                // As the error-ratio rule counts them: 5xx answers, and streams that ended in
-                // an error after their 200 (client errors and cancels are not failures).
-                error: self.status >= 500 || (self.status < 400 && self.error.is_some()),
+                error: self.failed(),
                 ttft,
                 decode_tps: decode,
-                tokens: self.usage.map_or(self.generated, |u| u.completion),
+                tokens: self.output(),
             },
         );
         let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
