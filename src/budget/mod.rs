@@ -86,6 +86,17 @@ pub struct Left {
     pub reset: Duration,
 }
 
+/// Of a client's `standing` (as [`Budgets::standing`] gives it), its budget of tokens (`gpu`:
+/// of GPU time) with the least left.
+pub fn least(standing: &[Option<Left>; 4], gpu: bool) -> Option<Left> {
+    Kind::ALL
+        .iter()
+        .zip(standing)
+        .filter(|(kind, _)| kind.gpu() == gpu)
+        .filter_map(|(_, left)| *left)
+        .min_by_key(|left| left.remaining)
+}
+
 /// A request a budget does not let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refused {
@@ -104,15 +115,16 @@ pub struct Spent {
     pub by_client: HashMap<String, [f64; 4]>,
 }
 
-/// Where the ledger posts [`Spent`] and reads the calendar the budgets count in.
+/// Where the ledger posts [`Spent`] and reads the calendar the budgets count in: none while
+/// no client has a budget of a day or a month (then nothing is read).
 #[derive(Debug)]
 pub struct Board {
     spent: Mutex<Arc<Spent>>,
-    calendar: Mutex<Calendar>,
+    calendar: Mutex<Option<Calendar>>,
 }
 
 impl Board {
-    pub fn new(calendar: Calendar) -> Board {
+    pub fn new(calendar: Option<Calendar>) -> Board {
         Board {
             spent: Mutex::default(),
             calendar: Mutex::new(calendar),
@@ -127,7 +139,7 @@ impl Board {
         Arc::clone(&self.spent.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub fn calendar(&self) -> Calendar {
+    pub fn calendar(&self) -> Option<Calendar> {
         self.calendar
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -135,7 +147,7 @@ impl Board {
     }
 
     /// A new calendar (from a reload); whether it differs from the one before.
-    pub fn set_calendar(&self, calendar: Calendar) -> bool {
+    pub fn set_calendar(&self, calendar: Option<Calendar>) -> bool {
         let mut c = self.calendar.lock().unwrap_or_else(PoisonError::into_inner);
         let changed = *c != calendar;
         *c = calendar;

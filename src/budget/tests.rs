@@ -36,9 +36,13 @@ async fn the_day_resets_at_midnight_in_the_zone_and_the_month_does_not() {
     tokio::time::advance(Duration::from_secs(1)).await;
     // The 7th: a new day, the same month.
     b.reserve(400, 0).unwrap();
-    let [day, month, ..] = b.standing();
+    let standing = b.standing();
+    let [day, month, ..] = standing;
     assert_eq!(day.unwrap().remaining, 600);
     assert_eq!(month.unwrap().remaining, 100);
+    // The headers tell the budget with the least left: here the month's.
+    assert_eq!(least(&standing, false), month);
+    assert_eq!(least(&standing, true), None);
     let r = b.reserve(200, 0).unwrap_err();
     assert_eq!(r.kind, Kind::TokensMonth);
     // Until the 1st of January, Berlin's midnight: 25 days from the 7th's.
@@ -69,7 +73,7 @@ async fn what_a_request_did_not_use_comes_back_and_what_it_overran_is_owed() {
 async fn what_other_processes_spent_counts_in_its_own_periods_only() {
     let cal = Calendar::default();
     let now = ms("2026-12-06T12:00:00Z");
-    let board = Arc::new(Board::new(cal.clone()));
+    let board = Arc::new(Board::new(Some(cal.clone())));
     let limits = Limits {
         gpu_ms_per_day: Some(10_000),
         gpu_ms_per_month: Some(50_000),

@@ -44,15 +44,10 @@ pub fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthro
     if let Some(c) = caller.filter(|c| c.spec.limited()) {
         let now = std::time::Instant::now();
         let budgets = c.state.budgets.standing();
-        let least = |kinds: [usize; 2]| {
-            kinds
-                .into_iter()
-                .filter_map(|k| budgets[k])
-                .min_by_key(|l| l.remaining)
-        };
-        let [tokens, gpu] = [least([0, 1]), least([2, 3])];
+        let tokens = crate::budget::least(&budgets, false);
         write(headers, &c.state.limiter.standing(now), tokens, anthropic);
         if c.spec.counts_gpu() {
+            let gpu = crate::budget::least(&budgets, true);
             write_gpu(headers, c.state.gpu.standing(now).tokens.or(gpu));
         }
     }

@@ -203,12 +203,13 @@ impl Shared {
 
 impl Ledger {
     /// Opens the database (migrating it) and reads what was spent of the budgets of the day
-    /// and month of `calendar`, then starts the writer thread. An error says why the database
+    /// and month of `calendar` (none: no client has such a budget, nothing is read), then
+    /// starts the writer thread. An error says why the database
     /// cannot be used (the serve command fails with it at start).
     pub fn start(
         settings: &config::Ledger,
         counters: Counters,
-        calendar: Calendar,
+        calendar: Option<Calendar>,
     ) -> Result<Ledger, String> {
         let shared = Arc::new(Shared {
             counters,
@@ -276,9 +277,9 @@ impl Ledger {
         &self.shared.board
     }
 
-    /// The budgets count days and months of `calendar` now (a reload): when it is another,
-    /// what was spent is read again at once.
-    pub fn set_calendar(&self, calendar: Calendar) {
+    /// The budgets count days and months of `calendar` now (a reload; none: no client has
+    /// such a budget): when it is another, what was spent is read again at once.
+    pub fn set_calendar(&self, calendar: Option<Calendar>) {
         if self.shared.board.set_calendar(calendar) {
             self.waker.unpark();
         }

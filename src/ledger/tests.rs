@@ -253,7 +253,7 @@ fn what_other_processes_spent_is_read_at_start_and_again_in_a_new_zone() {
         .write("earlier", &rows)
         .unwrap();
     let counters = Counters::default();
-    let ledger = Ledger::start(&s, counters.clone(), Calendar::default()).unwrap();
+    let ledger = Ledger::start(&s, counters.clone(), Some(Calendar::default())).unwrap();
     let spent = ledger.board().spent();
     assert_eq!(spent.periods, p);
     let month = if p.month.0 < p.day.0 {
@@ -268,11 +268,25 @@ fn what_other_processes_spent_is_read_at_start_and_again_in_a_new_zone() {
     ledger.record(row(0, "bob", "a", now));
     until("bob's row written", || counters.written.get() == 1);
     let tokyo = Calendar::named("Asia/Tokyo").unwrap();
-    ledger.set_calendar(tokyo.clone());
+    ledger.set_calendar(Some(tokyo.clone()));
     let want = tokyo.periods(now_ms());
     until("the spending of Tokyo's day", || {
         ledger.board().spent().periods == want
     });
     assert!(!ledger.board().spent().by_client.contains_key("bob"));
+    ledger.close();
+}
+
+#[test]
+fn without_a_budget_of_a_day_or_month_nothing_spent_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let rows = [row(0, "ann", "a", now_ms())];
+    Store::open(&s.url)
+        .unwrap()
+        .write("earlier", &rows)
+        .unwrap();
+    let ledger = Ledger::start(&s, Counters::default(), None).unwrap();
+    assert!(ledger.board().spent().by_client.is_empty());
     ledger.close();
 }

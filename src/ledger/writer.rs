@@ -177,9 +177,13 @@ impl Writer {
     }
 
     /// Reads what processes other than this one spent of the clients' budgets of the day and
-    /// month, every `budget_refresh_ms` (at once when the calendar changed), and posts it.
+    /// month, every `budget_refresh_ms` (at once when the calendar changed), and posts it;
+    /// nothing while no client has such a budget.
     fn read_spent(&mut self, now: Instant) {
-        let calendar = self.shared.board.calendar();
+        let Some(calendar) = self.shared.board.calendar() else {
+            (self.counted, self.spent_at) = (None, None);
+            return;
+        };
         let same = self.counted.as_ref() == Some(&calendar);
         let due = self
             .spent_at

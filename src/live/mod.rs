@@ -492,7 +492,9 @@ fn ledger(
     let Some(settings) = &config.ledger else {
         return Ok(None);
     };
-    let calendar = &config.server.budget_timezone;
+    // The budgets of a day and a month are read from it when some client has one.
+    let any = config.clients.named.iter().any(|c| c.counts_days());
+    let calendar = any.then(|| config.server.budget_timezone.clone());
     let ledger = kept_or_started(
         previous.and_then(|p| p.ledger.as_ref()),
         |l| l.settings() == settings,
