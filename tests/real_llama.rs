@@ -682,3 +682,73 @@ async fn real_llama_the_ledger_keeps_a_row_per_answer_under_concurrency() {
         80.0
     );
 }
+
+#[tokio::test]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn real_llama_budgets_and_the_slot_timeline_count_every_mixed_answer() {
+    let _alone = ALONE.lock().await;
+    std::env::set_var("SB_T_REAL_BUDGET", "real-budget-key");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let toml = one_alias("llamacpp", "", "").replace("slots = 8", "slots = 2")
+        + &format!(
+            "\n[clients.c]\nkey_env = \"SB_T_REAL_BUDGET\"\ntokens_per_day = 10000000\n\
+             tokens_per_month = 100000000\ngpu_seconds_per_day = 100000\n\
+             [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
+            db.display()
+        );
+    let p = proxy(&toml, &[("b", real())]).await;
+    let url = p.url("/v1/chat/completions");
+    let loops = (0..4).map(|l| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let c = client();
+            for i in 0..10 {
+                let stream = (i + l) % 2 == 0;
+                let body = json!({"model": "a", "stream": stream, "max_tokens": 8,
+                    "stream_options": {"include_usage": true},
+                    "messages": [{"role": "user", "content": format!("budget {l}, turn {i}")}]});
+                let r = c.post(&url).bearer_auth("real-budget-key").json(&body);
+                let r = r.send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                r.bytes().await.unwrap();
+            }
+        })
+    });
+    for l in loops {
+        tokio::time::timeout(REAL_WAIT * 4, l)
+            .await
+            .expect("the loops end in time")
+            .unwrap();
+    }
+    let written = p.state.metrics.ledger.written.clone();
+    until("40 rows written", || written.get() >= 40).await;
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let one = |sql: &str| -> f64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let tokens = one("SELECT CAST(sum(charged_tokens) AS REAL) FROM requests");
+    let gpu_ms = one("SELECT sum(charged_gpu_s) FROM requests") * 1000.0;
+    assert!(tokens > 0.0 && gpu_ms > 0.0, "{tokens} {gpu_ms}");
+    // The budgets counted what the rows say was charged: a restart would read the same.
+    let snap = p.state.live.load_full();
+    let caller = &snap.clients.callers()[0];
+    let [day, month, gpu_day, _] = caller.state.budgets.standing();
+    assert_eq!(10_000_000 - day.unwrap().remaining, tokens as u64);
+    assert_eq!(100_000_000 - month.unwrap().remaining, tokens as u64);
+    let gpu_used = 100_000_000 - gpu_day.unwrap().remaining;
+    assert!(
+        (gpu_used as f64 - gpu_ms).abs() <= 40.0,
+        "{gpu_used} ms counted, {gpu_ms} ms in the rows"
+    );
+    // Every answer is a bar on one of the two slots, none lost.
+    let bars = snap
+        .replica("b")
+        .unwrap()
+        .slots
+        .timeline
+        .recent(Instant::now());
+    assert_eq!(bars.iter().map(|b| b.requests).sum::<u32>(), 40);
+    assert!(bars.iter().all(|b| b.slot < 2 && !b.lost && !b.error));
+    assert!(bars
+        .iter()
+        .all(|b| b.client.as_deref().map(String::as_str) == Some("c")));
+}

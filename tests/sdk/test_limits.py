@@ -13,15 +13,17 @@ from conftest import BACKEND, Fleet
 pytestmark = pytest.mark.skipif(BACKEND == "real", reason="the proxy's own limits: simulator only")
 
 KEY = "sdk-limited-key"
+DAILY = "sdk-daily-key"
 
 
 @pytest.fixture(scope="module")
 def limited():
-    """A proxy whose one client may spend 100 tokens a minute."""
+    """A proxy whose client `sdk` may spend 100 tokens a minute, and `daily` 100 a day."""
     fleet = Fleet()
     try:
         sim = fleet.simulate("llamacpp")
         os.environ["SB_SDK_LIMITED_KEYS"] = KEY
+        os.environ["SB_SDK_DAILY_KEYS"] = DAILY
         config = lambda port: f"""
 [server]
 listen = "127.0.0.1:{port}"
@@ -39,6 +41,10 @@ context_window = 4096
 [clients.sdk]
 key_env = "SB_SDK_LIMITED_KEYS"
 tokens_per_minute = 100
+
+[clients.daily]
+key_env = "SB_SDK_DAILY_KEYS"
+tokens_per_day = 100
 """
         yield fleet.serve("limited-proxy", config)
     finally:
@@ -76,6 +82,26 @@ def test_anthropic_sdk_gets_rate_limit_error_with_retry_after(limited):
     assert e.value.status_code == 429
     assert e.value.body["error"]["type"] == "rate_limit_error"
     assert 1 <= int(e.value.response.headers["retry-after"]) <= 60
+    assert e.value.response.headers["anthropic-ratelimit-tokens-limit"] == "100"
+
+
+def test_a_spent_day_is_insufficient_quota_until_midnight_in_both_sdks(limited):
+    c = openai.OpenAI(base_url=limited + "/v1", api_key=DAILY, max_retries=0)
+    raw = c.chat.completions.with_raw_response.create(model="small", messages=MESSAGES, max_tokens=60)
+    assert raw.headers["x-ratelimit-limit-tokens"] == "100"
+    with pytest.raises(openai.RateLimitError) as e:
+        c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=95)
+    assert e.value.status_code == 429
+    assert e.value.code == "insufficient_quota"
+    assert "resets at the start of the next day" in str(e.value)
+    # Until the day's end (UTC): at most a day.
+    assert 1 <= int(e.value.response.headers["retry-after"]) <= 86400
+    a = anthropic.Anthropic(base_url=limited, api_key=DAILY, max_retries=0)
+    with pytest.raises(anthropic.RateLimitError) as e:
+        a.messages.create(model="small", max_tokens=95, messages=MESSAGES)
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "rate_limit_error"
+    assert 1 <= int(e.value.response.headers["retry-after"]) <= 86400
     assert e.value.response.headers["anthropic-ratelimit-tokens-limit"] == "100"
 
 
