@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
-use switchboard::fleet::timeline::{Bar, MOST};
+use switchboard::fleet::timeline::{Bar, Lost, MOST};
 use switchboard::live::AppState;
 
 const ALIASES: usize = 100;
@@ -57,7 +57,7 @@ fn fill(state: &AppState) {
                 first: Some(start + Duration::from_millis(200)),
                 end: start + Duration::from_millis(800),
                 client: Some(Arc::new(format!("client-{}", i % CLIENTS))),
-                lost: i % 50 == 0,
+                lost: (i % 50 == 0).then_some(Lost::Preempted),
                 alias: Arc::new(format!("alias-{}", b)),
                 status: 200,
                 error: i % 97 == 0,

@@ -747,7 +747,9 @@ async fn real_llama_budgets_and_the_slot_timeline_count_every_mixed_answer() {
         .timeline
         .recent(Instant::now());
     assert_eq!(bars.iter().map(|b| b.requests).sum::<u32>(), 40);
-    assert!(bars.iter().all(|b| b.slot < 2 && !b.lost && !b.error));
+    assert!(bars
+        .iter()
+        .all(|b| b.slot < 2 && b.lost.is_none() && !b.error));
     assert!(bars
         .iter()
         .all(|b| b.client.as_deref().map(String::as_str) == Some("c")));

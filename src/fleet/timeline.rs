@@ -25,8 +25,8 @@ pub struct Bar {
     pub end: Instant,
     /// `None`: a request of no named client.
     pub client: Option<Arc<String>>,
-    /// It lost its slot before it answered (preempted, or failed).
-    pub lost: bool,
+    /// It lost its slot before it answered: how.
+    pub lost: Option<Lost>,
     pub alias: Arc<String>,
     pub status: u16,
     /// Ended in an error (a 5xx, or a stream that broke off).
@@ -36,6 +36,15 @@ pub struct Bar {
     pub gpu_s: f64,
     /// Requests it stands for (more than one once merged).
     pub requests: u32,
+}
+
+/// How a request lost its slot before it answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Its slot went to an `interactive` request; it went back to its queue.
+    Preempted,
+    /// Its attempt failed (or its client went away) before an answer.
+    Failed,
 }
 
 #[derive(Debug, Default)]
@@ -85,8 +94,8 @@ impl Timeline {
 /// `next` may join `b`: the same client and alias, both answered, starting within a second
 /// of `b`'s end.
 fn mergeable(b: &Bar, next: &Bar) -> bool {
-    !b.lost
-        && !next.lost
+    b.lost.is_none()
+        && next.lost.is_none()
         && b.client == next.client
         && b.alias == next.alias
         && next.start.saturating_duration_since(b.end) <= Duration::from_secs(1)
@@ -104,7 +113,7 @@ mod tests {
             first: Some(start + Duration::from_millis(100)),
             end: start + Duration::from_secs(secs),
             client: Some(Arc::new(client.into())),
-            lost: false,
+            lost: None,
             alias: Arc::new("a".into()),
             status: 200,
             error: false,

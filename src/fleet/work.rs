@@ -13,6 +13,7 @@ use foldhash::HashMap;
 use super::cost::{CostModel, Observed, Work};
 use super::slots::Slots;
 use super::ticket::Ticket;
+use super::timeline::{Bar, Lost};
 use crate::wire::usage::Usage;
 
 /// What the request asks of a backend: its prompt's tokens (the guard's count, else an
@@ -112,6 +113,16 @@ pub struct Job {
     /// When it got its slot, and which (set once granted).
     granted: Option<(Instant, usize)>,
     settled: bool,
+    /// How it lost its slot, and whose it was (told as it gives the slot up unanswered).
+    loss: Option<Loss>,
+}
+
+/// A request that gives its slot up before it answered, as its timeline mark names it.
+#[derive(Debug)]
+pub struct Loss {
+    pub how: Lost,
+    pub client: Option<Arc<String>>,
+    pub alias: Arc<String>,
 }
 
 /// What a request took, and what was predicted of it.
@@ -158,6 +169,7 @@ impl Job {
             predicted,
             granted: None,
             settled: false,
+            loss: None,
         }
     }
 
@@ -222,6 +234,11 @@ impl Job {
     pub fn slots(&self) -> &Arc<Slots> {
         &self.slots
     }
+
+    /// It gives its slot up unanswered, as `loss` says (its timeline mark names them).
+    pub fn lose(mut self, loss: Loss) {
+        self.loss = Some(loss);
+    }
 }
 
 impl Drop for Job {
@@ -235,14 +252,17 @@ impl Drop for Job {
         self.slots
             .settle(self.client, self.predicted.total(), held, None);
         if let Some((start, slot)) = self.granted {
-            self.slots.timeline.push(crate::fleet::timeline::Bar {
+            let loss = self.loss.take();
+            self.slots.timeline.push(Bar {
                 slot: slot as u32,
                 start,
                 first: None,
                 end: Instant::now(),
-                client: None,
-                lost: true,
-                alias: Arc::new("-".into()),
+                lost: Some(loss.as_ref().map_or(Lost::Failed, |l| l.how)),
+                alias: loss
+                    .as_ref()
+                    .map_or_else(|| Arc::new("-".into()), |l| Arc::clone(&l.alias)),
+                client: loss.and_then(|l| l.client),
                 status: 0,
                 error: false,
                 prompt: 0,

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
-use crate::fleet::timeline::Bar;
-use crate::fleet::work::{Clock, Job, Measured};
+use crate::fleet::timeline::{Bar, Lost};
+use crate::fleet::work::{Clock, Job, Loss, Measured};
 use crate::ledger::{Ledger, Row};
 use crate::observe::metrics::{AliasMetrics, ClientMetrics};
 use crate::observe::trace::{End, RequestTrace};
@@ -140,6 +140,15 @@ impl Record {
         self.backend = Some(backend.to_string());
     }
 
+    /// Its timeline mark, should an attempt lose its slot `how`.
+    pub fn loss(&self, how: Lost) -> Loss {
+        Loss {
+            how,
+            client: self.client.as_ref().map(|c| Arc::clone(c.shared_name())),
+            alias: Arc::clone(self.m.shared_name()),
+        }
+    }
+
     pub fn metrics(&self) -> &AliasMetrics {
         &self.m
     }
@@ -226,7 +235,7 @@ impl Record {
                 first: self.first_token,
                 end: now,
                 client: self.client.as_ref().map(|c| Arc::clone(c.shared_name())),
-                lost: false,
+                lost: None,
                 alias: Arc::clone(self.m.shared_name()),
                 status: self.status,
                 error: self.failed(),

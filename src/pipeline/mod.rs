@@ -53,6 +53,7 @@ use respond::Served;
 use tries::{Last, Next, Tries};
 
 use crate::error::ProxyError;
+use crate::fleet::timeline::Lost;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 
@@ -116,13 +117,21 @@ enum Attempt {
 
 /// The `chosen` replica's slot was taken before the attempt sent its client a byte: counted,
 /// and the request goes back to its queue as it was (its place kept), once more preempted.
-fn preempted(call: &mut Call<'_>, chosen: Chosen) -> Attempt {
+fn preempted(call: &mut Call<'_>, mut chosen: Chosen) -> Attempt {
     let class = call.place.ticket.class;
     call.rec.metrics().preempted(class);
     traced::preempted(call.rec, &chosen);
     call.place.ticket.preemptions += 1;
     call.rec.preempted += 1;
+    lose(call.rec, &mut chosen, Lost::Preempted);
     Attempt::Preempted
+}
+
+/// The `chosen` attempt gives its slot up unanswered, `how`: its timeline mark names whose.
+fn lose(rec: &Record, chosen: &mut Chosen, how: Lost) {
+    if let Some(job) = chosen.job.take() {
+        job.lose(rec.loss(how));
+    }
 }
 
 /// llama-server's `id_slot` member for slot `index`, as it goes first in a request body.
@@ -182,6 +191,7 @@ async fn attempt(
                 .map(Attempt::Answered)
         }
         Err(failed) => {
+            lose(call.rec, &mut chosen, Lost::Failed);
             traced::failed(call.rec, &failed);
             Ok(Attempt::Next(tries.failed(
                 chosen.index,

@@ -1,7 +1,7 @@
 //! The status page's slot timeline: per backend, one row per slot over the last ten minutes,
 //! each request a bar from its grant to its end in its client's colour (prefill lighter,
-//! decode full), an error outlined, a request that lost its slot (preempted, or failed before
-//! an answer) a mark; each bar's `<title>` names client, alias, tokens, GPU-seconds and status.
+//! decode full), an error outlined in red, a request that lost its slot dashed and marked (▼
+//! preempted, ✕ failed before an answer); each bar's `<title>` names client, alias, tokens, GPU-seconds and status.
 //! The colours are Okabe and Ito's, told apart with the common colour-vision deficiencies.
 //! Beside it, the backend's queue: each waiting request's client, class, wait so far and
 //! predicted wait. A client's key sees the backends of its aliases, other clients' bars grey
@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::clients::Viewer;
 use super::escape::E;
-use crate::fleet::timeline::{Bar, SPAN};
+use crate::fleet::timeline::{Bar, Lost, SPAN};
 use crate::live::Snapshot;
 
 /// Rows drawn at most a backend (a backend of more slots shows its first ones).
@@ -49,8 +49,8 @@ pub struct BarView {
     pub first: Option<f64>,
     pub end: f64,
     pub colour: &'static str,
-    /// A request that lost its slot: a mark, not a bar.
-    pub lost: bool,
+    /// A request that lost its slot: a dashed bar and a mark.
+    pub lost: Option<Lost>,
     pub error: bool,
     pub title: String,
 }
@@ -124,17 +124,19 @@ fn view(
                 }
                 None => OTHER,
             };
-            if let Some(c) = named.filter(|c| !b.lost && !legend.iter().any(|(n, _)| n == c)) {
+            if let Some(c) = named.filter(|c| !legend.iter().any(|(n, _)| n == c)) {
                 legend.push((c.to_string(), colour));
             }
-            let title = match named {
-                _ if b.lost => format!(
-                    "slot {}: a request lost its slot after {:.1} s (preempted or failed)",
-                    b.slot,
-                    ago(b.start) - ago(b.end)
-                ),
-                None => format!("slot {}: another client", b.slot),
-                Some(c) => format!(
+            let held = ago(b.start) - ago(b.end);
+            let title = match (named, b.lost) {
+                (None, None) => format!("slot {}: another client", b.slot),
+                (None, Some(how)) => {
+                    format!("slot {}: another client · {}", b.slot, lost(how, held))
+                }
+                (Some(c), Some(how)) => {
+                    format!("slot {}: {c} · {} · {}", b.slot, b.alias, lost(how, held))
+                }
+                (Some(c), None) => format!(
                     "slot {}: {c} · {} · {} prompt + {} output tokens · {:.2} GPU-s · status {}{}",
                     b.slot,
                     b.alias,
@@ -170,6 +172,16 @@ fn view(
     }
 }
 
+/// What a lost bar's title says of it, having held its slot `held` seconds.
+fn lost(how: Lost, held: f64) -> String {
+    match how {
+        Lost::Preempted => {
+            format!("preempted after {held:.1} s on its slot: its slot went to an interactive request, it went back to its queue")
+        }
+        Lost::Failed => format!("failed after {held:.1} s on its slot, before an answer"),
+    }
+}
+
 /// The section: a timeline per backend (nothing without backends).
 pub fn render(out: &mut String, timelines: &[TimelineView]) {
     if timelines.is_empty() {
@@ -195,7 +207,7 @@ pub fn render(out: &mut String, timelines: &[TimelineView]) {
                 E(name)
             );
         }
-        out.push_str("<span class=\"dim\">lighter: prefill · outlined: error · ▼ lost its slot</span></div></div>\n");
+        out.push_str("<span class=\"dim\">lighter: prefill · outlined red: error · dashed ▼: preempted · dashed ✕: failed before an answer</span></div></div>\n");
     }
 }
 
@@ -250,12 +262,28 @@ fn svg(out: &mut String, t: &TimelineView, rows: u32) {
     for b in &t.bars {
         let y = f64::from(b.slot) * ROW + 2.0;
         let (x0, x1) = (x(b.start), x(b.end).max(x(b.start) + 1.0));
-        if b.lost {
+        if let Some(how) = b.lost {
+            // The time it held the slot, dashed, and at its end what ended it.
+            let mark = match how {
+                Lost::Preempted => format!("<path d=\"M{:.1} {:.1}h7l-3.5 6z\" fill=\"currentColor\"/>", x1 - 3.5, y - 2.0),
+                Lost::Failed => format!(
+                    "<path d=\"M{:.1} {y:.1}l6 {h:.1}m0 -{h:.1}l-6 {h:.1}\" stroke=\"#cf222e\" stroke-width=\"1.5\"/>",
+                    x1 - 3.0,
+                    h = ROW - 4.0
+                ),
+            };
             let _ = write!(
                 out,
-                "<path d=\"M{:.1} {y:.1}h6l-3 6z\" fill=\"currentColor\"><title>{}</title></path>",
-                x0 - 3.0,
-                E(&b.title)
+                "<g data-lost=\"{}\"><title>{}</title>\
+                 <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"{}\" stroke-dasharray=\"3 2\"/>{mark}</g>",
+                match how {
+                    Lost::Preempted => "preempted",
+                    Lost::Failed => "failed",
+                },
+                E(&b.title),
+                x1 - x0,
+                ROW - 4.0,
+                b.colour,
             );
             continue;
         }
@@ -303,13 +331,23 @@ mod tests {
     use super::*;
 
     fn bar(slot: u32, start: Instant, client: Option<&str>, error: bool) -> Bar {
+        lost_bar(slot, start, client, error, None)
+    }
+
+    fn lost_bar(
+        slot: u32,
+        start: Instant,
+        client: Option<&str>,
+        error: bool,
+        lost: Option<Lost>,
+    ) -> Bar {
         Bar {
             slot,
             start,
             first: Some(start + Duration::from_secs(2)),
             end: start + Duration::from_secs(10),
             client: client.map(|c| Arc::new(c.to_string())),
-            lost: client.is_none(),
+            lost,
             alias: Arc::new("frank".into()),
             status: if error { 502 } else { 200 },
             error,
@@ -327,15 +365,32 @@ mod tests {
         let bars = [
             bar(0, t0, Some("ann"), false),
             bar(1, t0, Some("bob<"), true),
-            bar(1, t0 + Duration::from_secs(20), None, false),
+            lost_bar(
+                1,
+                t0 + Duration::from_secs(20),
+                None,
+                false,
+                Some(Lost::Failed),
+            ),
+            lost_bar(
+                0,
+                t0 + Duration::from_secs(20),
+                Some("bob<"),
+                false,
+                Some(Lost::Preempted),
+            ),
             bar(5, t0, Some("ann"), false),
         ];
         let names = ["ann", "bob<"];
         let v = view("gpu", 2, &bars, now, &names, None);
-        assert_eq!(v.bars.len(), 3, "slot 5 of 2 is not drawn");
+        assert_eq!(v.bars.len(), 4, "slot 5 of 2 is not drawn");
         assert_eq!(
             v.legend,
-            vec![("ann".into(), PALETTE[1]), ("bob<".into(), PALETTE[2])]
+            vec![
+                ("ann".into(), PALETTE[1]),
+                ("bob<".into(), PALETTE[2]),
+                (NO_CLIENT.into(), PALETTE[0])
+            ]
         );
         let mut out = String::new();
         render(&mut out, &[v]);
@@ -347,15 +402,34 @@ mod tests {
         );
         assert!(out.contains("bob&lt;"), "names are escaped: {out}");
         assert!(out.contains("stroke=\"#cf222e\""), "the error is outlined");
-        assert!(out.contains("lost its slot after 10.0 s"), "{out}");
+        assert!(
+            out.contains(
+                "slot 1: no client · frank · failed after 10.0 s on its slot, before an answer"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("slot 0: bob&lt; · frank · preempted after 10.0 s on its slot"),
+            "{out}"
+        );
+        // Each lost bar dashed and marked: ▼ preempted, a red ✕ failed.
+        assert_eq!(out.matches("data-lost=\"preempted\"").count(), 1);
+        assert_eq!(out.matches("data-lost=\"failed\"").count(), 1);
+        assert_eq!(out.matches("stroke-dasharray").count(), 2);
         assert!(out.contains(">-10 min</text>") && out.contains(">now</text>"));
         // Prefill lighter, decode full: two rects a bar.
         assert_eq!(out.matches("fill-opacity=\"0.45\"").count(), 2);
         // A client sees its own bars named, the others grey.
         let v = view("gpu", 2, &bars, now, &names, Some("ann"));
-        assert_eq!(v.legend, vec![("ann".into(), PALETTE[1])]);
+        assert_eq!(
+            v.legend,
+            vec![("ann".into(), PALETTE[1]), (NO_CLIENT.into(), PALETTE[0])]
+        );
         assert_eq!(v.bars[1].colour, OTHER);
         assert_eq!(v.bars[1].title, "slot 1: another client");
+        assert!(v.bars[3]
+            .title
+            .starts_with("slot 0: another client · preempted after"));
     }
 
     #[test]
