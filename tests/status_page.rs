@@ -1,6 +1,7 @@
 //! The status page at `GET /`: what it lists, its client auth, the five-minute window and the
-//! last reload, over HTTP; and in headless Chromium against the demo's fleet (ignored unless
-//! run with `--ignored`: it needs the Debian packages `chromium` and `chromium-driver`).
+//! last reload, over HTTP; and in headless Chromium against the demo's fleet and against three
+//! clients sharing a two-slot simulated GPU (ignored unless run with `--ignored`: it needs the
+//! Debian packages `chromium` and `chromium-driver`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -354,5 +355,227 @@ async fn browser_status_page_shows_a_killed_backend_down_within_one_refresh() {
     assert!(!s.text("footer").await.contains("Refreshes every"));
     let png = artifact("status-page-nojs.png");
     s.screenshot(&png).await;
+    s.close().await;
+}
+
+/// `n` words of a text that starts with `topic` (some `n` tokens to the simulator).
+fn words(topic: &str, n: usize) -> String {
+    (0..n).map(|i| format!("{topic}{i} ")).collect()
+}
+
+/// The legend's colour of each client in `timeline` (a backend's part of the page).
+fn legend(timeline: &str) -> Vec<(String, String)> {
+    let at = timeline.find("class=\"legend\"").expect("a legend");
+    timeline[at..]
+        .split("<span><svg")
+        .skip(1)
+        .map(|item| {
+            let fill = item.split("fill=\"").nth(1).unwrap();
+            let name = item.split("</svg> ").nth(1).unwrap();
+            (
+                name[..name.find("</span>").unwrap()].to_string(),
+                fill[..fill.find('"').unwrap()].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The answered bars of `timeline`: their title and their fill.
+fn answered_bars(timeline: &str) -> Vec<(String, String)> {
+    timeline
+        .split("<g><title>")
+        .skip(1)
+        .map(|g| {
+            let title = &g[..g.find("</title>").unwrap()];
+            let fill = g.split("fill=\"").nth(1).unwrap();
+            (
+                title.to_string(),
+                fill[..fill.find('"').unwrap()].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Three clients on a two-slot simulated GPU: each asks a short question; then two batch
+/// clients' long prompts fill both slots and a third waits, shown with its predicted wait;
+/// then a person's interactive request preempts one of them, which is answered after. The
+/// page, in Chromium, shows the backend's two slot rows, a bar per answered request in its
+/// client's legend colour, the preemption marked, and each alias chart labelled with its value.
+#[tokio::test]
+#[ignore = "needs chromium and chromedriver (Debian packages chromium, chromium-driver); .ci/run installs them and runs it with --ignored"]
+async fn browser_status_page_shows_three_clients_on_two_slots_a_queue_and_a_preemption() {
+    for (var, key) in [
+        ("SB_T_CONSOLE_ADMIN", "console-admin"),
+        ("SB_T_CONSOLE_ANN", "ann-key"),
+        ("SB_T_CONSOLE_BOB", "bob-key"),
+        ("SB_T_CONSOLE_CAT", "cat-key"),
+    ] {
+        std::env::set_var(var, key);
+    }
+    // Prefill 1,000 tokens a second: a long prompt (3,000 words, some 9,000 tokens) holds its
+    // slot some 9 s before its first byte, a short one a fraction of a second.
+    let gpu = switchboard::sim::GpuSim {
+        prefill_tps: 1_000.0,
+        decode_tps: 40.0,
+        ..switchboard::sim::GpuSim::default()
+    };
+    let sim = gpu_sim(switchboard::flavor::Flavor::Llamacpp, 2, gpu).await;
+    let cfg = common::toml::Fleet::new()
+        .server("preempt_after_ms = 50\nadmin_keys_env = \"SB_T_CONSOLE_ADMIN\"")
+        .backend("b", "llamacpp")
+        .slots(2)
+        .alias("a", "b")
+        .text(
+            "[clients.ann]\nkey_env = \"SB_T_CONSOLE_ANN\"\npriority = \"interactive\"\n\
+             [clients.bob]\nkey_env = \"SB_T_CONSOLE_BOB\"\npriority = \"batch\"\n\
+             [clients.cat]\nkey_env = \"SB_T_CONSOLE_CAT\"\npriority = \"batch\"",
+        )
+        .render();
+    let p = proxy(&cfg, &[("b", sim.url())]).await;
+    switchboard::live::probes::probe_all(&p.state).await;
+    let browser = Browser::start().await;
+    let ask = |key: &'static str, text: String| {
+        let url = p.url("/v1/chat/completions");
+        tokio::spawn(async move {
+            let body = serde_json::json!({"model": "a", "max_tokens": 4,
+                "messages": [{"role": "user", "content": text}]});
+            let r = client().post(url).bearer_auth(key).json(&body).send();
+            let r = tokio::time::timeout(Duration::from_secs(120), r).await;
+            r.expect("answered in time").unwrap().status().as_u16()
+        })
+    };
+    for (key, who) in [("ann-key", "ann"), ("bob-key", "bob"), ("cat-key", "cat")] {
+        assert_eq!(
+            ask(key, words(&format!("hello {who}"), 20)).await.unwrap(),
+            200
+        );
+    }
+    let slots = || std::sync::Arc::clone(&p.state.live.load().replica("b").unwrap().slots);
+    let long = [
+        ask("bob-key", words("bob compaction one", 3_000)),
+        ask("cat-key", words("cat compaction", 3_000)),
+    ];
+    until("both slots busy", || slots().busy() == 2).await;
+    let third = ask("bob-key", words("bob compaction two", 200));
+    until("bob's third request queued", || slots().waiting() == 1).await;
+
+    // The page, as an admin sees it: the queue beside the slots, bob waiting.
+    let admin = format!("http://admin:console-admin@{}/", p.addr);
+    let s = browser.session(true).await;
+    s.open(&admin).await;
+    let queue = s.text("[data-timeline=\"b\"] .queue li").await;
+    assert!(
+        queue.starts_with("bob · batch · waited ") && queue.contains(" s · predicted "),
+        "{queue:?}"
+    );
+    let predicted: f64 = queue
+        .split("predicted ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(" s")
+        .parse()
+        .unwrap();
+    assert!(predicted > 0.0, "{queue:?}");
+    s.screenshot(&artifact("status-console-queue.png")).await;
+
+    // The person's question preempts one of the long prompts, which is answered after.
+    let person = ask("ann-key", words("a short question", 10));
+    assert_eq!(person.await.unwrap(), 200);
+    for task in long.into_iter().chain([third]) {
+        assert_eq!(task.await.unwrap(), 200);
+    }
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            "switchboard_preemptions_total{alias=\"a\",class=\"batch\"}"
+        ),
+        1.0
+    );
+
+    // The page's own HTML: a row per slot, every answered request in a bar of its client's
+    // legend colour (merged bars count their requests), the preempted attempt dashed.
+    let (status, _, html) = page(&p, Some(("Bearer", "console-admin"))).await;
+    assert_eq!(status, 200);
+    let at = html.find("data-timeline=\"b\"").unwrap();
+    let timeline = &html[at..at + html[at..].find("</div></div>\n").unwrap()];
+    assert_eq!(
+        timeline.matches("font-size=\"9\">slot ").count(),
+        2,
+        "{timeline}"
+    );
+    let colours = legend(timeline);
+    let names: Vec<&str> = colours.iter().map(|(n, _)| n.as_str()).collect();
+    for who in ["ann", "bob", "cat"] {
+        assert!(names.contains(&who), "{who} in the legend {colours:?}");
+    }
+    let mut answered = std::collections::BTreeMap::new();
+    for (title, fill) in answered_bars(timeline) {
+        let who = title
+            .split(": ")
+            .nth(1)
+            .unwrap()
+            .split(" · ")
+            .next()
+            .unwrap();
+        let (_, colour) = colours.iter().find(|(n, _)| n == who).unwrap();
+        assert_eq!(&fill, colour, "{title}");
+        assert!(
+            title.contains(" · a · ") && title.contains("status 200"),
+            "{title}"
+        );
+        let n = title
+            .rsplit_once(" · ")
+            .and_then(|(_, r)| r.strip_suffix(" requests"))
+            .map_or(1, |n| n.parse().unwrap());
+        *answered.entry(who.to_string()).or_insert(0) += n;
+    }
+    let expected: std::collections::BTreeMap<String, u32> =
+        [("ann".into(), 2), ("bob".into(), 3), ("cat".into(), 2)].into();
+    assert_eq!(answered, expected);
+    assert_eq!(
+        timeline.matches("data-lost=\"preempted\"").count(),
+        1,
+        "{timeline}"
+    );
+
+    // In Chromium: the same, the preemption's mark in its client's colour and named.
+    s.open(&admin).await;
+    let lost = "[data-timeline=\"b\"] g[data-lost=\"preempted\"]";
+    let title = s.property(&format!("{lost} title"), "textContent").await;
+    let who = title
+        .split(": ")
+        .nth(1)
+        .unwrap()
+        .split(" · ")
+        .next()
+        .unwrap();
+    assert!(who == "bob" || who == "cat", "{title:?}");
+    assert!(title.contains("preempted after"), "{title:?}");
+    let stroke = s.attribute(&format!("{lost} rect"), "stroke").await;
+    assert_eq!(colours.iter().find(|(n, _)| n == who).unwrap().1, stroke);
+    let legend_text = s.text("[data-timeline=\"b\"] .legend").await;
+    for label in ["ann", "bob", "cat", "dashed ▼: preempted"] {
+        assert!(legend_text.contains(label), "{label:?} in {legend_text:?}");
+    }
+    assert!(s
+        .text("[data-timeline=\"b\"] .queue")
+        .await
+        .contains("none"));
+    // Each of the alias's charts: its axis labels and its value beside it.
+    let charts = s.text("tr[data-charts=\"a\"]").await;
+    for label in [
+        "-5 min", "now", " req", "p50 ", "p95 ", " tok/s", "0 errors",
+    ] {
+        assert!(charts.contains(label), "{label:?} in {charts:?}");
+    }
+    let png = artifact("status-console.png");
+    s.screenshot(&png).await;
+    s.element_screenshot(
+        "[data-timeline=\"b\"]",
+        &artifact("status-console-timeline.png"),
+    )
+    .await;
+    eprintln!("screenshot: {}", png.display());
     s.close().await;
 }

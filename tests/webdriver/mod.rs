@@ -225,6 +225,13 @@ impl Session {
         v.as_str().unwrap_or_default().to_string()
     }
 
+    /// A DOM property of an element (`textContent` reads an SVG `<title>`, which has no
+    /// rendered text); empty when it is not a string.
+    pub async fn property(&self, css: &str, name: &str) -> String {
+        let v = self.read(css, &format!("/property/{name}")).await;
+        v.as_str().unwrap_or_default().to_string()
+    }
+
     /// How often the page's script swapped in a fresh status (`data-refreshes` on `<html>`).
     pub async fn refreshes(&self) -> u64 {
         self.attribute("html", "data-refreshes")
