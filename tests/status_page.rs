@@ -538,6 +538,14 @@ async fn browser_status_page_shows_three_clients_on_two_slots_a_queue_and_a_pree
         1,
         "{timeline}"
     );
+    // Each client's GPU-seconds of the five minutes, charted in its colour, the sum beside.
+    for (who, colour) in &colours {
+        let at = html.find(&format!("<tr><td>{who}</td>")).unwrap();
+        let row = &html[at..at + html[at..].find("</tr>").unwrap()];
+        assert!(row.contains("GPU-seconds per 10 s, last 5 min"), "{row}");
+        assert!(row.contains(&format!("fill=\"{colour}\"")), "{row}");
+        assert!(row.contains(" GPU-s</span>"), "{row}");
+    }
 
     // In Chromium: the same, the preemption's mark in its client's colour and named.
     s.open(&admin).await;

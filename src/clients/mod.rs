@@ -78,12 +78,24 @@ impl Recent {
 
     /// The tokens and GPU-milliseconds of the steps within five minutes of `now`.
     pub fn sum(&self, now: Instant) -> (u64, u64) {
+        self.steps(now)
+            .iter()
+            .fold((0, 0), |(t, g), s| (t + s.0, g + s.1))
+    }
+
+    /// The tokens and GPU-milliseconds of each 10-second step of the five minutes to `now`,
+    /// the oldest first (the last, the step `now` is in).
+    pub fn steps(&self, now: Instant) -> [(u64, u64); 30] {
         let n = self.step(now);
-        let oldest = n.saturating_sub(29);
         let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        ring.iter()
-            .filter(|(at, ..)| (oldest..=n).contains(at))
-            .fold((0, 0), |(t, g), s| (t + s.1, g + s.2))
+        let mut out = [(0, 0); 30];
+        for step in n.saturating_sub(29)..=n {
+            let s = ring[(step % 30) as usize];
+            if s.0 == step {
+                out[29 - (n - step) as usize] = (s.1, s.2);
+            }
+        }
+        out
     }
 }
 
@@ -341,6 +353,23 @@ mod tests {
         assert_eq!(r.sum(t0 + std::time::Duration::from_secs(100)), (12, 1250));
         assert_eq!(r.sum(t0 + std::time::Duration::from_secs(305)), (7, 250));
         assert_eq!(r.sum(t0 + std::time::Duration::from_secs(500)), (0, 0));
+    }
+
+    #[test]
+    fn recent_steps_end_with_the_step_now_is_in() {
+        let r = Recent::new();
+        let t0 = r.origin;
+        r.add(t0, 5, 1000);
+        r.add(t0 + std::time::Duration::from_secs(100), 7, 250);
+        // Ten steps in: the first steps of the run are before the five minutes.
+        let steps = r.steps(t0 + std::time::Duration::from_secs(100));
+        assert_eq!(steps[29], (7, 250));
+        assert_eq!(steps[19], (5, 1000));
+        assert_eq!(steps.iter().filter(|s| **s != (0, 0)).count(), 2);
+        // Past five minutes of the first, only the second is left, 21 steps before now.
+        let steps = r.steps(t0 + std::time::Duration::from_secs(305));
+        assert_eq!(steps[29 - 20], (7, 250));
+        assert_eq!(steps.iter().filter(|s| **s != (0, 0)).count(), 1);
     }
 
     #[test]

@@ -33,8 +33,8 @@ fn frame(out: &mut String, class: &str, title: &str, top: &str, ends: (&str, &st
     );
 }
 
-/// Bars of `values`, one per slot of the plot, scaled to `most`.
-fn bars(out: &mut String, values: &[f64], most: f64) {
+/// Bars of `values`, one per slot of the plot, scaled to `most`, filled `fill`.
+fn bars(out: &mut String, values: &[f64], most: f64, fill: &str) {
     let bar = (CW - LEFT) / values.len().max(1) as f64;
     let plot = CH - BOTTOM - 2.0;
     for (i, v) in values.iter().enumerate() {
@@ -44,7 +44,7 @@ fn bars(out: &mut String, values: &[f64], most: f64) {
         let h = (v / most * plot).max(1.0);
         let _ = write!(
             out,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"currentColor\"/>",
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"{fill}\"/>",
             LEFT + 1.0 + i as f64 * bar,
             CH - BOTTOM - h,
             (bar - 1.0).max(0.5)
@@ -140,8 +140,26 @@ pub fn window(out: &mut String, series: &[Point]) {
     );
 }
 
+/// A client's GPU-seconds of each 10-second step of the last five minutes (oldest first), in
+/// its colour `fill`, the window's sum written beside it.
+pub fn gpu(out: &mut String, values: &[f64], fill: &str) {
+    let sum: f64 = values.iter().sum();
+    steps(
+        out,
+        "GPU-seconds per 10 s",
+        values,
+        &format!("{sum:.1} GPU-s"),
+        fill,
+    );
+}
+
 /// A chart of bars of `values` (a step per 10 s), `now` written beside it.
 fn counts(out: &mut String, what: &str, values: &[f64], now: &str) {
+    steps(out, what, values, now, "currentColor");
+}
+
+/// A chart of bars of `values` (a step per 10 s) filled `fill`, `now` written beside it.
+fn steps(out: &mut String, what: &str, values: &[f64], now: &str, fill: &str) {
     let most = values.iter().copied().fold(0.0_f64, f64::max);
     let top = if most >= 10.0 {
         format!("{most:.0}")
@@ -155,7 +173,7 @@ fn counts(out: &mut String, what: &str, values: &[f64], now: &str) {
         &top,
         WINDOW,
     );
-    bars(out, values, most);
+    bars(out, values, most, fill);
     let _ = write!(out, "</svg><span class=\"val\">{now}</span></span>");
 }
 
@@ -179,7 +197,7 @@ pub fn days(out: &mut String, what: &str, values: &[f64], first_ms: i64, decimal
         &format!("{most:.decimals$}"),
         (&first, &last),
     );
-    bars(out, values, most);
+    bars(out, values, most, "currentColor");
     let _ = write!(
         out,
         "</svg><span class=\"val\">{:.decimals$} today</span></span>",

@@ -1,11 +1,13 @@
-//! The status page's section per client: in flight, queued, its class, each limit and what
-//! is left of it, and how much of its budgets of the month is used. Names are escaped; keys
-//! are never shown.
+//! The status page's section per client: in flight, queued, its class, its tokens and
+//! GPU-seconds of the last five minutes (a chart in its timeline colour for the busiest), each
+//! limit and what is left of it, and how much of its budgets of the month is used. Names are
+//! escaped; keys are never shown.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::charts;
 use super::escape::E;
 use crate::clients::limiter::Left;
 use crate::clients::Caller;
@@ -24,6 +26,11 @@ pub struct ClientView {
     /// Tokens charged in the last five minutes, and GPU-seconds.
     pub tokens_5m: u64,
     pub gpu_5m: f64,
+    /// Its GPU-seconds of each 10-second step of the five minutes, oldest first: charted for
+    /// the [`CHARTED`] clients of the most, `None` for the others.
+    pub gpu_steps: Option<Vec<f64>>,
+    /// Its colour on the slot timelines.
+    pub colour: &'static str,
     /// Label, limit and what is left (GPU time in seconds).
     pub limits: Vec<(&'static str, Left)>,
     /// The budgets of the month: label, used and limit.
@@ -59,17 +66,24 @@ impl Viewer {
     }
 }
 
+/// The clients whose GPU-seconds of the last five minutes are charted: the ones of the most
+/// (the others show the sum), which bounds the page at many clients.
+pub const CHARTED: usize = 20;
+
 /// The clients the page shows `viewer`: all of them to an admin key (or on an open proxy),
 /// a client only its own.
 pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
     let now = Instant::now();
-    snap.clients
+    let names: Vec<&str> = snap.clients.callers().iter().map(|c| c.name()).collect();
+    let mut views: Vec<ClientView> = snap
+        .clients
         .callers()
         .iter()
         .filter(|c| viewer.sees_client(c.name()))
         .map(|c| {
             let s = c.state.limiter.standing(now);
-            let recent = c.state.recent.sum(now);
+            let steps = c.state.recent.steps(now);
+            let recent = steps.iter().fold((0, 0), |(t, g), s| (t + s.0, g + s.1));
             let [td, tm, gd, gm] = c.state.budgets.standing();
             let seconds = |l: Option<Left>| {
                 l.map(|l| Left {
@@ -104,11 +118,30 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
                 max_concurrent: c.spec.max_concurrent.map(|m| m.get()),
                 tokens_5m: recent.0,
                 gpu_5m: recent.1 as f64 / 1000.0,
+                gpu_steps: Some(steps.iter().map(|s| s.1 as f64 / 1000.0).collect()),
+                colour: super::slots::colour(&names, c.name()),
                 limits,
                 month,
             }
         })
-        .collect()
+        .collect();
+    chart_the_most(&mut views);
+    views
+}
+
+/// Keeps the steps of the [`CHARTED`] clients of the most GPU-seconds (none of a client that
+/// had none), drops the others'.
+fn chart_the_most(views: &mut [ClientView]) {
+    let mut most: Vec<usize> = (0..views.len())
+        .filter(|&i| views[i].gpu_5m > 0.0)
+        .collect();
+    most.sort_by(|&a, &b| views[b].gpu_5m.total_cmp(&views[a].gpu_5m));
+    let charted: std::collections::HashSet<usize> = most.into_iter().take(CHARTED).collect();
+    for (i, v) in views.iter_mut().enumerate() {
+        if !charted.contains(&i) {
+            v.gpu_steps = None;
+        }
+    }
 }
 
 /// The clients' table (nothing when no client is configured).
@@ -134,15 +167,24 @@ pub fn render(out: &mut String, clients: &[ClientView]) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td>",
+             <td class=\"n\">{}</td>",
             E(&c.name),
             c.priority,
             E(&aliases),
             inflight,
             c.queued,
             c.tokens_5m,
-            c.gpu_5m
         );
+        match &c.gpu_steps {
+            Some(steps) => {
+                out.push_str("<td>");
+                charts::gpu(out, steps, c.colour);
+            }
+            None => {
+                let _ = write!(out, "<td class=\"n\">{:.1}", c.gpu_5m);
+            }
+        }
+        out.push_str("</td><td>");
         if c.limits.is_empty() {
             out.push_str("none");
         }
@@ -177,20 +219,63 @@ pub fn render(out: &mut String, clients: &[ClientView]) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_client_row_shows_its_limits_escaped() {
-        let c = ClientView {
-            name: "ci<x>".into(),
+    fn client(name: &str, gpu_5m: f64) -> ClientView {
+        let mut steps = vec![0.0; 30];
+        steps[29] = gpu_5m;
+        ClientView {
+            name: name.into(),
             priority: "batch",
             aliases: Some(vec!["a".into(), "b".into()]),
             inflight: 1,
             queued: 2,
             max_concurrent: Some(4),
             tokens_5m: 321,
-            gpu_5m: 12.25,
+            gpu_5m,
+            gpu_steps: Some(steps),
+            colour: "#009E73",
             limits: vec![("tokens / min", crate::clients::headers::full(100))],
             month: vec![("tokens", 250, 1000)],
-        };
+        }
+    }
+
+    #[test]
+    fn the_clients_of_the_most_gpu_seconds_are_charted_and_no_idle_one() {
+        let mut views: Vec<ClientView> = (0..CHARTED + 5)
+            .map(|i| client(&format!("c{i}"), i as f64))
+            .collect();
+        chart_the_most(&mut views);
+        let charted: Vec<usize> = (0..views.len())
+            .filter(|&i| views[i].gpu_steps.is_some())
+            .collect();
+        assert_eq!(charted, (5..CHARTED + 5).collect::<Vec<_>>());
+        let mut idle = vec![client("idle", 0.0)];
+        chart_the_most(&mut idle);
+        assert!(idle[0].gpu_steps.is_none());
+    }
+
+    #[test]
+    fn a_charted_client_shows_its_gpu_seconds_in_its_colour_with_the_sum_beside() {
+        let mut out = String::new();
+        render(&mut out, &[client("busy", 7.5)]);
+        assert!(out.contains("fill=\"#009E73\""), "{out}");
+        assert!(
+            out.contains("<title>GPU-seconds per 10 s, last 5 min (most 7.5)</title>"),
+            "{out}"
+        );
+        assert!(
+            out.contains(">-5 min</text>") && out.contains(">now</text>"),
+            "{out}"
+        );
+        assert!(
+            out.contains("<span class=\"val\">7.5 GPU-s</span>"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_client_row_shows_its_limits_escaped() {
+        let mut c = client("ci<x>", 12.25);
+        c.gpu_steps = None;
         let mut out = String::new();
         render(&mut out, &[c]);
         assert!(

@@ -263,6 +263,7 @@ fn span(d: Duration) -> String {
 const STYLE: &str = "\
 .charts svg{vertical-align:middle;margin:2px 4px 2px 0;color:#4a7}\
 .fig{display:inline-block;white-space:nowrap;margin-right:.75rem}\
+.fig svg{vertical-align:middle;margin:2px 4px 2px 0}\
 .timeline h3{font-size:14px;margin:.6rem 0 .2rem}.timeline svg{max-width:100%}\
 .timeline .slots{vertical-align:top}.queue{display:inline-block;vertical-align:top;\
 margin-left:1rem;font-size:12px;max-width:22rem}.queue ol{margin:.2rem 0;padding-left:1.4rem}\

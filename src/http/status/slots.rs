@@ -100,6 +100,13 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
     out
 }
 
+/// The colour of client `name` among the configured `names` (requests of no named client the
+/// palette's first), as the timelines and the clients' charts draw it.
+pub fn colour(names: &[&str], name: &str) -> &'static str {
+    let i = names.iter().position(|n| *n == name).map_or(0, |i| i + 1);
+    PALETTE[i % PALETTE.len()]
+}
+
 /// A backend's bars as drawn for a viewer that may name `own` only (`None`: every client).
 fn view(
     backend: &str,
@@ -117,13 +124,7 @@ fn view(
             // A request of no named client is everyone's (an open proxy's) to see.
             let client = b.client.as_deref().map_or(NO_CLIENT, String::as_str);
             let named = Some(client).filter(|c| own.is_none_or(|o| o == *c) || *c == NO_CLIENT);
-            let colour = match named {
-                Some(c) => {
-                    let i = names.iter().position(|n| *n == c).map_or(0, |i| i + 1);
-                    PALETTE[i % PALETTE.len()]
-                }
-                None => OTHER,
-            };
+            let colour = named.map_or(OTHER, |c| colour(names, c));
             if let Some(c) = named.filter(|c| !legend.iter().any(|(n, _)| n == c)) {
                 legend.push((c.to_string(), colour));
             }
