@@ -2,7 +2,9 @@
 //! slot as a bar from its grant to its end (its first token splits prefill from decode), and
 //! each that lost its slot (preempted, or failed before an answer) as a mark.
 //!
-//! Bounded: at most [`MOST`] bars a backend. Once three quarters full, a bar that follows
+//! Bounded: the first [`ROWS`] slots of a backend (the page draws no more; a backend of more
+//! slots, such as vLLM's, keeps no bar of the others), at most [`MOST`] bars. Once three
+//! quarters full, a bar that follows
 //! the same client's bar on the same slot within a second is merged into it; past the bound
 //! the oldest bar goes. One short lock per finished request.
 
@@ -14,6 +16,13 @@ use std::time::{Duration, Instant};
 pub const SPAN: Duration = Duration::from_secs(600);
 /// Bars kept a backend at most.
 pub const MOST: usize = 600;
+/// The slots a timeline keeps bars of: the first ones.
+pub const ROWS: u32 = 16;
+
+/// Whether a timeline keeps the bars of `slot` (a request on another builds none).
+pub fn keeps(slot: u32) -> bool {
+    slot < ROWS
+}
 
 /// One request (or several merged) on one slot.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +67,9 @@ impl Timeline {
     }
 
     pub fn push(&self, bar: Bar) {
+        if !keeps(bar.slot) {
+            return;
+        }
         let mut bars = self.lock();
         if bars.len() >= MOST * 3 / 4 {
             let same = bars.iter_mut().rev().find(|b| b.slot == bar.slot);
@@ -122,6 +134,16 @@ mod tests {
             gpu_s: 1.0,
             requests: 1,
         }
+    }
+
+    #[test]
+    fn bars_of_slots_past_the_drawn_rows_are_not_kept() {
+        let t = Timeline::default();
+        let start = Instant::now();
+        t.push(bar(ROWS, start, 1, "ann"));
+        assert!(t.recent(start).is_empty());
+        t.push(bar(ROWS - 1, start, 1, "ann"));
+        assert_eq!(t.recent(start).len(), 1);
     }
 
     #[test]

@@ -12,11 +12,9 @@ use std::time::Instant;
 
 use super::clients::Viewer;
 use super::escape::E;
-use crate::fleet::timeline::{Bar, Lost, SPAN};
+use crate::fleet::timeline::{Bar, Lost, ROWS, SPAN};
 use crate::live::Snapshot;
 
-/// Rows drawn at most a backend (a backend of more slots shows its first ones).
-pub const ROWS: u32 = 16;
 const PALETTE: [&str; 7] = [
     "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442",
 ];
