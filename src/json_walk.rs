@@ -6,8 +6,8 @@
 //! conversation cost about 5,800 instructions a chat with serde_json reading its items, 4,800
 //! walked item by item, 3,000 read in one walk with their members
 //! ([`Elements::next_object`]), and 2,500 with a string's first bytes searched a word at a
-//! time rather than one by one (a chat of two messages). (A walk of llama.cpp's `timings` object measured no cheaper than its
-//! serde_json parse, which reads it.) The text must be valid JSON (a
+//! time rather than one by one (a chat of two messages). (llama.cpp's flat `timings` object
+//! is walked apart, by `wire::usage`.) The text must be valid JSON (a
 //! [`serde_json::value::RawValue`] is): on other text the answers are unspecified but
 //! nothing panics. Property tests hold every answer to a full parse's.
 

@@ -358,3 +358,86 @@ fn an_escaped_usage_key_is_read() {
         b"{\"choices\": [], \"usage\" :\n {\"prompt_tokens\": 4, \"completion_tokens\": 5}}";
     assert_eq!(of_body(spaced), Some(u));
 }
+
+/// A member of a `timings` object: a name of its fields, one of llama.cpp's others or any,
+/// spelled as written or with its first letter escaped; a number in any spelling, `null`, or
+/// a value of another type.
+fn timings_member() -> impl Strategy<Value = String> {
+    let known = prop::sample::select(
+        [
+            "cache_n",
+            "prompt_n",
+            "prompt_ms",
+            "prompt_per_second",
+            "predicted_n",
+            "predicted_ms",
+            "predicted_per_second",
+            "prompt_per_token_ms",
+            "draft_n",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let name = prop_oneof![4 => known, 1 => "[a-z_]{1,8}"];
+    let key = (name, prop::bool::weighted(0.1)).prop_map(|(n, escaped)| {
+        if escaped {
+            format!("\"\\u{:04x}{}\"", n.as_bytes()[0], &n[1..])
+        } else {
+            format!("\"{n}\"")
+        }
+    });
+    let value = prop_oneof![
+        8 => json_number(),
+        1 => Just("null".to_string()),
+        1 => prop::sample::select(vec!["true", "\"3\"", "{}", "[1]", "{\"a\":[]}"]).prop_map(String::from),
+    ];
+    let ws = prop::sample::select(vec!["", " ", "\n", "\t ", "\r\n"]);
+    (ws.clone(), key, ws.clone(), ws, value).prop_map(|(a, k, b, c, v)| format!("{a}{k}{b}:{c}{v}"))
+}
+
+proptest! {
+    /// The walk of a `timings` object reads what its full parse reads, for any members in any
+    /// order, spelling and whitespace, a name given twice, values of the wrong type; and when
+    /// it cannot tell, it says so (then the object is parsed whole).
+    #[test]
+    fn a_walked_timings_object_reads_as_its_full_parse(
+        members in proptest::collection::vec(timings_member(), 0..12),
+        inner in prop::sample::select(vec!["", " ", "\n  "]),
+        after in prop::sample::select(vec!["", "}", ",\"x\":1}", " ]"]),
+    ) {
+        let text = format!("{{{}{inner}}}{after}", members.join(","));
+        let full = Timings::deserialize(&mut serde_json::Deserializer::from_str(&text)).ok();
+        prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(&text[..text.len() - after.len()]).is_ok(), "{}", text);
+        if let Some(walked) = walked(text.as_bytes()) {
+            prop_assert_eq!(walked, full, "{}", text);
+        }
+    }
+}
+
+#[test]
+fn a_flat_timings_object_is_walked_whatever_its_numbers() {
+    let at = LLAMACPP.find("\"timings\":").unwrap() + "\"timings\":".len();
+    let t = &LLAMACPP[at..];
+    let full = Timings::deserialize(&mut serde_json::Deserializer::from_str(t)).ok();
+    assert_eq!(walked(t.as_bytes()), Some(full));
+    assert_eq!(full.unwrap().prompt_ms, Some(3.426));
+    // A name given twice, or a count that is not one, fails the object as its parse does.
+    for bad in [
+        r#"{"prompt_n":1,"prompt_n":2}"#,
+        r#"{"prompt_n":1.5}"#,
+        r#"{"cache_n":-1}"#,
+        r#"{"prompt_ms":true}"#,
+    ] {
+        assert_eq!(walked(bad.as_bytes()), Some(None), "{bad}");
+        assert!(serde_json::from_str::<Timings>(bad).is_err(), "{bad}");
+    }
+    // What the walk cannot tell is left to the parse.
+    for whole in [
+        r#"{"prompt_n":"1"}"#,
+        r#"{"\u0070rompt_n":1}"#,
+        r#"{"x":[1]}"#,
+        "[]",
+    ] {
+        assert_eq!(walked(whole.as_bytes()), None, "{whole}");
+    }
+}
