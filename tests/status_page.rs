@@ -363,6 +363,12 @@ fn words(topic: &str, n: usize) -> String {
     (0..n).map(|i| format!("{topic}{i} ")).collect()
 }
 
+/// The client a bar's title names (`slot N: NAME · …`).
+fn whose(title: &str) -> &str {
+    let named = title.split_once(": ").unwrap().1;
+    named.split(" · ").next().unwrap()
+}
+
 /// The legend's colour of each client in `timeline` (a backend's part of the page).
 fn legend(timeline: &str) -> Vec<(String, String)> {
     let at = timeline.find("class=\"legend\"").expect("a legend");
@@ -511,13 +517,7 @@ async fn browser_status_page_shows_three_clients_on_two_slots_a_queue_and_a_pree
     }
     let mut answered = std::collections::BTreeMap::new();
     for (title, fill) in answered_bars(timeline) {
-        let who = title
-            .split(": ")
-            .nth(1)
-            .unwrap()
-            .split(" · ")
-            .next()
-            .unwrap();
+        let who = whose(&title);
         let (_, colour) = colours.iter().find(|(n, _)| n == who).unwrap();
         assert_eq!(&fill, colour, "{title}");
         assert!(
@@ -551,13 +551,7 @@ async fn browser_status_page_shows_three_clients_on_two_slots_a_queue_and_a_pree
     s.open(&admin).await;
     let lost = "[data-timeline=\"b\"] g[data-lost=\"preempted\"]";
     let title = s.property(&format!("{lost} title"), "textContent").await;
-    let who = title
-        .split(": ")
-        .nth(1)
-        .unwrap()
-        .split(" · ")
-        .next()
-        .unwrap();
+    let who = whose(&title);
     assert!(who == "bob" || who == "cat", "{title:?}");
     assert!(title.contains("preempted after"), "{title:?}");
     let stroke = s.attribute(&format!("{lost} rect"), "stroke").await;

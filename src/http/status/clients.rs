@@ -119,7 +119,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
                 tokens_5m: recent.0,
                 gpu_5m: recent.1 as f64 / 1000.0,
                 gpu_steps: Some(steps.iter().map(|s| s.1 as f64 / 1000.0).collect()),
-                colour: super::slots::colour(&names, c.name()),
+                colour: super::palette::colour(&names, c.name()),
                 limits,
                 month,
             }

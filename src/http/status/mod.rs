@@ -6,6 +6,7 @@ mod charts;
 mod clients;
 mod escape;
 mod html;
+mod palette;
 mod slots;
 mod usage;
 mod view;

@@ -12,13 +12,10 @@ use std::time::Instant;
 
 use super::clients::Viewer;
 use super::escape::E;
+use super::palette::{colour, OTHER};
 use crate::fleet::timeline::{Bar, Lost, ROWS, SPAN};
 use crate::live::Snapshot;
 
-const PALETTE: [&str; 7] = [
-    "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442",
-];
-const OTHER: &str = "#9aa4af";
 /// How the legend names requests of no named client.
 const NO_CLIENT: &str = "no client";
 const W: f64 = 720.0;
@@ -96,13 +93,6 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
         }
     }
     out
-}
-
-/// The colour of client `name` among the configured `names` (requests of no named client the
-/// palette's first), as the timelines and the clients' charts draw it.
-pub fn colour(names: &[&str], name: &str) -> &'static str {
-    let i = names.iter().position(|n| *n == name).map_or(0, |i| i + 1);
-    PALETTE[i % PALETTE.len()]
 }
 
 /// A backend's bars as drawn for a viewer that may name `own` only (`None`: every client).
@@ -328,6 +318,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::http::status::palette::PALETTE;
 
     fn bar(slot: u32, start: Instant, client: Option<&str>, error: bool) -> Bar {
         lost_bar(slot, start, client, error, None)
