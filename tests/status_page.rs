@@ -275,8 +275,11 @@ async fn browser_status_page_shows_a_killed_backend_down_within_one_refresh() {
     for label in ["slot 0", "-10 min", "now", "lighter: prefill"] {
         assert!(text.contains(label), "{label:?} in {text:?}");
     }
-    // The page as the demo first shows it, and one backend's slots.
+    // The page as the demo first shows it, whole (the readme's picture), and one backend's
+    // slots.
+    s.resize(1400, 1200).await;
     s.screenshot(&artifact("status-page-up.png")).await;
+    s.resize(1400, 900).await;
     let timeline = artifact("status-timeline.png");
     s.element_screenshot(&format!("[data-timeline=\"{first}\"]"), &timeline)
         .await;

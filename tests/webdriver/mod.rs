@@ -240,6 +240,13 @@ impl Session {
             .unwrap_or(0)
     }
 
+    /// The browser window made `width` × `height` CSS pixels (a screenshot of the viewport
+    /// shows what fits in it).
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.post("/window/rect", json!({"width": width, "height": height}))
+            .await;
+    }
+
     /// A PNG of the viewport, written to `path`.
     pub async fn screenshot(&self, path: &Path) {
         let v = self.get("/screenshot").await;
