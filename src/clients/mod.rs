@@ -76,13 +76,6 @@ impl Recent {
         slot.2 += gpu_ms;
     }
 
-    /// The tokens and GPU-milliseconds of the steps within five minutes of `now`.
-    pub fn sum(&self, now: Instant) -> (u64, u64) {
-        self.steps(now)
-            .iter()
-            .fold((0, 0), |(t, g), s| (t + s.0, g + s.1))
-    }
-
     /// The tokens and GPU-milliseconds of each 10-second step of the five minutes to `now`,
     /// the oldest first (the last, the step `now` is in).
     pub fn steps(&self, now: Instant) -> [(u64, u64); 30] {
@@ -97,6 +90,11 @@ impl Recent {
         }
         out
     }
+}
+
+/// The tokens and GPU-milliseconds of `steps` (of [`Recent::steps`]) together.
+pub fn total(steps: &[(u64, u64)]) -> (u64, u64) {
+    steps.iter().fold((0, 0), |(t, g), s| (t + s.0, g + s.1))
 }
 
 /// The client a request comes from, as the snapshot knows it.
@@ -350,9 +348,18 @@ mod tests {
         let t0 = r.origin;
         r.add(t0, 5, 1000);
         r.add(t0 + std::time::Duration::from_secs(100), 7, 250);
-        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(100)), (12, 1250));
-        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(305)), (7, 250));
-        assert_eq!(r.sum(t0 + std::time::Duration::from_secs(500)), (0, 0));
+        assert_eq!(
+            total(&r.steps(t0 + std::time::Duration::from_secs(100))),
+            (12, 1250)
+        );
+        assert_eq!(
+            total(&r.steps(t0 + std::time::Duration::from_secs(305))),
+            (7, 250)
+        );
+        assert_eq!(
+            total(&r.steps(t0 + std::time::Duration::from_secs(500))),
+            (0, 0)
+        );
     }
 
     #[test]

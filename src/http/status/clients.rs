@@ -28,7 +28,7 @@ pub struct ClientView {
     pub gpu_5m: f64,
     /// Its GPU-seconds of each 10-second step of the five minutes, oldest first: charted for
     /// the [`CHARTED`] clients of the most, `None` for the others.
-    pub gpu_steps: Option<Vec<f64>>,
+    pub gpu_steps: Option<[f64; 30]>,
     /// Its colour on the slot timelines.
     pub colour: &'static str,
     /// Label, limit and what is left (GPU time in seconds).
@@ -83,7 +83,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
         .map(|c| {
             let s = c.state.limiter.standing(now);
             let steps = c.state.recent.steps(now);
-            let recent = steps.iter().fold((0, 0), |(t, g), s| (t + s.0, g + s.1));
+            let recent = crate::clients::total(&steps);
             let [td, tm, gd, gm] = c.state.budgets.standing();
             let seconds = |l: Option<Left>| {
                 l.map(|l| Left {
@@ -118,7 +118,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
                 max_concurrent: c.spec.max_concurrent.map(|m| m.get()),
                 tokens_5m: recent.0,
                 gpu_5m: recent.1 as f64 / 1000.0,
-                gpu_steps: Some(steps.iter().map(|s| s.1 as f64 / 1000.0).collect()),
+                gpu_steps: Some(steps.map(|s| s.1 as f64 / 1000.0)),
                 colour: super::palette::colour(&names, c.name()),
                 limits,
                 month,
@@ -220,7 +220,7 @@ mod tests {
     use super::*;
 
     fn client(name: &str, gpu_5m: f64) -> ClientView {
-        let mut steps = vec![0.0; 30];
+        let mut steps = [0.0; 30];
         steps[29] = gpu_5m;
         ClientView {
             name: name.into(),
