@@ -4,9 +4,9 @@
 //!
 //! Bounded: the first [`ROWS`] slots of a backend (the page draws no more; a backend of more
 //! slots, such as vLLM's, keeps no bar of the others), at most [`MOST`] bars. Once three
-//! quarters full, a bar that follows
-//! the same client's bar on the same slot within a second is merged into it; past the bound
-//! the oldest bar goes. One short lock per finished request.
+//! quarters full, a bar that follows the same client's bar on the same slot within a second
+//! is merged into it; past the bound the oldest bar goes. One short lock per finished
+//! request.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,11 +18,6 @@ pub const SPAN: Duration = Duration::from_secs(600);
 pub const MOST: usize = 600;
 /// The slots a timeline keeps bars of: the first ones.
 pub const ROWS: u32 = 16;
-
-/// Whether a timeline keeps the bars of `slot` (a request on another builds none).
-pub fn keeps(slot: u32) -> bool {
-    slot < ROWS
-}
 
 /// One request (or several merged) on one slot.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,7 +62,7 @@ impl Timeline {
     }
 
     pub fn push(&self, bar: Bar) {
-        if !keeps(bar.slot) {
+        if bar.slot >= ROWS {
             return;
         }
         let mut bars = self.lock();

@@ -13,7 +13,7 @@ use foldhash::HashMap;
 use super::cost::{CostModel, Observed, Work};
 use super::slots::Slots;
 use super::ticket::Ticket;
-use super::timeline::{self, Bar, Lost};
+use super::timeline::{Bar, Lost};
 use crate::wire::usage::Usage;
 
 /// What the request asks of a backend: its prompt's tokens (the guard's count, else an
@@ -251,10 +251,7 @@ impl Drop for Job {
         let held = self.granted.map_or(0.0, |(t, _)| t.elapsed().as_secs_f64());
         self.slots
             .settle(self.client, self.predicted.total(), held, None);
-        let drawn = self
-            .granted
-            .filter(|(_, slot)| timeline::keeps(*slot as u32));
-        if let Some((start, slot)) = drawn {
+        if let Some((start, slot)) = self.granted {
             let loss = self.loss.take();
             self.slots.timeline.push(Bar {
                 slot: slot as u32,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
-use crate::fleet::timeline::{self, Bar, Lost};
+use crate::fleet::timeline::{Bar, Lost};
 use crate::fleet::work::{Clock, Job, Loss, Measured};
 use crate::ledger::{Ledger, Row};
 use crate::observe::metrics::{AliasMetrics, ClientMetrics};
@@ -225,10 +225,7 @@ impl Record {
             ended: now,
         };
         let job = self.work.take()?;
-        let held = job
-            .grant()
-            .filter(|(slot, _)| timeline::keeps(*slot))
-            .map(|h| (h, Arc::clone(job.slots())));
+        let held = job.grant().map(|h| (h, Arc::clone(job.slots())));
         let measured = job.finish(self.usage.as_ref(), &clock);
         if let Some(((slot, start), slots)) = held {
             let usage = self.usage.unwrap_or_default();

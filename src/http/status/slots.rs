@@ -1,7 +1,8 @@
 //! The status page's slot timeline: per backend, one row per slot over the last ten minutes,
 //! each request a bar from its grant to its end in its client's colour (prefill lighter,
 //! decode full), an error outlined in red, a request that lost its slot dashed and marked (▼
-//! preempted, ✕ failed before an answer); each bar's `<title>` names client, alias, tokens, GPU-seconds and status.
+//! preempted, ✕ failed before an answer); each bar's `<title>` names client, alias, tokens,
+//! GPU-seconds and status.
 //! The colours are Okabe and Ito's, told apart with the common colour-vision deficiencies.
 //! Beside it, the backend's queue: each waiting request's client, class, wait so far and
 //! predicted wait. A client's key sees the backends of its aliases, other clients' bars grey
