@@ -14,6 +14,7 @@ use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::json_scan::{finder, may_escape_word, skip_ws, values};
+use crate::json_walk;
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -80,8 +81,8 @@ impl Timings {
         Timings::deserialize(v).ok()
     }
 
-    /// Field `f` (as [`field`] numbers them) read from the scalar `value` as its `Deserialize` reads it;
-    /// `false` when that fails.
+    /// Field `f` (as [`field`] numbers them) read from the scalar `value` as its
+    /// `Deserialize` reads it; `false` when that fails.
     fn read(&mut self, f: usize, value: &[u8]) -> bool {
         fn parse<'a, T: Deserialize<'a>>(value: &'a [u8]) -> Result<T, serde_json::Error> {
             T::deserialize(&mut serde_json::Deserializer::from_slice(value))
@@ -164,11 +165,6 @@ fn field(key: &[u8]) -> Option<usize> {
     })
 }
 
-/// The bytes that may follow a number or a literal in an object.
-fn ends_scalar(c: u8) -> bool {
-    matches!(c, b',' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
-}
-
 /// llama.cpp's `timings` object that opens `b` (what follows it is not read), as
 /// [`Timings`]' `Deserialize` reads it: unknown members skipped, a known one given twice or
 /// not a number (or `null`) failing the whole. `None` when the walk cannot tell: a member
@@ -181,15 +177,7 @@ fn ends_scalar(c: u8) -> bool {
 /// number to the bit): under callgrind (`benches/load/instructions.sh`, 64 connections) a
 /// proxied chat took some 52,900 instructions with the object parsed, 51,900–52,300 walked.
 fn walked(b: &[u8]) -> Option<Option<Timings>> {
-    let ws = |mut i: usize| {
-        while b
-            .get(i)
-            .is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
-        {
-            i += 1;
-        }
-        i
-    };
+    let ws = |i| json_walk::skip_ws(b, i);
     if b.first() != Some(&b'{') {
         return None;
     }
@@ -212,15 +200,12 @@ fn walked(b: &[u8]) -> Option<Option<Timings>> {
         if b.get(i) != Some(&b':') {
             return None;
         }
-        i = ws(i + 1);
-        let start = i;
-        while b.get(i).is_some_and(|&c| !ends_scalar(c)) {
-            i += 1;
-        }
-        let value = &b[start..i];
-        if value.is_empty() || matches!(value[0], b'"' | b'{' | b'[') {
+        let start = ws(i + 1);
+        if matches!(b.get(start)?, b'"' | b'{' | b'[') {
             return None;
         }
+        i = json_walk::value_end(b, start);
+        let value = &b[start..i];
         if let Some(f) = field(key) {
             if seen & (1 << f) != 0 || !t.read(f, value) {
                 return Some(None);
