@@ -81,6 +81,7 @@ static ENDS_SCALAR: [bool; 256] = {
 };
 
 /// The index just past the value that starts at `b[at]` (not whitespace).
+#[inline]
 pub(crate) fn value_end(b: &[u8], at: usize) -> usize {
     match b.get(at) {
         Some(b'"') => string_end(b, at),
@@ -118,6 +119,7 @@ pub(crate) fn value_end(b: &[u8], at: usize) -> usize {
     }
 }
 
+#[inline]
 pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
