@@ -472,6 +472,33 @@ async fn real_llama_a_preempted_request_is_answered_and_reuses_its_processed_pre
     );
     eprintln!("preemptions {preemptions}");
     assert!(preemptions >= 1.0, "{preemptions}");
+    // The status page's timeline marks each preempted attempt as the batch client's, on one
+    // of the server's two slots, beside the three answered bars.
+    let bars = p
+        .state
+        .live
+        .load()
+        .replica("b")
+        .unwrap()
+        .slots
+        .timeline
+        .recent(Instant::now());
+    let lost: Vec<_> = bars.iter().filter(|b| b.lost.is_some()).collect();
+    assert_eq!(lost.len() as f64, preemptions, "{bars:?}");
+    assert!(
+        lost.iter().all(|b| b.slot < 2
+            && b.lost == Some(switchboard::fleet::timeline::Lost::Preempted)
+            && b.client.as_deref().map(String::as_str) == Some("batch")),
+        "{lost:?}"
+    );
+    assert_eq!(
+        bars.iter()
+            .filter(|b| b.lost.is_none())
+            .map(|b| b.requests)
+            .sum::<u32>(),
+        3,
+        "{bars:?}"
+    );
     // Seen in all 9 runs here (CTX=8192 NP=2, the host prompt cache on by default): the
     // preempted request's resend read 751 to 2,934 tokens from the server's cache (what it
     // had processed before the cancel, kept in the slot or its RAM prompt cache), the other
