@@ -97,6 +97,8 @@ pub async fn run(path: &Path) -> Result<(), String> {
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    // The address bound, so a listen port of 0 prints the port the system chose.
+    let listen = listener.local_addr().unwrap_or(listen);
     tokio::spawn(crate::live::probes::run(state.clone()));
     eprintln!(
         "demo: switchboard listening on http://{listen}  (status page: http://localhost:{port}/, \
