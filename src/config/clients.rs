@@ -47,28 +47,41 @@ pub struct RawPriorities {
     pub batch: Option<RawClass>,
 }
 
-/// A request's class in a backend's queue; the lower goes first.
+/// A request's class in a backend's queue; the lower goes first. `Idle` is the Batch API's
+/// lines' own: it takes a slot only when no other request waits for it, is never lifted, and
+/// gives its slot to any other class that asks; no client or header names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum Priority {
     Interactive = 0,
     #[default]
     Normal = 1,
     Batch = 2,
+    Idle = 3,
 }
 
 impl Priority {
-    pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Normal, Priority::Batch];
+    pub const ALL: [Priority; 4] = [
+        Priority::Interactive,
+        Priority::Normal,
+        Priority::Batch,
+        Priority::Idle,
+    ];
+
+    /// The classes a client or a request may name.
+    pub const NAMED: [Priority; 3] = [Priority::Interactive, Priority::Normal, Priority::Batch];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Priority::Interactive => "interactive",
             Priority::Normal => "normal",
             Priority::Batch => "batch",
+            Priority::Idle => "idle",
         }
     }
 
+    /// A class a client or request may name (never `idle`).
     pub fn parse(s: &str) -> Option<Priority> {
-        Priority::ALL
+        Priority::NAMED
             .into_iter()
             .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
     }
@@ -144,7 +157,7 @@ impl ClientSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Clients {
     pub named: Vec<Arc<ClientSpec>>,
-    max_wait: [Duration; 3],
+    max_wait: [Duration; 4],
 }
 
 impl Default for Clients {
@@ -156,8 +169,8 @@ impl Default for Clients {
     }
 }
 
-/// Interactive, normal, batch.
-const DEFAULT_MAX_WAIT: [u64; 3] = [5_000, 30_000, 120_000];
+/// Interactive, normal, batch, idle (never lifted).
+const DEFAULT_MAX_WAIT: [u64; 4] = [5_000, 30_000, 120_000, u64::MAX];
 
 impl Clients {
     /// How long a request of `class` waits before it is lifted into the next class's turns.
@@ -165,7 +178,7 @@ impl Clients {
         self.max_wait[class as usize]
     }
 
-    pub fn max_waits(&self) -> [Duration; 3] {
+    pub fn max_waits(&self) -> [Duration; 4] {
         self.max_wait
     }
 
@@ -201,13 +214,13 @@ pub fn validate(
 }
 
 /// Each class's `max_wait_ms`, or its default.
-fn max_waits(priorities: RawPriorities, errs: &mut Vec<ConfigError>) -> [Duration; 3] {
+fn max_waits(priorities: RawPriorities, errs: &mut Vec<ConfigError>) -> [Duration; 4] {
     let mut max_wait = DEFAULT_MAX_WAIT.map(Duration::from_millis);
-    for (class, raw) in
-        Priority::ALL
-            .into_iter()
-            .zip([priorities.interactive, priorities.normal, priorities.batch])
-    {
+    for (class, raw) in Priority::NAMED.into_iter().zip([
+        priorities.interactive,
+        priorities.normal,
+        priorities.batch,
+    ]) {
         if let Some(ms) = raw.and_then(|r| r.max_wait_ms) {
             if ms == 0 {
                 errs.push(ConfigError::Zero {

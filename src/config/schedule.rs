@@ -67,14 +67,19 @@ impl Scheduling {
 
     /// Whether a request of `class`, preempted `preemptions` times, may be preempted again
     /// while it holds a slot (until it sends its client a byte).
+    /// An `idle` request (a batch line) always may, under `work`: it gives its slot to any
+    /// other class that asks, however often.
     pub fn preemptible(&self, class: Priority, preemptions: u32) -> bool {
+        if class == Priority::Idle {
+            return self.by_work();
+        }
         self.may_preempt(class) && preemptions < self.max_preemptions
     }
 
     /// Whether a request of `class`, preempted `preemptions` times, would keep its slot however
     /// long an `interactive` request waits for it: it may be preempted no more.
     pub fn spent(&self, class: Priority, preemptions: u32) -> bool {
-        self.may_preempt(class) && preemptions >= self.max_preemptions
+        class != Priority::Idle && self.may_preempt(class) && preemptions >= self.max_preemptions
     }
 
     /// The same sharing where `interactive` requests exist only when `interactive`: without

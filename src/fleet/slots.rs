@@ -61,7 +61,7 @@ struct State {
     waiters: Vec<Waiter<oneshot::Sender<SlotPermit>>>,
     seq: u64,
     /// The client last served in each class (the fair turn goes on from it).
-    last: [Option<u64>; 3],
+    last: [Option<u64>; 4],
     /// Each slot: its holder, the conversation it caches, whether it is kept.
     table: Table,
     /// The clients' shares of GPU time.
@@ -340,7 +340,7 @@ impl Slots {
                 state: Mutex::new(State {
                     waiters: Vec::new(),
                     seq: 0,
-                    last: [None; 3],
+                    last: [None; 4],
                     table: Table::new(slots),
                     fair: Fair::default(),
                     grants: 0,
@@ -519,6 +519,9 @@ impl Slots {
                 .waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
             self.inner.unkeep(&mut st, now());
+            if ticket.class < Priority::Idle {
+                st.table.yield_idle();
+            }
             let preempts = st.schedule.by_work() && ticket.class == Priority::Interactive;
             (seq, rx, st.schedule.preempt_after.filter(|_| preempts))
         };

@@ -19,14 +19,14 @@ pub(super) struct Waiter<T> {
 /// The waiting request that gets the next slot, and the class whose turn it took, among those
 /// `open` lets take it.
 ///
-/// By arrival: the oldest, whatever its class. Else the best class waiting (a request's own or
+/// By arrival: the oldest, whatever its class (but `idle`, which goes last). Else the best class waiting (a request's own or
 /// lifted into it, [`Ticket::lifted`]) and in it, by requests, its next client in turn after
 /// `last`; by work, the client with the least start tag in `fair` (ties in turn after
 /// `last`) — or, when the freed slot caches conversation `held`, a request of it whose client
 /// is within the schedule's slack of that — then that client's oldest request there.
 pub(super) fn pick<T>(
     waiters: &[Waiter<T>],
-    last: &[Option<u64>; 3],
+    last: &[Option<u64>; 4],
     now: Instant,
     fair: &Fair,
     schedule: &Scheduling,
@@ -35,7 +35,8 @@ pub(super) fn pick<T>(
 ) -> Option<(usize, Priority)> {
     let waiting = || waiters.iter().enumerate().filter(|(_, w)| open(&w.ticket));
     if schedule.order == Order::Arrival {
-        let (i, w) = waiting().min_by_key(|(_, w)| (w.ticket.since, w.seq))?;
+        let idle = |w: &Waiter<T>| w.ticket.class == Priority::Idle;
+        let (i, w) = waiting().min_by_key(|(_, w)| (idle(w), w.ticket.since, w.seq))?;
         return Some((i, w.ticket.class));
     }
     let best = waiting().map(|(_, w)| w.ticket.class).min()?;

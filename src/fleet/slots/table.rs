@@ -377,6 +377,21 @@ impl Table {
             .map_or(0, |c| (c.slots.len() - c.open.len()) as u32)
     }
 
+    /// A request of another class waits: the `idle` holder granted last that may still give
+    /// its slot up is told to (at once: an idle request takes only what nobody waits for).
+    /// Whether one was.
+    pub fn yield_idle(&mut self) -> bool {
+        let newest = self
+            .slots
+            .iter_mut()
+            .filter_map(|s| s.holder.as_mut())
+            .filter(|h| h.ticket.class == Priority::Idle && h.preempt.is_some())
+            .max_by_key(|h| h.grant);
+        newest
+            .and_then(|h| h.preempt.take())
+            .is_some_and(|tx| tx.send(()).is_ok())
+    }
+
     /// The holder a request of class `class` takes a slot from at `now`, when every slot is
     /// held by a worse class and none is predicted to be free within `soon`: of those that
     /// sent their client nothing yet and may still be preempted, the one with the most

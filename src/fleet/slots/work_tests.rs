@@ -297,3 +297,73 @@ async fn nobody_is_preempted_when_a_slot_is_predicted_free_within_another_wait()
     drop(ending);
     assert_eq!(waiting.await.unwrap().index(), index);
 }
+
+/// The Batch API's lines (`idle`) take a slot only when nobody else waits, are never lifted
+/// however long they wait, and go last even in arrival order.
+#[tokio::test(start_paused = true)]
+async fn idle_requests_go_after_every_other_class_in_every_order() {
+    let t0 = now();
+    let idle = |client, since| Ticket {
+        max_wait: Duration::MAX,
+        ..ticket(Priority::Idle, client, since)
+    };
+    let ts = [
+        idle(1, t0),
+        ticket(Priority::Batch, 2, t0 + Duration::from_secs(1)),
+        idle(3, t0),
+        ticket(Priority::Normal, 4, t0 + Duration::from_secs(2)),
+    ];
+    for order in [Order::Work, Order::Requests, Order::Arrival] {
+        let got = order_by(scheduled(order), &ts).await;
+        assert_eq!(
+            &got[2..].iter().all(|&i| i == 0 || i == 2),
+            &true,
+            "{order:?} {got:?}"
+        );
+    }
+    // Hours later they are still not lifted into the batch class's turns.
+    tokio::time::advance(Duration::from_secs(4 * 3600)).await;
+    let later = [idle(1, t0), ticket(Priority::Batch, 2, now())];
+    assert_eq!(order_by(Scheduling::default(), &later).await, vec![1, 0]);
+}
+
+/// An idle request gives its slot up the moment a request of any other class waits for it,
+/// without the interactive preemption wait, however often it was preempted before.
+#[tokio::test(start_paused = true)]
+async fn an_idle_request_gives_its_slot_at_once_to_any_class_that_waits() {
+    let m = Queued::default();
+    let slots = Slots::new(2, 8);
+    let t0 = now();
+    let again = Ticket {
+        preemptions: 50,
+        ..ticket(Priority::Idle, 1, t0)
+    };
+    let mut first = slots.try_acquire_for(again).unwrap();
+    let mut second = slots
+        .try_acquire_for(ticket(Priority::Idle, 1, t0))
+        .unwrap();
+    assert!(first.preemptible() && second.preemptible());
+    let agent = ticket(Priority::Batch, 2, t0);
+    let mut waiting = Box::pin(slots.acquire(Duration::from_secs(30), agent, &m));
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    // No time passes: the one granted last is asked, the other keeps its slot.
+    second.preempted().await;
+    assert!(futures_util::poll!(Box::pin(first.preempted())).is_pending());
+    let index = second.index();
+    drop(second);
+    let got = waiting.await.unwrap();
+    assert_eq!(got.index(), index);
+    // An idle request that sent its first byte keeps its slot.
+    assert!(first.started());
+    let mut more = Box::pin(slots.acquire(Duration::from_secs(30), agent, &m));
+    assert!(futures_util::poll!(more.as_mut()).is_pending());
+    drop(got);
+    drop(more.await.unwrap());
+    drop(first);
+    // Ordered by requests, an idle request keeps its slot like any other.
+    slots.set_schedule(scheduled(Order::Requests), false);
+    assert!(!slots
+        .try_acquire_for(ticket(Priority::Idle, 1, t0))
+        .unwrap()
+        .preemptible());
+}

@@ -40,6 +40,7 @@ pub(super) enum Class {
     interactive,
     normal,
     batch,
+    idle,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -207,6 +208,7 @@ impl GpuFamilies {
             Priority::Interactive => Class::interactive,
             Priority::Normal => Class::normal,
             Priority::Batch => Class::batch,
+            Priority::Idle => Class::idle,
         };
         let labels = PreemptLabels {
             alias: Arc::clone(alias),
