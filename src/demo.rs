@@ -100,6 +100,7 @@ pub async fn run(path: &Path) -> Result<(), String> {
     // The address bound, so a listen port of 0 prints the port the system chose.
     let listen = listener.local_addr().unwrap_or(listen);
     tokio::spawn(crate::live::probes::run(state.clone()));
+    crate::http::batches::spawn_runner(&state);
     eprintln!(
         "demo: switchboard listening on http://{listen}  (status page: http://localhost:{port}/, \
          try: curl localhost:{port}/v1/models)",

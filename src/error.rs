@@ -131,6 +131,15 @@ pub enum ProxyError {
     /// The ledger's database could not be read.
     #[error("the usage ledger cannot be read now ({detail}); retry shortly")]
     LedgerUnavailable { detail: String },
+    /// A file or batch that does not exist, or is not the caller's.
+    #[error("No such {kind} object: {id}")]
+    NoSuchObject { kind: &'static str, id: Echo },
+    /// The Batch API is asked for and no `[ledger]` keeps its state.
+    #[error("the Batch API is off: {0}")]
+    BatchesOff(&'static str),
+    /// A client's bound on its files, bytes or batches in progress (`[batches]`).
+    #[error("{0}")]
+    BatchLimit(String),
     /// A client's limit refuses the request; `retry_after` `None`: it never fits.
     #[error("rate limit of client {client}: {detail}")]
     RateLimited {
@@ -220,6 +229,9 @@ impl ProxyError {
             AdminOnly => (S::FORBIDDEN, None, "admin_key_required"),
             NoLedger => (S::NOT_FOUND, None, "usage_not_recorded"),
             LedgerUnavailable { .. } => (S::SERVICE_UNAVAILABLE, None, "ledger_unavailable"),
+            NoSuchObject { .. } => (S::NOT_FOUND, Some("id"), "not_found"),
+            BatchesOff(_) => (S::NOT_FOUND, None, "batches_off"),
+            BatchLimit(_) => (S::BAD_REQUEST, None, "limit_exceeded"),
             RateLimited { quota: true, .. } => (S::TOO_MANY_REQUESTS, None, "insufficient_quota"),
             RateLimited { .. } => (S::TOO_MANY_REQUESTS, None, "rate_limit_exceeded"),
         }

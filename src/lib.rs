@@ -11,6 +11,7 @@
 
 pub mod address;
 pub mod alloc;
+pub mod batches;
 pub mod budget;
 pub mod calendar;
 pub mod clients;

@@ -105,6 +105,7 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     }
     tokio::spawn(switchboard::live::probes::run(state.clone()));
     tokio::spawn(switchboard::live::reload::on_sighup(state.clone()));
+    switchboard::http::batches::spawn_runner(&state);
     if state.live.load().config.server.watch_config {
         tokio::spawn(switchboard::live::watch::run(state.clone()));
     }

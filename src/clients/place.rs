@@ -28,13 +28,29 @@ impl Place {
     /// The place of a request of `caller` (`None`: no key is configured) with `headers`,
     /// arrived at `since`, in `conversation` (when some alias on its way has replicas): the
     /// same place on every replica and fallback.
+    ///
+    /// A batch line (`idle`) waits in the `idle` class whoever its client is, as long as it
+    /// takes: no wait of its client's bounds it.
     pub fn new(
         caller: Option<&Caller>,
         headers: &HeaderMap,
         clients: &Clients,
         since: Instant,
         conversation: Option<u64>,
+        idle: bool,
     ) -> Result<Place, ProxyError> {
+        if idle {
+            return Ok(Place {
+                ticket: Ticket {
+                    class: Priority::Idle,
+                    client: caller.map_or(0, |c| c.state.id),
+                    conversation,
+                    ..Ticket::plain(since)
+                },
+                caller: caller.cloned(),
+                max_wait: None,
+            });
+        }
         let own = caller.and_then(|c| c.spec.max_queue_wait);
         let max_wait = match (own, asked_wait(headers)?) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -3,6 +3,7 @@
 mod aliases;
 mod apis;
 mod backends;
+mod batches;
 mod clients;
 mod counting;
 mod error;
@@ -28,6 +29,7 @@ use figment::Figment;
 pub use aliases::{Alias, GuardConfig, Input};
 pub use apis::Apis;
 pub use backends::{Backend, Timeouts};
+pub use batches::Batches;
 pub use clients::{ClientSpec, Clients, Priority};
 pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use error::{ConfigError, ConfigErrors};
@@ -63,6 +65,7 @@ pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {
                 "priority.",
                 "tracing.",
                 "ledger.",
+                "batches.",
             ]
             .iter()
             .any(|section| key.starts_with(section))

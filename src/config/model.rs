@@ -23,4 +23,6 @@ pub struct Config {
     pub tracing: Option<Tracing>,
     /// Where usage is recorded; `None`: no ledger.
     pub ledger: Option<Ledger>,
+    /// The Batch API's bounds (served when there is a ledger).
+    pub batches: super::Batches,
 }

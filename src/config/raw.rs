@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::aliases::RawAlias;
 use super::backends::RawBackend;
+use super::batches::RawBatches;
 use super::clients::{RawClient, RawPriorities};
 use super::ledger::RawLedger;
 use super::server::RawServer;
@@ -33,4 +34,7 @@ pub struct RawConfig {
     /// The usage ledger: where, how batched, how long kept.
     #[serde(default)]
     pub ledger: RawLedger,
+    /// The Batch API's bounds.
+    #[serde(default)]
+    pub batches: RawBatches,
 }

@@ -11,7 +11,7 @@ use super::model::Config;
 use super::names::name_check;
 use super::raw::RawConfig;
 use super::routing::{context_fallbacks, fallbacks, replicas};
-use super::{aliases, backends, clients, ledger, server, tracing};
+use super::{aliases, backends, batches, clients, ledger, server, tracing};
 
 /// Validate a raw config. Collects all errors rather than stopping at the first.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
@@ -69,6 +69,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     );
     let tracing = tracing::validate(raw.tracing, &mut errs);
     let ledger = ledger::validate(raw.ledger, server.data_dir.as_deref(), &mut errs);
+    let batches = batches::validate(raw.batches, &mut errs);
     budgets(
         &clients,
         ledger.as_ref(),
@@ -83,6 +84,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             clients: Arc::new(clients),
             tracing,
             ledger,
+            batches,
         })
     } else {
         Err(ConfigErrors(errs))

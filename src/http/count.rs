@@ -48,6 +48,7 @@ pub async fn answer(
             headers,
             body,
             caller,
+            idle: false,
         };
         let routed = resolve(&snap, &mut rec, &req)?;
         if let Some(c) = &req.caller {

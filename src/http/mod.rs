@@ -1,6 +1,7 @@
 //! The HTTP surface: workers and the accept loop, the Router, intake, the fixed routes' handlers,
 //! the status page.
 
+pub mod batches;
 pub mod client_io;
 pub mod count;
 pub mod handlers;

@@ -1,12 +1,13 @@
 //! The entry of every model-routed POST: its record, the path check, intake, then the pipeline.
 
-use axum::http::{Method, Request};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request};
 use axum::response::Response;
 use bytes::Bytes;
 
 use super::intake::{identify, request_id, respond, routed_body};
+use crate::clients::Caller;
 use crate::error::{Echo, ProxyError};
-use crate::live::AppState;
+use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 use crate::pipeline::{self, Incoming};
 use crate::wire::{self, Endpoint};
@@ -23,6 +24,15 @@ pub fn is_routed(method: &Method, path: &str) -> bool {
             .any(|a| a.spec().routes.count_paths().first() == Some(&path))
         && path != "/v1/models"
         && !path.starts_with("/v1/models/")
+        && !is_batch_api(path)
+}
+
+/// The Files and Batch endpoints' paths (routed by the Router, not by a model).
+fn is_batch_api(path: &str) -> bool {
+    ["/v1/files", "/v1/batches"].iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
 }
 
 /// Every JSON POST routed by its `model`: chat, completions, embeddings, responses, messages, …
@@ -43,7 +53,7 @@ where
     let adapter = endpoint.routed_adapter();
     let mut rec = Record::start(snap.unknown_metrics(), endpoint, request_id(&headers));
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let mut limited: Option<crate::clients::Caller> = None;
+    let mut limited: Option<Caller> = None;
     let result = async {
         if !canonical {
             return Err(ProxyError::NotFound {
@@ -52,18 +62,8 @@ where
             });
         }
         let caller = identify(&snap, &headers)?;
-        // A request its key let in is usage, answered or refused; one without is nobody's.
-        rec.ledger.clone_from(&snap.ledger);
-        // Traced from here: a request refused before its client is known makes no span and
-        // does not continue the trace it names.
-        if let Some(tracer) = &snap.tracer {
-            let id = rec.request_id.to_str().unwrap_or_default();
-            rec.trace = Some(tracer.request(&headers, endpoint, rec.started(), id));
-        }
-        if let Some(c) = &caller {
-            rec.client = Some(c.state.metrics.clone());
-            limited = Some(c.clone());
-        }
+        known(&snap, &mut rec, &headers, endpoint, caller.as_ref());
+        limited.clone_from(&caller);
         let body = routed_body(&snap, &headers, body).await?;
         let req = Incoming {
             adapter,
@@ -71,6 +71,7 @@ where
             headers,
             body,
             caller,
+            idle: false,
         };
         pipeline::handle(state, &snap, &mut rec, req).await
     }
@@ -79,6 +80,55 @@ where
     let anthropic = adapter.spec().anthropic_rate_limits;
     crate::clients::headers::of_caller(resp.headers_mut(), limited.as_ref(), anthropic);
     resp
+}
+
+/// A request its key let in is usage, answered or refused (one without is nobody's), traced
+/// from here (one refused before its client is known makes no span and does not continue the
+/// trace it names), and counted as its client's.
+fn known(
+    snap: &Snapshot,
+    rec: &mut Record,
+    headers: &HeaderMap,
+    endpoint: Endpoint,
+    caller: Option<&Caller>,
+) {
+    rec.ledger.clone_from(&snap.ledger);
+    if let Some(tracer) = &snap.tracer {
+        let id = rec.request_id.to_str().unwrap_or_default();
+        rec.trace = Some(tracer.request(headers, endpoint, rec.started(), id));
+    }
+    if let Some(c) = caller {
+        rec.client = Some(c.state.metrics.clone());
+    }
+}
+
+/// One line of a batch of `caller`'s, to `path` (its batch's endpoint): through the whole
+/// pipeline as a request of the `idle` class, answered whole.
+pub async fn line(state: &AppState, caller: Option<Caller>, path: &str, body: Bytes) -> Response {
+    let snap = state.live.load_full();
+    let endpoint = Endpoint::from_path(path);
+    let adapter = endpoint.routed_adapter();
+    let mut rec = Record::start(
+        snap.unknown_metrics(),
+        endpoint,
+        request_id(&HeaderMap::new()),
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    known(&snap, &mut rec, &headers, endpoint, caller.as_ref());
+    let req = Incoming {
+        adapter,
+        path: path.to_string(),
+        headers,
+        body,
+        caller,
+        idle: true,
+    };
+    let result = pipeline::handle(state, &snap, &mut rec, req).await;
+    respond(&mut rec, adapter, result)
 }
 
 #[cfg(test)]
@@ -104,6 +154,9 @@ mod tests {
             "/v1/responses/input_tokens",
             "/v1/models",
             "/v1/models/frank-zealot",
+            "/v1/files",
+            "/v1/batches",
+            "/v1/batches/batch_1/cancel",
             "/tokenize",
             "/v1",
             "/v2/chat",

@@ -1,9 +1,10 @@
 //! The Router of the fixed routes, in one place. No business logic.
 
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::{count, handlers, status, usage};
+use super::{batches, count, handlers, status, usage};
 use crate::live::AppState;
 use crate::wire;
 
@@ -28,6 +29,18 @@ pub fn app(state: AppState) -> Router {
             get(usage::organization),
         )
         .route("/v1/usage", get(usage::own))
+        // The Batch API; an upload is bounded by `batches.max_file_bytes` as it is read.
+        .route(
+            "/v1/files",
+            post(batches::upload)
+                .get(batches::files)
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .route("/v1/files/{id}", get(batches::file).delete(batches::delete))
+        .route("/v1/files/{id}/content", get(batches::content))
+        .route("/v1/batches", post(batches::create).get(batches::batches))
+        .route("/v1/batches/{id}", get(batches::batch))
+        .route("/v1/batches/{id}/cancel", post(batches::cancel))
         // Every other POST under /v1/ is routed by its model (see [`handlers::routed_or_not_found`]).
         .fallback(handlers::routed_or_not_found)
         .method_not_allowed_fallback(handlers::not_found)

@@ -50,7 +50,7 @@ pub async fn own(
 }
 
 /// Whether the request presents an admin key (`server.admin_keys_env`).
-fn is_admin(snap: &Snapshot, headers: &HeaderMap) -> bool {
+pub(super) fn is_admin(snap: &Snapshot, headers: &HeaderMap) -> bool {
     snap.config.server.admin_keys.as_ref().is_some_and(|keys| {
         crate::clients::presented(headers).is_some_and(|k| crate::clients::one_of(keys, k))
     })

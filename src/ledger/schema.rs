@@ -44,6 +44,60 @@ pub const MIGRATIONS: &[&[&str]] = &[
         "ALTER TABLE requests ADD COLUMN charged_tokens BIGINT",
         "ALTER TABLE requests ADD COLUMN charged_gpu_s DOUBLE PRECISION",
     ],
+    &[
+        // The Batch API's state (`crate::batches`): files (their contents are kept beside the
+        // database), batches, and each batch's lines with their results, committed with their
+        // state. Times in Unix seconds, as the API shows them.
+        "CREATE TABLE batch_files (
+        id TEXT PRIMARY KEY,
+        client TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        created_at BIGINT NOT NULL
+    )",
+        "CREATE INDEX batch_files_client ON batch_files (client, created_at)",
+        "CREATE TABLE batches (
+        id TEXT PRIMARY KEY,
+        client TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        input_file_id TEXT NOT NULL,
+        completion_window TEXT NOT NULL,
+        status TEXT NOT NULL,
+        metadata TEXT,
+        errors TEXT,
+        output_file_id TEXT,
+        error_file_id TEXT,
+        created_at BIGINT NOT NULL,
+        in_progress_at BIGINT,
+        expires_at BIGINT NOT NULL,
+        finalizing_at BIGINT,
+        completed_at BIGINT,
+        failed_at BIGINT,
+        expired_at BIGINT,
+        cancelling_at BIGINT,
+        cancelled_at BIGINT,
+        total BIGINT NOT NULL,
+        completed BIGINT NOT NULL,
+        failed BIGINT NOT NULL
+    )",
+        "CREATE INDEX batches_client ON batches (client, created_at)",
+        "CREATE INDEX batches_status ON batches (status)",
+        // state: pending (to run, not before `not_before` ms), done (answered 2xx), failed.
+        "CREATE TABLE batch_lines (
+        batch_id TEXT NOT NULL,
+        line BIGINT NOT NULL,
+        custom_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        body TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts BIGINT NOT NULL,
+        not_before BIGINT NOT NULL,
+        result TEXT,
+        PRIMARY KEY (batch_id, line)
+    )",
+        "CREATE INDEX batch_lines_state ON batch_lines (batch_id, state)",
+    ],
 ];
 
 /// The columns of a roll-up table: sums per bucket, client and alias.

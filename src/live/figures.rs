@@ -168,6 +168,7 @@ pub fn apply(config: Config, found: &Found) -> Config {
         clients: config.clients,
         tracing: config.tracing,
         ledger: config.ledger,
+        batches: config.batches,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Incoming {
     pub body: Bytes,
     /// The client whose key it came with (`None`: no key is configured).
     pub caller: Option<Caller>,
+    /// A line of a batch, run in the `idle` class.
+    pub idle: bool,
 }
 
 /// A request whose model resolved to an alias.
@@ -68,6 +70,7 @@ impl<'a> Call<'a> {
             &snap.config.clients,
             rec.started(),
             conversation.map(|c| c.key),
+            req.idle,
         )?;
         let headers = Some(std::mem::take(&mut req.headers));
         Ok(Call {

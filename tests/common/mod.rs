@@ -104,6 +104,7 @@ pub async fn start(state: AppState) -> Proxy {
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel();
     let st = state.clone();
+    switchboard::http::batches::spawn_runner(&state);
     let task = tokio::spawn(async move {
         switchboard::http::server::run(
             listener,

@@ -1,0 +1,389 @@
+//! The Batch API's state machine: files uploaded for batches, batches validated and run line
+//! by line as the `idle` class (a slot only when nobody else waits for it, given back the
+//! moment someone does), each line's result committed with its state, output and error files
+//! written when a batch ends. Its state is kept in the ledger's SQLite database and its files'
+//! contents in a `files` folder beside it (or under `server.data_dir`).
+//!
+//! This module owns the state and its rules (who sees what, the bounds of `[batches]`); the
+//! HTTP endpoints (`crate::http::batches`) parse and render, and [`runner`] runs the lines
+//! through the request pipeline it is handed ([`runner::Serve`]).
+
+pub mod input;
+pub mod result;
+pub mod runner;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use rusqlite::Connection;
+use tokio::sync::Notify;
+
+use crate::config::{self, LedgerUrl};
+use crate::error::{Echo, ProxyError};
+use store::{BatchRow, FileRow};
+
+/// The endpoints a batch may run lines of.
+pub const ENDPOINTS: [&str; 4] = [
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/embeddings",
+    "/v1/completions",
+];
+
+/// How long a batch may take, the only window OpenAI offers.
+pub const WINDOW: &str = "24h";
+const WINDOW_S: i64 = 24 * 3600;
+
+/// The Batch API's state: its database connection and where files are kept.
+#[derive(Debug)]
+pub struct Batches {
+    db: Mutex<Connection>,
+    dir: PathBuf,
+    /// Wakes the runner: a batch was created or cancelled.
+    pub wake: Notify,
+}
+
+/// Who asks: a client (its name, `-` when no key is configured) or an admin key, which sees
+/// every client's files and batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub client: String,
+    pub admin: bool,
+}
+
+impl Owner {
+    fn sees(&self, client: &str) -> bool {
+        self.admin || self.client == client
+    }
+
+    /// The client whose objects it lists: `None` for an admin key (all).
+    fn only(&self) -> Option<&str> {
+        (!self.admin).then_some(self.client.as_str())
+    }
+}
+
+/// A new id's random part: 24 hex digits.
+pub fn hex_id() -> String {
+    format!("{:016x}{:08x}", fastrand::u64(..), fastrand::u32(..))
+}
+
+/// Now, in Unix seconds.
+pub fn now_s() -> i64 {
+    crate::ledger::now_ms() / 1000
+}
+
+fn db_error(e: impl std::fmt::Display) -> ProxyError {
+    ProxyError::LedgerUnavailable {
+        detail: e.to_string(),
+    }
+}
+
+impl Batches {
+    /// Opens the Batch API's state in the ledger at `url` (migrated to this build's schema),
+    /// its files under `data_dir` or beside a SQLite ledger. A PostgreSQL ledger keeps no
+    /// batches: `Err` says so.
+    pub fn open(url: &LedgerUrl, data_dir: Option<&Path>) -> Result<Batches, String> {
+        let LedgerUrl::Sqlite(path) = url else {
+            return Err("the Batch API keeps its state in a SQLite ledger; \
+                        this ledger is PostgreSQL"
+                .into());
+        };
+        let conn = match crate::ledger::Store::open(url)? {
+            crate::ledger::Store::Sqlite(conn, _) => conn,
+            crate::ledger::Store::Postgres(..) => unreachable!("a sqlite URL opens SQLite"),
+        };
+        let base = data_dir
+            .map(Path::to_path_buf)
+            .or_else(|| path.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        let dir = base.join("files");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Batches {
+            db: Mutex::new(conn),
+            dir,
+            wake: Notify::new(),
+        })
+    }
+
+    /// `f` with the database, on a blocking thread.
+    async fn with<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Connection, &Path) -> Result<T, ProxyError> + Send + 'static,
+    ) -> Result<T, ProxyError> {
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let mut db = me.db.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut db, &me.dir)
+        })
+        .await
+        .map_err(db_error)?
+    }
+
+    /// A file of `purpose` named `filename`, kept for `owner` within `limits`.
+    pub async fn upload(
+        self: &Arc<Self>,
+        owner: &Owner,
+        filename: String,
+        purpose: String,
+        content: Bytes,
+        limits: &config::Batches,
+    ) -> Result<FileRow, ProxyError> {
+        if purpose != "batch" {
+            return Err(ProxyError::InvalidParam {
+                param: "purpose",
+                message: format!(
+                    "purpose {:?} is not served here: only \"batch\" files are kept",
+                    Echo::new(&purpose)
+                ),
+            });
+        }
+        let limits = *limits;
+        let row = FileRow {
+            id: format!("file-{}", hex_id()),
+            client: owner.client.clone(),
+            filename,
+            purpose,
+            bytes: content.len() as i64,
+            created_at: now_s(),
+        };
+        self.with(move |db, dir| {
+            let (files, bytes) = store::kept(db, &row.client).map_err(db_error)?;
+            if files as u64 >= limits.files_per_client {
+                return Err(ProxyError::BatchLimit(format!(
+                    "client {} keeps {files} files, the most it may (batches.files_per_client); \
+                     delete some first",
+                    row.client
+                )));
+            }
+            if (bytes + row.bytes) as u64 > limits.bytes_per_client {
+                return Err(ProxyError::BatchLimit(format!(
+                    "client {} keeps {bytes} bytes of files; {} more would pass \
+                     batches.bytes_per_client ({})",
+                    row.client, row.bytes, limits.bytes_per_client
+                )));
+            }
+            write_file(dir, &row.id, &content).map_err(db_error)?;
+            store::insert_file(db, &row).map_err(db_error)?;
+            Ok(row)
+        })
+        .await
+    }
+
+    /// The file `id`, when `owner` sees it (else a 404, as for one that does not exist).
+    pub async fn file(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
+        let (owner, id) = (owner.clone(), id.to_string());
+        self.with(move |db, _| file_of(db, &owner, &id)).await
+    }
+
+    /// The file's content.
+    pub async fn content(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<Bytes, ProxyError> {
+        let (owner, id) = (owner.clone(), id.to_string());
+        self.with(move |db, dir| {
+            let f = file_of(db, &owner, &id)?;
+            std::fs::read(dir.join(&f.id))
+                .map(Bytes::from)
+                .map_err(db_error)
+        })
+        .await
+    }
+
+    /// The files `owner` sees, of `purpose` when one is given, a page after `after`.
+    pub async fn files(
+        self: &Arc<Self>,
+        owner: &Owner,
+        purpose: Option<String>,
+        after: Option<String>,
+        asc: bool,
+        limit: i64,
+    ) -> Result<(Vec<FileRow>, bool), ProxyError> {
+        let owner = owner.clone();
+        self.with(move |db, _| {
+            let after = match after {
+                Some(id) => Some(file_of(db, &owner, &id)?),
+                None => None,
+            };
+            let mut rows = store::files(
+                db,
+                owner.only(),
+                purpose.as_deref(),
+                after.as_ref(),
+                asc,
+                limit + 1,
+            )
+            .map_err(db_error)?;
+            let more = rows.len() as i64 > limit;
+            rows.truncate(limit as usize);
+            Ok((rows, more))
+        })
+        .await
+    }
+
+    /// The file is deleted, its content too.
+    pub async fn delete(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
+        let (owner, id) = (owner.clone(), id.to_string());
+        self.with(move |db, dir| {
+            let f = file_of(db, &owner, &id)?;
+            store::delete_file(db, &f.id).map_err(db_error)?;
+            let _ = std::fs::remove_file(dir.join(&f.id));
+            Ok(f)
+        })
+        .await
+    }
+
+    /// A batch of `owner`'s over its file `input_file_id`: validated by the runner next.
+    pub async fn create(
+        self: &Arc<Self>,
+        owner: &Owner,
+        input_file_id: String,
+        endpoint: String,
+        window: String,
+        metadata: Option<String>,
+        limits: &config::Batches,
+    ) -> Result<BatchRow, ProxyError> {
+        if !ENDPOINTS.contains(&endpoint.as_str()) {
+            return Err(ProxyError::InvalidParam {
+                param: "endpoint",
+                message: format!(
+                    "endpoint {:?} is not one of {}",
+                    Echo::new(&endpoint),
+                    ENDPOINTS.join(", ")
+                ),
+            });
+        }
+        if window != WINDOW {
+            return Err(ProxyError::InvalidParam {
+                param: "completion_window",
+                message: format!("completion_window must be \"{WINDOW}\""),
+            });
+        }
+        let (owner, limit) = (owner.clone(), limits.batches_in_progress_per_client);
+        let row = self
+            .with(move |db, _| {
+                let f = file_of(db, &owner, &input_file_id)?;
+                if f.purpose != "batch" {
+                    return Err(ProxyError::InvalidParam {
+                        param: "input_file_id",
+                        message: format!("file {} is not a batch input file", f.id),
+                    });
+                }
+                let running = store::batches(db, Some(&owner.client), None, i64::MAX)
+                    .map_err(db_error)?
+                    .iter()
+                    .filter(|b| b.active())
+                    .count() as u64;
+                if running >= limit {
+                    return Err(ProxyError::BatchLimit(format!(
+                        "client {} has {running} batches in progress, the most it may \
+                         (batches.batches_in_progress_per_client)",
+                        owner.client
+                    )));
+                }
+                let now = now_s();
+                let row = BatchRow {
+                    id: format!("batch_{}", hex_id()),
+                    client: owner.client.clone(),
+                    endpoint,
+                    input_file_id: f.id,
+                    completion_window: window,
+                    status: store::VALIDATING.into(),
+                    metadata,
+                    created_at: now,
+                    expires_at: now + WINDOW_S,
+                    ..BatchRow::default()
+                };
+                store::insert_batch(db, &row).map_err(db_error)?;
+                Ok(row)
+            })
+            .await?;
+        self.wake.notify_one();
+        Ok(row)
+    }
+
+    /// The batch `id`, when `owner` sees it.
+    pub async fn batch(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
+        let (owner, id) = (owner.clone(), id.to_string());
+        self.with(move |db, _| batch_of(db, &owner, &id)).await
+    }
+
+    /// The batches `owner` sees, newest first, a page after `after`.
+    pub async fn batches(
+        self: &Arc<Self>,
+        owner: &Owner,
+        after: Option<String>,
+        limit: i64,
+    ) -> Result<(Vec<BatchRow>, bool), ProxyError> {
+        let owner = owner.clone();
+        self.with(move |db, _| {
+            let after = match after {
+                Some(id) => Some(batch_of(db, &owner, &id)?),
+                None => None,
+            };
+            let mut rows =
+                store::batches(db, owner.only(), after.as_ref(), limit + 1).map_err(db_error)?;
+            let more = rows.len() as i64 > limit;
+            rows.truncate(limit as usize);
+            Ok((rows, more))
+        })
+        .await
+    }
+
+    /// The batch is cancelled: `cancelling` until its running lines have stopped. A batch
+    /// that has ended already cannot be.
+    pub async fn cancel(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
+        let (owner, id) = (owner.clone(), id.to_string());
+        let row = self
+            .with(move |db, _| {
+                let b = batch_of(db, &owner, &id)?;
+                let from = [store::VALIDATING, store::IN_PROGRESS];
+                if !store::advance(db, &b.id, &from, store::CANCELLING, now_s())
+                    .map_err(db_error)?
+                    && b.status != store::CANCELLING
+                    && b.status != store::CANCELLED
+                {
+                    return Err(ProxyError::InvalidRequest(format!(
+                        "batch {} is {}: it cannot be cancelled",
+                        b.id, b.status
+                    )));
+                }
+                batch_of(db, &owner, &b.id)
+            })
+            .await?;
+        self.wake.notify_one();
+        Ok(row)
+    }
+
+    /// Batches in progress, for the status page: `(id, client, endpoint, total, completed,
+    /// failed, status)`, oldest first.
+    pub async fn in_progress(self: &Arc<Self>) -> Result<Vec<BatchRow>, ProxyError> {
+        self.with(|db, _| store::active(db).map_err(db_error)).await
+    }
+}
+
+fn file_of(db: &Connection, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
+    store::file(db, id)
+        .map_err(db_error)?
+        .filter(|f| owner.sees(&f.client))
+        .ok_or_else(|| ProxyError::NoSuchObject {
+            kind: "File",
+            id: Echo::new(id),
+        })
+}
+
+fn batch_of(db: &Connection, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
+    store::batch(db, id)
+        .map_err(db_error)?
+        .filter(|b| owner.sees(&b.client))
+        .ok_or_else(|| ProxyError::NoSuchObject {
+            kind: "Batch",
+            id: Echo::new(id),
+        })
+}
+
+/// Writes a file's content whole or not at all (a temporary name, then renamed).
+fn write_file(dir: &Path, id: &str, content: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{id}.part"));
+    std::fs::write(&tmp, content)?;
+    std::fs::rename(tmp, dir.join(id))
+}

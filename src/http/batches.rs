@@ -1,0 +1,385 @@
+//! The Files and Batch endpoints, as OpenAI documents them: `/v1/files` (multipart upload,
+//! list, get, content, delete) and `/v1/batches` (create, get, cancel, list). Thin: the caller
+//! named (a client, or an admin key that sees all), the request parsed, [`crate::batches`]
+//! called, its objects rendered; errors in OpenAI's envelope. Also what the batch runner is
+//! handed to run a line: the whole pipeline ([`super::routed::line`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::intake::{self, REQUEST_ID};
+use super::usage::is_admin;
+use crate::batches::result::Answer;
+use crate::batches::runner::{self, Serve};
+use crate::batches::store::STATUSES;
+use crate::batches::{Batches, Owner};
+use crate::clients::Caller;
+use crate::error::{Echo, ProxyError};
+use crate::live::{AppState, Snapshot};
+
+type Q = Query<HashMap<String, String>>;
+
+/// The Batch API's state and who asks, or the error that answers.
+fn open(state: &AppState, headers: &HeaderMap) -> Result<(Arc<Batches>, Owner), ProxyError> {
+    let batches = state.batches.clone().map_err(ProxyError::BatchesOff)?;
+    let snap = state.live.load();
+    let owner = match is_admin(&snap, headers) {
+        true => Owner {
+            client: "-".into(),
+            admin: true,
+        },
+        false => {
+            let caller = intake::identify(&snap, headers)?;
+            Owner {
+                client: caller.map_or("-".to_string(), |c| c.name().to_string()),
+                admin: false,
+            }
+        }
+    };
+    Ok((batches, owner))
+}
+
+fn answered(r: Result<Value, ProxyError>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A page's `limit` (1 to 100, `default` when unset).
+fn limit(q: &HashMap<String, String>, default: i64) -> Result<i64, ProxyError> {
+    match q.get("limit") {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| ProxyError::InvalidParam {
+                param: "limit",
+                message: format!("limit {:?} is not a number from 1 to 10000", Echo::new(v)),
+            }),
+    }
+}
+
+fn page(data: Vec<Value>, more: bool) -> Value {
+    let id = |v: Option<&Value>| v.and_then(|v| v.get("id")).cloned();
+    json!({
+        "object": "list",
+        "first_id": id(data.first()),
+        "last_id": id(data.last()),
+        "has_more": more,
+        "data": data,
+    })
+}
+
+/// `POST /v1/files`: a multipart form with `purpose` and `file`.
+pub async fn upload(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    form: Multipart,
+) -> Response {
+    answered(upload_with(&state, &headers, form).await)
+}
+
+async fn upload_with(
+    state: &AppState,
+    headers: &HeaderMap,
+    mut form: Multipart,
+) -> Result<Value, ProxyError> {
+    let (batches, owner) = open(state, headers)?;
+    let limits = state.live.load().config.batches;
+    let bad = |e: axum::extract::multipart::MultipartError| {
+        ProxyError::InvalidRequest(format!(
+            "the multipart form cannot be read: {}",
+            e.body_text()
+        ))
+    };
+    let (mut purpose, mut file) = (None, None);
+    while let Some(mut field) = form.next_field().await.map_err(bad)? {
+        match field.name() {
+            Some("purpose") => purpose = Some(field.text().await.map_err(bad)?),
+            Some("file") => {
+                let name = field.file_name().unwrap_or("upload.jsonl").to_string();
+                let mut content = BytesMut::new();
+                while let Some(chunk) = field.chunk().await.map_err(bad)? {
+                    if (content.len() + chunk.len()) as u64 > limits.max_file_bytes {
+                        return Err(ProxyError::PayloadTooLarge {
+                            limit: limits.max_file_bytes as usize,
+                        });
+                    }
+                    content.extend_from_slice(&chunk);
+                }
+                file = Some((name, content.freeze()));
+            }
+            _ => {}
+        }
+    }
+    let purpose = purpose.ok_or(ProxyError::InvalidParam {
+        param: "purpose",
+        message: "the form has no purpose field".into(),
+    })?;
+    let (name, content) = file.ok_or(ProxyError::InvalidParam {
+        param: "file",
+        message: "the form has no file field".into(),
+    })?;
+    let row = batches
+        .upload(&owner, name, purpose, content, &limits)
+        .await?;
+    Ok(row.to_json())
+}
+
+/// `GET /v1/files`: the caller's files, newest first (`order=asc`: oldest), paged by `after`.
+pub async fn files(State(state): State<AppState>, headers: HeaderMap, Query(q): Q) -> Response {
+    answered(
+        async {
+            let (batches, owner) = open(&state, &headers)?;
+            let asc = q.get("order").is_some_and(|o| o == "asc");
+            let (rows, more) = batches
+                .files(
+                    &owner,
+                    q.get("purpose").cloned(),
+                    q.get("after").cloned(),
+                    asc,
+                    limit(&q, 10_000)?,
+                )
+                .await?;
+            Ok(page(rows.iter().map(|f| f.to_json()).collect(), more))
+        }
+        .await,
+    )
+}
+
+/// `GET /v1/files/{id}`.
+pub async fn file(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    answered(
+        async {
+            let (batches, owner) = open(&state, &headers)?;
+            Ok(batches.file(&owner, &id).await?.to_json())
+        }
+        .await,
+    )
+}
+
+/// `GET /v1/files/{id}/content`.
+pub async fn content(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let got = async {
+        let (batches, owner) = open(&state, &headers)?;
+        batches.content(&owner, &id).await
+    }
+    .await;
+    match got {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `DELETE /v1/files/{id}`.
+pub async fn delete(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    answered(
+        async {
+            let (batches, owner) = open(&state, &headers)?;
+            let f = batches.delete(&owner, &id).await?;
+            Ok(json!({"id": f.id, "object": "file", "deleted": true}))
+        }
+        .await,
+    )
+}
+
+/// `POST /v1/batches`'s body.
+#[derive(Deserialize)]
+struct NewBatch {
+    input_file_id: Option<String>,
+    endpoint: Option<String>,
+    completion_window: Option<String>,
+    metadata: Option<Value>,
+}
+
+/// `POST /v1/batches`.
+pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    answered(
+        async {
+            let (batches, owner) = open(&state, &headers)?;
+            intake::check_content_type(&headers)?;
+            let new: NewBatch = serde_json::from_slice(&body)
+                .map_err(|e| ProxyError::InvalidJson(e.to_string()))?;
+            let missing = |param| ProxyError::InvalidParam {
+                param,
+                message: format!("{param} is required"),
+            };
+            let metadata = match new.metadata {
+                None | Some(Value::Null) => None,
+                Some(Value::Object(m)) if m.len() <= 16 && m.values().all(Value::is_string) => {
+                    Some(Value::Object(m).to_string())
+                }
+                Some(_) => {
+                    return Err(ProxyError::InvalidParam {
+                        param: "metadata",
+                        message: "metadata must be an object of at most 16 string values".into(),
+                    })
+                }
+            };
+            let limits = state.live.load().config.batches;
+            let row = batches
+                .create(
+                    &owner,
+                    new.input_file_id.ok_or_else(|| missing("input_file_id"))?,
+                    new.endpoint.ok_or_else(|| missing("endpoint"))?,
+                    new.completion_window
+                        .ok_or_else(|| missing("completion_window"))?,
+                    metadata,
+                    &limits,
+                )
+                .await?;
+            Ok(row.to_json())
+        }
+        .await,
+    )
+}
+
+/// `GET /v1/batches/{id}`.
+pub async fn batch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    answered(
+        async {
+            let (batches, owner) = open(&state, &headers)?;
+            Ok(batches.batch(&owner, &id).await?.to_json())
+        }
+        .await,
+    )
+}
+
+/// `POST /v1/batches/{id}/cancel`.
+pub async fn cancel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    answered(
+        async {
+            let (batches, owner) = open(&state, &headers)?;
+            Ok(batches.cancel(&owner, &id).await?.to_json())
+        }
+        .await,
+    )
+}
+
+/// `GET /v1/batches`: the caller's batches, newest first, paged by `after` (`limit` 20 by
+/// default).
+pub async fn batches(State(state): State<AppState>, headers: HeaderMap, Query(q): Q) -> Response {
+    answered(
+        async {
+            let (batches, owner) = open(&state, &headers)?;
+            let (rows, more) = batches
+                .batches(&owner, q.get("after").cloned(), limit(&q, 20)?)
+                .await?;
+            Ok(page(rows.iter().map(|b| b.to_json()).collect(), more))
+        }
+        .await,
+    )
+}
+
+/// The batch runner for `state`, when the Batch API is on: a task until the process ends.
+pub fn spawn_runner(state: &AppState) {
+    if let Ok(batches) = &state.batches {
+        let serve: Arc<dyn Serve> = Arc::new(Lines(state.clone()));
+        tokio::spawn(runner::run(Arc::clone(batches), serve));
+    }
+}
+
+/// Lines served through the pipeline of `AppState`.
+struct Lines(AppState);
+
+/// The client named `name` in `snap` (`None`: `-`, the requests of no client's key).
+fn caller(snap: &Snapshot, name: &str) -> Result<Option<Caller>, ProxyError> {
+    if name == "-" {
+        return Ok(None);
+    }
+    let found = snap.clients.callers().iter().find(|c| c.name() == name);
+    found.cloned().map(Some).ok_or(ProxyError::Unauthorized)
+}
+
+impl Serve for Lines {
+    fn line(&self, client: &str, endpoint: &str, body: Bytes) -> BoxFuture<'static, Answer> {
+        let (state, client, endpoint) = (self.0.clone(), client.to_string(), endpoint.to_string());
+        Box::pin(async move {
+            let snap = state.live.load_full();
+            let resp = match caller(&snap, &client) {
+                Ok(c) => super::routed::line(&state, c, &endpoint, body).await,
+                Err(e) => e.into_response(),
+            };
+            let status = resp.status().as_u16();
+            let request_id = resp
+                .headers()
+                .get(REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let body = match resp.into_body().collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => Bytes::from(
+                    json!({"error": {"message": format!("the answer broke off: {e}"),
+                    "type": "server_error", "param": null, "code": "bad_gateway"}})
+                    .to_string(),
+                ),
+            };
+            let status = if body.is_empty() && status == 200 {
+                502
+            } else {
+                status
+            };
+            Answer {
+                status,
+                request_id,
+                body,
+            }
+        })
+    }
+
+    fn usable(&self, client: &str, model: &str) -> bool {
+        let snap = self.0.live.load();
+        let Some(route) = snap.routes.resolve(model) else {
+            return false;
+        };
+        match caller(&snap, client) {
+            Ok(c) => c.is_none_or(|c| c.may_use(route.alias.name())),
+            Err(_) => false,
+        }
+    }
+
+    fn limits(&self) -> crate::config::Batches {
+        self.0.live.load().config.batches
+    }
+
+    fn counted(&self, alias: &str, client: &str, outcome: &'static str) {
+        self.0.metrics.batch_line(alias, client, outcome);
+    }
+
+    fn statuses(&self, by: &[(String, i64)]) {
+        self.0.metrics.batches_by_status(&STATUSES, by);
+    }
+}

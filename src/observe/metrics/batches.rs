@@ -1,0 +1,59 @@
+//! The Batch API's families: its lines' runs by outcome, and its batches by status.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct LineLabels {
+    alias: String,
+    client: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct StatusLabel {
+    status: String,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct BatchFamilies {
+    lines: Family<LineLabels, Counter>,
+    by_status: Family<StatusLabel, Gauge>,
+}
+
+impl BatchFamilies {
+    pub(super) fn register(&self, r: &mut Registry) {
+        r.register(
+            "batch_lines",
+            "Runs of Batch API lines by outcome: completed (answered 2xx), failed (to the error file), retried (a transient failure, run again), deferred (not run: its queue was full or its wait ran out, run again)",
+            self.lines.clone(),
+        );
+        r.register(
+            "batches",
+            "Batch API batches by status, as the ledger keeps them",
+            self.by_status.clone(),
+        );
+    }
+
+    pub(super) fn line(&self, alias: &str, client: &str, outcome: &'static str) {
+        let labels = LineLabels {
+            alias: alias.to_string(),
+            client: client.to_string(),
+            outcome,
+        };
+        self.lines.get_or_create(&labels).inc();
+    }
+
+    pub(super) fn statuses(&self, all: &[&str], by: &[(String, i64)]) {
+        for status in all {
+            let n = by.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n);
+            let label = StatusLabel {
+                status: (*status).to_string(),
+            };
+            self.by_status.get_or_create(&label).set(n);
+        }
+    }
+}
