@@ -330,7 +330,7 @@ mod tests {
 
     /// How many variants [`ordinal`] knows; a new variant needs an arm there (the match
     /// does not compile without one) and a sample in [`one_of_each`].
-    const VARIANTS: usize = 35;
+    const VARIANTS: usize = 38;
 
     fn ordinal(e: &ProxyError) -> usize {
         use ProxyError::*;
@@ -370,6 +370,9 @@ mod tests {
             AdminOnly => 32,
             NoLedger => 33,
             LedgerUnavailable { .. } => 34,
+            NoSuchObject { .. } => 35,
+            BatchesOff(_) => 36,
+            BatchLimit(_) => 37,
         }
     }
 
@@ -470,6 +473,12 @@ mod tests {
             AdminOnly,
             NoLedger,
             LedgerUnavailable { detail: "x".into() },
+            NoSuchObject {
+                kind: "File",
+                id: Echo::new("file-1"),
+            },
+            BatchesOff("no ledger"),
+            BatchLimit("x".into()),
             TooManyConnections { limit: 1 },
             BodyTimeout {
                 waited: d,

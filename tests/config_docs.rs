@@ -96,6 +96,7 @@ fn every_config_key_is_in_the_example_and_the_reference_and_no_other() {
         ),
         ("tracing.rs", "RawTracing", "## `[tracing]`", "tracing"),
         ("ledger.rs", "RawLedger", "## `[ledger]`", "ledger"),
+        ("batches.rs", "RawBatches", "## `[batches]`", "batches"),
     ] {
         let keys = fields(&read(&format!("src/config/{file}")), name);
         assert!(!keys.is_empty(), "{name}: no fields read");

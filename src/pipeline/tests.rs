@@ -161,6 +161,7 @@ async fn ask(state: &AppState, model: &str) -> Result<u16, ProxyError> {
         headers: HeaderMap::new(),
         body: Bytes::from(body),
         caller: None,
+        idle: false,
     };
     let answered = handle(state, &snap, &mut rec, req).await;
     answered.map(|r| r.status().as_u16())

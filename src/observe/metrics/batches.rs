@@ -33,7 +33,7 @@ impl BatchFamilies {
         );
         r.register(
             "batches",
-            "Batch API batches by status, as the ledger keeps them",
+            "Batch API batches by status, as the ledger keeps them (read again each second while batches run)",
             self.by_status.clone(),
         );
     }

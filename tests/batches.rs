@@ -1,0 +1,613 @@
+//! The Batch API from outside: files uploaded as multipart forms, batches validated, run to
+//! their end through the whole pipeline against a simulator, their output and error files
+//! read back; ownership, bounds, cancellation, the idle class giving its slot to a person,
+//! and a kill -9 of the binary mid-batch.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+use switchboard::sim::SimConfig;
+
+/// Longest a batch may take to reach a status in these tests (lines run in real time).
+const BATCH_WAIT: Duration = Duration::from_secs(90);
+
+fn config(db: &Path, slots: u32, batches: &str) -> String {
+    format!(
+        r#"
+[server]
+admin_keys_env = "SB_T_BATCH_ADMIN"
+[backends.gpu]
+url = "{{gpu}}"
+flavor = "llamacpp"
+slots = {slots}
+[aliases.a]
+backend = "gpu"
+[aliases.secret]
+backend = "gpu"
+[clients.ann]
+key_env = "SB_T_BATCH_ANN"
+aliases = ["a"]
+[clients.bob]
+key_env = "SB_T_BATCH_BOB"
+[ledger]
+url = "sqlite://{}"
+batch_interval_ms = 10
+[batches]
+{batches}
+"#,
+        db.display()
+    )
+}
+
+fn keys() {
+    std::env::set_var("SB_T_BATCH_ADMIN", "admin-key");
+    std::env::set_var("SB_T_BATCH_ANN", "ann-key");
+    std::env::set_var("SB_T_BATCH_BOB", "bob-key");
+}
+
+/// A chat line.
+fn line(id: &str, model: &str, max_tokens: i64) -> String {
+    json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+           "body": {"model": model, "max_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": format!("marker-{id}")}]}})
+    .to_string()
+}
+
+/// A chat line longer than the simulator's window: the backend refuses it (400).
+fn too_long(id: &str) -> String {
+    let content = format!("marker-{id} {}", "word ".repeat(3000));
+    json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+           "body": {"model": "a", "max_tokens": 5,
+                    "messages": [{"role": "user", "content": content}]}})
+    .to_string()
+}
+
+struct Api {
+    c: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    fn new(base: String) -> Api {
+        Api { c: client(), base }
+    }
+
+    async fn upload(&self, key: &str, text: String) -> (u16, Value) {
+        let form = reqwest::multipart::Form::new()
+            .text("purpose", "batch")
+            .part(
+                "file",
+                reqwest::multipart::Part::bytes(text.into_bytes()).file_name("in.jsonl"),
+            );
+        let r = self
+            .c
+            .post(format!("{}/v1/files", self.base))
+            .bearer_auth(key)
+            .multipart(form);
+        let r = r.send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn create(&self, key: &str, file: &Value) -> (u16, Value) {
+        let body = json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+                          "completion_window": "24h", "metadata": {"run": "t"}});
+        self.post(key, "/v1/batches", &body).await
+    }
+
+    async fn post(&self, key: &str, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .c
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .json(body);
+        let r = r.send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn get(&self, key: &str, path: &str) -> (u16, Value) {
+        let r = self.c.get(format!("{}{path}", self.base)).bearer_auth(key);
+        let r = r.send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn text(&self, key: &str, path: &str) -> String {
+        let r = self.c.get(format!("{}{path}", self.base)).bearer_auth(key);
+        r.send().await.unwrap().text().await.unwrap()
+    }
+
+    /// The batch once `done` holds of it (polled; within [`BATCH_WAIT`]).
+    async fn until(&self, key: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let path = format!("/v1/batches/{id}");
+        let waited = tokio::time::timeout(BATCH_WAIT, async {
+            loop {
+                let (status, b) = self.get(key, &path).await;
+                assert_eq!(status, 200, "{b}");
+                if done(&b) {
+                    return b;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        waited.await.expect("the batch reaches the status awaited")
+    }
+
+    /// Each line of a file by its custom_id.
+    async fn lines(&self, key: &str, file: &Value) -> Vec<Value> {
+        let Some(id) = file.as_str() else {
+            return Vec::new();
+        };
+        let text = self.text(key, &format!("/v1/files/{id}/content")).await;
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn ids(lines: &[Value]) -> Vec<String> {
+    let mut ids: Vec<String> = lines
+        .iter()
+        .map(|l| l["custom_id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn a_batch_runs_to_completed_with_every_custom_id_answered_once_and_only_its_owner_sees_it() {
+    keys();
+    let gpu = sim(SimConfig {
+        slot_ctx: 1024,
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = config(&dir.path().join("usage.db"), 2, "max_concurrent = 3");
+    let p = proxy(&toml, &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let bad: Vec<String> = (0..5).map(|i| format!("bad-{i}")).collect();
+    let good: Vec<String> = (0..35).map(|i| format!("good-{i:02}")).collect();
+    let mut text: String = good.iter().map(|id| line(id, "a", 5) + "\n").collect();
+    text.extend(bad.iter().map(|id| too_long(id) + "\n"));
+    let (status, file) = api.upload("ann-key", text).await;
+    assert_eq!(status, 200, "{file}");
+    assert_eq!(
+        (file["object"].as_str(), file["purpose"].as_str()),
+        (Some("file"), Some("batch"))
+    );
+    let (status, b) = api.create("ann-key", &file).await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(b["status"], "validating");
+    let id = b["id"].as_str().unwrap().to_string();
+    let b = api
+        .until("ann-key", &id, |b| b["status"] == "completed")
+        .await;
+    assert_eq!(
+        b["request_counts"],
+        json!({"total": 40, "completed": 35, "failed": 5}),
+        "{b}"
+    );
+    assert_eq!(b["metadata"], json!({"run": "t"}));
+    for at in ["in_progress_at", "finalizing_at", "completed_at"] {
+        assert!(b[at].as_i64().is_some(), "{at}: {b}");
+    }
+    let out = api.lines("ann-key", &b["output_file_id"]).await;
+    assert_eq!(ids(&out), good);
+    for l in &out {
+        assert_eq!(l["response"]["status_code"], 200, "{l}");
+        assert_eq!(l["response"]["body"]["object"], "chat.completion", "{l}");
+        assert!(l["response"]["request_id"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()));
+        assert!(l["id"].as_str().unwrap().starts_with("batch_req_"));
+        assert_eq!(l["error"], Value::Null);
+        // The body the backend got is the line's own.
+        let marker = format!("marker-{}", l["custom_id"].as_str().unwrap());
+        assert_eq!(chats_with(&gpu, &format!("\"{marker}\"")), 1, "{marker}");
+    }
+    let errors = api.lines("ann-key", &b["error_file_id"]).await;
+    assert_eq!(ids(&errors), bad);
+    for l in &errors {
+        assert_eq!(l["response"]["status_code"], 400, "{l}");
+        let code = &l["response"]["body"]["error"]["code"];
+        assert_eq!(code, "context_length_exceeded", "{l}");
+    }
+    // Another client sees none of it; an admin key sees all of it.
+    let path = format!("/v1/batches/{id}");
+    assert_eq!(api.get("bob-key", &path).await.0, 404);
+    let output = format!(
+        "/v1/files/{}/content",
+        b["output_file_id"].as_str().unwrap()
+    );
+    let r = api
+        .c
+        .get(format!("{}{output}", api.base))
+        .bearer_auth("bob-key");
+    assert_eq!(r.send().await.unwrap().status(), 404);
+    let cancel = format!("/v1/batches/{id}/cancel");
+    assert_eq!(api.post("bob-key", &cancel, &json!({})).await.0, 404);
+    // A batch that has completed cannot be cancelled.
+    let (status, e) = api.post("ann-key", &cancel, &json!({})).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{e}"
+    );
+    let (_, listed) = api.get("bob-key", "/v1/batches").await;
+    assert_eq!(listed["data"], json!([]));
+    let (_, files) = api.get("bob-key", "/v1/files").await;
+    assert_eq!(files["data"], json!([]));
+    assert_eq!(api.get("admin-key", &path).await.1["id"], id.as_str());
+    assert_eq!(
+        api.get("admin-key", "/v1/files").await.1["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // Each run is counted, and the ledger has the lines as ann's requests.
+    let m = p.metrics().await;
+    let completed = r#"switchboard_batch_lines_total{alias="a",client="ann",outcome="completed"}"#;
+    assert_eq!(sample(&m, completed), 35.0);
+    let failed = r#"switchboard_batch_lines_total{alias="a",client="ann",outcome="failed"}"#;
+    assert_eq!(sample(&m, failed), 5.0);
+    // The gauge of batches by status follows the ledger within the runner's next look.
+    let by_status = r#"switchboard_batches{status="completed"}"#;
+    let counted = async {
+        while sample(&p.metrics().await, by_status) != 1.0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(BATCH_WAIT, counted).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_file_with_bad_lines_fails_its_batch_at_validation_naming_each_line() {
+    keys();
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = proxy(
+        &config(&dir.path().join("usage.db"), 2, ""),
+        &[("gpu", gpu.url())],
+    )
+    .await;
+    let api = Api::new(p.url(""));
+    // ann may not use `secret`; the third line repeats the first's custom_id.
+    let text = [
+        line("x", "a", 5),
+        "{oops".to_string(),
+        line("x", "a", 5),
+        line("y", "secret", 5),
+        line("z", "a", 5).replace("/v1/chat/completions", "/v1/embeddings"),
+    ]
+    .join("\n");
+    let (_, file) = api.upload("ann-key", text).await;
+    let (_, b) = api.create("ann-key", &file).await;
+    let id = b["id"].as_str().unwrap();
+    let b = api.until("ann-key", id, |b| b["status"] == "failed").await;
+    let errors: Vec<(String, i64)> = b["errors"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["code"].as_str().unwrap().to_string(),
+                e["line"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("invalid_json_line", 2),
+        ("duplicate_custom_id", 3),
+        ("model_not_found", 4),
+        ("invalid_url", 5),
+    ];
+    let want: Vec<(String, i64)> = want.iter().map(|(c, l)| (c.to_string(), *l)).collect();
+    assert_eq!(errors, want, "{b}");
+    assert_eq!(b["errors"]["object"], "list");
+    assert!(b["failed_at"].as_i64().is_some());
+    assert_eq!(
+        gpu.recorder().received(),
+        0,
+        "nothing of a failed batch runs"
+    );
+    // What create itself refuses, in OpenAI's envelope.
+    let wrong = json!({"input_file_id": file["id"], "endpoint": "/v1/images",
+                       "completion_window": "24h"});
+    let (status, e) = api.post("ann-key", "/v1/batches", &wrong).await;
+    assert_eq!(
+        (status, e["error"]["param"].as_str()),
+        (400, Some("endpoint")),
+        "{e}"
+    );
+    let (status, e) = api.post("bob-key", "/v1/batches", &json!({
+        "input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"
+    })).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_clients_files_bytes_and_batches_in_progress_are_bounded() {
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_secs(30),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let bounds = "files_per_client = 2\nbytes_per_client = 600\nbatches_in_progress_per_client = 1\nmax_file_bytes = 600";
+    let p = proxy(
+        &config(&dir.path().join("usage.db"), 1, bounds),
+        &[("gpu", gpu.url())],
+    )
+    .await;
+    let api = Api::new(p.url(""));
+    let (status, e) = api.upload("ann-key", "x".repeat(601)).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (413, Some("request_too_large")),
+        "{e}"
+    );
+    let (_, first) = api.upload("ann-key", line("a", "a", 5)).await;
+    let (_, second) = api.upload("ann-key", line("b", "a", 5)).await;
+    let (status, e) = api.upload("ann-key", line("c", "a", 5)).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (400, Some("limit_exceeded")),
+        "{e}"
+    );
+    // Another client's bounds are its own.
+    assert_eq!(api.upload("bob-key", line("c", "a", 5)).await.0, 200);
+    let r = api.c.delete(format!(
+        "{}/v1/files/{}",
+        api.base,
+        second["id"].as_str().unwrap()
+    ));
+    let deleted: Value = r
+        .bearer_auth("ann-key")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(deleted["deleted"], true);
+    let (status, e) = api.upload("ann-key", "y".repeat(500)).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (400, Some("limit_exceeded")),
+        "{e}"
+    );
+    assert_eq!(api.create("ann-key", &first).await.0, 200);
+    let (status, e) = api.create("ann-key", &first).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (400, Some("limit_exceeded")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_batch_stops_its_lines_and_keeps_what_was_done() {
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(150),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = config(&dir.path().join("usage.db"), 1, "max_concurrent = 1");
+    let p = proxy(&toml, &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let text: String = (0..40)
+        .map(|i| line(&format!("l{i:02}"), "a", 3) + "\n")
+        .collect();
+    let (_, file) = api.upload("bob-key", text).await;
+    let (_, b) = api.create("bob-key", &file).await;
+    let id = b["id"].as_str().unwrap();
+    api.until("bob-key", id, |b| {
+        b["request_counts"]["completed"].as_i64() >= Some(2)
+    })
+    .await;
+    let (status, b) = api
+        .post("bob-key", &format!("/v1/batches/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(status, 200, "{b}");
+    assert!(
+        b["status"] == "cancelling" || b["status"] == "cancelled",
+        "{b}"
+    );
+    let b = api
+        .until("bob-key", id, |b| b["status"] == "cancelled")
+        .await;
+    let counts = &b["request_counts"];
+    let (done, failed) = (
+        counts["completed"].as_i64().unwrap(),
+        counts["failed"].as_i64().unwrap(),
+    );
+    assert_eq!(done + failed, 40, "{b}");
+    assert!(done < 40, "{b}");
+    let out = api.lines("bob-key", &b["output_file_id"]).await;
+    let errors = api.lines("bob-key", &b["error_file_id"]).await;
+    assert_eq!(out.len() as i64, done);
+    assert_eq!(errors.len() as i64, failed);
+    assert!(
+        errors
+            .iter()
+            .all(|e| e["error"]["code"] == "batch_cancelled"),
+        "{errors:?}"
+    );
+    let mut all = ids(&out);
+    all.extend(ids(&errors));
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 40);
+    assert!(b["cancelling_at"].as_i64().is_some() && b["cancelled_at"].as_i64().is_some());
+    // The line running when it was cancelled was cut at the backend; nothing runs after.
+    until("the cut line to end", || gpu.recorder().running() == 0).await;
+    let received = chats_with(&gpu, "marker-");
+    assert!(
+        received as i64 <= done + 1,
+        "{received} received, {done} done"
+    );
+    // Cancelling it again answers it as it is.
+    let (status, again) = api
+        .post("bob-key", &format!("/v1/batches/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(
+        (status, &again["status"]),
+        (200, &json!("cancelled")),
+        "{again}"
+    );
+}
+
+/// A person's request waiting for the one slot a batch line holds takes it at once: the line
+/// is cut at the backend and runs again later; the batch still completes, every line once.
+#[tokio::test]
+async fn a_person_takes_the_slot_a_batch_line_holds_and_the_line_runs_again_later() {
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(400),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = config(&dir.path().join("usage.db"), 1, "max_concurrent = 1");
+    let p = proxy(&toml, &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let text: String = (0..3)
+        .map(|i| line(&format!("l{i}"), "a", 3) + "\n")
+        .collect();
+    let (_, file) = api.upload("bob-key", text).await;
+    let (_, b) = api.create("bob-key", &file).await;
+    let id = b["id"].as_str().unwrap();
+    until("a line to hold the slot", || gpu.recorder().running() == 1).await;
+    let person = api
+        .c
+        .post(format!("{}/v1/chat/completions", api.base))
+        .bearer_auth("ann-key")
+        .json(&chat("a", false));
+    let r = within("the person's answer", person.send()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let m = p.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"switchboard_preemptions_total{alias="a",class="idle"}"#
+        ),
+        1.0
+    );
+    let b = api
+        .until("bob-key", id, |b| b["status"] == "completed")
+        .await;
+    assert_eq!(
+        b["request_counts"],
+        json!({"total": 3, "completed": 3, "failed": 0})
+    );
+    let out = api.lines("bob-key", &b["output_file_id"]).await;
+    assert_eq!(ids(&out), ["l0", "l1", "l2"]);
+    // Three lines and the person's request ran to their end; the cut one did not.
+    assert_eq!(gpu.recorder().completed(), 4);
+    assert_eq!(gpu.recorder().cancelled(), 1);
+}
+
+/// kill -9 of the binary mid-batch, then a start on the same ledger: the batch completes, each
+/// line's answer once in its output, and the backend ran each line to its end once (a line
+/// cut by the kill was cancelled at the backend, not finished).
+#[tokio::test]
+async fn a_batch_killed_mid_way_completes_after_a_restart_without_running_a_line_twice() {
+    keys();
+    // Each line takes 1.5 s at the backend, two at once: the kill comes well inside one.
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(1500),
+        slots: 2,
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let toml = config(&dir.path().join("usage.db"), 2, "max_concurrent = 2").replace(
+        "[server]",
+        &format!("[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1"),
+    );
+    let path = dir.path().join("routes.toml");
+    std::fs::write(&path, fill(&toml, &[("gpu", gpu.url())])).unwrap();
+    let start = || {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .kill_on_drop(true)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let api = Api::new(format!("http://127.0.0.1:{port}"));
+    let up = || async {
+        tokio::time::timeout(BATCH_WAIT, async {
+            while api
+                .c
+                .get(format!("{}/health", api.base))
+                .send()
+                .await
+                .is_err()
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the proxy listens");
+    };
+    let mut first = start();
+    up().await;
+    let text: String = (0..8)
+        .map(|i| line(&format!("l{i}"), "a", 3) + "\n")
+        .collect();
+    let (_, file) = api.upload("ann-key", text).await;
+    let (_, b) = api.create("ann-key", &file).await;
+    let id = b["id"].as_str().unwrap().to_string();
+    api.until("ann-key", &id, |b| {
+        b["request_counts"]["completed"].as_i64() >= Some(2)
+    })
+    .await;
+    // The next two lines are at the backend now, a second and more from their end.
+    until("the next lines to reach the backend", || {
+        gpu.recorder().running() == 2
+    })
+    .await;
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    until("the cut lines to end at the backend", || {
+        gpu.recorder().running() == 0
+    })
+    .await;
+    let cut = gpu.recorder().cancelled();
+    assert_eq!(cut, 2, "the two lines running were cut by the kill");
+    let _second = start();
+    up().await;
+    let b = api
+        .until("ann-key", &id, |b| b["status"] == "completed")
+        .await;
+    assert_eq!(
+        b["request_counts"],
+        json!({"total": 8, "completed": 8, "failed": 0}),
+        "{b}"
+    );
+    let out = api.lines("ann-key", &b["output_file_id"]).await;
+    let want: Vec<String> = (0..8).map(|i| format!("l{i}")).collect();
+    assert_eq!(ids(&out), want);
+    assert_eq!(
+        gpu.recorder().completed(),
+        8,
+        "each line ran to its end once"
+    );
+    assert_eq!(chats_with(&gpu, "marker-"), 8 + cut as usize);
+}
