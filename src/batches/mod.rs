@@ -64,9 +64,13 @@ impl Owner {
     }
 }
 
-/// A new id's random part: 24 hex digits.
+/// A new id's own part: 24 hex digits, in the order ids are made (the milliseconds since
+/// the epoch, a count of this process's, then random digits), so lists sort by it.
 pub fn hex_id() -> String {
-    format!("{:016x}{:08x}", fastrand::u64(..), fastrand::u32(..))
+    static MADE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ms = crate::ledger::now_ms().max(0) as u64 & 0xffff_ffff_ffff;
+    format!("{ms:012x}{n:04x}{:08x}", fastrand::u32(..))
 }
 
 /// Now, in Unix seconds.

@@ -226,21 +226,15 @@ pub fn files(
     limit: i64,
 ) -> rusqlite::Result<Vec<FileRow>> {
     let (cmp, dir) = if asc { (">", "ASC") } else { ("<", "DESC") };
+    // Ids are made in order: their order is the files' (newest last).
     let sql = format!(
         "SELECT {FILE_COLUMNS} FROM batch_files WHERE ($1 IS NULL OR client = $1) \
-         AND ($2 IS NULL OR purpose = $2) \
-         AND ($3 IS NULL OR (created_at, id) {cmp} ($3, $4)) \
-         ORDER BY created_at {dir}, id {dir} LIMIT $5"
+         AND ($2 IS NULL OR purpose = $2) AND ($3 IS NULL OR id {cmp} $3) \
+         ORDER BY id {dir} LIMIT $4"
     );
     let mut stmt = c.prepare(&sql)?;
     let rows = stmt.query_map(
-        params![
-            client,
-            purpose,
-            after.map(|f| f.created_at),
-            after.map(|f| f.id.as_str()),
-            limit
-        ],
+        params![client, purpose, after.map(|f| f.id.as_str()), limit],
         FileRow::of,
     )?;
     rows.collect()
@@ -299,17 +293,11 @@ pub fn batches(
 ) -> rusqlite::Result<Vec<BatchRow>> {
     let sql = format!(
         "SELECT {BATCH_COLUMNS} FROM batches WHERE ($1 IS NULL OR client = $1) \
-         AND ($2 IS NULL OR (created_at, id) < ($2, $3)) \
-         ORDER BY created_at DESC, id DESC LIMIT $4"
+         AND ($2 IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
     );
     let mut stmt = c.prepare(&sql)?;
     let rows = stmt.query_map(
-        params![
-            client,
-            after.map(|b| b.created_at),
-            after.map(|b| b.id.as_str()),
-            limit
-        ],
+        params![client, after.map(|b| b.id.as_str()), limit],
         BatchRow::of,
     )?;
     rows.collect()
@@ -319,7 +307,7 @@ pub fn batches(
 pub fn active(c: &Connection) -> rusqlite::Result<Vec<BatchRow>> {
     let sql = format!(
         "SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ($1, $2, $3, $4) \
-         ORDER BY created_at, id"
+         ORDER BY id"
     );
     let mut stmt = c.prepare(&sql)?;
     let rows = stmt.query_map(

@@ -83,7 +83,10 @@ fn a_database_of_version_1_is_migrated_and_its_rows_count_their_usage() {
     .unwrap();
     drop(c);
     let mut store = Store::open(&settings(&dir).url).unwrap();
-    assert_eq!(raw(&path, "SELECT max(version) FROM ledger_schema"), SCHEMA_VERSION);
+    assert_eq!(
+        raw(&path, "SELECT max(version) FROM ledger_schema"),
+        SCHEMA_VERSION
+    );
     let mut charged = row(1, "ann", "a", 6);
     (charged.charged_tokens, charged.charged_gpu_s) = (Some(50), Some(0.25));
     store.write("new", &[charged]).unwrap();
