@@ -470,6 +470,60 @@ async fn cancelling_a_batch_stops_its_lines_and_keeps_what_was_done() {
     );
 }
 
+/// A batch whose 24-hour window ends (its `expires_at` moved into the past in its database)
+/// ends as `expired`: what was done is in its output file, the rest in its error file.
+#[tokio::test]
+async fn a_batch_past_its_window_expires_with_what_was_done_kept() {
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(150),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let p = proxy(&config(&db, 1, "max_concurrent = 1"), &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let text: String = (0..30)
+        .map(|i| line(&format!("l{i:02}"), "a", 3) + "\n")
+        .collect();
+    let (_, file) = api.upload("ann-key", text).await;
+    let (_, b) = api.create("ann-key", &file).await;
+    let id = b["id"].as_str().unwrap();
+    assert_eq!(
+        b["expires_at"].as_i64().unwrap() - b["created_at"].as_i64().unwrap(),
+        86_400
+    );
+    api.until("ann-key", id, |b| {
+        b["request_counts"]["completed"].as_i64() >= Some(2)
+    })
+    .await;
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.busy_timeout(Duration::from_secs(10)).unwrap();
+    c.execute("UPDATE batches SET expires_at = 0 WHERE id = ?1", [id])
+        .unwrap();
+    let b = api.until("ann-key", id, |b| b["status"] == "expired").await;
+    let counts = &b["request_counts"];
+    let (done, failed) = (
+        counts["completed"].as_i64().unwrap(),
+        counts["failed"].as_i64().unwrap(),
+    );
+    assert_eq!(
+        (done + failed, counts["total"].as_i64()),
+        (30, Some(30)),
+        "{b}"
+    );
+    assert!(done >= 2 && done < 30, "{b}");
+    assert!(b["expired_at"].as_i64().is_some());
+    let out = api.lines("ann-key", &b["output_file_id"]).await;
+    let errors = api.lines("ann-key", &b["error_file_id"]).await;
+    assert_eq!((out.len() as i64, errors.len() as i64), (done, failed));
+    assert!(
+        errors.iter().all(|e| e["error"]["code"] == "batch_expired"),
+        "{errors:?}"
+    );
+}
+
 /// A person's request waiting for the one slot a batch line holds takes it at once: the line
 /// is cut at the backend and runs again later; the batch still completes, every line once.
 #[tokio::test]

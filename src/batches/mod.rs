@@ -43,6 +43,8 @@ pub struct Batches {
     dir: PathBuf,
     /// Wakes the runner: a batch was created or cancelled.
     pub wake: Notify,
+    /// The batches not yet ended as the runner last read them (the status page's list).
+    active: Mutex<Arc<Vec<BatchRow>>>,
 }
 
 /// Who asks: a client (its name, `-` when no key is configured) or an admin key, which sees
@@ -108,6 +110,7 @@ impl Batches {
             db: Mutex::new(conn),
             dir,
             wake: Notify::new(),
+            active: Mutex::default(),
         })
     }
 
@@ -358,10 +361,14 @@ impl Batches {
         Ok(row)
     }
 
-    /// Batches in progress, for the status page: `(id, client, endpoint, total, completed,
-    /// failed, status)`, oldest first.
-    pub async fn in_progress(self: &Arc<Self>) -> Result<Vec<BatchRow>, ProxyError> {
-        self.with(|db, _| store::active(db).map_err(db_error)).await
+    /// The batches not yet ended, oldest first, as the runner read them last (within a
+    /// second or a line's end): no database read.
+    pub fn active(&self) -> Arc<Vec<BatchRow>> {
+        Arc::clone(&self.active.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn set_active(&self, rows: Vec<BatchRow>) {
+        *self.active.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(rows);
     }
 }
 

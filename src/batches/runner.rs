@@ -90,6 +90,7 @@ async fn step(
         })
         .await?;
     serve.statuses(&by);
+    batches.set_active(active.clone());
     let now = now_s();
     for b in active {
         let of_batch = |running: &HashMap<Id, Running>| {

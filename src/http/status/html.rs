@@ -130,6 +130,7 @@ fn status_section(out: &mut String, fleet: &Fleet) {
     out.push_str("</tbody>\n</table>\n");
     super::slots::render(out, &fleet.timelines);
     super::clients::render(out, &fleet.clients);
+    super::batches::render(out, &fleet.batches, now);
     if let Some(l) = &fleet.ledger {
         super::usage::render(out, l);
     }
@@ -250,7 +251,7 @@ fn utc(secs: u64) -> String {
 }
 
 /// A span of time in its two largest units: `42 s`, `3 min 5 s`, `2 h 10 min`, `3 d 4 h`.
-fn span(d: Duration) -> String {
+pub(super) fn span(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..=59 => format!("{s} s"),
@@ -262,6 +263,8 @@ fn span(d: Duration) -> String {
 
 const STYLE: &str = "\
 .charts svg{vertical-align:middle;margin:2px 4px 2px 0;color:#4a7}\
+.progress{vertical-align:middle}.progress .left{fill:var(--line)}.progress .done{fill:var(--up)}\
+.progress .failed{fill:var(--down)}\
 .fig{display:inline-block;white-space:nowrap;margin-right:.75rem}\
 .fig svg{vertical-align:middle;margin:2px 4px 2px 0}\
 .timeline h3{font-size:14px;margin:.6rem 0 .2rem}.timeline svg{max-width:100%}\
@@ -327,6 +330,7 @@ mod tests {
             clients: Vec::new(),
             ledger: None,
             timelines: Vec::new(),
+            batches: Vec::new(),
             aliases: vec![AliasView {
                 name: "a<b>".into(),
                 description: Some(description.into()),

@@ -2,6 +2,7 @@
 //! JavaScript; client auth as `/v1/models` has it (a client sees its own aliases and client
 //! section), admin keys that see it all, plus HTTP Basic for browsers.
 
+mod batches;
 mod charts;
 mod clients;
 mod escape;

@@ -24,6 +24,8 @@ pub struct Fleet {
     pub ledger: Option<super::usage::LedgerView>,
     /// Who held each slot of each backend shown.
     pub timelines: Vec<super::slots::TimelineView>,
+    /// Batches not yet ended.
+    pub batches: Vec<crate::batches::store::BatchRow>,
 }
 
 /// The shared store's line: where, and whether it answers.
@@ -141,6 +143,7 @@ pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
         clients: super::clients::collect(snap, viewer),
         ledger: super::usage::collect(snap, viewer),
         timelines: super::slots::collect(snap, viewer),
+        batches: super::batches::collect(state, viewer),
     }
 }
 
