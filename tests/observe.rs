@@ -277,8 +277,9 @@ fn every_family_rendered() -> String {
     a.cached(10);
     a.predicted_wait(1.0);
     m.speeds("b", &switchboard::fleet::cost::CostModel::default());
-    m.batch_line("a", "c", "completed");
-    m.batches_by_status(&["completed"], &[("completed".to_string(), 1)]);
+    m.batches.line("a", "c", "completed");
+    m.batches
+        .statuses(&["completed"], &[("completed".to_string(), 1)]);
     m.render(false)
 }
 

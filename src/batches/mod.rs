@@ -20,7 +20,7 @@ use bytes::Bytes;
 use rusqlite::Connection;
 use tokio::sync::Notify;
 
-use crate::config::{self, LedgerUrl};
+use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
 use crate::error::{Echo, ProxyError};
 use store::{BatchRow, FileRow};
 
@@ -112,6 +112,25 @@ impl Batches {
             wake: Notify::new(),
             active: Mutex::default(),
         })
+    }
+
+    /// The Batch API's state in `config`'s ledger, opened; why there is none (no ledger, or a
+    /// PostgreSQL one); an error when the SQLite file or the files' folder cannot be used.
+    pub fn of(config: &config::Config) -> Result<Result<Arc<Batches>, &'static str>, ConfigErrors> {
+        let Some(ledger) = &config.ledger else {
+            return Ok(Err("no [ledger] (or server.data_dir) keeps its state"));
+        };
+        if !matches!(ledger.url, LedgerUrl::Sqlite(_)) {
+            return Ok(Err(
+                "its state is kept in a SQLite ledger, and this ledger is PostgreSQL",
+            ));
+        }
+        match Batches::open(&ledger.url, config.server.data_dir.as_deref()) {
+            Ok(b) => Ok(Ok(Arc::new(b))),
+            Err(e) => Err(ConfigErrors(vec![ConfigError::Load(format!(
+                "ledger.url: the Batch API's state: {e}"
+            ))])),
+        }
     }
 
     /// `f` with the database, on a blocking thread.

@@ -376,10 +376,10 @@ impl Serve for Lines {
     }
 
     fn counted(&self, alias: &str, client: &str, outcome: &'static str) {
-        self.0.metrics.batch_line(alias, client, outcome);
+        self.0.metrics.batches.line(alias, client, outcome);
     }
 
     fn statuses(&self, by: &[(String, i64)]) {
-        self.0.metrics.batches_by_status(&STATUSES, by);
+        self.0.metrics.batches.statuses(&STATUSES, by);
     }
 }

@@ -16,7 +16,6 @@ use arc_swap::ArcSwap;
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 
-use crate::batches::Batches;
 use crate::clients::Registry;
 use crate::config::{Alias, Backend, Config, ConfigError, ConfigErrors};
 use crate::fleet::balance::Affinity;
@@ -241,9 +240,8 @@ pub struct AppState {
     pub reloads: Arc<reload::ReloadLog>,
     /// How long each client's recent answers were (what its next is expected to take).
     pub outputs: Arc<Outputs>,
-    /// The Batch API's state, kept in the ledger the process started with; why it is off
-    /// when it is.
-    pub batches: Result<Arc<Batches>, &'static str>,
+    /// The Batch API's state (in the ledger the process started with), or why it is off.
+    pub batches: Result<Arc<crate::batches::Batches>, &'static str>,
 }
 
 impl AppState {
@@ -254,7 +252,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
         let client = Client::new(config.server.connect_timeout, tls);
-        let batches = batches(&config)?;
+        let batches = crate::batches::Batches::of(&config)?;
         let snap = Snapshot::first(
             config,
             Kept {
@@ -485,25 +483,6 @@ fn tracer(
         || Tracer::start(settings, metrics.spans_dropped.clone()),
         ("tracing.otlp_endpoint", &settings.url),
     )
-}
-
-/// The Batch API's state in `config`'s ledger, opened; why there is none (no ledger, or a
-/// PostgreSQL one); an error when the ledger's SQLite file or the files' folder cannot be used.
-fn batches(config: &Config) -> Result<Result<Arc<Batches>, &'static str>, ConfigErrors> {
-    let Some(ledger) = &config.ledger else {
-        return Ok(Err("no [ledger] (or server.data_dir) keeps its state"));
-    };
-    if !matches!(ledger.url, crate::config::LedgerUrl::Sqlite(_)) {
-        return Ok(Err(
-            "its state is kept in a SQLite ledger, and this ledger is PostgreSQL",
-        ));
-    }
-    match Batches::open(&ledger.url, config.server.data_dir.as_deref()) {
-        Ok(b) => Ok(Ok(Arc::new(b))),
-        Err(e) => Err(ConfigErrors(vec![crate::config::ConfigError::Load(
-            format!("ledger.url: the Batch API's state: {e}"),
-        )])),
-    }
 }
 
 /// The ledger of `config`: the previous snapshot's while its setting is the same (counting

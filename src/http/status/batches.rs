@@ -60,7 +60,7 @@ pub fn render(out: &mut String, batches: &[BatchRow], now: u64) {
             E(&b.client),
             E(&b.endpoint),
             E(&b.status),
-            super::html::span(std::time::Duration::from_secs(
+            super::span::span(std::time::Duration::from_secs(
                 now.saturating_sub(b.created_at.max(0) as u64)
             )),
             c = b.completed,

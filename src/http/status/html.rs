@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::escape::E;
+use super::span::span;
 use super::view::{AliasView, BackendView, Fleet};
 use crate::live::reload::ReloadOutcome;
 
@@ -250,17 +251,6 @@ fn utc(secs: u64) -> String {
     format!("{} UTC", iso.trim_end_matches('Z').replace('T', " "))
 }
 
-/// A span of time in its two largest units: `42 s`, `3 min 5 s`, `2 h 10 min`, `3 d 4 h`.
-pub(super) fn span(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..=59 => format!("{s} s"),
-        60..=3599 => format!("{} min {} s", s / 60, s % 60),
-        3600..=86_399 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
-    }
-}
-
 const STYLE: &str = "\
 .charts svg{vertical-align:middle;margin:2px 4px 2px 0;color:#4a7}\
 .progress{vertical-align:middle}.progress .left{fill:var(--line)}.progress .done{fill:var(--up)}\
@@ -424,13 +414,9 @@ mod tests {
     }
 
     #[test]
-    fn times_read_as_utc_dates_and_spans() {
+    fn times_read_as_utc_dates() {
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(1_735_689_599), "2024-12-31 23:59:59 UTC");
-        assert_eq!(span(Duration::from_secs(42)), "42 s");
-        assert_eq!(span(Duration::from_secs(185)), "3 min 5 s");
-        assert_eq!(span(Duration::from_secs(7800)), "2 h 10 min");
-        assert_eq!(span(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3 d 4 h");
     }
 }

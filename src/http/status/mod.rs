@@ -9,6 +9,7 @@ mod escape;
 mod html;
 mod palette;
 mod slots;
+mod span;
 mod usage;
 mod view;
 

@@ -19,7 +19,7 @@ pub(super) struct StatusLabel {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct BatchFamilies {
+pub struct BatchFamilies {
     lines: Family<LineLabels, Counter>,
     by_status: Family<StatusLabel, Gauge>,
 }
@@ -38,7 +38,8 @@ impl BatchFamilies {
         );
     }
 
-    pub(super) fn line(&self, alias: &str, client: &str, outcome: &'static str) {
+    /// A line's run ended with `outcome`.
+    pub fn line(&self, alias: &str, client: &str, outcome: &'static str) {
         let labels = LineLabels {
             alias: alias.to_string(),
             client: client.to_string(),
@@ -47,7 +48,8 @@ impl BatchFamilies {
         self.lines.get_or_create(&labels).inc();
     }
 
-    pub(super) fn statuses(&self, all: &[&str], by: &[(String, i64)]) {
+    /// How many batches are in each status (`all`; those not in `by` have none).
+    pub fn statuses(&self, all: &[&str], by: &[(String, i64)]) {
         for status in all {
             let n = by.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n);
             let label = StatusLabel {

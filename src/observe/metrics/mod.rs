@@ -2,7 +2,7 @@
 //! handles for the hot path (`alias.rs`); the client families (`client.rs`).
 
 mod alias;
-mod batches;
+pub mod batches;
 mod client;
 mod exports;
 mod gpu;
@@ -80,7 +80,8 @@ pub struct Metrics {
     pub ledger: crate::ledger::Counters,
     clients: ClientFamilies,
     gpu: gpu::GpuFamilies,
-    batches: batches::BatchFamilies,
+    /// The Batch API's lines and batches.
+    pub batches: batches::BatchFamilies,
     /// The status page's rolling window of every alias, kept across reloads like the series.
     windows: Mutex<HashMap<String, Arc<Window>>>,
     /// Where every window counts its steps from.
@@ -512,16 +513,6 @@ impl Metrics {
     /// each scrape).
     pub fn speeds(&self, backend: &str, cost: &crate::fleet::cost::CostModel) {
         self.gpu.speeds(backend, cost);
-    }
-
-    /// A Batch API line's run ended with `outcome`.
-    pub fn batch_line(&self, alias: &str, client: &str, outcome: &'static str) {
-        self.batches.line(alias, client, outcome);
-    }
-
-    /// How many batches are in each status (`all`; those not in `by` have none).
-    pub fn batches_by_status(&self, all: &[&str], by: &[(String, i64)]) {
-        self.batches.statuses(all, by);
     }
 
     pub fn render(&self, openmetrics: bool) -> String {
