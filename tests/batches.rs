@@ -256,6 +256,12 @@ async fn a_batch_runs_to_completed_with_every_custom_id_answered_once_and_only_i
     assert_eq!(sample(&m, completed), 35.0);
     let failed = r#"switchboard_batch_lines_total{alias="a",client="ann",outcome="failed"}"#;
     assert_eq!(sample(&m, failed), 5.0);
+    let waits = "switchboard_batch_line_queue_wait_seconds_count";
+    assert_eq!(
+        sample(&m, waits),
+        40.0,
+        "each line's run waited for its slot once"
+    );
     // The gauge of batches by status follows the ledger within the runner's next look.
     let by_status = r#"switchboard_batches{status="completed"}"#;
     let counted = async {

@@ -9,6 +9,10 @@
   turn adds the previous answer and ~`--tool-tokens` of tool output; past `--restart-tokens`
   a new conversation starts.
 
+With `--think`, an agent waits that long between its turns (running its tools). With
+`--batch-lines`, a Batch API batch of that many short chat lines (client `batcher`) is
+uploaded and created as the run starts, and its progress read at the end.
+
 Every request is streamed (`stream_options.include_usage`). At the end of `--duration`
 requests still running are cut (their work is not counted). Prints one JSON line: the
 person's time to first content token (p50/p95/max), GPU-seconds per agent (the simulator's
@@ -170,12 +174,13 @@ def person(run, key, every, seed):
         t.join()
 
 
-def compacting(run, name, key, tokens, seed):
+def compacting(run, name, key, tokens, seed, think):
     rng = random.Random(f"{name}-{seed}")
     while not run.stopped.is_set() and time.monotonic() < run.deadline:
         got = run.stream(name, key, [{"role": "user", "content": text(rng, tokens)}], 64)
         if got is not None:
             run.record(name, got[2])
+        run.stopped.wait(think)
 
 
 def conversation(run, name, key, a, seed):
@@ -194,11 +199,40 @@ def conversation(run, name, key, a, seed):
         messages.append({"role": "assistant", "content": content})
         messages.append({"role": "user", "content": "Tool output: " + tool})
         size = timings["cache_n"] + timings["prompt_n"] + 64 + a.tool_tokens
+        run.stopped.wait(a.think)
 
 
-def get(url):
-    with urllib.request.urlopen(url, timeout=30) as r:
+def get(url, key=None):
+    req = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"} if key else {})
+    with urllib.request.urlopen(req, timeout=30) as r:
         return r.read().decode()
+
+
+def post(url, key, body, content_type):
+    req = urllib.request.Request(url, data=body, method="POST", headers={
+        "authorization": f"Bearer {key}", "content-type": content_type})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def start_batch(proxy, key, model, lines, words, seed):
+    """Uploads `lines` chat lines of ~`words` tokens each and creates their batch; its id."""
+    rng = random.Random(f"batch-{seed}")
+    jsonl = "".join(json.dumps({
+        "custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": model, "max_tokens": 32,
+                 "messages": [{"role": "user", "content": text(rng, words)}]}}) + "\n"
+        for i in range(lines)).encode()
+    boundary = f"b{rng.getrandbits(64):x}"
+    form = (f"--{boundary}\r\ncontent-disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+            f"--{boundary}\r\ncontent-disposition: form-data; name=\"file\"; "
+            f"filename=\"lines.jsonl\"\r\ncontent-type: application/jsonl\r\n\r\n").encode()
+    form += jsonl + f"\r\n--{boundary}--\r\n".encode()
+    f = post(proxy + "/v1/files", key, form, f"multipart/form-data; boundary={boundary}")
+    b = post(proxy + "/v1/batches", key, json.dumps({
+        "input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+        "completion_window": "24h"}).encode(), "application/json")
+    return b["id"]
 
 
 def preemptions(proxy):
@@ -229,20 +263,32 @@ def main():
     ap.add_argument("--tool-tokens", type=int, default=1_500)
     ap.add_argument("--restart-tokens", type=int, default=50_000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--agents", default="compact1,compact2,conv1,conv2,conv3",
+                    help="the agents that run, of compact1, compact2, conv1, conv2, conv3")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="seconds an agent waits between its turns")
+    ap.add_argument("--batch-lines", type=int, default=0)
+    ap.add_argument("--batch-words", type=int, default=200)
     a = ap.parse_args()
     keys = dict(k.split("=", 1) for k in a.key)
+    batch = None
+    if a.batch_lines:
+        batch = start_batch(a.proxy, keys["batcher"], a.model, a.batch_lines, a.batch_words,
+                            a.seed)
 
     busy0 = json.loads(get(a.sim + "/sim/gpu"))["busy_seconds"]
     pre0 = preemptions(a.proxy)
     start = time.monotonic()
     run = Run(a.proxy, a.model, start + a.duration)
-    agents = ["compact1", "compact2", "conv1", "conv2", "conv3"]
+    agents = a.agents.split(",")
     threads = [threading.Thread(target=person, args=(run, keys["person"], a.person_every, a.seed))]
-    for name in agents[:2]:
-        threads.append(threading.Thread(
-            target=compacting, args=(run, name, keys[name], a.compact_tokens, a.seed)))
-    for name in agents[2:]:
-        threads.append(threading.Thread(target=conversation, args=(run, name, keys[name], a, a.seed)))
+    for name in agents:
+        if name.startswith("compact"):
+            threads.append(threading.Thread(target=compacting, args=(
+                run, name, keys[name], a.compact_tokens, a.seed, a.think)))
+        else:
+            threads.append(threading.Thread(
+                target=conversation, args=(run, name, keys[name], a, a.seed)))
     for t in threads:
         t.start()
     time.sleep(max(0.0, run.deadline - time.monotonic()))
@@ -274,6 +320,9 @@ def main():
         "preemptions": preemptions(a.proxy) - pre0,
         "errors": len(run.errors),
     }
+    if batch:
+        b = json.loads(get(f"{a.proxy}/v1/batches/{batch}", keys["batcher"]))
+        out["batch"] = {"status": b["status"], **b["request_counts"]}
     for k in ("person_ttft_p50_s", "person_ttft_p95_s", "person_ttft_max_s"):
         if out[k] is not None:
             out[k] = round(out[k], 3)

@@ -329,7 +329,11 @@ impl Serve for Lines {
         Box::pin(async move {
             let snap = state.live.load_full();
             let resp = match caller(&snap, &client) {
-                Ok(c) => super::routed::line(&state, c, &endpoint, body).await,
+                Ok(c) => {
+                    let (resp, queued) = super::routed::line(&state, c, &endpoint, body).await;
+                    state.metrics.batches.waited(queued.as_secs_f64());
+                    resp
+                }
                 Err(e) => e.into_response(),
             };
             let status = resp.status().as_u16();

@@ -103,8 +103,14 @@ fn known(
 }
 
 /// One line of a batch of `caller`'s, to `path` (its batch's endpoint): through the whole
-/// pipeline as a request of the `idle` class, answered whole.
-pub async fn line(state: &AppState, caller: Option<Caller>, path: &str, body: Bytes) -> Response {
+/// pipeline as a request of the `idle` class, answered whole; and how long it waited for a
+/// slot.
+pub async fn line(
+    state: &AppState,
+    caller: Option<Caller>,
+    path: &str,
+    body: Bytes,
+) -> (Response, std::time::Duration) {
     let snap = state.live.load_full();
     let endpoint = Endpoint::from_path(path);
     let adapter = endpoint.routed_adapter();
@@ -128,7 +134,7 @@ pub async fn line(state: &AppState, caller: Option<Caller>, path: &str, body: By
         idle: true,
     };
     let result = pipeline::handle(state, &snap, &mut rec, req).await;
-    respond(&mut rec, adapter, result)
+    (respond(&mut rec, adapter, result), rec.queued)
 }
 
 #[cfg(test)]

@@ -1,10 +1,14 @@
-//! The Batch API's families: its lines' runs by outcome, and its batches by status.
+//! The Batch API's families: its lines' runs by outcome and their waits for a slot, and its
+//! batches by status.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::labels::DURATION;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct LineLabels {
@@ -18,10 +22,21 @@ pub(super) struct StatusLabel {
     status: String,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BatchFamilies {
     lines: Family<LineLabels, Counter>,
     by_status: Family<StatusLabel, Gauge>,
+    queue_wait: Histogram,
+}
+
+impl Default for BatchFamilies {
+    fn default() -> BatchFamilies {
+        BatchFamilies {
+            lines: Family::default(),
+            by_status: Family::default(),
+            queue_wait: Histogram::new(DURATION),
+        }
+    }
 }
 
 impl BatchFamilies {
@@ -30,6 +45,12 @@ impl BatchFamilies {
             "batch_lines",
             "Runs of Batch API lines by outcome: completed (answered 2xx), failed (to the error file), retried (a transient failure, run again), deferred (not run: its queue was full or its wait ran out, run again)",
             self.lines.clone(),
+        );
+        r.register_with_unit(
+            "batch_line_queue_wait",
+            "Time each run of a Batch API line waited for a backend slot (in the idle class, behind every other request)",
+            Unit::Seconds,
+            self.queue_wait.clone(),
         );
         r.register(
             "batches",
@@ -46,6 +67,11 @@ impl BatchFamilies {
             outcome,
         };
         self.lines.get_or_create(&labels).inc();
+    }
+
+    /// A line's run waited `seconds` for its slot.
+    pub fn waited(&self, seconds: f64) {
+        self.queue_wait.observe(seconds);
     }
 
     /// How many batches are in each status (`all`; those not in `by` have none).
