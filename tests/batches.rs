@@ -671,3 +671,72 @@ async fn a_batch_killed_mid_way_completes_after_a_restart_without_running_a_line
     );
     assert_eq!(chats_with(&gpu, "marker-"), 8 + cut as usize);
 }
+
+/// Two binaries on one PostgreSQL database: a batch created through one is run by both, each
+/// line once (the backend ran 60 to their end for 60 lines), its files' contents kept in the
+/// database so either serves them.
+#[tokio::test]
+async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
+    let Some(pg) = common::postgres::Postgres::start() else {
+        return;
+    };
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(100),
+        slots: 4,
+        ..SimConfig::default()
+    })
+    .await;
+    let config = format!(
+        "[backends.gpu]\nurl = \"{}\"\nflavor = \"llamacpp\"\nslots = 4\n[aliases.a]\n\
+         backend = \"gpu\"\n[clients.ann]\nkey_env = \"SB_T_BATCH_ANN\"\n[ledger]\n\
+         url = \"{}\"\nbatch_interval_ms = 10\n[batches]\nmax_concurrent = 2\n",
+        gpu.url(),
+        pg.url()
+    );
+    let (a, b) = tokio::join!(
+        common::served::Served::start(&config, &[]),
+        common::served::Served::start(&config, &[])
+    );
+    let (api_a, api_b) = (Api::new(a.base.clone()), Api::new(b.base.clone()));
+    let text: String = (0..60)
+        .map(|i| line(&format!("l{i:02}"), "a", 3) + "\n")
+        .collect();
+    let (status, file) = api_a.upload("ann-key", text).await;
+    assert_eq!(status, 200, "{file}");
+    let (_, created) = api_a.create("ann-key", &file).await;
+    let id = created["id"].as_str().unwrap();
+    let done = api_b
+        .until("ann-key", id, |b| b["status"] == "completed")
+        .await;
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 60, "completed": 60, "failed": 0})
+    );
+    let out = api_a.lines("ann-key", &done["output_file_id"]).await;
+    let want: Vec<String> = (0..60).map(|i| format!("l{i:02}")).collect();
+    assert_eq!(ids(&out), want);
+    assert_eq!(
+        ids(&api_b.lines("ann-key", &done["output_file_id"]).await),
+        want
+    );
+    assert_eq!(
+        gpu.recorder().completed(),
+        60,
+        "each line ran to its end once"
+    );
+    assert_eq!(chats_with(&gpu, "marker-"), 60, "and was sent once");
+    // Both processes ran some of them.
+    let ran = |m: String| {
+        sample(
+            &m,
+            r#"switchboard_batch_lines_total{alias="a",client="ann",outcome="completed"}"#,
+        )
+    };
+    let (by_a, by_b) = (
+        ran(common::served::metrics_at(&a.base).await),
+        ran(common::served::metrics_at(&b.base).await),
+    );
+    assert_eq!(by_a + by_b, 60.0);
+    assert!(by_a > 0.0 && by_b > 0.0, "a ran {by_a}, b ran {by_b}");
+}

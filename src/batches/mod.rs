@@ -1,13 +1,15 @@
 //! The Batch API's state machine: files uploaded for batches, batches validated and run line
 //! by line as the `idle` class (a slot only when nobody else waits for it, given back the
 //! moment someone does), each line's result committed with its state, output and error files
-//! written when a batch ends. Its state is kept in the ledger's SQLite database and its files'
-//! contents in a `files` folder beside it (or under `server.data_dir`).
+//! written when a batch ends. Its state is kept in the ledger's database; its files' contents
+//! in a `files` folder beside a SQLite ledger (or under `server.data_dir`), in a PostgreSQL
+//! one itself, which several processes share: each line is claimed by one at a time.
 //!
 //! This module owns the state and its rules (who sees what, the bounds of `[batches]`); the
 //! HTTP endpoints (`crate::http::batches`) parse and render, and [`runner`] runs the lines
 //! through the request pipeline it is handed ([`runner::Serve`]).
 
+pub mod db;
 pub mod input;
 pub mod result;
 pub mod runner;
@@ -17,11 +19,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use rusqlite::Connection;
 use tokio::sync::Notify;
 
 use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
 use crate::error::{Echo, ProxyError};
+use db::{Conn, Db};
 use store::{BatchRow, FileRow};
 
 /// The endpoints a batch may run lines of.
@@ -39,8 +41,11 @@ const WINDOW_S: i64 = 24 * 3600;
 /// The Batch API's state: its database connection and where files are kept.
 #[derive(Debug)]
 pub struct Batches {
-    db: Mutex<Connection>,
-    dir: PathBuf,
+    /// The database's thread of its own (a PostgreSQL client may neither be used nor dropped
+    /// on the runtime's threads): each job runs there, with the files' place.
+    jobs: Mutex<std::sync::mpsc::Sender<Job>>,
+    /// This process's name on the lines it claims.
+    owner: String,
     /// Wakes the runner: a batch was created or cancelled.
     pub wake: Notify,
     /// The batches not yet ended as the runner last read them (the status page's list).
@@ -88,43 +93,42 @@ fn db_error(e: impl std::fmt::Display) -> ProxyError {
 
 impl Batches {
     /// Opens the Batch API's state in the ledger at `url` (migrated to this build's schema),
-    /// its files under `data_dir` or beside a SQLite ledger. A PostgreSQL ledger keeps no
-    /// batches: `Err` says so.
+    /// its files' contents under `data_dir` or beside a SQLite ledger, or in a PostgreSQL one,
+    /// on a thread of its own ([`connect`]).
     pub fn open(url: &LedgerUrl, data_dir: Option<&Path>) -> Result<Batches, String> {
-        let LedgerUrl::Sqlite(path) = url else {
-            return Err("the Batch API keeps its state in a SQLite ledger; \
-                        this ledger is PostgreSQL"
-                .into());
-        };
-        let conn = match crate::ledger::Store::open(url)? {
-            crate::ledger::Store::Sqlite(conn, _) => conn,
-            crate::ledger::Store::Postgres(..) => unreachable!("a sqlite URL opens SQLite"),
-        };
-        let base = data_dir
-            .map(Path::to_path_buf)
-            .or_else(|| path.parent().map(Path::to_path_buf))
-            .unwrap_or_default();
-        let dir = base.join("files");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let (url, data_dir) = (url.clone(), data_dir.map(Path::to_path_buf));
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let (opened, open) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("batches-db".into())
+            .spawn(move || {
+                let (mut db, files) = match connect(&url, data_dir.as_deref()) {
+                    Ok(c) => c,
+                    Err(e) => return drop(opened.send(Err(e))),
+                };
+                let _ = opened.send(Ok(()));
+                // Until the state is dropped; then the connection is closed here.
+                while let Ok(job) = queue.recv() {
+                    job(&mut db, &files);
+                }
+            })
+            .map_err(|e| format!("cannot start the Batch API's database thread: {e}"))?;
+        open.recv()
+            .map_err(|_| "the Batch API's database thread ended".to_string())??;
         Ok(Batches {
-            db: Mutex::new(conn),
-            dir,
+            jobs: Mutex::new(jobs),
+            owner: format!("{}-{}", std::process::id(), hex_id()),
             wake: Notify::new(),
             active: Mutex::default(),
         })
     }
 
-    /// The Batch API's state in `config`'s ledger, opened; why there is none (no ledger, or a
-    /// PostgreSQL one); an error when the SQLite file or the files' folder cannot be used.
+    /// The Batch API's state in `config`'s ledger, opened; why there is none (no ledger); an
+    /// error when the database or the files' folder cannot be used.
     pub fn of(config: &config::Config) -> Result<Result<Arc<Batches>, &'static str>, ConfigErrors> {
         let Some(ledger) = &config.ledger else {
             return Ok(Err("no [ledger] (or server.data_dir) keeps its state"));
         };
-        if !matches!(ledger.url, LedgerUrl::Sqlite(_)) {
-            return Ok(Err(
-                "its state is kept in a SQLite ledger, and this ledger is PostgreSQL",
-            ));
-        }
         match Batches::open(&ledger.url, config.server.data_dir.as_deref()) {
             Ok(b) => Ok(Ok(Arc::new(b))),
             Err(e) => Err(ConfigErrors(vec![ConfigError::Load(format!(
@@ -136,15 +140,17 @@ impl Batches {
     /// `f` with the database, on a blocking thread.
     async fn with<T: Send + 'static>(
         self: &Arc<Self>,
-        f: impl FnOnce(&mut Connection, &Path) -> Result<T, ProxyError> + Send + 'static,
+        f: impl FnOnce(&mut Conn, &Files) -> Result<T, ProxyError> + Send + 'static,
     ) -> Result<T, ProxyError> {
-        let me = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let mut db = me.db.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut db, &me.dir)
-        })
-        .await
-        .map_err(db_error)?
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |db, files| drop(tx.send(f(db, files))));
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(job);
+        sent.map_err(|_| db_error("the Batch API's database thread ended"))?;
+        rx.await.map_err(db_error)?
     }
 
     /// A file of `purpose` named `filename`, kept for `owner` within `limits`.
@@ -174,7 +180,7 @@ impl Batches {
             bytes: content.len() as i64,
             created_at: now_s(),
         };
-        self.with(move |db, dir| {
+        self.with(move |db, kept| {
             let (files, bytes) = store::kept(db, &row.client).map_err(db_error)?;
             if files as u64 >= limits.files_per_client {
                 return Err(ProxyError::BatchLimit(format!(
@@ -190,8 +196,11 @@ impl Batches {
                     row.client, row.bytes, limits.bytes_per_client
                 )));
             }
-            write_file(dir, &row.id, &content).map_err(db_error)?;
-            store::insert_file(db, &row).map_err(db_error)?;
+            db.tx(|tx| {
+                kept.put(tx, &row.id, &content)?;
+                store::insert_file(tx, &row)
+            })
+            .map_err(db_error)?;
             Ok(row)
         })
         .await
@@ -206,11 +215,9 @@ impl Batches {
     /// The file's content.
     pub async fn content(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<Bytes, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
-        self.with(move |db, dir| {
+        self.with(move |db, kept| {
             let f = file_of(db, &owner, &id)?;
-            std::fs::read(dir.join(&f.id))
-                .map(Bytes::from)
-                .map_err(db_error)
+            kept.get(db, &f.id).map(Bytes::from).map_err(db_error)
         })
         .await
     }
@@ -226,15 +233,14 @@ impl Batches {
     ) -> Result<(Vec<FileRow>, bool), ProxyError> {
         let owner = owner.clone();
         self.with(move |db, _| {
-            let after = match after {
-                Some(id) => Some(file_of(db, &owner, &id)?),
-                None => None,
-            };
+            if let Some(id) = &after {
+                file_of(db, &owner, id)?;
+            }
             let mut rows = store::files(
                 db,
                 owner.only(),
                 purpose.as_deref(),
-                after.as_ref(),
+                after.as_deref(),
                 asc,
                 limit + 1,
             )
@@ -249,10 +255,10 @@ impl Batches {
     /// The file is deleted, its content too.
     pub async fn delete(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
-        self.with(move |db, dir| {
+        self.with(move |db, kept| {
             let f = file_of(db, &owner, &id)?;
             store::delete_file(db, &f.id).map_err(db_error)?;
-            let _ = std::fs::remove_file(dir.join(&f.id));
+            kept.delete(&f.id);
             Ok(f)
         })
         .await
@@ -294,12 +300,8 @@ impl Batches {
                         message: format!("file {} is not a batch input file", f.id),
                     });
                 }
-                let running = store::batches(db, Some(&owner.client), None, i64::MAX)
-                    .map_err(db_error)?
-                    .iter()
-                    .filter(|b| b.active())
-                    .count() as u64;
-                if running >= limit {
+                let running = store::active_of(db, &owner.client).map_err(db_error)?;
+                if running as u64 >= limit {
                     return Err(ProxyError::BatchLimit(format!(
                         "client {} has {running} batches in progress, the most it may \
                          (batches.batches_in_progress_per_client)",
@@ -342,12 +344,11 @@ impl Batches {
     ) -> Result<(Vec<BatchRow>, bool), ProxyError> {
         let owner = owner.clone();
         self.with(move |db, _| {
-            let after = match after {
-                Some(id) => Some(batch_of(db, &owner, &id)?),
-                None => None,
-            };
+            if let Some(id) = &after {
+                batch_of(db, &owner, id)?;
+            }
             let mut rows =
-                store::batches(db, owner.only(), after.as_ref(), limit + 1).map_err(db_error)?;
+                store::batches(db, owner.only(), after.as_deref(), limit + 1).map_err(db_error)?;
             let more = rows.len() as i64 > limit;
             rows.truncate(limit as usize);
             Ok((rows, more))
@@ -391,7 +392,7 @@ impl Batches {
     }
 }
 
-fn file_of(db: &Connection, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
+fn file_of(db: &mut dyn Db, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
     store::file(db, id)
         .map_err(db_error)?
         .filter(|f| owner.sees(&f.client))
@@ -401,7 +402,7 @@ fn file_of(db: &Connection, owner: &Owner, id: &str) -> Result<FileRow, ProxyErr
         })
 }
 
-fn batch_of(db: &Connection, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
+fn batch_of(db: &mut dyn Db, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
     store::batch(db, id)
         .map_err(db_error)?
         .filter(|b| owner.sees(&b.client))
@@ -411,9 +412,67 @@ fn batch_of(db: &Connection, owner: &Owner, id: &str) -> Result<BatchRow, ProxyE
         })
 }
 
-/// Writes a file's content whole or not at all (a temporary name, then renamed).
-fn write_file(dir: &Path, id: &str, content: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{id}.part"));
-    std::fs::write(&tmp, content)?;
-    std::fs::rename(tmp, dir.join(id))
+/// The database at `url`, opened and migrated, and where its files' contents are kept. Lines
+/// a SQLite file shows running were this process's before it started again (one process has
+/// a SQLite file): they are pending again.
+fn connect(url: &LedgerUrl, data_dir: Option<&Path>) -> Result<(Conn, Files), String> {
+    let (mut db, files) = match crate::ledger::Store::open(url)? {
+        crate::ledger::Store::Sqlite(conn, _) => {
+            let LedgerUrl::Sqlite(path) = url else {
+                return Err("a SQLite ledger without a path".into());
+            };
+            let base = data_dir
+                .map(Path::to_path_buf)
+                .or_else(|| path.parent().map(Path::to_path_buf))
+                .unwrap_or_default();
+            let dir = base.join("files");
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            (Conn::Sqlite(conn), Files::Dir(dir))
+        }
+        crate::ledger::Store::Postgres(client, _) => (Conn::Postgres(client), Files::Database),
+    };
+    if !db.shared() {
+        store::release(&mut db, None, None)?;
+    }
+    Ok((db, files))
+}
+
+/// A job for the database's thread.
+type Job = Box<dyn FnOnce(&mut Conn, &Files) + Send>;
+
+/// Where files' contents are kept: a folder beside a SQLite ledger, or the database itself
+/// (PostgreSQL, which processes on several hosts share).
+#[derive(Debug)]
+enum Files {
+    Dir(PathBuf),
+    Database,
+}
+
+impl Files {
+    /// Keeps `content` as file `id`'s (a file is written whole or not at all: a temporary
+    /// name, then renamed), in the transaction `db` is.
+    fn put(&self, db: &mut dyn Db, id: &str, content: &[u8]) -> Result<(), String> {
+        match self {
+            Files::Dir(dir) => {
+                let tmp = dir.join(format!("{id}.part"));
+                std::fs::write(&tmp, content).map_err(|e| e.to_string())?;
+                std::fs::rename(tmp, dir.join(id)).map_err(|e| e.to_string())
+            }
+            Files::Database => store::put_content(db, id, content),
+        }
+    }
+
+    fn get(&self, db: &mut dyn Db, id: &str) -> Result<Vec<u8>, String> {
+        match self {
+            Files::Dir(dir) => std::fs::read(dir.join(id)).map_err(|e| e.to_string()),
+            Files::Database => store::content(db, id)?.ok_or_else(|| format!("{id}: no content")),
+        }
+    }
+
+    /// Its content where it is a file (the database's goes with its row).
+    fn delete(&self, id: &str) {
+        if let Files::Dir(dir) = self {
+            let _ = std::fs::remove_file(dir.join(id));
+        }
+    }
 }

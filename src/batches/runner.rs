@@ -4,6 +4,11 @@
 //! commits each line's result with its state, and ends batches: completed when every line
 //! has its result, expired at the end of their window, cancelled when asked, with their
 //! output and error files written. After a restart it goes on from what was committed.
+//!
+//! Several processes may run one PostgreSQL database's batches: a process claims the lines
+//! it runs, under a lease it renews each second while they run ([`LEASE`]); a line whose
+//! lease ran out (its process is gone) is claimed again by another. A batch is validated
+//! and ended by whichever process gets there first, in one transaction.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,13 +16,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use tokio::task::{Id, JoinSet};
+use tokio::task::{AbortHandle, Id, JoinSet};
 
+use super::db::Db;
 use super::result::{decide, unanswered, Answer};
 use super::store::{self, BatchRow, FileRow, Outcome};
-use super::{db_error, hex_id, now_s, write_file, Batches};
+use super::{db_error, hex_id, now_s, Batches};
 use crate::config;
 use crate::error::ProxyError;
+
+/// How long a claim on a line holds without being renewed: a process that stops renewing
+/// (it died) leaves its lines to others this long after.
+pub const LEASE: Duration = Duration::from_secs(30);
 
 /// What the runner needs of the proxy: a line served, what a client may use, the bounds of
 /// `[batches]` now, and where its figures go.
@@ -33,42 +43,65 @@ pub trait Serve: Send + Sync + 'static {
     fn statuses(&self, by: &[(String, i64)]);
 }
 
-/// A line running: its batch, its client, its number.
+/// A line running here: its batch, its client, its number, and how to stop it.
 struct Running {
     batch: String,
     client: String,
     line: i64,
+    abort: AbortHandle,
+}
+
+/// The lines this process runs.
+#[derive(Default)]
+struct Lines {
+    tasks: JoinSet<()>,
+    running: HashMap<Id, Running>,
+}
+
+impl Lines {
+    fn of_batch(&self, id: &str) -> u64 {
+        self.running.values().filter(|r| r.batch == id).count() as u64
+    }
+
+    fn of_client(&self, client: &str) -> u64 {
+        self.running.values().filter(|r| r.client == client).count() as u64
+    }
+
+    /// Its lines of batch `id` are stopped (their requests cut); their numbers.
+    fn stop(&mut self, id: &str) -> Vec<i64> {
+        let mut stopped = Vec::new();
+        for r in self.running.values().filter(|r| r.batch == id) {
+            r.abort.abort();
+            stopped.push(r.line);
+        }
+        stopped
+    }
+
+    fn ended(&mut self, done: Result<(Id, ()), tokio::task::JoinError>) {
+        let id = match done {
+            Ok((id, ())) => id,
+            Err(e) => e.id(),
+        };
+        self.running.remove(&id);
+    }
 }
 
 /// Runs batches until the process ends.
 pub async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut running: HashMap<Id, Running> = HashMap::new();
-    let mut aborts: HashMap<Id, tokio::task::AbortHandle> = HashMap::new();
+    let mut lines = Lines::default();
     loop {
-        let r = step(&batches, &serve, &mut tasks, &mut running, &mut aborts).await;
-        if let Err(e) = r {
+        if let Err(e) = step(&batches, &serve, &mut lines).await {
             tracing::warn!(error = %e, "batch runner: the ledger cannot be used now");
         }
         tokio::select! {
             () = batches.wake.notified() => {}
-            Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                let id = match done {
-                    Ok((id, ())) => id,
-                    Err(e) => e.id(),
-                };
-                running.remove(&id);
-                aborts.remove(&id);
+            Some(done) = lines.tasks.join_next_with_id(), if !lines.tasks.is_empty() => {
+                lines.ended(done);
             }
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-        while let Some(done) = tasks.try_join_next_with_id() {
-            let id = match done {
-                Ok((id, ())) => id,
-                Err(e) => e.id(),
-            };
-            running.remove(&id);
-            aborts.remove(&id);
+        while let Some(done) = lines.tasks.try_join_next_with_id() {
+            lines.ended(done);
         }
     }
 }
@@ -77,13 +110,17 @@ pub async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
 async fn step(
     batches: &Arc<Batches>,
     serve: &Arc<dyn Serve>,
-    tasks: &mut JoinSet<()>,
-    running: &mut HashMap<Id, Running>,
-    aborts: &mut HashMap<Id, tokio::task::AbortHandle>,
+    lines: &mut Lines,
 ) -> Result<(), ProxyError> {
     let limits = serve.limits();
+    let owner = batches.owner.clone();
+    let renew = !lines.running.is_empty();
     let (active, by) = batches
-        .with(|db, _| {
+        .with(move |db, _| {
+            if renew {
+                let until = crate::ledger::now_ms() + LEASE.as_millis() as i64;
+                store::renew(db, &owner, until).map_err(db_error)?;
+            }
             let active = store::active(db).map_err(db_error)?;
             let by = store::by_status(db).map_err(db_error)?;
             Ok((active, by))
@@ -93,9 +130,6 @@ async fn step(
     batches.set_active(active.clone());
     let now = now_s();
     for b in active {
-        let of_batch = |running: &HashMap<Id, Running>| {
-            running.values().filter(|r| r.batch == b.id).count() as u64
-        };
         let ending = match b.status.as_str() {
             store::VALIDATING => {
                 validate(batches, serve, &b, &limits).await?;
@@ -107,62 +141,71 @@ async fn step(
             _ => None,
         };
         if let Some(status) = ending {
-            // Its running lines stop (their upstream requests are cancelled); it ends once
-            // they have.
-            for (id, r) in running.iter() {
-                if r.batch == b.id {
-                    if let Some(a) = aborts.get(id) {
-                        a.abort();
-                    }
-                }
+            // Its lines here stop (their upstream requests are cut) and are given up; it ends
+            // once no process runs one.
+            if !lines.stop(&b.id).is_empty() {
+                let (owner, id) = (batches.owner.clone(), b.id.clone());
+                batches
+                    .with(move |db, _| {
+                        store::release(db, Some(&owner), Some(&id)).map_err(db_error)
+                    })
+                    .await?;
+                continue;
             }
-            if of_batch(running) == 0 {
+            let id = b.id.clone();
+            let (_, elsewhere) = batches
+                .with(move |db, _| store::left(db, &id, crate::ledger::now_ms()).map_err(db_error))
+                .await?;
+            if elsewhere == 0 {
                 end(batches, &b, status).await?;
             }
             continue;
         }
-        let of_client = running.values().filter(|r| r.client == b.client).count() as u64;
         let free = limits
             .max_concurrent
-            .saturating_sub(of_batch(running))
-            .min(limits.max_concurrent_per_client.saturating_sub(of_client));
-        let id = b.id.clone();
-        let lines_running: Vec<i64> = running
-            .values()
-            .filter(|r| r.batch == b.id)
-            .map(|r| r.line)
-            .collect();
-        let now_ms = crate::ledger::now_ms();
-        let (pending, left) = batches
+            .saturating_sub(lines.of_batch(&b.id))
+            .min(
+                limits
+                    .max_concurrent_per_client
+                    .saturating_sub(lines.of_client(&b.client)),
+            );
+        let (id, owner) = (b.id.clone(), batches.owner.clone());
+        let (claimed, left) = batches
             .with(move |db, _| {
-                let p = store::pending(db, &id, now_ms, &lines_running, free as usize)
-                    .map_err(db_error)?;
-                Ok((p, store::left(db, &id).map_err(db_error)?))
+                let now_ms = crate::ledger::now_ms();
+                let until = now_ms + LEASE.as_millis() as i64;
+                let shared = db.shared();
+                let claimed = match free {
+                    0 => Vec::new(),
+                    n => store::claim(db, &id, now_ms, &owner, until, n as usize, shared)
+                        .map_err(db_error)?,
+                };
+                Ok((claimed, store::left(db, &id, now_ms).map_err(db_error)?.0))
             })
             .await?;
-        if left == 0 && of_batch(running) == 0 {
+        tracing::debug!(batch = %b.id, free, claimed = claimed.len(), left, "batch lines claimed");
+        if left == 0 && lines.of_batch(&b.id) == 0 {
             end(batches, &b, store::COMPLETED).await?;
             continue;
         }
-        for p in pending {
+        for p in claimed {
             let line = p.line;
             let job = run_line(Arc::clone(batches), Arc::clone(serve), &b, p, &limits);
-            let abort = tasks.spawn(job);
-            running.insert(
-                abort.id(),
-                Running {
-                    batch: b.id.clone(),
-                    client: b.client.clone(),
-                    line,
-                },
-            );
-            aborts.insert(abort.id(), abort);
+            let abort = lines.tasks.spawn(job);
+            let running = Running {
+                batch: b.id.clone(),
+                client: b.client.clone(),
+                line,
+                abort: abort.clone(),
+            };
+            lines.running.insert(abort.id(), running);
         }
     }
     Ok(())
 }
 
-/// One run of line `p` of batch `b`: served, decided, committed, counted.
+/// One run of line `p` of batch `b`, claimed by this process: served, decided, committed,
+/// counted.
 fn run_line(
     batches: Arc<Batches>,
     serve: Arc<dyn Serve>,
@@ -192,19 +235,25 @@ fn run_line(
             Outcome::Again { counted: true, .. } => ("retried", attempts),
             Outcome::Again { counted: false, .. } => ("deferred", p.attempts),
         };
-        let line = p.line;
+        let (line, owner) = (p.line, batches.owner.clone());
         let committed = batches
-            .with(move |db, _| store::commit(db, &id, line, attempts, &outcome).map_err(db_error))
+            .with(move |db, _| {
+                db.tx(|tx| store::commit(tx, &id, line, &owner, attempts, &outcome))
+                    .map_err(db_error)
+            })
             .await;
         match committed {
-            Ok(()) => serve.counted(&p.model, &client, label),
+            Ok(true) => serve.counted(&p.model, &client, label),
+            Ok(false) => {
+                tracing::warn!(line, "batch line's claim was lost; its result is not kept")
+            }
             Err(e) => tracing::warn!(error = %e, line, "batch line's result not committed"),
         }
     }
 }
 
 /// A new batch's input read and checked: its lines stored and the batch in progress, or the
-/// batch failed with the errors found.
+/// batch failed with the errors found (by whichever process gets there first).
 async fn validate(
     batches: &Arc<Batches>,
     serve: &Arc<dyn Serve>,
@@ -213,37 +262,30 @@ async fn validate(
 ) -> Result<(), ProxyError> {
     let (b, serve, max_lines) = (b.clone(), Arc::clone(serve), limits.max_lines);
     batches
-        .with(move |db, dir| {
+        .with(move |db, files| {
             let now = now_s();
-            let text = match std::fs::read(dir.join(&b.input_file_id)) {
-                Ok(t) => t,
-                Err(_) => {
-                    let e = super::input::LineError {
-                        code: "invalid_request",
-                        message: format!("the input file {} is gone", b.input_file_id),
-                        param: Some("input_file_id"),
-                        line: None,
-                    };
-                    let errors = serde_json::json!([e.to_json()]).to_string();
-                    return store::finish(
-                        db,
-                        &b.id,
-                        store::FAILED,
-                        (None, None),
-                        Some(&errors),
-                        now,
-                    )
-                    .map_err(db_error);
-                }
+            let from = [store::VALIDATING];
+            let failed = |db: &mut dyn Db, errors: Vec<serde_json::Value>| {
+                let errors = serde_json::Value::from(errors).to_string();
+                let ids = (None, None);
+                store::finish(db, &b.id, &from, store::FAILED, ids, Some(&errors), now).map(drop)
+            };
+            let Ok(text) = files.get(db, &b.input_file_id) else {
+                let e = super::input::LineError {
+                    code: "invalid_request",
+                    message: format!("the input file {} is gone", b.input_file_id),
+                    param: Some("input_file_id"),
+                    line: None,
+                };
+                return failed(db, vec![e.to_json()]).map_err(db_error);
             };
             let usable = |model: &str| serve.usable(&b.client, model);
             match super::input::read(&text, &b.endpoint, max_lines, &usable) {
-                Ok(lines) => store::start(db, &b.id, &lines, now).map_err(db_error),
+                Ok(lines) => db
+                    .tx(|tx| store::start(tx, &b.id, &lines, now).map(drop))
+                    .map_err(db_error),
                 Err(errors) => {
-                    let errors: Vec<_> = errors.iter().map(|e| e.to_json()).collect();
-                    let errors = serde_json::Value::from(errors).to_string();
-                    store::finish(db, &b.id, store::FAILED, (None, None), Some(&errors), now)
-                        .map_err(db_error)
+                    failed(db, errors.iter().map(|e| e.to_json()).collect()).map_err(db_error)
                 }
             }
         })
@@ -251,14 +293,13 @@ async fn validate(
 }
 
 /// Batch `b` ends as `status`: its lines not run go to its error file as such, its output and
-/// error files are written, and its status, files and time are committed together.
+/// error files are written, and its status, files and time are committed together — unless
+/// another process ended it first.
 async fn end(batches: &Arc<Batches>, b: &BatchRow, status: &'static str) -> Result<(), ProxyError> {
     let b = b.clone();
     batches
-        .with(move |db, dir| {
+        .with(move |db, files| {
             let now = now_s();
-            let from = [store::IN_PROGRESS, store::CANCELLING];
-            store::advance(db, &b.id, &from, store::FINALIZING, now).map_err(db_error)?;
             let (code, message) = match status {
                 store::EXPIRED => (
                     "batch_expired",
@@ -270,40 +311,44 @@ async fn end(batches: &Arc<Batches>, b: &BatchRow, status: &'static str) -> Resu
                 ),
                 _ => ("batch_failed", "the request was not run"),
             };
-            store::fail_pending(db, &b.id, &|custom_id| unanswered(custom_id, code, message))
-                .map_err(db_error)?;
-            let results = store::results(db, &b.id).map_err(db_error)?;
-            let file = |done: bool, what: &str| -> Result<Option<FileRow>, ProxyError> {
-                let mut text = String::new();
-                for (_, r) in results.iter().filter(|(d, _)| *d == done) {
-                    text.push_str(r);
-                    text.push('\n');
-                }
-                if text.is_empty() {
-                    return Ok(None);
-                }
-                let f = FileRow {
-                    id: format!("file-{}", hex_id()),
-                    client: b.client.clone(),
-                    filename: format!("{}_{what}.jsonl", b.id),
-                    purpose: "batch_output".into(),
-                    bytes: text.len() as i64,
-                    created_at: now,
+            let ended = db.tx(|tx| {
+                let from = [store::IN_PROGRESS, store::CANCELLING];
+                store::advance(tx, &b.id, &from, store::FINALIZING, now)?;
+                store::fail_left(tx, &b.id, &|custom_id| unanswered(custom_id, code, message))?;
+                let results = store::results(tx, &b.id)?;
+                let mut file = |done: bool, what: &str| -> Result<Option<String>, String> {
+                    let mut text = String::new();
+                    for (_, r) in results.iter().filter(|(d, _)| *d == done) {
+                        text.push_str(r);
+                        text.push('\n');
+                    }
+                    if text.is_empty() {
+                        return Ok(None);
+                    }
+                    let f = FileRow {
+                        id: format!("file-{}", hex_id()),
+                        client: b.client.clone(),
+                        filename: format!("{}_{what}.jsonl", b.id),
+                        purpose: "batch_output".into(),
+                        bytes: text.len() as i64,
+                        created_at: now,
+                    };
+                    files.put(tx, &f.id, text.as_bytes())?;
+                    store::insert_file(tx, &f)?;
+                    Ok(Some(f.id))
                 };
-                write_file(dir, &f.id, text.as_bytes()).map_err(db_error)?;
-                Ok(Some(f))
-            };
-            let (output, errors) = (file(true, "output")?, file(false, "error")?);
-            let tx = db.transaction().map_err(db_error)?;
-            for f in output.iter().chain(errors.iter()) {
-                store::insert_file(&tx, f).map_err(db_error)?;
+                let (output, errors) = (file(true, "output")?, file(false, "error")?);
+                let ids = (output.as_deref(), errors.as_deref());
+                let from = [store::FINALIZING];
+                match store::finish(tx, &b.id, &from, status, ids, None, now)? {
+                    true => Ok(()),
+                    false => Err("ended by another process".to_string()),
+                }
+            });
+            match ended {
+                Err(e) if e == "ended by another process" => Ok(()),
+                other => other.map_err(db_error),
             }
-            let ids = (
-                output.as_ref().map(|f| f.id.as_str()),
-                errors.as_ref().map(|f| f.id.as_str()),
-            );
-            store::finish(&tx, &b.id, status, ids, None, now).map_err(db_error)?;
-            tx.commit().map_err(db_error)
         })
         .await
 }

@@ -1,10 +1,11 @@
-//! The Batch API's rows in the ledger's SQLite database: files, batches, and each batch's
-//! lines, whose result is written in the same transaction as its state and its batch's
-//! counts (so a line committed is never run again, and a restart finds every other one).
+//! The Batch API's rows in the ledger's database (SQLite or PostgreSQL, [`super::db`]): files
+//! and their contents, batches, and each batch's lines — claimed by one process at a time
+//! under a lease, and their result written in the same transaction as their state and their
+//! batch's counts (so a line committed is never run again, and a restart finds every other).
 
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde_json::{json, Value};
 
+use super::db::{Db, Row, Val};
 use super::input::Line;
 
 /// A file as `/v1/files` shows it.
@@ -33,14 +34,14 @@ impl FileRow {
         })
     }
 
-    fn of(r: &Row<'_>) -> rusqlite::Result<FileRow> {
+    fn of(r: &Row) -> Result<FileRow, String> {
         Ok(FileRow {
-            id: r.get(0)?,
-            client: r.get(1)?,
-            filename: r.get(2)?,
-            purpose: r.get(3)?,
-            bytes: r.get(4)?,
-            created_at: r.get(5)?,
+            id: r.text(0)?,
+            client: r.text(1)?,
+            filename: r.text(2)?,
+            purpose: r.text(3)?,
+            bytes: r.int(4)?,
+            created_at: r.int(5)?,
         })
     }
 }
@@ -147,30 +148,30 @@ impl BatchRow {
         [VALIDATING, IN_PROGRESS, FINALIZING, CANCELLING].contains(&self.status.as_str())
     }
 
-    fn of(r: &Row<'_>) -> rusqlite::Result<BatchRow> {
+    fn of(r: &Row) -> Result<BatchRow, String> {
         Ok(BatchRow {
-            id: r.get(0)?,
-            client: r.get(1)?,
-            endpoint: r.get(2)?,
-            input_file_id: r.get(3)?,
-            completion_window: r.get(4)?,
-            status: r.get(5)?,
-            metadata: r.get(6)?,
-            errors: r.get(7)?,
-            output_file_id: r.get(8)?,
-            error_file_id: r.get(9)?,
-            created_at: r.get(10)?,
-            in_progress_at: r.get(11)?,
-            expires_at: r.get(12)?,
-            finalizing_at: r.get(13)?,
-            completed_at: r.get(14)?,
-            failed_at: r.get(15)?,
-            expired_at: r.get(16)?,
-            cancelling_at: r.get(17)?,
-            cancelled_at: r.get(18)?,
-            total: r.get(19)?,
-            completed: r.get(20)?,
-            failed: r.get(21)?,
+            id: r.text(0)?,
+            client: r.text(1)?,
+            endpoint: r.text(2)?,
+            input_file_id: r.text(3)?,
+            completion_window: r.text(4)?,
+            status: r.text(5)?,
+            metadata: r.opt_text(6)?,
+            errors: r.opt_text(7)?,
+            output_file_id: r.opt_text(8)?,
+            error_file_id: r.opt_text(9)?,
+            created_at: r.int(10)?,
+            in_progress_at: r.opt_int(11)?,
+            expires_at: r.int(12)?,
+            finalizing_at: r.opt_int(13)?,
+            completed_at: r.opt_int(14)?,
+            failed_at: r.opt_int(15)?,
+            expired_at: r.opt_int(16)?,
+            cancelling_at: r.opt_int(17)?,
+            cancelled_at: r.opt_int(18)?,
+            total: r.int(19)?,
+            completed: r.int(20)?,
+            failed: r.int(21)?,
         })
     }
 }
@@ -196,163 +197,201 @@ pub enum Outcome {
     Again { not_before: i64, counted: bool },
 }
 
-type Db = rusqlite::Result<()>;
+type Done = Result<(), String>;
 
-pub fn insert_file(c: &Connection, f: &FileRow) -> Db {
-    c.execute(
-        &format!("INSERT INTO batch_files ({FILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"),
-        params![f.id, f.client, f.filename, f.purpose, f.bytes, f.created_at],
-    )
-    .map(drop)
+fn all<T>(rows: Vec<Row>, of: fn(&Row) -> Result<T, String>) -> Result<Vec<T>, String> {
+    rows.iter().map(of).collect()
 }
 
-pub fn file(c: &Connection, id: &str) -> rusqlite::Result<Option<FileRow>> {
-    c.query_row(
-        &format!("SELECT {FILE_COLUMNS} FROM batch_files WHERE id = $1"),
-        [id],
-        FileRow::of,
-    )
-    .optional()
+pub fn insert_file(db: &mut dyn Db, f: &FileRow) -> Done {
+    let sql = format!("INSERT INTO batch_files ({FILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)");
+    let p = [
+        (&f.id).into(),
+        (&f.client).into(),
+        (&f.filename).into(),
+        (&f.purpose).into(),
+    ];
+    let p = [&p[..], &[f.bytes.into(), f.created_at.into()]].concat();
+    db.exec(&sql, &p).map(drop)
+}
+
+/// A file's content, where the database keeps it (PostgreSQL).
+pub fn put_content(db: &mut dyn Db, id: &str, content: &[u8]) -> Done {
+    let sql = "INSERT INTO batch_file_contents (id, content) VALUES ($1, $2)";
+    db.exec(sql, &[id.into(), Val::Bytes(content.to_vec())])
+        .map(drop)
+}
+
+pub fn content(db: &mut dyn Db, id: &str) -> Result<Option<Vec<u8>>, String> {
+    let rows = db.rows(
+        "SELECT content FROM batch_file_contents WHERE id = $1",
+        &[id.into()],
+    )?;
+    rows.first().map(|r| r.bytes(0)).transpose()
+}
+
+pub fn file(db: &mut dyn Db, id: &str) -> Result<Option<FileRow>, String> {
+    let sql = format!("SELECT {FILE_COLUMNS} FROM batch_files WHERE id = $1");
+    let rows = db.rows(&sql, &[id.into()])?;
+    rows.first().map(FileRow::of).transpose()
 }
 
 /// Files of `client` (all: `None`), of `purpose` when one is given, newest first (`asc`:
 /// oldest), after the one `after` names, at most `limit`.
 pub fn files(
-    c: &Connection,
+    db: &mut dyn Db,
     client: Option<&str>,
     purpose: Option<&str>,
-    after: Option<&FileRow>,
+    after: Option<&str>,
     asc: bool,
     limit: i64,
-) -> rusqlite::Result<Vec<FileRow>> {
+) -> Result<Vec<FileRow>, String> {
     let (cmp, dir) = if asc { (">", "ASC") } else { ("<", "DESC") };
     // Ids are made in order: their order is the files' (newest last).
     let sql = format!(
-        "SELECT {FILE_COLUMNS} FROM batch_files WHERE ($1 IS NULL OR client = $1) \
-         AND ($2 IS NULL OR purpose = $2) AND ($3 IS NULL OR id {cmp} $3) \
+        "SELECT {FILE_COLUMNS} FROM batch_files WHERE (CAST($1 AS TEXT) IS NULL OR client = $1) \
+         AND (CAST($2 AS TEXT) IS NULL OR purpose = $2) AND (CAST($3 AS TEXT) IS NULL OR id {cmp} $3) \
          ORDER BY id {dir} LIMIT $4"
     );
-    let mut stmt = c.prepare(&sql)?;
-    let rows = stmt.query_map(
-        params![client, purpose, after.map(|f| f.id.as_str()), limit],
-        FileRow::of,
-    )?;
-    rows.collect()
+    let p = [client.into(), purpose.into(), after.into(), limit.into()];
+    all(db.rows(&sql, &p)?, FileRow::of)
 }
 
-pub fn delete_file(c: &Connection, id: &str) -> Db {
-    c.execute("DELETE FROM batch_files WHERE id = $1", [id])
-        .map(drop)
-}
-
-/// How many files `client` keeps, and their bytes.
-pub fn kept(c: &Connection, client: &str) -> rusqlite::Result<(i64, i64)> {
-    c.query_row(
-        "SELECT count(*), coalesce(sum(bytes), 0) FROM batch_files WHERE client = $1",
-        [client],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )
-}
-
-pub fn insert_batch(c: &Connection, b: &BatchRow) -> Db {
-    c.execute(
-        "INSERT INTO batches (id, client, endpoint, input_file_id, completion_window, status, \
-         metadata, created_at, expires_at, total, completed, failed) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0)",
-        params![
-            b.id,
-            b.client,
-            b.endpoint,
-            b.input_file_id,
-            b.completion_window,
-            b.status,
-            b.metadata,
-            b.created_at,
-            b.expires_at
-        ],
+/// The file's row and its content (where the database keeps it) are deleted.
+pub fn delete_file(db: &mut dyn Db, id: &str) -> Done {
+    db.exec("DELETE FROM batch_files WHERE id = $1", &[id.into()])?;
+    db.exec(
+        "DELETE FROM batch_file_contents WHERE id = $1",
+        &[id.into()],
     )
     .map(drop)
 }
 
-pub fn batch(c: &Connection, id: &str) -> rusqlite::Result<Option<BatchRow>> {
-    c.query_row(
-        &format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = $1"),
-        [id],
-        BatchRow::of,
-    )
-    .optional()
+/// How many files `client` keeps, and their bytes.
+pub fn kept(db: &mut dyn Db, client: &str) -> Result<(i64, i64), String> {
+    let sql = "SELECT count(*), CAST(coalesce(sum(bytes), 0) AS BIGINT) FROM batch_files \
+               WHERE client = $1";
+    let rows = db.rows(sql, &[client.into()])?;
+    let r = rows.first().ok_or("no count")?;
+    Ok((r.int(0)?, r.int(1)?))
+}
+
+pub fn insert_batch(db: &mut dyn Db, b: &BatchRow) -> Done {
+    let sql = "INSERT INTO batches (id, client, endpoint, input_file_id, completion_window, \
+               status, metadata, created_at, expires_at, total, completed, failed) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0)";
+    let p = [
+        (&b.id).into(),
+        (&b.client).into(),
+        (&b.endpoint).into(),
+        (&b.input_file_id).into(),
+        (&b.completion_window).into(),
+        (&b.status).into(),
+        b.metadata.as_deref().into(),
+        b.created_at.into(),
+        b.expires_at.into(),
+    ];
+    db.exec(sql, &p).map(drop)
+}
+
+pub fn batch(db: &mut dyn Db, id: &str) -> Result<Option<BatchRow>, String> {
+    let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = $1");
+    let rows = db.rows(&sql, &[id.into()])?;
+    rows.first().map(BatchRow::of).transpose()
 }
 
 /// Batches of `client` (all: `None`), newest first, after the one `after` names, at most
 /// `limit`.
 pub fn batches(
-    c: &Connection,
+    db: &mut dyn Db,
     client: Option<&str>,
-    after: Option<&BatchRow>,
+    after: Option<&str>,
     limit: i64,
-) -> rusqlite::Result<Vec<BatchRow>> {
+) -> Result<Vec<BatchRow>, String> {
     let sql = format!(
-        "SELECT {BATCH_COLUMNS} FROM batches WHERE ($1 IS NULL OR client = $1) \
-         AND ($2 IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
+        "SELECT {BATCH_COLUMNS} FROM batches WHERE (CAST($1 AS TEXT) IS NULL OR client = $1) \
+         AND (CAST($2 AS TEXT) IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
     );
-    let mut stmt = c.prepare(&sql)?;
-    let rows = stmt.query_map(
-        params![client, after.map(|b| b.id.as_str()), limit],
+    all(
+        db.rows(&sql, &[client.into(), after.into(), limit.into()])?,
         BatchRow::of,
-    )?;
-    rows.collect()
+    )
 }
 
 /// Batches not yet in a final status, oldest first.
-pub fn active(c: &Connection) -> rusqlite::Result<Vec<BatchRow>> {
-    let sql = format!(
-        "SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ($1, $2, $3, $4) \
-         ORDER BY id"
-    );
-    let mut stmt = c.prepare(&sql)?;
-    let rows = stmt.query_map(
-        params![VALIDATING, IN_PROGRESS, FINALIZING, CANCELLING],
-        BatchRow::of,
-    )?;
-    rows.collect()
+pub fn active(db: &mut dyn Db) -> Result<Vec<BatchRow>, String> {
+    let sql =
+        format!("SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ($1, $2, $3, $4) ORDER BY id");
+    let p = [
+        VALIDATING.into(),
+        IN_PROGRESS.into(),
+        FINALIZING.into(),
+        CANCELLING.into(),
+    ];
+    all(db.rows(&sql, &p)?, BatchRow::of)
 }
 
-/// Batches by status, every status counted (0 for none).
-pub fn by_status(c: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
-    let mut stmt = c.prepare("SELECT status, count(*) FROM batches GROUP BY status")?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    rows.collect()
+/// Batches of `client` not yet in a final status.
+pub fn active_of(db: &mut dyn Db, client: &str) -> Result<i64, String> {
+    let sql = "SELECT count(*) FROM batches WHERE client = $1 AND status IN ($2, $3, $4, $5)";
+    let p = [
+        client.into(),
+        VALIDATING.into(),
+        IN_PROGRESS.into(),
+        FINALIZING.into(),
+        CANCELLING.into(),
+    ];
+    db.rows(sql, &p)?.first().ok_or("no count")?.int(0)
 }
 
-/// The batch's lines are stored and it is in progress (one transaction).
-pub fn start(c: &mut Connection, id: &str, lines: &[Line], now: i64) -> Db {
-    let tx = c.transaction()?;
-    {
-        let mut insert = tx.prepare(
-            "INSERT INTO batch_lines (batch_id, line, custom_id, model, body, state, attempts, \
-             not_before, result) VALUES ($1, $2, $3, $4, $5, 'pending', 0, 0, NULL)",
-        )?;
-        for l in lines {
-            insert.execute(params![id, l.line as i64, l.custom_id, l.model, l.body])?;
-        }
+/// Batches by status.
+pub fn by_status(db: &mut dyn Db) -> Result<Vec<(String, i64)>, String> {
+    let rows = db.rows("SELECT status, count(*) FROM batches GROUP BY status", &[])?;
+    rows.iter().map(|r| Ok((r.text(0)?, r.int(1)?))).collect()
+}
+
+/// The batch's lines are stored and it is in progress (in the transaction `db` is): `false`
+/// when it was no longer validating (another process took it first).
+pub fn start(db: &mut dyn Db, id: &str, lines: &[Line], now: i64) -> Result<bool, String> {
+    let sql = "UPDATE batches SET status = $1, in_progress_at = $2, total = $3 \
+               WHERE id = $4 AND status = $5";
+    let p = [
+        IN_PROGRESS.into(),
+        now.into(),
+        (lines.len() as i64).into(),
+        id.into(),
+        VALIDATING.into(),
+    ];
+    if db.exec(sql, &p)? != 1 {
+        return Ok(false);
     }
-    tx.execute(
-        "UPDATE batches SET status = $1, in_progress_at = $2, total = $3 WHERE id = $4",
-        params![IN_PROGRESS, now, lines.len() as i64, id],
-    )?;
-    tx.commit()
+    let insert = "INSERT INTO batch_lines (batch_id, line, custom_id, model, body, state, \
+                  attempts, not_before) VALUES ($1, $2, $3, $4, $5, 'pending', 0, 0)";
+    for l in lines {
+        let p = [
+            id.into(),
+            (l.line as i64).into(),
+            (&l.custom_id).into(),
+            (&l.model).into(),
+            (&l.body).into(),
+        ];
+        db.exec(insert, &p)?;
+    }
+    Ok(true)
 }
 
 /// The batch ends as `status` (at `now`, in that status's time column), with its files and
-/// its validation errors (JSON) when it has them.
+/// its validation errors (JSON) when it has them, if it is still in one of `from`: whether it
+/// was.
 pub fn finish(
-    c: &Connection,
+    db: &mut dyn Db,
     id: &str,
+    from: &[&str],
     status: &'static str,
     files: (Option<&str>, Option<&str>),
     errors: Option<&str>,
     now: i64,
-) -> Db {
+) -> Result<bool, String> {
     let at = match status {
         COMPLETED => "completed_at",
         FAILED => "failed_at",
@@ -360,145 +399,195 @@ pub fn finish(
         CANCELLED => "cancelled_at",
         _ => "finalizing_at",
     };
-    c.execute(
-        &format!(
-            "UPDATE batches SET status = $1, {at} = $2, output_file_id = $3, error_file_id = $4, \
-             errors = coalesce($5, errors) WHERE id = $6"
-        ),
-        params![status, now, files.0, files.1, errors, id],
-    )
-    .map(drop)
+    let sql = format!(
+        "UPDATE batches SET status = $1, {at} = $2, output_file_id = $3, error_file_id = $4, \
+         errors = coalesce($5, errors) WHERE id = $6 AND status IN ({})",
+        listed(from, 7)
+    );
+    let mut p = vec![
+        status.into(),
+        now.into(),
+        files.0.into(),
+        files.1.into(),
+        errors.into(),
+        id.into(),
+    ];
+    p.extend(from.iter().map(|s| Val::from(*s)));
+    Ok(db.exec(&sql, &p)? == 1)
+}
+
+/// `$n, $n+1, …` for each of `items`.
+fn listed(items: &[&str], n: usize) -> String {
+    (0..items.len())
+        .map(|i| format!("${}", n + i))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The batch moves to `status` from one of `from` (its time column set to `now`); whether it
 /// did.
 pub fn advance(
-    c: &Connection,
+    db: &mut dyn Db,
     id: &str,
     from: &[&str],
     status: &str,
     now: i64,
-) -> rusqlite::Result<bool> {
+) -> Result<bool, String> {
     let at = match status {
         CANCELLING => "cancelling_at",
         _ => "finalizing_at",
     };
-    let list = from
-        .iter()
-        .map(|s| format!("'{s}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let n = c.execute(
-        &format!("UPDATE batches SET status = $1, {at} = $2 WHERE id = $3 AND status IN ({list})"),
-        params![status, now, id],
-    )?;
-    Ok(n == 1)
+    let sql = format!(
+        "UPDATE batches SET status = $1, {at} = $2 WHERE id = $3 AND status IN ({})",
+        listed(from, 4)
+    );
+    let mut p = vec![status.into(), now.into(), id.into()];
+    p.extend(from.iter().map(|s| Val::from(*s)));
+    Ok(db.exec(&sql, &p)? == 1)
 }
 
-/// Up to `limit` lines of the batch to run at `now_ms`, in their order, none of `running`.
-pub fn pending(
-    c: &Connection,
+/// Up to `limit` lines of the batch to run at `now_ms`, in their order, claimed for `owner`
+/// until `lease_until` ms: pending ones due, and running ones whose lease ran out (their
+/// process is gone). `shared`: other processes may claim at once (PostgreSQL: rows another
+/// claims are skipped, not waited for).
+#[allow(clippy::too_many_arguments)]
+pub fn claim(
+    db: &mut dyn Db,
     id: &str,
     now_ms: i64,
-    running: &[i64],
+    owner: &str,
+    lease_until: i64,
     limit: usize,
-) -> rusqlite::Result<Vec<Pending>> {
-    let mut stmt = c.prepare_cached(
-        "SELECT line, custom_id, model, body, attempts FROM batch_lines \
-         WHERE batch_id = $1 AND state = 'pending' AND not_before <= $2 ORDER BY line LIMIT $3",
-    )?;
-    let want = (limit + running.len()) as i64;
-    let rows = stmt.query_map(params![id, now_ms, want], |r| {
+    shared: bool,
+) -> Result<Vec<Pending>, String> {
+    let lock = if shared {
+        " FOR UPDATE SKIP LOCKED"
+    } else {
+        ""
+    };
+    // The lines picked once, in a CTE (PostgreSQL evaluates a locking one once; a subquery in
+    // the WHERE clause may be run again per row and pick more). SQLite numbers `$n` in the
+    // order they first appear: they appear in order.
+    let sql = format!(
+        "WITH picked AS (SELECT line FROM batch_lines WHERE batch_id = $1 \
+         AND ((state = 'pending' AND not_before <= $2) OR (state = 'running' AND lease_until < $2)) \
+         ORDER BY line LIMIT $3{lock}) \
+         UPDATE batch_lines SET state = 'running', owner = $4, lease_until = $5 \
+         WHERE batch_id = $1 AND line IN (SELECT line FROM picked) \
+         RETURNING line, custom_id, model, body, attempts"
+    );
+    let p = [
+        id.into(),
+        now_ms.into(),
+        (limit as i64).into(),
+        owner.into(),
+        lease_until.into(),
+    ];
+    let mut got = all(db.rows(&sql, &p)?, |r| {
         Ok(Pending {
-            line: r.get(0)?,
-            custom_id: r.get(1)?,
-            model: r.get(2)?,
-            body: r.get(3)?,
-            attempts: r.get(4)?,
+            line: r.int(0)?,
+            custom_id: r.text(1)?,
+            model: r.text(2)?,
+            body: r.text(3)?,
+            attempts: r.int(4)?,
         })
     })?;
-    let mut out = Vec::new();
-    for p in rows {
-        let p = p?;
-        if !running.contains(&p.line) && out.len() < limit {
-            out.push(p);
-        }
-    }
-    Ok(out)
+    got.sort_by_key(|p| p.line);
+    Ok(got)
 }
 
-/// Lines of the batch still to run (now or later).
-pub fn left(c: &Connection, id: &str) -> rusqlite::Result<i64> {
-    c.query_row(
-        "SELECT count(*) FROM batch_lines WHERE batch_id = $1 AND state = 'pending'",
-        [id],
-        |r| r.get(0),
-    )
+/// The lines `owner` runs hold their claims until `lease_until` ms.
+pub fn renew(db: &mut dyn Db, owner: &str, lease_until: i64) -> Done {
+    let sql = "UPDATE batch_lines SET lease_until = $1 WHERE owner = $2 AND state = 'running'";
+    db.exec(sql, &[lease_until.into(), owner.into()]).map(drop)
 }
 
-/// A line's run is committed: its state and result, with its batch's counts, at once.
-pub fn commit(c: &mut Connection, id: &str, line: i64, attempts: i64, outcome: &Outcome) -> Db {
-    let tx = c.transaction()?;
-    commit_in(&tx, id, line, attempts, outcome)?;
-    tx.commit()
+/// Lines `owner` claimed and stopped running (cancelled, or the process starting again on a
+/// file no other shares) are pending again.
+pub fn release(db: &mut dyn Db, owner: Option<&str>, id: Option<&str>) -> Done {
+    let sql = "UPDATE batch_lines SET state = 'pending', owner = NULL, lease_until = NULL \
+               WHERE state = 'running' AND (CAST($1 AS TEXT) IS NULL OR owner = $1) \
+               AND (CAST($2 AS TEXT) IS NULL OR batch_id = $2)";
+    db.exec(sql, &[owner.into(), id.into()]).map(drop)
 }
 
-fn commit_in(tx: &Transaction<'_>, id: &str, line: i64, attempts: i64, outcome: &Outcome) -> Db {
+/// Lines of the batch still to run (now or later), and of those, running under a lease
+/// current at `now_ms`.
+pub fn left(db: &mut dyn Db, id: &str, now_ms: i64) -> Result<(i64, i64), String> {
+    // SQLite numbers `$n` in the order they first appear: they appear in order.
+    let sql = "SELECT count(*), CAST(coalesce(sum(CASE WHEN state = 'running' AND \
+               lease_until >= $1 THEN 1 ELSE 0 END), 0) AS BIGINT) FROM batch_lines \
+               WHERE batch_id = $2 AND state IN ('pending', 'running')";
+    let rows = db.rows(sql, &[now_ms.into(), id.into()])?;
+    let r = rows.first().ok_or("no count")?;
+    Ok((r.int(0)?, r.int(1)?))
+}
+
+/// A line's run, claimed by `owner`, is committed: its state and result, with its batch's
+/// counts, in the transaction `db` is. `false` when its claim was lost (another process took
+/// it after its lease ran out): nothing is written.
+pub fn commit(
+    db: &mut dyn Db,
+    id: &str,
+    line: i64,
+    owner: &str,
+    attempts: i64,
+    outcome: &Outcome,
+) -> Result<bool, String> {
     let (state, result, not_before, count) = match outcome {
         Outcome::Done(r) => ("done", Some(r.as_str()), 0, Some("completed")),
         Outcome::Failed(r) => ("failed", Some(r.as_str()), 0, Some("failed")),
         Outcome::Again { not_before, .. } => ("pending", None, *not_before, None),
     };
-    tx.execute(
-        "UPDATE batch_lines SET state = $1, result = $2, attempts = $3, not_before = $4 \
-         WHERE batch_id = $5 AND line = $6",
-        params![state, result, attempts, not_before, id, line],
-    )?;
-    if let Some(count) = count {
-        tx.execute(
-            &format!("UPDATE batches SET {count} = {count} + 1 WHERE id = $1"),
-            [id],
-        )?;
+    let sql = "UPDATE batch_lines SET state = $1, result = $2, attempts = $3, not_before = $4, \
+               owner = NULL, lease_until = NULL \
+               WHERE batch_id = $5 AND line = $6 AND state = 'running' AND owner = $7";
+    let p = [
+        state.into(),
+        result.into(),
+        attempts.into(),
+        not_before.into(),
+        id.into(),
+        line.into(),
+        owner.into(),
+    ];
+    if db.exec(sql, &p)? != 1 {
+        return Ok(false);
     }
-    Ok(())
+    if let Some(count) = count {
+        let sql = format!("UPDATE batches SET {count} = {count} + 1 WHERE id = $1");
+        db.exec(&sql, &[id.into()])?;
+    }
+    Ok(true)
 }
 
-/// Every line left pending fails with `result` made of its custom_id (a batch that expired
-/// or was cancelled: its lines not run go to its error file as such).
-pub fn fail_pending(c: &mut Connection, id: &str, result: &dyn Fn(&str) -> String) -> Db {
-    let tx = c.transaction()?;
-    let left: Vec<(i64, String, i64)> = {
-        let mut stmt = tx.prepare(
-            "SELECT line, custom_id, attempts FROM batch_lines \
-             WHERE batch_id = $1 AND state = 'pending'",
+/// Every line left to run fails with `result` made of its custom_id (a batch that expired or
+/// was cancelled: its lines not run go to its error file as such).
+pub fn fail_left(db: &mut dyn Db, id: &str, result: &dyn Fn(&str) -> String) -> Done {
+    let sql = "SELECT line, custom_id FROM batch_lines \
+               WHERE batch_id = $1 AND state IN ('pending', 'running')";
+    let left = db.rows(sql, &[id.into()])?;
+    let mut failed = 0;
+    for r in &left {
+        let (line, custom_id) = (r.int(0)?, r.text(1)?);
+        let sql = "UPDATE batch_lines SET state = 'failed', result = $1, owner = NULL, \
+                   lease_until = NULL WHERE batch_id = $2 AND line = $3";
+        db.exec(
+            sql,
+            &[Val::Text(result(&custom_id)), id.into(), line.into()],
         )?;
-        let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        rows.collect::<rusqlite::Result<_>>()?
-    };
-    for (line, custom_id, attempts) in left {
-        commit_in(
-            &tx,
-            id,
-            line,
-            attempts,
-            &Outcome::Failed(result(&custom_id)),
-        )?;
+        failed += 1;
     }
-    tx.commit()
+    let sql = "UPDATE batches SET failed = failed + $1 WHERE id = $2";
+    db.exec(sql, &[Val::Int(failed), id.into()]).map(drop)
 }
 
 /// The results of the batch's lines in their order: `(done, result)`.
-pub fn results(c: &Connection, id: &str) -> rusqlite::Result<Vec<(bool, String)>> {
-    let mut stmt = c.prepare(
-        "SELECT state, result FROM batch_lines WHERE batch_id = $1 AND state <> 'pending' \
-         ORDER BY line",
-    )?;
-    let rows = stmt.query_map([id], |r| {
-        let state: String = r.get(0)?;
-        Ok((
-            state == "done",
-            r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-        ))
-    })?;
-    rows.collect()
+pub fn results(db: &mut dyn Db, id: &str) -> Result<Vec<(bool, String)>, String> {
+    let sql = "SELECT state, result FROM batch_lines WHERE batch_id = $1 \
+               AND state IN ('done', 'failed') ORDER BY line";
+    let rows = db.rows(sql, &[id.into()])?;
+    rows.iter()
+        .map(|r| Ok((r.text(0)? == "done", r.opt_text(1)?.unwrap_or_default())))
+        .collect()
 }

@@ -83,7 +83,8 @@ pub const MIGRATIONS: &[&[&str]] = &[
     )",
         "CREATE INDEX batches_client ON batches (client, created_at)",
         "CREATE INDEX batches_status ON batches (status)",
-        // state: pending (to run, not before `not_before` ms), done (answered 2xx), failed.
+        // state: pending (to run, not before `not_before` ms), running (claimed by the process
+        // `owner` until `lease_until` ms, renewed while it runs), done (answered 2xx), failed.
         "CREATE TABLE batch_lines (
         batch_id TEXT NOT NULL,
         line BIGINT NOT NULL,
@@ -93,10 +94,15 @@ pub const MIGRATIONS: &[&[&str]] = &[
         state TEXT NOT NULL,
         attempts BIGINT NOT NULL,
         not_before BIGINT NOT NULL,
+        owner TEXT,
+        lease_until BIGINT,
         result TEXT,
         PRIMARY KEY (batch_id, line)
     )",
         "CREATE INDEX batch_lines_state ON batch_lines (batch_id, state)",
+        // Files' contents where several processes share the database (PostgreSQL); a SQLite
+        // ledger's are files beside it.
+        "CREATE TABLE batch_file_contents (id TEXT PRIMARY KEY, content BYTEA NOT NULL)",
     ],
 ];
 
