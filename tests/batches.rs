@@ -740,3 +740,66 @@ async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
     assert_eq!(by_a + by_b, 60.0);
     assert!(by_a > 0.0 && by_b > 0.0, "a ran {by_a}, b ran {by_b}");
 }
+
+/// Of two binaries on one PostgreSQL database, one is killed (-9) while it runs lines: the
+/// other takes them over once their lease (`batches.lease_ms`) runs out, and the batch
+/// completes with each line run to its end once.
+#[tokio::test]
+async fn the_lines_of_a_process_killed_mid_batch_are_taken_over_by_another_after_their_lease() {
+    let Some(pg) = common::postgres::Postgres::start() else {
+        return;
+    };
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(1500),
+        slots: 4,
+        ..SimConfig::default()
+    })
+    .await;
+    let config = format!(
+        "[backends.gpu]\nurl = \"{}\"\nflavor = \"llamacpp\"\nslots = 4\n[aliases.a]\n\
+         backend = \"gpu\"\n[clients.ann]\nkey_env = \"SB_T_BATCH_ANN\"\n[ledger]\n\
+         url = \"{}\"\nbatch_interval_ms = 10\n[batches]\nmax_concurrent = 2\nlease_ms = 3000\n",
+        gpu.url(),
+        pg.url()
+    );
+    let (mut a, b) = tokio::join!(
+        common::served::Served::start(&config, &[]),
+        common::served::Served::start(&config, &[])
+    );
+    let api = Api::new(b.base.clone());
+    let text: String = (0..8)
+        .map(|i| line(&format!("l{i}"), "a", 3) + "\n")
+        .collect();
+    let (_, file) = api.upload("ann-key", text).await;
+    let (_, created) = api.create("ann-key", &file).await;
+    let id = created["id"].as_str().unwrap();
+    // Both run two lines: each claim's answer is 1.5 s away.
+    until("both processes to run lines", || {
+        gpu.recorder().running() == 4
+    })
+    .await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let done = api
+        .until("ann-key", id, |b| b["status"] == "completed")
+        .await;
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 8, "completed": 8, "failed": 0})
+    );
+    let out = api.lines("ann-key", &done["output_file_id"]).await;
+    let want: Vec<String> = (0..8).map(|i| format!("l{i}")).collect();
+    assert_eq!(ids(&out), want);
+    let cut = gpu.recorder().cancelled();
+    assert_eq!(
+        cut, 2,
+        "the killed process's two lines were cut at the backend"
+    );
+    assert_eq!(
+        gpu.recorder().completed(),
+        8,
+        "each line ran to its end once"
+    );
+    assert_eq!(chats_with(&gpu, "marker-"), 8 + cut as usize);
+}

@@ -6,7 +6,7 @@
 //! output and error files written. After a restart it goes on from what was committed.
 //!
 //! Several processes may run one PostgreSQL database's batches: a process claims the lines
-//! it runs, under a lease it renews each second while they run ([`LEASE`]); a line whose
+//! it runs, under a lease (`batches.lease_ms`) it renews each second while they run; a line whose
 //! lease ran out (its process is gone) is claimed again by another. A batch is validated
 //! and ended by whichever process gets there first, in one transaction.
 
@@ -24,10 +24,6 @@ use super::store::{self, BatchRow, FileRow, Outcome};
 use super::{db_error, hex_id, now_s, Batches};
 use crate::config;
 use crate::error::ProxyError;
-
-/// How long a claim on a line holds without being renewed: a process that stops renewing
-/// (it died) leaves its lines to others this long after.
-pub const LEASE: Duration = Duration::from_secs(30);
 
 /// What the runner needs of the proxy: a line served, what a client may use, the bounds of
 /// `[batches]` now, and where its figures go.
@@ -115,10 +111,11 @@ async fn step(
     let limits = serve.limits();
     let owner = batches.owner.clone();
     let renew = !lines.running.is_empty();
+    let lease = limits.lease.as_millis() as i64;
     let (active, by) = batches
         .with(move |db, _| {
             if renew {
-                let until = crate::ledger::now_ms() + LEASE.as_millis() as i64;
+                let until = crate::ledger::now_ms() + lease;
                 store::renew(db, &owner, until).map_err(db_error)?;
             }
             let active = store::active(db).map_err(db_error)?;
@@ -173,7 +170,7 @@ async fn step(
         let (claimed, left) = batches
             .with(move |db, _| {
                 let now_ms = crate::ledger::now_ms();
-                let until = now_ms + LEASE.as_millis() as i64;
+                let until = now_ms + lease;
                 let shared = db.shared();
                 let claimed = match free {
                     0 => Vec::new(),

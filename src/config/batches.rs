@@ -21,6 +21,7 @@ pub struct RawBatches {
     pub max_concurrent_per_client: Option<u64>,
     pub line_retries: Option<u64>,
     pub retry_after_ms: Option<u64>,
+    pub lease_ms: Option<u64>,
 }
 
 /// `[batches]`, validated.
@@ -42,6 +43,9 @@ pub struct Batches {
     /// down) is run again before it goes to the error file; and the wait before each.
     pub line_retries: u64,
     pub retry_after: Duration,
+    /// How long a process's claim on a line holds without being renewed (it is renewed every
+    /// second while the line runs): a process that died leaves its lines to others this long.
+    pub lease: Duration,
 }
 
 impl Default for Batches {
@@ -56,6 +60,7 @@ impl Default for Batches {
             max_concurrent_per_client: 8,
             line_retries: 3,
             retry_after: Duration::from_millis(1000),
+            lease: Duration::from_secs(30),
         }
     }
 }
@@ -92,6 +97,17 @@ pub fn validate(raw: RawBatches, errs: &mut Vec<ConfigError>) -> Batches {
         retry_after: raw
             .retry_after_ms
             .map_or(d.retry_after, Duration::from_millis),
+        lease: match raw.lease_ms {
+            Some(ms) if ms < 3000 => {
+                errs.push(ConfigError::BadValue {
+                    key: "batches.lease_ms".into(),
+                    value: ms.to_string(),
+                    reason: "is below 3000: a claim is renewed once a second".into(),
+                });
+                d.lease
+            }
+            ms => ms.map_or(d.lease, Duration::from_millis),
+        },
     }
 }
 
@@ -100,7 +116,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unset_keys_take_their_defaults_and_a_zero_bound_is_named() {
+    fn unset_keys_take_their_defaults_and_a_bad_bound_is_named() {
         let mut errs = Vec::new();
         assert_eq!(
             validate(RawBatches::default(), &mut errs),
@@ -110,15 +126,24 @@ mod tests {
         let raw = RawBatches {
             max_concurrent: Some(0),
             line_retries: Some(0),
+            lease_ms: Some(2999),
             ..RawBatches::default()
         };
         let got = validate(raw, &mut errs);
         assert_eq!(got.line_retries, 0);
+        assert_eq!(errs.len(), 2, "{errs:?}");
         assert_eq!(
-            errs,
-            vec![ConfigError::Zero {
+            errs[0],
+            ConfigError::Zero {
                 key: "batches.max_concurrent".into()
-            }]
+            }
+        );
+        assert!(
+            errs[1]
+                .to_string()
+                .starts_with("batches.lease_ms: \"2999\""),
+            "{}",
+            errs[1]
         );
     }
 }
