@@ -158,6 +158,53 @@ fn ids(lines: &[Value]) -> Vec<String> {
     ids
 }
 
+/// `n` chat lines `l0`, `l1`, … (numbers `width` digits wide).
+fn numbered(n: usize, width: usize) -> String {
+    (0..n)
+        .map(|i| line(&format!("l{i:0width$}"), "a", 3) + "\n")
+        .collect()
+}
+
+/// A one-slot simulator answering each request after `ttft`, a proxy in front of it (its
+/// SQLite ledger in a temp dir, one line of a batch at a time), and a batch of `n` lines of
+/// bob's created there.
+struct OneSlot {
+    gpu: switchboard::sim::Sim,
+    p: Proxy,
+    api: Api,
+    id: String,
+    db: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn one_slot(ttft: Duration, n: usize) -> OneSlot {
+    keys();
+    let gpu = sim(SimConfig {
+        ttft,
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let p = proxy(&config(&db, 1, "max_concurrent = 1"), &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let (_, file) = api.upload("bob-key", numbered(n, 2)).await;
+    let (_, b) = api.create("bob-key", &file).await;
+    assert_eq!(
+        b["expires_at"].as_i64().unwrap() - b["created_at"].as_i64().unwrap(),
+        86_400
+    );
+    let id = b["id"].as_str().unwrap().to_string();
+    OneSlot {
+        gpu,
+        p,
+        api,
+        id,
+        db,
+        _dir: dir,
+    }
+}
+
 #[tokio::test]
 async fn a_batch_runs_to_completed_with_every_custom_id_answered_once_and_only_its_owner_sees_it() {
     keys();
@@ -404,26 +451,24 @@ async fn a_clients_files_bytes_and_batches_in_progress_are_bounded() {
 
 #[tokio::test]
 async fn cancelling_a_batch_stops_its_lines_and_keeps_what_was_done() {
-    keys();
-    let gpu = sim(SimConfig {
-        ttft: Duration::from_millis(150),
-        ..SimConfig::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let toml = config(&dir.path().join("usage.db"), 1, "max_concurrent = 1");
-    let p = proxy(&toml, &[("gpu", gpu.url())]).await;
-    let api = Api::new(p.url(""));
-    let text: String = (0..40)
-        .map(|i| line(&format!("l{i:02}"), "a", 3) + "\n")
-        .collect();
-    let (_, file) = api.upload("bob-key", text).await;
-    let (_, b) = api.create("bob-key", &file).await;
-    let id = b["id"].as_str().unwrap();
+    let one = one_slot(Duration::from_millis(150), 40).await;
+    let (gpu, api, id) = (&one.gpu, &one.api, one.id.as_str());
     api.until("bob-key", id, |b| {
         b["request_counts"]["completed"].as_i64() >= Some(2)
     })
     .await;
+    // The status page lists it, with its progress, to its client and not to another.
+    let page = |key: &'static str| {
+        let r = api.c.get(format!("{}/", api.base)).bearer_auth(key).send();
+        async move { r.await.unwrap().text().await.unwrap() }
+    };
+    let shown = page("bob-key").await;
+    assert!(
+        shown.contains("Batches in progress") && shown.contains(id),
+        "{shown}"
+    );
+    assert!(shown.contains(" of 40 done · "), "{shown}");
+    assert!(!page("ann-key").await.contains(id));
     let (status, b) = api
         .post("bob-key", &format!("/v1/batches/{id}/cancel"), &json!({}))
         .await;
@@ -460,7 +505,7 @@ async fn cancelling_a_batch_stops_its_lines_and_keeps_what_was_done() {
     assert!(b["cancelling_at"].as_i64().is_some() && b["cancelled_at"].as_i64().is_some());
     // The line running when it was cancelled was cut at the backend; nothing runs after.
     until("the cut line to end", || gpu.recorder().running() == 0).await;
-    let received = chats_with(&gpu, "marker-");
+    let received = chats_with(gpu, "marker-");
     assert!(
         received as i64 <= done + 1,
         "{received} received, {done} done"
@@ -480,35 +525,17 @@ async fn cancelling_a_batch_stops_its_lines_and_keeps_what_was_done() {
 /// ends as `expired`: what was done is in its output file, the rest in its error file.
 #[tokio::test]
 async fn a_batch_past_its_window_expires_with_what_was_done_kept() {
-    keys();
-    let gpu = sim(SimConfig {
-        ttft: Duration::from_millis(150),
-        ..SimConfig::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("usage.db");
-    let p = proxy(&config(&db, 1, "max_concurrent = 1"), &[("gpu", gpu.url())]).await;
-    let api = Api::new(p.url(""));
-    let text: String = (0..30)
-        .map(|i| line(&format!("l{i:02}"), "a", 3) + "\n")
-        .collect();
-    let (_, file) = api.upload("ann-key", text).await;
-    let (_, b) = api.create("ann-key", &file).await;
-    let id = b["id"].as_str().unwrap();
-    assert_eq!(
-        b["expires_at"].as_i64().unwrap() - b["created_at"].as_i64().unwrap(),
-        86_400
-    );
-    api.until("ann-key", id, |b| {
+    let one = one_slot(Duration::from_millis(150), 30).await;
+    let (api, id, db) = (&one.api, one.id.as_str(), &one.db);
+    api.until("bob-key", id, |b| {
         b["request_counts"]["completed"].as_i64() >= Some(2)
     })
     .await;
-    let c = rusqlite::Connection::open(&db).unwrap();
+    let c = rusqlite::Connection::open(db).unwrap();
     c.busy_timeout(Duration::from_secs(10)).unwrap();
     c.execute("UPDATE batches SET expires_at = 0 WHERE id = ?1", [id])
         .unwrap();
-    let b = api.until("ann-key", id, |b| b["status"] == "expired").await;
+    let b = api.until("bob-key", id, |b| b["status"] == "expired").await;
     let counts = &b["request_counts"];
     let (done, failed) = (
         counts["completed"].as_i64().unwrap(),
@@ -521,8 +548,8 @@ async fn a_batch_past_its_window_expires_with_what_was_done_kept() {
     );
     assert!((2..30).contains(&done), "{b}");
     assert!(b["expired_at"].as_i64().is_some());
-    let out = api.lines("ann-key", &b["output_file_id"]).await;
-    let errors = api.lines("ann-key", &b["error_file_id"]).await;
+    let out = api.lines("bob-key", &b["output_file_id"]).await;
+    let errors = api.lines("bob-key", &b["error_file_id"]).await;
     assert_eq!((out.len() as i64, errors.len() as i64), (done, failed));
     assert!(
         errors.iter().all(|e| e["error"]["code"] == "batch_expired"),
@@ -534,22 +561,8 @@ async fn a_batch_past_its_window_expires_with_what_was_done_kept() {
 /// is cut at the backend and runs again later; the batch still completes, every line once.
 #[tokio::test]
 async fn a_person_takes_the_slot_a_batch_line_holds_and_the_line_runs_again_later() {
-    keys();
-    let gpu = sim(SimConfig {
-        ttft: Duration::from_millis(400),
-        ..SimConfig::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let toml = config(&dir.path().join("usage.db"), 1, "max_concurrent = 1");
-    let p = proxy(&toml, &[("gpu", gpu.url())]).await;
-    let api = Api::new(p.url(""));
-    let text: String = (0..3)
-        .map(|i| line(&format!("l{i}"), "a", 3) + "\n")
-        .collect();
-    let (_, file) = api.upload("bob-key", text).await;
-    let (_, b) = api.create("bob-key", &file).await;
-    let id = b["id"].as_str().unwrap();
+    let one = one_slot(Duration::from_millis(400), 3).await;
+    let (gpu, p, api, id) = (&one.gpu, &one.p, &one.api, one.id.as_str());
     until("a line to hold the slot", || gpu.recorder().running() == 1).await;
     let person = api
         .c
@@ -574,7 +587,7 @@ async fn a_person_takes_the_slot_a_batch_line_holds_and_the_line_runs_again_late
         json!({"total": 3, "completed": 3, "failed": 0})
     );
     let out = api.lines("bob-key", &b["output_file_id"]).await;
-    assert_eq!(ids(&out), ["l0", "l1", "l2"]);
+    assert_eq!(ids(&out), ["l00", "l01", "l02"]);
     // Three lines and the person's request ran to their end; the cut one did not.
     assert_eq!(gpu.recorder().completed(), 4);
     assert_eq!(gpu.recorder().cancelled(), 1);
@@ -628,9 +641,7 @@ async fn a_batch_killed_mid_way_completes_after_a_restart_without_running_a_line
     };
     let mut first = start();
     up().await;
-    let text: String = (0..8)
-        .map(|i| line(&format!("l{i}"), "a", 3) + "\n")
-        .collect();
+    let text = numbered(8, 1);
     let (_, file) = api.upload("ann-key", text).await;
     let (_, b) = api.create("ann-key", &file).await;
     let id = b["id"].as_str().unwrap().to_string();
@@ -699,9 +710,7 @@ async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
         common::served::Served::start(&config, &[])
     );
     let (api_a, api_b) = (Api::new(a.base.clone()), Api::new(b.base.clone()));
-    let text: String = (0..60)
-        .map(|i| line(&format!("l{i:02}"), "a", 3) + "\n")
-        .collect();
+    let text = numbered(60, 2);
     let (status, file) = api_a.upload("ann-key", text).await;
     assert_eq!(status, 200, "{file}");
     let (_, created) = api_a.create("ann-key", &file).await;
@@ -768,9 +777,7 @@ async fn the_lines_of_a_process_killed_mid_batch_are_taken_over_by_another_after
         common::served::Served::start(&config, &[])
     );
     let api = Api::new(b.base.clone());
-    let text: String = (0..8)
-        .map(|i| line(&format!("l{i}"), "a", 3) + "\n")
-        .collect();
+    let text = numbered(8, 1);
     let (_, file) = api.upload("ann-key", text).await;
     let (_, created) = api.create("ann-key", &file).await;
     let id = created["id"].as_str().unwrap();
