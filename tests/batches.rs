@@ -810,3 +810,77 @@ async fn the_lines_of_a_process_killed_mid_batch_are_taken_over_by_another_after
     );
     assert_eq!(chats_with(&gpu, "marker-"), 8 + cut as usize);
 }
+
+/// A backend failing with a 5xx makes a line run again after `retry_after_ms`, up to
+/// `line_retries` times, and then go to the error file with the last answer; once the backend
+/// answers again, the lines still being retried complete.
+#[tokio::test]
+async fn lines_a_backend_fails_run_again_up_to_their_retries() {
+    keys();
+    let gpu = sim(SimConfig {
+        fail_status: Some(500),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let bounds = "line_retries = 2\nretry_after_ms = 20\nmax_concurrent = 1";
+    let p = proxy(&config(&db, 1, bounds), &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let (_, file) = api.upload("bob-key", numbered(2, 1)).await;
+    let (_, b) = api.create("bob-key", &file).await;
+    let b = api
+        .until("bob-key", b["id"].as_str().unwrap(), |b| {
+            b["status"] == "completed"
+        })
+        .await;
+    assert_eq!(
+        b["request_counts"],
+        json!({"total": 2, "completed": 0, "failed": 2})
+    );
+    let errors = api.lines("bob-key", &b["error_file_id"]).await;
+    for e in &errors {
+        let status = e["response"]["status_code"].as_u64().unwrap();
+        assert!((500..600).contains(&status), "{e}");
+    }
+    let m = p.metrics().await;
+    let of = |outcome: &str| {
+        let name = format!(
+            r#"switchboard_batch_lines_total{{alias="a",client="bob",outcome="{outcome}"}}"#
+        );
+        sample(&m, &name)
+    };
+    assert_eq!(
+        (of("retried"), of("failed")),
+        (4.0, 2.0),
+        "each line ran three times"
+    );
+    // With retries to spare, a backend that recovers completes the batch.
+    let bounds = "line_retries = 1000\nretry_after_ms = 20\nmax_concurrent = 1";
+    let dir = tempfile::tempdir().unwrap();
+    let p = proxy(
+        &config(&dir.path().join("usage.db"), 1, bounds),
+        &[("gpu", gpu.url())],
+    )
+    .await;
+    let api = Api::new(p.url(""));
+    let (_, file) = api.upload("bob-key", numbered(2, 1)).await;
+    let (_, b) = api.create("bob-key", &file).await;
+    let retried = r#"switchboard_batch_lines_total{alias="a",client="bob",outcome="retried"}"#;
+    let failing = async {
+        while sample(&p.metrics().await, retried) < 3.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(BATCH_WAIT, failing).await.unwrap();
+    gpu.fail_with(None);
+    let b = api
+        .until("bob-key", b["id"].as_str().unwrap(), |b| {
+            b["status"] == "completed"
+        })
+        .await;
+    assert_eq!(
+        b["request_counts"],
+        json!({"total": 2, "completed": 2, "failed": 0})
+    );
+}

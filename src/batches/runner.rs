@@ -89,12 +89,14 @@ pub async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
         if let Err(e) = step(&batches, &serve, &mut lines).await {
             tracing::warn!(error = %e, "batch runner: the ledger cannot be used now");
         }
+        // A look a second, or as often as a line may run again.
+        let every = serve.limits().retry_after.min(Duration::from_secs(1));
         tokio::select! {
             () = batches.wake.notified() => {}
             Some(done) = lines.tasks.join_next_with_id(), if !lines.tasks.is_empty() => {
                 lines.ended(done);
             }
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = tokio::time::sleep(every) => {}
         }
         while let Some(done) = lines.tasks.try_join_next_with_id() {
             lines.ended(done);
