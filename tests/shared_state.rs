@@ -55,26 +55,49 @@ struct Redis {
 }
 
 impl Redis {
+    /// A redis-server on `port`, or, when another process holds that port (a free port found
+    /// earlier may be taken by the time the server binds it), on another free one.
     async fn start(bin: &Path, port: u16) -> Redis {
-        let child = Command::new(bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .kill_on_drop(true)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        until("redis-server to listen", || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-        })
-        .await;
-        Redis {
-            bin: bin.to_path_buf(),
-            port,
-            child,
+        let mut port = port;
+        for _ in 0..5 {
+            let mut child = Command::new(bin)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .kill_on_drop(true)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            // It answers PING on its port, or it exited (the port was taken).
+            let ours = async {
+                loop {
+                    if child.try_wait().unwrap().is_some() {
+                        return false;
+                    }
+                    let url = format!("redis://127.0.0.1:{port}/0");
+                    let client = redis::Client::open(url).unwrap();
+                    if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                        let pong: redis::RedisResult<String> =
+                            redis::cmd("PING").query_async(&mut c).await;
+                        if pong.is_ok() {
+                            return child.try_wait().unwrap().is_none();
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            let ours = tokio::time::timeout(DEADLINE, ours).await;
+            if ours == Ok(true) {
+                return Redis {
+                    bin: bin.to_path_buf(),
+                    port,
+                    child,
+                };
+            }
+            let _ = child.kill().await;
+            port = free_port();
         }
+        panic!("redis-server did not start on any of five free ports");
     }
 
     fn url(&self) -> String {
