@@ -86,11 +86,12 @@ impl Lines {
 pub async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
     let mut lines = Lines::default();
     loop {
-        if let Err(e) = step(&batches, &serve, &mut lines).await {
+        let limits = serve.limits();
+        if let Err(e) = step(&batches, &serve, &limits, &mut lines).await {
             tracing::warn!(error = %e, "batch runner: the ledger cannot be used now");
         }
         // A look a second, or as often as a line may run again.
-        let every = serve.limits().retry_after.min(Duration::from_secs(1));
+        let every = limits.retry_after.min(Duration::from_secs(1));
         tokio::select! {
             () = batches.wake.notified() => {}
             Some(done) = lines.tasks.join_next_with_id(), if !lines.tasks.is_empty() => {
@@ -108,9 +109,9 @@ pub async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
 async fn step(
     batches: &Arc<Batches>,
     serve: &Arc<dyn Serve>,
+    limits: &config::Batches,
     lines: &mut Lines,
 ) -> Result<(), ProxyError> {
-    let limits = serve.limits();
     let owner = batches.owner.clone();
     let renew = !lines.running.is_empty();
     let lease = limits.lease.as_millis() as i64;
@@ -131,7 +132,7 @@ async fn step(
     for b in active {
         let ending = match b.status.as_str() {
             store::VALIDATING => {
-                validate(batches, serve, &b, &limits).await?;
+                validate(batches, serve, &b, limits).await?;
                 continue;
             }
             store::CANCELLING => Some(store::CANCELLED),
@@ -189,7 +190,7 @@ async fn step(
         }
         for p in claimed {
             let line = p.line;
-            let job = run_line(Arc::clone(batches), Arc::clone(serve), &b, p, &limits);
+            let job = run_line(Arc::clone(batches), Arc::clone(serve), &b, p, limits);
             let abort = lines.tasks.spawn(job);
             let running = Running {
                 batch: b.id.clone(),

@@ -17,10 +17,7 @@ pub fn collect(state: &AppState, viewer: &Viewer) -> Vec<BatchRow> {
     batches
         .active()
         .iter()
-        .filter(|b| match viewer {
-            Viewer::Client(c) => c.name() == b.client,
-            Viewer::Admin | Viewer::Open => true,
-        })
+        .filter(|b| viewer.sees_client(&b.client))
         .take(MAX_SHOWN)
         .cloned()
         .collect()

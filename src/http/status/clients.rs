@@ -58,7 +58,7 @@ impl Viewer {
     }
 
     /// Whether the page shows it the section of client `name`.
-    fn sees_client(&self, name: &str) -> bool {
+    pub(super) fn sees_client(&self, name: &str) -> bool {
         match self {
             Viewer::Client(me) => me.name() == name,
             Viewer::Admin | Viewer::Open => true,
