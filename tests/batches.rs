@@ -683,17 +683,22 @@ async fn a_batch_killed_mid_way_completes_after_a_restart_without_running_a_line
     assert_eq!(chats_with(&gpu, "marker-"), 8 + cut as usize);
 }
 
-/// Two binaries on one PostgreSQL database: a batch created through one is run by both, each
-/// line once (the backend ran 60 to their end for 60 lines), its files' contents kept in the
-/// database so either serves them.
-#[tokio::test]
-async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
-    let Some(pg) = common::postgres::Postgres::start() else {
-        return;
-    };
+/// A PostgreSQL server of the test's own (`None`: skipped without one), a four-slot simulator
+/// answering after `ttft`, and two binaries with their ledger in that database (`[batches]`
+/// `max_concurrent = 2` and `batches` more).
+async fn two_on_postgres(
+    ttft: Duration,
+    batches: &str,
+) -> Option<(
+    common::postgres::Postgres,
+    switchboard::sim::Sim,
+    common::served::Served,
+    common::served::Served,
+)> {
+    let pg = common::postgres::Postgres::start()?;
     keys();
     let gpu = sim(SimConfig {
-        ttft: Duration::from_millis(100),
+        ttft,
         slots: 4,
         ..SimConfig::default()
     })
@@ -701,7 +706,7 @@ async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
     let config = format!(
         "[backends.gpu]\nurl = \"{}\"\nflavor = \"llamacpp\"\nslots = 4\n[aliases.a]\n\
          backend = \"gpu\"\n[clients.ann]\nkey_env = \"SB_T_BATCH_ANN\"\n[ledger]\n\
-         url = \"{}\"\nbatch_interval_ms = 10\n[batches]\nmax_concurrent = 2\n",
+         url = \"{}\"\nbatch_interval_ms = 10\n[batches]\nmax_concurrent = 2\n{batches}",
         gpu.url(),
         pg.url()
     );
@@ -709,6 +714,17 @@ async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
         common::served::Served::start(&config, &[]),
         common::served::Served::start(&config, &[])
     );
+    Some((pg, gpu, a, b))
+}
+
+/// Two binaries on one PostgreSQL database: a batch created through one is run by both, each
+/// line once (the backend ran 60 to their end for 60 lines), its files' contents kept in the
+/// database so either serves them.
+#[tokio::test]
+async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
+    let Some((_pg, gpu, a, b)) = two_on_postgres(Duration::from_millis(100), "").await else {
+        return;
+    };
     let (api_a, api_b) = (Api::new(a.base.clone()), Api::new(b.base.clone()));
     let text = numbered(60, 2);
     let (status, file) = api_a.upload("ann-key", text).await;
@@ -755,27 +771,11 @@ async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
 /// completes with each line run to its end once.
 #[tokio::test]
 async fn the_lines_of_a_process_killed_mid_batch_are_taken_over_by_another_after_their_lease() {
-    let Some(pg) = common::postgres::Postgres::start() else {
+    let Some((_pg, gpu, mut a, b)) =
+        two_on_postgres(Duration::from_millis(1500), "lease_ms = 3000\n").await
+    else {
         return;
     };
-    keys();
-    let gpu = sim(SimConfig {
-        ttft: Duration::from_millis(1500),
-        slots: 4,
-        ..SimConfig::default()
-    })
-    .await;
-    let config = format!(
-        "[backends.gpu]\nurl = \"{}\"\nflavor = \"llamacpp\"\nslots = 4\n[aliases.a]\n\
-         backend = \"gpu\"\n[clients.ann]\nkey_env = \"SB_T_BATCH_ANN\"\n[ledger]\n\
-         url = \"{}\"\nbatch_interval_ms = 10\n[batches]\nmax_concurrent = 2\nlease_ms = 3000\n",
-        gpu.url(),
-        pg.url()
-    );
-    let (mut a, b) = tokio::join!(
-        common::served::Served::start(&config, &[]),
-        common::served::Served::start(&config, &[])
-    );
     let api = Api::new(b.base.clone());
     let text = numbered(8, 1);
     let (_, file) = api.upload("ann-key", text).await;
