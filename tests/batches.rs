@@ -10,12 +10,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::batch_api::{ids, Api, BATCH_WAIT};
 use common::*;
 use serde_json::{json, Value};
 use switchboard::sim::SimConfig;
-
-/// Longest a batch may take to reach a status in these tests (lines run in real time).
-const BATCH_WAIT: Duration = Duration::from_secs(90);
 
 fn config(db: &Path, slots: u32, batches: &str) -> String {
     format!(
@@ -66,96 +64,6 @@ fn too_long(id: &str) -> String {
            "body": {"model": "a", "max_tokens": 5,
                     "messages": [{"role": "user", "content": content}]}})
     .to_string()
-}
-
-struct Api {
-    c: reqwest::Client,
-    base: String,
-}
-
-impl Api {
-    fn new(base: String) -> Api {
-        Api { c: client(), base }
-    }
-
-    async fn upload(&self, key: &str, text: String) -> (u16, Value) {
-        let form = reqwest::multipart::Form::new()
-            .text("purpose", "batch")
-            .part(
-                "file",
-                reqwest::multipart::Part::bytes(text.into_bytes()).file_name("in.jsonl"),
-            );
-        let r = self
-            .c
-            .post(format!("{}/v1/files", self.base))
-            .bearer_auth(key)
-            .multipart(form);
-        let r = r.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    async fn create(&self, key: &str, file: &Value) -> (u16, Value) {
-        let body = json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
-                          "completion_window": "24h", "metadata": {"run": "t"}});
-        self.post(key, "/v1/batches", &body).await
-    }
-
-    async fn post(&self, key: &str, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .c
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(key)
-            .json(body);
-        let r = r.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    async fn get(&self, key: &str, path: &str) -> (u16, Value) {
-        let r = self.c.get(format!("{}{path}", self.base)).bearer_auth(key);
-        let r = r.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    async fn text(&self, key: &str, path: &str) -> String {
-        let r = self.c.get(format!("{}{path}", self.base)).bearer_auth(key);
-        r.send().await.unwrap().text().await.unwrap()
-    }
-
-    /// The batch once `done` holds of it (polled; within [`BATCH_WAIT`]).
-    async fn until(&self, key: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let path = format!("/v1/batches/{id}");
-        let waited = tokio::time::timeout(BATCH_WAIT, async {
-            loop {
-                let (status, b) = self.get(key, &path).await;
-                assert_eq!(status, 200, "{b}");
-                if done(&b) {
-                    return b;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        });
-        waited.await.expect("the batch reaches the status awaited")
-    }
-
-    /// Each line of a file by its custom_id.
-    async fn lines(&self, key: &str, file: &Value) -> Vec<Value> {
-        let Some(id) = file.as_str() else {
-            return Vec::new();
-        };
-        let text = self.text(key, &format!("/v1/files/{id}/content")).await;
-        text.lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-fn ids(lines: &[Value]) -> Vec<String> {
-    let mut ids: Vec<String> = lines
-        .iter()
-        .map(|l| l["custom_id"].as_str().unwrap().to_string())
-        .collect();
-    ids.sort();
-    ids
 }
 
 /// `n` chat lines `l0`, `l1`, … (numbers `width` digits wide).

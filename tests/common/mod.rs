@@ -1,6 +1,7 @@
 //! Test harness: the real proxy on 127.0.0.1:0 in front of simulated backends.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod batch_api;
 pub mod postgres;
 pub mod served;
 pub mod spec;
