@@ -220,13 +220,17 @@ impl Inner {
     /// Slot `index` (open) to the next waiting request that takes it, if any. While every
     /// other slot holds a request that may be preempted no more, a request that may not either
     /// takes it only when no other waits: an `interactive` request then always has a slot it
-    /// can take within one preemption wait.
+    /// can take within one preemption wait. Batch lines (`idle`) do not count as others here:
+    /// they take a slot only when no other class waits, a spent request included.
     fn hand_out(self: &Arc<Inner>, st: &mut State, index: usize, now: Instant) {
         loop {
             let held = st.table.slots[index].cached.map(|(k, _)| k);
             let sched = &st.schedule;
             let spent_elsewhere = st.table.spent_but(index, sched);
-            let open = |t: &Ticket| !(spent_elsewhere && sched.spent(t.class, t.preemptions));
+            let open = |t: &Ticket| {
+                t.class != Priority::Idle
+                    && !(spent_elsewhere && sched.spent(t.class, t.preemptions))
+            };
             let picked = pick(&st.waiters, &st.last, now, &st.fair, sched, held, &open)
                 .or_else(|| pick(&st.waiters, &st.last, now, &st.fair, sched, held, &|_| true));
             let Some((i, turn)) = picked else {

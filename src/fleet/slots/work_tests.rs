@@ -145,6 +145,39 @@ async fn a_slot_goes_to_a_request_still_preemptible_while_the_others_hold_spent_
     drop(kept);
 }
 
+/// A request preempted as often as it may be still goes before the Batch API's lines: while
+/// the other slot holds a spent request, the freed one is its, not a line's.
+#[tokio::test(start_paused = true)]
+async fn a_spent_request_takes_a_freed_slot_before_batch_lines() {
+    let m = Queued::default();
+    let slots = Slots::new(2, 8);
+    let t0 = now();
+    let spent = |client| Ticket {
+        preemptions: Scheduling::default().max_preemptions,
+        ..worth(60.0, ticket(Priority::Batch, client, t0))
+    };
+    let kept = slots.try_acquire_for(spent(1)).unwrap();
+    let person = slots
+        .try_acquire_for(worth(1.0, ticket(Priority::Interactive, 2, t0)))
+        .unwrap();
+    let line = Ticket {
+        max_wait: Duration::MAX,
+        ..worth(1.0, ticket(Priority::Idle, 4, t0))
+    };
+    let mut lines = Box::pin(slots.acquire(Duration::from_secs(300), line, &m));
+    assert!(futures_util::poll!(lines.as_mut()).is_pending());
+    let mut again = Box::pin(slots.acquire(Duration::from_secs(300), spent(3), &m));
+    assert!(futures_util::poll!(again.as_mut()).is_pending());
+    let index = person.index();
+    drop(person);
+    let again = again.await.unwrap();
+    assert_eq!(again.index(), index);
+    assert!(futures_util::poll!(lines.as_mut()).is_pending());
+    drop(kept);
+    assert!(lines.await.unwrap().preemptible());
+    drop(again);
+}
+
 fn of(conversation: u64, client: u64) -> Ticket {
     Ticket {
         conversation: Some(conversation),
