@@ -296,6 +296,46 @@ async fn a_file_with_bad_lines_fails_its_batch_at_validation_naming_each_line() 
     );
 }
 
+/// An upload is a request body like any other: one that stalls is cut at the client's body
+/// time with a 408 in OpenAI's envelope and the connection closed, and no file is kept.
+#[tokio::test]
+async fn an_upload_that_stalls_is_cut_at_the_body_timeout_and_keeps_no_file() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    keys();
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("usage.db"), 1, "")
+        .replace("[server]\n", "[server]\nclient_body_timeout_ms = 300\n");
+    let p = proxy(&cfg, &[("gpu", gpu.url())]).await;
+    let mut tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    // The purpose field and the start of the file's part, of 10,000 declared bytes; then nothing.
+    let part = "--XX\r\ncontent-disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n\
+                --XX\r\ncontent-disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\
+                content-type: application/jsonl\r\n\r\n{\"custom_id\": \"l0\", ";
+    let head = format!(
+        "POST /v1/files HTTP/1.1\r\nhost: x\r\nauthorization: Bearer bob-key\r\n\
+         content-type: multipart/form-data; boundary=XX\r\ncontent-length: 10000\r\n\r\n{part}"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    within("the stalled upload's answer", tcp.read_to_end(&mut raw))
+        .await
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("HTTP/1.1 408 "), "{raw}");
+    assert!(
+        raw.to_ascii_lowercase().contains("connection: close"),
+        "{raw}"
+    );
+    let (_, body) = raw.split_once("\r\n\r\n").unwrap();
+    let e: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(e["error"]["code"], "request_timeout", "{e}");
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+    let (status, files) = Api::new(p.url("")).get("bob-key", "/v1/files").await;
+    assert_eq!(status, 200);
+    assert_eq!(files["data"], json!([]), "{files}");
+}
+
 #[tokio::test]
 async fn a_clients_files_bytes_and_batches_in_progress_are_bounded() {
     keys();

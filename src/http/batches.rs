@@ -16,8 +16,9 @@ use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
-use super::intake::{self, REQUEST_ID};
+use super::intake::{self, BodyTime, REQUEST_ID};
 use super::usage::is_admin;
 use crate::batches::result::Answer;
 use crate::batches::runner::{self, Serve};
@@ -104,14 +105,16 @@ async fn upload_with(
             e.body_text()
         ))
     };
+    let time = BodyTime::of(&state.live.load().config.server);
+    let end = Instant::now() + time.total;
     let (mut purpose, mut file) = (None, None);
-    while let Some(mut field) = form.next_field().await.map_err(bad)? {
+    while let Some(mut field) = time.piece(end, form.next_field()).await?.map_err(bad)? {
         match field.name() {
-            Some("purpose") => purpose = Some(field.text().await.map_err(bad)?),
+            Some("purpose") => purpose = Some(time.piece(end, field.text()).await?.map_err(bad)?),
             Some("file") => {
                 let name = field.file_name().unwrap_or("upload.jsonl").to_string();
                 let mut content = BytesMut::new();
-                while let Some(chunk) = field.chunk().await.map_err(bad)? {
+                while let Some(chunk) = time.piece(end, field.chunk()).await?.map_err(bad)? {
                     if (content.len() + chunk.len()) as u64 > limits.max_file_bytes {
                         return Err(ProxyError::PayloadTooLarge {
                             limit: limits.max_file_bytes as usize,

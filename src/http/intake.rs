@@ -88,6 +88,24 @@ impl BodyTime {
             total: server.client.body_total_timeout,
         }
     }
+
+    /// The next `piece` of a body read until `end` (its total time from the head on): within
+    /// the idle time from now and by `end`, else [`ProxyError::BodyTimeout`]. A piece already
+    /// here is taken without a timer being armed.
+    pub async fn piece<T>(
+        self,
+        end: Instant,
+        piece: impl std::future::Future<Output = T>,
+    ) -> Result<T, ProxyError> {
+        let due = end.min(Instant::now() + self.idle);
+        tokio::time::timeout_at(due, piece).await.map_err(|_| {
+            let total = due >= end;
+            ProxyError::BodyTimeout {
+                waited: if total { self.total } else { self.idle },
+                total,
+            }
+        })
+    }
 }
 
 /// The body, whole, within `limit` bytes and the time `time` allows; a body that stalls or
@@ -123,18 +141,8 @@ where
     let mut gathered: Option<BytesMut> = None;
     let end = Instant::now() + time.total;
     loop {
-        // A piece already here is taken without a timer being armed.
-        let due = end.min(Instant::now() + time.idle);
-        let frame = match tokio::time::timeout_at(due, body.frame()).await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(_) => {
-                let total = due >= end;
-                return Err(ProxyError::BodyTimeout {
-                    waited: if total { time.total } else { time.idle },
-                    total,
-                });
-            }
+        let Some(frame) = time.piece(end, body.frame()).await? else {
+            break;
         };
         let Ok(data) = frame.map_err(failed)?.into_data() else {
             continue;
