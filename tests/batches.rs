@@ -832,3 +832,100 @@ async fn lines_a_backend_fails_run_again_up_to_their_retries() {
         json!({"total": 2, "completed": 2, "failed": 0})
     );
 }
+
+/// A batch's lines are charged to their client's budgets like its other requests: once bob's
+/// day is spent, his own request and his lines are refused alike, and the lines wait for the
+/// day's reset (the refusal's `Retry-After`) without counting against their retries; none goes
+/// to the error file.
+#[tokio::test]
+async fn lines_spend_their_clients_day_and_wait_for_its_reset_once_it_is_spent() {
+    keys();
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    // A zone where it is about noon: the day's reset is hours away whenever the test runs.
+    let hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600
+        % 24;
+    let ahead = 12 - hour as i64;
+    let zone = match ahead {
+        0 => "Etc/GMT".to_string(),
+        // Etc/GMT-3 is three hours ahead of UTC.
+        a => format!("Etc/GMT{:+}", -a),
+    };
+    let cfg = config(&db, 1, "max_concurrent = 1")
+        .replace(
+            "[server]\n",
+            &format!("[server]\nbudget_timezone = \"{zone}\"\n"),
+        )
+        .replace(
+            "key_env = \"SB_T_BATCH_BOB\"\n",
+            "key_env = \"SB_T_BATCH_BOB\"\ntokens_per_day = 30\n",
+        );
+    let p = proxy(&cfg, &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let (_, file) = api.upload("bob-key", numbered(8, 1)).await;
+    let (status, b) = api.create("bob-key", &file).await;
+    assert_eq!(status, 200, "{b}");
+    let id = b["id"].as_str().unwrap().to_string();
+    let deferred = "switchboard_batch_lines_total{alias=\"a\",client=\"bob\",outcome=\"deferred\"}";
+    within("a line deferred on the spent day", async {
+        while sample(&p.metrics().await, deferred) < 1.0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // bob's own request meets the same spent day.
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .bearer_auth("bob-key")
+        .json(&json!({"model": "a", "max_tokens": 3,
+                      "messages": [{"role": "user", "content": "mine"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let retry_after: i64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after > 3600, "the reset is hours away: {retry_after}");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "insufficient_quota", "{e}");
+
+    let (_, b) = api.get("bob-key", &format!("/v1/batches/{id}")).await;
+    assert_eq!(b["status"], "in_progress", "{b}");
+    let done = b["request_counts"]["completed"].as_i64().unwrap();
+    assert!((1..8).contains(&done), "{b}");
+    assert_eq!(b["request_counts"]["failed"], 0, "{b}");
+    // Each line refused waits for the reset, its retries untouched.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let (waiting, soonest, attempts): (i64, i64, i64) = c
+        .query_row(
+            "SELECT count(*), min(not_before), max(attempts) FROM batch_lines \
+             WHERE batch_id = ?1 AND state = 'pending' AND not_before > 0",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert!(waiting >= 1);
+    assert!(soonest > now_ms + 3_600_000, "{soonest} vs {now_ms}");
+    assert_eq!(attempts, 0);
+    // What the lines were charged is the day's spending.
+    let charged: i64 = c
+        .query_row(
+            "SELECT sum(charged_tokens) FROM requests WHERE client = 'bob' AND status = 200",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(charged > 0 && charged <= 30, "{charged}");
+}

@@ -13,6 +13,8 @@ pub struct Answer {
     pub status: u16,
     pub request_id: String,
     pub body: bytes::Bytes,
+    /// Its `Retry-After`, in seconds, when it has one.
+    pub retry_after_s: Option<u64>,
 }
 
 impl Answer {
@@ -26,11 +28,18 @@ impl Answer {
 }
 
 /// Error codes of the proxy's own that say the line was not run (its queue was full or its
-/// wait ran out, its client's rate limit): it runs later, its retries untouched.
-const NOT_RUN: [&str; 3] = ["overloaded", "queue_timeout", "rate_limit_exceeded"];
+/// wait ran out, its client's rate limit, a budget of its client's day or month spent): it
+/// runs later, its retries untouched.
+const NOT_RUN: [&str; 4] = [
+    "overloaded",
+    "queue_timeout",
+    "rate_limit_exceeded",
+    "insufficient_quota",
+];
 
 /// How the run of a line, its `attempts`-th (from 1), that got `answer` ends: done on a 2xx,
-/// failed on an answer no run would change, else run again `retry_after_ms` after `now_ms` —
+/// failed on an answer no run would change, else run again `retry_after_ms` after `now_ms`, or
+/// after the answer's own `Retry-After` when that is longer (a spent budget's reset) —
 /// counted against `retries` unless the line was not run at all.
 pub fn decide(
     custom_id: &str,
@@ -40,8 +49,11 @@ pub fn decide(
     now_ms: i64,
     retry_after_ms: i64,
 ) -> Outcome {
+    let wait = answer
+        .retry_after_s
+        .map_or(retry_after_ms, |s| retry_after_ms.max(s as i64 * 1000));
     let later = |counted| Outcome::Again {
-        not_before: now_ms + retry_after_ms,
+        not_before: now_ms + wait,
         counted,
     };
     let status = answer.status;
@@ -88,6 +100,7 @@ mod tests {
             status,
             request_id: "r1".into(),
             body: bytes::Bytes::from(body.to_string()),
+            retry_after_s: None,
         }
     }
 
@@ -107,9 +120,24 @@ mod tests {
             Outcome::Done(_)
         ));
         // Refused before it ran: later, however often.
-        for code in ["overloaded", "queue_timeout", "rate_limit_exceeded"] {
+        for code in NOT_RUN {
             assert_eq!(d(&answer(429, &error(code)), 99), again(false), "{code}");
         }
+        // Not before its own Retry-After when that is longer: a day's budget resets in an hour.
+        let spent = Answer {
+            retry_after_s: Some(3600),
+            ..answer(429, &error("insufficient_quota"))
+        };
+        let hour = Outcome::Again {
+            not_before: 1000 + 3_600_000,
+            counted: false,
+        };
+        assert_eq!(d(&spent, 1), hour);
+        let soon = Answer {
+            retry_after_s: Some(0),
+            ..answer(503, &error("bad_gateway"))
+        };
+        assert_eq!(d(&soon, 1), again(true));
         // A backend's failure: later while retries are left, then the error file.
         for status in [500, 502, 503, 504, 429, 408] {
             let a = answer(status, &error("bad_gateway"));
