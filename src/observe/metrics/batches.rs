@@ -43,7 +43,7 @@ impl BatchFamilies {
     pub(super) fn register(&self, r: &mut Registry) {
         r.register(
             "batch_lines",
-            "Runs of Batch API lines by outcome: completed (answered 2xx), failed (to the error file), retried (a transient failure, run again), deferred (not run: its queue was full or its wait ran out, run again)",
+            "Runs of Batch API lines by outcome: completed (answered 2xx), failed (to the error file), retried (a transient failure, run again), deferred (not run: its queue full, its wait over, or its client's limit or budget reached; run again)",
             self.lines.clone(),
         );
         r.register_with_unit(
