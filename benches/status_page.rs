@@ -1,6 +1,7 @@
 //! The status page rendered for an admin key at a large fleet's scale: 100 aliases over 10
-//! backends of 16 slots, each backend's timeline full (600 bars), 1,000 named clients each
-//! with GPU time in the last five minutes (the busiest charted). Prints
+//! backends of 16 slots, each backend's timeline full (600 bars) and every slot held by a
+//! named client's request, 1,000 named clients each with GPU time in the last five minutes
+//! (the busiest charted). Prints
 //! the page's size; criterion gives the render time (the whole handler: snapshot, gathering,
 //! HTML).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,6 +12,9 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
+use switchboard::config::Priority;
+use switchboard::fleet::slots::SlotPermit;
+use switchboard::fleet::ticket::Ticket;
 use switchboard::fleet::timeline::{Bar, Lost, MOST};
 use switchboard::live::AppState;
 
@@ -44,16 +48,27 @@ fn fleet() -> AppState {
     AppState::new(config, None).unwrap()
 }
 
-/// Every backend's timeline full: bars of every client across its slots; every client with
+/// Every backend's timeline full: bars of every client across its slots; every slot held by
+/// a request of a client late in the list (the permits returned hold them); every client with
 /// GPU time in the last five minutes.
-fn fill(state: &AppState) {
+fn fill(state: &AppState) -> Vec<SlotPermit> {
     let snap = state.live.load_full();
     let now = Instant::now();
+    let mut held = Vec::new();
     for (i, c) in snap.clients.callers().iter().enumerate() {
         c.state.recent.add(now, 1000, 500 + i as u64);
     }
     for b in 0..BACKENDS {
         let replica = snap.replica(&format!("gpu-{b}")).unwrap();
+        for s in 0..16 {
+            let client = &snap.clients.callers()[CLIENTS - 1 - b * 16 - s];
+            let ticket = Ticket {
+                class: Priority::Batch,
+                client: client.state.id,
+                ..Ticket::plain(now)
+            };
+            held.push(replica.slots.try_acquire_for(ticket).unwrap());
+        }
         for i in 0..MOST {
             let start = now - Duration::from_millis(((MOST - i) * 900) as u64);
             replica.slots.timeline.push(Bar {
@@ -73,11 +88,12 @@ fn fill(state: &AppState) {
             });
         }
     }
+    held
 }
 
 fn render(c: &mut Criterion) {
     let state = fleet();
-    fill(&state);
+    let _held = fill(&state);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1349,12 +1349,26 @@ async fn the_status_page_shows_who_holds_the_slot_and_who_waits_for_it() {
     let (_, release_first) = b.next().await;
     let second = send(&p, "slots-bob", "second");
     queued(&p, 1.0).await;
-    // Bob sees himself waiting behind the slot's holder; Ann sees another client waiting.
+    // Bob sees himself waiting behind another client holding the slot; Ann sees herself
+    // holding it, another client waiting.
     let bob = status_page(&p, "slots-bob").await;
     assert!(bob.contains("<li>bob · batch · waited "), "{bob}");
+    assert!(
+        bob.contains("<li>slot 0 · another client · normal · "),
+        "{bob}"
+    );
+    assert!(
+        bob.contains("<title>slot 0: another client · holding it "),
+        "{bob}"
+    );
     let ann = status_page(&p, "slots-ann").await;
     assert!(
         ann.contains("<li>another client · batch · waited "),
+        "{ann}"
+    );
+    assert!(ann.contains("<li>slot 0 · ann · normal · "), "{ann}");
+    assert!(
+        ann.contains("<title>slot 0: ann · normal · holding it "),
         "{ann}"
     );
     release_first.send(()).unwrap();

@@ -468,11 +468,29 @@ async fn browser_status_page_shows_three_clients_on_two_slots_a_queue_and_a_pree
     let third = ask("bob-key", words("bob compaction two", 200));
     until("bob's third request queued", || slots().waiting() == 1).await;
 
-    // The page, as an admin sees it: the queue beside the slots, bob waiting.
+    // The page, as an admin sees it: who holds each slot and who waits, bob.
     let admin = format!("http://admin:console-admin@{}/", p.addr);
     let s = browser.session(true).await;
     s.open(&admin).await;
-    let queue = s.text("[data-timeline=\"b\"] .queue li").await;
+    let holding = s.text("[data-timeline=\"b\"] .holding").await;
+    for who in ["bob · batch · ", "cat · batch · "] {
+        assert!(holding.contains(who), "{who:?} in {holding:?}");
+    }
+    assert!(holding.contains(" s so far · "), "{holding:?}");
+    // Each holder a bar open to now in its client's colour, named in its title.
+    for slot in 0..2 {
+        let bar = format!("[data-timeline=\"b\"] g[data-holding=\"{slot}\"]");
+        let title = s.property(&format!("{bar} title"), "textContent").await;
+        let who = whose(&title);
+        assert!(who == "bob" || who == "cat", "{title:?}");
+        assert!(title.contains(" · batch · holding it "), "{title:?}");
+        let stroke = s.attribute(&format!("{bar} rect"), "stroke").await;
+        let html = s.property("[data-timeline=\"b\"]", "outerHTML").await;
+        let colours = legend(&html);
+        let named = colours.iter().find(|(n, _)| n == who);
+        assert_eq!(named.map(|(_, c)| c), Some(&stroke), "{colours:?}");
+    }
+    let queue = s.text("[data-timeline=\"b\"] .waiting li").await;
     assert!(
         queue.starts_with("bob · batch · waited ") && queue.contains(" s · predicted "),
         "{queue:?}"
@@ -563,10 +581,10 @@ async fn browser_status_page_shows_three_clients_on_two_slots_a_queue_and_a_pree
     for label in ["ann", "bob", "cat", "dashed ▼: preempted"] {
         assert!(legend_text.contains(label), "{label:?} in {legend_text:?}");
     }
-    assert!(s
-        .text("[data-timeline=\"b\"] .queue")
-        .await
-        .contains("none"));
+    for list in [".holding", ".waiting"] {
+        let text = s.text(&format!("[data-timeline=\"b\"] {list}")).await;
+        assert!(text.contains("none"), "{list}: {text:?}");
+    }
     // Each of the alias's charts: its axis labels and its value beside it.
     let charts = s.text("tr[data-charts=\"a\"]").await;
     for label in [

@@ -14,7 +14,7 @@ mod fair;
 mod hold;
 mod order;
 mod predict;
-pub use predict::Queued;
+pub use predict::{Holding, Queued};
 mod refused;
 mod table;
 

@@ -1,5 +1,6 @@
 //! Predicted waits: the work ahead of a request on a backend — each slot's predicted time left,
 //! then the predicted work of each waiter the order puts first, each on the slot free soonest.
+//! And the requests holding the slots now, with their time held and predicted left.
 
 use std::time::Duration;
 
@@ -19,7 +20,39 @@ pub struct Queued {
     pub predicted: Duration,
 }
 
+/// A request holding a slot, as the status page shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Holding {
+    pub slot: u32,
+    pub class: Priority,
+    /// Its client's id (0: of no client).
+    pub client: u64,
+    /// How long it has held the slot.
+    pub held: Duration,
+    /// Its predicted time left on it.
+    pub left: Duration,
+}
+
 impl Slots {
+    /// The requests holding this process's slots now, slot by slot.
+    pub fn holding(&self) -> Vec<Holding> {
+        let st = self.inner.lock();
+        let now = now();
+        let slots = st.table.slots.iter().enumerate();
+        slots
+            .filter_map(|(i, s)| {
+                let h = s.holder.as_ref()?;
+                Some(Holding {
+                    slot: i as u32,
+                    class: h.ticket.class,
+                    client: h.ticket.client,
+                    held: now.saturating_duration_since(h.granted_at),
+                    left: Duration::from_secs_f64(s.left(now)),
+                })
+            })
+            .collect()
+    }
+
     /// The requests waiting now, in the order they are predicted to go (by class, then by
     /// their clients' start tags, then arrival; by arrival alone when so ordered), each with
     /// its class, client, wait so far and predicted wait from now.

@@ -400,3 +400,27 @@ async fn an_idle_request_gives_its_slot_at_once_to_any_class_that_waits() {
         .unwrap()
         .preemptible());
 }
+
+/// The page's view of who holds each slot: class, client, time held and predicted time left.
+#[tokio::test(start_paused = true)]
+async fn the_holders_of_the_slots_with_their_time_held_and_left() {
+    let slots = Slots::new(2, 8);
+    let t0 = now();
+    assert!(slots.holding().is_empty());
+    let held = slots
+        .try_acquire_for(worth(10.0, ticket(Priority::Batch, 7, t0)))
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(4)).await;
+    assert_eq!(
+        slots.holding(),
+        vec![Holding {
+            slot: held.index(),
+            class: Priority::Batch,
+            client: 7,
+            held: Duration::from_secs(4),
+            left: Duration::from_secs(6),
+        }]
+    );
+    drop(held);
+    assert!(slots.holding().is_empty());
+}

@@ -260,6 +260,7 @@ const STYLE: &str = "\
 .timeline h3{font-size:14px;margin:.6rem 0 .2rem}.timeline svg{max-width:100%}\
 .timeline .slots{vertical-align:top}.queue{display:inline-block;vertical-align:top;\
 margin-left:1rem;font-size:12px;max-width:22rem}.queue ol{margin:.2rem 0;padding-left:1.4rem}\
+.queue ul{margin:.2rem 0;padding-left:.4rem;list-style:none}\
 .legend{font-size:12px}.legend span{margin-right:.9rem}\
 .fig .val{font-size:12px;font-variant-numeric:tabular-nums}\
 tr.charts td{border-bottom:1px solid var(--line)}\

@@ -4,8 +4,9 @@
 //! preempted, ✕ failed before an answer); each bar's `<title>` names client, alias, tokens,
 //! GPU-seconds and status.
 //! The colours are Okabe and Ito's, told apart with the common colour-vision deficiencies.
-//! Beside it, the backend's queue: each waiting request's client, class, wait so far and
-//! predicted wait. A client's key sees the backends of its aliases, other clients' bars grey
+//! The requests holding slots now are bars open to "now", outlined in their client's colour.
+//! Beside it, who holds each slot (client, class, time held, predicted time left) and the
+//! backend's queue: each waiting request's client, class, wait so far and predicted wait. A client's key sees the backends of its aliases, other clients' bars grey
 //! and unnamed.
 
 use std::fmt::Write;
@@ -19,6 +20,8 @@ use crate::live::Snapshot;
 
 /// How the legend names requests of no named client.
 const NO_CLIENT: &str = "no client";
+/// How a client's view names the other clients.
+const ANOTHER: &str = "another client";
 const W: f64 = 720.0;
 const LEFT: f64 = 44.0;
 const ROW: f64 = 14.0;
@@ -36,6 +39,21 @@ pub struct TimelineView {
     /// Its queue, in the order predicted: client (as the viewer may see it), class, wait so
     /// far and predicted wait, in seconds.
     pub queue: Vec<(String, &'static str, f64, f64)>,
+    /// The requests holding its slots now, slot by slot.
+    pub holding: Vec<HoldView>,
+}
+
+/// A request holding a slot now: a bar from its grant (seconds ago) to now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HoldView {
+    pub slot: u32,
+    /// Its client as the viewer may see it, and its colour.
+    pub client: String,
+    pub colour: &'static str,
+    pub class: &'static str,
+    /// Seconds it has held the slot, and its predicted seconds left.
+    pub held: f64,
+    pub left: f64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -71,25 +89,52 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
             }
             let bars = r.slots.timeline.recent(now);
             let mut v = view(&r.backend.name, r.slots.slots(), &bars, now, &names, own);
+            // A client by its id, as the viewer may see it: named, or another's.
+            let shown = |id: u64| -> &str {
+                let name = snap
+                    .clients
+                    .callers()
+                    .iter()
+                    .find(|c| c.state.id == id)
+                    .map_or(NO_CLIENT, |c| c.name());
+                match own {
+                    Some(o) if o != name && name != NO_CLIENT => ANOTHER,
+                    _ => name,
+                }
+            };
             v.queue = r
                 .slots
                 .predicted_queue()
                 .into_iter()
                 .map(|q| {
-                    let name = snap
-                        .clients
-                        .callers()
-                        .iter()
-                        .find(|c| c.state.id == q.client)
-                        .map_or(NO_CLIENT, |c| c.name());
-                    let shown = match own {
-                        Some(o) if o != name && name != NO_CLIENT => "another client",
-                        _ => name,
-                    };
                     let (waited, predicted) = (q.waited.as_secs_f64(), q.predicted.as_secs_f64());
-                    (shown.to_string(), q.class.as_str(), waited, predicted)
+                    (
+                        shown(q.client).to_string(),
+                        q.class.as_str(),
+                        waited,
+                        predicted,
+                    )
                 })
                 .collect();
+            let rows = ROWS.min(v.slots);
+            for h in r.slots.holding().into_iter().filter(|h| h.slot < rows) {
+                let client = shown(h.client);
+                let colour = match client {
+                    ANOTHER => OTHER,
+                    c => colour(&names, c),
+                };
+                if client != ANOTHER && !v.legend.iter().any(|(n, _)| n == client) {
+                    v.legend.push((client.to_string(), colour));
+                }
+                v.holding.push(HoldView {
+                    slot: h.slot,
+                    client: client.to_string(),
+                    colour,
+                    class: h.class.as_str(),
+                    held: h.held.as_secs_f64(),
+                    left: h.left.as_secs_f64(),
+                });
+            }
             out.push(v);
         }
     }
@@ -159,6 +204,7 @@ fn view(
         bars,
         legend,
         queue: Vec::new(),
+        holding: Vec::new(),
     }
 }
 
@@ -188,7 +234,10 @@ pub fn render(out: &mut String, timelines: &[TimelineView]) {
             n = E(&t.backend),
         );
         svg(out, t, rows);
+        out.push_str("<div class=\"queue\">");
+        holding(out, &t.holding);
         queue(out, &t.queue);
+        out.push_str("</div>");
         out.push_str("<div class=\"legend\">");
         for (name, colour) in &t.legend {
             let _ = write!(
@@ -197,13 +246,34 @@ pub fn render(out: &mut String, timelines: &[TimelineView]) {
                 E(name)
             );
         }
-        out.push_str("<span class=\"dim\">lighter: prefill · outlined red: error · dashed ▼: preempted · dashed ✕: failed before an answer</span></div></div>\n");
+        out.push_str("<span class=\"dim\">lighter: prefill · outlined to now: holding its slot · outlined red: error · dashed ▼: preempted · dashed ✕: failed before an answer</span></div></div>\n");
     }
+}
+
+/// Who holds each slot now, as a list beside the timeline.
+fn holding(out: &mut String, holding: &[HoldView]) {
+    out.push_str("<div class=\"holding\"><b>holding</b>");
+    if holding.is_empty() {
+        out.push_str(" <span class=\"dim\">none</span>");
+    }
+    out.push_str("<ul>");
+    for h in holding {
+        let _ = write!(
+            out,
+            "<li>slot {} · {} · {} · {:.1} s so far · {:.1} s left, predicted</li>",
+            h.slot,
+            E(&h.client),
+            h.class,
+            h.held,
+            h.left
+        );
+    }
+    out.push_str("</ul></div>");
 }
 
 /// The requests waiting, as a list beside the timeline (the first 20).
 fn queue(out: &mut String, queue: &[(String, &'static str, f64, f64)]) {
-    out.push_str("<div class=\"queue\"><b>waiting</b>");
+    out.push_str("<div class=\"waiting\"><b>waiting</b>");
     if queue.is_empty() {
         out.push_str(" <span class=\"dim\">none</span>");
     }
@@ -294,6 +364,30 @@ fn svg(out: &mut String, t: &TimelineView, rows: u32) {
             (x1 - split).max(0.0),
             ROW - 4.0,
             c = b.colour,
+        );
+    }
+    for h in &t.holding {
+        let y = f64::from(h.slot) * ROW + 2.0;
+        let x0 = x(h.held).min(W - 2.0);
+        let title = match h.client.as_str() {
+            ANOTHER => format!(
+                "slot {}: another client · holding it {:.1} s",
+                h.slot, h.held
+            ),
+            c => format!(
+                "slot {}: {c} · {} · holding it {:.1} s, {:.1} s left predicted",
+                h.slot, h.class, h.held, h.left
+            ),
+        };
+        let _ = write!(
+            out,
+            "<g data-holding=\"{}\"><title>{}</title>\
+             <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.3\" stroke=\"{c}\" stroke-width=\"1.5\"/></g>",
+            h.slot,
+            E(&title),
+            (W - x0).max(2.0),
+            ROW - 4.0,
+            c = h.colour,
         );
     }
     let foot = f64::from(rows) * ROW + FOOT - 2.0;
@@ -421,6 +515,50 @@ mod tests {
         assert!(v.bars[3]
             .title
             .starts_with("slot 0: another client · preempted after"));
+    }
+
+    #[test]
+    fn a_slot_held_now_is_a_bar_open_to_now_and_a_line_beside() {
+        let now = Instant::now();
+        let mut v = view("gpu", 2, &[], now, &["ann"], None);
+        let held = |slot, client: &str, colour| HoldView {
+            slot,
+            client: client.into(),
+            colour,
+            class: "batch",
+            held: 90.0,
+            left: 12.5,
+        };
+        v.holding = vec![held(0, "ann<", PALETTE[1]), held(1, ANOTHER, OTHER)];
+        let mut out = String::new();
+        render(&mut out, &[v]);
+        assert!(
+            out.contains(
+                "<li>slot 0 · ann&lt; · batch · 90.0 s so far · 12.5 s left, predicted</li>"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "<title>slot 0: ann&lt; · batch · holding it 90.0 s, 12.5 s left predicted</title>"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("<title>slot 1: another client · holding it 90.0 s</title>"),
+            "{out}"
+        );
+        // From 90 s ago to the right edge: an eighth of the ten minutes' width, outlined.
+        let x0 = LEFT + (1.0 - 90.0 / SPAN.as_secs_f64()) * (W - LEFT);
+        let rect = format!("<rect x=\"{x0:.1}\" y=\"2.0\" width=\"{:.1}\"", W - x0);
+        assert!(out.contains(&rect), "{rect} in {out}");
+        assert!(out.contains(&format!("stroke=\"{}\" stroke-width=\"1.5\"", PALETTE[1])));
+        let mut out = String::new();
+        holding(&mut out, &[]);
+        assert!(
+            out.contains("holding</b> <span class=\"dim\">none</span>"),
+            "{out}"
+        );
     }
 
     #[test]
