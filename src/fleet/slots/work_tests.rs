@@ -113,15 +113,20 @@ async fn a_request_that_sent_a_byte_or_was_preempted_enough_keeps_its_slot() {
     assert!(!slots.try_acquire_for(t).unwrap().preemptible());
 }
 
+/// A batch request of a minute's work, preempted as often as it may be.
+fn spent(client: u64, since: Instant) -> Ticket {
+    Ticket {
+        preemptions: Scheduling::default().max_preemptions,
+        ..worth(60.0, ticket(Priority::Batch, client, since))
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_slot_goes_to_a_request_still_preemptible_while_the_others_hold_spent_ones() {
     let m = Queued::default();
     let slots = Slots::new(2, 8);
     let t0 = now();
-    let spent = |client| Ticket {
-        preemptions: Scheduling::default().max_preemptions,
-        ..worth(60.0, ticket(Priority::Batch, client, t0))
-    };
+    let spent = |client| spent(client, t0);
     let kept = slots.try_acquire_for(spent(1)).unwrap();
     let freed = slots
         .try_acquire_for(worth(1.0, ticket(Priority::Batch, 2, t0)))
@@ -152,10 +157,7 @@ async fn a_spent_request_takes_a_freed_slot_before_batch_lines() {
     let m = Queued::default();
     let slots = Slots::new(2, 8);
     let t0 = now();
-    let spent = |client| Ticket {
-        preemptions: Scheduling::default().max_preemptions,
-        ..worth(60.0, ticket(Priority::Batch, client, t0))
-    };
+    let spent = |client| spent(client, t0);
     let kept = slots.try_acquire_for(spent(1)).unwrap();
     let person = slots
         .try_acquire_for(worth(1.0, ticket(Priority::Interactive, 2, t0)))
