@@ -6,8 +6,8 @@
 //! The colours are Okabe and Ito's, told apart with the common colour-vision deficiencies.
 //! The requests holding slots now are bars open to "now", outlined in their client's colour.
 //! Beside it, who holds each slot (client, class, time held, predicted time left) and the
-//! backend's queue: each waiting request's client, class, wait so far and predicted wait. A client's key sees the backends of its aliases, other clients' bars grey
-//! and unnamed.
+//! backend's queue: each waiting request's client, class, wait so far and predicted wait. A
+//! client's key sees the backends of its aliases, other clients' bars grey and unnamed.
 
 use std::fmt::Write;
 use std::time::Instant;
@@ -47,8 +47,8 @@ pub struct TimelineView {
 #[derive(Clone, Debug, PartialEq)]
 pub struct HoldView {
     pub slot: u32,
-    /// Its client as the viewer may see it, and its colour.
-    pub client: String,
+    /// Its client as the viewer may see it (`None`: another client's), and its colour.
+    pub client: Option<String>,
     pub colour: &'static str,
     pub class: &'static str,
     /// Seconds it has held the slot, and its predicted seconds left.
@@ -89,18 +89,15 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
             }
             let bars = r.slots.timeline.recent(now);
             let mut v = view(&r.backend.name, r.slots.slots(), &bars, now, &names, own);
-            // A client by its id, as the viewer may see it: named, or another's.
-            let shown = |id: u64| -> &str {
+            // A client by its id as the viewer may see it: its name, or `None` (another's).
+            let shown = |id: u64| -> Option<&str> {
                 let name = snap
                     .clients
                     .callers()
                     .iter()
                     .find(|c| c.state.id == id)
                     .map_or(NO_CLIENT, |c| c.name());
-                match own {
-                    Some(o) if o != name && name != NO_CLIENT => ANOTHER,
-                    _ => name,
-                }
+                Some(name).filter(|n| own.is_none_or(|o| o == *n) || *n == NO_CLIENT)
             };
             v.queue = r
                 .slots
@@ -108,27 +105,20 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
                 .into_iter()
                 .map(|q| {
                     let (waited, predicted) = (q.waited.as_secs_f64(), q.predicted.as_secs_f64());
-                    (
-                        shown(q.client).to_string(),
-                        q.class.as_str(),
-                        waited,
-                        predicted,
-                    )
+                    let client = shown(q.client).unwrap_or(ANOTHER).to_string();
+                    (client, q.class.as_str(), waited, predicted)
                 })
                 .collect();
             let rows = ROWS.min(v.slots);
             for h in r.slots.holding().into_iter().filter(|h| h.slot < rows) {
                 let client = shown(h.client);
-                let colour = match client {
-                    ANOTHER => OTHER,
-                    c => colour(&names, c),
-                };
-                if client != ANOTHER && !v.legend.iter().any(|(n, _)| n == client) {
-                    v.legend.push((client.to_string(), colour));
+                let colour = client.map_or(OTHER, |c| colour(&names, c));
+                if let Some(c) = client.filter(|c| !v.legend.iter().any(|(n, _)| n == c)) {
+                    v.legend.push((c.to_string(), colour));
                 }
                 v.holding.push(HoldView {
                     slot: h.slot,
-                    client: client.to_string(),
+                    client: client.map(str::to_string),
                     colour,
                     class: h.class.as_str(),
                     held: h.held.as_secs_f64(),
@@ -164,9 +154,9 @@ fn view(
             }
             let held = ago(b.start) - ago(b.end);
             let title = match (named, b.lost) {
-                (None, None) => format!("slot {}: another client", b.slot),
+                (None, None) => format!("slot {}: {ANOTHER}", b.slot),
                 (None, Some(how)) => {
-                    format!("slot {}: another client · {}", b.slot, lost(how, held))
+                    format!("slot {}: {ANOTHER} · {}", b.slot, lost(how, held))
                 }
                 (Some(c), Some(how)) => {
                     format!("slot {}: {c} · {} · {}", b.slot, b.alias, lost(how, held))
@@ -262,7 +252,7 @@ fn holding(out: &mut String, holding: &[HoldView]) {
             out,
             "<li>slot {} · {} · {} · {:.1} s so far · {:.1} s left, predicted</li>",
             h.slot,
-            E(&h.client),
+            E(h.client.as_deref().unwrap_or(ANOTHER)),
             h.class,
             h.held,
             h.left
@@ -369,12 +359,9 @@ fn svg(out: &mut String, t: &TimelineView, rows: u32) {
     for h in &t.holding {
         let y = f64::from(h.slot) * ROW + 2.0;
         let x0 = x(h.held).min(W - 2.0);
-        let title = match h.client.as_str() {
-            ANOTHER => format!(
-                "slot {}: another client · holding it {:.1} s",
-                h.slot, h.held
-            ),
-            c => format!(
+        let title = match h.client.as_deref() {
+            None => format!("slot {}: {ANOTHER} · holding it {:.1} s", h.slot, h.held),
+            Some(c) => format!(
                 "slot {}: {c} · {} · holding it {:.1} s, {:.1} s left predicted",
                 h.slot, h.class, h.held, h.left
             ),
@@ -521,15 +508,15 @@ mod tests {
     fn a_slot_held_now_is_a_bar_open_to_now_and_a_line_beside() {
         let now = Instant::now();
         let mut v = view("gpu", 2, &[], now, &["ann"], None);
-        let held = |slot, client: &str, colour| HoldView {
+        let held = |slot, client: Option<&str>, colour| HoldView {
             slot,
-            client: client.into(),
+            client: client.map(str::to_string),
             colour,
             class: "batch",
             held: 90.0,
             left: 12.5,
         };
-        v.holding = vec![held(0, "ann<", PALETTE[1]), held(1, ANOTHER, OTHER)];
+        v.holding = vec![held(0, Some("ann<"), PALETTE[1]), held(1, None, OTHER)];
         let mut out = String::new();
         render(&mut out, &[v]);
         assert!(
