@@ -286,10 +286,14 @@ fn queue(out: &mut String, queue: &[(String, &'static str, f64, f64)]) {
     out.push_str("</div>");
 }
 
+/// The x of a moment `ago` seconds before now on a timeline's ten minutes.
+fn x(ago: f64) -> f64 {
+    let span = SPAN.as_secs_f64();
+    LEFT + (1.0 - ago.min(span) / span) * (W - LEFT)
+}
+
 fn svg(out: &mut String, t: &TimelineView, rows: u32) {
     let h = f64::from(rows) * ROW + FOOT;
-    let span = SPAN.as_secs_f64();
-    let x = |ago: f64| LEFT + (1.0 - ago.min(span) / span) * (W - LEFT);
     let _ = write!(
         out,
         "<svg class=\"slots\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\">\
@@ -310,74 +314,13 @@ fn svg(out: &mut String, t: &TimelineView, rows: u32) {
         );
     }
     for b in &t.bars {
-        let y = f64::from(b.slot) * ROW + 2.0;
-        let (x0, x1) = (x(b.start), x(b.end).max(x(b.start) + 1.0));
-        if let Some(how) = b.lost {
-            // The time it held the slot, dashed, and at its end what ended it.
-            let mark = match how {
-                Lost::Preempted => format!("<path d=\"M{:.1} {:.1}h7l-3.5 6z\" fill=\"currentColor\"/>", x1 - 3.5, y - 2.0),
-                Lost::Failed => format!(
-                    "<path d=\"M{:.1} {y:.1}l6 {h:.1}m0 -{h:.1}l-6 {h:.1}\" stroke=\"#cf222e\" stroke-width=\"1.5\"/>",
-                    x1 - 3.0,
-                    h = ROW - 4.0
-                ),
-            };
-            let _ = write!(
-                out,
-                "<g data-lost=\"{}\"><title>{}</title>\
-                 <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"{}\" stroke-dasharray=\"3 2\"/>{mark}</g>",
-                match how {
-                    Lost::Preempted => "preempted",
-                    Lost::Failed => "failed",
-                },
-                E(&b.title),
-                x1 - x0,
-                ROW - 4.0,
-                b.colour,
-            );
-            continue;
-        }
-        let split = b.first.map_or(x0, |f| x(f).clamp(x0, x1));
-        let outline = if b.error {
-            " stroke=\"#cf222e\" stroke-width=\"1.5\""
-        } else {
-            ""
-        };
-        let _ = write!(
-            out,
-            "<g><title>{}</title>\
-             <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.45\"{outline}/>\
-             <rect x=\"{split:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"/></g>",
-            E(&b.title),
-            x1 - x0,
-            ROW - 4.0,
-            (x1 - split).max(0.0),
-            ROW - 4.0,
-            c = b.colour,
-        );
+        bar(out, b);
     }
     for h in &t.holding {
-        let y = f64::from(h.slot) * ROW + 2.0;
-        let x0 = x(h.held).min(W - 2.0);
-        let title = match h.client.as_deref() {
-            None => format!("slot {}: {ANOTHER} · holding it {:.1} s", h.slot, h.held),
-            Some(c) => format!(
-                "slot {}: {c} · {} · holding it {:.1} s, {:.1} s left predicted",
-                h.slot, h.class, h.held, h.left
-            ),
-        };
-        let _ = write!(
-            out,
-            "<g data-holding=\"{}\"><title>{}</title>\
-             <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.3\" stroke=\"{c}\" stroke-width=\"1.5\"/></g>",
-            h.slot,
-            E(&title),
-            (W - x0).max(2.0),
-            ROW - 4.0,
-            c = h.colour,
-        );
+        holder(out, h);
     }
     let foot = f64::from(rows) * ROW + FOOT - 2.0;
+    let span = SPAN.as_secs_f64();
     for (label, ago) in [("-10 min", span), ("-5 min", span / 2.0), ("now", 0.0)] {
         let anchor = match label {
             "now" => "end",
@@ -391,6 +334,78 @@ fn svg(out: &mut String, t: &TimelineView, rows: u32) {
         );
     }
     out.push_str("</svg>");
+}
+
+/// One finished request's bar on its slot's row: prefill lighter than decode, an error
+/// outlined; a lost one dashed, with what ended it marked at its end.
+fn bar(out: &mut String, b: &BarView) {
+    let y = f64::from(b.slot) * ROW + 2.0;
+    let (x0, x1) = (x(b.start), x(b.end).max(x(b.start) + 1.0));
+    if let Some(how) = b.lost {
+        let mark = match how {
+            Lost::Preempted => format!("<path d=\"M{:.1} {:.1}h7l-3.5 6z\" fill=\"currentColor\"/>", x1 - 3.5, y - 2.0),
+            Lost::Failed => format!(
+                "<path d=\"M{:.1} {y:.1}l6 {h:.1}m0 -{h:.1}l-6 {h:.1}\" stroke=\"#cf222e\" stroke-width=\"1.5\"/>",
+                x1 - 3.0,
+                h = ROW - 4.0
+            ),
+        };
+        let _ = write!(
+            out,
+            "<g data-lost=\"{}\"><title>{}</title>\
+             <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"{}\" stroke-dasharray=\"3 2\"/>{mark}</g>",
+            match how {
+                Lost::Preempted => "preempted",
+                Lost::Failed => "failed",
+            },
+            E(&b.title),
+            x1 - x0,
+            ROW - 4.0,
+            b.colour,
+        );
+        return;
+    }
+    let split = b.first.map_or(x0, |f| x(f).clamp(x0, x1));
+    let outline = if b.error {
+        " stroke=\"#cf222e\" stroke-width=\"1.5\""
+    } else {
+        ""
+    };
+    let _ = write!(
+        out,
+        "<g><title>{}</title>\
+         <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.45\"{outline}/>\
+         <rect x=\"{split:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"/></g>",
+        E(&b.title),
+        x1 - x0,
+        ROW - 4.0,
+        (x1 - split).max(0.0),
+        ROW - 4.0,
+        c = b.colour,
+    );
+}
+
+/// A request holding its slot now: a bar from its grant to now, outlined in its colour.
+fn holder(out: &mut String, h: &HoldView) {
+    let y = f64::from(h.slot) * ROW + 2.0;
+    let x0 = x(h.held).min(W - 2.0);
+    let title = match h.client.as_deref() {
+        None => format!("slot {}: {ANOTHER} · holding it {:.1} s", h.slot, h.held),
+        Some(c) => format!(
+            "slot {}: {c} · {} · holding it {:.1} s, {:.1} s left predicted",
+            h.slot, h.class, h.held, h.left
+        ),
+    };
+    let _ = write!(
+        out,
+        "<g data-holding=\"{}\"><title>{}</title>\
+         <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.3\" stroke=\"{c}\" stroke-width=\"1.5\"/></g>",
+        h.slot,
+        E(&title),
+        (W - x0).max(2.0),
+        ROW - 4.0,
+        c = h.colour,
+    );
 }
 
 #[cfg(test)]
