@@ -5,6 +5,8 @@
 
 use postgres::types::{ToSql, Type};
 
+use crate::ledger::store::pg;
+
 /// A value bound to a statement or read from a row.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Val {
@@ -166,13 +168,6 @@ impl Db for postgres::Transaction<'_> {
 
     fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Row>, String> {
         pg_rows(self.query(sql, &pg_params(params)).map_err(pg)?)
-    }
-}
-
-fn pg(e: postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => e.to_string(),
     }
 }
 

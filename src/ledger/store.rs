@@ -15,7 +15,7 @@ use crate::config::LedgerUrl;
 const MIGRATION_LOCK: i64 = 0x5357_4c45_4447;
 
 /// A PostgreSQL error with the server's own message where it sent one.
-pub(super) fn pg(e: postgres::Error) -> String {
+pub(crate) fn pg(e: postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),
