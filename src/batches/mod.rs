@@ -137,7 +137,7 @@ impl Batches {
         }
     }
 
-    /// `f` with the database, on a blocking thread.
+    /// `f` with the database and the files' place, on the database's thread.
     async fn with<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&mut Conn, &Files) -> Result<T, ProxyError> + Send + 'static,

@@ -39,11 +39,10 @@ pub trait Serve: Send + Sync + 'static {
     fn statuses(&self, by: &[(String, i64)]);
 }
 
-/// A line running here: its batch, its client, its number, and how to stop it.
+/// A line running here: its batch, its client, and how to stop it.
 struct Running {
     batch: String,
     client: String,
-    line: i64,
     abort: AbortHandle,
 }
 
@@ -63,12 +62,12 @@ impl Lines {
         self.running.values().filter(|r| r.client == client).count() as u64
     }
 
-    /// Its lines of batch `id` are stopped (their requests cut); their numbers.
-    fn stop(&mut self, id: &str) -> Vec<i64> {
-        let mut stopped = Vec::new();
+    /// Its lines of batch `id` are stopped (their requests cut); whether any ran.
+    fn stop(&mut self, id: &str) -> bool {
+        let mut stopped = false;
         for r in self.running.values().filter(|r| r.batch == id) {
             r.abort.abort();
-            stopped.push(r.line);
+            stopped = true;
         }
         stopped
     }
@@ -143,7 +142,7 @@ async fn step(
         if let Some(status) = ending {
             // Its lines here stop (their upstream requests are cut) and are given up; it ends
             // once no process runs one.
-            if !lines.stop(&b.id).is_empty() {
+            if lines.stop(&b.id) {
                 let (owner, id) = (batches.owner.clone(), b.id.clone());
                 batches
                     .with(move |db, _| {
@@ -189,16 +188,14 @@ async fn step(
             continue;
         }
         for p in claimed {
-            let line = p.line;
             let job = run_line(Arc::clone(batches), Arc::clone(serve), &b, p, limits);
             let abort = lines.tasks.spawn(job);
             let running = Running {
                 batch: b.id.clone(),
                 client: b.client.clone(),
-                line,
-                abort: abort.clone(),
+                abort,
             };
-            lines.running.insert(abort.id(), running);
+            lines.running.insert(running.abort.id(), running);
         }
     }
     Ok(())
@@ -217,9 +214,7 @@ fn run_line(
     let (retries, retry_after) = (limits.line_retries, limits.retry_after.as_millis() as i64);
     async move {
         let attempts = p.attempts + 1;
-        let answer = serve
-            .line(&client, &endpoint, Bytes::from(p.body.clone()))
-            .await;
+        let answer = serve.line(&client, &endpoint, Bytes::from(p.body)).await;
         let now_ms = crate::ledger::now_ms();
         let outcome = decide(
             &p.custom_id,
@@ -292,6 +287,9 @@ async fn validate(
         .await
 }
 
+/// Why a batch's end was rolled back: another process ended it first (nothing to do).
+const ENDED_ELSEWHERE: &str = "ended by another process";
+
 /// Batch `b` ends as `status`: its lines not run go to its error file as such, its output and
 /// error files are written, and its status, files and time are committed together — unless
 /// another process ended it first.
@@ -342,11 +340,11 @@ async fn end(batches: &Arc<Batches>, b: &BatchRow, status: &'static str) -> Resu
                 let from = [store::FINALIZING];
                 match store::finish(tx, &b.id, &from, status, ids, None, now)? {
                     true => Ok(()),
-                    false => Err("ended by another process".to_string()),
+                    false => Err(ENDED_ELSEWHERE.to_string()),
                 }
             });
             match ended {
-                Err(e) if e == "ended by another process" => Ok(()),
+                Err(e) if e == ENDED_ELSEWHERE => Ok(()),
                 other => other.map_err(db_error),
             }
         })
