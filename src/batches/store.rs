@@ -58,6 +58,9 @@ pub const EXPIRED: &str = "expired";
 pub const CANCELLING: &str = "cancelling";
 pub const CANCELLED: &str = "cancelled";
 
+/// The statuses of a batch not yet ended.
+const ACTIVE: [&str; 4] = [VALIDATING, IN_PROGRESS, FINALIZING, CANCELLING];
+
 /// Every status, in the order of a batch's life (for the gauge of batches by status).
 pub const STATUSES: [&str; 8] = [
     VALIDATING,
@@ -145,7 +148,7 @@ impl BatchRow {
 
     /// Whether it still runs or is to be finished (not in a final status).
     pub fn active(&self) -> bool {
-        [VALIDATING, IN_PROGRESS, FINALIZING, CANCELLING].contains(&self.status.as_str())
+        ACTIVE.contains(&self.status.as_str())
     }
 
     fn of(r: &Row) -> Result<BatchRow, String> {
@@ -210,8 +213,9 @@ pub fn insert_file(db: &mut dyn Db, f: &FileRow) -> Done {
         (&f.client).into(),
         (&f.filename).into(),
         (&f.purpose).into(),
+        f.bytes.into(),
+        f.created_at.into(),
     ];
-    let p = [&p[..], &[f.bytes.into(), f.created_at.into()]].concat();
     db.exec(&sql, &p).map(drop)
 }
 
@@ -320,28 +324,22 @@ pub fn batches(
 
 /// Batches not yet in a final status, oldest first.
 pub fn active(db: &mut dyn Db) -> Result<Vec<BatchRow>, String> {
-    let sql =
-        format!("SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ($1, $2, $3, $4) ORDER BY id");
-    let p = [
-        VALIDATING.into(),
-        IN_PROGRESS.into(),
-        FINALIZING.into(),
-        CANCELLING.into(),
-    ];
-    all(db.rows(&sql, &p)?, BatchRow::of)
+    let sql = format!(
+        "SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ({}) ORDER BY id",
+        listed(&ACTIVE, 1)
+    );
+    all(db.rows(&sql, &ACTIVE.map(Val::from))?, BatchRow::of)
 }
 
 /// Batches of `client` not yet in a final status.
 pub fn active_of(db: &mut dyn Db, client: &str) -> Result<i64, String> {
-    let sql = "SELECT count(*) FROM batches WHERE client = $1 AND status IN ($2, $3, $4, $5)";
-    let p = [
-        client.into(),
-        VALIDATING.into(),
-        IN_PROGRESS.into(),
-        FINALIZING.into(),
-        CANCELLING.into(),
-    ];
-    db.rows(sql, &p)?.first().ok_or("no count")?.int(0)
+    let sql = format!(
+        "SELECT count(*) FROM batches WHERE client = $1 AND status IN ({})",
+        listed(&ACTIVE, 2)
+    );
+    let mut p = vec![client.into()];
+    p.extend(ACTIVE.map(Val::from));
+    db.rows(&sql, &p)?.first().ok_or("no count")?.int(0)
 }
 
 /// Batches by status.
@@ -567,7 +565,6 @@ pub fn fail_left(db: &mut dyn Db, id: &str, result: &dyn Fn(&str) -> String) -> 
     let sql = "SELECT line, custom_id FROM batch_lines \
                WHERE batch_id = $1 AND state IN ('pending', 'running')";
     let left = db.rows(sql, &[id.into()])?;
-    let mut failed = 0;
     for r in &left {
         let (line, custom_id) = (r.int(0)?, r.text(1)?);
         let sql = "UPDATE batch_lines SET state = 'failed', result = $1, owner = NULL, \
@@ -576,10 +573,10 @@ pub fn fail_left(db: &mut dyn Db, id: &str, result: &dyn Fn(&str) -> String) -> 
             sql,
             &[Val::Text(result(&custom_id)), id.into(), line.into()],
         )?;
-        failed += 1;
     }
     let sql = "UPDATE batches SET failed = failed + $1 WHERE id = $2";
-    db.exec(sql, &[Val::Int(failed), id.into()]).map(drop)
+    db.exec(sql, &[Val::Int(left.len() as i64), id.into()])
+        .map(drop)
 }
 
 /// The results of the batch's lines in their order: `(done, result)`.
