@@ -97,7 +97,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
                     .iter()
                     .find(|c| c.state.id == id)
                     .map_or(NO_CLIENT, |c| c.name());
-                Some(name).filter(|n| own.is_none_or(|o| o == *n) || *n == NO_CLIENT)
+                named(own, name)
             };
             v.queue = r
                 .slots
@@ -112,10 +112,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
             let rows = ROWS.min(v.slots);
             for h in r.slots.holding().into_iter().filter(|h| h.slot < rows) {
                 let client = shown(h.client);
-                let colour = client.map_or(OTHER, |c| colour(&names, c));
-                if let Some(c) = client.filter(|c| !v.legend.iter().any(|(n, _)| n == c)) {
-                    v.legend.push((c.to_string(), colour));
-                }
+                let colour = coloured(&mut v.legend, &names, client);
                 v.holding.push(HoldView {
                     slot: h.slot,
                     client: client.map(str::to_string),
@@ -129,6 +126,26 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
         }
     }
     out
+}
+
+/// `client` as a viewer that may name `own` only (`None`: every client) sees it: its name, or
+/// `None` for another client's. A request of no named client is everyone's (an open proxy's).
+fn named<'a>(own: Option<&str>, client: &'a str) -> Option<&'a str> {
+    Some(client).filter(|c| own.is_none_or(|o| o == *c) || *c == NO_CLIENT)
+}
+
+/// The colour of a request of `named` (`None`: another client's, grey), its client put in
+/// `legend` the first time.
+fn coloured(
+    legend: &mut Vec<(String, &'static str)>,
+    names: &[&str],
+    named: Option<&str>,
+) -> &'static str {
+    let colour = named.map_or(OTHER, |c| colour(names, c));
+    if let Some(c) = named.filter(|c| !legend.iter().any(|(n, _)| n == c)) {
+        legend.push((c.to_string(), colour));
+    }
+    colour
 }
 
 /// A backend's bars as drawn for a viewer that may name `own` only (`None`: every client).
@@ -145,13 +162,9 @@ fn view(
     let shown = bars.iter().filter(|b| b.slot < ROWS.min(slots));
     let bars = shown
         .map(|b| {
-            // A request of no named client is everyone's (an open proxy's) to see.
             let client = b.client.as_deref().map_or(NO_CLIENT, String::as_str);
-            let named = Some(client).filter(|c| own.is_none_or(|o| o == *c) || *c == NO_CLIENT);
-            let colour = named.map_or(OTHER, |c| colour(names, c));
-            if let Some(c) = named.filter(|c| !legend.iter().any(|(n, _)| n == c)) {
-                legend.push((c.to_string(), colour));
-            }
+            let named = named(own, client);
+            let colour = coloured(&mut legend, names, named);
             let held = ago(b.start) - ago(b.end);
             let title = match (named, b.lost) {
                 (None, None) => format!("slot {}: {ANOTHER}", b.slot),
