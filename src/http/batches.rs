@@ -340,11 +340,7 @@ impl Serve for Lines {
                 Err(e) => e.into_response(),
             };
             let status = resp.status().as_u16();
-            let retry_after_s = resp
-                .headers()
-                .get(header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse().ok());
+            let retry_after_s = crate::upstream::exchange::retry_after_s(resp.headers());
             let request_id = resp
                 .headers()
                 .get(REQUEST_ID)

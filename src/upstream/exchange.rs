@@ -132,11 +132,15 @@ pub async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamE
 
 /// Seconds a client should wait before retrying a loading backend.
 pub fn retry_after(headers: &HeaderMap) -> u64 {
+    retry_after_s(headers).unwrap_or(5)
+}
+
+/// The seconds of an answer's `Retry-After`, when it has them.
+pub fn retry_after_s(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(5)
 }
 
 #[cfg(test)]
