@@ -17,29 +17,10 @@ DURATION=${DURATION:-90}
 LINES=${LINES:-1000}
 THINK=${THINK:-3}
 BIN=${SWITCHBOARD_BIN:-target/release/switchboard}
+# shellcheck source=benches/load/lib.sh
+source "$HERE/../load/lib.sh"
 WORK=$(mktemp -d)
-PIDS=()
-
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    PIDS=()
-}
-trap 'stop_all; rm -rf "$WORK"' EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-wait_http() {
-    for _ in $(seq 1 200); do
-        curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "$1 did not answer" >&2
-    return 1
-}
+trap cleanup EXIT
 
 KEY_ARGS=()
 for c in person compact1 conv1 batcher; do
@@ -84,16 +65,14 @@ for run in without with; do
     dir="$WORK/$run"
     mkdir -p "$dir"
     sim_port=$(free_port)
-    "$BIN" simulate --port "$sim_port" --slots 2 --slot-ctx 131072 \
-        --gpu-prefill-tps 4000 --gpu-decode-tps 40 --gpu-prefill-half-depth 100000 \
-        >"$dir/sim.log" 2>&1 &
-    PIDS+=($!)
-    wait_http "http://127.0.0.1:$sim_port/health"
+    spawn simulator "$dir/sim.log" "$BIN" simulate --port "$sim_port" --slots 2 \
+        --slot-ctx 131072 --gpu-prefill-tps 4000 --gpu-decode-tps 40 \
+        --gpu-prefill-half-depth 100000
+    wait_http "http://127.0.0.1:$sim_port/health" "$SPAWNED" simulator
     port=$(free_port)
     config "$port" "$sim_port" "$dir" >"$dir/routes.toml"
-    "$BIN" serve --config "$dir/routes.toml" >"$dir/proxy.log" 2>&1 &
-    PIDS+=($!)
-    wait_http "http://127.0.0.1:$port/health"
+    spawn switchboard "$dir/proxy.log" "$BIN" serve --config "$dir/routes.toml"
+    wait_http "http://127.0.0.1:$port/health" "$SPAWNED" switchboard
     lines=0
     [[ $run == with ]] && lines=$LINES
     out=$(python3 "$HERE/../gpu/driver.py" --proxy "http://127.0.0.1:$port" \
@@ -101,7 +80,7 @@ for run in without with; do
         --agents compact1,conv1 --think "$THINK" --batch-lines "$lines" "${KEY_ARGS[@]}")
     echo "$out"
     results+=("$out")
-    stop_all
+    stop_spawned
 done
 python3 - "${results[@]}" <<'PY'
 import json, sys

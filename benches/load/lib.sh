@@ -41,14 +41,19 @@ stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
-# cleanup: stop everything spawned, newest first; remove WORK unless KEEP_TMP=1.
-cleanup() {
+# stop_spawned: stop everything spawned, newest first.
+stop_spawned() {
   local i
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
     stop_pid "${PIDS[i]}" "${NAMES[i]}"
   done
   PIDS=()
   NAMES=()
+}
+
+# cleanup: stop everything spawned; remove WORK unless KEEP_TMP=1.
+cleanup() {
+  stop_spawned
   if [[ -n ${WORK:-} && -d $WORK ]]; then
     if [[ ${KEEP_TMP:-0} == 1 ]]; then
       log "kept $WORK"
@@ -61,6 +66,11 @@ cleanup() {
 # port_in_use PORT: true when something accepts connections on 127.0.0.1:PORT.
 port_in_use() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# free_port: a loopback port free now (the kernel's pick).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
 # require_free_ports PORT...
