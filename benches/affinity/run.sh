@@ -42,8 +42,6 @@ stop_run() {
 }
 trap 'stop_run; cleanup' EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 # One run: fresh replicas, $1 Switchboard processes with spill policy $2, the driver with
 # seed $3; its JSON line, with the processes' affinity counts, appended to $OUT.
 run() {
