@@ -73,6 +73,19 @@ fn numbered(n: usize, width: usize) -> String {
         .collect()
 }
 
+/// `done`, a batch of `n` numbered lines (`width` digits), completed with each answered once
+/// in its output file as `api` reads it.
+async fn all_answered(api: &Api, key: &str, done: &Value, n: usize, width: usize) {
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": n, "completed": n, "failed": 0}),
+        "{done}"
+    );
+    let out = api.lines(key, &done["output_file_id"]).await;
+    let want: Vec<String> = (0..n).map(|i| format!("l{i:0width$}")).collect();
+    assert_eq!(ids(&out), want);
+}
+
 /// A one-slot simulator answering each request after `ttft`, a proxy in front of it (its
 /// SQLite ledger in a temp dir, one line of a batch at a time), and a batch of `n` lines of
 /// bob's created there.
@@ -615,14 +628,7 @@ async fn a_batch_killed_mid_way_completes_after_a_restart_without_running_a_line
     let b = api
         .until("ann-key", &id, |b| b["status"] == "completed")
         .await;
-    assert_eq!(
-        b["request_counts"],
-        json!({"total": 8, "completed": 8, "failed": 0}),
-        "{b}"
-    );
-    let out = api.lines("ann-key", &b["output_file_id"]).await;
-    let want: Vec<String> = (0..8).map(|i| format!("l{i}")).collect();
-    assert_eq!(ids(&out), want);
+    all_answered(&api, "ann-key", &b, 8, 1).await;
     assert_eq!(
         gpu.recorder().completed(),
         8,
@@ -682,17 +688,8 @@ async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
     let done = api_b
         .until("ann-key", id, |b| b["status"] == "completed")
         .await;
-    assert_eq!(
-        done["request_counts"],
-        json!({"total": 60, "completed": 60, "failed": 0})
-    );
-    let out = api_a.lines("ann-key", &done["output_file_id"]).await;
-    let want: Vec<String> = (0..60).map(|i| format!("l{i:02}")).collect();
-    assert_eq!(ids(&out), want);
-    assert_eq!(
-        ids(&api_b.lines("ann-key", &done["output_file_id"]).await),
-        want
-    );
+    all_answered(&api_a, "ann-key", &done, 60, 2).await;
+    all_answered(&api_b, "ann-key", &done, 60, 2).await;
     assert_eq!(
         gpu.recorder().completed(),
         60,
@@ -739,13 +736,7 @@ async fn the_lines_of_a_process_killed_mid_batch_are_taken_over_by_another_after
     let done = api
         .until("ann-key", id, |b| b["status"] == "completed")
         .await;
-    assert_eq!(
-        done["request_counts"],
-        json!({"total": 8, "completed": 8, "failed": 0})
-    );
-    let out = api.lines("ann-key", &done["output_file_id"]).await;
-    let want: Vec<String> = (0..8).map(|i| format!("l{i}")).collect();
-    assert_eq!(ids(&out), want);
+    all_answered(&api, "ann-key", &done, 8, 1).await;
     let cut = gpu.recorder().cancelled();
     assert_eq!(
         cut, 2,
