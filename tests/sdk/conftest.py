@@ -202,6 +202,36 @@ class Fleet:
         self.tmp.cleanup()
 
 
+def ledgered_config(fleet, sim, env, more=""):
+    """The config of a proxy of alias `small` on the simulator `sim`, an admin key and clients
+    ann and bob (their keys in `{env}_ADMIN`, `{env}_ANN`, `{env}_BOB`), with a SQLite ledger
+    in the fleet's temp dir; `more` TOML after it. A function of the port, for `Fleet.serve`."""
+    db = os.path.join(fleet.tmp.name, "usage.db")
+    return lambda port: f"""
+[server]
+listen = "127.0.0.1:{port}"
+admin_keys_env = "{env}_ADMIN"
+
+[backends.sim]
+url = "{sim}"
+flavor = "llamacpp"
+slots = 4
+
+[aliases.small]
+backend = "sim"
+upstream_model = "sim-model"
+
+[clients.ann]
+key_env = "{env}_ANN"
+[clients.bob]
+key_env = "{env}_BOB"
+
+[ledger]
+url = "sqlite://{db}"
+batch_interval_ms = 10
+{more}"""
+
+
 @pytest.fixture(scope="session")
 def proxy():
     """The proxy's base URL, its aliases: `native` (the backend's own Messages and Responses

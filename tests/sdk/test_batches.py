@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from conftest import BACKEND, Fleet
+from conftest import BACKEND, Fleet, ledgered_config
 
 pytestmark = pytest.mark.skipif(BACKEND == "real", reason="the proxy's own batches: simulator only")
 
@@ -26,33 +26,7 @@ def base():
     try:
         sim = fleet.simulate("llamacpp", "--slots", "4")
         os.environ.update(SB_SDK_BATCH_ADMIN=ADMIN, SB_SDK_BATCH_ANN=ANN, SB_SDK_BATCH_BOB=BOB)
-        db = os.path.join(fleet.tmp.name, "usage.db")
-        config = lambda port: f"""
-[server]
-listen = "127.0.0.1:{port}"
-admin_keys_env = "SB_SDK_BATCH_ADMIN"
-
-[backends.sim]
-url = "{sim}"
-flavor = "llamacpp"
-slots = 4
-
-[aliases.small]
-backend = "sim"
-upstream_model = "sim-model"
-
-[clients.ann]
-key_env = "SB_SDK_BATCH_ANN"
-[clients.bob]
-key_env = "SB_SDK_BATCH_BOB"
-
-[ledger]
-url = "sqlite://{db}"
-batch_interval_ms = 10
-
-[batches]
-max_concurrent = 4
-"""
+        config = ledgered_config(fleet, sim, "SB_SDK_BATCH", "\n[batches]\nmax_concurrent = 4\n")
         yield fleet.serve("batch-proxy", config)
     finally:
         fleet.close()

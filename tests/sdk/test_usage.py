@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai.types.admin.organization.usage_completions_response import UsageCompletionsResponse
 
-from conftest import BACKEND, Fleet
+from conftest import BACKEND, Fleet, ledgered_config
 
 pytestmark = pytest.mark.skipif(BACKEND == "real", reason="the proxy's own ledger: simulator only")
 
@@ -25,30 +25,7 @@ def ledgered():
     try:
         sim = fleet.simulate("llamacpp")
         os.environ.update(SB_SDK_USAGE_ADMIN=ADMIN, SB_SDK_USAGE_ANN=ANN, SB_SDK_USAGE_BOB=BOB)
-        db = os.path.join(fleet.tmp.name, "usage.db")
-        config = lambda port: f"""
-[server]
-listen = "127.0.0.1:{port}"
-admin_keys_env = "SB_SDK_USAGE_ADMIN"
-
-[backends.sim]
-url = "{sim}"
-flavor = "llamacpp"
-slots = 4
-
-[aliases.small]
-backend = "sim"
-upstream_model = "sim-model"
-
-[clients.ann]
-key_env = "SB_SDK_USAGE_ANN"
-[clients.bob]
-key_env = "SB_SDK_USAGE_BOB"
-
-[ledger]
-url = "sqlite://{db}"
-batch_interval_ms = 10
-"""
+        config = ledgered_config(fleet, sim, "SB_SDK_USAGE")
         base = fleet.serve("ledgered-proxy", config)
         for key, n in ((ANN, 3), (BOB, 1)):
             c = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
