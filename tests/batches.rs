@@ -152,9 +152,7 @@ async fn a_batch_runs_to_completed_with_every_custom_id_answered_once_and_only_i
     assert_eq!(status, 200, "{b}");
     assert_eq!(b["status"], "validating");
     let id = b["id"].as_str().unwrap().to_string();
-    let b = api
-        .until("ann-key", &id, |b| b["status"] == "completed")
-        .await;
+    let b = api.completed("ann-key", &id).await;
     assert_eq!(
         b["request_counts"],
         json!({"total": 40, "completed": 35, "failed": 5}),
@@ -540,9 +538,7 @@ async fn a_person_takes_the_slot_a_batch_line_holds_and_the_line_runs_again_late
         ),
         1.0
     );
-    let b = api
-        .until("bob-key", id, |b| b["status"] == "completed")
-        .await;
+    let b = api.completed("bob-key", id).await;
     assert_eq!(
         b["request_counts"],
         json!({"total": 3, "completed": 3, "failed": 0})
@@ -625,9 +621,7 @@ async fn a_batch_killed_mid_way_completes_after_a_restart_without_running_a_line
     assert_eq!(cut, 2, "the two lines running were cut by the kill");
     let _second = start();
     up().await;
-    let b = api
-        .until("ann-key", &id, |b| b["status"] == "completed")
-        .await;
+    let b = api.completed("ann-key", &id).await;
     all_answered(&api, "ann-key", &b, 8, 1).await;
     assert_eq!(
         gpu.recorder().completed(),
@@ -685,9 +679,7 @@ async fn two_processes_on_one_postgres_run_each_line_of_a_batch_once() {
     assert_eq!(status, 200, "{file}");
     let (_, created) = api_a.create("ann-key", &file).await;
     let id = created["id"].as_str().unwrap();
-    let done = api_b
-        .until("ann-key", id, |b| b["status"] == "completed")
-        .await;
+    let done = api_b.completed("ann-key", id).await;
     all_answered(&api_a, "ann-key", &done, 60, 2).await;
     all_answered(&api_b, "ann-key", &done, 60, 2).await;
     assert_eq!(
@@ -733,9 +725,7 @@ async fn the_lines_of_a_process_killed_mid_batch_are_taken_over_by_another_after
     .await;
     a.child.kill().unwrap();
     a.child.wait().unwrap();
-    let done = api
-        .until("ann-key", id, |b| b["status"] == "completed")
-        .await;
+    let done = api.completed("ann-key", id).await;
     all_answered(&api, "ann-key", &done, 8, 1).await;
     let cut = gpu.recorder().cancelled();
     assert_eq!(
@@ -768,11 +758,7 @@ async fn lines_a_backend_fails_run_again_up_to_their_retries() {
     let api = Api::new(p.url(""));
     let (_, file) = api.upload("bob-key", numbered(2, 1)).await;
     let (_, b) = api.create("bob-key", &file).await;
-    let b = api
-        .until("bob-key", b["id"].as_str().unwrap(), |b| {
-            b["status"] == "completed"
-        })
-        .await;
+    let b = api.completed("bob-key", b["id"].as_str().unwrap()).await;
     assert_eq!(
         b["request_counts"],
         json!({"total": 2, "completed": 0, "failed": 2})
@@ -813,11 +799,7 @@ async fn lines_a_backend_fails_run_again_up_to_their_retries() {
     };
     tokio::time::timeout(BATCH_WAIT, failing).await.unwrap();
     gpu.fail_with(None);
-    let b = api
-        .until("bob-key", b["id"].as_str().unwrap(), |b| {
-            b["status"] == "completed"
-        })
-        .await;
+    let b = api.completed("bob-key", b["id"].as_str().unwrap()).await;
     assert_eq!(
         b["request_counts"],
         json!({"total": 2, "completed": 2, "failed": 0})

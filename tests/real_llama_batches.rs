@@ -119,12 +119,9 @@ async fn real_llama_a_batch_runs_beside_a_persons_mixed_requests_each_line_once(
     }
     assert!(failed.is_empty(), "{failed:#?}");
 
-    let b = tokio::time::timeout(
-        REAL_WAIT * 3,
-        api.until("rb-bob-key", &id, |b| b["status"] == "completed"),
-    )
-    .await
-    .expect("the batch completes");
+    let b = tokio::time::timeout(REAL_WAIT * 3, api.completed("rb-bob-key", &id))
+        .await
+        .expect("the batch completes");
     assert_eq!(
         b["request_counts"],
         json!({"total": LINES, "completed": LINES - 1, "failed": 1}),

@@ -81,6 +81,11 @@ impl Api {
         waited.await.expect("the batch reaches the status awaited")
     }
 
+    /// The batch once it is `completed`.
+    pub async fn completed(&self, key: &str, id: &str) -> Value {
+        self.until(key, id, |b| b["status"] == "completed").await
+    }
+
     /// Each line of a file by its custom_id.
     pub async fn lines(&self, key: &str, file: &Value) -> Vec<Value> {
         let Some(id) = file.as_str() else {
