@@ -26,7 +26,7 @@ const fn splat(b: u8) -> u64 {
 
 /// Where the first `"` or `\` of `b` is, read eight bytes at a time (a byte is one of them
 /// where the word XORed with it has a zero byte; the lowest flag is exact).
-fn quote_or_escape(b: &[u8]) -> Option<usize> {
+pub(crate) fn quote_or_escape(b: &[u8]) -> Option<usize> {
     const LOW: u64 = splat(0x01);
     const HIGH: u64 = splat(0x80);
     let zero = |w: u64| w.wrapping_sub(LOW) & !w & HIGH;

@@ -28,6 +28,7 @@ pub mod guard;
 pub mod http;
 pub mod json_depth;
 mod json_key;
+mod json_number;
 mod json_scan;
 mod json_walk;
 pub mod ledger;

@@ -2,11 +2,11 @@
 //!
 //! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
 //! A whole answer is mostly text the proxy does not need: its `usage` object is found by its
-//! key (see `json_scan`) and parsed alone, and llama.cpp's `timings` object walked (a flat
-//! object of numbers, see [`walked`]). Every backend's answer carries `usage` (and
-//! llama.cpp's `timings`) at the top level after `choices`, and no such object after it: the
-//! last occurrence is the one read. A body that writes a word character as an
-//! escape (where a key may hide from the search, see `json_scan`) is parsed whole instead.
+//! key (see `json_scan`) and walked alone, as is llama.cpp's `timings` object (see `walk`).
+//! Every backend's answer carries `usage` (and llama.cpp's `timings`) at the top level after
+//! `choices`, and no such object after it: the last occurrence is the one read. A body that
+//! writes a word character as an escape (where a key may hide from the search, see
+//! `json_scan`) is parsed whole instead.
 
 use std::sync::LazyLock;
 
@@ -14,7 +14,6 @@ use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::json_scan::{finder, may_escape_word, skip_ws, values};
-use crate::json_walk;
 
 /// Token usage as a backend reported it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -80,24 +79,6 @@ impl Timings {
     pub fn of_value(v: &serde_json::Value) -> Option<Timings> {
         Timings::deserialize(v).ok()
     }
-
-    /// Field `f` (as [`field`] numbers them) read from the scalar `value` as its
-    /// `Deserialize` reads it; `false` when that fails.
-    fn read(&mut self, f: usize, value: &[u8]) -> bool {
-        fn parse<'a, T: Deserialize<'a>>(value: &'a [u8]) -> Result<T, serde_json::Error> {
-            T::deserialize(&mut serde_json::Deserializer::from_slice(value))
-        }
-        let read = match f {
-            0 => parse(value).map(|v| self.cache_n = v),
-            1 => parse(value).map(|v| self.prompt_n = v),
-            2 => parse(value).map(|v| self.prompt_ms = v),
-            3 => parse(value).map(|v| self.prompt_per_second = v),
-            4 => parse(value).map(|v| self.predicted_n = v),
-            5 => parse(value).map(|v| self.predicted_ms = v),
-            _ => parse(value).map(|v| self.predicted_per_second = v),
-        };
-        read.is_ok()
-    }
 }
 
 fn usage_with(u: WireUsage, timings: Option<Timings>) -> Usage {
@@ -130,7 +111,7 @@ static TIMINGS: LazyLock<Finder<'static>> = LazyLock::new(|| finder(b"\"timings\
 ///
 /// Reads what [`of_event`] reads, for a fraction of its cost, when the top-level `usage` is
 /// the last `usage` object of the answer (as in every backend's layout): that object is
-/// found by its key and parsed alone, and so is the object under the last `timings` key.
+/// found by its key and walked alone, and so is the object under the last `timings` key.
 pub fn of_body(body: &[u8]) -> Option<Usage> {
     // An array (llama.cpp's answer to several prompts at once) holds a usage per prompt.
     if skip_ws(body).first() != Some(&b'{') {
@@ -140,94 +121,20 @@ pub fn of_body(body: &[u8]) -> Option<Usage> {
         return of_event(body).map(|(u, _)| u);
     }
     let usage = last_object(body, &USAGE)?;
-    let timings = last_object(body, &TIMINGS);
-    // Both sit at the answer's end: the text from the first of them on is checked as UTF-8
-    // once, and the usage is read from it as text (no string of its is checked again). The
-    // timings are walked as bytes (their numbers are ASCII), else read from the text too.
-    let from = body.len() - usage.len().max(timings.map_or(0, <[u8]>::len));
-    let tail = std::str::from_utf8(&body[from..]).ok();
-    let u = object::<WireUsage>(usage, tail)?;
-    let timings = timings.and_then(|t| walked(t).unwrap_or_else(|| object(t, tail)));
+    let u = read(walk::usage(usage), usage)?;
+    let timings = last_object(body, &TIMINGS).and_then(|t| read(walk::timings(t), t));
     Some(usage_with(u, timings))
 }
 
-/// The index of [`Timings`]' member named `key`, in the order of its fields.
-fn field(key: &[u8]) -> Option<usize> {
-    Some(match key {
-        b"cache_n" => 0,
-        b"prompt_n" => 1,
-        b"prompt_ms" => 2,
-        b"prompt_per_second" => 3,
-        b"predicted_n" => 4,
-        b"predicted_ms" => 5,
-        b"predicted_per_second" => 6,
-        _ => return None,
-    })
-}
-
-/// llama.cpp's `timings` object that opens `b` (what follows it is not read), as
-/// [`Timings`]' `Deserialize` reads it: unknown members skipped, a known one given twice or
-/// not a number (or `null`) failing the whole. `None` when the walk cannot tell: a member
-/// that is a string, object or array, a key with an escape, text that is not an object —
-/// then it is parsed whole.
-///
-/// Hand-walked because the object is flat and small: nine numbers, whose parse by
-/// serde_json cost some 4,400 instructions (skipping them alone 2,800). The walk skips the
-/// two it does not need and reads the seven it does each by serde_json itself (the same
-/// number to the bit): under callgrind (`benches/load/instructions.sh`, 64 connections) a
-/// proxied chat took some 52,900 instructions with the object parsed, 51,900–52,300 walked.
-fn walked(b: &[u8]) -> Option<Option<Timings>> {
-    let ws = |i| json_walk::skip_ws(b, i);
-    if b.first() != Some(&b'{') {
-        return None;
-    }
-    let mut t = Timings::default();
-    let mut seen = 0u8;
-    let mut i = ws(1);
-    if b.get(i) == Some(&b'}') {
-        return Some(Some(t));
-    }
-    loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
+/// What a walk of the object that opens `at` read; where it could not tell, the object's
+/// parse (what follows the object is not read). `None` when either fails.
+fn read<'b, T: Deserialize<'b>>(walk: Result<T, walk::Stop>, at: &'b [u8]) -> Option<T> {
+    match walk {
+        Ok(v) => Some(v),
+        Err(walk::Stop::Fails) => None,
+        Err(walk::Stop::Unsure) => {
+            T::deserialize(&mut serde_json::Deserializer::from_slice(at)).ok()
         }
-        let end = i + 1 + memchr::memchr2(b'"', b'\\', &b[i + 1..])?;
-        if b[end] != b'"' {
-            return None;
-        }
-        let key = &b[i + 1..end];
-        i = ws(end + 1);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        let start = ws(i + 1);
-        if matches!(b.get(start)?, b'"' | b'{' | b'[') {
-            return None;
-        }
-        i = json_walk::value_end(b, start);
-        let value = &b[start..i];
-        if let Some(f) = field(key) {
-            if seen & (1 << f) != 0 || !t.read(f, value) {
-                return Some(None);
-            }
-            seen |= 1 << f;
-        }
-        i = ws(i);
-        match b.get(i) {
-            Some(b',') => i = ws(i + 1),
-            Some(b'}') => return Some(Some(t)),
-            _ => return None,
-        }
-    }
-}
-
-/// The object that starts `at` (what follows it is not read), `None` when it is not a `T`;
-/// read from `tail` as text when that holds `at` (both run to the body's end).
-fn object<'b, T: Deserialize<'b>>(at: &'b [u8], tail: Option<&'b str>) -> Option<T> {
-    let text = tail.and_then(|t| t.get(t.len().checked_sub(at.len())?..));
-    match text {
-        Some(text) => T::deserialize(&mut serde_json::Deserializer::from_str(text)).ok(),
-        None => T::deserialize(&mut serde_json::Deserializer::from_slice(at)).ok(),
     }
 }
 
@@ -240,3 +147,4 @@ fn last_object<'b>(body: &'b [u8], key: &'b Finder<'static>) -> Option<&'b [u8]>
 
 #[cfg(test)]
 mod tests;
+mod walk;

@@ -411,6 +411,17 @@ proptest! {
         if let Some(walked) = walked(text.as_bytes()) {
             prop_assert_eq!(walked, full, "{}", text);
         }
+        prop_assert_eq!(read(walk::timings(text.as_bytes()), text.as_bytes()), full, "{}", text);
+    }
+}
+
+/// A walk of a `timings` object as an answer: `Some` what it read (`None` when the object's
+/// parse fails too), `None` when it cannot tell.
+fn walked(b: &[u8]) -> Option<Option<Timings>> {
+    match walk::timings(b) {
+        Ok(t) => Some(Some(t)),
+        Err(walk::Stop::Fails) => Some(None),
+        Err(walk::Stop::Unsure) => None,
     }
 }
 
@@ -431,13 +442,86 @@ fn a_flat_timings_object_is_walked_whatever_its_numbers() {
         assert_eq!(walked(bad.as_bytes()), Some(None), "{bad}");
         assert!(serde_json::from_str::<Timings>(bad).is_err(), "{bad}");
     }
+    // Members it does not read are skipped whatever they hold.
+    let other = r#"{"x":[1,{"}":"]"}],"y":{"a":"\"}"},"prompt_n":2,"z":"\u0041"}"#;
+    let full = serde_json::from_str::<Timings>(other).ok();
+    assert_eq!(full.and_then(|t| t.prompt_n), Some(2));
+    assert_eq!(walked(other.as_bytes()), Some(full));
     // What the walk cannot tell is left to the parse.
-    for whole in [
-        r#"{"prompt_n":"1"}"#,
-        r#"{"\u0070rompt_n":1}"#,
-        r#"{"x":[1]}"#,
-        "[]",
-    ] {
+    for whole in [r#"{"prompt_n":"1"}"#, r#"{"\u0070rompt_n":1}"#, "[]"] {
         assert_eq!(walked(whole.as_bytes()), None, "{whole}");
+    }
+}
+
+/// A key, spelled as written or with its first letter escaped.
+fn key(name: impl Strategy<Value = String>) -> impl Strategy<Value = String> {
+    (name, prop::bool::weighted(0.1)).prop_map(|(n, escaped)| match n.as_bytes().first() {
+        Some(first) if escaped => format!("\"\\u{first:04x}{}\"", &n[1..]),
+        _ => format!("\"{n}\""),
+    })
+}
+
+/// Members `{…}` of `member`s, in any whitespace, now and then one of them given twice.
+fn object_of(member: impl Strategy<Value = String>, most: usize) -> impl Strategy<Value = String> {
+    let ws = prop::sample::select(vec!["", " ", "\n  "]);
+    let twice = proptest::option::weighted(0.3, any::<prop::sample::Index>());
+    (proptest::collection::vec(member, 0..most), twice, ws).prop_map(|(mut m, twice, ws)| {
+        if let Some(i) = twice.filter(|_| !m.is_empty()) {
+            m.push(i.get(&m).clone());
+        }
+        format!("{{{ws}{}{ws}}}", m.join(","))
+    })
+}
+
+/// A value a count may be given: a number in any spelling, `null`, another type.
+fn count_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => (0u64..100_000).prop_map(|n| n.to_string()),
+        2 => json_number(),
+        1 => Just("null".to_string()),
+        1 => prop::sample::select(vec!["true", "\"3\"", "[]", "[1]", "{}", "\"a\\\"}\""]).prop_map(String::from),
+    ]
+}
+
+/// A member of a usage object: its names and those of its details, given any value.
+fn usage_member() -> impl Strategy<Value = String> {
+    let names =
+        |n: &[&str]| prop::sample::select(n.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let in_details = key(prop_oneof![
+        4 => names(&["reasoning_tokens", "cached_tokens", "audio_tokens"]),
+        1 => "[a-z_]{1,6}",
+    ]);
+    let details = object_of(
+        (in_details, count_value()).prop_map(|(k, v)| format!("{k}:{v}")),
+        3,
+    );
+    let name = key(prop_oneof![
+        6 => names(&["prompt_tokens", "completion_tokens", "total_tokens",
+            "completion_tokens_details", "prompt_tokens_details"]),
+        1 => "[a-z_]{1,8}",
+    ]);
+    let value = prop_oneof![3 => count_value(), 2 => details];
+    let ws = prop::sample::select(vec!["", " ", "\n"]);
+    (name, ws.clone(), ws, value).prop_map(|(k, a, b, v)| format!("{k}{a}:{b}{v}"))
+}
+
+proptest! {
+    /// The walk of a `usage` object reads what its parse reads, for any members in any order,
+    /// spelling and whitespace, a name given twice, values of the wrong type, details objects
+    /// of any members; and when it cannot tell, it says so (then the object is parsed).
+    #[test]
+    fn a_walked_usage_object_reads_as_its_parse(
+        text in object_of(usage_member(), 6),
+        after in prop::sample::select(vec!["", "}", ",\"timings\":{}}"]),
+    ) {
+        prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(), "{}", text);
+        let full = serde_json::from_str::<WireUsage>(&text).ok().map(|u| usage_with(u, None));
+        let text = format!("{text}{after}");
+        let walked = walk::usage(text.as_bytes());
+        if matches!(walked, Ok(_) | Err(walk::Stop::Fails)) {
+            prop_assert_eq!(walked.ok().map(|u| usage_with(u, None)), full, "{}", text);
+        }
+        let read = read(walk::usage(text.as_bytes()), text.as_bytes());
+        prop_assert_eq!(read.map(|u| usage_with(u, None)), full, "{}", text);
     }
 }
