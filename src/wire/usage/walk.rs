@@ -7,12 +7,14 @@
 //! so ([`Stop::Unsure`]) and the object is parsed. Numbers are read by `json_number`, and by
 //! serde_json one by one where it cannot read them.
 //!
-//! Hand-walked because serde_json's parse of the two, with the search that finds them, cost
-//! some 7,900 instructions an answer under callgrind (a llama.cpp answer of 16 tokens, the
-//! `examples`-free loop of `wire::usage::of_body`), most of them in its deserializers'
-//! setup and its number parse. The text must be valid JSON, as an answer read here is: on
-//! other text the answers are unspecified but nothing panics. Property tests hold every
-//! answer to the parse's (`usage/tests.rs`).
+//! Hand-walked because serde_json's parse of the two was most of what reading an answer's
+//! usage cost: under callgrind (`benches/load/instructions.sh`, 8 connections, llama.cpp
+//! answers of 16 tokens) [`super::of_body`] took some 8,000 instructions a chat with the
+//! usage parsed and each `timings` number read by serde_json, 5,800 walked so.
+//!
+//! The text must be valid JSON, as an answer read here is: on other text the answers are
+//! unspecified but nothing panics. Property tests hold every answer to the parse's
+//! (`usage/tests.rs`).
 
 use serde::Deserialize;
 
