@@ -18,21 +18,31 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
-/// Digits at `b[at..]` appended to `n`: their value (`None` past `u64::MAX`), and where
-/// they end.
-fn digits(b: &[u8], at: usize, mut n: Option<u64>) -> (Option<u64>, usize) {
+/// Digits at `b[at..]` appended to `n` (which holds `held` digits): their value (`None` past
+/// `u64::MAX`), and where they end.
+fn digits(b: &[u8], at: usize, n: Option<u64>, held: usize) -> (Option<u64>, usize) {
+    let mut value = n.unwrap_or(0);
     let mut i = at;
     while let Some(d) = b.get(i).map(|c| c.wrapping_sub(b'0')).filter(|d| *d < 10) {
-        n = n.and_then(|n| n.checked_mul(10)?.checked_add(u64::from(d)));
+        value = value.wrapping_mul(10).wrapping_add(u64::from(d));
         i += 1;
     }
-    (n, i)
+    // Nineteen digits never pass `u64::MAX`; more are read again, checked.
+    if n.is_some() && held + (i - at) <= 19 {
+        return (Some(value), i);
+    }
+    let checked = n.and_then(|n| {
+        b[at..i].iter().try_fold(n, |n, c| {
+            n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+        })
+    });
+    (checked, i)
 }
 
 /// The digits of a number's whole part at `b[at..]` (no leading zero): their value and
 /// where they end; `None` when there are none or a leading zero.
 fn whole(b: &[u8], at: usize) -> Option<(Option<u64>, usize)> {
-    let (n, end) = digits(b, at, Some(0));
+    let (n, end) = digits(b, at, Some(0), 0);
     let leading_zero = b.get(at) == Some(&b'0') && end > at + 1;
     (end > at && !leading_zero).then_some((n, end))
 }
@@ -52,11 +62,12 @@ pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<(u64, usize)> {
 /// integer a `u64` holds, as serde_json reads it into an `f64`; and where it ends.
 pub(crate) fn f64_at(b: &[u8], at: usize) -> Option<(f64, usize)> {
     let negative = b.get(at) == Some(&b'-');
-    let (mut n, mut end) = whole(b, at + usize::from(negative))?;
+    let whole_at = at + usize::from(negative);
+    let (mut n, mut end) = whole(b, whole_at)?;
     let mut places = 0;
     if b.get(end) == Some(&b'.') {
         let after;
-        (n, after) = digits(b, end + 1, n);
+        (n, after) = digits(b, end + 1, n, end - whole_at);
         places = after - end - 1;
         end = after;
         if places == 0 {
