@@ -82,4 +82,4 @@ pub(crate) fn f64_at(b: &[u8], at: usize) -> Option<(f64, usize)> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

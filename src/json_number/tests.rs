@@ -69,8 +69,9 @@ fn a_number_ends_where_its_digits_do() {
     assert_eq!(f64_at(text, 27), Some((3.426, 32)));
 }
 
-/// A number in any spelling JSON allows, or a spelling near one.
-fn spelling() -> impl Strategy<Value = String> {
+/// A number in any spelling JSON allows, or a spelling near one: serializers' (ryu, `{}`,
+/// `{:e}`), any digits with or without a fraction and exponent, integers.
+pub(crate) fn spelling() -> impl Strategy<Value = String> {
     let finite = any::<f64>().prop_filter("finite", |f| f.is_finite());
     prop_oneof![
         finite
@@ -89,6 +90,7 @@ fn spelling() -> impl Strategy<Value = String> {
             }
         }),
         "-?[0-9]{0,22}(\\.[0-9]{0,24})?([eE][+-]?[0-9]{1,3})?",
+        "[0-9]{1,4}\\.[0-9]{10,22}",
         any::<u64>().prop_map(|n| n.to_string()),
         any::<i64>().prop_map(|n| n.to_string()),
     ]
