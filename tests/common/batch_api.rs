@@ -29,13 +29,8 @@ impl Api {
                 "file",
                 reqwest::multipart::Part::bytes(text.into_bytes()).file_name("in.jsonl"),
             );
-        let r = self
-            .c
-            .post(format!("{}/v1/files", self.base))
-            .bearer_auth(key)
-            .multipart(form);
-        let r = r.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        let r = self.c.post(format!("{}/v1/files", self.base));
+        answer(r.bearer_auth(key).multipart(form)).await
     }
 
     pub async fn create(&self, key: &str, file: &Value) -> (u16, Value) {
@@ -45,24 +40,22 @@ impl Api {
     }
 
     pub async fn post(&self, key: &str, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .c
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(key)
-            .json(body);
-        let r = r.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        let r = self.c.post(format!("{}{path}", self.base));
+        answer(r.bearer_auth(key).json(body)).await
     }
 
     pub async fn get(&self, key: &str, path: &str) -> (u16, Value) {
-        let r = self.c.get(format!("{}{path}", self.base)).bearer_auth(key);
-        let r = r.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        answer(self.getting(key, path)).await
     }
 
     pub async fn text(&self, key: &str, path: &str) -> String {
-        let r = self.c.get(format!("{}{path}", self.base)).bearer_auth(key);
-        r.send().await.unwrap().text().await.unwrap()
+        let r = self.getting(key, path).send().await.unwrap();
+        r.text().await.unwrap()
+    }
+
+    /// A GET of `path` with `key`.
+    fn getting(&self, key: &str, path: &str) -> reqwest::RequestBuilder {
+        self.c.get(format!("{}{path}", self.base)).bearer_auth(key)
     }
 
     /// The batch once `done` holds of it (polled; within [`BATCH_WAIT`]).
@@ -96,6 +89,12 @@ impl Api {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
+}
+
+/// The status and JSON body of the answer to `r`.
+async fn answer(r: reqwest::RequestBuilder) -> (u16, Value) {
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
 }
 
 pub fn ids(lines: &[Value]) -> Vec<String> {
