@@ -26,30 +26,11 @@ DRIVER_ARGS=${DRIVER_ARGS:-}
 SERVER_KEYS=${SERVER_KEYS:-}
 # A directory to keep each mode's config and the proxy's and simulator's logs in.
 LOGS=${LOGS:-}
+# shellcheck source=benches/load/lib.sh
+source "$HERE/../load/lib.sh"
 WORK=$(mktemp -d)
-PIDS=()
-
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    PIDS=()
-}
 keep_logs() { [[ -z $LOGS ]] || { mkdir -p "$LOGS" && cp "$WORK"/* "$LOGS"/; }; }
-trap 'stop_all; keep_logs; rm -rf "$WORK"' EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-wait_http() {
-    for _ in $(seq 1 200); do
-        curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "$1 did not answer" >&2
-    return 1
-}
+trap 'stop_spawned; keep_logs; cleanup' EXIT
 
 CLIENTS="person compact1 compact2 conv1 conv2 conv3"
 KEY_ARGS=()
@@ -117,18 +98,16 @@ for mode in $MODES; do
         esac
     fi
     sim_port=$(free_port)
-    "$BIN" simulate --port "$sim_port" --slots 2 --slot-ctx "$SLOT_CTX" \
-        --gpu-prefill-tps "$PREFILL_TPS" --gpu-decode-tps "$DECODE_TPS" \
-        --gpu-prefill-half-depth "$HALF_DEPTH" >"$WORK/sim-$mode.log" 2>&1 &
-    PIDS+=($!)
-    wait_http "http://127.0.0.1:$sim_port/health"
+    spawn simulator "$WORK/sim-$mode.log" "$BIN" simulate --port "$sim_port" --slots 2 \
+        --slot-ctx "$SLOT_CTX" --gpu-prefill-tps "$PREFILL_TPS" --gpu-decode-tps "$DECODE_TPS" \
+        --gpu-prefill-half-depth "$HALF_DEPTH"
+    wait_http "http://127.0.0.1:$sim_port/health" "$SPAWNED" simulator
     port=$(free_port)
     config "$port" "$line" "$(clients_toml $who)" "$sim_port" >"$WORK/$mode.toml"
-    "$BIN" serve --config "$WORK/$mode.toml" >"$WORK/proxy-$mode.log" 2>&1 &
-    PIDS+=($!)
-    wait_http "http://127.0.0.1:$port/health"
+    spawn switchboard "$WORK/proxy-$mode.log" "$BIN" serve --config "$WORK/$mode.toml"
+    wait_http "http://127.0.0.1:$port/health" "$SPAWNED" switchboard
     # shellcheck disable=SC2086
     python3 "$HERE/driver.py" --proxy "http://127.0.0.1:$port" --sim "http://127.0.0.1:$sim_port" \
         --mode "$mode" --duration "$DURATION" "${KEY_ARGS[@]}" $DRIVER_ARGS
-    stop_all
+    stop_spawned
 done

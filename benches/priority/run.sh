@@ -13,30 +13,15 @@ N=${N:-8}
 TOKENS=${TOKENS:-40}
 DELAY_MS=${DELAY_MS:-40}
 BIN=${SWITCHBOARD_BIN:-target/debug/switchboard}
+# shellcheck source=benches/load/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../load/lib.sh"
 WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-wait_http() {
-    for _ in $(seq 1 200); do
-        curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "$1 did not answer" >&2
-    return 1
-}
-
 SIM_PORT=$(free_port)
-"$BIN" simulate --port "$SIM_PORT" --slots 16 --token-delay-ms "$DELAY_MS" >"$WORK/sim.log" 2>&1 &
-PIDS+=($!)
-wait_http "http://127.0.0.1:$SIM_PORT/health"
+spawn simulator "$WORK/sim.log" "$BIN" simulate --port "$SIM_PORT" --slots 16 \
+    --token-delay-ms "$DELAY_MS"
+wait_http "http://127.0.0.1:$SIM_PORT/health" "$SPAWNED" simulator
 
 export SB_BENCH_BATCH_KEYS=batch-key SB_BENCH_INTER_KEYS=inter-key SB_BENCH_ONE_KEYS=batch-key,inter-key
 
@@ -71,10 +56,9 @@ backend = "sim"
 upstream_model = "sim-model"
 $2
 TOML
-    "$BIN" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
-    local proxy=$!
-    PIDS+=("$proxy")
-    wait_http "$base/health"
+    spawn switchboard "$WORK/$1.log" "$BIN" serve --config "$WORK/$1.toml"
+    local proxy=$SPAWNED
+    wait_http "$base/health" "$proxy" switchboard
     local service
     service=$(timed "$base" inter-key alone)
     local start
