@@ -17,11 +17,6 @@ use switchboard::reasoning::OutputField;
 use switchboard::wire::usage::{of_body, Timings};
 use switchboard::wire::{adapter, Action, ApiEvents, Endpoint, Seen, StreamContext};
 
-fn real() -> String {
-    std::env::var("SWITCHBOARD_REAL_LLAMA")
-        .expect("SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT of a real llama-server")
-}
-
 /// A grammar that makes the random model think, then answer (with `--reasoning-format
 /// deepseek`, as `start.sh` starts it).
 const THINK_THEN_ANSWER: &str =
@@ -92,7 +87,7 @@ fn squeezed(events: &[(String, Value)]) -> Vec<String> {
 }
 
 async fn real_proxy() -> Proxy {
-    proxy(&one_alias("llamacpp", "", ""), &[("b", real())]).await
+    proxy(&one_alias("llamacpp", "", ""), &[("b", real_llama())]).await
 }
 
 fn chat_body(extra: Value) -> Value {
@@ -124,7 +119,7 @@ async fn real_llama_responses_streams_repaired_and_translated_are_alike() {
         for (k, v) in extra.as_object().unwrap() {
             native[k] = v.clone();
         }
-        let own = parse_sse(&sse(format!("{}/v1/responses", real()), &native).await);
+        let own = parse_sse(&sse(format!("{}/v1/responses", real_llama()), &native).await);
         assert!(check_responses(&own).is_err(), "llama-server's own stream");
         let repaired = parse_sse(&sse(p.url("/v1/responses"), &native).await);
         check_responses(&repaired).unwrap();
@@ -140,7 +135,11 @@ async fn real_llama_responses_streams_repaired_and_translated_are_alike() {
                     "description": t["description"], "parameters": t["parameters"]}});
             }
         }
-        let chat_sse = sse(format!("{}/v1/chat/completions", real()), &chat_body(chat)).await;
+        let chat_sse = sse(
+            format!("{}/v1/chat/completions", real_llama()),
+            &chat_body(chat),
+        )
+        .await;
         let translated = parse_sse(&translated(Endpoint::from_path("/v1/responses"), &chat_sse));
         check_responses(&translated).unwrap();
         eprintln!("responses events: {:?}", squeezed(&repaired));
@@ -158,7 +157,7 @@ async fn real_llama_messages_streams_repaired_and_translated_are_alike() {
     let repaired = parse_sse(&sse(p.url("/v1/messages"), &native).await);
     check_messages(&repaired).unwrap();
     let chat_sse = sse(
-        format!("{}/v1/chat/completions", real()),
+        format!("{}/v1/chat/completions", real_llama()),
         &chat_body(json!({"max_tokens": 6})),
     )
     .await;
@@ -177,7 +176,7 @@ async fn real_llama_messages_streams_repaired_and_translated_are_alike() {
 async fn real_llama_loses_no_request_to_the_connections_it_closes_after_streams() {
     let _alone = ALONE.lock().await;
     let toml = one_alias("llamacpp", "", "").replace("slots = 8", "slots = 2");
-    let p = proxy(&toml, &[("b", real())]).await;
+    let p = proxy(&toml, &[("b", real_llama())]).await;
     let url = p.url("/v1/chat/completions");
     let loops = (0..5).map(|l| {
         let url = url.clone();
@@ -259,7 +258,7 @@ async fn fresh_timings(tokens: usize, seed: u64, max_tokens: u64) -> Timings {
         "messages": [{"role": "user", "content": varied_text(bytes_for(tokens), seed)}]});
     let answer = async {
         let r = client()
-            .post(format!("{}/v1/chat/completions", real()))
+            .post(format!("{}/v1/chat/completions", real_llama()))
             .json(&body)
             .send()
             .await
@@ -372,7 +371,7 @@ async fn real_llama_cost_model_predicts_a_mixed_set_within_its_stated_error() {
 
 /// How many of the real server's slots are processing a task (its GET /slots).
 async fn slots_processing() -> usize {
-    let slots = json_at(&format!("{}/slots", real())).await;
+    let slots = json_at(&format!("{}/slots", real_llama())).await;
     let slots = slots.as_array().expect("GET /slots is a list");
     slots.iter().filter(|s| s["is_processing"] == true).count()
 }
@@ -400,7 +399,7 @@ async fn real_llama_a_preempted_request_is_answered_and_reuses_its_processed_pre
              [clients.person]\nkey_env = \"SB_T_REAL_PERSON\"\npriority = \"interactive\"",
         )
         .render();
-    let p = proxy(&cfg, &[("b", real())]).await;
+    let p = proxy(&cfg, &[("b", real_llama())]).await;
     let url = p.url("/v1/chat/completions");
     let send = |key: &'static str, body: Value| {
         let url = url.clone();
@@ -532,7 +531,7 @@ async fn real_llama_mixed_streams_and_classes_all_answer_under_preemption() {
              [clients.person]\nkey_env = \"SB_T_MIX_PERSON\"\npriority = \"interactive\"",
         )
         .render();
-    let p = proxy(&cfg, &[("b", real())]).await;
+    let p = proxy(&cfg, &[("b", real_llama())]).await;
     let url = p.url("/v1/chat/completions");
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -662,7 +661,7 @@ async fn real_llama_the_ledger_keeps_a_row_per_answer_under_concurrency() {
             "\n[ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
             db.display()
         );
-    let p = proxy(&toml, &[("b", real())]).await;
+    let p = proxy(&toml, &[("b", real_llama())]).await;
     let url = p.url("/v1/chat/completions");
     let loops = (0..4).map(|l| {
         let url = url.clone();
@@ -724,7 +723,7 @@ async fn real_llama_budgets_and_the_slot_timeline_count_every_mixed_answer() {
              [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
             db.display()
         );
-    let p = proxy(&toml, &[("b", real())]).await;
+    let p = proxy(&toml, &[("b", real_llama())]).await;
     let url = p.url("/v1/chat/completions");
     let loops = (0..4).map(|l| {
         let url = url.clone();

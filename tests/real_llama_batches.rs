@@ -13,11 +13,6 @@ use common::toml::Fleet;
 use common::*;
 use serde_json::{json, Value};
 
-fn real() -> String {
-    std::env::var("SWITCHBOARD_REAL_LLAMA")
-        .expect("SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT of a real llama-server")
-}
-
 /// The real model runs on a shared CPU: a request may wait a while for a slot.
 const REAL_WAIT: Duration = Duration::from_secs(120);
 
@@ -66,7 +61,7 @@ async fn real_llama_a_batch_runs_beside_a_persons_mixed_requests_each_line_once(
             db.display()
         ))
         .render();
-    let p = proxy(&cfg, &[("b", real())]).await;
+    let p = proxy(&cfg, &[("b", real_llama())]).await;
     let api = Api::new(p.url(""));
     let mut text = String::new();
     for i in 0..LINES {

@@ -241,6 +241,13 @@ pub async fn dead_url() -> String {
     format!("http://{}", l.local_addr().unwrap())
 }
 
+/// The real llama-server's base URL, from `SWITCHBOARD_REAL_LLAMA` (the tests marked
+/// `#[ignore]` that need one).
+pub fn real_llama() -> String {
+    std::env::var("SWITCHBOARD_REAL_LLAMA")
+        .expect("SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT of a real llama-server")
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
