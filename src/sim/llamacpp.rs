@@ -27,20 +27,24 @@ pub(crate) fn usage(c: &Counts) -> Value {
     })
 }
 
+/// llama.cpp's `timings` of an answer. Its clock counts whole microseconds, so each time is
+/// a whole number of microseconds in milliseconds (`"prompt_ms":3.201`), as is each here.
 pub(crate) fn timings(c: &Counts) -> Value {
     let per_token = |ms: f64, n: u32| if n == 0 { 0.0 } else { ms / f64::from(n) };
+    let whole_us = |ms: f64| (ms * 1e3).round() / 1e3;
+    let (prompt_ms, predicted_ms) = (whole_us(c.prompt_ms), whole_us(c.predicted_ms));
     let cached = c.cached.unwrap_or(0);
     let prompt_n = c.prompt.saturating_sub(cached);
     json!({
         "cache_n": cached,
         "prompt_n": prompt_n,
-        "prompt_ms": c.prompt_ms,
-        "prompt_per_token_ms": per_token(c.prompt_ms, prompt_n),
-        "prompt_per_second": per_second(prompt_n, c.prompt_ms),
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": per_token(prompt_ms, prompt_n),
+        "prompt_per_second": per_second(prompt_n, prompt_ms),
         "predicted_n": c.completion,
-        "predicted_ms": c.predicted_ms,
-        "predicted_per_token_ms": per_token(c.predicted_ms, c.completion),
-        "predicted_per_second": per_second(c.completion, c.predicted_ms),
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": per_token(predicted_ms, c.completion),
+        "predicted_per_second": per_second(c.completion, predicted_ms),
     })
 }
 
@@ -186,5 +190,26 @@ impl Dialect for LlamaCpp {
         let body =
             json!({"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}});
         (StatusCode::NOT_FOUND, body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timings_count_whole_microseconds_as_llama_server_does() {
+        let counts = Counts {
+            prompt: 17,
+            completion: 16,
+            prompt_ms: 0.000_16,
+            predicted_ms: 16.0 * 3.125e-6 + 54.183_7,
+            ..Counts::default()
+        };
+        let t = timings(&counts);
+        assert_eq!(t["prompt_ms"], 0.0);
+        assert_eq!(t["predicted_ms"], 54.184);
+        assert_eq!(t["predicted_per_second"], 16.0 * 1000.0 / 54.184);
+        assert_eq!(t["prompt_per_second"], 17.0 * 1000.0 / 0.001);
     }
 }
