@@ -2,10 +2,13 @@
 //! strings, strings skipped by a search for their closing quote. The proxy forwards parts of a
 //! body it never parses (`tools`, `messages` in a passthrough), and a backend's own parser
 //! may fail on nesting thousands deep; the check is a byte scan because a parse of every
-//! body would cost more than the rest of a small request's way through.
+//! body would cost more than the rest of a small request's way through. Strings are skipped
+//! as `json_walk` skips them.
 //!
 //! For valid JSON the answer is the nesting depth a parse finds (property test below); for
 //! text that is not JSON it is some number, and the parse that follows refuses the text.
+
+use crate::json_walk::string_end;
 
 /// Whether `json` nests arrays and objects more than `limit` deep.
 pub fn deeper_than(json: &[u8], limit: usize) -> bool {
@@ -14,18 +17,7 @@ pub fn deeper_than(json: &[u8], limit: usize) -> bool {
     while i < json.len() {
         match json[i] {
             b'"' => {
-                i += 1;
-                // The closing quote: the first one no backslash escapes.
-                loop {
-                    match memchr::memchr2(b'"', b'\\', &json[i..]) {
-                        None => return false,
-                        Some(k) if json[i + k] == b'\\' => i += k + 2,
-                        Some(k) => {
-                            i += k + 1;
-                            break;
-                        }
-                    }
-                }
+                i = string_end(json, i);
                 continue;
             }
             b'[' | b'{' => {

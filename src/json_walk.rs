@@ -24,46 +24,55 @@ const fn splat(b: u8) -> u64 {
     u64::from_ne_bytes([b; 8])
 }
 
-/// Where the first `"` or `\` of `b` is, read eight bytes at a time (a byte is one of them
-/// where the word XORed with it has a zero byte; the lowest flag is exact).
+/// Where the first `"` or `\` of `b` is, read eight bytes at a time (see [`scan_words`]).
 pub(crate) fn quote_or_escape(b: &[u8]) -> Option<usize> {
+    scan_words(b, 0, usize::MAX).ok()
+}
+
+/// Looks for the first `"` or `\` of `b` from `from` on, eight bytes at a time (a byte is one
+/// of them where the word XORed with it has a zero byte; the lowest flag is exact), the last
+/// few bytes one by one, over at most `words` words: `Ok` where it is, else `Err` where the
+/// look stopped (`b.len()` at the end of `b`).
+fn scan_words(b: &[u8], from: usize, words: usize) -> Result<usize, usize> {
     const LOW: u64 = splat(0x01);
     const HIGH: u64 = splat(0x80);
     let zero = |w: u64| w.wrapping_sub(LOW) & !w & HIGH;
-    let mut words = b.chunks_exact(8);
-    for (n, word) in words.by_ref().enumerate() {
-        let mut le = [0u8; 8];
-        le.copy_from_slice(word);
-        let w = u64::from_le_bytes(le);
+    let mut i = from;
+    for _ in 0..words {
+        let Some(word) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) else {
+            let rest = b.get(i..).unwrap_or_default();
+            return match rest.iter().position(|&c| c == b'"' || c == b'\\') {
+                Some(at) => Ok(i + at),
+                None => Err(b.len()),
+            };
+        };
+        let w = u64::from_le_bytes(*word);
         let found = zero(w ^ splat(b'"')) | zero(w ^ splat(b'\\'));
         if found != 0 {
-            return Some(n * 8 + (found.trailing_zeros() / 8) as usize);
+            return Ok(i + (found.trailing_zeros() / 8) as usize);
         }
+        i += 8;
     }
-    let rest = words.remainder();
-    let at = rest.iter().position(|&c| c == b'"' || c == b'\\')?;
-    Some(b.len() - rest.len() + at)
+    Err(i)
 }
 
-/// The index just past the string that opens at `b[at]` (a `"`).
-fn string_end(b: &[u8], at: usize) -> usize {
+/// The index just past the string that opens at `b[at]` (a `"`); `b.len()` when it does not
+/// close.
+pub(crate) fn string_end(b: &[u8], at: usize) -> usize {
     let mut i = at + 1;
     loop {
-        let rest = b.get(i..).unwrap_or_default();
-        let head = &rest[..rest.len().min(SHORT)];
-        let found = match quote_or_escape(head) {
-            Some(j) => Some(j),
-            None if rest.len() > SHORT => memchr2(b'"', b'\\', &rest[SHORT..]).map(|j| j + SHORT),
-            None => None,
+        let found = match scan_words(b, i, SHORT / 8) {
+            Ok(j) => j,
+            Err(stop) if stop < b.len() => match memchr2(b'"', b'\\', &b[stop..]) {
+                Some(j) => stop + j,
+                None => return b.len(),
+            },
+            Err(_) => return b.len(),
         };
-        let Some(j) = found else {
-            return b.len();
-        };
-        i += j;
-        if b[i] == b'\\' {
-            i += 2;
+        if b[found] == b'\\' {
+            i = found + 2;
         } else {
-            return i + 1;
+            return found + 1;
         }
     }
 }
