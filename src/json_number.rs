@@ -18,31 +18,35 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
-/// Digits at `b[at..]` appended to `n` (which holds `held` digits): their value (`None` past
-/// `u64::MAX`), and where they end.
-fn digits(b: &[u8], at: usize, n: Option<u64>, held: usize) -> (Option<u64>, usize) {
-    let mut value = n.unwrap_or(0);
+/// Where the digits at `b[at..]` end, and `n` with them appended (wrapping past
+/// `u64::MAX`: [`checked`] reads long runs again).
+fn run(b: &[u8], at: usize, mut n: u64) -> (u64, usize) {
     let mut i = at;
-    while let Some(d) = b.get(i).map(|c| c.wrapping_sub(b'0')).filter(|d| *d < 10) {
-        value = value.wrapping_mul(10).wrapping_add(u64::from(d));
+    while let Some(&c) = b.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d >= 10 {
+            break;
+        }
+        n = n.wrapping_mul(10).wrapping_add(u64::from(d));
         i += 1;
     }
-    // Nineteen digits never pass `u64::MAX`; more are read again, checked.
-    if n.is_some() && held + (i - at) <= 19 {
-        return (Some(value), i);
-    }
-    let checked = n.and_then(|n| {
-        b[at..i].iter().try_fold(n, |n, c| {
-            n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
-        })
-    });
-    (checked, i)
+    (n, i)
 }
 
-/// The digits of a number's whole part at `b[at..]` (no leading zero): their value and
-/// where they end; `None` when there are none or a leading zero.
-fn whole(b: &[u8], at: usize) -> Option<(Option<u64>, usize)> {
-    let (n, end) = digits(b, at, Some(0), 0);
+/// The digits of `text` (its `.` skipped) as one integer; `None` past `u64::MAX`. Nineteen
+/// digits never pass it: only longer runs are read so.
+fn checked(text: &[u8]) -> Option<u64> {
+    text.iter()
+        .filter(|c| c.is_ascii_digit())
+        .try_fold(0u64, |n, c| {
+            n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+        })
+}
+
+/// The digits of a number's whole part at `b[at..]` (no leading zero): their value (wrapping)
+/// and where they end; `None` when there are none or a leading zero.
+fn whole(b: &[u8], at: usize) -> Option<(u64, usize)> {
+    let (n, end) = run(b, at, 0);
     let leading_zero = b.get(at) == Some(&b'0') && end > at + 1;
     (end > at && !leading_zero).then_some((n, end))
 }
@@ -54,7 +58,12 @@ pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<(u64, usize)> {
     if matches!(b.get(end), Some(b'.' | b'e' | b'E')) {
         return None;
     }
-    Some((n?, end))
+    let n = if end - at <= 19 {
+        n
+    } else {
+        checked(&b[at..end])?
+    };
+    Some((n, end))
 }
 
 /// The number at `b[at..]` when it is written as an optional `-`, digits and an optional
@@ -67,17 +76,21 @@ pub(crate) fn f64_at(b: &[u8], at: usize) -> Option<(f64, usize)> {
     let mut places = 0;
     if b.get(end) == Some(&b'.') {
         let after;
-        (n, after) = digits(b, end + 1, n, end - whole_at);
+        (n, after) = run(b, end + 1, n);
         places = after - end - 1;
-        end = after;
         if places == 0 {
             return None;
         }
+        end = after;
     }
     if matches!(b.get(end), Some(b'e' | b'E')) {
         return None;
     }
-    let f = n? as f64 / POW10.get(places)?;
+    let digits = end - whole_at - usize::from(places > 0);
+    if digits > 19 {
+        n = checked(&b[whole_at..end])?;
+    }
+    let f = n as f64 / *POW10.get(places)?;
     Some((if negative { -f } else { f }, end))
 }
 
