@@ -162,13 +162,14 @@ fn last_objects(body: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
 fn object_under<'b>(body: &'b [u8], at: usize, quoted: &[u8], g: usize) -> Option<&'b [u8]> {
     let start = at.checked_sub(g)?;
     let end = start + quoted.len();
-    if body.get(start..end)? != quoted || (start > 0 && body[start - 1] == b'\\') {
+    if !layout::begins_with(&body[start..], quoted) || (start > 0 && body[start - 1] == b'\\') {
         return None;
     }
     let value = skip_ws(skip_ws(&body[end..]).strip_prefix(b":")?);
     (value.first() == Some(&b'{')).then_some(value)
 }
 
+mod layout;
 #[cfg(test)]
 mod tests;
 mod walk;

@@ -1,4 +1,5 @@
-//! A whole answer's `usage` and `timings` objects, walked member by member.
+//! A whole answer's `usage` and `timings` objects, walked member by member where they are not
+//! written as a backend writes them (see `layout`, tried first).
 //!
 //! Both are small: numbers, and in `usage` two objects of numbers (its details). Each walk
 //! reads what the type's `Deserialize` reads: unknown members skipped, a known one given twice
@@ -21,6 +22,7 @@ use serde::Deserialize;
 use crate::json_number::{f64_at, u64_at};
 use crate::json_walk::{quote_or_escape, skip_ws, value_end};
 
+use super::layout;
 use super::{Details, PromptDetails, Timings, WireUsage};
 
 /// Why a walk stopped short.
@@ -34,8 +36,20 @@ pub(super) enum Stop {
 
 type Walk<T> = Result<T, Stop>;
 
-/// The usage object that opens `b`, as [`WireUsage`]' `Deserialize` reads it.
+/// The usage object that opens `b`, as [`WireUsage`]' `Deserialize` reads it: read by a
+/// backend's layout where it is written so, else walked.
 pub(super) fn usage(b: &[u8]) -> Walk<WireUsage> {
+    use layout::usage::{CACHED, COMPLETION, PROMPT};
+    if let Some(r) = layout::USAGE.iter().find_map(|l| layout::read(b, l)) {
+        return Ok(WireUsage {
+            prompt_tokens: r.counts[PROMPT].unwrap_or(0),
+            completion_tokens: r.counts[COMPLETION].unwrap_or(0),
+            completion_tokens_details: None,
+            prompt_tokens_details: r.counts[CACHED].map(|n| PromptDetails {
+                cached_tokens: Some(n),
+            }),
+        });
+    }
     let mut u = WireUsage {
         prompt_tokens: 0,
         completion_tokens: 0,
@@ -76,8 +90,21 @@ pub(super) fn usage(b: &[u8]) -> Walk<WireUsage> {
     Ok(u)
 }
 
-/// llama.cpp's `timings` object that opens `b`, as [`Timings`]' `Deserialize` reads it.
+/// llama.cpp's `timings` object that opens `b`, as [`Timings`]' `Deserialize` reads it: read
+/// by llama-server's layout where it is written so, else walked.
 pub(super) fn timings(b: &[u8]) -> Walk<Timings> {
+    use layout::timings::*;
+    if let Some(r) = layout::read(b, layout::TIMINGS) {
+        return Ok(Timings {
+            cache_n: r.counts[CACHE_N],
+            prompt_n: r.counts[PROMPT_N],
+            prompt_ms: r.numbers[PROMPT_MS],
+            prompt_per_second: r.numbers[PROMPT_PER_SECOND],
+            predicted_n: r.counts[PREDICTED_N],
+            predicted_ms: r.numbers[PREDICTED_MS],
+            predicted_per_second: r.numbers[PREDICTED_PER_SECOND],
+        });
+    }
     let mut t = Timings::default();
     let mut seen = Seen::default();
     members(b, 0, |key, at| {
