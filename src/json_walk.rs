@@ -33,6 +33,7 @@ pub(crate) fn quote_or_escape(b: &[u8]) -> Option<usize> {
 /// of them where the word XORed with it has a zero byte; the lowest flag is exact), the last
 /// few bytes one by one, over at most `words` words: `Ok` where it is, else `Err` where the
 /// look stopped (`b.len()` at the end of `b`).
+#[inline]
 fn scan_words(b: &[u8], from: usize, words: usize) -> Result<usize, usize> {
     const LOW: u64 = splat(0x01);
     const HIGH: u64 = splat(0x80);
@@ -57,8 +58,19 @@ fn scan_words(b: &[u8], from: usize, words: usize) -> Result<usize, usize> {
 }
 
 /// The index just past the string that opens at `b[at]` (a `"`); `b.len()` when it does not
-/// close.
+/// close. Inlined for the common case, a string of a few words with no escape; the rest is
+/// [`long_string_end`]'s.
+#[inline]
 pub(crate) fn string_end(b: &[u8], at: usize) -> usize {
+    match scan_words(b, at + 1, SHORT / 8) {
+        Ok(j) if b[j] == b'"' => j + 1,
+        _ => long_string_end(b, at),
+    }
+}
+
+/// [`string_end`] of a string that is long or holds an escape.
+#[inline(never)]
+fn long_string_end(b: &[u8], at: usize) -> usize {
     let mut i = at + 1;
     loop {
         let found = match scan_words(b, i, SHORT / 8) {

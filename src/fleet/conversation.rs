@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use http::{HeaderMap, HeaderName};
-use xxhash_rust::xxh3::Xxh3Default;
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::json_walk;
 use crate::wire::request::History;
@@ -80,7 +80,7 @@ pub fn conversation_key(
     let [system, messages, input, cache_key] = history.members(body);
     let cache_key = cache_key.and_then(json_walk::string);
     let id = conversation_id(headers, cache_key.as_deref());
-    let mut h = Pieces(Xxh3Default::new());
+    let mut h = Pieces::new();
     h.piece(alias.as_bytes());
     match id {
         Some((label, id)) => {
@@ -97,7 +97,7 @@ pub fn conversation_key(
         }
     });
     (id.is_some() || led).then(|| Conversation {
-        key: h.0.digest(),
+        key: h.digest(),
         later,
     })
 }
@@ -210,13 +210,23 @@ fn holds_tool_result(content: &str) -> bool {
     })
 }
 
-/// A streaming hash fed length-prefixed pieces.
-struct Pieces(Xxh3Default);
+/// Length-prefixed pieces, hashed at once: the one-shot XXH3 of a few hundred bytes costs
+/// less than a streaming hash fed piece by piece, and is the same hash.
+struct Pieces(Vec<u8>);
 
 impl Pieces {
+    /// Room for the key of a short conversation's pieces without growing.
+    fn new() -> Pieces {
+        Pieces(Vec::with_capacity(256))
+    }
+
     fn piece(&mut self, bytes: &[u8]) {
-        self.0.update(&(bytes.len() as u64).to_le_bytes());
-        self.0.update(bytes);
+        self.0.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn digest(&self) -> u64 {
+        xxh3_64(&self.0)
     }
 }
 
@@ -249,7 +259,7 @@ mod tests {
         leading: Option<&[&str]>,
         later: bool,
     ) -> Option<Conversation> {
-        let mut h = Pieces(Xxh3Default::new());
+        let mut h = Pieces::new();
         h.piece(alias.as_bytes());
         if let Some((label, id)) = id {
             h.piece(label.as_bytes());
@@ -264,7 +274,7 @@ mod tests {
             }
         }
         Some(Conversation {
-            key: h.0.digest(),
+            key: h.digest(),
             later,
         })
     }
