@@ -3,7 +3,8 @@
 //! body it never parses (`tools`, `messages` in a passthrough), and a backend's own parser
 //! may fail on nesting thousands deep; the check is a byte scan because a parse of every
 //! body would cost more than the rest of a small request's way through. Strings are skipped
-//! as `json_walk` skips them.
+//! as `json_walk` skips them. Most bodies have fewer opening brackets than the limit, which
+//! bounds their depth: those are counted, not scanned.
 //!
 //! For valid JSON the answer is the nesting depth a parse finds (property test below); for
 //! text that is not JSON it is some number, and the parse that follows refuses the text.
@@ -12,6 +13,11 @@ use crate::json_walk::string_end;
 
 /// Whether `json` nests arrays and objects more than `limit` deep.
 pub fn deeper_than(json: &[u8], limit: usize) -> bool {
+    // It nests no deeper than it has brackets that open, in strings or not: most bodies have
+    // fewer than the limit, counted by a vector search at a fraction of the scan's cost.
+    if memchr::memchr2_iter(b'[', b'{', json).nth(limit).is_none() {
+        return false;
+    }
     let mut depth = 0usize;
     let mut i = 0;
     while i < json.len() {
