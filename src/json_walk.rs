@@ -159,24 +159,23 @@ fn next_start(b: &[u8], at: usize) -> usize {
 }
 
 /// The text of each element of the array `text`, in order; `None` when `text` is no array.
-pub fn elements(text: &str) -> Option<Elements<'_>> {
-    let b = text.as_bytes();
-    let at = skip_ws(b, 0);
-    (b.get(at) == Some(&b'[')).then_some(Elements { text, at: at + 1 })
+pub fn elements(text: &[u8]) -> Option<Elements<'_>> {
+    let at = skip_ws(text, 0);
+    (text.get(at) == Some(&b'[')).then_some(Elements { text, at: at + 1 })
 }
 
 /// The elements of an array, as [`elements`] finds them.
 pub struct Elements<'a> {
-    text: &'a str,
+    text: &'a [u8],
     /// Just past the `[` or the last element read.
     at: usize,
 }
 
 impl<'a> Iterator for Elements<'a> {
-    type Item = &'a str;
+    type Item = &'a [u8];
 
-    fn next(&mut self) -> Option<&'a str> {
-        let b = self.text.as_bytes();
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let b = self.text;
         let i = next_start(b, self.at);
         match b.get(i) {
             None | Some(b']') => {
@@ -186,7 +185,7 @@ impl<'a> Iterator for Elements<'a> {
             Some(_) => {
                 let end = value_end(b, i);
                 self.at = end;
-                self.text.get(i..end)
+                b.get(i..end)
             }
         }
     }
@@ -195,43 +194,42 @@ impl<'a> Iterator for Elements<'a> {
 impl<'a> Elements<'a> {
     /// The next element's text, and each of its members (key and value, as [`members`] gives
     /// them) given to `member` when it is an object, read in one walk; `None` at the end.
-    pub fn next_object(&mut self, mut member: impl FnMut(&'a str, &'a str)) -> Option<&'a str> {
-        let b = self.text.as_bytes();
+    pub fn next_object(&mut self, mut member: impl FnMut(&'a [u8], &'a [u8])) -> Option<&'a [u8]> {
+        let b = self.text;
         let i = next_start(b, self.at);
         if b.get(i) != Some(&b'{') {
             return self.next();
         }
         let mut members = Members {
-            text: self.text,
+            text: b,
             at: i + 1,
         };
         for (key, value) in members.by_ref() {
             member(key, value);
         }
         self.at = members.at;
-        self.text.get(i..members.at)
+        b.get(i..members.at)
     }
 }
 
 /// Each member of the object `text` as its key's text (with its quotes, as written) and its
 /// value's text, in order; `None` when `text` is no object.
-pub fn members(text: &str) -> Option<Members<'_>> {
-    let b = text.as_bytes();
-    let at = skip_ws(b, 0);
-    (b.get(at) == Some(&b'{')).then_some(Members { text, at: at + 1 })
+pub fn members(text: &[u8]) -> Option<Members<'_>> {
+    let at = skip_ws(text, 0);
+    (text.get(at) == Some(&b'{')).then_some(Members { text, at: at + 1 })
 }
 
 /// The members of an object, as [`members`] finds them.
 pub struct Members<'a> {
-    text: &'a str,
+    text: &'a [u8],
     at: usize,
 }
 
 impl<'a> Iterator for Members<'a> {
-    type Item = (&'a str, &'a str);
+    type Item = (&'a [u8], &'a [u8]);
 
-    fn next(&mut self) -> Option<(&'a str, &'a str)> {
-        let b = self.text.as_bytes();
+    fn next(&mut self) -> Option<(&'a [u8], &'a [u8])> {
+        let b = self.text;
         let i = next_start(b, self.at);
         match b.get(i) {
             Some(b'"') => {}
@@ -246,23 +244,24 @@ impl<'a> Iterator for Members<'a> {
             }
         }
         let key_end = string_end(b, i);
-        let key = self.text.get(i..key_end)?;
+        let key = b.get(i..key_end)?;
         let mut v = skip_ws(b, key_end);
         if b.get(v) == Some(&b':') {
             v = skip_ws(b, v + 1);
         }
         let end = value_end(b, v);
         self.at = end;
-        Some((key, self.text.get(v..end)?))
+        Some((key, b.get(v..end)?))
     }
 }
 
-/// The string the JSON string literal `raw` holds (`None` when `raw` is no string): its
-/// text between the quotes where it escapes nothing.
-pub fn string(raw: &str) -> Option<Cow<'_, str>> {
-    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
-    if inner.as_bytes().contains(&b'\\') {
-        serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+/// The bytes of the string the JSON string literal `raw` holds (`None` when `raw` is no
+/// string): its text between the quotes where it escapes nothing.
+pub fn string(raw: &[u8]) -> Option<Cow<'_, [u8]>> {
+    let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.contains(&b'\\') {
+        let unescaped = serde_json::from_slice::<String>(raw).ok()?;
+        Some(Cow::Owned(unescaped.into_bytes()))
     } else {
         Some(Cow::Borrowed(inner))
     }
@@ -270,9 +269,9 @@ pub fn string(raw: &str) -> Option<Cow<'_, str>> {
 
 /// The value of the last member `name` of the object `text` (as a full parse keeps the last
 /// of a name given twice); `None` when it has none or is no object.
-pub fn member<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+pub fn member<'a>(text: &'a [u8], name: &str) -> Option<&'a [u8]> {
     members(text)?
-        .filter(|(key, _)| string(key).is_some_and(|k| k == name))
+        .filter(|(key, _)| string(key).is_some_and(|k| *k == *name.as_bytes()))
         .last()
         .map(|(_, value)| value)
 }
@@ -337,8 +336,9 @@ mod tests {
         #[test]
         fn elements_are_those_of_a_full_parse(text in json()) {
             let parsed: Option<Vec<&RawValue>> = serde_json::from_str(&text).ok();
-            let walked: Option<Vec<&str>> = elements(&text).map(Iterator::collect);
-            let parsed: Option<Vec<&str>> = parsed.map(|v| v.iter().map(|r| r.get()).collect());
+            let walked: Option<Vec<&[u8]>> = elements(text.as_bytes()).map(Iterator::collect);
+            let parsed: Option<Vec<&[u8]>> =
+                parsed.map(|v| v.iter().map(|r| r.get().as_bytes()).collect());
             prop_assert_eq!(walked, parsed);
         }
 
@@ -346,11 +346,11 @@ mod tests {
         fn members_are_those_of_a_full_parse(text in json()) {
             let parsed: Value = serde_json::from_str(&text).unwrap();
             match parsed.as_object() {
-                None => prop_assert!(members(&text).is_none()),
+                None => prop_assert!(members(text.as_bytes()).is_none()),
                 Some(map) => {
                     for key in map.keys().map(String::as_str).chain(["role", "absent"]) {
-                        let walked = member(&text, key)
-                            .map(|v| serde_json::from_str::<Value>(v).unwrap());
+                        let walked = member(text.as_bytes(), key)
+                            .map(|v| serde_json::from_slice::<Value>(v).unwrap());
                         prop_assert_eq!(walked.as_ref(), map.get(key), "{}", key);
                     }
                 }
@@ -360,8 +360,8 @@ mod tests {
         #[test]
         fn a_string_reads_as_a_full_parse_reads_it(text in json()) {
             let parsed: Value = serde_json::from_str(&text).unwrap();
-            let read = string(&text);
-            prop_assert_eq!(read.as_deref(), parsed.as_str());
+            let read = string(text.as_bytes());
+            prop_assert_eq!(read.as_deref(), parsed.as_str().map(str::as_bytes));
         }
     }
 
@@ -372,15 +372,16 @@ mod tests {
         fn elements_read_with_their_members_are_those_of_a_full_parse(text in json()) {
             let parsed: Option<Vec<&RawValue>> = serde_json::from_str(&text).ok();
             let Some(parsed) = parsed else {
-                prop_assert!(elements(&text).is_none());
+                prop_assert!(elements(text.as_bytes()).is_none());
                 return Ok(());
             };
-            let mut walked = elements(&text).unwrap();
+            let mut walked = elements(text.as_bytes()).unwrap();
             for element in parsed {
                 let mut seen = Vec::new();
                 let text = walked.next_object(|k, v| seen.push((k, v)));
-                prop_assert_eq!(text, Some(element.get()));
-                let whole: Vec<(&str, &str)> = members(element.get()).into_iter().flatten().collect();
+                let element = element.get().as_bytes();
+                prop_assert_eq!(text, Some(element));
+                let whole: Vec<(&[u8], &[u8])> = members(element).into_iter().flatten().collect();
                 prop_assert_eq!(seen, whole);
             }
             prop_assert_eq!(walked.next_object(|_, _| {}), None);
@@ -401,6 +402,7 @@ mod tests {
             "[}",
             "[:]",
         ] {
+            let text = text.as_bytes();
             let _ = elements(text).map(|e| e.count());
             let _ = elements(text).map(|mut e| while e.next_object(|_, _| {}).is_some() {});
             let _ = member(text, "a");

@@ -31,7 +31,7 @@ pub static HARNESS_HEADERS: [HeaderName; 3] = [
 /// same id from two sources is two conversations; [`SESSION_HEADER`]'s is `session`).
 pub fn conversation_id<'a>(
     headers: &'a HeaderMap,
-    cache_key: Option<&'a str>,
+    cache_key: Option<&'a [u8]>,
 ) -> Option<(&'static str, &'a [u8])> {
     // One pass over the request's headers costs less than a hashed lookup of each name.
     let mut found: [Option<&[u8]>; 4] = [None; 4];
@@ -47,7 +47,7 @@ pub fn conversation_id<'a>(
         .zip(found)
         .map(|(h, id)| (h.as_str(), id));
     let ids = harness.chain([
-        ("prompt_cache_key", cache_key.map(str::as_bytes)),
+        ("prompt_cache_key", cache_key),
         ("session", found[3]),
     ]);
     ids.filter_map(|(label, id)| Some((label, id?)))
@@ -87,13 +87,13 @@ pub fn conversation_key(
             h.piece(label.as_bytes());
             h.piece(id);
         }
-        None => system.into_iter().for_each(|s| h.piece(s.as_bytes())),
+        None => system.into_iter().for_each(|s| h.piece(s)),
     }
     let mut led = false;
     let later = read_items(messages, input, |item| {
         led = true;
         if id.is_none() {
-            h.piece(item.as_bytes());
+            h.piece(item);
         }
     });
     (id.is_some() || led).then(|| Conversation {
@@ -109,9 +109,9 @@ pub fn conversation_key(
 /// the start, that ends once both are known (a later turn's first answer follows its first
 /// user message closely).
 fn read_items<'a>(
-    messages: Option<&'a str>,
-    input: Option<&'a str>,
-    mut lead: impl FnMut(&'a str),
+    messages: Option<&'a [u8]>,
+    input: Option<&'a [u8]>,
+    mut lead: impl FnMut(&'a [u8]),
 ) -> bool {
     let items = match (messages, input) {
         (Some(m), _) => json_walk::elements(m),
@@ -135,7 +135,7 @@ fn read_items<'a>(
         };
         if leading {
             lead(text);
-            leading = item.role.as_deref() != Some("user");
+            leading = item.role.as_deref() != Some(b"user");
         }
         later = later || item.answers();
         if later && !leading {
@@ -149,13 +149,13 @@ fn read_items<'a>(
 /// the last of a name given twice counts, as in a full parse).
 #[derive(Default)]
 struct Item<'a> {
-    role: Option<Cow<'a, str>>,
-    kind: Option<Cow<'a, str>>,
-    content: Option<&'a str>,
+    role: Option<Cow<'a, [u8]>>,
+    kind: Option<Cow<'a, [u8]>>,
+    content: Option<&'a [u8]>,
 }
 
 impl<'a> Item<'a> {
-    fn of(text: &'a str) -> Item<'a> {
+    fn of(text: &'a [u8]) -> Item<'a> {
         let mut item = Item::default();
         for (key, value) in json_walk::members(text).into_iter().flatten() {
             item.member(key, value);
@@ -164,19 +164,23 @@ impl<'a> Item<'a> {
     }
 
     /// A member of the item, its key as written (with its quotes).
-    fn member(&mut self, key: &'a str, value: &'a str) {
+    fn member(&mut self, key: &'a [u8], value: &'a [u8]) {
+        let unescaped;
         let name = match key {
-            r#""role""# | r#""type""# | r#""content""# => Cow::Borrowed(&key[1..key.len() - 1]),
-            _ if key.contains('\\') => match json_walk::string(key) {
-                Some(k) => k,
+            br#""role""# | br#""type""# | br#""content""# => &key[1..key.len() - 1],
+            _ if key.contains(&b'\\') => match json_walk::string(key) {
+                Some(k) => {
+                    unescaped = k;
+                    &*unescaped
+                }
                 None => return,
             },
             _ => return,
         };
-        match &*name {
-            "role" => self.role = json_walk::string(value),
-            "type" => self.kind = json_walk::string(value),
-            "content" => self.content = Some(value).filter(|v| *v != "null"),
+        match name {
+            b"role" => self.role = json_walk::string(value),
+            b"type" => self.kind = json_walk::string(value),
+            b"content" => self.content = Some(value).filter(|v| *v != b"null"),
             _ => {}
         }
     }
@@ -187,25 +191,25 @@ impl<'a> Item<'a> {
     /// `reasoning` item, or a call or its output (`function_call`, `function_call_output`,
     /// any `*_call` and `*_call_output`).
     fn answers(&self) -> bool {
-        let kind = self.kind.as_deref().unwrap_or("");
+        let kind = self.kind.as_deref().unwrap_or_default();
         matches!(
             self.role.as_deref(),
-            Some("assistant" | "tool" | "function")
-        ) || kind == "reasoning"
-            || kind.ends_with("_call")
-            || kind.ends_with("_call_output")
+            Some(b"assistant" | b"tool" | b"function")
+        ) || kind == b"reasoning"
+            || kind.ends_with(b"_call")
+            || kind.ends_with(b"_call_output")
             || self.content.is_some_and(holds_tool_result)
     }
 }
 
 /// Whether message content is a list of blocks with a `tool_result` among them.
-fn holds_tool_result(content: &str) -> bool {
+fn holds_tool_result(content: &[u8]) -> bool {
     json_walk::elements(content).is_some_and(|mut blocks| {
         blocks.any(|b| {
             json_walk::member(b, "type")
                 .and_then(json_walk::string)
                 .as_deref()
-                == Some("tool_result")
+                == Some(&b"tool_result"[..])
         })
     })
 }
@@ -312,18 +316,18 @@ mod tests {
         let session = conversation_id(&h, None).unwrap();
         assert_eq!(session, ("session", &b"s1"[..]));
         assert_eq!(
-            conversation_id(&h, Some("k1")),
+            conversation_id(&h, Some(b"k1")),
             Some(("prompt_cache_key", &b"k1"[..]))
         );
         h.insert("thread-id", "t1".parse().unwrap());
         h.insert("session-id", "c1".parse().unwrap());
         assert_eq!(
-            conversation_id(&h, Some("k1")),
+            conversation_id(&h, Some(b"k1")),
             Some(("thread-id", &b"t1"[..]))
         );
         h.insert("x-claude-code-session-id", "".parse().unwrap());
         // An empty id is no id.
-        assert_eq!(conversation_id(&h, Some("k1")).unwrap().0, "thread-id");
+        assert_eq!(conversation_id(&h, Some(b"k1")).unwrap().0, "thread-id");
         let by_key = conversation_of("m", &HeaderMap::new(), body).unwrap();
         let other = br#"{"prompt_cache_key":"k1","input":"bye"}"#;
         assert_eq!(
@@ -469,7 +473,7 @@ mod tests {
             &items[..first_user.map_or(items.len(), |u| u + 1)]
         });
         let lead: Option<Vec<&str>> = lead.map(|l| l.iter().map(|r| r.get()).collect());
-        let id = conversation_id(headers, cache_key.as_deref());
+        let id = conversation_id(headers, cache_key.as_deref().map(str::as_bytes));
         let system = top.get("system").map(|s| s.get());
         keyed(alias, id, system, lead.as_deref(), later)
     }

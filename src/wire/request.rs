@@ -110,12 +110,12 @@ impl History {
         History(view.history.map(|raw| raw.and_then(span)))
     }
 
-    /// Its members' text in `body` (the body it was read from), in [`HISTORY`]'s order.
-    pub fn members<'b>(&self, body: &'b [u8]) -> [Option<&'b str>; 4] {
+    /// Its members' text in `body` (the body it was read from), in [`HISTORY`]'s order (the
+    /// parse that found them checked it is UTF-8).
+    pub fn members<'b>(&self, body: &'b [u8]) -> [Option<&'b [u8]>; 4] {
         self.0.map(|span| {
             let (start, end) = span?;
-            let bytes = body.get(start as usize..end as usize)?;
-            std::str::from_utf8(bytes).ok()
+            body.get(start as usize..end as usize)
         })
     }
 }
