@@ -135,8 +135,12 @@ impl ParsedRequest {
                 "the request body must be a JSON object".into(),
             ));
         }
+        // Checked as UTF-8 once, whole: serde_json then reads its strings and the members it
+        // keeps raw without checking each again. (JSON text is UTF-8: a body that is not is
+        // refused, as serde_json refuses such bytes in a string it reads.)
+        let text = std::str::from_utf8(body).map_err(|e| not_utf8(body, e))?;
         let view: RequestView<'_> =
-            serde_json::from_slice(body).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
+            serde_json::from_str(text).map_err(|e| ProxyError::InvalidJson(bounded(e)))?;
         let raw_model = view.model.ok_or(ProxyError::MissingModel)?;
         let model: String = match serde_json::from_str::<Option<String>>(raw_model.get()) {
             Ok(Some(m)) if !m.is_empty() => m,
@@ -232,6 +236,16 @@ impl ParsedRequest {
         }
         edits
     }
+}
+
+/// The refusal of a body that is not UTF-8, saying where its first wrong byte is.
+fn not_utf8(body: &[u8], e: std::str::Utf8Error) -> ProxyError {
+    let before = &body[..e.valid_up_to()];
+    let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+    let column = 1 + before.len() - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    ProxyError::InvalidJson(format!(
+        "the request body is not UTF-8 at line {line} column {column}"
+    ))
 }
 
 /// Whether `raw` is `text` as serde_json writes it, when that is `text` in quotes: it escapes
@@ -361,6 +375,26 @@ mod tests {
 
     fn json(b: &[u8]) -> serde_json::Value {
         serde_json::from_slice(b).unwrap()
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_wherever_the_bytes_are() {
+        for body in [
+            &b"{\"model\":\"m\",\"note\":\"\xff\"}"[..],
+            b"{\"model\":\"m\xc3\"}",
+            b"{\"model\":\"m\",\n\"messages\":[{\"content\":\"\xed\xa0\x80\"}]}",
+        ] {
+            let Err(ProxyError::InvalidJson(message)) = ParsedRequest::parse(body) else {
+                panic!("{}", String::from_utf8_lossy(body));
+            };
+            assert!(message.starts_with("the request body is not UTF-8 at line"), "{message}");
+        }
+        let Err(ProxyError::InvalidJson(message)) =
+            ParsedRequest::parse(b"{\"model\":\"m\",\n \"x\":\"\xff\"}")
+        else {
+            panic!("refused");
+        };
+        assert!(message.ends_with("line 2 column 7"), "{message}");
     }
 
     #[test]
