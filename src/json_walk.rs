@@ -200,10 +200,7 @@ impl<'a> Elements<'a> {
         if b.get(i) != Some(&b'{') {
             return self.next();
         }
-        let mut members = Members {
-            text: b,
-            at: i + 1,
-        };
+        let mut members = Members { text: b, at: i + 1 };
         for (key, value) in members.by_ref() {
             member(key, value);
         }

@@ -46,10 +46,7 @@ pub fn conversation_id<'a>(
         .iter()
         .zip(found)
         .map(|(h, id)| (h.as_str(), id));
-    let ids = harness.chain([
-        ("prompt_cache_key", cache_key),
-        ("session", found[3]),
-    ]);
+    let ids = harness.chain([("prompt_cache_key", cache_key), ("session", found[3])]);
     ids.filter_map(|(label, id)| Some((label, id?)))
         .find(|(_, id)| !id.is_empty())
 }
@@ -225,7 +222,8 @@ impl Pieces {
     }
 
     fn piece(&mut self, bytes: &[u8]) {
-        self.0.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        self.0
+            .extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         self.0.extend_from_slice(bytes);
     }
 
