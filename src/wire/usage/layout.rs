@@ -24,9 +24,11 @@ pub(super) enum Step {
     Number(usize),
     /// A number no field reads.
     Skip,
+    /// `null`, or these steps.
+    NullOr(&'static [Step]),
 }
 
-use Step::{Count, Number, Skip, Text};
+use Step::{Count, NullOr, Number, Skip, Text};
 
 /// The places of the counts a usage object's layouts read.
 pub(super) mod usage {
@@ -46,10 +48,10 @@ pub(super) mod timings {
     pub const PREDICTED_PER_SECOND: usize = 3;
 }
 
-/// The usage objects of llama-server (`"prompt_tokens_details"` always given) and of vLLM
-/// (its `UsageInfo`'s fields in order; the details `null`, or the cached tokens with
+/// The usage objects of llama-server and of vLLM (its `UsageInfo`'s fields in order), their
+/// prompt's details `null` or the cached tokens (always given by llama-server, by vLLM with
 /// `--enable-prompt-tokens-details`).
-pub(super) const USAGE: [&[Step]; 3] = [
+pub(super) const USAGE: [&[Step]; 2] = [
     &[
         Text(br#"{"completion_tokens":"#),
         Count(usage::COMPLETION),
@@ -57,9 +59,9 @@ pub(super) const USAGE: [&[Step]; 3] = [
         Count(usage::PROMPT),
         Text(br#","total_tokens":"#),
         Skip,
-        Text(br#","prompt_tokens_details":{"cached_tokens":"#),
-        Count(usage::CACHED),
-        Text(b"}}"),
+        Text(br#","prompt_tokens_details":"#),
+        NullOr(CACHED),
+        Text(b"}"),
     ],
     &[
         Text(br#"{"prompt_tokens":"#),
@@ -68,19 +70,17 @@ pub(super) const USAGE: [&[Step]; 3] = [
         Skip,
         Text(br#","completion_tokens":"#),
         Count(usage::COMPLETION),
-        Text(br#","prompt_tokens_details":null}"#),
+        Text(br#","prompt_tokens_details":"#),
+        NullOr(CACHED),
+        Text(b"}"),
     ],
-    &[
-        Text(br#"{"prompt_tokens":"#),
-        Count(usage::PROMPT),
-        Text(br#","total_tokens":"#),
-        Skip,
-        Text(br#","completion_tokens":"#),
-        Count(usage::COMPLETION),
-        Text(br#","prompt_tokens_details":{"cached_tokens":"#),
-        Count(usage::CACHED),
-        Text(b"}}"),
-    ],
+];
+
+/// A prompt's details: its cached tokens.
+const CACHED: &[Step] = &[
+    Text(br#"{"cached_tokens":"#),
+    Count(usage::CACHED),
+    Text(b"}"),
 ];
 
 /// llama-server's `timings`.
@@ -117,7 +117,14 @@ pub(super) struct Read {
 /// the object is not read); `None` when it is not.
 pub(super) fn read(b: &[u8], layout: &[Step]) -> Option<Read> {
     let mut read = Read::default();
-    let mut i = 0;
+    steps(b, 0, layout, &mut read)?;
+    Some(read)
+}
+
+/// The text at `b[at..]` read by `layout` into `read`: where it ends, `None` where it is
+/// written otherwise.
+fn steps(b: &[u8], at: usize, layout: &[Step], read: &mut Read) -> Option<usize> {
+    let mut i = at;
     for step in layout {
         i = match *step {
             Text(text) => {
@@ -137,9 +144,11 @@ pub(super) fn read(b: &[u8], layout: &[Step]) -> Option<Read> {
                 end
             }
             Skip => f64_at(b, i)?.1,
+            NullOr(_) if begins_with(b.get(i..)?, b"null") => i + 4,
+            NullOr(inner) => steps(b, i, inner, read)?,
         };
     }
-    Some(read)
+    Some(i)
 }
 
 /// Whether `b` begins with `text`, compared eight bytes at a time (the last eight overlapping
