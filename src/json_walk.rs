@@ -59,21 +59,21 @@ fn scan_words(b: &[u8], from: usize, words: usize) -> Result<usize, usize> {
 
 /// The index just past the string that opens at `b[at]` (a `"`); `b.len()` when it does not
 /// close. Inlined for the common case, a string of a few words with no escape; the rest is
-/// [`long_string_end`]'s.
+/// [`long_string_end`]'s, from where this first look stopped.
 #[inline]
 pub(crate) fn string_end(b: &[u8], at: usize) -> usize {
     match scan_words(b, at + 1, SHORT / 8) {
         Ok(j) if b[j] == b'"' => j + 1,
-        _ => long_string_end(b, at),
+        first => long_string_end(b, first),
     }
 }
 
-/// [`string_end`] of a string that is long or holds an escape.
+/// [`string_end`] of a string that is long or holds an escape, given what [`scan_words`]
+/// found of it so far: a quote or backslash, or where it stopped looking.
 #[inline(never)]
-fn long_string_end(b: &[u8], at: usize) -> usize {
-    let mut i = at + 1;
+fn long_string_end(b: &[u8], mut found: Result<usize, usize>) -> usize {
     loop {
-        let found = match scan_words(b, i, SHORT / 8) {
+        let at = match found {
             Ok(j) => j,
             Err(stop) if stop < b.len() => match memchr2(b'"', b'\\', &b[stop..]) {
                 Some(j) => stop + j,
@@ -81,11 +81,10 @@ fn long_string_end(b: &[u8], at: usize) -> usize {
             },
             Err(_) => return b.len(),
         };
-        if b[found] == b'\\' {
-            i = found + 2;
-        } else {
-            return found + 1;
+        if b[at] != b'\\' {
+            return at + 1;
         }
+        found = scan_words(b, at + 2, SHORT / 8);
     }
 }
 
@@ -326,6 +325,30 @@ mod tests {
         ) {
             let naive = b.iter().position(|&c| c == b'"' || c == b'\\');
             prop_assert_eq!(quote_or_escape(&b), naive);
+        }
+    }
+
+    proptest! {
+        /// A string's end is where a byte-by-byte walk finds it (its first quote no backslash
+        /// escapes), however long the string and wherever its escapes, an unclosed one too.
+        #[test]
+        fn a_strings_end_is_found_where_a_byte_walk_finds_it(
+            rest in prop::collection::vec(
+                prop_oneof![4 => Just(b'a'), 1 => Just(b'"'), 1 => Just(b'\\'), 1 => any::<u8>()],
+                0..120,
+            ),
+        ) {
+            let b: Vec<u8> = std::iter::once(b'"').chain(rest).collect();
+            let mut i = 1;
+            let naive = loop {
+                match b.get(i) {
+                    None => break b.len(),
+                    Some(b'\\') => i += 2,
+                    Some(b'"') => break i + 1,
+                    Some(_) => i += 1,
+                }
+            };
+            prop_assert_eq!(string_end(&b, 0), naive.min(b.len()));
         }
     }
 
