@@ -2,7 +2,8 @@
 //!
 //! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
 //! A whole answer is mostly text the proxy does not need: its `usage` object is found by its
-//! key (see `json_scan`) and walked alone, as is llama.cpp's `timings` object (see `walk`).
+//! key (see `json_scan`) and read alone, by the layout its backend writes it in (see
+//! `layout`) or else walked (see `walk`), as is llama.cpp's `timings` object.
 //! Every backend's answer carries `usage` (and llama.cpp's `timings`) at the top level after
 //! `choices`, and no such object after it: the last occurrence is the one read. A body that
 //! writes a word character as an escape (where a key may hide from the search, see
@@ -114,7 +115,7 @@ pub fn of_event(data: &[u8]) -> Option<(Usage, bool)> {
 ///
 /// Reads what [`of_event`] reads, for a fraction of its cost, when the top-level `usage` is
 /// the last `usage` object of the answer (as in every backend's layout): that object is
-/// found by its key and walked alone, and so is the object under the last `timings` key.
+/// found by its key and read alone, and so is the object under the last `timings` key.
 pub fn of_body(body: &[u8]) -> Option<Usage> {
     // An array (llama.cpp's answer to several prompts at once) holds a usage per prompt.
     if skip_ws(body).first() != Some(&b'{') {

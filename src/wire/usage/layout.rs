@@ -9,7 +9,7 @@
 //! where a number is, a number `json_number` leaves to serde_json) is not read here: the
 //! caller walks it. Where a layout matches, the object holds exactly its members, each a
 //! number read as serde_json reads it, so what is read is what the object's parse reads
-//! (property tests in `usage/tests.rs`).
+//! (property tests in `usage/tests/layouts.rs`).
 
 use crate::json_number::{f64_at, u64_at};
 
