@@ -191,6 +191,20 @@ impl<'a> Iterator for Elements<'a> {
 }
 
 impl<'a> Elements<'a> {
+    /// The array's text from its next element on (whitespace and a separating comma skipped),
+    /// for a reader of its own layout; [`Elements::read`] then moves past what it read.
+    pub fn rest(&mut self) -> &'a [u8] {
+        self.at = next_start(self.text, self.at);
+        self.text.get(self.at..).unwrap_or_default()
+    }
+
+    /// The next `len` bytes of [`Elements::rest`], an element read there, and past them.
+    pub fn read(&mut self, len: usize) -> &'a [u8] {
+        let start = self.at;
+        self.at = (start + len).min(self.text.len());
+        &self.text[start..self.at]
+    }
+
     /// The next element's text, and each of its members (key and value, as [`members`] gives
     /// them) given to `member` when it is an object, read in one walk; `None` at the end.
     pub fn next_object(&mut self, mut member: impl FnMut(&'a [u8], &'a [u8])) -> Option<&'a [u8]> {

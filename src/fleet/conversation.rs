@@ -127,8 +127,15 @@ fn read_items<'a>(
     let (mut leading, mut later) = (true, false);
     loop {
         let mut item = Item::default();
-        let Some(text) = items.next_object(|key, value| item.member(key, value)) else {
-            return later;
+        let text = match plain_message(items.rest()) {
+            Some((len, plain)) => {
+                item = plain;
+                items.read(len)
+            }
+            None => match items.next_object(|key, value| item.member(key, value)) {
+                Some(text) => text,
+                None => return later,
+            },
         };
         if leading {
             lead(text);
@@ -139,6 +146,31 @@ fn read_items<'a>(
             return true;
         }
     }
+}
+
+/// A chat message as most clients write one, `{"role":"…","content":"…"}`: these two members
+/// in this order, no whitespace, a role without escapes, string content. Its text's length
+/// and the item it reads as (what [`Item::member`] reads of it); `None` for any other text,
+/// which the walk reads. Under callgrind (`benches/load/instructions.sh`, a chat of two such
+/// messages) the conversation cost some 2,200 instructions walked, 1,300 read here.
+fn plain_message(text: &[u8]) -> Option<(usize, Item<'_>)> {
+    let rest = text.strip_prefix(br#"{"role":""#)?;
+    let q = json_walk::quote_or_escape(rest)?;
+    let role = rest.get(..q).filter(|_| rest[q] == b'"')?;
+    let after = rest[q + 1..].strip_prefix(br#","content":"#)?;
+    let start = text.len() - after.len();
+    if after.first() != Some(&b'"') {
+        return None;
+    }
+    let end = json_walk::string_end(text, start);
+    (text.get(end) == Some(&b'}')).then(|| {
+        let item = Item {
+            role: Some(Cow::Borrowed(role)),
+            kind: None,
+            content: Some(&text[start..end]),
+        };
+        (end + 1, item)
+    })
 }
 
 /// One message or input item, as much as tells whose it is: the client's, the model's or a
@@ -430,6 +462,27 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_plain_message_is_read_whole_and_any_other_left_to_the_walk() {
+        let text = br#"{"role":"user","content":"a\"}\\"},{"role":"tool"}"#;
+        let (len, item) = plain_message(text).unwrap();
+        assert_eq!(&text[..len], br#"{"role":"user","content":"a\"}\\"}"#);
+        assert_eq!(item.role.as_deref(), Some(&b"user"[..]));
+        assert_eq!(item.content, Some(&br#""a\"}\\""#[..]));
+        for other in [
+            r#"{"role":"us\u0065r","content":"a"}"#,
+            r#"{"role":"user","content":"a" }"#,
+            r#"{"role":"user","content":"a","role":"tool"}"#,
+            r#"{"role":"user","content":["a"]}"#,
+            r#"{"role":"user","content":null}"#,
+            r#"{"content":"a","role":"user"}"#,
+            r#"{ "role":"user","content":"a"}"#,
+            r#"{"role":"user","content":"a"#,
+        ] {
+            assert!(plain_message(other.as_bytes()).is_none(), "{other}");
+        }
+    }
+
     /// The conversation of `body` as a full parse reads it: its members, messages and items
     /// parsed by serde_json (the last of a name given twice; a member not of its type unset).
     fn parsed(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
@@ -507,9 +560,17 @@ mod tests {
         let blocks = prop::collection::vec(block, 0..3).prop_map(|b| format!("[{}]", b.join(",")));
         let value = prop_oneof![word.clone().prop_map(String::from), blocks];
         let member = (key, ws.clone(), value).prop_map(|(k, s, v)| format!("{s}{k}{s}:{s}{v}"));
+        // As most clients write a message (read by `plain_message`), or near it.
+        let plain = (
+            word.clone(),
+            word.clone(),
+            prop::sample::select(vec!["", " ", r#","role":"tool""#]),
+        )
+            .prop_map(|(r, c, end)| format!(r#"{{"role":{r},"content":{c}{end}}}"#));
         let item = prop_oneof![
             4 => prop::collection::vec(member, 0..4).prop_map(|m| format!("{{{}}}", m.join(","))),
             1 => word.clone().prop_map(String::from),
+            3 => plain,
         ];
         let items = (prop::collection::vec(item, 0..5), ws.clone())
             .prop_map(|(i, s)| format!("[{s}{}{s}]", i.join(&format!("{s},{s}"))));
