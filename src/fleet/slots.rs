@@ -223,7 +223,7 @@ impl Inner {
     /// can take within one preemption wait. Batch lines (`idle`) do not count as others here:
     /// they take a slot only when no other class waits, a spent request included.
     fn hand_out(self: &Arc<Inner>, st: &mut State, index: usize, now: Instant) {
-        loop {
+        while !st.waiters.is_empty() {
             let held = st.table.slots[index].cached.map(|(k, _)| k);
             let sched = &st.schedule;
             let spent_elsewhere = st.table.spent_but(index, sched);
