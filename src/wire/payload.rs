@@ -42,6 +42,18 @@ impl Payload {
     /// The body with `member` (`"key":value,`) put first in its top-level object: after the
     /// first `{`, the rest shared. A body without one is returned as it is.
     pub fn with_first_member(&self, member: Bytes) -> Payload {
+        if let Repr::Whole(body) = &self.0 {
+            // The common case (nothing spliced before) in one allocation.
+            let Some(at) = memchr::memchr(b'{', body) else {
+                return self.clone();
+            };
+            let (head, tail) = (body.slice(..=at), body.slice(at + 1..));
+            let parts: Arc<[Bytes]> = match tail.is_empty() {
+                true => Arc::from([head, member]),
+                false => Arc::from([head, member, tail]),
+            };
+            return Payload(Repr::Parts(parts));
+        }
         let parts = self.parts();
         let Some((i, at)) = parts
             .iter()
@@ -190,6 +202,7 @@ mod tests {
             whole.to_vec(),
             br#" {"id_slot":1,"model":"a","stream":true}"#
         );
+        assert_eq!(whole.parts()[2].as_ptr(), body[2..].as_ptr(), "shared");
         let spliced = Payload::spliced(&body, vec![(10..13, br#""bb""#.to_vec())]);
         let v: serde_json::Value = serde_json::from_slice(
             &spliced
