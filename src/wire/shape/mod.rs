@@ -8,6 +8,7 @@ mod body;
 mod defaults;
 mod images;
 mod inputs;
+pub mod owned;
 
 use std::num::NonZeroU32;
 
@@ -71,23 +72,30 @@ impl ShapeSpec {
     }
 }
 
-/// The body as the alias's backend should get it: `None` when it needs no change (or its API
-/// is not shaped, `api` is `None`), an error when it sends an input the alias does not take
-/// (or a malformed legacy `images`).
+/// The body as the alias's backend should get it: `None` when it needs no change, an error
+/// when it sends an input the alias does not take (or a malformed legacy `images`). The
+/// members the proxy owns ([`owned::OWNED`]) are removed from every body; the rest of
+/// shaping is for the shaped APIs (`api` is `None` for the others).
 pub fn shape(
     body: &[u8],
     spec: &ShapeSpec,
     api: Option<&Form>,
 ) -> Result<Option<Vec<u8>>, ProxyError> {
+    let owned = owned::may_hold(body);
     let Some(api) = api else {
-        return Ok(None);
+        // Not a JSON object: not a body the backend reads members of.
+        let members = owned.then(|| body::Members::parse(body).ok()).flatten();
+        return Ok(members.and_then(|mut m| m.remove_all(&owned::OWNED).then(|| m.write())));
     };
     let check_inputs = inputs::may_need_check(body, spec.inputs);
-    if !spec.edits() && !check_inputs {
+    if !spec.edits() && !check_inputs && !owned {
         return Ok(None);
     }
     let mut members = body::Members::parse(body)?;
     let mut changed = members.remove_all(&spec.strip);
+    if owned {
+        changed |= members.remove_all(&owned::OWNED);
+    }
     if check_inputs {
         if let Some(images) = members.take("images") {
             changed = true;
@@ -231,6 +239,20 @@ mod tests {
             json!({"model": "m", "messages": [], "n": 1})
         );
         assert_eq!(shaped(&json!({"model": "m"}), &s, Api::Completions), None);
+    }
+
+    #[test]
+    fn a_clients_slot_and_cache_members_are_removed_however_spelled() {
+        let body = br#"{"id_slot":0,"model":"m","messages":[],"cache_prompt":true,"id\u005fslot":1,"cache_salt":"x","extra_key":"y","n":1}"#;
+        for api in [Api::ChatCompletions, Api::Responses, Api::Messages, Api::Other] {
+            let out = shape(body, &spec(TEXT), api).unwrap().unwrap();
+            assert_eq!(out, br#"{"model":"m","messages":[],"n":1}"#.to_vec(), "{api:?}");
+        }
+        // Nothing to remove: the client's bytes.
+        let plain = br#"{"model":"m","messages":[{"role":"user","content":"caf\u00e9"}]}"#;
+        assert_eq!(shape(plain, &spec(TEXT), Api::ChatCompletions).unwrap(), None);
+        // A body that is no object is left to the backend.
+        assert_eq!(shape(br#"["id_slot"]"#, &spec(TEXT), Api::Other).unwrap(), None);
     }
 
     #[test]

@@ -1,0 +1,128 @@
+//! Whose prompt cache a request meets: the proxy alone picks a llama.cpp slot and whether
+//! its cache is used, a client's own `id_slot` / `cache_prompt` / `cache_salt` never reach
+//! the backend, each client's conversations are its own, and a request never reuses a prefix
+//! another client's request left (unless the two are declared one cache group).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::toml::Fleet;
+use common::{client, gpu_sim, proxy, until, within, Proxy};
+use serde_json::{json, Value};
+use switchboard::flavor::Flavor;
+use switchboard::sim::{GpuSim, Sim};
+
+fn fleet(flavor: &str, slots: u32, clients: &str) -> String {
+    Fleet::new()
+        .backend("b", flavor)
+        .slots(slots)
+        .alias("a", "b")
+        .text(clients)
+        .render()
+}
+
+/// A fast simulated GPU: prompts and answers take milliseconds.
+fn fast() -> GpuSim {
+    GpuSim {
+        prefill_tps: 1e6,
+        decode_tps: 1e4,
+        ..GpuSim::default()
+    }
+}
+
+/// `n` words of a text that starts with `topic`.
+fn words(topic: &str, n: usize) -> String {
+    (0..n).map(|i| format!("{topic}{i} ")).collect()
+}
+
+/// POST `body` (JSON text, sent as it is) to the chat endpoint with `key`.
+async fn post(p: &Proxy, key: Option<&str>, body: String) -> reqwest::Response {
+    let mut r = client()
+        .post(p.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(k) = key {
+        r = r.bearer_auth(k);
+    }
+    within("an answer", r.send()).await.unwrap()
+}
+
+/// The top-level members of a JSON object as written, repeated keys kept.
+fn members(body: &[u8]) -> Vec<(String, Value)> {
+    let map: Vec<(String, Value)> = {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Vec<(String, Value)>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, Value>()? {
+                    out.push((k, v));
+                }
+                Ok(out)
+            }
+        }
+        use serde::Deserializer;
+        serde_json::Deserializer::from_slice(body)
+            .deserialize_map(V)
+            .unwrap()
+    };
+    map
+}
+
+/// A long stream holding slot 0 of `s` (a llama.cpp simulator) until it is dropped.
+async fn hold_a_slot(p: &Proxy, s: &Sim) -> reqwest::Response {
+    let body = json!({"model": "a", "stream": true, "max_tokens": 100_000,
+        "messages": [{"role": "user", "content": "hold"}]});
+    let held = post(p, None, body.to_string()).await;
+    assert_eq!(held.status(), 200);
+    until("the holder runs", || !s.recorder().gpu_runs().is_empty()).await;
+    held
+}
+
+#[tokio::test]
+async fn a_clients_own_id_slot_never_overrides_the_proxys_however_spelled() {
+    let slow = GpuSim {
+        decode_tps: 100.0,
+        ..fast()
+    };
+    let s = gpu_sim(Flavor::Llamacpp, 2, slow).await;
+    let p = proxy(&fleet("llamacpp", 2, ""), &[("b", s.url())]).await;
+    let held = hold_a_slot(&p, &s).await;
+    let busy = s.recorder().gpu_runs()[0].slot;
+    // Each asks for the busy slot after the proxy's choice (llama-server keeps the last of a
+    // repeated member), one plainly, one with its key escaped, one with its cache members.
+    let asks = [
+        format!(r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"x"}}],"id_slot":{busy}}}"#),
+        format!(r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"y"}}],"id\u005fslot":{busy}}}"#),
+        format!(r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"z"}}],"cache_prompt":true,"cache_salt":"s","id_slot":{busy}}}"#),
+    ];
+    for body in asks {
+        let r = post(&p, None, body.clone()).await;
+        assert_eq!(r.status(), 200, "{body}");
+        let run = s.recorder().gpu_runs().last().cloned().unwrap();
+        assert_ne!(run.slot, busy, "ran on the slot the client named: {body}");
+        let sent = s.recorder().last().unwrap().body;
+        let named: Vec<_> = members(&sent)
+            .into_iter()
+            .filter(|(k, _)| ["id_slot", "cache_prompt", "cache_salt"].contains(&k.as_str()))
+            .collect();
+        assert_eq!(named, vec![("id_slot".to_string(), json!(run.slot))], "{body}");
+    }
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_clients_cache_salt_never_reaches_vllm() {
+    let s = gpu_sim(Flavor::Vllm, 2, fast()).await;
+    let p = proxy(&fleet("vllm", 2, ""), &[("b", s.url())]).await;
+    let body = r#"{"model":"a","max_tokens":2,"messages":[{"role":"user","content":"x"}],"cache_salt":"someone-elses"}"#;
+    assert_eq!(post(&p, None, body.into()).await.status(), 200);
+    let sent: Value = serde_json::from_slice(&s.recorder().last().unwrap().body).unwrap();
+    assert!(sent.get("cache_salt").is_none(), "{sent}");
+}
