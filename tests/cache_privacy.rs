@@ -126,3 +126,40 @@ async fn a_clients_cache_salt_never_reaches_vllm() {
     let sent: Value = serde_json::from_slice(&s.recorder().last().unwrap().body).unwrap();
     assert!(sent.get("cache_salt").is_none(), "{sent}");
 }
+
+/// `[clients]` Alice and Bob (keys `alice-key`, `bob-key`), with `extra` lines for each.
+fn alice_and_bob(extra: &str) -> String {
+    std::env::set_var("SB_T_PRIV_ALICE", "alice-key");
+    std::env::set_var("SB_T_PRIV_BOB", "bob-key");
+    format!(
+        "[clients.alice]\nkey_env = \"SB_T_PRIV_ALICE\"\n{extra}\n\
+         [clients.bob]\nkey_env = \"SB_T_PRIV_BOB\"\n{extra}\n"
+    )
+}
+
+/// A chat of `content` with `x-switchboard-session: session`, as `key`; its answer's status.
+async fn in_session(p: &Proxy, key: &str, session: &str, content: &str) -> u16 {
+    let body = json!({"model": "a", "max_tokens": 4,
+        "messages": [{"role": "user", "content": content}]});
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .header("x-switchboard-session", session)
+        .json(&body)
+        .send();
+    within("an answer", r).await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn another_clients_session_id_does_not_join_its_conversation() {
+    let s = gpu_sim(Flavor::Llamacpp, 2, fast()).await;
+    let p = proxy(&fleet("llamacpp", 2, &alice_and_bob("")), &[("b", s.url())]).await;
+    let secret = words("alice-secret", 500);
+    assert_eq!(in_session(&p, "alice-key", "s1", &secret).await, 200);
+    // Bob sends Alice's session id and her text: not her conversation, not her slot.
+    assert_eq!(in_session(&p, "bob-key", "s1", &secret).await, 200);
+    let runs = s.recorder().gpu_runs();
+    assert_eq!(runs.len(), 2);
+    assert_ne!(runs[1].slot, runs[0].slot, "{runs:?}");
+    assert_eq!(runs[1].cached, 0, "{runs:?}");
+}

@@ -1,6 +1,8 @@
 //! A request's conversation, as every process reads it from the request alone: its key —
-//! the id it carries (a harness's own header, its `prompt_cache_key`, Switchboard's
-//! `x-switchboard-session`), else its leading messages — and whether it is a later turn.
+//! its client's, and the id it carries (a harness's own header, its `prompt_cache_key`,
+//! Switchboard's `x-switchboard-session`), else its leading messages — and whether it is a
+//! later turn. Two clients sending the same id or the same first messages are two
+//! conversations: neither joins the other's place in the fair order or its cached slot.
 //!
 //! The key is XXH3-64 over length-prefixed pieces, fixed by its specification: every process,
 //! build and platform computes the same.
@@ -61,15 +63,18 @@ pub struct Conversation {
     pub later: bool,
 }
 
-/// The conversation of a request for `alias`: its key from the id it carries
+/// The conversation of a request of `client` (its id, [`crate::clients::ClientState::id`]; 0
+/// for a request of no client) for `alias`: its key from the id it carries
 /// ([`conversation_id`]), else from its leading messages (system prompt and messages up to the
 /// first user message, which every later turn repeats), and whether it is a later turn
 /// ([`Item::answers`]). `None` when the request has neither.
 /// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
-/// of pieces hash alike by their joins): the alias, then the id's label and the id, else the
-/// system prompt (when there is one) and each leading item.
+/// of pieces hash alike by their joins): the alias, the client's id (8 bytes, little-endian),
+/// then the id's label and the id, else the system prompt (when there is one) and each
+/// leading item.
 pub fn conversation_key(
     alias: &str,
+    client: u64,
     headers: &HeaderMap,
     body: &[u8],
     history: &History,
@@ -79,6 +84,7 @@ pub fn conversation_key(
     let id = conversation_id(headers, cache_key.as_deref());
     let mut h = Pieces::new();
     h.piece(alias.as_bytes());
+    h.piece(&client.to_le_bytes());
     match id {
         Some((label, id)) => {
             h.piece(label.as_bytes());
@@ -264,10 +270,10 @@ impl Pieces {
     }
 }
 
-/// [`conversation_key`] of a body read for it alone (the pipeline reads the body's history
-/// in its one parse of the body).
+/// [`conversation_key`] of a body of no client read for it alone (the pipeline reads the
+/// body's history in its one parse of the body).
 pub fn conversation_of(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
-    conversation_key(alias, headers, body, &History::of(body))
+    conversation_key(alias, 0, headers, body, &History::of(body))
 }
 
 #[cfg(test)]

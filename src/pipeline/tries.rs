@@ -124,7 +124,10 @@ impl<'s> Tries<'s> {
     ) -> Option<Conversation> {
         let first = self.order.first()?;
         (by_work || self.order.iter().any(|a| a.replicas.len() > 1))
-            .then(|| conversation_key(first.name(), &req.headers, &req.body, history))
+            .then(|| {
+                let client = req.caller.as_ref().map_or(0, |c| c.state.id);
+                conversation_key(first.name(), client, &req.headers, &req.body, history)
+            })
             .flatten()
     }
 

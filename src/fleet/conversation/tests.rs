@@ -23,6 +23,7 @@ fn keyed(
 ) -> Option<Conversation> {
     let mut h = Pieces::new();
     h.piece(alias.as_bytes());
+    h.piece(&0u64.to_le_bytes());
     if let Some((label, id)) = id {
         h.piece(label.as_bytes());
         h.piece(id);
@@ -39,6 +40,21 @@ fn keyed(
         key: h.digest(),
         later,
     })
+}
+
+#[test]
+fn a_conversation_key_includes_its_client() {
+    let body = br#"{"messages":[{"role":"user","content":"one"}]}"#;
+    let session = with("x-switchboard-session", "s1");
+    for headers in [HeaderMap::new(), session] {
+        let of = |client| {
+            let key = conversation_key("m", client, &headers, body, &History::of(body));
+            key.unwrap().key
+        };
+        assert_ne!(of(1), of(2), "two clients, one conversation: {headers:?}");
+        assert_eq!(of(1), of(1));
+        assert_eq!(of(0), conversation_of("m", &headers, body).unwrap().key);
+    }
 }
 
 #[test]
