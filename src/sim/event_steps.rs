@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::dialects::dialect;
 use super::frame::{Counts, Failure, Field, Kind};
 use super::generation::{End, Generation};
+use super::gpu::CacheUse;
 use super::plan::{GenRequest, Plan};
 use super::reply;
 use super::state::Shared;
@@ -39,6 +40,8 @@ pub(crate) struct ApiRequest {
     pub stream: bool,
     /// llama.cpp's `id_slot`, as sent.
     pub id_slot: Option<i64>,
+    /// What it says of the prompt cache.
+    pub cache: CacheUse,
 }
 
 impl ApiRequest {
@@ -53,6 +56,7 @@ impl ApiRequest {
             prompt_tokens: count_prompt_tokens(flavor, &self.chat),
             thinking: thinking_enabled(&self.chat),
             id_slot: self.id_slot,
+            cache: self.cache.clone(),
             prompt: sh.gpu.is_some().then(|| prompt_ids(&self.chat)),
         };
         let plan = Plan::new(&sh.cfg, dialect(flavor), &req)?;

@@ -52,13 +52,14 @@ impl Generation {
         let started = match (&sh.gpu, &req.prompt) {
             (Some(gpu), Some(prompt)) => {
                 let pin = gpu.pin(req.id_slot);
-                let lease = match gpu.start(prompt.ids.as_slice().into(), pin) {
-                    Start::Now(lease) => Some(lease),
-                    Start::Wait(ticket) => {
-                        let _waiting = Waiting::new(&gen.recorder);
-                        ticket.wait().await
-                    }
-                };
+                let lease =
+                    match gpu.start_with(prompt.ids.as_slice().into(), pin, req.cache.clone()) {
+                        Start::Now(lease) => Some(lease),
+                        Start::Wait(ticket) => {
+                            let _waiting = Waiting::new(&gen.recorder);
+                            ticket.wait().await
+                        }
+                    };
                 lease.map(|mut lease| {
                     lease.set_output(output_ids(&prompt.tail, plan));
                     gen.recorder.gpu_run(GpuRun {

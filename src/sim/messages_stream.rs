@@ -23,6 +23,7 @@ use super::dialects::dialect;
 use super::event_steps::{self, named, parse_body, ApiRequest, Step};
 use super::frame::{Counts, Failure, Field};
 use super::generation::{End, Generation};
+use super::gpu::CacheUse;
 use super::plan::Plan;
 use super::reply;
 use super::state::Shared;
@@ -77,8 +78,10 @@ pub(crate) async fn messages(State(sh): State<Arc<Shared>>, raw: Bytes) -> Respo
             .as_u64()
             .and_then(|n| u32::try_from(n).ok()),
         stream: body["stream"].as_bool().unwrap_or(false),
-        // llama.cpp's converter builds a new body of a few fields: `id_slot` is dropped.
+        // llama.cpp's converter builds a new body of a few fields: `id_slot` and
+        // `cache_prompt` are dropped.
         id_slot: None,
+        cache: CacheUse::default(),
     };
     let (gen_req, plan) = match req.plan(&sh) {
         Ok(p) => p,

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::config::SimConfig;
 use super::frame::{Dialect, Failure, Field, Kind};
+use super::gpu::CacheUse;
 use super::tokenize::{count_prompt_tokens, prompt_ids, thinking_enabled, PromptIds};
 use crate::flavor::Flavor;
 
@@ -20,6 +21,8 @@ pub(crate) struct GenRequest {
     pub thinking: bool,
     /// llama.cpp's `id_slot`, as sent.
     pub id_slot: Option<i64>,
+    /// What it says of the prompt cache (`cache_prompt`, `cache_salt`).
+    pub cache: CacheUse,
     /// The prompt's token ids (GPU mode only).
     pub prompt: Option<PromptIds>,
 }
@@ -80,6 +83,7 @@ pub(crate) fn parse(
         prompt_tokens: count_prompt_tokens(flavor, &body),
         thinking: thinking_enabled(&body),
         id_slot: body.get("id_slot").and_then(Value::as_i64),
+        cache: CacheUse::of(&body),
         prompt: gpu.then(|| prompt_ids(&body)),
     })
 }
@@ -190,6 +194,7 @@ mod tests {
             prompt_tokens,
             thinking: true,
             id_slot: None,
+            cache: CacheUse::default(),
             prompt: None,
         }
     }

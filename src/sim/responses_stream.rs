@@ -22,6 +22,7 @@ use super::api_tokens;
 use super::event_steps::{self, named, parse_body, ApiRequest, Step};
 use super::frame::{Counts, Field};
 use super::generation::{End, Generation};
+use super::gpu::CacheUse;
 use super::llamacpp;
 use super::plan::Plan;
 use super::reply;
@@ -45,6 +46,7 @@ pub(crate) async fn responses(State(sh): State<Arc<Shared>>, raw: Bytes) -> Resp
             .and_then(|n| u32::try_from(n).ok()),
         stream: body["stream"].as_bool().unwrap_or(false),
         id_slot: body["id_slot"].as_i64(),
+        cache: CacheUse::of(&body),
     };
     let (gen_req, plan) = match req.plan(&sh) {
         Ok(p) => p,

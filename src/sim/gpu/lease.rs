@@ -31,6 +31,8 @@ pub(crate) struct Lease {
     clock: f64,
     /// Set once the slot was handed back another way (see [`Lease::forget`]).
     gone: bool,
+    /// The `cache_salt` its prefixes are kept under (shared prefix caches).
+    salt: Option<Arc<str>>,
 }
 
 impl Lease {
@@ -40,6 +42,7 @@ impl Lease {
         seq: Vec<u32>,
         prompt: Arc<[u32]>,
         cached: usize,
+        salt: Option<Arc<str>>,
     ) -> Self {
         Self {
             gpu,
@@ -53,6 +56,7 @@ impl Lease {
             start: Instant::now(),
             clock: 0.0,
             gone: false,
+            salt,
         }
     }
 
@@ -145,7 +149,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if !self.gone {
             let seq = std::mem::take(&mut self.seq);
-            self.gpu.release(self.slot, seq);
+            self.gpu.release(self.slot, seq, self.salt.take());
         }
     }
 }

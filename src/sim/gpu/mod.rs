@@ -13,6 +13,11 @@
 //! recently, and it takes any idle slot, first come first served. vLLM caches whole blocks of
 //! 16 tokens.
 //!
+//! What a request says of the cache ([`CacheUse`]): llama.cpp's `"cache_prompt": false`
+//! processes the whole prompt whatever its slot holds; vLLM's and SGLang's `cache_salt` meets
+//! only prefixes processed under the same salt. The simulated llama.cpp keeps no prompts
+//! beyond its slots (as `llama-server --cache-ram 0`).
+//!
 //! The work itself (prefill in chunks, decode steps) is a [`Lease`]'s.
 
 mod lease;
@@ -55,8 +60,33 @@ struct Inner {
     next_waiter: u64,
     /// Slot-time of leases already ended.
     busy_done: Duration,
-    /// Shared mode: sequences processed recently, the most recent last.
-    recent: VecDeque<Arc<[u32]>>,
+    /// Shared mode: sequences processed recently with their salt, the most recent last.
+    recent: VecDeque<Salted>,
+}
+
+/// A processed sequence and the `cache_salt` it was processed under.
+type Salted = (Option<Arc<str>>, Arc<[u32]>);
+
+/// What a request says of the prompt cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CacheUse {
+    /// llama.cpp's `"cache_prompt": false`: nothing cached is reused.
+    pub off: bool,
+    /// vLLM's and SGLang's `cache_salt`: the namespace of the prefixes it meets.
+    pub salt: Option<Arc<str>>,
+}
+
+impl CacheUse {
+    /// As a request body says it.
+    pub fn of(body: &serde_json::Value) -> CacheUse {
+        CacheUse {
+            off: body.get("cache_prompt") == Some(&serde_json::Value::Bool(false)),
+            salt: body
+                .get("cache_salt")
+                .and_then(|s| s.as_str())
+                .map(Arc::from),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -74,6 +104,7 @@ struct Waiter {
     id: u64,
     pin: Option<usize>,
     prompt: Arc<[u32]>,
+    cache: CacheUse,
     tx: oneshot::Sender<Lease>,
 }
 
@@ -129,7 +160,18 @@ impl Gpu {
     }
 
     /// Starts `prompt` on a slot, or queues it behind the requests already waiting.
+    #[cfg(test)]
     pub fn start(self: &Arc<Self>, prompt: Arc<[u32]>, pin: Option<usize>) -> Start {
+        self.start_with(prompt, pin, CacheUse::default())
+    }
+
+    /// [`Gpu::start`] of a request saying `cache` of the prompt cache.
+    pub fn start_with(
+        self: &Arc<Self>,
+        prompt: Arc<[u32]>,
+        pin: Option<usize>,
+        cache: CacheUse,
+    ) -> Start {
         let mut inner = self.lock();
         if inner
             .waiting
@@ -137,7 +179,7 @@ impl Gpu {
             .all(|w| w.pin.is_some() && w.pin != pin)
         {
             if let Some(slot) = self.choose(&inner, &prompt, pin) {
-                return Start::Now(self.assign(&mut inner, slot, prompt));
+                return Start::Now(self.assign(&mut inner, slot, prompt, &cache));
             }
         }
         let (tx, rx) = oneshot::channel();
@@ -147,6 +189,7 @@ impl Gpu {
             id,
             pin,
             prompt,
+            cache,
             tx,
         });
         Start::Wait(Ticket {
@@ -180,12 +223,23 @@ impl Gpu {
     }
 
     /// Gives `slot` to `prompt`: its cached prefix is decided here.
-    fn assign(self: &Arc<Self>, inner: &mut Inner, slot: usize, prompt: Arc<[u32]>) -> Lease {
+    fn assign(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        slot: usize,
+        prompt: Arc<[u32]>,
+        cache: &CacheUse,
+    ) -> Lease {
         let s = &mut inner.slots[slot];
         let mut seq = std::mem::take(&mut s.cache);
-        let limit = prompt.len().saturating_sub(1);
+        let limit = if cache.off {
+            0
+        } else {
+            prompt.len().saturating_sub(1)
+        };
         let cached = if self.shared {
-            let best = inner.recent.iter().map(|r| lcp(r, &prompt)).max();
+            let salted = inner.recent.iter().filter(|(salt, _)| *salt == cache.salt);
+            let best = salted.map(|(_, r)| lcp(r, &prompt)).max();
             let n = best.unwrap_or(0).min(limit);
             seq.clear();
             seq.extend_from_slice(&prompt[..n - n % self.block]);
@@ -198,11 +252,18 @@ impl Gpu {
         let s = &mut inner.slots[slot];
         s.n_past = cached;
         s.busy_since = Some(Instant::now());
-        Lease::new(Arc::clone(self), slot, seq, prompt, cached)
+        Lease::new(
+            Arc::clone(self),
+            slot,
+            seq,
+            prompt,
+            cached,
+            cache.salt.clone(),
+        )
     }
 
     /// A lease ended: its slot keeps what was processed, and waiting requests move up.
-    fn release(self: &Arc<Self>, slot: usize, seq: Vec<u32>) {
+    fn release(self: &Arc<Self>, slot: usize, seq: Vec<u32>, salt: Option<Arc<str>>) {
         let mut inner = self.lock();
         inner.tick += 1;
         let tick = inner.tick;
@@ -218,7 +279,7 @@ impl Gpu {
             if inner.recent.len() == RECENT {
                 inner.recent.pop_front();
             }
-            inner.recent.push_back(seq.as_slice().into());
+            inner.recent.push_back((salt, seq.as_slice().into()));
         }
         inner.slots[slot].cache = seq;
         self.dispatch(&mut inner);
@@ -236,7 +297,7 @@ impl Gpu {
             let Some(w) = inner.waiting.remove(i) else {
                 break;
             };
-            let lease = self.assign(inner, slot, w.prompt);
+            let lease = self.assign(inner, slot, w.prompt, &w.cache);
             if let Err(lease) = w.tx.send(lease) {
                 // Its request went away meanwhile: the slot is free again.
                 lease.forget(inner);
