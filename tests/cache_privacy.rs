@@ -98,9 +98,15 @@ async fn a_clients_own_id_slot_never_overrides_the_proxys_however_spelled() {
     // Each asks for the busy slot after the proxy's choice (llama-server keeps the last of a
     // repeated member), one plainly, one with its key escaped, one with its cache members.
     let asks = [
-        format!(r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"x"}}],"id_slot":{busy}}}"#),
-        format!(r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"y"}}],"id\u005fslot":{busy}}}"#),
-        format!(r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"z"}}],"cache_prompt":true,"cache_salt":"s","id_slot":{busy}}}"#),
+        format!(
+            r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"x"}}],"id_slot":{busy}}}"#
+        ),
+        format!(
+            r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"y"}}],"id\u005fslot":{busy}}}"#
+        ),
+        format!(
+            r#"{{"model":"a","max_tokens":2,"messages":[{{"role":"user","content":"z"}}],"cache_prompt":true,"cache_salt":"s","id_slot":{busy}}}"#
+        ),
     ];
     for body in asks {
         let r = post(&p, None, body.clone()).await;
@@ -112,7 +118,11 @@ async fn a_clients_own_id_slot_never_overrides_the_proxys_however_spelled() {
             .into_iter()
             .filter(|(k, _)| ["id_slot", "cache_prompt", "cache_salt"].contains(&k.as_str()))
             .collect();
-        assert_eq!(named, vec![("id_slot".to_string(), json!(run.slot))], "{body}");
+        assert_eq!(
+            named,
+            vec![("id_slot".to_string(), json!(run.slot))],
+            "{body}"
+        );
     }
     drop(held);
 }
@@ -162,4 +172,142 @@ async fn another_clients_session_id_does_not_join_its_conversation() {
     assert_eq!(runs.len(), 2);
     assert_ne!(runs[1].slot, runs[0].slot, "{runs:?}");
     assert_eq!(runs[1].cached, 0, "{runs:?}");
+}
+
+/// A fleet of one `flavor` backend `b` with `slots`, its `backend` lines, and Alice and Bob
+/// with `client` lines each.
+fn isolated(flavor: &str, slots: u32, backend: &str, client: &str) -> String {
+    let mut f = Fleet::new().backend("b", flavor).slots(slots);
+    if !backend.is_empty() {
+        f = f.text(backend);
+    }
+    f.alias("a", "b").text(&alice_and_bob(client)).render()
+}
+
+/// A chat of `content` as `key` (its own conversation); the simulator's run of it.
+async fn run(p: &Proxy, s: &Sim, key: &str, content: &str) -> switchboard::sim::GpuRun {
+    let body = json!({"model": "a", "max_tokens": 4,
+        "messages": [{"role": "user", "content": content}]});
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&body)
+        .send();
+    assert_eq!(within("an answer", r).await.unwrap().status(), 200);
+    s.recorder().gpu_runs().last().cloned().unwrap()
+}
+
+/// The body the simulator got last, as JSON.
+fn sent(s: &Sim) -> Value {
+    serde_json::from_slice(&s.recorder().last().unwrap().body).unwrap()
+}
+
+#[tokio::test]
+async fn a_request_never_meets_a_prefix_another_clients_request_left_on_llamacpp() {
+    let s = gpu_sim(Flavor::Llamacpp, 1, fast()).await;
+    let p = proxy(&isolated("llamacpp", 1, "", ""), &[("b", s.url())]).await;
+    let secret = words("the-password-is-swordfish", 400);
+    run(&p, &s, "alice-key", &secret).await;
+    // Bob guesses Alice's prompt and more: he meets none of it.
+    let probe = run(&p, &s, "bob-key", &format!("{secret} and more")).await;
+    assert_eq!(probe.cached, 0, "{probe:?}");
+    assert_eq!(sent(&s)["cache_prompt"], json!(false));
+    assert_eq!(sent(&s)["id_slot"], json!(probe.slot));
+    // llama-server keeps prompts in host memory across slots by default (`cache_ram`): no
+    // request meets a cached prefix, Alice's own next turn neither.
+    let again = run(&p, &s, "alice-key", &format!("{secret} again")).await;
+    assert_eq!(again.cached, 0, "{again:?}");
+}
+
+#[tokio::test]
+async fn without_cache_ram_a_client_meets_its_own_slots_prefix_and_no_other() {
+    let s = gpu_sim(Flavor::Llamacpp, 1, fast()).await;
+    let fleet = isolated("llamacpp", 1, "cache_ram = false", "");
+    let p = proxy(&fleet, &[("b", s.url())]).await;
+    let secret = words("alice-prompt", 400);
+    run(&p, &s, "alice-key", &secret).await;
+    let own = run(&p, &s, "alice-key", &format!("{secret} next")).await;
+    assert!(own.cached >= 400, "her own slot's prefix: {own:?}");
+    assert!(sent(&s).get("cache_prompt").is_none(), "{}", sent(&s));
+    let probe = run(&p, &s, "bob-key", &format!("{secret} guess")).await;
+    assert_eq!(probe.cached, 0, "{probe:?}");
+    assert_eq!(sent(&s)["cache_prompt"], json!(false));
+    // The slot now holds Bob's prompt: Alice's next request there is cold too.
+    let after = run(&p, &s, "alice-key", &format!("{secret} later")).await;
+    assert_eq!(after.cached, 0, "{after:?}");
+}
+
+#[tokio::test]
+async fn a_request_prefers_a_slot_its_own_cache_group_left() {
+    let s = gpu_sim(Flavor::Llamacpp, 2, fast()).await;
+    let fleet = isolated("llamacpp", 2, "cache_ram = false", "");
+    let p = proxy(&fleet, &[("b", s.url())]).await;
+    let alice = run(&p, &s, "alice-key", &words("alice-system", 300)).await;
+    let bob = run(&p, &s, "bob-key", &words("bob-system", 300)).await;
+    assert_ne!(
+        alice.slot, bob.slot,
+        "a slot nobody used before, not Alice's"
+    );
+    // A new conversation of Alice's with the same system prompt: on her slot, warm.
+    let next = run(
+        &p,
+        &s,
+        "alice-key",
+        &format!("{} new", words("alice-system", 300)),
+    )
+    .await;
+    assert_eq!(next.slot, alice.slot);
+    assert!(next.cached >= 300, "{next:?}");
+}
+
+#[tokio::test]
+async fn clients_of_one_cache_group_share_their_prefixes() {
+    let s = gpu_sim(Flavor::Llamacpp, 1, fast()).await;
+    let fleet = isolated(
+        "llamacpp",
+        1,
+        "cache_ram = false",
+        "cache_group = \"swarm\"",
+    );
+    let p = proxy(&fleet, &[("b", s.url())]).await;
+    let system = words("the-swarms-system-prompt", 400);
+    run(&p, &s, "alice-key", &format!("{system} task one")).await;
+    let bob = run(&p, &s, "bob-key", &format!("{system} task two")).await;
+    assert!(bob.cached >= 400, "{bob:?}");
+}
+
+#[tokio::test]
+async fn each_cache_group_has_its_own_salt_on_vllm() {
+    let s = gpu_sim(Flavor::Vllm, 2, fast()).await;
+    let p = proxy(&isolated("vllm", 2, "", ""), &[("b", s.url())]).await;
+    let secret = words("alice-on-vllm", 400);
+    run(&p, &s, "alice-key", &secret).await;
+    let alice_salt = sent(&s)["cache_salt"].clone();
+    let own = run(&p, &s, "alice-key", &format!("{secret} next")).await;
+    assert!(own.cached >= 384, "{own:?}");
+    let probe = run(&p, &s, "bob-key", &format!("{secret} guess")).await;
+    assert_eq!(probe.cached, 0, "{probe:?}");
+    assert!(alice_salt.is_string());
+    assert_ne!(sent(&s)["cache_salt"], alice_salt);
+}
+
+#[tokio::test]
+async fn an_isolated_llamacpp_messages_request_is_translated_to_run_on_its_slot() {
+    let s = gpu_sim(Flavor::Llamacpp, 1, fast()).await;
+    let p = proxy(&isolated("llamacpp", 1, "", ""), &[("b", s.url())]).await;
+    let body = json!({"model": "a", "max_tokens": 4,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let r = client()
+        .post(p.url("/v1/messages"))
+        .header("x-api-key", "bob-key")
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send();
+    let r = within("an answer", r).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message", "{v}");
+    assert_eq!(s.recorder().last().unwrap().path, "/v1/chat/completions");
+    assert_eq!(sent(&s)["cache_prompt"], json!(false));
+    assert_eq!(s.recorder().gpu_runs()[0].id_slot, Some(0));
 }

@@ -224,6 +224,7 @@ impl Registry {
                 gpu_ms_per_minute: None,
                 gpu_ms_per_day: None,
                 gpu_ms_per_month: None,
+                cache_group: crate::config::cache_group(ANONYMOUS),
             })
         });
         let specs = anonymous

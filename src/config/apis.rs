@@ -24,6 +24,22 @@ impl Apis {
         out
     }
 
+    /// Where caches are isolated: the APIs `privacy` cannot keep private are no longer
+    /// served itself (they are translated to chat completions, which every runtime that keeps
+    /// any API private keeps private).
+    pub fn keep_private(&mut self, privacy: crate::runtime::Privacy) {
+        let private = privacy.apis();
+        if private.is_empty() {
+            return;
+        }
+        for (i, api) in APIS.iter().enumerate() {
+            let name = api.spec().config_name;
+            if name.is_some_and(|n| !private.contains(&n)) && !api.spec().speaks_chat {
+                self.served &= !(1 << i);
+            }
+        }
+    }
+
     /// Whether the backend serves `api` itself: an API with no name in `apis` always is.
     pub fn serves(&self, api: &dyn Adapter) -> bool {
         if api.spec().config_name.is_none() {

@@ -16,6 +16,7 @@ use super::sizing::{sizing, RawSizing, Sizing};
 use super::values::nonzero;
 use crate::address::TlsSpec;
 use crate::flavor::Flavor;
+use crate::runtime::Privacy;
 use crate::wire::{Adapter, Converter};
 
 /// `[backends.NAME]` as written.
@@ -38,6 +39,7 @@ pub struct RawBackend {
     pub decode_tokens_per_s: Option<f64>,
     pub decode_half_depth: Option<f64>,
     pub pin_slots: Option<bool>,
+    pub cache_ram: Option<bool>,
 }
 
 /// The limits of one exchange with a backend.
@@ -82,6 +84,13 @@ pub struct Backend {
     pub seed: Seed,
     /// Each request is sent to the slot it took (`id_slot`), where its runtime takes that.
     pub pin_slots: bool,
+    /// Its clients make several cache groups (`clients.NAME.cache_group`): a request never
+    /// meets a prefix another group's request left ([`crate::runtime::Privacy`]), and the APIs
+    /// its runtime cannot keep so are translated to chat completions.
+    pub isolated: bool,
+    /// llama.cpp: the server keeps prompts in host memory across its slots (`--cache-ram`,
+    /// on unless started with `--cache-ram 0`), so no slot's cache is its last request's alone.
+    pub cache_ram: bool,
 }
 
 impl Backend {
@@ -140,10 +149,11 @@ fn backend_timeouts(
     }
 }
 
+/// Backend `name` as written, `isolated` where its clients make several cache groups.
 pub(super) fn validate(
     name: &str,
     raw: RawBackend,
-    server: &Timeouts,
+    (server, isolated): (&Timeouts, bool),
     errs: &mut Vec<ConfigError>,
 ) -> Option<Backend> {
     let timeouts = backend_timeouts(name, &raw, server, errs);
@@ -174,8 +184,19 @@ pub(super) fn validate(
         )?,
     };
     let api_key = raw.api_key_env.and_then(|var| api_key(name, var, errs));
-    let apis = super::apis::parse(name, raw.apis, raw.flavor, errs);
-    let pin_slots = raw.pin_slots.unwrap_or(true) && !raw.flavor.runtime().pins_slots.is_empty();
+    let runtime = raw.flavor.runtime();
+    let mut apis = super::apis::parse(name, raw.apis, raw.flavor, errs);
+    if isolated {
+        apis.keep_private(runtime.privacy);
+    }
+    let pin_slots = raw.pin_slots.unwrap_or(true) && !runtime.pins_slots.is_empty();
+    if raw.cache_ram.is_some() && !matches!(runtime.privacy, Privacy::Slots(_)) {
+        errs.push(ConfigError::BadValue {
+            key: format!("backends.{name}.cache_ram"),
+            value: raw.cache_ram.unwrap_or_default().to_string(),
+            reason: format!("is for llama.cpp backends only, not {}", runtime.name),
+        });
+    }
     Some(Backend {
         name: name.to_string(),
         url: url.as_str().trim_end_matches('/').to_string(),
@@ -191,6 +212,8 @@ pub(super) fn validate(
         apis,
         seed,
         pin_slots,
+        isolated,
+        cache_ram: raw.cache_ram.unwrap_or(true),
     })
 }
 

@@ -29,6 +29,7 @@ pub struct RawClient {
     pub gpu_seconds_per_minute: Option<f64>,
     pub gpu_seconds_per_day: Option<f64>,
     pub gpu_seconds_per_month: Option<f64>,
+    pub cache_group: Option<String>,
 }
 
 /// `[priority.CLASS]` as written.
@@ -110,6 +111,27 @@ pub struct ClientSpec {
     pub gpu_ms_per_minute: Option<NonZeroU64>,
     pub gpu_ms_per_day: Option<NonZeroU64>,
     pub gpu_ms_per_month: Option<NonZeroU64>,
+    /// Whose prompt caches its requests may meet: the id of its `cache_group`, else of its
+    /// own name ([`cache_group`]); the requests of one group may reuse each other's prefixes,
+    /// never another group's.
+    pub cache_group: u64,
+}
+
+/// The id of the cache group named `name` (a client's `cache_group`, or the client's own
+/// name): XXH3-64 of it, the same in every process, never 0 (the group of requests of no
+/// client where caches are not isolated).
+pub fn cache_group(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), 0x6361_6368_655f_6772).max(1)
+}
+
+/// How many cache groups the clients of `raw` and the keys of `server.api_keys_env`
+/// (`anonymous`, one client) make: caches are isolated where there are several.
+pub fn cache_groups(raw: &BTreeMap<String, RawClient>, anonymous: Option<&[String]>) -> usize {
+    let named = raw
+        .iter()
+        .map(|(name, c)| c.cache_group.as_deref().unwrap_or(name));
+    let anonymous = anonymous.map(|_| "anonymous");
+    named.chain(anonymous).collect::<BTreeSet<_>>().len()
 }
 
 /// `clients.NAME.reserve_output_tokens` unset.
@@ -320,10 +342,27 @@ fn client(
         ),
         gpu_ms_per_day: gpu_ms(&key("gpu_seconds_per_day"), c.gpu_seconds_per_day, errs),
         gpu_ms_per_month: gpu_ms(&key("gpu_seconds_per_month"), c.gpu_seconds_per_month, errs),
+        cache_group: cache_group(&group_name(&key("cache_group"), &name, c.cache_group, errs)),
         name,
         keys,
         aliases: allowed,
         priority,
+    }
+}
+
+/// A client's `cache_group` (a name as clients' names are), else its own name.
+fn group_name<'a>(
+    key: &str,
+    name: &'a str,
+    group: Option<String>,
+    errs: &mut Vec<ConfigError>,
+) -> std::borrow::Cow<'a, str> {
+    match group {
+        Some(g) => {
+            super::names::name_check(key, &g, errs);
+            std::borrow::Cow::Owned(g)
+        }
+        None => std::borrow::Cow::Borrowed(name),
     }
 }
 

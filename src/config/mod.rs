@@ -30,7 +30,7 @@ pub use aliases::{Alias, GuardConfig, Input};
 pub use apis::Apis;
 pub use backends::{Backend, Timeouts};
 pub use batches::Batches;
-pub use clients::{ClientSpec, Clients, Priority};
+pub use clients::{cache_group, ClientSpec, Clients, Priority};
 pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use error::{ConfigError, ConfigErrors};
 pub use keys::bearer;

@@ -26,9 +26,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             name_check(&format!("aliases.{name}.old_names[{i}]"), old, &mut errs);
         }
     }
+    let isolated = clients::cache_groups(&raw.clients, server.api_keys.as_deref()) > 1;
     let mut backends = BTreeMap::new();
     for (name, b) in raw.backends {
-        if let Some(b) = backends::validate(&name, b, &server.timeouts, &mut errs) {
+        let settings = (&server.timeouts, isolated);
+        if let Some(b) = backends::validate(&name, b, settings, &mut errs) {
             backends.insert(name, Arc::new(b));
         }
     }

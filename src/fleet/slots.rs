@@ -13,8 +13,12 @@
 mod fair;
 mod hold;
 mod order;
+mod permit;
 mod predict;
+mod privacy;
+pub use permit::SlotPermit;
 pub use predict::{Holding, Queued};
+pub use privacy::Isolation;
 mod refused;
 mod table;
 
@@ -34,7 +38,6 @@ pub use refused::Refused;
 use super::lease::SharedSlots;
 use super::ticket::{QueueWatch, Ticket};
 use crate::config::{Priority, Scheduling};
-use crate::shared::lease::Lease;
 
 /// The slots of one backend.
 #[derive(Debug)]
@@ -72,6 +75,8 @@ struct State {
     schedule: Scheduling,
     /// Whether the backend is sent the slot a request takes (each slot its own cache).
     pinned: bool,
+    /// Whose caches its requests may meet.
+    isolation: Isolation,
     /// How soon each conversation came back for its next turn, last time (a few kept).
     returns: Returns,
 }
@@ -80,76 +85,6 @@ struct State {
 /// clock ages requests and ends holds too.
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
-}
-
-/// Held while a request occupies a backend slot; dropping it frees the slot (to the next
-/// waiting request, if any).
-#[derive(Debug)]
-pub struct SlotPermit {
-    inner: Option<Arc<Inner>>,
-    /// Which slot, and the grant that gave it.
-    index: u32,
-    grant: u64,
-    /// Told when a request of a better class takes the slot (the request may be preempted
-    /// until it sends its client a byte).
-    preempt: Option<oneshot::Receiver<()>>,
-    /// The backend's shared lease, given back with the slot.
-    lease: Option<Lease>,
-}
-
-impl Drop for SlotPermit {
-    fn drop(&mut self) {
-        // The shared lease first, so that its release is on its way before the slot goes
-        // to a request that will ask for it.
-        drop(self.lease.take());
-        if let Some(inner) = self.inner.take() {
-            inner.release(self.index as usize, self.grant);
-        }
-    }
-}
-
-impl SlotPermit {
-    /// The slot's number (llama.cpp's `id_slot`).
-    pub fn index(&self) -> u32 {
-        self.index
-    }
-
-    /// Whether the request may still be preempted.
-    pub fn preemptible(&self) -> bool {
-        self.preempt.is_some()
-    }
-
-    /// Resolves when the slot is to be given up to a better class (never, for a request that
-    /// may not be preempted).
-    pub async fn preempted(&mut self) {
-        match &mut self.preempt {
-            Some(rx) => {
-                if rx.await.is_err() {
-                    // The scheduler let the request off: it keeps its slot.
-                    self.preempt = None;
-                    std::future::pending::<()>().await;
-                }
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
-
-    /// The request sends its client its first byte: it is preempted no more. `false` when it
-    /// was told to give its slot up first.
-    pub fn started(&mut self) -> bool {
-        let Some(mut rx) = self.preempt.take() else {
-            return true;
-        };
-        if let Some(inner) = &self.inner {
-            let mut st = inner.lock();
-            if let Some(h) = st.table.slots[self.index as usize].holder.as_mut() {
-                if h.grant == self.grant {
-                    h.preempt = None;
-                }
-            }
-        }
-        rx.try_recv().is_err()
-    }
 }
 
 impl Inner {
@@ -175,6 +110,7 @@ impl Inner {
             }
             false => (None, None),
         };
+        let warm = st.isolation.warm(ticket.group, st.table.slots[index].group);
         let holder = Holder {
             grant,
             ticket,
@@ -189,6 +125,8 @@ impl Inner {
             grant,
             preempt: rx,
             lease: None,
+            warm,
+            unplaced: false,
         }
     }
 
@@ -350,6 +288,7 @@ impl Slots {
                     grants: 0,
                     schedule: Scheduling::default(),
                     pinned: false,
+                    isolation: Isolation::Open,
                     returns: Returns::default(),
                 }),
                 busy: AtomicU32::new(0),
@@ -374,6 +313,15 @@ impl Slots {
         let mut st = self.inner.lock();
         st.schedule = schedule;
         st.pinned = pinned;
+    }
+
+    /// Share the slots of `backend` by `schedule`: pinned where its config and runtime let it
+    /// (a slot's number means nothing to processes sharing the backend's slots), its cache
+    /// groups kept apart as it can ([`Isolation::of`]).
+    pub fn serve(&self, schedule: Scheduling, backend: &crate::config::Backend) {
+        let pinned = backend.pin_slots && !self.is_shared();
+        self.set_schedule(schedule, pinned);
+        self.inner.lock().isolation = Isolation::of(backend, pinned);
     }
 
     /// Whether it counts in a shared store too.
@@ -418,7 +366,8 @@ impl Slots {
     /// last left them).
     pub fn cached_for(&self, key: u64) -> u64 {
         let st = self.inner.lock();
-        st.table.cached(key).unwrap_or(0)
+        let cached = st.table.cached(key).filter(|_| st.isolation.caches());
+        cached.unwrap_or(0)
     }
 
     /// A request of `client`, predicted at `predicted` GPU-seconds, took `measured`; it left
@@ -451,7 +400,8 @@ impl Slots {
         if !st.waiters.is_empty() {
             return None;
         }
-        let i = st.table.choose(ticket.conversation, now)?;
+        let group = st.isolation.prefers(ticket.group);
+        let i = st.table.choose(ticket.conversation, group, now)?;
         Some(self.inner.grant(st, i, ticket))
     }
 

@@ -19,6 +19,9 @@ pub struct Ticket {
     pub class: Priority,
     /// The client (its id, 0 for the anonymous one): the unit of the fair turn.
     pub client: u64,
+    /// Its client's cache group ([`crate::config::ClientSpec::cache_group`]; 0 for none):
+    /// whose cached prefixes it may meet where caches are isolated.
+    pub group: u64,
     /// When the request arrived: kept when it moves to another replica or a fallback, so it
     /// keeps its place.
     pub since: Instant,
@@ -43,6 +46,7 @@ impl Ticket {
         Ticket {
             class: Priority::Normal,
             client: 0,
+            group: 0,
             since,
             max_wait: Duration::MAX,
             conversation: None,

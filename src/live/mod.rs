@@ -572,8 +572,7 @@ fn replicas(
                 || Arc::new(metrics.conn_watch(&b.name)),
                 |r| Arc::clone(&r.conns),
             );
-            // A slot's number means nothing to processes sharing the backend's slots.
-            slots.set_schedule(schedule, b.pin_slots && !slots.is_shared());
+            slots.serve(schedule, b);
             let health = at.health.of(&b.name);
             health.cost.seed(b.seed);
             let replica = Replica {

@@ -25,6 +25,7 @@
 //! answered by [`tries`] with what comes next, as a value.
 
 mod admit;
+mod cache;
 mod call;
 mod choose;
 pub mod deadline;
@@ -45,7 +46,6 @@ mod tries;
 use std::sync::Arc;
 
 use axum::response::Response;
-use bytes::Bytes;
 
 use admit::Admitted;
 use choose::Chosen;
@@ -134,32 +134,6 @@ fn lose(rec: &Record, chosen: &mut Chosen, how: Lost) {
     }
 }
 
-/// llama-server's `id_slot` member for slot `index`, as it goes first in a request body.
-fn id_slot(index: u32) -> Bytes {
-    /// The member of each of the first slots, in the binary: no allocation for most requests.
-    static FIRST: [&str; 8] = [
-        r#""id_slot":0,"#,
-        r#""id_slot":1,"#,
-        r#""id_slot":2,"#,
-        r#""id_slot":3,"#,
-        r#""id_slot":4,"#,
-        r#""id_slot":5,"#,
-        r#""id_slot":6,"#,
-        r#""id_slot":7,"#,
-    ];
-    if let Some(member) = FIRST.get(index as usize) {
-        return Bytes::from_static(member.as_bytes());
-    }
-    const KEY: &[u8] = br#""id_slot":"#;
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(index).as_bytes();
-    let mut member = Vec::with_capacity(KEY.len() + digits.len() + 1);
-    member.extend_from_slice(KEY);
-    member.extend_from_slice(digits);
-    member.push(b',');
-    Bytes::from(member)
-}
-
 /// One attempt at the `chosen` replica: the body made for it, sent, the breaker told what
 /// its head said (the one place it is told of a head), and the answer made the client's.
 async fn attempt(
@@ -174,8 +148,8 @@ async fn attempt(
     let mut out = shape::for_replica(call, alias, &admitted.body, backend)?;
     let translated = out.translated;
     let api = translated.map_or(call.req.adapter.spec().config_name, |_| Some("chat"));
-    if chosen.replica.pins(api) {
-        out.body = out.body.with_first_member(id_slot(chosen.slot.index()));
+    if let Some(first) = cache::members(&mut chosen, api, call.place.ticket.group) {
+        out.body = out.body.with_first_member(first);
     }
     traced::attempt(
         call.rec,

@@ -297,11 +297,3 @@ async fn every_replica_and_fallback_failing_leaves_the_last_failure() {
     assert!(matches!(e, ProxyError::UpstreamConnect { .. }), "{e:?}");
     assert_eq!(script.reached(), ["a", "b", "c"]);
 }
-
-#[test]
-fn id_slot_is_llama_servers_member_for_every_slot() {
-    for index in [0u32, 1, 7, 8, 9, 10, 4095, u32::MAX] {
-        let want = format!(r#""id_slot":{index},"#);
-        assert_eq!(super::id_slot(index), Bytes::from(want), "{index}");
-    }
-}

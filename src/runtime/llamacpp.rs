@@ -1,7 +1,7 @@
 //! llama.cpp's `llama-server`: what it serves and how it differs.
 
 use super::{
-    CountPath, Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize,
+    CountPath, Discovery, Engine, InputField, Load, Privacy, ReasoningItems, Runtime, Tokenize,
     MESSAGES_COUNT,
 };
 
@@ -45,4 +45,7 @@ pub const LLAMACPP: Runtime = Runtime {
     // `id_slot` in the request body; a slot's KV cache is its own. Its Messages converter
     // builds a new body of a few fields and drops `id_slot`.
     pins_slots: &["chat", "responses"],
+    // Its Messages converter drops `id_slot` and `cache_prompt`: a Messages request is
+    // translated to chat where clients are isolated.
+    privacy: Privacy::Slots(&["chat", "responses"]),
 };

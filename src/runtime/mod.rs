@@ -58,6 +58,35 @@ pub struct Runtime {
     /// name the slot it runs on (`id_slot`): the scheduler sends each to the slot it took, so
     /// a conversation meets its own prefix ([`crate::fleet::slots`]). Empty: none.
     pub pins_slots: &'static [&'static str],
+    /// How a request is kept to its cache group's prompt cache where clients are isolated
+    /// ([`crate::config::Backend::isolated`]), and for which APIs (names in `apis`; a request
+    /// of another API is translated to chat completions there).
+    pub privacy: Privacy,
+}
+
+/// How a runtime keeps one cache group's prompts from another's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privacy {
+    /// Each slot has a cache of its own: a request runs on the slot the proxy chose
+    /// (`id_slot`), and uses the slot's cache only where the slot last held its own group's
+    /// request and the server keeps no prompts in host memory; else it is sent
+    /// `"cache_prompt": false` and processes its whole prompt (llama.cpp).
+    Slots(&'static [&'static str]),
+    /// One prefix cache, whose namespace a request names (`cache_salt`): one per cache group
+    /// (vLLM, SGLang).
+    Salt(&'static [&'static str]),
+    /// Neither is known: its cache, if it has one, is shared.
+    Shared,
+}
+
+impl Privacy {
+    /// The APIs whose requests it keeps private.
+    pub fn apis(self) -> &'static [&'static str] {
+        match self {
+            Privacy::Slots(apis) | Privacy::Salt(apis) => apis,
+            Privacy::Shared => &[],
+        }
+    }
 }
 
 impl Runtime {

@@ -1,6 +1,6 @@
 //! Any other OpenAI-compatible server: chat completions only, nothing reported.
 
-use super::{Discovery, Engine, InputField, ReasoningItems, Runtime};
+use super::{Discovery, Engine, InputField, Privacy, ReasoningItems, Runtime};
 
 /// Any other OpenAI-compatible server.
 pub const OPENAI: Runtime = Runtime {
@@ -25,4 +25,6 @@ pub const OPENAI: Runtime = Runtime {
     converts: None,
     errors_in_first_event: false,
     pins_slots: &[],
+    // Nothing is known of a generic server's cache.
+    privacy: Privacy::Shared,
 };

@@ -1,7 +1,7 @@
 //! SGLang's OpenAI-compatible server: what it serves and how it differs.
 
 use super::{
-    Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize, MESSAGES_COUNT,
+    Discovery, Engine, InputField, Load, Privacy, ReasoningItems, Runtime, Tokenize, MESSAGES_COUNT,
 };
 
 /// SGLang's OpenAI-compatible server.
@@ -36,4 +36,6 @@ pub const SGLANG: Runtime = Runtime {
     errors_in_first_event: true,
     // Its prefix cache is shared by all its requests, whatever slot: nothing to pin.
     pins_slots: &[],
+    // `cache_salt` in chat completions requests (its `extra_key` with it).
+    privacy: Privacy::Salt(&["chat"]),
 };

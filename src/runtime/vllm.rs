@@ -1,7 +1,7 @@
 //! vLLM's OpenAI-compatible server: what it serves and how it differs.
 
 use super::{
-    Discovery, Engine, InputField, Load, ReasoningItems, Runtime, Tokenize, MESSAGES_COUNT,
+    Discovery, Engine, InputField, Load, Privacy, ReasoningItems, Runtime, Tokenize, MESSAGES_COUNT,
 };
 
 /// vLLM's OpenAI-compatible server.
@@ -38,4 +38,6 @@ pub const VLLM: Runtime = Runtime {
     errors_in_first_event: false,
     // Its prefix cache is shared by all its requests, whatever slot: nothing to pin.
     pins_slots: &[],
+    // `cache_salt` in chat completions and Responses requests.
+    privacy: Privacy::Salt(&["chat", "responses"]),
 };

@@ -171,6 +171,8 @@ mod tests {
             apis: crate::config::Apis::default_for(crate::flavor::Flavor::Llamacpp),
             seed: crate::config::Seed::default(),
             pin_slots: true,
+            isolated: false,
+            cache_ram: true,
         }
     }
 

@@ -46,6 +46,9 @@ pub(super) struct Slot {
     pub holder: Option<Holder>,
     /// The conversation whose prefix the slot's cache holds, and how many tokens of it.
     pub cached: Option<(u64, u64)>,
+    /// The cache group of the request that held it last (whose prefixes its cache holds);
+    /// `None`: not held in this process yet, so its cache is anyone's.
+    pub group: Option<u64>,
     /// When it was last freed, as the table counts frees (0: never; the least recently used
     /// goes to a request without a slot of its own).
     freed: u64,
@@ -193,8 +196,10 @@ impl Table {
             .conversation
             .map(|k| (k, holder.ticket.tokens));
         let mut was = None;
+        let group = holder.ticket.group;
         self.change(index, |slot| {
             was = slot.cached;
+            slot.group = Some(group);
             slot.holder = Some(holder);
             slot.kept = None;
             slot.cached = cached;
@@ -277,6 +282,14 @@ impl Table {
         }
     }
 
+    /// No slot's cache is known to be one cache group's any more (a request ran where its
+    /// backend chose).
+    pub fn forget_groups(&mut self) {
+        for slot in &mut self.slots {
+            slot.group = None;
+        }
+    }
+
     /// Slot `index` (open) kept so, or no longer kept.
     pub fn keep(&mut self, index: usize, kept: Option<Kept>) {
         self.change(index, |slot| slot.kept = kept);
@@ -317,16 +330,30 @@ impl Table {
     }
 
     /// The slot a request of `conversation` takes at `now`: the open one holding its
-    /// conversation (the one freed last, when several do: its latest turn), else the open one
-    /// kept for nobody used least recently, else any open one.
-    pub fn choose(&self, conversation: Option<u64>, now: Instant) -> Option<usize> {
+    /// conversation (the one freed last, when several do: its latest turn), else (with
+    /// `group`, where caches are kept to their groups) the open one kept for nobody that its
+    /// cache group held last, used least recently, else the open one kept for nobody used
+    /// least recently, else any open one.
+    pub fn choose(
+        &self,
+        conversation: Option<u64>,
+        group: Option<u64>,
+        now: Instant,
+    ) -> Option<usize> {
         let own = conversation.and_then(|k| {
             self.of(k, true)
                 .rev()
                 .find(|(_, s)| s.open_to(conversation, now))
                 .map(|(i, _)| i)
         });
-        own.or_else(|| {
+        let grouped = || {
+            let g = group?;
+            self.open_slots().find(|&i| {
+                let s = &self.slots[i];
+                s.kept.is_none() && s.group == Some(g)
+            })
+        };
+        own.or_else(grouped).or_else(|| {
             // Those kept for nobody first, then the kept ones, each in the order freed.
             let mut open = self.open_slots();
             let unkept = open.find(|&i| self.slots[i].kept.is_none());

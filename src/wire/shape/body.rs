@@ -74,7 +74,8 @@ impl<'a> Members<'a> {
     /// Remove every member whose key is in `keys`; whether there was one.
     pub(super) fn remove_all(&mut self, keys: &[impl AsRef<str>]) -> bool {
         let before = self.list.len();
-        self.list.retain(|m| !keys.iter().any(|k| k.as_ref() == m.key));
+        self.list
+            .retain(|m| !keys.iter().any(|k| k.as_ref() == m.key));
         self.list.len() != before
     }
 

@@ -244,15 +244,30 @@ mod tests {
     #[test]
     fn a_clients_slot_and_cache_members_are_removed_however_spelled() {
         let body = br#"{"id_slot":0,"model":"m","messages":[],"cache_prompt":true,"id\u005fslot":1,"cache_salt":"x","extra_key":"y","n":1}"#;
-        for api in [Api::ChatCompletions, Api::Responses, Api::Messages, Api::Other] {
+        for api in [
+            Api::ChatCompletions,
+            Api::Responses,
+            Api::Messages,
+            Api::Other,
+        ] {
             let out = shape(body, &spec(TEXT), api).unwrap().unwrap();
-            assert_eq!(out, br#"{"model":"m","messages":[],"n":1}"#.to_vec(), "{api:?}");
+            assert_eq!(
+                out,
+                br#"{"model":"m","messages":[],"n":1}"#.to_vec(),
+                "{api:?}"
+            );
         }
         // Nothing to remove: the client's bytes.
         let plain = br#"{"model":"m","messages":[{"role":"user","content":"caf\u00e9"}]}"#;
-        assert_eq!(shape(plain, &spec(TEXT), Api::ChatCompletions).unwrap(), None);
+        assert_eq!(
+            shape(plain, &spec(TEXT), Api::ChatCompletions).unwrap(),
+            None
+        );
         // A body that is no object is left to the backend.
-        assert_eq!(shape(br#"["id_slot"]"#, &spec(TEXT), Api::Other).unwrap(), None);
+        assert_eq!(
+            shape(br#"["id_slot"]"#, &spec(TEXT), Api::Other).unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -92,7 +92,9 @@ mod tests {
 
     #[test]
     fn plain_bodies_are_passed_over() {
-        assert!(!may_hold(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#));
+        assert!(!may_hold(
+            br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#
+        ));
         assert!(may_hold(br#"{"model":"m","id_slot":1}"#));
         assert!(may_hold(br#"{"model":"m","id\u005fslot":1}"#));
     }

@@ -67,7 +67,11 @@ fn check(t: &Table, now: Instant) {
     idle.sort_unstable();
     assert_eq!(sorted, idle, "the open set is the slots nobody holds");
     for c in [None, Some(0), Some(1), Some(2), Some(3)] {
-        assert_eq!(t.choose(c, now), scanned_choose(t, c, now), "choose {c:?}");
+        assert_eq!(
+            t.choose(c, None, now),
+            scanned_choose(t, c, now),
+            "choose {c:?}"
+        );
     }
     for k in 0..4u64 {
         let of = |s: &Slot| s.cached.is_some_and(|(c, _)| c == k);
@@ -113,7 +117,7 @@ fn a_slot_taken_again_and_again_leaves_the_freed_queue_bounded() {
     let t0 = Instant::now();
     let mut t = Table::new(2);
     for grant in 1..=100u64 {
-        let i = t.choose(Some(7), t0).unwrap();
+        let i = t.choose(Some(7), None, t0).unwrap();
         assert_eq!(i, 0);
         let ticket = Ticket {
             conversation: Some(7),
@@ -132,7 +136,7 @@ fn a_slot_taken_again_and_again_leaves_the_freed_queue_bounded() {
         assert!(t.free(i, grant).is_some());
         assert!(t.freed.len() <= 2 * 2 + 16, "{} entries", t.freed.len());
     }
-    assert_eq!(t.choose(Some(8), t0), Some(1));
+    assert_eq!(t.choose(Some(8), None, t0), Some(1));
 }
 
 proptest! {
@@ -149,7 +153,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Grant(c, tokens) => {
-                    let Some(i) = t.choose(c, now) else { continue };
+                    let Some(i) = t.choose(c, None, now) else { continue };
                     grants += 1;
                     let ticket = Ticket { conversation: c, tokens, ..Ticket::plain(t0) };
                     let preempt = None;
