@@ -32,6 +32,8 @@ pub trait Serve: Send + Sync + 'static {
     fn line(&self, client: &str, endpoint: &str, body: Bytes) -> BoxFuture<'static, Answer>;
     /// Whether `model` names an alias `client` may use.
     fn usable(&self, client: &str, model: &str) -> bool;
+    /// The most bytes a line's body may have (`server.body_limit_bytes`).
+    fn body_limit(&self) -> usize;
     fn limits(&self) -> config::Batches;
     /// A line's run ended: `outcome` is `completed`, `failed`, `retried` or `deferred`.
     fn counted(&self, alias: &str, client: &str, outcome: &'static str);
@@ -256,6 +258,7 @@ async fn validate(
     limits: &config::Batches,
 ) -> Result<(), ProxyError> {
     let (b, serve, max_lines) = (b.clone(), Arc::clone(serve), limits.max_lines);
+    let max_body = serve.body_limit();
     batches
         .with(move |db, files| {
             let now = now_s();
@@ -275,7 +278,7 @@ async fn validate(
                 return failed(db, vec![e.to_json()]).map_err(db_error);
             };
             let usable = |model: &str| serve.usable(&b.client, model);
-            match super::input::read(&text, &b.endpoint, max_lines, &usable) {
+            match super::input::read(&text, &b.endpoint, max_lines, max_body, &usable) {
                 Ok(lines) => db
                     .tx(|tx| store::start(tx, &b.id, &lines, now).map(drop))
                     .map_err(db_error),

@@ -1,0 +1,84 @@
+//! A batch's lines as requests of the proxy: held to intake's limits as they are when they
+//! run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::batch_api::{chat_lines, ids, Api};
+use common::*;
+use serde_json::json;
+use switchboard::live::AppState;
+use switchboard::sim::SimConfig;
+
+fn keys() {
+    std::env::set_var("SB_T_LINES_ANN", "ann-key");
+    std::env::set_var("SB_T_LINES_BOB", "bob-key");
+}
+
+/// Clients `ann` (at most two requests at once) and `bob`, alias `a` on backend `gpu` of
+/// `slots` slots at `gpu`, the ledger at `ledger`, and `[batches]` `batches`.
+fn config(gpu: &str, slots: u32, ledger: &str, batches: &str) -> String {
+    format!(
+        "[backends.gpu]\nurl = \"{gpu}\"\nflavor = \"llamacpp\"\nslots = {slots}\n\
+         [aliases.a]\nbackend = \"gpu\"\n\
+         [clients.ann]\nkey_env = \"SB_T_LINES_ANN\"\nmax_concurrent = 2\n\
+         [clients.bob]\nkey_env = \"SB_T_LINES_BOB\"\n\
+         [ledger]\nurl = \"{ledger}\"\nbatch_interval_ms = 10\n[batches]\n{batches}\n"
+    )
+}
+
+/// A line stored while the body limit let it through is held to the limit as it is when it
+/// runs: past a limit lowered since (a reload), it gets intake's 413 in the error file and
+/// never reaches the backend.
+#[tokio::test]
+async fn a_line_past_a_body_limit_lowered_since_its_validation_fails_with_413() {
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(1000),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = format!("sqlite://{}", dir.path().join("usage.db").display());
+    let path = dir.path().join("routes.toml");
+    let toml = |limit: usize| {
+        let rest = config(&gpu.url(), 1, &ledger, "max_concurrent = 1");
+        format!("[server]\nbody_limit_bytes = {limit}\n{rest}")
+    };
+    std::fs::write(&path, toml(1 << 20)).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    let api = Api::new(p.url(""));
+    let big = json!({"custom_id": "big", "method": "POST", "url": "/v1/chat/completions",
+                     "body": {"model": "a", "max_tokens": 3, "messages": [
+                         {"role": "user", "content": format!("marker-big {}", "x".repeat(2000))}]}});
+    let text = format!("{}{big}\n", chat_lines(1, "a"));
+    let (_, file) = api.upload("bob-key", text).await;
+    let (status, b) = api.create("bob-key", &file).await;
+    assert_eq!(status, 200, "{b}");
+    until("the first line to reach the backend", || {
+        gpu.recorder().running() == 1
+    })
+    .await;
+    std::fs::write(&path, toml(1000)).unwrap();
+    switchboard::live::reload::reload(&p.state).await.unwrap();
+    let b = api.completed("bob-key", b["id"].as_str().unwrap()).await;
+    assert_eq!(
+        b["request_counts"],
+        json!({"total": 2, "completed": 1, "failed": 1}),
+        "{b}"
+    );
+    let errors = api.lines("bob-key", &b["error_file_id"]).await;
+    assert_eq!(ids(&errors), ["big"]);
+    let response = &errors[0]["response"];
+    assert_eq!(response["status_code"], 413, "{response}");
+    assert_eq!(response["body"]["error"]["code"], "request_too_large");
+    assert_eq!(
+        chats_with(&gpu, "marker-big"),
+        0,
+        "the backend never saw it"
+    );
+}
