@@ -1,5 +1,5 @@
 //! A batch's lines as requests of the proxy: held to intake's limits as they are when they
-//! run.
+//! run, and taking no place of their client's `max_concurrent`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -80,5 +80,46 @@ async fn a_line_past_a_body_limit_lowered_since_its_validation_fails_with_413() 
         chats_with(&gpu, "marker-big"),
         0,
         "the backend never saw it"
+    );
+}
+
+/// While lines of ann's batch wait for the one slot, as many requests of her own as her
+/// `max_concurrent` allows are served at once: her batch holds none of those places (its lines
+/// are bounded by `[batches]`), and the person's requests take the slot from the lines.
+#[tokio::test]
+async fn a_batch_takes_no_place_of_its_clients_max_concurrent() {
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(300),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = format!("sqlite://{}", dir.path().join("usage.db").display());
+    let batches = "max_concurrent = 4\nmax_concurrent_per_client = 4";
+    let p = proxy(&config(&gpu.url(), 1, &ledger, batches), &[]).await;
+    let api = Api::new(p.url(""));
+    let (_, file) = api.upload("ann-key", chat_lines(8, "a")).await;
+    let (status, b) = api.create("ann-key", &file).await;
+    assert_eq!(status, 200, "{b}");
+    let queued = r#"switchboard_queued_requests{alias="a"}"#;
+    within("a line to run and another to wait for the slot", async {
+        while gpu.recorder().running() != 1 || sample(&p.metrics().await, queued) < 1.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let ask = || {
+        let r = api.c.post(p.url("/v1/chat/completions"));
+        r.bearer_auth("ann-key").json(&chat("a", false)).send()
+    };
+    let (first, second) = within("ann's answers", async { tokio::join!(ask(), ask()) }).await;
+    let statuses = [first.unwrap(), second.unwrap()].map(|r| r.status().as_u16());
+    assert_eq!(statuses, [200, 200], "ann's own requests beside her batch");
+    let done = api.completed("ann-key", b["id"].as_str().unwrap()).await;
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 8, "completed": 8, "failed": 0}),
+        "{done}"
     );
 }
