@@ -1,5 +1,6 @@
 //! A batch's lines as requests of the proxy: held to intake's limits as they are when they
-//! run, and taking no place of their client's `max_concurrent`.
+//! run, taking no place of their client's `max_concurrent`, and their results held back by no
+//! upload (one held at the database; a kill -9 after, and a restart).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,6 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::batch_api::{chat_lines, ids, Api};
+use common::postgres::Postgres;
+use common::served::Served;
 use common::*;
 use serde_json::json;
 use switchboard::live::AppState;
@@ -122,4 +125,150 @@ async fn a_batch_takes_no_place_of_its_clients_max_concurrent() {
         json!({"total": 8, "completed": 8, "failed": 0}),
         "{done}"
     );
+}
+
+/// Lines of the batch `id` whose result is committed, read from the PostgreSQL database at
+/// `url` by a session of the test's own.
+async fn committed(url: &str, id: &str) -> i64 {
+    let (url, id) = (url.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let sql = "SELECT count(*) FROM batch_lines WHERE batch_id = $1 AND state = 'done'";
+        c.query_one(sql, &[&id]).unwrap().get::<_, i64>(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// Sessions of the database at `url` waiting for a lock to write a file's content.
+async fn uploads_waiting(url: &str) -> i64 {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND query LIKE 'INSERT INTO batch_file_contents%'";
+        c.query_one(sql, &[]).unwrap().get::<_, i64>(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// The table an upload writes its content to, locked by a session of the test's own until the
+/// sender returned is dropped: an upload then waits at the database for as long as the test
+/// wants, as a large one does while it is written.
+fn hold_uploads(url: &str) -> std::sync::mpsc::Sender<()> {
+    let url = url.to_string();
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let mut tx = c.transaction().unwrap();
+        tx.batch_execute("LOCK TABLE batch_file_contents IN ACCESS EXCLUSIVE MODE")
+            .unwrap();
+        locked.send(()).unwrap();
+        let _ = released.recv();
+        drop(tx);
+    });
+    is_locked.recv().unwrap();
+    release
+}
+
+/// While another client's upload waits at the database, the lines answered meanwhile are
+/// committed: after a kill -9 and a restart none of them runs again, and the backend ran each
+/// line of the batch to its end once (the lines cut by the kill were cancelled there).
+#[tokio::test]
+async fn an_upload_held_at_the_database_holds_back_no_lines_result_through_a_kill() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    keys();
+    // Each line takes 1.5 s at the backend, two at once: the kill comes well inside one.
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(1500),
+        slots: 2,
+        ..SimConfig::default()
+    })
+    .await;
+    let config = config(
+        &gpu.url(),
+        2,
+        &pg.url(),
+        "max_concurrent = 2\nlease_ms = 3000",
+    );
+    let first = Served::start(&config, &[]).await;
+    let api = Api::new(first.base.clone());
+    let (_, file) = api.upload("ann-key", chat_lines(8, "a")).await;
+    let (_, b) = api.create("ann-key", &file).await;
+    let id = b["id"].as_str().unwrap().to_string();
+    api.until("ann-key", &id, |b| {
+        b["request_counts"]["completed"].as_i64() >= Some(2)
+    })
+    .await;
+    let release = hold_uploads(&pg.url());
+    let upload = reqwest::multipart::Form::new()
+        .text("purpose", "batch")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(chat_lines(1, "a").into_bytes()).file_name("in.jsonl"),
+        );
+    let upload = api
+        .c
+        .post(format!("{}/v1/files", api.base))
+        .bearer_auth("bob-key")
+        .multipart(upload)
+        .send();
+    let upload = tokio::spawn(upload);
+    within("bob's upload to wait at the database", async {
+        while uploads_waiting(&pg.url()).await == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let held_at = committed(&pg.url(), &id).await;
+    within(
+        "lines answered while the upload waits to be committed",
+        async {
+            while committed(&pg.url(), &id).await < held_at + 2 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+    // The next two lines are at the backend now, a second and more from their end.
+    until("the next lines to reach the backend", || {
+        gpu.recorder().running() == 2
+    })
+    .await;
+    let mut first = first;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(release);
+    assert!(upload.await.unwrap().is_err(), "bob's upload died with it");
+    until("the cut lines to end at the backend", || {
+        gpu.recorder().running() == 0
+    })
+    .await;
+    let cut = gpu.recorder().cancelled();
+    assert_eq!(cut, 2, "the two lines running were cut by the kill");
+    let second = Served::start(&config, &[]).await;
+    let api = Api::new(second.base.clone());
+    let done = api.completed("ann-key", &id).await;
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 8, "completed": 8, "failed": 0}),
+        "{done}"
+    );
+    let out = api.lines("ann-key", &done["output_file_id"]).await;
+    let want: Vec<String> = (0..8).map(|i| format!("l{i}")).collect();
+    assert_eq!(ids(&out), want);
+    assert_eq!(
+        gpu.recorder().completed(),
+        8,
+        "each line ran to its end once"
+    );
+    for i in 0..8 {
+        let marker = format!("\"marker-l{i}\"");
+        assert!(chats_with(&gpu, &marker) <= 2, "{marker}");
+    }
+    assert_eq!(chats_with(&gpu, "marker-"), 8 + cut as usize);
 }
