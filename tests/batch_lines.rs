@@ -1,6 +1,7 @@
 //! A batch's lines as requests of the proxy: held to intake's limits as they are when they
 //! run, taking no place of their client's `max_concurrent`, and their results held back by no
-//! upload (one held at the database; a kill -9 after, and a restart).
+//! upload or download (one held at the database, then a kill -9 and a restart; one held at
+//! the file system).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -271,4 +272,79 @@ async fn an_upload_held_at_the_database_holds_back_no_lines_result_through_a_kil
         assert!(chats_with(&gpu, &marker) <= 2, "{marker}");
     }
     assert_eq!(chats_with(&gpu, "marker-"), 8 + cut as usize);
+}
+
+/// Lines of the batch `id` whose result is committed, read from the SQLite file `db`.
+fn committed_in(db: &std::path::Path, id: &str) -> i64 {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let sql = "SELECT count(*) FROM batch_lines WHERE batch_id = ?1 AND state = 'done'";
+    c.query_row(sql, [id], |r| r.get(0)).unwrap()
+}
+
+/// On a SQLite ledger, a download held at the file system (its file made a FIFO the test opens
+/// for writing and writes nothing to, as a large file read whole holds the reader) holds back
+/// no line's result.
+#[tokio::test]
+async fn a_download_held_at_the_file_system_holds_back_no_lines_result() {
+    use std::os::unix::fs::OpenOptionsExt;
+    keys();
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(300),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let ledger = format!("sqlite://{}", db.display());
+    let p = proxy(&config(&gpu.url(), 1, &ledger, "max_concurrent = 1"), &[]).await;
+    let api = Api::new(p.url(""));
+    let (_, held) = api.upload("bob-key", chat_lines(1, "a")).await;
+    let held = held["id"].as_str().unwrap().to_string();
+    let fifo = dir.path().join("files").join(&held);
+    std::fs::remove_file(&fifo).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    let (_, file) = api.upload("ann-key", chat_lines(8, "a")).await;
+    let (_, b) = api.create("ann-key", &file).await;
+    let id = b["id"].as_str().unwrap().to_string();
+    api.until("ann-key", &id, |b| {
+        b["request_counts"]["completed"].as_i64() >= Some(1)
+    })
+    .await;
+    let download = api
+        .c
+        .get(format!("{}/v1/files/{held}/content", api.base))
+        .bearer_auth("bob-key")
+        .send();
+    let download = tokio::spawn(download);
+    // Once the download has the FIFO open to read, a writer may open it without waiting.
+    let writer = within("the download to open its file", async {
+        loop {
+            let mut open = std::fs::OpenOptions::new();
+            match open.write(true).custom_flags(libc::O_NONBLOCK).open(&fifo) {
+                Ok(w) => return w,
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await;
+    let held_at = committed_in(&db, &id);
+    within(
+        "lines answered while the download is held to be committed",
+        async {
+            while committed_in(&db, &id) < held_at + 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    drop(writer);
+    let r = within("the download's answer", download).await.unwrap();
+    assert_eq!(r.unwrap().status(), 200);
+    let done = api.completed("ann-key", &id).await;
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 8, "completed": 8, "failed": 0}),
+        "{done}"
+    );
 }
