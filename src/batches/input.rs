@@ -1,7 +1,8 @@
 //! A batch's input file read and checked, as `POST /v1/batches` promises: every line a JSON
 //! object with a `custom_id` unique in the file, `method` POST, `url` the batch's endpoint,
-//! and a `body` whose `model` is an alias the client may use. Errors as OpenAI reports them:
-//! a code, a message, the parameter and the line (from 1).
+//! and a `body` within `server.body_limit_bytes` whose `model` is an alias the client may use.
+//! Errors as OpenAI reports them: a code, a message, the parameter and the line (from 1). A
+//! body is copied out of the file only once it is found good.
 
 use std::collections::HashSet;
 
@@ -58,13 +59,15 @@ struct Peek {
     stream: Option<Value>,
 }
 
-/// The lines of `text` for a batch of `endpoint`, at most `max_lines`; `usable`: whether a
-/// model names an alias the batch's client may use. Every error found (up to a hundred) when
-/// any line is wrong: the batch then fails as a whole, none of it run.
+/// The lines of `text` for a batch of `endpoint`, at most `max_lines`, each body at most
+/// `max_body` bytes; `usable`: whether a model names an alias the batch's client may use.
+/// Every error found (up to a hundred) when any line is wrong: the batch then fails as a whole,
+/// none of it run.
 pub fn read(
     text: &[u8],
     endpoint: &str,
     max_lines: u64,
+    max_body: usize,
     usable: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<Line>, Vec<LineError>> {
     let mut lines = Vec::new();
@@ -85,7 +88,7 @@ pub fn read(
                 line: None,
             }]);
         }
-        match line(raw, n, endpoint, usable, &mut seen) {
+        match line(raw, n, (endpoint, max_body), usable, &mut seen) {
             Ok(l) => lines.push(l),
             Err(e) if errors.len() < MAX_ERRORS => errors.push(e),
             Err(_) => {}
@@ -106,10 +109,11 @@ pub fn read(
     }
 }
 
+/// Line `n`, `raw`, of a batch of `endpoint` whose bodies may have `max_body` bytes.
 fn line(
     raw: &[u8],
     n: u64,
-    endpoint: &str,
+    (endpoint, max_body): (&str, usize),
     usable: &dyn Fn(&str) -> bool,
     seen: &mut HashSet<String>,
 ) -> Result<Line, LineError> {
@@ -157,6 +161,18 @@ fn line(
             format!("line {n} has no body object"),
         ));
     };
+    // As intake refuses a request's body past the limit: before it is read any further.
+    if body.get().len() > max_body {
+        return Err(err(
+            "request_too_large",
+            Some("body"),
+            format!(
+                "line {n}: the body has {} bytes, more than the limit of {max_body} bytes \
+                 (server.body_limit_bytes)",
+                body.get().len()
+            ),
+        ));
+    }
     let peek: Peek = serde_json::from_str(body.get()).map_err(|e| {
         err(
             "invalid_request",
@@ -209,6 +225,8 @@ mod tests {
     use super::*;
 
     const CHAT: &str = "/v1/chat/completions";
+    /// The bodies' limit in these tests.
+    const LIMIT: usize = 100;
 
     fn ok(model: &str) -> bool {
         model == "a"
@@ -222,7 +240,7 @@ mod tests {
     fn good_lines_keep_their_body_as_written_and_their_numbers() {
         let body = r#"{ "model" : "a", "messages":[{"role":"user","content":"h\u00e9"}] }"#;
         let text = format!("{}\n\n  \n{}\n", chat_line("x", body), chat_line("y", body));
-        let got = read(text.as_bytes(), CHAT, 10, &ok).unwrap();
+        let got = read(text.as_bytes(), CHAT, 10, LIMIT, &ok).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].body, body);
         assert_eq!((got[0].line, got[1].line), (1, 4));
@@ -235,7 +253,8 @@ mod tests {
     #[test]
     fn each_kind_of_bad_line_is_named_with_its_code_param_and_line() {
         let good = r#"{"model":"a","messages":[]}"#;
-        let cases: [(String, &str, Option<&str>); 8] = [
+        let over = format!(r#"{{"model":"a","pad":"{}"}}"#, "x".repeat(LIMIT));
+        let cases: [(String, &str, Option<&str>); 9] = [
             ("{not json".into(), "invalid_json_line", None),
             (
                 format!(r#"{{"method":"POST","url":"{CHAT}","body":{good}}}"#),
@@ -272,10 +291,11 @@ mod tests {
                 "invalid_request",
                 Some("body.stream"),
             ),
+            (chat_line("a", &over), "request_too_large", Some("body")),
         ];
         for (bad, code, param) in cases {
             let text = format!("{}\n{bad}\n", chat_line("first", good));
-            let errs = read(text.as_bytes(), CHAT, 10, &ok).unwrap_err();
+            let errs = read(text.as_bytes(), CHAT, 10, LIMIT, &ok).unwrap_err();
             assert_eq!(errs.len(), 1, "{bad}: {errs:?}");
             assert_eq!((errs[0].code, errs[0].param), (code, param), "{bad}");
             assert_eq!(errs[0].line, Some(2), "{bad}");
@@ -283,22 +303,38 @@ mod tests {
     }
 
     #[test]
+    fn a_body_of_the_limit_passes_and_one_byte_more_does_not() {
+        let at = |n: usize| {
+            let body = format!(r#"{{"model":"a","pad":"{}"}}"#, "x".repeat(n - 22));
+            assert_eq!(body.len(), n);
+            read(chat_line("a", &body).as_bytes(), CHAT, 10, LIMIT, &ok)
+        };
+        assert_eq!(at(LIMIT).unwrap().len(), 1);
+        let errs = at(LIMIT + 1).unwrap_err();
+        assert_eq!((errs[0].code, errs[0].line), ("request_too_large", Some(1)));
+        assert!(errs[0].message.contains("101 bytes"), "{}", errs[0].message);
+    }
+
+    #[test]
     fn a_repeated_custom_id_an_empty_file_and_too_many_lines_fail_the_file() {
         let good = chat_line("a", r#"{"model":"a"}"#);
-        let errs = read(format!("{good}\n{good}").as_bytes(), CHAT, 10, &ok).unwrap_err();
+        let errs = read(format!("{good}\n{good}").as_bytes(), CHAT, 10, LIMIT, &ok).unwrap_err();
         assert_eq!(
             (errs[0].code, errs[0].line),
             ("duplicate_custom_id", Some(2))
         );
-        let errs = read(b"\n \n", CHAT, 10, &ok).unwrap_err();
+        let errs = read(b"\n \n", CHAT, 10, LIMIT, &ok).unwrap_err();
         assert_eq!(errs[0].code, "empty_file");
         let three: String = (0..3)
             .map(|i| chat_line(&i.to_string(), r#"{"model":"a"}"#) + "\n")
             .collect();
         assert_eq!(
-            read(three.as_bytes(), CHAT, 2, &ok).unwrap_err()[0].code,
+            read(three.as_bytes(), CHAT, 2, LIMIT, &ok).unwrap_err()[0].code,
             "too_many_tasks"
         );
-        assert_eq!(read(three.as_bytes(), CHAT, 3, &ok).unwrap().len(), 3);
+        assert_eq!(
+            read(three.as_bytes(), CHAT, 3, LIMIT, &ok).unwrap().len(),
+            3
+        );
     }
 }

@@ -7,10 +7,13 @@
 //!
 //! This module owns the state and its rules (who sees what, the bounds of `[batches]`); the
 //! HTTP endpoints (`crate::http::batches`) parse and render, and [`runner`] runs the lines
-//! through the request pipeline it is handed ([`runner::Serve`]).
+//! through the request pipeline it is handed ([`runner::Serve`]). The endpoints, the runner
+//! and the lines' results each have a connection of their own ([`lane`]): a line's result is
+//! committed as its answer comes, whatever the endpoints and the runner are doing.
 
 pub mod db;
 pub mod input;
+mod lane;
 pub mod result;
 pub mod runner;
 pub mod store;
@@ -24,6 +27,7 @@ use tokio::sync::Notify;
 use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
 use crate::error::{Echo, ProxyError};
 use db::{Conn, Db};
+use lane::Lane;
 use store::{BatchRow, FileRow};
 
 /// The endpoints a batch may run lines of.
@@ -38,12 +42,15 @@ pub const ENDPOINTS: [&str; 4] = [
 pub const WINDOW: &str = "24h";
 const WINDOW_S: i64 = 24 * 3600;
 
-/// The Batch API's state: its database connection and where files are kept.
+/// The Batch API's state: its ways to the database and where files are kept.
 #[derive(Debug)]
 pub struct Batches {
-    /// The database's thread of its own (a PostgreSQL client may neither be used nor dropped
-    /// on the runtime's threads): each job runs there, with the files' place.
-    jobs: Mutex<std::sync::mpsc::Sender<Job>>,
+    /// The endpoints' way to the database (uploads, downloads, lists, creating, cancelling).
+    api: Lane,
+    /// The runner's: its looks at the batches, its claims, validations and ends.
+    runner: Lane,
+    /// The lines' results' alone: no upload, download or validation holds one back.
+    results: Lane,
     /// This process's name on the lines it claims.
     owner: String,
     /// Wakes the runner: a batch was created or cancelled.
@@ -93,30 +100,18 @@ fn db_error(e: impl std::fmt::Display) -> ProxyError {
 
 impl Batches {
     /// Opens the Batch API's state in the ledger at `url` (migrated to this build's schema),
-    /// its files' contents under `data_dir` or beside a SQLite ledger, or in a PostgreSQL one,
-    /// on a thread of its own ([`connect`]).
+    /// its files' contents under `data_dir` or beside a SQLite ledger, or in a PostgreSQL one:
+    /// a connection for the endpoints, one for the runner and one for the lines' results, each
+    /// on a thread of its own ([`connect`], [`Lane`]).
     pub fn open(url: &LedgerUrl, data_dir: Option<&Path>) -> Result<Batches, String> {
-        let (url, data_dir) = (url.clone(), data_dir.map(Path::to_path_buf));
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        let (opened, open) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("batches-db".into())
-            .spawn(move || {
-                let (mut db, files) = match connect(&url, data_dir.as_deref()) {
-                    Ok(c) => c,
-                    Err(e) => return drop(opened.send(Err(e))),
-                };
-                let _ = opened.send(Ok(()));
-                // Until the state is dropped; then the connection is closed here.
-                while let Ok(job) = queue.recv() {
-                    job(&mut db, &files);
-                }
-            })
-            .map_err(|e| format!("cannot start the Batch API's database thread: {e}"))?;
-        open.recv()
-            .map_err(|_| "the Batch API's database thread ended".to_string())??;
+        let lane = |name: &str, first: bool| {
+            let (url, data_dir) = (url.clone(), data_dir.map(Path::to_path_buf));
+            Lane::open(name, move || connect(&url, data_dir.as_deref(), first))
+        };
         Ok(Batches {
-            jobs: Mutex::new(jobs),
+            runner: lane("batches-runner", true)?,
+            api: lane("batches-api", false)?,
+            results: lane("batches-results", false)?,
             owner: format!("{}-{}", std::process::id(), hex_id()),
             wake: Notify::new(),
             active: Mutex::default(),
@@ -137,20 +132,12 @@ impl Batches {
         }
     }
 
-    /// `f` with the database and the files' place, on the database's thread.
+    /// `f` with the database and the files' place, on the endpoints' way to it.
     async fn with<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&mut Conn, &Files) -> Result<T, ProxyError> + Send + 'static,
     ) -> Result<T, ProxyError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |db, files| drop(tx.send(f(db, files))));
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(job);
-        sent.map_err(|_| db_error("the Batch API's database thread ended"))?;
-        rx.await.map_err(db_error)?
+        self.api.run(f).await
     }
 
     /// A file of `purpose` named `filename`, kept for `owner` within `limits`.
@@ -413,9 +400,9 @@ fn batch_of(db: &mut dyn Db, owner: &Owner, id: &str) -> Result<BatchRow, ProxyE
 }
 
 /// The database at `url`, opened and migrated, and where its files' contents are kept. Lines
-/// a SQLite file shows running were this process's before it started again (one process has
-/// a SQLite file): they are pending again.
-fn connect(url: &LedgerUrl, data_dir: Option<&Path>) -> Result<(Conn, Files), String> {
+/// a SQLite file shows running at the process's `first` connection were this process's before
+/// it started again (one process has a SQLite file): they are pending again.
+fn connect(url: &LedgerUrl, data_dir: Option<&Path>, first: bool) -> Result<(Conn, Files), String> {
     let (mut db, files) = match crate::ledger::Store::open(url)? {
         crate::ledger::Store::Sqlite(conn, _) => {
             let LedgerUrl::Sqlite(path) = url else {
@@ -431,14 +418,11 @@ fn connect(url: &LedgerUrl, data_dir: Option<&Path>) -> Result<(Conn, Files), St
         }
         crate::ledger::Store::Postgres(client, _) => (Conn::Postgres(client), Files::Database),
     };
-    if !db.shared() {
+    if first && !db.shared() {
         store::release(&mut db, None, None)?;
     }
     Ok((db, files))
 }
-
-/// A job for the database's thread.
-type Job = Box<dyn FnOnce(&mut Conn, &Files) + Send>;
 
 /// Where files' contents are kept: a folder beside a SQLite ledger, or the database itself
 /// (PostgreSQL, which processes on several hosts share).

@@ -32,6 +32,8 @@ pub trait Serve: Send + Sync + 'static {
     fn line(&self, client: &str, endpoint: &str, body: Bytes) -> BoxFuture<'static, Answer>;
     /// Whether `model` names an alias `client` may use.
     fn usable(&self, client: &str, model: &str) -> bool;
+    /// The most bytes a line's body may have (`server.body_limit_bytes`).
+    fn body_limit(&self) -> usize;
     fn limits(&self) -> config::Batches;
     /// A line's run ended: `outcome` is `completed`, `failed`, `retried` or `deferred`.
     fn counted(&self, alias: &str, client: &str, outcome: &'static str);
@@ -115,7 +117,8 @@ async fn step(
     let renew = !lines.running.is_empty();
     let lease = limits.lease.as_millis() as i64;
     let (active, by) = batches
-        .with(move |db, _| {
+        .runner
+        .run(move |db, _| {
             if renew {
                 let until = crate::ledger::now_ms() + lease;
                 store::renew(db, &owner, until).map_err(db_error)?;
@@ -145,15 +148,15 @@ async fn step(
             if lines.stop(&b.id) {
                 let (owner, id) = (batches.owner.clone(), b.id.clone());
                 batches
-                    .with(move |db, _| {
-                        store::release(db, Some(&owner), Some(&id)).map_err(db_error)
-                    })
+                    .runner
+                    .run(move |db, _| store::release(db, Some(&owner), Some(&id)).map_err(db_error))
                     .await?;
                 continue;
             }
             let id = b.id.clone();
             let (_, elsewhere) = batches
-                .with(move |db, _| store::left(db, &id, crate::ledger::now_ms()).map_err(db_error))
+                .runner
+                .run(move |db, _| store::left(db, &id, crate::ledger::now_ms()).map_err(db_error))
                 .await?;
             if elsewhere == 0 {
                 end(batches, &b, status).await?;
@@ -170,7 +173,8 @@ async fn step(
             );
         let (id, owner) = (b.id.clone(), batches.owner.clone());
         let (claimed, left) = batches
-            .with(move |db, _| {
+            .runner
+            .run(move |db, _| {
                 let now_ms = crate::ledger::now_ms();
                 let until = now_ms + lease;
                 let shared = db.shared();
@@ -230,19 +234,50 @@ fn run_line(
             Outcome::Again { counted: true, .. } => ("retried", attempts),
             Outcome::Again { counted: false, .. } => ("deferred", p.attempts),
         };
-        let (line, owner) = (p.line, batches.owner.clone());
+        match commit(&batches, &id, p.line, attempts, outcome).await {
+            true => serve.counted(&p.model, &client, label),
+            false => {
+                tracing::warn!(
+                    line = p.line,
+                    "batch line's claim was lost; its result is not kept"
+                )
+            }
+        }
+    }
+}
+
+/// The first wait before a result whose commit failed is committed again, and the longest
+/// (the wait doubles from one to the other).
+const RECOMMIT: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// The `outcome` of line `line` of batch `id`, its `attempts`-th run, committed on the results'
+/// own way to the database the moment it is had — again and again while the database fails
+/// (its answer is lost only with the process); `false` when its claim was lost.
+async fn commit(
+    batches: &Arc<Batches>,
+    id: &str,
+    line: i64,
+    attempts: i64,
+    outcome: Outcome,
+) -> bool {
+    let outcome = Arc::new(outcome);
+    let mut wait = RECOMMIT.0;
+    loop {
+        let (id, owner, outcome) = (id.to_string(), batches.owner.clone(), Arc::clone(&outcome));
         let committed = batches
-            .with(move |db, _| {
+            .results
+            .run(move |db, _| {
                 db.tx(|tx| store::commit(tx, &id, line, &owner, attempts, &outcome))
                     .map_err(db_error)
             })
             .await;
         match committed {
-            Ok(true) => serve.counted(&p.model, &client, label),
-            Ok(false) => {
-                tracing::warn!(line, "batch line's claim was lost; its result is not kept")
+            Ok(kept) => return kept,
+            Err(e) => {
+                tracing::warn!(error = %e, line, retry_in = ?wait, "batch line's result not committed");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RECOMMIT.1);
             }
-            Err(e) => tracing::warn!(error = %e, line, "batch line's result not committed"),
         }
     }
 }
@@ -256,8 +291,10 @@ async fn validate(
     limits: &config::Batches,
 ) -> Result<(), ProxyError> {
     let (b, serve, max_lines) = (b.clone(), Arc::clone(serve), limits.max_lines);
+    let max_body = serve.body_limit();
     batches
-        .with(move |db, files| {
+        .runner
+        .run(move |db, files| {
             let now = now_s();
             let from = [store::VALIDATING];
             let failed = |db: &mut dyn Db, errors: Vec<serde_json::Value>| {
@@ -275,7 +312,7 @@ async fn validate(
                 return failed(db, vec![e.to_json()]).map_err(db_error);
             };
             let usable = |model: &str| serve.usable(&b.client, model);
-            match super::input::read(&text, &b.endpoint, max_lines, &usable) {
+            match super::input::read(&text, &b.endpoint, max_lines, max_body, &usable) {
                 Ok(lines) => db
                     .tx(|tx| store::start(tx, &b.id, &lines, now).map(drop))
                     .map_err(db_error),
@@ -296,7 +333,8 @@ const ENDED_ELSEWHERE: &str = "ended by another process";
 async fn end(batches: &Arc<Batches>, b: &BatchRow, status: &'static str) -> Result<(), ProxyError> {
     let b = b.clone();
     batches
-        .with(move |db, files| {
+        .runner
+        .run(move |db, files| {
             let now = now_s();
             let (code, message) = match status {
                 store::EXPIRED => (

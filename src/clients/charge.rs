@@ -1,7 +1,7 @@
-//! A client's request admitted against its limits: a place among its requests in flight, its
-//! tokens reserved (prompt and `max_tokens`) and its GPU time (as predicted) in its budgets of
-//! the day and month and its limits of a minute, settled from the usage and the work measured
-//! when it ends.
+//! A client's request admitted against its limits: a place among its requests in flight (not
+//! for a batch's line, which `[batches]` bounds), its tokens reserved (prompt and `max_tokens`)
+//! and its GPU time (as predicted) in its budgets of the day and month and its limits of a
+//! minute, settled from the usage and the work measured when it ends.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -28,21 +28,24 @@ pub struct Charge {
     budgeted: Option<(u64, u64)>,
     /// Its place among the client's requests in flight in the shared store, if any.
     _place: Option<crate::shared::lease::Lease>,
+    /// Whether it is counted among the client's requests in flight (a batch's line is not).
+    live: bool,
 }
 
 impl Charge {
     /// Admit a request of `caller` whose prompt is `prompt` tokens, which asks room for
-    /// `output` more and is predicted at `gpu` GPU-milliseconds: its place in flight, then one
-    /// request and the tokens of its limits, then its GPU time.
+    /// `output` more and is predicted at `gpu` GPU-milliseconds: its place in flight (when it is
+    /// `live`, the client's own; a batch's line is not, its client's `max_concurrent` is for its
+    /// people), then one request and the tokens of its limits, then its GPU time.
     pub async fn admit(
         caller: &Caller,
         prompt: u64,
         output: u64,
         gpu: u64,
+        live: bool,
     ) -> Result<Charge, ProxyError> {
         let state = &caller.state;
         let spec = &caller.spec;
-        let n = state.inflight.fetch_add(1, Ordering::AcqRel);
         let mut charge = Charge {
             caller: caller.clone(),
             reserved: 0,
@@ -51,20 +54,13 @@ impl Charge {
             gpu: 0,
             budgeted: None,
             _place: None,
+            live,
         };
-        state.metrics.inflight.inc();
-        if let Some(max) = spec.max_concurrent {
-            match state.limiter.enter(max.get(), n).await {
-                Ok(place) => charge._place = place,
-                Err(()) => {
-                    state.metrics.refused(RefusalReason::concurrency);
-                    return Err(ProxyError::RateLimited {
-                        client: spec.name.clone(),
-                        detail: format!("{max} requests in flight, the most this client may have"),
-                        quota: false,
-                        retry_after: Some(1),
-                    });
-                }
+        if live {
+            let n = state.inflight.fetch_add(1, Ordering::AcqRel);
+            state.metrics.inflight.inc();
+            if let Some(max) = spec.max_concurrent {
+                charge.enter(max.get(), n).await?;
             }
         }
         let cost = prompt + output;
@@ -95,6 +91,27 @@ impl Charge {
             charge.gpu = gpu;
         }
         Ok(charge)
+    }
+
+    /// A place among at most `max` requests of the client in flight, `here` of them in this
+    /// process already; a 429 when none is free.
+    async fn enter(&mut self, max: u32, here: u32) -> Result<(), ProxyError> {
+        let state = &self.caller.state;
+        match state.limiter.enter(max, here).await {
+            Ok(place) => {
+                self._place = place;
+                Ok(())
+            }
+            Err(()) => {
+                state.metrics.refused(RefusalReason::concurrency);
+                Err(ProxyError::RateLimited {
+                    client: self.caller.spec.name.clone(),
+                    detail: format!("{max} requests in flight, the most this client may have"),
+                    quota: false,
+                    retry_after: Some(1),
+                })
+            }
+        }
     }
 
     /// Gives back what was reserved: the request was refused after all.
@@ -238,6 +255,9 @@ impl Settle for Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
+        if !self.live {
+            return;
+        }
         let state = &self.caller.state;
         state.inflight.fetch_sub(1, Ordering::AcqRel);
         state.metrics.inflight.dec();

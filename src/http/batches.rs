@@ -380,6 +380,10 @@ impl Serve for Lines {
         }
     }
 
+    fn body_limit(&self) -> usize {
+        self.0.live.load().config.server.body_limit
+    }
+
     fn limits(&self) -> crate::config::Batches {
         self.0.live.load().config.batches
     }

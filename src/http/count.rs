@@ -53,7 +53,7 @@ pub async fn answer(
         let routed = resolve(&snap, &mut rec, &req)?;
         if let Some(c) = &req.caller {
             // One request of the client's limits (no tokens: a count generates none).
-            rec.charge = Some(Box::new(Charge::admit(c, 0, 0, 0).await?));
+            rec.charge = Some(Box::new(Charge::admit(c, 0, 0, 0, true).await?));
         }
         let live = &routed.route.alias;
         let alias = &*live.spec;

@@ -176,13 +176,25 @@ where
     check_content_type(headers)?;
     let server = &snap.config.server;
     let body = read_body(body, server.body_limit, BodyTime::of(server), headers).await?;
-    // Refused before any backend's parser meets it (one may drop the connection on it).
-    if crate::json_depth::deeper_than(&body, server.client.json_depth_limit) {
+    within_limits(server, &body)?;
+    Ok(body)
+}
+
+/// A body had whole (read, or a batch's line) held to what intake allows: at most
+/// `body_limit_bytes`, nested no deeper than `json_depth_limit` — refused before any backend's
+/// parser meets it (one may drop the connection on it).
+pub fn within_limits(server: &crate::config::Server, body: &[u8]) -> Result<(), ProxyError> {
+    if body.len() > server.body_limit {
+        return Err(ProxyError::PayloadTooLarge {
+            limit: server.body_limit,
+        });
+    }
+    if crate::json_depth::deeper_than(body, server.client.json_depth_limit) {
         return Err(ProxyError::TooDeep {
             limit: server.client.json_depth_limit,
         });
     }
-    Ok(body)
+    Ok(())
 }
 
 /// The answer to the client: the error rendered in the API's envelope if there is one, the

@@ -4,7 +4,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Request};
 use axum::response::Response;
 use bytes::Bytes;
 
-use super::intake::{identify, request_id, respond, routed_body};
+use super::intake::{identify, request_id, respond, routed_body, within_limits};
 use crate::clients::Caller;
 use crate::error::{Echo, ProxyError};
 use crate::live::{AppState, Snapshot};
@@ -102,9 +102,9 @@ fn known(
     }
 }
 
-/// One line of a batch of `caller`'s, to `path` (its batch's endpoint): through the whole
-/// pipeline as a request of the `idle` class, answered whole; and how long it waited for a
-/// slot.
+/// One line of a batch of `caller`'s, to `path` (its batch's endpoint): held to intake's
+/// limits of a body (as they are now), then through the whole pipeline as a request of the
+/// `idle` class, answered whole; and how long it waited for a slot.
 pub async fn line(
     state: &AppState,
     caller: Option<Caller>,
@@ -133,7 +133,10 @@ pub async fn line(
         caller,
         idle: true,
     };
-    let result = pipeline::handle(state, &snap, &mut rec, req).await;
+    let result = match within_limits(&snap.config.server, &req.body) {
+        Ok(()) => pipeline::handle(state, &snap, &mut rec, req).await,
+        Err(e) => Err(e),
+    };
     (respond(&mut rec, adapter, result), rec.queued)
 }
 

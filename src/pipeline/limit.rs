@@ -45,7 +45,11 @@ pub async fn charge(
     } else {
         0
     };
-    call.rec.charge = Some(Box::new(Charge::admit(caller, prompt, output, gpu).await?));
+    // A batch's line takes no place among its client's requests in flight: `[batches]` bounds
+    // its lines, and its people keep their `max_concurrent`.
+    let live = !call.req.idle;
+    let charge = Charge::admit(caller, prompt, output, gpu, live).await?;
+    call.rec.charge = Some(Box::new(charge));
     Ok(())
 }
 

@@ -105,3 +105,19 @@ pub fn ids(lines: &[Value]) -> Vec<String> {
     ids.sort();
     ids
 }
+
+/// A chat line of the batch input, its message `marker-{id}` (the backend's requests are told
+/// apart by it).
+pub fn chat_line(id: &str, model: &str, max_tokens: i64) -> String {
+    json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+           "body": {"model": model, "max_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": format!("marker-{id}")}]}})
+    .to_string()
+}
+
+/// `n` chat lines `l0`, `l1`, … of `model`, one per line of the text.
+pub fn chat_lines(n: usize, model: &str) -> String {
+    (0..n)
+        .map(|i| chat_line(&format!("l{i}"), model, 3) + "\n")
+        .collect()
+}
