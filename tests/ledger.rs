@@ -180,6 +180,38 @@ fn usage_without_a_ledger_says_so() {
     assert!(err.contains("no [ledger]"), "{err}");
 }
 
+#[test]
+fn usage_reads_the_ledger_with_client_key_variables_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, path) = (dir.path().join("usage.db"), dir.path().join("routes.toml"));
+    let url = LedgerUrl::Sqlite(db.clone());
+    ledger::with_store(&url, |s| s.write("earlier", &[row("ann", 0)])).unwrap();
+    // The serving process has these variables; the operator's shell reading usage has none.
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nadmin_keys_env = \"SB_T_USAGE_NEVER_SET_ADMIN\"\n\
+             [backends.b]\nurl = \"http://127.0.0.1:9\"\nflavor = \"llamacpp\"\n\
+             [aliases.a]\nbackend = \"b\"\n\
+             [clients.ann]\nkey_env = \"SB_T_USAGE_NEVER_SET_ANN\"\n\
+             [ledger]\nurl = \"sqlite://{}\"\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["usage", "--format", "csv", "--by", "client", "--config"])
+        .arg(&path)
+        .env_remove("SB_T_USAGE_NEVER_SET_ADMIN")
+        .env_remove("SB_T_USAGE_NEVER_SET_ANN")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let csv = String::from_utf8(out.stdout).unwrap();
+    assert!(csv.lines().nth(1).unwrap().starts_with("ann,1,0,10,"), "{csv}");
+}
+
 fn pg_settings(url: &str) -> Settings {
     Settings {
         url: LedgerUrl::Postgres(url.to_string()),
