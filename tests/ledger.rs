@@ -209,7 +209,10 @@ fn usage_reads_the_ledger_with_client_key_variables_unset() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let csv = String::from_utf8(out.stdout).unwrap();
-    assert!(csv.lines().nth(1).unwrap().starts_with("ann,1,0,10,"), "{csv}");
+    assert!(
+        csv.lines().nth(1).unwrap().starts_with("ann,1,0,10,"),
+        "{csv}"
+    );
 }
 
 fn pg_settings(url: &str) -> Settings {
@@ -310,6 +313,42 @@ fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
         Ledger::start(&pg_settings(&url), Counters::default(), Default::default()).unwrap_err();
     assert!(err.contains("schema version 99"), "{err}");
     assert!(!err.contains("password"), "{err}");
+}
+
+#[test]
+fn a_postgres_ledger_made_before_the_index_by_client_gets_it_and_reads_a_client_through_it() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = LedgerUrl::Postgres(pg.url());
+    // A database as version 3 left it: the newest version's index not made.
+    ledger::with_store(&url, |s| match s {
+        ledger::Store::Postgres(c, _) => c
+            .batch_execute(
+                "DROP INDEX requests_client; DELETE FROM ledger_schema WHERE version > 3",
+            )
+            .map_err(|e| e.to_string()),
+        ledger::Store::Sqlite(..) => Err("not postgres".into()),
+    })
+    .unwrap();
+    let index = "SELECT count(*) FROM pg_indexes WHERE indexname = 'requests_client'";
+    let rows: Vec<Row> = (0..30)
+        .map(|i| Row {
+            seq: i as i64,
+            ..row(["ann", "bob"][i % 2], i as i64)
+        })
+        .collect();
+    let now = ledger::now_ms();
+    let own = ledger::with_store(&url, move |s| {
+        s.write("p", &rows)?;
+        s.buckets(60_000, now - 3_600_000, now + 60_000, Some("bob"))
+    })
+    .unwrap();
+    assert_eq!(pg_count(&pg.url(), index), 1);
+    assert_eq!(
+        pg_count(&pg.url(), "SELECT max(version) FROM ledger_schema"),
+        ledger::SCHEMA_VERSION
+    );
+    assert!(own.iter().all(|b| b.client == "bob"), "{own:?}");
+    assert_eq!(own.iter().map(|b| b.requests).sum::<i64>(), 15);
 }
 
 #[test]
