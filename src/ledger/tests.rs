@@ -14,6 +14,8 @@ fn settings(dir: &tempfile::TempDir) -> Settings {
         buffer_rows: 1000,
         retention_days: 0,
         budget_refresh: Duration::from_secs(5),
+        check_interval: Duration::from_secs(3600),
+        required: false,
     }
 }
 
@@ -334,4 +336,44 @@ fn a_clients_minute_buckets_are_read_through_the_index_by_client() {
         .unwrap();
     assert_eq!(own.iter().map(|b| b.requests).sum::<i64>(), 30, "{own:?}");
     assert!(own.iter().all(|b| b.client == "bob"), "{own:?}");
+}
+
+#[test]
+fn a_ledger_that_cannot_be_used_starts_out_of_use_unless_required_and_opens_again_when_sound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(&dir);
+    let path = dir.path().join("usage.db");
+    std::fs::write(&path, vec![0x5a; 8192]).unwrap();
+    s.required = true;
+    let err = Ledger::start(&s, Counters::default(), None).unwrap_err();
+    assert!(
+        err.contains("is corrupt") && err.contains("not a database"),
+        "{err}"
+    );
+    s.required = false;
+    let counters = Counters::default();
+    let ledger = Ledger::start(&s, counters.clone(), None).unwrap();
+    assert_eq!(counters.up.get(), 0);
+    let (why, ..) = ledger.trouble();
+    assert!(why.unwrap().contains("is corrupt"));
+    for i in 0..5 {
+        ledger.record(row(0, "ann", "a", 1_796_515_200_000 + i));
+    }
+    assert_eq!(raw_of(&path), None, "nothing is written to a damaged file");
+    // The operator moves the damaged file aside: a new one is made at the next try.
+    std::fs::rename(&path, dir.path().join("usage.db.damaged")).unwrap();
+    until("the rows written to a new file", || {
+        counters.written.get() == 5
+    });
+    assert_eq!(counters.up.get(), 1);
+    assert_eq!(ledger.trouble().0, None);
+    ledger.close();
+    assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 5);
+}
+
+/// The rows of the SQLite file at `path`, where it is a ledger.
+fn raw_of(path: &std::path::Path) -> Option<i64> {
+    let c = rusqlite::Connection::open(path).ok()?;
+    c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))
+        .ok()
 }
