@@ -341,14 +341,17 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
     Ok(())
 }
 
-/// Totals from the ledger since `since` ago, grouped `by`, printed as `format`.
+/// Totals from the ledger of the config at `path` since `since` ago, grouped `by`, printed as
+/// `format`.
 fn usage(
-    cfg: &Config,
+    path: &std::path::Path,
     since: std::time::Duration,
     by: &[cli::UsageBy],
     format: switchboard::ledger::report::Format,
 ) -> Result<(), String> {
-    let Some(ledger) = &cfg.ledger else {
+    let ledger = config::load_ledger(path)
+        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    let Some(ledger) = ledger else {
         return Err("no [ledger] in the config: usage is not recorded".into());
     };
     let dims: Vec<_> = by.iter().map(|b| b.dim()).collect();
@@ -412,7 +415,7 @@ async fn run(cli: Cli) -> Result<Done, String> {
             since,
             by,
             format,
-        } => usage(&load(&config)?, *since, &by, format),
+        } => usage(&config, *since, &by, format),
     };
     done.map(|()| Done::Ok)
 }

@@ -180,6 +180,41 @@ fn usage_without_a_ledger_says_so() {
     assert!(err.contains("no [ledger]"), "{err}");
 }
 
+#[test]
+fn usage_reads_the_ledger_with_client_key_variables_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, path) = (dir.path().join("usage.db"), dir.path().join("routes.toml"));
+    let url = LedgerUrl::Sqlite(db.clone());
+    ledger::with_store(&url, |s| s.write("earlier", &[row("ann", 0)])).unwrap();
+    // The serving process has these variables; the operator's shell reading usage has none.
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nadmin_keys_env = \"SB_T_USAGE_NEVER_SET_ADMIN\"\n\
+             [backends.b]\nurl = \"http://127.0.0.1:9\"\nflavor = \"llamacpp\"\n\
+             [aliases.a]\nbackend = \"b\"\n\
+             [clients.ann]\nkey_env = \"SB_T_USAGE_NEVER_SET_ANN\"\n\
+             [ledger]\nurl = \"sqlite://{}\"\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["usage", "--format", "csv", "--by", "client", "--config"])
+        .arg(&path)
+        .env_remove("SB_T_USAGE_NEVER_SET_ADMIN")
+        .env_remove("SB_T_USAGE_NEVER_SET_ANN")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let csv = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        csv.lines().nth(1).unwrap().starts_with("ann,1,0,10,"),
+        "{csv}"
+    );
+}
+
 fn pg_settings(url: &str) -> Settings {
     Settings {
         url: LedgerUrl::Postgres(url.to_string()),
@@ -188,6 +223,8 @@ fn pg_settings(url: &str) -> Settings {
         buffer_rows: 10_000,
         retention_days: 0,
         budget_refresh: Duration::from_secs(5),
+        check_interval: Duration::from_secs(3600),
+        required: false,
     }
 }
 
@@ -274,10 +311,52 @@ fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
         ledger::Store::Sqlite(..) => Ok(()),
     })
     .unwrap();
-    let err =
-        Ledger::start(&pg_settings(&url), Counters::default(), Default::default()).unwrap_err();
+    let required = Settings {
+        required: true,
+        ..pg_settings(&url)
+    };
+    let err = Ledger::start(&required, Counters::default(), Default::default()).unwrap_err();
     assert!(err.contains("schema version 99"), "{err}");
     assert!(!err.contains("password"), "{err}");
+    // Not required: out of use, and said so.
+    let l = Ledger::start(&pg_settings(&url), Counters::default(), Default::default()).unwrap();
+    assert!(l.trouble().0.unwrap().contains("schema version 99"));
+}
+
+#[test]
+fn a_postgres_ledger_made_before_the_index_by_client_gets_it_and_reads_a_client_through_it() {
+    let Some(pg) = Postgres::start() else { return };
+    let url = LedgerUrl::Postgres(pg.url());
+    // A database as version 3 left it: the newest version's index not made.
+    ledger::with_store(&url, |s| match s {
+        ledger::Store::Postgres(c, _) => c
+            .batch_execute(
+                "DROP INDEX requests_client; DELETE FROM ledger_schema WHERE version > 3",
+            )
+            .map_err(|e| e.to_string()),
+        ledger::Store::Sqlite(..) => Err("not postgres".into()),
+    })
+    .unwrap();
+    let index = "SELECT count(*) FROM pg_indexes WHERE indexname = 'requests_client'";
+    let rows: Vec<Row> = (0..30)
+        .map(|i| Row {
+            seq: i as i64,
+            ..row(["ann", "bob"][i % 2], i as i64)
+        })
+        .collect();
+    let now = ledger::now_ms();
+    let own = ledger::with_store(&url, move |s| {
+        s.write("p", &rows)?;
+        s.buckets(60_000, now - 3_600_000, now + 60_000, Some("bob"))
+    })
+    .unwrap();
+    assert_eq!(pg_count(&pg.url(), index), 1);
+    assert_eq!(
+        pg_count(&pg.url(), "SELECT max(version) FROM ledger_schema"),
+        ledger::SCHEMA_VERSION
+    );
+    assert!(own.iter().all(|b| b.client == "bob"), "{own:?}");
+    assert_eq!(own.iter().map(|b| b.requests).sum::<i64>(), 15);
 }
 
 #[test]
@@ -619,4 +698,231 @@ async fn a_graceful_shutdown_writes_the_rows_that_wait() {
     let exit = proxy.stop().await;
     assert!(exit.success(), "{exit:?}");
     assert_eq!(raw::<i64>(&db, "SELECT count(*) FROM requests"), 5);
+}
+
+/// The SQLite ledger at `db` with `n` rows of today, as an earlier process left it: a few
+/// hundred pages.
+fn filled(db: &Path, n: usize) {
+    let url = LedgerUrl::Sqlite(db.to_path_buf());
+    let rows: Vec<Row> = (0..n)
+        .map(|i| Row {
+            seq: i as i64,
+            ..row(["ann", "bob", "cy"][i % 3], i as i64)
+        })
+        .collect();
+    ledger::with_store(&url, move |s| {
+        rows.chunks(1000).try_for_each(|c| s.write("earlier", c))
+    })
+    .unwrap();
+}
+
+/// The middle third of the SQLite file `db` overwritten with bytes no page holds, as a disk
+/// or a stray writer might.
+fn corrupt(db: &Path) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(db).unwrap();
+    let third = f.metadata().unwrap().len() / 4096 / 3 * 4096;
+    assert!(third >= 50 * 4096, "a file of {third} bytes a third");
+    f.seek(SeekFrom::Start(third)).unwrap();
+    f.write_all(&vec![0xa5; third as usize]).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// `switchboard_ledger_up` of the proxy at `base`.
+async fn ledger_up(base: &str) -> f64 {
+    sample(&metrics_at(base).await, "switchboard_ledger_up")
+}
+
+/// The status page of the proxy at `base`, as the client of `key` sees it (none: an open
+/// proxy's).
+async fn status_page(base: &str, key: Option<&str>) -> String {
+    let mut req = client().get(format!("{base}/"));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let r = req.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap()
+}
+
+/// A non-streamed chat with alias `frank` at `base` as the client of `key` (none: no client);
+/// its status and body.
+async fn chat_at(base: &str, key: Option<&str>) -> (u16, serde_json::Value) {
+    let mut req = client()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&chat("frank", false));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let r = within("an answer", req.send()).await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_sqlite_ledger_corrupted_under_a_running_proxy_is_said_and_the_proxy_keeps_serving() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    filled(&db, 20_000);
+    let config = frank_config(&gpu.url(), &format!("sqlite://{}", db.display()), 10)
+        + "check_interval_ms = 50\n";
+    let proxy = Served::start(&config, &[]).await;
+    for _ in 0..20 {
+        assert_eq!(chat_at(&proxy.base, None).await.0, 200);
+    }
+    within("20 rows written", async {
+        while rows_written(&proxy.base).await < 20.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(ledger_up(&proxy.base).await, 1.0);
+    corrupt(&db);
+    // The next check reads the file through: the metric, the page and the log say so.
+    within("switchboard_ledger_up 0", async {
+        while ledger_up(&proxy.base).await != 0.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let page = status_page(&proxy.base, None).await;
+    assert!(page.contains("usage.db is corrupt"), "{page}");
+    let log = proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("usage ledger") && l.contains("corrupt")),
+        "{log}"
+    );
+    // Served all the while; the rows are no longer written into the damaged file.
+    let written = rows_written(&proxy.base).await;
+    for _ in 0..20 {
+        assert_eq!(chat_at(&proxy.base, None).await.0, 200);
+    }
+    let text = metrics_at(&proxy.base).await;
+    assert_eq!(
+        sample(&text, "switchboard_ledger_rows_written_total"),
+        written
+    );
+    assert_eq!(sample(&text, "switchboard_ledger_rows_waiting"), 20.0);
+}
+
+/// A proxy answering alias `frank` from `backend` with its ledger at the SQLite file `db`, and
+/// clients `capped` (a budget of a day) and `free` (none) of keys `capped-key`, `free-key`.
+fn budgeted_config(backend: &str, db: &Path) -> String {
+    frank_config(backend, &format!("sqlite://{}", db.display()), 10)
+        + "[clients.capped]\nkey_env = \"SB_T_LEDGER_CAPPED\"\ntokens_per_day = 100000\n\
+           [clients.free]\nkey_env = \"SB_T_LEDGER_FREE\"\n"
+}
+
+const BUDGET_KEYS: [(&str, &str); 2] = [
+    ("SB_T_LEDGER_CAPPED", "capped-key"),
+    ("SB_T_LEDGER_FREE", "free-key"),
+];
+
+#[tokio::test]
+async fn a_sqlite_ledger_corrupt_at_start_is_said_and_the_proxy_serves_without_it() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    filled(&db, 20_000);
+    corrupt(&db);
+    let proxy = Served::start(&budgeted_config(&gpu.url(), &db), &BUDGET_KEYS).await;
+    assert_eq!(ledger_up(&proxy.base).await, 0.0);
+    let page = status_page(&proxy.base, Some("free-key")).await;
+    assert!(page.contains("usage.db is corrupt"), "{page}");
+    let log = proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("usage ledger") && l.contains("corrupt")),
+        "{log}"
+    );
+    assert_eq!(chat_at(&proxy.base, Some("free-key")).await.0, 200);
+    // What the client with a budget of a day spent today is not known: refused, not guessed.
+    let (status, body) = chat_at(&proxy.base, Some("capped-key")).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "ledger_unavailable", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("capped") && !message.contains("usage.db"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_required_ledger_corrupt_at_start_stops_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    filled(&db, 20_000);
+    corrupt(&db);
+    let path = dir.path().join("routes.toml");
+    let config = frank_config(
+        "http://127.0.0.1:9",
+        &format!("sqlite://{}", db.display()),
+        10,
+    ) + "required = true\n";
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env(
+            "SWITCHBOARD_SERVER__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > end {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the proxy serves on a corrupt ledger that is required");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(
+        err.contains("ledger.url") && err.contains("usage.db is corrupt"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_to_a_ledger_that_cannot_be_used_fails_and_keeps_the_one_in_force() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (db, damaged) = (dir.path().join("usage.db"), dir.path().join("damaged.db"));
+    filled(&damaged, 20_000);
+    corrupt(&damaged);
+    let path = dir.path().join("routes.toml");
+    let config = |db: &Path| frank_config(&gpu.url(), &format!("sqlite://{}", db.display()), 10);
+    std::fs::write(&path, config(&db)).unwrap();
+    let cfg = switchboard::config::load(&path).unwrap();
+    let p = start(switchboard::live::AppState::new(cfg, Some(path.clone())).unwrap()).await;
+    std::fs::write(&path, config(&damaged)).unwrap();
+    let err = switchboard::live::reload::reload(&p.state)
+        .await
+        .unwrap_err();
+    assert!(err.contains("damaged.db is corrupt"), "{err}");
+    let ledger = p.state.live.load_full().ledger.clone().unwrap();
+    assert_eq!(ledger.settings().url, LedgerUrl::Sqlite(db.clone()));
+    assert_eq!(p.state.metrics.ledger.up.get(), 1);
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .json(&chat("frank", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let written = p.state.metrics.ledger.written.clone();
+    until("the row written to the ledger in force", || {
+        written.get() >= 1
+    })
+    .await;
+    assert_eq!(raw::<i64>(&db, "SELECT count(*) FROM requests"), 1);
 }

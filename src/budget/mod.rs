@@ -2,9 +2,14 @@
 //! start of the day and the month in the budgets' time zone. What this process charged is
 //! counted here; what other processes (and this client's earlier runs) spent comes from the
 //! usage ledger, which posts it to a [`Board`] at start and every `ledger.budget_refresh_ms`.
-//! Without a ledger a budget counts this process alone, from its start.
+//! Without a ledger a budget counts this process alone, from its start. With a ledger that has
+//! not read what was spent since this process started it (its database could not be opened,
+//! or is damaged), nothing is known of the rest: a client's requests are refused until it is
+//! read, never let through on a guess. Once read, the figures last read stand while the ledger
+//! cannot read again, this process's own charges added as they go.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -121,6 +126,8 @@ pub struct Spent {
 pub struct Board {
     spent: Mutex<Arc<Spent>>,
     calendar: Mutex<Option<Calendar>>,
+    /// Whether `spent` was posted once.
+    read: AtomicBool,
 }
 
 impl Board {
@@ -128,11 +135,18 @@ impl Board {
         Board {
             spent: Mutex::default(),
             calendar: Mutex::new(calendar),
+            read: AtomicBool::new(false),
         }
     }
 
     pub fn post(&self, spent: Spent) {
         *self.spent.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(spent);
+        self.read.store(true, Ordering::Release);
+    }
+
+    /// Whether what was spent was read once (the ledger posted it).
+    pub fn is_read(&self) -> bool {
+        self.read.load(Ordering::Acquire)
     }
 
     pub fn spent(&self) -> Arc<Spent> {
@@ -198,6 +212,12 @@ impl Budgets {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether what was spent of its budgets is known: always without a ledger (this process
+    /// counts alone), with one once it has read what was spent.
+    pub fn known(&self) -> bool {
+        self.lock().board.as_ref().is_none_or(|b| b.is_read())
     }
 
     /// Take `tokens` and `gpu_ms` from every budget, or say which refuses them: one that can

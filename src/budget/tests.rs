@@ -132,3 +132,16 @@ async fn a_reload_keeps_what_was_spent_and_a_new_zone_starts_a_new_day() {
     // 21:00 in Tokyo: three hours to its midnight.
     assert_eq!(left.reset, Duration::from_secs(3 * 3600));
 }
+
+#[test]
+fn what_was_spent_is_known_without_a_ledger_and_with_one_once_it_read_it() {
+    let clock = Clock::at(ms("2026-12-06T12:00:00Z"));
+    let limits = tokens(Some(1000), None);
+    let alone = Budgets::new("c", limits, Calendar::default(), None, clock);
+    assert!(alone.known());
+    let board = Arc::new(Board::new(Some(Calendar::default())));
+    let b = Budgets::new("c", limits, Calendar::default(), Some(board.clone()), clock);
+    assert!(!b.known(), "nothing read yet");
+    board.post(Spent::default());
+    assert!(b.known());
+}

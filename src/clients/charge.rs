@@ -66,6 +66,15 @@ impl Charge {
         let cost = prompt + output;
         let gpu = if spec.counts_gpu() { gpu } else { 0 };
         if spec.counts_days() {
+            if !state.budgets.known() {
+                // Refused, not guessed: its budgets would count from zero.
+                return Err(ProxyError::LedgerUnavailable {
+                    detail: format!(
+                        "what client {} spent of its budgets of a day and a month is not read yet",
+                        spec.name
+                    ),
+                });
+            }
             state.budgets.reserve(cost, gpu).map_err(|r| {
                 state.metrics.refused(RefusalReason::quota);
                 over_budget(&spec.name, r)

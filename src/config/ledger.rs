@@ -17,6 +17,8 @@ pub struct RawLedger {
     pub buffer_rows: Option<u64>,
     pub retention_days: Option<u64>,
     pub budget_refresh_ms: Option<u64>,
+    pub check_interval_ms: Option<u64>,
+    pub required: Option<bool>,
 }
 
 /// The database a ledger is kept in.
@@ -61,6 +63,12 @@ pub struct Ledger {
     pub retention_days: u64,
     /// How often what other processes spent of the clients' day and month budgets is read.
     pub budget_refresh: Duration,
+    /// How often a SQLite ledger reads its file through for corruption (`PRAGMA quick_check`
+    /// on a connection of its own); it also does at start and after a failed write or read.
+    pub check_interval: Duration,
+    /// A database that cannot be opened, or fails its check, at start stops the proxy; without,
+    /// the proxy serves without the ledger and says so. (A reload to one fails either way.)
+    pub required: bool,
 }
 
 impl Ledger {
@@ -73,6 +81,8 @@ impl Ledger {
             buffer_rows: DEFAULTS.2 as usize,
             retention_days: DEFAULTS.3,
             budget_refresh: Duration::from_millis(DEFAULTS.4),
+            check_interval: Duration::from_millis(CHECK_INTERVAL_MS),
+            required: false,
         }
     }
 }
@@ -80,6 +90,9 @@ impl Ledger {
 /// `batch_rows`, `batch_interval_ms`, `buffer_rows`, `retention_days`, `budget_refresh_ms`
 /// unset.
 const DEFAULTS: (u64, u64, u64, u64, u64) = (500, 1000, 100_000, 90, 5000);
+
+/// `check_interval_ms` unset: an hour.
+const CHECK_INTERVAL_MS: u64 = 3_600_000;
 
 /// The `[ledger]` section: `None` when no `url` is set and no `data_dir` (no ledger); without a
 /// `url`, a SQLite file `usage.db` in `data_dir`.
@@ -129,6 +142,12 @@ pub fn validate(
         refresh,
         (10, 3_600_000),
     );
+    let check_interval = bounded(
+        "check_interval_ms",
+        raw.check_interval_ms,
+        CHECK_INTERVAL_MS,
+        (10, 86_400_000),
+    );
     if buffer_rows < batch_rows {
         errs.push(bad(
             "buffer_rows",
@@ -143,6 +162,8 @@ pub fn validate(
         buffer_rows: buffer_rows as usize,
         retention_days,
         budget_refresh: Duration::from_millis(budget_refresh),
+        check_interval: Duration::from_millis(check_interval),
+        required: raw.required.unwrap_or(false),
     })
 }
 

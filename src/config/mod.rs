@@ -85,6 +85,20 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     validate(load_raw(path)?)
 }
 
+/// The `[ledger]` of the config at `path` alone, where `server.data_dir` puts it: what
+/// `switchboard usage` reads. The other sections are not validated (the environment variables
+/// of the clients' keys belong to the serving process).
+pub fn load_ledger(path: &Path) -> Result<Option<Ledger>, ConfigErrors> {
+    let raw = load_raw(path)?;
+    let mut errs = Vec::new();
+    let data_dir = server::data_dir(raw.server.data_dir.as_deref(), &mut errs);
+    let ledger = ledger::validate(raw.ledger, data_dir.as_deref(), &mut errs);
+    match errs.is_empty() {
+        true => Ok(ledger),
+        false => Err(ConfigErrors(errs)),
+    }
+}
+
 /// Parse a config from TOML text (no environment): for tests and tools.
 pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
     let raw = Figment::new()

@@ -350,7 +350,10 @@ fn budget_timezone(raw: Option<&str>, errs: &mut Vec<ConfigError>) -> crate::cal
 }
 
 /// `server.data_dir`: a path, not an empty one (whether it exists is not read here).
-fn data_dir(raw: Option<&str>, errs: &mut Vec<ConfigError>) -> Option<std::path::PathBuf> {
+pub(super) fn data_dir(
+    raw: Option<&str>,
+    errs: &mut Vec<ConfigError>,
+) -> Option<std::path::PathBuf> {
     if raw == Some("") {
         errs.push(ConfigError::BadValue {
             key: "server.data_dir".into(),

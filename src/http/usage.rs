@@ -67,8 +67,9 @@ async fn answer(snap: &Snapshot, only: Option<String>, query: Option<&str>) -> R
     let url = ledger.url.clone();
     let (from, to) = (q.first_ms(), q.last_ms());
     let width = q.width_ms;
+    let client = only.clone();
     let read = tokio::task::spawn_blocking(move || {
-        ledger::with_store(&url, move |s| s.buckets(width, from, to))
+        ledger::with_store(&url, move |s| s.buckets(width, from, to, client.as_deref()))
     })
     .await;
     match read {

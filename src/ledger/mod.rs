@@ -7,8 +7,13 @@
 //! a batch, not once a row (a wake a row cost more than the row's insert). While the
 //! database is slow or down, rows wait up to `buffer_rows`; more are dropped, counted and
 //! logged once. The same thread reads what other processes spent of the clients' budgets of a
-//! day and a month, at start and every `budget_refresh_ms`, for [`crate::budget`].
+//! day and a month, at start and every `budget_refresh_ms`, for [`crate::budget`]. A database
+//! that cannot be opened, or a SQLite file found damaged (read through at start, every
+//! `check_interval_ms` and after a failed write or read), is out of use: the proxy serves
+//! without it and says so (`switchboard_ledger_up` 0, the status page, the log), or, where the
+//! ledger is `required`, does not start.
 
+mod check;
 pub mod report;
 mod schema;
 pub mod store;
@@ -74,7 +79,8 @@ pub struct Counters {
     pub written: Counter,
     /// Rows given up: `buffer_rows` were waiting.
     pub dropped: Counter,
-    /// 1 while the last write (or the start) succeeded, 0 while writes fail.
+    /// 1 while the database is open and its last write succeeded; 0 while writes fail or it
+    /// is out of use (it could not be opened, or is damaged).
     pub up: Gauge,
     /// Rows handed in and not yet written or dropped (what `buffer_rows` bounds).
     pub waiting: Gauge,
@@ -199,13 +205,21 @@ impl Shared {
     fn set_trouble(&self, t: Option<String>) {
         *self.trouble.lock().unwrap_or_else(PoisonError::into_inner) = t;
     }
+
+    fn trouble(&self) -> Option<String> {
+        self.trouble
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl Ledger {
-    /// Opens the database (migrating it) and reads what was spent of the budgets of the day
-    /// and month of `calendar` (none: no client has such a budget, nothing is read), then
-    /// starts the writer thread. An error says why the database
-    /// cannot be used (the serve command fails with it at start).
+    /// Opens the database (checking and migrating it) and reads what was spent of the budgets
+    /// of the day and month of `calendar` (none: no client has such a budget, nothing is read),
+    /// then starts the writer thread. A database that cannot be used is an error saying why
+    /// where the ledger is `required` (the serve command fails with it at start); otherwise the
+    /// ledger starts out of use, and tries again.
     pub fn start(
         settings: &config::Ledger,
         counters: Counters,
@@ -222,14 +236,28 @@ impl Ledger {
             board: Arc::new(Board::new(calendar)),
         });
         let thread = writer::spawn(settings.clone(), Arc::clone(&shared))?;
-        shared.counters.up.set(1);
-        tracing::info!(ledger = %settings.url.shown(), "usage ledger open");
         Ok(Ledger {
             waker: thread.thread().clone(),
             thread: Mutex::new(Some(thread)),
             settings: settings.clone(),
             shared,
         })
+    }
+
+    /// [`Ledger::start`] for a snapshot of the proxy's: at start, one out of use is served
+    /// without; for a `reload`, a database that cannot be used is an error, `required` or not
+    /// (the reload fails and keeps the ledger in force).
+    pub fn start_for(
+        settings: &config::Ledger,
+        counters: &Counters,
+        calendar: &Option<Calendar>,
+        reload: bool,
+    ) -> Result<Ledger, String> {
+        let ledger = Ledger::start(settings, counters.clone(), calendar.clone())?;
+        match ledger.shared.trouble() {
+            Some(why) if reload => Err(why),
+            _ => Ok(ledger),
+        }
     }
 
     /// Writes what waits and ends the writer, waiting for it (what dropping the last handle
@@ -260,12 +288,11 @@ impl Ledger {
     /// Why writes fail, while they do; and how many rows wait and were dropped.
     pub fn trouble(&self) -> (Option<String>, i64, u64) {
         let s = &self.shared;
-        let why = s
-            .trouble
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        (why, s.counters.waiting.get(), s.counters.dropped.get())
+        (
+            s.trouble(),
+            s.counters.waiting.get(),
+            s.counters.dropped.get(),
+        )
     }
 
     pub fn settings(&self) -> &config::Ledger {

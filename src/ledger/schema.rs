@@ -104,6 +104,11 @@ pub const MIGRATIONS: &[&[&str]] = &[
         // ledger's are files beside it.
         "CREATE TABLE batch_file_contents (id TEXT PRIMARY KEY, content BYTEA NOT NULL)",
     ],
+    &[
+        // A client's usage (`GET /v1/usage`) is read from its own raw rows, not from every
+        // client's of the range.
+        "CREATE INDEX requests_client ON requests (client, at_ms)",
+    ],
 ];
 
 /// The columns of a roll-up table: sums per bucket, client and alias.

@@ -473,39 +473,22 @@ impl Store {
 impl Store {
     /// Requests and tokens per bucket of `width_ms` (a minute, from the raw rows; an hour or
     /// a day, from their roll-ups), alias and client, for the buckets starting in
-    /// `[from_ms, to_ms)`, ordered by bucket, alias and client.
+    /// `[from_ms, to_ms)`, of `client` alone where given, ordered by bucket, alias and client.
     pub fn buckets(
         &mut self,
         width_ms: i64,
         from_ms: i64,
         to_ms: i64,
+        client: Option<&str>,
     ) -> Result<Vec<Bucketed>, String> {
-        let q = match width_ms {
-            60_000 => "SELECT (at_ms / 60000) * 60000 AS b, alias, client, count(*), \
-                CAST(sum(prompt_tokens) AS BIGINT), CAST(sum(cached_tokens) AS BIGINT), \
-                CAST(sum(output_tokens) AS BIGINT) FROM requests \
-                WHERE at_ms >= $1 AND at_ms < $2 GROUP BY b, alias, client ORDER BY b, alias, client"
-                .to_string(),
-            w => {
-                let table = ROLLUPS
-                    .iter()
-                    .find(|(_, width)| *width == w)
-                    .map(|(t, _)| *t)
-                    .ok_or_else(|| format!("no roll-up of {w} ms"))?;
-                format!(
-                    "SELECT bucket_ms, alias, client, CAST(sum(requests) AS BIGINT), \
-                     CAST(sum(prompt_tokens) AS BIGINT), CAST(sum(cached_tokens) AS BIGINT), \
-                     CAST(sum(output_tokens) AS BIGINT) FROM {table} \
-                     WHERE bucket_ms >= $1 AND bucket_ms < $2 GROUP BY bucket_ms, alias, client \
-                     ORDER BY bucket_ms, alias, client"
-                )
-            }
-        };
+        let q = buckets_query(width_ms, client.is_some())?;
         let mut out = Vec::new();
         match self {
             Store::Sqlite(conn, _) => {
                 let mut st = conn.prepare(&q).map_err(|e| e.to_string())?;
-                let mut rows = st.query([from_ms, to_ms]).map_err(|e| e.to_string())?;
+                let mut params: Vec<&dyn rusqlite::ToSql> = vec![&from_ms, &to_ms];
+                params.extend(client.as_ref().map(|c| c as &dyn rusqlite::ToSql));
+                let mut rows = st.query(params.as_slice()).map_err(|e| e.to_string())?;
                 while let Some(r) = rows.next().map_err(|e| e.to_string())? {
                     out.push(Bucketed::read(
                         |i| r.get(i).map_err(|e| e.to_string()),
@@ -513,8 +496,14 @@ impl Store {
                     )?);
                 }
             }
-            Store::Postgres(client, _) => {
-                for r in client.query(&q, &[&from_ms, &to_ms]).map_err(pg)? {
+            Store::Postgres(pg_client, _) => {
+                let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&from_ms, &to_ms];
+                params.extend(
+                    client
+                        .as_ref()
+                        .map(|c| c as &(dyn postgres::types::ToSql + Sync)),
+                );
+                for r in pg_client.query(&q, &params).map_err(pg)? {
                     out.push(Bucketed::read(
                         |i| r.try_get(i).map_err(pg),
                         |i| r.try_get(i).map_err(pg),
@@ -524,6 +513,35 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The query of [`Store::buckets`]: buckets of `width_ms` starting in `[$1, $2)`, of the client
+/// `$3` alone where `one_client`.
+pub(super) fn buckets_query(width_ms: i64, one_client: bool) -> Result<String, String> {
+    let (bucket, table, requests) = match width_ms {
+        60_000 => ("(at_ms / 60000) * 60000", "requests", "count(*)"),
+        w => {
+            let table = ROLLUPS
+                .iter()
+                .find(|(_, width)| *width == w)
+                .map(|(t, _)| *t)
+                .ok_or_else(|| format!("no roll-up of {w} ms"))?;
+            ("bucket_ms", table, "CAST(sum(requests) AS BIGINT)")
+        }
+    };
+    let at = if table == "requests" {
+        "at_ms"
+    } else {
+        "bucket_ms"
+    };
+    // A client's own rows are found through `requests_client` (a roll-up's hold few rows).
+    let client = if one_client { " AND client = $3" } else { "" };
+    Ok(format!(
+        "SELECT {bucket} AS b, alias, client, {requests}, CAST(sum(prompt_tokens) AS BIGINT), \
+         CAST(sum(cached_tokens) AS BIGINT), CAST(sum(output_tokens) AS BIGINT) FROM {table} \
+         WHERE {at} >= $1 AND {at} < $2{client} GROUP BY b, alias, client \
+         ORDER BY b, alias, client"
+    ))
 }
 
 /// `rows` summed per bucket of `width` milliseconds, client and alias.

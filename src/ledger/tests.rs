@@ -14,6 +14,8 @@ fn settings(dir: &tempfile::TempDir) -> Settings {
         buffer_rows: 1000,
         retention_days: 0,
         budget_refresh: Duration::from_secs(5),
+        check_interval: Duration::from_secs(3600),
+        required: false,
     }
 }
 
@@ -87,6 +89,8 @@ fn a_database_of_version_1_is_migrated_and_its_rows_count_their_usage() {
         raw(&path, "SELECT max(version) FROM ledger_schema"),
         SCHEMA_VERSION
     );
+    let index = "SELECT count(*) FROM sqlite_master WHERE name = 'requests_client'";
+    assert_eq!(raw(&path, index), 1, "the index by client is made");
     let mut charged = row(1, "ann", "a", 6);
     (charged.charged_tokens, charged.charged_gpu_s) = (Some(50), Some(0.25));
     store.write("new", &[charged]).unwrap();
@@ -292,4 +296,84 @@ fn without_a_budget_of_a_day_or_month_nothing_spent_is_read() {
     let ledger = Ledger::start(&s, Counters::default(), None).unwrap();
     assert!(ledger.board().spent().by_client.is_empty());
     ledger.close();
+}
+
+#[test]
+fn a_clients_minute_buckets_are_read_through_the_index_by_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&settings(&dir).url).unwrap();
+    let day = 1_796_515_200_000;
+    let rows: Vec<Row> = (0..90)
+        .map(|i| {
+            row(
+                i,
+                ["ann", "bob", "cy"][i as usize % 3],
+                "a",
+                day + i * 30_000,
+            )
+        })
+        .collect();
+    store.write("p", &rows).unwrap();
+    // Its rows are found by the client, not by scanning every client's of the range.
+    let q = store::buckets_query(60_000, true).unwrap();
+    let c = rusqlite::Connection::open(dir.path().join("usage.db")).unwrap();
+    let mut plan = c.prepare(&format!("EXPLAIN QUERY PLAN {q}")).unwrap();
+    let params: [&dyn rusqlite::ToSql; 3] = [&day, &(day + 3_600_000), &"bob"];
+    let n = plan.parameter_count();
+    let details: Vec<String> = plan
+        .query_map(&params[..n], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("SEARCH requests USING INDEX requests_client (client=?")),
+        "{details:?}"
+    );
+    let own = store
+        .buckets(60_000, day, day + 3_600_000, Some("bob"))
+        .unwrap();
+    assert_eq!(own.iter().map(|b| b.requests).sum::<i64>(), 30, "{own:?}");
+    assert!(own.iter().all(|b| b.client == "bob"), "{own:?}");
+}
+
+#[test]
+fn a_ledger_that_cannot_be_used_starts_out_of_use_unless_required_and_opens_again_when_sound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(&dir);
+    let path = dir.path().join("usage.db");
+    std::fs::write(&path, vec![0x5a; 8192]).unwrap();
+    s.required = true;
+    let err = Ledger::start(&s, Counters::default(), None).unwrap_err();
+    assert!(
+        err.contains("is corrupt") && err.contains("not a database"),
+        "{err}"
+    );
+    s.required = false;
+    let counters = Counters::default();
+    let ledger = Ledger::start(&s, counters.clone(), None).unwrap();
+    assert_eq!(counters.up.get(), 0);
+    let (why, ..) = ledger.trouble();
+    assert!(why.unwrap().contains("is corrupt"));
+    for i in 0..5 {
+        ledger.record(row(0, "ann", "a", 1_796_515_200_000 + i));
+    }
+    assert_eq!(raw_of(&path), None, "nothing is written to a damaged file");
+    // The operator moves the damaged file aside: a new one is made at the next try.
+    std::fs::rename(&path, dir.path().join("usage.db.damaged")).unwrap();
+    until("the rows written to a new file", || {
+        counters.written.get() == 5
+    });
+    assert_eq!(counters.up.get(), 1);
+    assert_eq!(ledger.trouble().0, None);
+    ledger.close();
+    assert_eq!(raw(&path, "SELECT count(*) FROM requests"), 5);
+}
+
+/// The rows of the SQLite file at `path`, where it is a ledger.
+fn raw_of(path: &std::path::Path) -> Option<i64> {
+    let c = rusqlite::Connection::open(path).ok()?;
+    c.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))
+        .ok()
 }

@@ -2,8 +2,11 @@
 //! the rows queued and writes them in batches, one transaction each. A batch that failed is
 //! kept and tried again (reconnecting to a PostgreSQL that went away), first looking whether
 //! its commit did land; raw rows past their retention are deleted hourly; what other
-//! processes spent of the budgets is read every `budget_refresh_ms`. Once every handle is gone
-//! it writes what waits and ends.
+//! processes spent of the budgets is read every `budget_refresh_ms`; a SQLite file is read
+//! through for damage every `check_interval_ms` and after a failed write or read. A database
+//! that cannot be opened, or is damaged, is out of use: nothing is written to it or read from
+//! it, and it is opened (and checked) again after 0.25 s doubling to 30 s. Once every handle
+//! is gone it writes what waits and ends.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -11,18 +14,21 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::check::{self, Problem};
 use super::{Row, Shared, Store};
 use crate::budget::Spent;
 use crate::calendar::{Calendar, Periods};
 use crate::config;
 
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const READ_DAYS_EVERY: Duration = Duration::from_secs(60);
 
 /// Starts the writer thread, which opens the database first (the PostgreSQL client blocks
 /// on a runtime of its own, so it is never called from the proxy's); returns once it is open,
-/// or with why it could not be.
+/// or out of use (said on the metric, the status page and the log), or with why it could not
+/// be opened where the ledger is `required`.
 pub(super) fn spawn(
     settings: config::Ledger,
     shared: Arc<Shared>,
@@ -31,26 +37,41 @@ pub(super) fn spawn(
     let thread = std::thread::Builder::new()
         .name("ledger".into())
         .spawn(move || {
-            let store = match Store::open(&settings.url) {
-                Ok(s) => s,
-                Err(e) => return drop(ready.send(Err(e))),
+            let store = match open(&settings.url) {
+                Ok(s) => Some(s),
+                Err(e) if settings.required => return drop(ready.send(Err(e))),
+                Err(e) => {
+                    tracing::error!(
+                        ledger = %settings.url.shown(),
+                        error = %e,
+                        "usage ledger: cannot be used; serving without it (opened again \
+                         every 30 s at most; rows wait up to ledger.buffer_rows)"
+                    );
+                    shared.set_trouble(Some(e));
+                    None
+                }
             };
+            let now = Instant::now();
             let mut w = Writer {
                 read_at: None,
                 spent_at: None,
                 counted: None,
                 before_today: None,
-                store,
                 settings,
                 shared,
                 // Names this process's rows: a batch written twice is found by it.
                 process: format!("{:016x}", fastrand::u64(..)),
                 pending: VecDeque::new(),
                 failed: None,
-                retry_at: None,
-                backoff: Duration::from_millis(250),
+                retry_at: store.is_none().then_some(now + FIRST_BACKOFF),
+                backoff: FIRST_BACKOFF * 2,
                 pruned_at: None,
+                check_at: now,
+                store: None,
             };
+            if let Some(s) = store {
+                w.opened(s, now);
+            }
             // The budgets count what was spent before this process from its first request.
             w.read_spent(Instant::now());
             let _ = ready.send(Ok(()));
@@ -78,7 +99,8 @@ pub fn with_store<T: Send + 'static>(
 type Sums = HashMap<String, (i64, f64)>;
 
 struct Writer {
-    store: Store,
+    /// `None` while out of use: it could not be opened, or failed its check.
+    store: Option<Store>,
     settings: config::Ledger,
     shared: Arc<Shared>,
     process: String,
@@ -97,6 +119,8 @@ struct Writer {
     /// What other processes spent this month before today, per client (tokens, GPU-seconds),
     /// for the month and day starting at the key's times: read again once a day.
     before_today: Option<((i64, i64), Sums)>,
+    /// When a SQLite file is next read through for damage.
+    check_at: Instant,
 }
 
 impl Writer {
@@ -105,9 +129,17 @@ impl Writer {
         let mut tick = Instant::now() + interval;
         loop {
             if !self.shared.closing.load(Ordering::Acquire) {
-                let refresh = self.spent_at.map(|r| r + self.settings.budget_refresh);
+                // Out of use, the database is read from and checked only as it is opened again
+                // (`retry_at`).
+                let open = self.store.is_some();
+                let refresh = self.spent_at.filter(|_| open);
+                let refresh = refresh.map(|r| r + self.settings.budget_refresh);
+                let check = open.then_some(self.check_at);
                 let wake = self.retry_at.unwrap_or(tick).min(tick);
-                let wake = refresh.map_or(wake, |r| wake.min(r));
+                let wake = [refresh, check]
+                    .into_iter()
+                    .flatten()
+                    .fold(wake, Instant::min);
                 std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
             }
             let closing = self.shared.closing.load(Ordering::Acquire);
@@ -117,12 +149,14 @@ impl Writer {
             if due {
                 tick = now + interval;
             }
+            self.reopen(now);
             if closing || self.retry_at.is_none_or(|r| r <= now) {
                 self.write_due(due, closing);
             }
             self.prune(now);
             self.read_days(now);
             self.read_spent(now);
+            self.check(now);
             if closing {
                 self.take();
                 if self.pending.is_empty() {
@@ -168,11 +202,17 @@ impl Writer {
         if self.read_at.is_some_and(|r| now < r + READ_DAYS_EVERY) {
             return;
         }
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
         self.read_at = Some(now);
         let at = now_ms();
-        match self.store.daily(super::Daily::first_for(at)) {
+        match store.daily(super::Daily::first_for(at)) {
             Ok(rows) => self.shared.set_daily(super::Daily::of(&rows, at)),
-            Err(e) => tracing::debug!(error = %e, "usage ledger: the days could not be read"),
+            Err(e) => {
+                tracing::debug!(error = %e, "usage ledger: the days could not be read");
+                self.check_at = now;
+            }
         }
     }
 
@@ -184,6 +224,9 @@ impl Writer {
             (self.counted, self.spent_at) = (None, None);
             return;
         };
+        if self.store.is_none() {
+            return;
+        }
         let same = self.counted.as_ref() == Some(&calendar);
         let due = self
             .spent_at
@@ -198,21 +241,25 @@ impl Writer {
                 self.shared.board.post(spent);
                 self.counted = Some(calendar);
             }
-            Err(e) => tracing::debug!(error = %e, "usage ledger: the budgets could not be read"),
+            Err(e) => {
+                tracing::debug!(error = %e, "usage ledger: the budgets could not be read");
+                self.check_at = now;
+            }
         }
     }
 
     /// What other processes spent in `p`: this month before today (read once a day), and
     /// today.
     fn spent(&mut self, p: Periods) -> Result<Spent, String> {
+        let store = self.store.as_mut().ok_or("the database is out of use")?;
         let key = (p.month.0, p.day.0);
         if self.before_today.as_ref().is_none_or(|(k, _)| *k != key) {
-            let rows = self.store.spent(p.month.0, p.day.0, &self.process)?;
+            let rows = store.spent(p.month.0, p.day.0, &self.process)?;
             let sums = rows.into_iter().map(|(c, t, g)| (c, (t, g))).collect();
             self.before_today = Some((key, sums));
         }
         let mut by_client: HashMap<String, [f64; 4]> = HashMap::new();
-        for (client, tokens, gpu_s) in self.store.spent(p.day.0, i64::MAX, &self.process)? {
+        for (client, tokens, gpu_s) in store.spent(p.day.0, i64::MAX, &self.process)? {
             let (t, g) = (tokens as f64, gpu_s * 1000.0);
             by_client.insert(client, [t, t, g, g]);
         }
@@ -242,13 +289,15 @@ impl Writer {
                 true
             }
             Err(e) => {
-                if self.failed.is_none() {
+                if self.shared.trouble().is_none() {
                     tracing::warn!(
-                        ledger = %self.store.at(),
+                        ledger = %self.settings.url.shown(),
                         error = %e,
                         waiting = self.pending.len(),
                         "usage ledger: a write failed; rows wait and are written again"
                     );
+                    // A write that fails may have met a damaged page.
+                    self.check_at = Instant::now();
                 }
                 self.failed = Some(batch.len());
                 self.shared.counters.up.set(0);
@@ -261,20 +310,27 @@ impl Writer {
     }
 
     fn try_write(&mut self, batch: &[Row]) -> Result<(), String> {
-        if self.failed.is_some() || self.store.is_closed() {
+        let stale = self.failed.is_some() || self.store.as_ref().is_some_and(Store::is_closed);
+        if stale && matches!(self.store, Some(Store::Postgres(..))) {
             // After a failure the connection is made anew (a PostgreSQL that restarted
-            // leaves the old one dead, not always closed).
-            if let Store::Postgres(..) = self.store {
-                self.store = Store::open(&self.settings.url)?;
-            }
+            // leaves the old one dead, not always closed); while it cannot be, the database
+            // is out of use and opened again as it is retried.
+            self.store = None;
+            self.store = Some(Store::open(&self.settings.url)?);
         }
+        let Some(store) = self.store.as_mut() else {
+            return Err(self
+                .shared
+                .trouble()
+                .unwrap_or_else(|| "the database is out of use".into()));
+        };
         if let (Some(_), Some(first)) = (self.failed, batch.first()) {
             // The failed write may have committed before its answer was lost.
-            if self.store.holds(&self.process, first.seq)? {
+            if store.holds(&self.process, first.seq)? {
                 return Ok(());
             }
         }
-        self.store.write(&self.process, batch)
+        store.write(&self.process, batch)
     }
 
     /// `n` rows are in the database.
@@ -286,15 +342,17 @@ impl Writer {
         s.drop_logged.store(false, Ordering::Relaxed);
         s.set_trouble(None);
         if self.failed.take().is_some() {
-            tracing::info!(ledger = %self.store.at(), "usage ledger: writing again");
+            tracing::info!(ledger = %self.settings.url.shown(), "usage ledger: writing again");
         }
         self.retry_at = None;
-        self.backoff = Duration::from_millis(250);
+        self.backoff = FIRST_BACKOFF;
     }
 
     fn last_tries(&mut self) {
         for _ in 0..3 {
             std::thread::sleep(self.backoff.min(Duration::from_secs(2)));
+            self.retry_at = None;
+            self.reopen(Instant::now());
             self.write_due(true, false);
             if self.pending.is_empty() {
                 return;
@@ -318,14 +376,82 @@ impl Writer {
         if days == 0 || self.pruned_at.is_some_and(|p| now < p + PRUNE_EVERY) {
             return;
         }
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
         self.pruned_at = Some(now);
         let before = now_ms() - days as i64 * 86_400_000;
-        match self.store.prune(before) {
+        match store.prune(before) {
             Ok(0) => {}
             Ok(n) => tracing::info!(rows = n, "usage ledger: raw rows past retention deleted"),
-            Err(e) => tracing::warn!(error = %e, "usage ledger: pruning failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "usage ledger: pruning failed");
+                self.check_at = now;
+            }
         }
     }
+
+    /// `store` is open (and checked): in use from `now`.
+    fn opened(&mut self, store: Store, now: Instant) {
+        tracing::info!(ledger = %store.at(), "usage ledger open");
+        self.store = Some(store);
+        self.check_at = now + self.settings.check_interval;
+        // What was spent, and the page's days, are read at once.
+        (self.spent_at, self.read_at) = (None, None);
+        self.shared.counters.up.set(1);
+        self.shared.set_trouble(None);
+        (self.retry_at, self.backoff) = (None, FIRST_BACKOFF);
+    }
+
+    /// Opens the database again while it is out of use, once its retry is due.
+    fn reopen(&mut self, now: Instant) {
+        if self.store.is_some() || self.retry_at.is_some_and(|r| now < r) {
+            return;
+        }
+        match open(&self.settings.url) {
+            Ok(store) => self.opened(store, now),
+            Err(e) => {
+                self.shared.set_trouble(Some(e));
+                self.retry_at = Some(now + self.backoff);
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+
+    /// Reads a SQLite file through, when its check is due: a damaged one is out of use from
+    /// now (said on `switchboard_ledger_up`, the status page and the log).
+    fn check(&mut self, now: Instant) {
+        if self.store.is_none() || now < self.check_at {
+            return;
+        }
+        self.check_at = now + self.settings.check_interval;
+        match check::check(&self.settings.url) {
+            Ok(()) => {}
+            Err(Problem::Unchecked(e)) => {
+                tracing::warn!(error = %e, "usage ledger: the file could not be checked");
+            }
+            Err(Problem::Corrupt(e)) => {
+                tracing::error!(
+                    ledger = %self.settings.url.shown(),
+                    error = %e,
+                    waiting = self.shared.counters.waiting.get(),
+                    "usage ledger: the database is corrupt; serving without it (opened again \
+                     every 30 s at most; rows wait up to ledger.buffer_rows)"
+                );
+                self.store = None;
+                self.shared.counters.up.set(0);
+                self.shared.set_trouble(Some(e));
+                self.retry_at = Some(now + self.backoff);
+            }
+        }
+    }
+}
+
+/// The database at `url`, a SQLite file read through for damage first (nothing is written to a
+/// damaged one, not even a migration); an error says why it cannot be used.
+fn open(url: &config::LedgerUrl) -> Result<Store, String> {
+    check::check(url).map_err(Problem::text)?;
+    Store::open(url)
 }
 
 /// Milliseconds since the Unix epoch.

@@ -486,8 +486,8 @@ fn tracer(
 }
 
 /// The ledger of `config`: the previous snapshot's while its setting is the same (counting
-/// the budgets in the calendar of `config`), else one opened now (its database migrated, what
-/// was spent of the budgets read, its thread started); none without `[ledger]`.
+/// the budgets in the calendar of `config`), else one opened now ([`Ledger::start_for`]); none
+/// without `[ledger]`.
 fn ledger(
     config: &Config,
     metrics: &Metrics,
@@ -502,7 +502,7 @@ fn ledger(
     let ledger = kept_or_started(
         previous.and_then(|p| p.ledger.as_ref()),
         |l| l.settings() == settings,
-        || Ledger::start(settings, metrics.ledger.clone(), calendar.clone()),
+        || Ledger::start_for(settings, &metrics.ledger, &calendar, previous.is_some()),
         ("ledger.url", &settings.url.shown()),
     )?;
     if let Some(l) = &ledger {

@@ -1,5 +1,6 @@
 //! A `switchboard serve` of a test's own, as a process: its config written to a temp dir, its
-//! listener on a free loopback port (`SWITCHBOARD_SERVER__LISTEN`); killed when dropped.
+//! listener on a free loopback port (`SWITCHBOARD_SERVER__LISTEN`), its log in a file beside
+//! (read with [`Served::log`]); killed when dropped.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use super::{client, free_port, within};
 pub struct Served {
     pub child: std::process::Child,
     pub base: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Served {
@@ -17,13 +18,14 @@ impl Served {
         let (dir, port) = (tempfile::tempdir().unwrap(), free_port());
         let path = dir.path().join("routes.toml");
         std::fs::write(&path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
             .args(["serve", "--config"])
             .arg(&path)
             .env("SWITCHBOARD_SERVER__LISTEN", format!("127.0.0.1:{port}"))
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         let base = format!("http://127.0.0.1:{port}");
@@ -34,11 +36,12 @@ impl Served {
             }
         })
         .await;
-        Served {
-            child,
-            base,
-            _dir: dir,
-        }
+        Served { child, base, dir }
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap()
     }
 
     /// Stopped as a service manager stops it (SIGTERM), waited for; how it exited.
