@@ -82,8 +82,7 @@ pub fn estimate(
     ticket: &Ticket,
     need: Need,
 ) -> Estimate {
-    let held = ticket.conversation.map_or(0, |k| slots.cached_for(k));
-    let cached = held.min(need.prompt.saturating_sub(1));
+    let cached = cached(slots, ticket, need.prompt);
     let asked = need.output.map(u64::from);
     let recent = outputs.recent(ticket.client);
     let output = match (asked, recent) {
@@ -97,6 +96,27 @@ pub fn estimate(
         output,
         predicted: cost.predict(cached, need.prompt - cached, output),
     }
+}
+
+/// The work of a request of `ticket`'s conversation with a prompt of `prompt` tokens on the
+/// replica of `slots` and `cost`, were it to write `output` tokens: what a budget reserves for
+/// it, with `output` the most it may write (never capped by its client's recent answers, as
+/// [`estimate`]'s expected output is).
+pub fn at_most(
+    (slots, cost): (&Slots, &CostModel),
+    ticket: &Ticket,
+    prompt: u64,
+    output: u64,
+) -> Work {
+    let cached = cached(slots, ticket, prompt);
+    cost.predict(cached, prompt - cached, output)
+}
+
+/// The prompt tokens of `ticket`'s conversation the replica of `slots` is known to hold, of a
+/// prompt of `prompt` tokens (one at least is read).
+fn cached(slots: &Slots, ticket: &Ticket, prompt: u64) -> u64 {
+    let held = ticket.conversation.map_or(0, |k| slots.cached_for(k));
+    held.min(prompt.saturating_sub(1))
 }
 
 /// A request's work on one replica: predicted when it is queued there; settled once, when
