@@ -38,6 +38,7 @@ pub mod path;
 pub mod pipeline;
 pub mod reasoning;
 pub mod runtime;
+pub mod seconds;
 pub mod shared;
 pub mod sim;
 pub mod tokens;

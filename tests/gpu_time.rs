@@ -220,7 +220,7 @@ async fn a_client_past_its_gpu_budget_gets_429_and_the_headers_tell_it() {
         r.headers()["x-switchboard-ratelimit-limit-gpu-seconds"],
         "1.000"
     );
-    // Its output expected is capped by its last answer: 0.6 s more does not fit.
+    // Its 60 tokens reserved again: 0.6 s more does not fit.
     let r = ask(&p, Some("budget-key"), &body).await;
     assert_eq!(r.status(), 429, "{:?}", r.headers());
     let remaining: f64 = r.headers()["x-switchboard-ratelimit-remaining-gpu-seconds"]
@@ -238,4 +238,71 @@ async fn a_client_past_its_gpu_budget_gets_429_and_the_headers_tell_it() {
             .contains("GPU-seconds per minute"),
         "{v}"
     );
+}
+
+#[tokio::test]
+async fn a_history_of_one_token_answers_lets_no_long_requests_past_a_gpu_budget() {
+    std::env::set_var("SB_T_GPU_HISTORY", "history-key");
+    // Decode at 100 tokens a second, as the backend's seed says: a request for 150 tokens is
+    // 1.5 GPU-seconds, of a budget of 2 a minute.
+    let gpu = GpuSim {
+        prefill_tps: 1e6,
+        decode_tps: 100.0,
+        ..GpuSim::default()
+    };
+    let s = gpu_sim(Flavor::Llamacpp, 8, gpu).await;
+    let clients = "[clients.terse]\nkey_env = \"SB_T_GPU_HISTORY\"\ngpu_seconds_per_minute = 2";
+    let config = fleet("llamacpp", 8, "", clients).replace(
+        "slots = 8",
+        "slots = 8\nprefill_tokens_per_s = 1e6\ndecode_tokens_per_s = 100",
+    );
+    let p = proxy(&config, &[("b", s.url())]).await;
+    // Eight answers of one token each: its recent answers are all that short.
+    for i in 0..8 {
+        let body = json!({"model": "a", "max_tokens": 1,
+            "messages": [{"role": "user", "content": format!("short {i}")}]});
+        assert_eq!(ask(&p, Some("history-key"), &body).await.status(), 200);
+    }
+    // Then eight at once, each asking for 150 tokens.
+    let long = (0..8).map(|i| {
+        let body = json!({"model": "a", "max_tokens": 150,
+            "messages": [{"role": "user", "content": format!("long {i}")}]});
+        let p = &p;
+        async move { ask(p, Some("history-key"), &body).await }
+    });
+    let answers = futures_util::future::join_all(long).await;
+    let admitted = answers.iter().filter(|r| r.status() == 200).count();
+    // 1.5 GPU-seconds each: one fits the 2 of the minute (less the eight short ones), the
+    // others are refused with the budget's headers.
+    assert_eq!(
+        admitted,
+        1,
+        "{:?}",
+        answers.iter().map(|r| r.status()).collect::<Vec<_>>()
+    );
+    for r in answers.iter().filter(|r| r.status() != 200) {
+        assert_eq!(r.status(), 429);
+        assert_eq!(
+            r.headers()["x-switchboard-ratelimit-limit-gpu-seconds"],
+            "2.000"
+        );
+        assert!(r
+            .headers()
+            .contains_key("x-switchboard-ratelimit-remaining-gpu-seconds"));
+    }
+    for r in answers {
+        let v: Value = r.json().await.unwrap();
+        if let Some(e) = v.get("error") {
+            assert_eq!(e["code"], "rate_limit_exceeded", "{v}");
+        }
+    }
+    // What was admitted ran within the budget: the GPU time the client was measured.
+    let m = p.metrics().await;
+    let used: f64 = ["prefill", "decode"]
+        .iter()
+        .map(|phase| {
+            sample(&m, &format!("switchboard_gpu_seconds_total{{alias=\"a\",backend=\"b\",client=\"terse\",phase=\"{phase}\"}}"))
+        })
+        .sum();
+    assert!(used <= 2.0, "{used} GPU-seconds measured of a budget of 2");
 }

@@ -780,3 +780,55 @@ async fn real_llama_budgets_and_the_slot_timeline_count_every_mixed_answer() {
         .iter()
         .all(|b| b.client.as_deref().map(String::as_str) == Some("c")));
 }
+
+/// A real server's timings are what the proxy believes of them: each answer's GPU time in the
+/// ledger and charged to its client is the server's own `prompt_ms + predicted_ms`, within the
+/// wall time its row records on each of the two slots (the bound the proxy holds a backend's
+/// figures to; the hostile figures are `backend_figures.rs`'s).
+#[tokio::test]
+#[ignore = "needs a real llama-server: SWITCHBOARD_REAL_LLAMA=http://127.0.0.1:PORT"]
+async fn real_llama_gpu_time_counted_is_the_servers_own_timings_within_its_wall_time() {
+    let _alone = ALONE.lock().await;
+    std::env::set_var("SB_T_REAL_FIGURES", "real-figures-key");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let toml = one_alias("llamacpp", "", "").replace("slots = 8", "slots = 2")
+        + &format!(
+            "\n[clients.c]\nkey_env = \"SB_T_REAL_FIGURES\"\ngpu_seconds_per_day = 100000\n\
+             [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
+            db.display()
+        );
+    let p = proxy(&toml, &[("b", real_llama())]).await;
+    let url = p.url("/v1/chat/completions");
+    let mut told = 0.0;
+    for i in 0..6 {
+        let stream = i % 2 == 0;
+        let messages = json!([{"role": "user", "content": varied_text(400 * (i + 1), i as u64)}]);
+        let (status, whole, text, _) = mixed_turn(&url, "real-figures-key", messages, stream).await;
+        assert!(status == 200 && whole, "{status} {text}");
+        let last = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .rfind(|d| d.contains("\"timings\""))
+            .unwrap_or(&text);
+        let t = of_body(last.as_bytes()).and_then(|u| u.timings).unwrap();
+        told += (t.prompt_ms.unwrap() + t.predicted_ms.unwrap()) / 1000.0;
+    }
+    let written = p.state.metrics.ledger.written.clone();
+    until("6 rows written", || written.get() >= 6).await;
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let one = |sql: &str| -> f64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let counted = one("SELECT sum(gpu_prefill_s + gpu_decode_s) FROM requests");
+    assert!(
+        (counted - told).abs() <= 1e-9 * told,
+        "{counted} s counted, {told} s in the server's timings"
+    );
+    let charged = one("SELECT sum(charged_gpu_s) FROM requests");
+    assert!((charged - told).abs() <= 0.0005 * 6.0, "{charged} {told}");
+    assert_eq!(
+        one("SELECT CAST(count(*) AS REAL) FROM requests \
+             WHERE gpu_prefill_s + gpu_decode_s <= 0 \
+             OR gpu_prefill_s + gpu_decode_s > duration_ms / 1000.0 * 2"),
+        0.0
+    );
+}

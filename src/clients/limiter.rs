@@ -112,7 +112,7 @@ impl Bucket {
         Left {
             limit: self.capacity as u64,
             remaining: self.level.max(0.0).floor() as u64,
-            reset: Duration::from_secs_f64(empty / self.rate()),
+            reset: crate::seconds::duration(empty / self.rate()),
         }
     }
 
@@ -331,6 +331,14 @@ mod tests {
         assert_eq!(l.standing(t1).tokens.unwrap().remaining, 0);
         let r = l.take(1, t1).unwrap_err();
         assert_eq!(r.which, Which::Tokens);
+    }
+
+    #[test]
+    fn a_debt_past_any_duration_resets_at_the_longest_one_not_a_panic() {
+        let (l, t0) = local(None, Some(1));
+        l.settle(0, u64::MAX, t0);
+        let left = l.standing(t0).tokens.unwrap();
+        assert_eq!((left.remaining, left.reset), (0, Duration::MAX));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod health;
 pub mod lease;
 pub mod load;
 pub mod named;
+pub mod reported;
 pub mod routes;
 pub mod slots;
 pub mod ticket;

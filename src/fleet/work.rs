@@ -5,23 +5,27 @@
 //! fair order of its slots, to what its client's answers recently took.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 // foldhash: keyed by client ids the proxy gives (no untrusted keys).
 use foldhash::HashMap;
 
 use super::cost::{CostModel, Observed, Work};
+use super::reported::{believed, Bounds};
 use super::slots::Slots;
 use super::ticket::Ticket;
 use super::timeline::{Bar, Lost};
 use crate::wire::usage::Usage;
 
 /// What the request asks of a backend: its prompt's tokens (the guard's count, else an
-/// estimate) and its output limit, if it sets one.
+/// estimate), its output limit, if it sets one, for each of its choices, and the context
+/// window it was guarded against, where known.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Need {
     pub prompt: u64,
     pub output: Option<u32>,
+    pub choices: u32,
+    pub window: Option<u32>,
 }
 
 /// Output expected of a request that sets no limit, from a client with no answers yet.
@@ -78,8 +82,7 @@ pub fn estimate(
     ticket: &Ticket,
     need: Need,
 ) -> Estimate {
-    let held = ticket.conversation.map_or(0, |k| slots.cached_for(k));
-    let cached = held.min(need.prompt.saturating_sub(1));
+    let cached = cached(slots, ticket, need.prompt);
     let asked = need.output.map(u64::from);
     let recent = outputs.recent(ticket.client);
     let output = match (asked, recent) {
@@ -93,6 +96,27 @@ pub fn estimate(
         output,
         predicted: cost.predict(cached, need.prompt - cached, output),
     }
+}
+
+/// The work of a request of `ticket`'s conversation with a prompt of `prompt` tokens on the
+/// replica of `slots` and `cost`, were it to write `output` tokens: what a budget reserves for
+/// it, with `output` the most it may write (never capped by its client's recent answers, as
+/// [`estimate`]'s expected output is).
+pub fn at_most(
+    (slots, cost): (&Slots, &CostModel),
+    ticket: &Ticket,
+    prompt: u64,
+    output: u64,
+) -> Work {
+    let cached = cached(slots, ticket, prompt);
+    cost.predict(cached, prompt - cached, output)
+}
+
+/// The prompt tokens of `ticket`'s conversation the replica of `slots` is known to hold, of a
+/// prompt of `prompt` tokens (one at least is read).
+fn cached(slots: &Slots, ticket: &Ticket, prompt: u64) -> u64 {
+    let held = ticket.conversation.map_or(0, |k| slots.cached_for(k));
+    held.min(prompt.saturating_sub(1))
 }
 
 /// A request's work on one replica: predicted when it is queued there; settled once, when
@@ -110,6 +134,8 @@ pub struct Job {
     /// Output tokens expected.
     pub output: u64,
     pub predicted: Work,
+    /// What it asked, which bounds what its backend may report of it.
+    need: Need,
     /// When it got its slot, and which (set once granted).
     granted: Option<(Instant, usize)>,
     settled: bool,
@@ -167,6 +193,7 @@ impl Job {
             prompt: need.prompt,
             output,
             predicted,
+            need,
             granted: None,
             settled: false,
             loss: None,
@@ -184,7 +211,7 @@ impl Job {
     }
 
     /// How long it has held its slot.
-    pub fn held(&self) -> std::time::Duration {
+    pub fn held(&self) -> Duration {
         self.granted.map(|(t, _)| t.elapsed()).unwrap_or_default()
     }
 
@@ -193,9 +220,21 @@ impl Job {
         self.granted = Some((Instant::now(), index as usize));
     }
 
-    /// It ended with `usage` (its backend's report) at the times of `clock`: what it took,
-    /// learned from and charged to its client's share.
-    pub fn finish(mut self, usage: Option<&Usage>, clock: &Clock) -> Measured {
+    /// It ended with `usage` (its backend's report) at the times of `clock`: `usage` held to
+    /// what the request could have taken ([`super::reported`]; what every count after this
+    /// one reads), then what it took, learned from and charged to its client's share.
+    pub fn finish(mut self, usage: &mut Option<Usage>, clock: &Clock) -> Measured {
+        let wall = clock
+            .sent
+            .map_or(Duration::ZERO, |s| clock.ended.saturating_duration_since(s));
+        let need = &self.need;
+        let bounds = Bounds::of(
+            need.window,
+            (need.output, need.choices),
+            (self.slots.slots(), wall),
+        );
+        *usage = usage.map(|u| believed(u, &bounds));
+        let usage = usage.as_ref();
         let observed = observe(usage, clock, self.cached, self.prompt, self.predicted);
         let reported = usage.and_then(|u| u.timings).is_some();
         // Learned only from a backend's timings or a stream's own (a whole answer's time

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
+use crate::fleet::reported::{believed, Bounds};
 use crate::fleet::timeline::{Bar, Lost};
 use crate::fleet::work::{Clock, Job, Loss, Measured};
 use crate::ledger::{Ledger, Row};
@@ -216,7 +217,9 @@ impl Record {
         std::mem::replace(self, husk)
     }
 
-    /// Its work measured now, given back to the scheduler and the cost model.
+    /// Its work measured now, given back to the scheduler and the cost model; its usage held
+    /// to what the request could have taken (by its work's bounds; without one, an answer
+    /// kept from an attempt given up, to what any request is counted in).
     fn measure(&mut self, now: Instant) -> Option<Measured> {
         let clock = Clock {
             sent: self.sent_at,
@@ -224,9 +227,12 @@ impl Record {
             last_token: self.last_token,
             ended: now,
         };
-        let job = self.work.take()?;
+        let Some(job) = self.work.take() else {
+            self.usage = self.usage.map(|u| believed(u, &Bounds::ANY));
+            return None;
+        };
         let held = job.grant().map(|h| (h, Arc::clone(job.slots())));
-        let measured = job.finish(self.usage.as_ref(), &clock);
+        let measured = job.finish(&mut self.usage, &clock);
         if let Some(((slot, start), slots)) = held {
             let usage = self.usage.unwrap_or_default();
             slots.timeline.push(Bar {

@@ -41,17 +41,17 @@ pub struct Admitted {
 
 impl Admitted {
     /// What the request asks of a backend: the guard's count (else the body's bytes over
-    /// four) and its output limit (none where it sets none, or an invalid one, refused later),
-    /// read from the body's view (`resolved`, where shaping left the body as it came).
+    /// four), its output limit (none where it sets none, or an invalid one, refused later) and
+    /// choices, read from the body's view (`resolved`, where shaping left the body as it
+    /// came), and its alias's window.
     pub fn need(&self, adapter: &dyn crate::wire::Adapter, resolved: &ParsedRequest) -> Need {
-        let body = &self.body.body;
+        let (body, spec) = (&self.body.body, adapter.spec());
         let view = self.body.view(resolved);
         Need {
             prompt: self.prompt.map_or(body.len() as u64 / 4, u64::from).max(1),
-            output: view
-                .output_limit(adapter.spec().output_limit())
-                .ok()
-                .flatten(),
+            output: view.output_limit(spec.output_limit()).ok().flatten(),
+            choices: if spec.choices { view.choices() } else { 1 },
+            window: self.alias.spec.context_window.map(|w| w.get()),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Limit: a client's request admitted against its limits before any byte reaches a backend —
 //! its place among its requests in flight, one request, and its prompt (the guard's count:
 //! exact with a local or backend counter, the estimate otherwise) and its output reserved
-//! (`max_tokens`, else the client's `reserve_output_tokens`, times `n`).
+//! (`max_tokens`, else the client's `reserve_output_tokens`, times `n`), in tokens and in GPU
+//! time.
 
 use std::borrow::Cow;
 
@@ -41,7 +42,7 @@ pub async fn charge(
         (0, 0)
     };
     let gpu = if caller.spec.counts_gpu() {
-        gpu_ms(call, admitted, need)
+        gpu_ms(call, &caller.spec, admitted, need)
     } else {
         0
     };
@@ -53,13 +54,37 @@ pub async fn charge(
     Ok(())
 }
 
-/// The request's GPU-milliseconds as predicted on its alias's first replica (its budget is
-/// reserved before a replica is chosen).
-fn gpu_ms(call: &Call<'_>, admitted: &Admitted, need: Need) -> u64 {
+/// The request's GPU-milliseconds reserved, as predicted on its alias's first replica (its
+/// budget is reserved before a replica is chosen) for its prompt and the most output it may
+/// ask: its limit for each choice; without one, the client's `reserve_output_tokens` for
+/// each, as much of it as leaves the request within the client's smallest GPU budget (a
+/// default never makes a request never fit). What its client's recent answers took orders
+/// the queue ([`crate::fleet::work::estimate`]) but never lowers this.
+fn gpu_ms(call: &Call<'_>, spec: &ClientSpec, admitted: &Admitted, need: Need) -> u64 {
     let replica = admitted.alias.first();
     let on = (&*replica.slots, &*replica.health.cost);
-    let e = crate::fleet::work::estimate(on, &call.state.outputs, &call.place.ticket, need);
-    (e.predicted.total() * 1000.0).round() as u64
+    let ms = |output: u64| {
+        let work = crate::fleet::work::at_most(on, &call.place.ticket, need.prompt, output);
+        (work.total() * 1000.0).round() as u64
+    };
+    let choices = u64::from(need.choices.max(1));
+    match need.output {
+        Some(each) => ms(u64::from(each) * choices),
+        None => {
+            let smallest = [
+                spec.gpu_ms_per_minute,
+                spec.gpu_ms_per_day,
+                spec.gpu_ms_per_month,
+            ]
+            .into_iter()
+            .flatten()
+            .map(|b| b.get())
+            .min()
+            .unwrap_or(u64::MAX);
+            let wanted = ms(u64::from(spec.reserve_output_tokens) * choices);
+            wanted.min(smallest.max(ms(0)))
+        }
+    }
 }
 
 /// The output reserved for a request asking `asked` (its output limit, its choices) of a

@@ -32,6 +32,8 @@ pub struct RequestView<'a> {
     stream_options: Option<&'a RawValue>,
     /// Each of [`LIMITS`], as given.
     limits: [Option<&'a RawValue>; 3],
+    /// `n`, the choices asked for, as given.
+    n: Option<&'a RawValue>,
     /// Each of [`HISTORY`], as given.
     history: [Option<&'a RawValue>; 4],
 }
@@ -58,6 +60,7 @@ impl<'de> serde::de::Visitor<'de> for ViewVisitor {
                 "model" => view.model = Some(map.next_value()?),
                 "stream" => view.stream = map.next_value()?,
                 "stream_options" => view.stream_options = Some(map.next_value()?),
+                "n" => view.n = Some(map.next_value()?),
                 k => {
                     if let Some(i) = LIMITS.iter().position(|l| *l == k) {
                         view.limits[i] = Some(map.next_value()?);
@@ -82,6 +85,8 @@ pub struct ParsedRequest {
     stream_options: Option<(Range<usize>, bool)>,
     /// Each of [`LIMITS`] as [`crate::json_scan::token_limit`] reads it.
     limits: [Result<Option<u32>, &'static str>; 3],
+    /// The choices `n` asks for, as [`output_ask`] reads it (1 where it is not a count).
+    choices: u32,
     /// Where its conversation shows in the body.
     pub history: History,
 }
@@ -165,6 +170,7 @@ impl ParsedRequest {
             model_span: span_of(body, raw_model),
             stream_options,
             limits: view.limits.map(crate::json_scan::token_limit),
+            choices: choices_asked(view.n),
             history: History::in_view(body, &view),
         })
     }
@@ -175,6 +181,11 @@ impl ParsedRequest {
             let i = LIMITS.iter().position(|l| l == key)?;
             Some((*key, self.limits[i]))
         }))
+    }
+
+    /// The choices it asks for (`n`), for an API that takes them: 1 where it sets none.
+    pub fn choices(&self) -> u32 {
+        self.choices
     }
 
     /// Whether the client itself asked for the usage chunk of a stream.
@@ -352,12 +363,14 @@ pub fn output_ask(
     let mut read: Vec<&str> = keys.to_vec();
     read.push("n");
     let mut found = top_level(body, &read)?;
-    let n = found
-        .pop()
-        .flatten()
-        .and_then(|raw| raw.get().parse::<u32>().ok())
-        .map_or(1, |n| n.max(1));
+    let n = choices_asked(found.pop().flatten());
     Ok((first_limit(keys, found)?, n))
+}
+
+/// The choices an `n` of `raw` asks for: 1 where it is no count above zero.
+fn choices_asked(raw: Option<&RawValue>) -> u32 {
+    raw.and_then(|raw| raw.get().parse::<u32>().ok())
+        .map_or(1, |n| n.max(1))
 }
 
 /// Every one of the limits `keys` that `body` sets, rewritten to `value`; every other byte

@@ -47,7 +47,7 @@ impl Slots {
                     class: h.ticket.class,
                     client: h.ticket.client,
                     held: now.saturating_duration_since(h.granted_at),
-                    left: Duration::from_secs_f64(s.left(now)),
+                    left: crate::seconds::duration(s.left(now)),
                 })
             })
             .collect()
@@ -82,7 +82,7 @@ impl Slots {
                     class: t.class,
                     client: t.client,
                     waited: t.since.elapsed(),
-                    predicted: Duration::from_secs_f64(soonest.max(0.0)),
+                    predicted: crate::seconds::duration(soonest),
                 }
             })
             .collect()
@@ -111,6 +111,6 @@ impl Slots {
             }
         }
         let soonest = free.into_iter().min_by(f64::total_cmp).unwrap_or(0.0);
-        Duration::from_secs_f64(soonest.max(0.0))
+        crate::seconds::duration(soonest)
     }
 }

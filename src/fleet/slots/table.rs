@@ -35,9 +35,15 @@ pub(super) struct Holder {
 impl Holder {
     /// Its predicted prefill seconds left at `now`.
     fn prefill_left(&self, now: Instant) -> Duration {
-        let ends = self.granted_at + Duration::from_secs_f64(self.ticket.prefill.max(0.0));
-        ends.saturating_duration_since(now)
+        until(self.granted_at, self.ticket.prefill, now)
     }
+}
+
+/// What is left at `now` of `secs` seconds from `start` (the longest `Duration` where they end
+/// past what an `Instant` holds: a prediction may be any number).
+fn until(start: Instant, secs: f64, now: Instant) -> Duration {
+    let ends = start.checked_add(crate::seconds::duration(secs));
+    ends.map_or(Duration::MAX, |ends| ends.saturating_duration_since(now))
 }
 
 /// One slot.
@@ -69,10 +75,7 @@ impl Slot {
     /// hold's time left.
     pub fn left(&self, now: Instant) -> f64 {
         match (&self.holder, self.kept) {
-            (Some(h), _) => {
-                let ends = h.granted_at + Duration::from_secs_f64(h.ticket.work.max(0.0));
-                ends.saturating_duration_since(now).as_secs_f64()
-            }
+            (Some(h), _) => until(h.granted_at, h.ticket.work, now).as_secs_f64(),
             (None, Some(kept)) => kept.until.saturating_duration_since(now).as_secs_f64(),
             (None, None) => 0.0,
         }

@@ -426,3 +426,20 @@ async fn the_holders_of_the_slots_with_their_time_held_and_left() {
     drop(held);
     assert!(slots.holding().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn work_predicted_past_any_duration_is_the_longest_wait_not_a_panic() {
+    let m = Queued::default();
+    let slots = Slots::new(1, 8);
+    let t0 = now();
+    let _held = slots
+        .try_acquire_for(worth(1e30, ticket(Priority::Batch, 1, t0)))
+        .unwrap();
+    let next = worth(1.0, ticket(Priority::Batch, 2, t0));
+    let mut waiting = Box::pin(slots.acquire(Duration::from_secs(30), next, &m));
+    assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+    let longest = Duration::from_secs(u64::MAX / 2);
+    assert!(slots.predicted_wait(&next) > longest);
+    assert!(slots.predicted_queue()[0].predicted > longest);
+    assert!(slots.holding()[0].left > longest);
+}

@@ -226,6 +226,21 @@ fn reads_and_clamps_the_limits_of_each_api() {
 }
 
 #[test]
+fn the_view_reads_the_choices_as_output_ask_does() {
+    for (n, want) in [
+        ("", 1),
+        (r#","n":3"#, 3),
+        (r#","n":0"#, 1),
+        (r#","n":"2""#, 1),
+    ] {
+        let body = format!(r#"{{"model":"m","max_tokens":5{n}}}"#);
+        let view = ParsedRequest::parse(body.as_bytes()).unwrap();
+        let asked = output_ask(body.as_bytes(), &["max_tokens"], true).unwrap();
+        assert_eq!((view.choices(), asked), (want, (Some(5), want)), "{body}");
+    }
+}
+
+#[test]
 fn rejects_bad_bodies() {
     assert!(matches!(
         ParsedRequest::parse(b"[1]"),
