@@ -311,3 +311,26 @@ async fn an_isolated_llamacpp_messages_request_is_translated_to_run_on_its_slot(
     assert_eq!(sent(&s)["cache_prompt"], json!(false));
     assert_eq!(s.recorder().gpu_runs()[0].id_slot, Some(0));
 }
+
+#[tokio::test]
+async fn a_request_for_several_answers_uses_no_cache_and_leaves_no_slot_known() {
+    let s = gpu_sim(Flavor::Llamacpp, 2, fast()).await;
+    let fleet = isolated("llamacpp", 2, "cache_ram = false", "");
+    let p = proxy(&fleet, &[("b", s.url())]).await;
+    let system = words("alice-system", 300);
+    run(&p, &s, "alice-key", &system).await;
+    // llama-server runs the second answer on another idle slot, which the proxy cannot know.
+    let body = json!({"model": "a", "max_tokens": 4, "n": 2,
+        "messages": [{"role": "user", "content": format!("{system} twice")}]});
+    let r = client()
+        .post(p.url("/v1/chat/completions"))
+        .bearer_auth("bob-key")
+        .json(&body)
+        .send();
+    assert_eq!(within("an answer", r).await.unwrap().status(), 200);
+    assert_eq!(sent(&s)["cache_prompt"], json!(false));
+    // Every slot's group is unknown since: Alice's next request there is cold too.
+    let next = run(&p, &s, "alice-key", &format!("{system} again")).await;
+    assert_eq!(next.cached, 0, "{next:?}");
+    assert_eq!(sent(&s)["cache_prompt"], json!(false));
+}

@@ -11,8 +11,9 @@ use crate::runtime::Privacy;
 
 /// The members to put first for an attempt on `chosen` of a request of the API named `api`
 /// (`"chat"` for a translated one) and of cache group `group`; `None`: none. A request the
-/// backend runs on a slot of its own choice is told so to the scheduler
-/// ([`crate::fleet::slots::SlotPermit::unplaced`]).
+/// backend runs on slots of its own choice (one it cannot be told a slot for, or one asking
+/// for several answers, each past the first on another idle slot) is told so to the
+/// scheduler ([`crate::fleet::slots::SlotPermit::unplaced`]).
 pub fn members(chosen: &mut Chosen, api: Option<&str>, group: u64) -> Option<Bytes> {
     let backend = &chosen.replica.backend;
     let pinned = chosen.replica.pins(api);
@@ -22,11 +23,15 @@ pub fn members(chosen: &mut Chosen, api: Option<&str>, group: u64) -> Option<Byt
     }
     match privacy {
         Privacy::Slots(_) => {
-            if !pinned {
+            if !pinned || chosen.choices > 1 {
                 chosen.slot.unplaced();
+            }
+            if !pinned {
                 return Some(Bytes::from_static(COLD));
             }
-            Some(id_slot(chosen.slot.index(), !chosen.slot.warm()))
+            // Its other answers' slots may hold anyone's prefixes: none is used.
+            let cold = !chosen.slot.warm() || chosen.choices > 1;
+            Some(id_slot(chosen.slot.index(), cold))
         }
         Privacy::Salt(apis) if api.is_some_and(|a| apis.contains(&a)) => Some(salt(group)),
         Privacy::Salt(_) | Privacy::Shared => None,

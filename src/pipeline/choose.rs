@@ -40,6 +40,9 @@ pub struct Chosen {
     pub job: Option<Job>,
     /// The wait for its slot predicted when it queued (none where it took one at once).
     pub predicted_wait: Option<Duration>,
+    /// The answers it asks for (`n`): llama-server runs each past the first on a slot of its
+    /// own choice.
+    pub choices: u32,
 }
 
 /// Why no replica was chosen: `None` when every usable one was tried already.
@@ -100,6 +103,7 @@ pub async fn choose(
             affinity: choice.key.map(|key| choice.remember(key, replica)),
             job: Some(job),
             predicted_wait: choice.predicted(),
+            choices: need.choices,
         });
     }
 }
