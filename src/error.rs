@@ -128,7 +128,8 @@ pub enum ProxyError {
     /// Usage is asked for and no `[ledger]` records it.
     #[error("usage is not recorded: the config has no [ledger]")]
     NoLedger,
-    /// The ledger's database could not be read.
+    /// The ledger's database could not be read (`detail` is shown to the client: see
+    /// [`ProxyError::database`] for a database's own error).
     #[error("the usage ledger cannot be read now ({detail}); retry shortly")]
     LedgerUnavailable { detail: String },
     /// A file or batch that does not exist, or is not the caller's.
@@ -169,6 +170,15 @@ fn context_message(window: u32, prompt: u32, completion: Option<u32>, estimate: 
 }
 
 impl ProxyError {
+    /// The ledger's database failed with `e`: logged here, and the client told only that
+    /// it did not answer (its error may name the database's file or host).
+    pub fn database(e: impl std::fmt::Display) -> ProxyError {
+        tracing::warn!(error = %e, "the usage ledger's database failed");
+        ProxyError::LedgerUnavailable {
+            detail: "its database did not answer".into(),
+        }
+    }
+
     /// Status, OpenAI `type`, `param` and `code` of this error. The `type` follows from the
     /// status (see [`ProxyError::table`], the one table of the rest).
     pub fn parts(

@@ -846,6 +846,16 @@ async fn a_sqlite_ledger_corrupt_at_start_is_said_and_the_proxy_serves_without_i
         message.contains("capped") && !message.contains("usage.db"),
         "{message}"
     );
+    // Its own usage cannot be read either; the answer names no file of the server's.
+    let r = client()
+        .get(format!("{}/v1/usage?start_time=0", proxy.base))
+        .bearer_auth("free-key")
+        .send()
+        .await
+        .unwrap();
+    let (status, text) = (r.status(), r.text().await.unwrap());
+    assert!(status == 503 || status == 200, "{status} {text}");
+    assert!(!text.contains("usage.db"), "{text}");
 }
 
 #[tokio::test]

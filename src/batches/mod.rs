@@ -93,9 +93,7 @@ pub fn now_s() -> i64 {
 }
 
 fn db_error(e: impl std::fmt::Display) -> ProxyError {
-    ProxyError::LedgerUnavailable {
-        detail: e.to_string(),
-    }
+    ProxyError::database(e)
 }
 
 impl Batches {

@@ -74,11 +74,8 @@ async fn answer(snap: &Snapshot, only: Option<String>, query: Option<&str>) -> R
     .await;
     match read {
         Ok(Ok(rows)) => Json(q.page(&rows, only.as_deref())).into_response(),
-        Ok(Err(detail)) => ProxyError::LedgerUnavailable { detail }.into_response(),
-        Err(e) => ProxyError::LedgerUnavailable {
-            detail: e.to_string(),
-        }
-        .into_response(),
+        Ok(Err(detail)) => ProxyError::database(detail).into_response(),
+        Err(e) => ProxyError::database(e).into_response(),
     }
 }
 
