@@ -22,8 +22,12 @@ DECODE_TPS=${DECODE_TPS:-40}
 HALF_DEPTH=${HALF_DEPTH:-100000}
 SLOT_CTX=${SLOT_CTX:-131072}
 DRIVER_ARGS=${DRIVER_ARGS:-}
-# More [server] keys for every mode, e.g. SERVER_KEYS='slot_hold_ms = 500'.
+# More [server] keys for every mode, e.g. SERVER_KEYS='slot_hold_ms = 500'; more keys of the
+# backend (BACKEND_KEYS='cache_ram = false') and of each client (CLIENT_KEYS='cache_group =
+# "fleet"': the clients share their cached prefixes, as one cache group).
 SERVER_KEYS=${SERVER_KEYS:-}
+BACKEND_KEYS=${BACKEND_KEYS:-}
+CLIENT_KEYS=${CLIENT_KEYS:-}
 # A directory to keep each mode's config and the proxy's and simulator's logs in.
 LOGS=${LOGS:-}
 # shellcheck source=benches/load/lib.sh
@@ -52,7 +56,8 @@ clients_toml() {
     for c in $CLIENTS; do
         class=batch
         [[ $c == person ]] && class=interactive
-        printf '[clients.%s]\nkey_env = "SB_GPU_KEY_%s"\npriority = "%s"\n' "$c" "${c^^}" "$class"
+        printf '[clients.%s]\nkey_env = "SB_GPU_KEY_%s"\npriority = "%s"\n%s\n' "$c" "${c^^}" "$class" \
+            "$CLIENT_KEYS"
     done
 }
 
@@ -69,6 +74,7 @@ url = "http://127.0.0.1:$4"
 flavor = "llamacpp"
 slots = 2
 queue = 64
+$BACKEND_KEYS
 [aliases.m]
 backend = "gpu"
 upstream_model = "sim-model"
