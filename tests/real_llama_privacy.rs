@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::toml::Fleet;
-use common::{client, proxy, real_llama, Proxy};
+use common::{client, json_at, proxy, real_llama, Proxy};
 use serde_json::{json, Value};
 
 /// The tests share the servers: each runs alone on them.
@@ -171,14 +171,7 @@ async fn long_stream(base: &str) -> reqwest::Response {
 
 /// The slot of the real server at `url` processing a request now, if one is.
 async fn busy_slot(url: &str) -> Option<i64> {
-    let slots: Value = client()
-        .get(format!("{url}/slots"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let slots = json_at(&format!("{url}/slots")).await;
     let busy = slots.as_array().unwrap().iter();
     busy.filter(|s| s["is_processing"] == json!(true))
         .find_map(|s| s["id"].as_i64())
