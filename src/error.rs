@@ -46,6 +46,9 @@ pub enum ProxyError {
     UnsupportedContentType(Echo),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// A field of `POST /v1/files`' form other than its file is longer than its bound.
+    #[error("the form's field {field} is longer than its limit of {limit} bytes")]
+    FieldTooLarge { field: Echo, limit: u64 },
     /// A count endpoint's request has more text to tokenize than `server.count_limit_bytes`.
     #[error("the request has {bytes} bytes of prompt text to count, more than the limit of {limit} bytes (server.count_limit_bytes)")]
     CountTooLarge { bytes: usize, limit: usize },
@@ -211,7 +214,7 @@ impl ProxyError {
             UnsupportedInput { param, .. } => (S::BAD_REQUEST, Some(param), "unsupported_input"),
             LegacyImages { .. } => (S::BAD_REQUEST, Some("images"), "unsupported_input"),
             UnsupportedContentType(_) => (S::BAD_REQUEST, None, "unsupported_content_type"),
-            PayloadTooLarge { .. } | CountTooLarge { .. } => {
+            PayloadTooLarge { .. } | CountTooLarge { .. } | FieldTooLarge { .. } => {
                 (S::PAYLOAD_TOO_LARGE, None, "request_too_large")
             }
             CountBusy { .. } => (S::SERVICE_UNAVAILABLE, None, "count_busy"),
@@ -340,7 +343,7 @@ mod tests {
 
     /// How many variants [`ordinal`] knows; a new variant needs an arm there (the match
     /// does not compile without one) and a sample in [`one_of_each`].
-    const VARIANTS: usize = 38;
+    const VARIANTS: usize = 39;
 
     fn ordinal(e: &ProxyError) -> usize {
         use ProxyError::*;
@@ -383,6 +386,7 @@ mod tests {
             NoSuchObject { .. } => 35,
             BatchesOff(_) => 36,
             BatchLimit(_) => 37,
+            FieldTooLarge { .. } => 38,
         }
     }
 
@@ -412,6 +416,10 @@ mod tests {
             LegacyImages { alias: "a".into() },
             UnsupportedContentType(Echo::new("text/plain")),
             PayloadTooLarge { limit: 1 },
+            FieldTooLarge {
+                field: Echo::new("purpose"),
+                limit: 1,
+            },
             CountTooLarge { bytes: 2, limit: 1 },
             CountBusy {
                 running: 1,

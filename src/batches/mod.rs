@@ -17,6 +17,7 @@ mod lane;
 pub mod result;
 pub mod runner;
 pub mod store;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,6 +30,7 @@ use crate::error::{Echo, ProxyError};
 use db::{Conn, Db};
 use lane::Lane;
 use store::{BatchRow, FileRow};
+use upload::{Received, Upload};
 
 /// The endpoints a batch may run lines of.
 pub const ENDPOINTS: [&str; 4] = [
@@ -53,6 +55,8 @@ pub struct Batches {
     results: Lane,
     /// This process's name on the lines it claims.
     owner: String,
+    /// Where files' contents are kept (an upload's `.part` file is written there as it comes).
+    files: Files,
     /// Wakes the runner: a batch was created or cancelled.
     pub wake: Notify,
     /// The batches not yet ended as the runner last read them (the status page's list).
@@ -111,6 +115,7 @@ impl Batches {
             api: lane("batches-api", false)?,
             results: lane("batches-results", false)?,
             owner: format!("{}-{}", std::process::id(), hex_id()),
+            files: place(url, data_dir),
             wake: Notify::new(),
             active: Mutex::default(),
         })
@@ -144,33 +149,38 @@ impl Batches {
         self.api.run(f).await
     }
 
-    /// A file of `purpose` named `filename`, kept for `owner` within `limits`.
+    /// A new file's content, received as its upload brings it.
+    pub async fn receive(&self) -> Result<Upload, ProxyError> {
+        let dir = match &self.files {
+            Files::Dir(dir) => Some(dir.as_path()),
+            Files::Database => None,
+        };
+        Upload::start(dir, format!("file-{}", hex_id()))
+            .await
+            .map_err(db_error)
+    }
+
+    /// A file of `purpose` named `filename` with the `content` received, kept for `owner`
+    /// within `limits`; nothing is kept when it is refused.
     pub async fn upload(
         self: &Arc<Self>,
         owner: &Owner,
         filename: String,
         purpose: String,
-        content: Bytes,
+        content: Upload,
         limits: &config::Batches,
     ) -> Result<FileRow, ProxyError> {
-        if purpose != "batch" {
-            return Err(ProxyError::InvalidParam {
-                param: "purpose",
-                message: format!(
-                    "purpose {:?} is not served here: only \"batch\" files are kept",
-                    Echo::new(&purpose)
-                ),
-            });
-        }
+        check_purpose(&purpose)?;
         let limits = *limits;
         let row = FileRow {
-            id: format!("file-{}", hex_id()),
+            id: content.id.clone(),
             client: owner.client.clone(),
             filename,
             purpose,
-            bytes: content.len() as i64,
+            bytes: content.bytes() as i64,
             created_at: now_s(),
         };
+        let content = content.finish().await.map_err(db_error)?;
         self.with(move |db, kept| {
             let (files, bytes) = store::kept(db, &row.client).map_err(db_error)?;
             if files as u64 >= limits.files_per_client {
@@ -187,11 +197,7 @@ impl Batches {
                     row.client, row.bytes, limits.bytes_per_client
                 )));
             }
-            db.tx(|tx| {
-                kept.put(tx, &row.id, &content)?;
-                store::insert_file(tx, &row)
-            })
-            .map_err(db_error)?;
+            kept.keep(db, &row, content).map_err(db_error)?;
             Ok(row)
         })
         .await
@@ -383,6 +389,20 @@ impl Batches {
     }
 }
 
+/// Only `batch` files are kept (an upload's other purposes are refused).
+pub fn check_purpose(purpose: &str) -> Result<(), ProxyError> {
+    if purpose == "batch" {
+        return Ok(());
+    }
+    Err(ProxyError::InvalidParam {
+        param: "purpose",
+        message: format!(
+            "purpose {:?} is not served here: only \"batch\" files are kept",
+            Echo::new(purpose)
+        ),
+    })
+}
+
 fn file_of(db: &mut dyn Db, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
     store::file(db, id)
         .map_err(db_error)?
@@ -407,47 +427,92 @@ fn batch_of(db: &mut dyn Db, owner: &Owner, id: &str) -> Result<BatchRow, ProxyE
 /// a SQLite file shows running at the process's `first` connection were this process's before
 /// it started again (one process has a SQLite file): they are pending again.
 fn connect(url: &LedgerUrl, data_dir: Option<&Path>, first: bool) -> Result<(Conn, Files), String> {
-    let (mut db, files) = match crate::ledger::Store::open(url)? {
-        crate::ledger::Store::Sqlite(conn, _) => {
-            let LedgerUrl::Sqlite(path) = url else {
-                return Err("a SQLite ledger without a path".into());
-            };
-            let base = data_dir
-                .map(Path::to_path_buf)
-                .or_else(|| path.parent().map(Path::to_path_buf))
-                .unwrap_or_default();
-            let dir = base.join("files");
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            (Conn::Sqlite(conn), Files::Dir(dir))
-        }
-        crate::ledger::Store::Postgres(client, _) => (Conn::Postgres(client), Files::Database),
+    let files = place(url, data_dir);
+    let mut db = match crate::ledger::Store::open(url)? {
+        crate::ledger::Store::Sqlite(conn, _) => Conn::Sqlite(conn),
+        crate::ledger::Store::Postgres(client, _) => Conn::Postgres(client),
     };
+    if let Files::Dir(dir) = &files {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if first {
+            sweep(dir);
+        }
+    }
     if first && !db.shared() {
         store::release(&mut db, None, None)?;
     }
     Ok((db, files))
 }
 
+/// Where the files' contents of the ledger at `url` are kept: a `files` folder under
+/// `data_dir`, else beside a SQLite file; a PostgreSQL database itself.
+fn place(url: &LedgerUrl, data_dir: Option<&Path>) -> Files {
+    match url {
+        LedgerUrl::Sqlite(path) => {
+            let base = data_dir
+                .map(Path::to_path_buf)
+                .or_else(|| path.parent().map(Path::to_path_buf))
+                .unwrap_or_default();
+            Files::Dir(base.join("files"))
+        }
+        LedgerUrl::Postgres(_) => Files::Database,
+    }
+}
+
+/// Removes the `.part` files uploads left in `dir` when their process ended mid-way (a kill,
+/// a crash): one process has a SQLite ledger, so none is being written at its start.
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".part") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Where files' contents are kept: a folder beside a SQLite ledger, or the database itself
 /// (PostgreSQL, which processes on several hosts share).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Files {
     Dir(PathBuf),
     Database,
 }
 
 impl Files {
-    /// Keeps `content` as file `id`'s (a file is written whole or not at all: a temporary
-    /// name, then renamed), in the transaction `db` is.
+    /// Keeps `content` as file `id`'s (a file is written whole or not at all: a `.part` file,
+    /// removed on any failure, then renamed), in the transaction `db` is.
     fn put(&self, db: &mut dyn Db, id: &str, content: &[u8]) -> Result<(), String> {
         match self {
             Files::Dir(dir) => {
-                let tmp = dir.join(format!("{id}.part"));
-                std::fs::write(&tmp, content).map_err(|e| e.to_string())?;
-                std::fs::rename(tmp, dir.join(id)).map_err(|e| e.to_string())
+                let part = tempfile::TempPath::try_from_path(dir.join(format!("{id}.part")))
+                    .map_err(|e| e.to_string())?;
+                std::fs::write(&part, content).map_err(|e| e.to_string())?;
+                part.persist(dir.join(id)).map_err(|e| e.error.to_string())
             }
             Files::Database => store::put_content(db, id, content),
         }
+    }
+
+    /// File `row` with its uploaded `content`, committed together: a `.part` file renamed to
+    /// its id, or the content in the database. Nothing is left of it when this fails.
+    fn keep(&self, db: &mut Conn, row: &FileRow, content: Received) -> Result<(), String> {
+        let kept = db.tx(|tx| {
+            store::insert_file(tx, row)?;
+            match content {
+                Received::Part(part) => {
+                    let to = part.with_file_name(&row.id);
+                    part.persist(to).map_err(|e| e.error.to_string())
+                }
+                Received::Memory(bytes) => store::put_content(tx, &row.id, &bytes),
+            }
+        });
+        if kept.is_err() {
+            // Renamed, and then its commit failed.
+            self.delete(&row.id);
+        }
+        kept
     }
 
     fn get(&self, db: &mut dyn Db, id: &str) -> Result<Vec<u8>, String> {

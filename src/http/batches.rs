@@ -7,16 +7,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Multipart, Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use super::intake::{self, BodyTime, REQUEST_ID};
 use super::usage::is_admin;
@@ -83,62 +82,23 @@ fn page(data: Vec<Value>, more: bool) -> Value {
     })
 }
 
-/// `POST /v1/files`: a multipart form with `purpose` and `file`.
-pub async fn upload(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    form: Multipart,
-) -> Response {
-    answered(upload_with(&state, &headers, form).await)
-}
-
-async fn upload_with(
-    state: &AppState,
-    headers: &HeaderMap,
-    mut form: Multipart,
-) -> Result<Value, ProxyError> {
-    let (batches, owner) = open(state, headers)?;
-    let limits = state.live.load().config.batches;
-    let bad = |e: axum::extract::multipart::MultipartError| {
-        ProxyError::InvalidRequest(format!(
-            "the multipart form cannot be read: {}",
-            e.body_text()
-        ))
-    };
-    let time = BodyTime::of(&state.live.load().config.server);
-    let end = Instant::now() + time.total;
-    let (mut purpose, mut file) = (None, None);
-    while let Some(mut field) = time.piece(end, form.next_field()).await?.map_err(bad)? {
-        match field.name() {
-            Some("purpose") => purpose = Some(time.piece(end, field.text()).await?.map_err(bad)?),
-            Some("file") => {
-                let name = field.file_name().unwrap_or("upload.jsonl").to_string();
-                let mut content = BytesMut::new();
-                while let Some(chunk) = time.piece(end, field.chunk()).await?.map_err(bad)? {
-                    if (content.len() + chunk.len()) as u64 > limits.max_file_bytes {
-                        return Err(ProxyError::PayloadTooLarge {
-                            limit: limits.max_file_bytes as usize,
-                        });
-                    }
-                    content.extend_from_slice(&chunk);
-                }
-                file = Some((name, content.freeze()));
-            }
-            _ => {}
+/// `POST /v1/files`: a multipart form with `purpose` and `file` ([`super::upload`]).
+pub async fn upload(State(state): State<AppState>, request: Request) -> Response {
+    let (head, body) = request.into_parts();
+    answered(
+        async {
+            let (batches, owner) = open(&state, &head.headers)?;
+            let snap = state.live.load();
+            let limits = snap.config.batches;
+            let time = BodyTime::of(&snap.config.server);
+            let form = super::upload::read(&batches, &head.headers, body, &limits, time).await?;
+            let row = batches
+                .upload(&owner, form.filename, form.purpose, form.content, &limits)
+                .await?;
+            Ok(row.to_json())
         }
-    }
-    let purpose = purpose.ok_or(ProxyError::InvalidParam {
-        param: "purpose",
-        message: "the form has no purpose field".into(),
-    })?;
-    let (name, content) = file.ok_or(ProxyError::InvalidParam {
-        param: "file",
-        message: "the form has no file field".into(),
-    })?;
-    let row = batches
-        .upload(&owner, name, purpose, content, &limits)
-        .await?;
-    Ok(row.to_json())
+        .await,
+    )
 }
 
 /// `GET /v1/files`: the caller's files, newest first (`order=asc`: oldest), paged by `after`.

@@ -10,5 +10,6 @@ pub mod routed;
 pub mod router;
 pub mod server;
 pub mod status;
+pub mod upload;
 pub mod usage;
 pub mod workers;

@@ -15,11 +15,26 @@ pub struct Served {
 impl Served {
     /// Serving `config`, with `env` set; returns once it answers `/health`.
     pub async fn start(config: &str, env: &[(&str, &str)]) -> Served {
+        Served::start_under(config, env, &[]).await
+    }
+
+    /// As [`Served::start`], the binary started by `launcher` (its program and first arguments,
+    /// the binary's path and arguments after them: `prlimit`, a shell): none, by itself.
+    pub async fn start_under(config: &str, env: &[(&str, &str)], launcher: &[&str]) -> Served {
         let (dir, port) = (tempfile::tempdir().unwrap(), free_port());
         let path = dir.path().join("routes.toml");
         std::fs::write(&path, config).unwrap();
         let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        let bin = env!("CARGO_BIN_EXE_switchboard");
+        let mut cmd = match launcher.split_first() {
+            None => std::process::Command::new(bin),
+            Some((program, args)) => {
+                let mut c = std::process::Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+        };
+        let child = cmd
             .args(["serve", "--config"])
             .arg(&path)
             .env("SWITCHBOARD_SERVER__LISTEN", format!("127.0.0.1:{port}"))
