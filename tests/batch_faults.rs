@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::batch_api::Api;
-use common::served::Served;
+use common::served::{metrics_at, Served};
 use common::*;
 use serde_json::{json, Value};
 use switchboard::sim::SimConfig;
@@ -265,4 +265,53 @@ async fn a_failed_upload_leaves_no_part_file_whatever_the_failure() {
 
     let (status, listed) = Api::new(s.base.clone()).get("k1", "/v1/files").await;
     assert_eq!((status, &listed["data"]), (200, &json!([])), "{listed}");
+}
+
+/// PostgreSQL stopped and started again under a running proxy: while it is down the Files and
+/// Batch APIs answer 503 in OpenAI's envelope and `switchboard_batch_db_up` is 0; once it is
+/// back they reconnect (as the usage ledger does): the file uploaded before is served, a batch
+/// over it runs to completed, the gauge is 1 again and the log says both.
+#[tokio::test]
+async fn after_postgresql_restarts_the_files_and_batch_apis_reconnect() {
+    let Some(pg) = common::postgres::Postgres::start() else {
+        return;
+    };
+    let gpu = sim(SimConfig::default()).await;
+    let s = Served::start(&config(&gpu.url(), &pg.url(), ""), &KEYS).await;
+    let api = Api::new(s.base.clone());
+    let (status, file) = api.upload("k1", line("l0") + "\n" + &line("l1")).await;
+    assert_eq!(status, 200, "{file}");
+    let up = || async { sample(&metrics_at(&s.base).await, "switchboard_batch_db_up") };
+
+    pg.stop();
+    let (status, e) = api.get("k1", "/v1/files").await;
+    assert_eq!((status, code(&e)), (503, "ledger_unavailable"), "{e}");
+    assert_eq!(up().await, 0.0);
+
+    pg.ctl_start();
+    let path = format!("/v1/files/{}", file["id"].as_str().unwrap());
+    let back = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if api.get("k1", &path).await.0 == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    back.await
+        .expect("the Files API answers within 60 s of PostgreSQL's restart");
+    let (status, b) = api.create("k1", &file).await;
+    assert_eq!(status, 200, "{b}");
+    let done = api.completed("k1", b["id"].as_str().unwrap()).await;
+    assert_eq!(done["request_counts"]["completed"], 2, "{done}");
+    assert_eq!(up().await, 1.0);
+    let log = s.log();
+    assert!(
+        log.contains("Batch API: the ledger's database failed"),
+        "{log}"
+    );
+    assert!(
+        log.contains("Batch API: the ledger's database answers again"),
+        "{log}"
+    );
 }

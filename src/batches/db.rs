@@ -133,6 +133,11 @@ impl Conn {
     pub fn shared(&self) -> bool {
         matches!(self, Conn::Postgres(_))
     }
+
+    /// Whether the connection is lost for good (PostgreSQL's, its server gone).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Conn::Postgres(c) if c.is_closed())
+    }
 }
 
 impl Db for Conn {

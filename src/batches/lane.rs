@@ -2,17 +2,20 @@
 //! client may neither be used nor dropped on the runtime's threads) and the jobs sent to it,
 //! run in their order. The state has one per path — the endpoints, the runner, the lines'
 //! results — so no job waits behind another path's (an upload written, a file read whole, a
-//! batch validated).
+//! batch validated). A lane whose call fails makes its next on a new connection ([`Link`]).
 
 use std::sync::mpsc::Sender;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::db::Conn;
+use super::link::{Health, Link};
 use super::{db_error, Files};
+use crate::config::LedgerUrl;
 use crate::error::ProxyError;
 
-/// A job for a lane's thread.
-type Job = Box<dyn FnOnce(&mut Conn, &Files) + Send>;
+/// A job for a lane's thread, given its connection (or why there is none now); why the
+/// database failed it, when it did.
+type Job = Box<dyn FnOnce(Result<&mut Conn, String>, &Files) -> Option<String> + Send>;
 
 #[derive(Debug)]
 pub(super) struct Lane {
@@ -20,24 +23,32 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    /// A lane on a new thread named `name`, with the connection and files' place `connect`
-    /// opens there (kept until the lane is dropped; then the connection is closed there).
+    /// A lane on a new thread named `name`, with the connection to the ledger at `url` and
+    /// files' place `connect` opens there (made anew after a call fails; kept until the lane
+    /// is dropped, then closed there); `health` says whether the state's lanes work.
     pub(super) fn open(
         name: &str,
+        url: &LedgerUrl,
+        health: &Arc<Health>,
         connect: impl FnOnce() -> Result<(Conn, Files), String> + Send + 'static,
     ) -> Result<Lane, String> {
+        let (lane, url, health) = (name.to_string(), url.clone(), Arc::clone(health));
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
         let (opened, open) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                let (mut db, files) = match connect() {
+                let (db, files) = match connect() {
                     Ok(c) => c,
                     Err(e) => return drop(opened.send(Err(e))),
                 };
                 let _ = opened.send(Ok(()));
+                let mut link = Link::new(lane, url, db, health);
                 while let Ok(job) = queue.recv() {
-                    job(&mut db, &files);
+                    match job(link.conn(), &files) {
+                        Some(why) => link.failed(why),
+                        None => link.worked(),
+                    }
                 }
             })
             .map_err(|e| format!("cannot start the Batch API's database thread {name}: {e}"))?;
@@ -49,13 +60,21 @@ impl Lane {
     }
 
     /// `f` with the database and the files' place, on the lane's thread, after the jobs sent
-    /// to it before.
+    /// to it before (a 503 while there is no connection to the database).
     pub(super) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Conn, &Files) -> Result<T, ProxyError> + Send + 'static,
     ) -> Result<T, ProxyError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |db, files| drop(tx.send(f(db, files))));
+        let job: Job = Box::new(move |db, files| {
+            let out = db.map_err(db_error).and_then(|db| f(db, files));
+            let failed = match &out {
+                Err(ProxyError::LedgerUnavailable { detail }) => Some(detail.clone()),
+                _ => None,
+            };
+            drop(tx.send(out));
+            failed
+        });
         let sent = self
             .jobs
             .lock()

@@ -14,6 +14,7 @@
 pub mod db;
 pub mod input;
 mod lane;
+mod link;
 pub mod result;
 pub mod runner;
 pub mod store;
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
 use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
@@ -104,11 +106,15 @@ impl Batches {
     /// Opens the Batch API's state in the ledger at `url` (migrated to this build's schema),
     /// its files' contents under `data_dir` or beside a SQLite ledger, or in a PostgreSQL one:
     /// a connection for the endpoints, one for the runner and one for the lines' results, each
-    /// on a thread of its own ([`connect`], [`Lane`]).
-    pub fn open(url: &LedgerUrl, data_dir: Option<&Path>) -> Result<Batches, String> {
+    /// on a thread of its own ([`connect`], [`Lane`]) and made anew after a call fails; `up`
+    /// is 1 while none fails.
+    pub fn open(url: &LedgerUrl, data_dir: Option<&Path>, up: Gauge) -> Result<Batches, String> {
+        let health = Arc::new(link::Health::new(up));
         let lane = |name: &str, first: bool| {
-            let (url, data_dir) = (url.clone(), data_dir.map(Path::to_path_buf));
-            Lane::open(name, move || connect(&url, data_dir.as_deref(), first))
+            let (at, data_dir) = (url.clone(), data_dir.map(Path::to_path_buf));
+            Lane::open(name, url, &health, move || {
+                connect(&at, data_dir.as_deref(), first)
+            })
         };
         Ok(Batches {
             runner: lane("batches-runner", true)?,
@@ -124,11 +130,14 @@ impl Batches {
     /// The Batch API's state in `config`'s ledger, opened; why there is none (no ledger, or one
     /// that cannot be used and is not `required`); an error when the database or the files'
     /// folder of a required ledger cannot be used.
-    pub fn of(config: &config::Config) -> Result<Result<Arc<Batches>, &'static str>, ConfigErrors> {
+    pub fn of(
+        config: &config::Config,
+        up: Gauge,
+    ) -> Result<Result<Arc<Batches>, &'static str>, ConfigErrors> {
         let Some(ledger) = &config.ledger else {
             return Ok(Err("no [ledger] (or server.data_dir) keeps its state"));
         };
-        match Batches::open(&ledger.url, config.server.data_dir.as_deref()) {
+        match Batches::open(&ledger.url, config.server.data_dir.as_deref(), up) {
             Ok(b) => Ok(Ok(Arc::new(b))),
             // The proxy serves without the ledger, and without the Batch API it keeps.
             Err(e) if !ledger.required => {

@@ -1,5 +1,5 @@
-//! The Batch API's families: its lines' runs by outcome and their waits for a slot, and its
-//! batches by status.
+//! The Batch API's families: its lines' runs by outcome and their waits for a slot, its
+//! batches by status, and whether its database answers.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -27,6 +27,8 @@ pub struct BatchFamilies {
     lines: Family<LineLabels, Counter>,
     by_status: Family<StatusLabel, Gauge>,
     queue_wait: Histogram,
+    /// 1 while the Batch API's last call to its database worked (0 without a Batch API).
+    pub db_up: Gauge,
 }
 
 impl Default for BatchFamilies {
@@ -35,6 +37,7 @@ impl Default for BatchFamilies {
             lines: Family::default(),
             by_status: Family::default(),
             queue_wait: Histogram::new(DURATION),
+            db_up: Gauge::default(),
         }
     }
 }
@@ -56,6 +59,11 @@ impl BatchFamilies {
             "batches",
             "Batch API batches by status, as the ledger keeps them (read again each second while batches run)",
             self.by_status.clone(),
+        );
+        r.register(
+            "batch_db_up",
+            "1 while the Batch API's last call to the ledger's database worked; 0 while its calls fail (it connects again), and without a Batch API",
+            self.db_up.clone(),
         );
     }
 
