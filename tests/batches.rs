@@ -902,3 +902,134 @@ async fn lines_spend_their_clients_day_and_wait_for_its_reset_once_it_is_spent()
         .unwrap();
     assert!(charged > 0 && charged <= 30, "{charged}");
 }
+
+/// The usage `key` reads at `/v1/usage` for the last hour: its requests, all buckets summed.
+async fn usage_of(api: &Api, key: &str) -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600;
+    let path = format!("/v1/usage?start_time={since}&bucket_width=1m&limit=61");
+    let (status, page) = api.get(key, &path).await;
+    assert_eq!(status, 200, "{page}");
+    let buckets = page["data"].as_array().unwrap();
+    let results = buckets
+        .iter()
+        .flat_map(|b| b["results"].as_array().unwrap());
+    results
+        .map(|r| r["num_model_requests"].as_i64().unwrap())
+        .sum()
+}
+
+/// Each key of `server.api_keys_env` owns its own files, batches and their output, named in
+/// the database by a hash of the key (never the key): another key's ids are 404s as if they
+/// did not exist, its lists are empty, the status page shows it none of them, and each key's
+/// `/v1/usage` is its own requests. Both keys stay the one client `anonymous` of the limits
+/// and metrics.
+#[tokio::test]
+async fn each_key_of_api_keys_env_owns_its_files_batches_and_usage() {
+    std::env::set_var("SB_T_BATCH_KEYS", "key-one,key-two");
+    std::env::set_var("SB_T_BATCH_ADMIN", "admin-key");
+    let gpu = sim(SimConfig {
+        ttft: Duration::from_millis(500),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let toml = format!(
+        "[server]\napi_keys_env = \"SB_T_BATCH_KEYS\"\nadmin_keys_env = \"SB_T_BATCH_ADMIN\"\n\
+         [backends.gpu]\nurl = \"{{gpu}}\"\nflavor = \"llamacpp\"\n[aliases.a]\nbackend = \"gpu\"\n\
+         [ledger]\nurl = \"sqlite://{}\"\nbatch_interval_ms = 10\n",
+        db.display()
+    );
+    let p = proxy(&toml, &[("gpu", gpu.url())]).await;
+    let api = Api::new(p.url(""));
+    let (status, file) = api.upload("key-one", numbered(2, 1)).await;
+    assert_eq!(status, 200, "{file}");
+    let (status, b) = api.create("key-one", &file).await;
+    assert_eq!(status, 200, "{b}");
+    let id = b["id"].as_str().unwrap();
+    // While it runs, the status page lists it to its key, not to the other.
+    let page = |key: &'static str| {
+        let r = api.c.get(format!("{}/", api.base)).bearer_auth(key).send();
+        async move { r.await.unwrap().text().await.unwrap() }
+    };
+    let listed = async {
+        while !page("key-one").await.contains(id) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(BATCH_WAIT, listed).await.unwrap();
+    assert!(!page("key-two").await.contains(id));
+    let done = api.completed("key-one", id).await;
+    all_answered(&api, "key-one", &done, 2, 1).await;
+
+    let output = done["output_file_id"].as_str().unwrap();
+    let input = file["id"].as_str().unwrap();
+    for path in [
+        format!("/v1/files/{input}"),
+        format!("/v1/files/{input}/content"),
+        format!("/v1/files/{output}/content"),
+        format!("/v1/batches/{id}"),
+    ] {
+        let r = api
+            .c
+            .get(format!("{}{path}", api.base))
+            .bearer_auth("key-two");
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 404, "key-two reads {path}");
+    }
+    let cancel = format!("/v1/batches/{id}/cancel");
+    assert_eq!(api.post("key-two", &cancel, &json!({})).await.0, 404);
+    let r = api.c.delete(format!("{}/v1/files/{input}", api.base));
+    assert_eq!(r.bearer_auth("key-two").send().await.unwrap().status(), 404);
+    assert_eq!(api.get("key-two", "/v1/files").await.1["data"], json!([]));
+    assert_eq!(api.get("key-two", "/v1/batches").await.1["data"], json!([]));
+    assert_eq!(
+        api.get("key-one", &format!("/v1/files/{input}")).await.0,
+        200
+    );
+    assert_eq!(
+        api.get("admin-key", &format!("/v1/batches/{id}")).await.0,
+        200
+    );
+
+    // The owner the database holds is a hash of the key, the same for its files and batch.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let owners: Vec<String> = c
+        .prepare("SELECT client FROM batch_files UNION SELECT client FROM batches")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let hex = owners[0].strip_prefix("key-").unwrap_or_default();
+    assert!(
+        hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{owners:?}"
+    );
+
+    // Usage: the batch's two lines are key-one's, a chat of key-two's is its own.
+    let chat = api.c.post(format!("{}/v1/chat/completions", api.base));
+    let r = chat
+        .bearer_auth("key-two")
+        .json(&common::chat("a", false))
+        .send();
+    assert_eq!(r.await.unwrap().status(), 200);
+    let all = async {
+        while usage_of(&api, "admin-key").await < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(BATCH_WAIT, all).await.unwrap();
+    assert_eq!(usage_of(&api, "key-one").await, 2);
+    assert_eq!(usage_of(&api, "key-two").await, 1);
+    // One client of the limits and metrics.
+    let m = p.metrics().await;
+    let lines =
+        r#"switchboard_batch_lines_total{alias="a",client="anonymous",outcome="completed"}"#;
+    assert_eq!(sample(&m, lines), 2.0, "{m}");
+}

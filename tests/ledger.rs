@@ -327,11 +327,14 @@ fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
 fn a_postgres_ledger_made_before_the_index_by_client_gets_it_and_reads_a_client_through_it() {
     let Some(pg) = Postgres::start() else { return };
     let url = LedgerUrl::Postgres(pg.url());
-    // A database as version 3 left it: the newest version's index not made.
+    // A database as version 3 left it: the index by client (version 4) not made, nor the
+    // owners' column, index and roll-ups (version 5).
     ledger::with_store(&url, |s| match s {
         ledger::Store::Postgres(c, _) => c
             .batch_execute(
-                "DROP INDEX requests_client; DELETE FROM ledger_schema WHERE version > 3",
+                "DROP INDEX requests_client; DROP INDEX requests_owner; \
+                 ALTER TABLE requests DROP COLUMN owner; DROP TABLE owner_hourly; \
+                 DROP TABLE owner_daily; DELETE FROM ledger_schema WHERE version > 3",
             )
             .map_err(|e| e.to_string()),
         ledger::Store::Sqlite(..) => Err("not postgres".into()),
@@ -341,15 +344,23 @@ fn a_postgres_ledger_made_before_the_index_by_client_gets_it_and_reads_a_client_
     let rows: Vec<Row> = (0..30)
         .map(|i| Row {
             seq: i as i64,
+            // Every third of ann's is a key's of `server.api_keys_env`, ann's client.
+            owner: (i % 6 == 0).then(|| "key-0123456789abcdef".to_string()),
             ..row(["ann", "bob"][i % 2], i as i64)
         })
         .collect();
     let now = ledger::now_ms();
-    let own = ledger::with_store(&url, move |s| {
+    let (own, key) = ledger::with_store(&url, move |s| {
         s.write("p", &rows)?;
-        s.buckets(60_000, now - 3_600_000, now + 60_000, Some("bob"))
+        let (from, to) = (now - 3_600_000, now + 60_000);
+        let own = s.buckets(60_000, from, to, Some("bob"))?;
+        let hour = (now / 3_600_000) * 3_600_000;
+        let hours = (hour - 3_600_000, hour + 3_600_000);
+        let key = s.buckets(3_600_000, hours.0, hours.1, Some("key-0123456789abcdef"))?;
+        Ok((own, key))
     })
     .unwrap();
+    assert_eq!(key.iter().map(|b| b.requests).sum::<i64>(), 5, "{key:?}");
     assert_eq!(pg_count(&pg.url(), index), 1);
     assert_eq!(
         pg_count(&pg.url(), "SELECT max(version) FROM ledger_schema"),

@@ -1,6 +1,6 @@
-//! Named clients at run time: which client a key belongs to (compared in constant time), what
-//! it may use, its priority, and its limits, budgets and counters (kept across reloads while
-//! the client exists).
+//! Named clients at run time: which client a key belongs to (compared in constant time) and
+//! who owns what its requests leave, what it may use, its priority, and its limits, budgets
+//! and counters (kept across reloads while the client exists).
 
 pub mod charge;
 pub mod headers;
@@ -97,16 +97,26 @@ pub fn total(steps: &[(u64, u64)]) -> (u64, u64) {
     steps.iter().fold((0, 0), |(t, g), s| (t + s.0, g + s.1))
 }
 
-/// The client a request comes from, as the snapshot knows it.
+/// The client a request comes from, as the snapshot knows it, and who owns what it leaves.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub spec: Arc<ClientSpec>,
     pub state: Arc<ClientState>,
+    /// What [`Caller::owner`] reads, shared with what records it (a request's ledger row).
+    pub(crate) owner: Arc<str>,
 }
 
 impl Caller {
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// Who owns what the caller's requests leave — files, batches and their stored data, the
+    /// usage it reads: a named client's name; for a key of `server.api_keys_env`, a hash of
+    /// that key ([`crate::config::key_owner`]), so each key owns its own while all are the
+    /// one client [`ANONYMOUS`] of the limits and classes.
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     pub fn may_use(&self, alias: &str) -> bool {
@@ -159,7 +169,11 @@ fn limiter(
 pub struct Registry {
     /// Some key is configured: a request without a known one is refused.
     closed: bool,
+    /// One per client ([`ANONYMOUS`]'s own owner is its name: what it owned before its keys
+    /// each owned their own).
     callers: Vec<Caller>,
+    /// Each key and the caller it makes: its client, and its owner.
+    keyed: Vec<(String, Caller)>,
 }
 
 /// A client's id: XXH3-64 of its name, so every process gives a client the same one (the
@@ -263,12 +277,27 @@ impl Registry {
                         recent: Recent::new(),
                     }),
                 };
-                Caller { spec, state }
+                let owner = Arc::from(spec.name.as_str());
+                Caller { spec, state, owner }
+            })
+            .collect();
+        let keyed = callers
+            .iter()
+            .flat_map(|c| {
+                let anonymous = c.spec.name == ANONYMOUS;
+                c.spec.keys.iter().map(move |k| {
+                    let mut caller = c.clone();
+                    if anonymous {
+                        caller.owner = Arc::from(crate::config::key_owner(k));
+                    }
+                    (k.clone(), caller)
+                })
             })
             .collect();
         Registry {
             closed: !callers.is_empty(),
             callers,
+            keyed,
         }
     }
 
@@ -281,18 +310,24 @@ impl Registry {
         &self.callers
     }
 
-    /// The client holding `key`: every key is compared, each in constant time, so the time
-    /// taken says nothing of which (or how much of one) matched.
+    /// The client holding `key`, as that key's caller (its owner): every key is compared,
+    /// each in constant time, so the time taken says nothing of which (or how much of one)
+    /// matched.
     pub fn holder(&self, key: &str) -> Option<&Caller> {
         let mut found = None;
-        for c in &self.callers {
-            for k in &c.spec.keys {
-                if same(k.as_bytes(), key.as_bytes()) {
-                    found = Some(c);
-                }
+        for (k, c) in &self.keyed {
+            if same(k.as_bytes(), key.as_bytes()) {
+                found = Some(c);
             }
         }
         found
+    }
+
+    /// A caller whose owner is `owner` (a batch's, to run its lines as): of one of its keys,
+    /// else the client of that name.
+    pub fn owned_by(&self, owner: &str) -> Option<&Caller> {
+        let keyed = self.keyed.iter().map(|(_, c)| c);
+        keyed.chain(&self.callers).find(|c| c.owner() == owner)
     }
 
     /// The client of a request by the key in its headers; `None` when no key is configured;
@@ -378,6 +413,35 @@ mod tests {
         let steps = r.steps(t0 + std::time::Duration::from_secs(305));
         assert_eq!(steps[29 - 20], (7, 250));
         assert_eq!(steps.iter().filter(|s| **s != (0, 0)).count(), 1);
+    }
+
+    #[test]
+    fn each_key_of_api_keys_env_owns_its_own_and_all_share_one_client() {
+        std::env::set_var("SB_UNIT_OWNER_KEYS", "k-1,k-2");
+        std::env::set_var("SB_UNIT_OWNER_ANN", "ann-1,ann-2");
+        let config = crate::config::from_toml(
+            "[server]\napi_keys_env = \"SB_UNIT_OWNER_KEYS\"\n[backends.b]\n\
+             url = \"http://127.0.0.1:9\"\nflavor = \"llamacpp\"\n[aliases.a]\nbackend = \"b\"\n\
+             [clients.ann]\nkey_env = \"SB_UNIT_OWNER_ANN\"\n",
+        )
+        .unwrap();
+        let r = Registry::build(&config, &Metrics::new(), None, None, None);
+        let (one, two) = (r.holder("k-1").unwrap(), r.holder("k-2").unwrap());
+        assert_eq!(one.owner(), crate::config::key_owner("k-1"));
+        assert_eq!(two.owner(), crate::config::key_owner("k-2"));
+        assert_ne!(one.owner(), two.owner());
+        assert_eq!((one.name(), two.name()), (ANONYMOUS, ANONYMOUS));
+        assert!(Arc::ptr_eq(&one.state, &two.state), "one client's limits");
+        for k in ["ann-1", "ann-2"] {
+            assert_eq!(r.holder(k).unwrap().owner(), "ann");
+        }
+        assert!(r.holder("k-3").is_none());
+        let found = r.owned_by(two.owner()).unwrap();
+        assert_eq!(found.owner(), two.owner());
+        assert_eq!(r.owned_by("ann").unwrap().name(), "ann");
+        // What the keys owned while they were one owner is still found by that name.
+        assert_eq!(r.owned_by(ANONYMOUS).unwrap().name(), ANONYMOUS);
+        assert_eq!(r.callers().len(), 2);
     }
 
     #[test]

@@ -270,6 +270,15 @@ fn client(
             reason: "is the name of the clients of server.api_keys_env".into(),
         });
     }
+    if super::keys::is_key_owner(&name) {
+        errs.push(ConfigError::BadValue {
+            key: "clients".into(),
+            value: name.clone(),
+            reason: "has the form of the owner of a key of server.api_keys_env (key- and 16 \
+                     hex digits)"
+                .into(),
+        });
+    }
     super::names::name_check(&format!("clients.{name}"), &name, errs);
     let key = |k: &str| format!("clients.{name}.{k}");
     let keys = keys_of(&key("key_env"), &c.key_env, errs);
@@ -441,5 +450,13 @@ backend = "b"
         ] {
             assert!(bad.contains(part), "{part}: {bad}");
         }
+        // The form of a key's owner is no client's name.
+        let owner = errors(&format!(
+            "{FLEET}\n[clients.key-0123456789abcdef]\nkey_env = \"SB_TEST_CLIENTS_ONE\""
+        ));
+        assert!(
+            owner.contains("key-0123456789abcdef") && owner.contains("the owner of a key"),
+            "{owner}"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Keys in the config's environment variables: the client keys a variable holds, a backend's
-//! key as the header it is sent in; none is ever shown in an error.
+//! key as the header it is sent in, the owner a key of `server.api_keys_env` is; none is ever
+//! shown in an error.
 
 use http::HeaderValue;
 
@@ -23,6 +24,25 @@ fn sendable(key: &str) -> Result<(), String> {
     Err(format!(
         "holds {what} at byte {at}, which cannot be sent in a header (the key is not shown)"
     ))
+}
+
+/// Who owns the files, batches and usage of a key of `server.api_keys_env`: `key-` and the
+/// first 16 hex digits of the key's SHA-256, never the key itself; the same in every process
+/// and across restarts.
+pub fn key_owner(key: &str) -> String {
+    use sha2::Digest;
+    use std::fmt::Write;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    digest[..8].iter().fold(String::from("key-"), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+/// Whether `name` has the form of a key's owner ([`key_owner`]), which no client may be named.
+pub fn is_key_owner(name: &str) -> bool {
+    name.strip_prefix("key-")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A backend key as the sensitive `Authorization: Bearer …` value it is sent in, or why it
@@ -69,4 +89,25 @@ pub(super) fn keys_of(key: &str, var: &str, errs: &mut Vec<ConfigError>) -> Vec<
         }
     }
     keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keys_owner_is_a_hash_of_it_in_the_form_no_client_may_take() {
+        // The first 8 bytes of SHA-256("sk-1"), as `sha256sum` prints them.
+        assert_eq!(key_owner("sk-1"), "key-0f2c10bf3d128c71");
+        assert_ne!(key_owner("sk-2"), key_owner("sk-1"));
+        assert!(is_key_owner(&key_owner("sk-1")));
+        for name in [
+            "key-0f2c10bf3d128c7",
+            "key-0f2c10bf3d128c71a",
+            "key-0f2c10bf3d128c7g",
+            "ann",
+        ] {
+            assert!(!is_key_owner(name), "{name}");
+        }
+    }
 }

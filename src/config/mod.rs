@@ -33,7 +33,7 @@ pub use batches::Batches;
 pub use clients::{cache_group, ClientSpec, Clients, Priority};
 pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use error::{ConfigError, ConfigErrors};
-pub use keys::bearer;
+pub use keys::{bearer, is_key_owner, key_owner};
 pub use ledger::{parse_url as parse_ledger_url, Ledger, LedgerUrl};
 pub use model::Config;
 pub use raw::RawConfig;

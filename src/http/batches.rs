@@ -41,7 +41,7 @@ fn open(state: &AppState, headers: &HeaderMap) -> Result<(Arc<Batches>, Owner), 
         false => {
             let caller = intake::identify(&snap, headers)?;
             Owner {
-                client: caller.map_or("-".to_string(), |c| c.name().to_string()),
+                client: caller.map_or("-".to_string(), |c| c.owner().to_string()),
                 admin: false,
             }
         }
@@ -277,12 +277,13 @@ pub fn spawn_runner(state: &AppState) {
 /// Lines served through the pipeline of `AppState`.
 struct Lines(AppState);
 
-/// The client named `name` in `snap` (`None`: `-`, the requests of no client's key).
-fn caller(snap: &Snapshot, name: &str) -> Result<Option<Caller>, ProxyError> {
-    if name == "-" {
+/// The caller whose owner is `owner` in `snap` (`None`: `-`, the requests of no client's key);
+/// a 401 for one whose key or client is gone.
+fn caller(snap: &Snapshot, owner: &str) -> Result<Option<Caller>, ProxyError> {
+    if owner == "-" {
         return Ok(None);
     }
-    let found = snap.clients.callers().iter().find(|c| c.name() == name);
+    let found = snap.clients.owned_by(owner);
     found.cloned().map(Some).ok_or(ProxyError::Unauthorized)
 }
 
@@ -348,7 +349,11 @@ impl Serve for Lines {
         self.0.live.load().config.batches
     }
 
-    fn counted(&self, alias: &str, client: &str, outcome: &'static str) {
+    /// Counted under the owner's client (`anonymous` for a key of `server.api_keys_env`), or
+    /// the owner as it is when it is gone.
+    fn counted(&self, alias: &str, owner: &str, outcome: &'static str) {
+        let snap = self.0.live.load();
+        let client = snap.clients.owned_by(owner).map_or(owner, Caller::name);
         self.0.metrics.batches.line(alias, client, outcome);
     }
 

@@ -39,6 +39,7 @@ pub async fn answer(
         let caller = identify(&snap, &headers)?;
         if let Some(c) = &caller {
             rec.client = Some(c.state.metrics.clone());
+            rec.owner = Some(std::sync::Arc::clone(&c.owner));
             known = Some(c.clone());
         }
         let body = routed_body(&snap, &headers, body).await?;

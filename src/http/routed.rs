@@ -99,6 +99,7 @@ fn known(
     }
     if let Some(c) = caller {
         rec.client = Some(c.state.metrics.clone());
+        rec.owner = Some(std::sync::Arc::clone(&c.owner));
     }
 }
 

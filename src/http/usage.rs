@@ -1,6 +1,7 @@
 //! The usage API, in the shape of OpenAI's organisation usage API so tools written for it
 //! read Switchboard's: `GET /v1/organization/usage/completions` (admin keys: every client)
-//! and `GET /v1/usage` (a client's key: its own usage), read from the ledger.
+//! and `GET /v1/usage` (a client's key: its own usage; a key of `server.api_keys_env`: that
+//! key's, its owner's), read from the ledger.
 //!
 //! OpenAI's `model` is the alias, and its `api_key_id` and `project_id` are the client. The
 //! buckets are UTC minutes, hours or days (`bucket_width` `1m`, `1h`, `1d`); a page holds
@@ -42,7 +43,7 @@ pub async fn own(
     let only = match is_admin(&snap, &headers) {
         true => None,
         false => match intake::identify(&snap, &headers) {
-            Ok(caller) => Some(caller.map_or("-".to_string(), |c| c.name().to_string())),
+            Ok(caller) => Some(caller.map_or("-".to_string(), |c| c.owner().to_string())),
             Err(e) => return e.into_response(),
         },
     };
@@ -67,9 +68,11 @@ async fn answer(snap: &Snapshot, only: Option<String>, query: Option<&str>) -> R
     let url = ledger.url.clone();
     let (from, to) = (q.first_ms(), q.last_ms());
     let width = q.width_ms;
-    let client = only.clone();
+    // A key's usage is its owner's: read from the owners' roll-ups; an admin key's from the
+    // clients' (which every version writes).
+    let owner = only.clone();
     let read = tokio::task::spawn_blocking(move || {
-        ledger::with_store(&url, move |s| s.buckets(width, from, to, client.as_deref()))
+        ledger::with_store(&url, move |s| s.buckets(width, from, to, owner.as_deref()))
     })
     .await;
     match read {
@@ -171,7 +174,7 @@ impl Query {
         (self.start * 1000 + self.limit * self.width_ms).min(self.end * 1000)
     }
 
-    /// The page: its buckets from `start`, each with its results, of `rows` (those of client
+    /// The page: its buckets from `start`, each with its results, of `rows` (those of owner
     /// `only`, where set) grouped as asked.
     fn page(&self, rows: &[Bucketed], only: Option<&str>) -> Value {
         let width = self.width_ms / 1000;
@@ -179,7 +182,7 @@ impl Query {
         let mut at = self.start;
         while at < self.end && (data.len() as i64) < self.limit {
             let in_bucket = rows.iter().filter(|r| r.start_ms / 1000 == at).filter(|r| {
-                only.is_none_or(|c| r.client == c)
+                only.is_none_or(|o| r.owner == o)
                     && (self.models.is_empty() || self.models.contains(&r.alias))
                     && (self.clients.is_empty() || self.clients.contains(&r.client))
             });
@@ -258,6 +261,7 @@ mod tests {
             start_ms: day * DAY * 1000,
             alias: alias.into(),
             client: client.into(),
+            owner: client.into(),
             requests: n,
             prompt_tokens: 10 * n,
             cached_tokens: n,

@@ -45,6 +45,9 @@ pub struct Row {
     pub request_id: String,
     /// The client's name, `-` without one.
     pub client: String,
+    /// Who owns its usage (what the usage API and the status page show a key) when not its
+    /// client: the owner of a key of `server.api_keys_env` (`key-…`).
+    pub owner: Option<String>,
     /// The alias that answered (after any fallback), as the client named it when none did.
     pub alias: String,
     /// `-` when no backend was tried.
@@ -102,14 +105,15 @@ pub struct Ledger {
 pub const DAYS: usize = 14;
 const DAY_MS: i64 = 86_400_000;
 
-/// Tokens (prompt and output) and GPU-seconds per UTC day and client over the last [`DAYS`]
+/// Tokens (prompt and output) and GPU-seconds per UTC day and owner over the last [`DAYS`]
 /// days, as the status page charts them: read from the daily roll-up, then kept up with
 /// each batch written (and read again every minute, for what other processes wrote).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Daily {
     /// The first day's start, in milliseconds since the epoch (a UTC midnight).
     pub first_ms: i64,
-    /// Per client, each day's tokens and GPU-seconds, oldest first.
+    /// Per owner (a client, or a key of `server.api_keys_env`), each day's tokens and
+    /// GPU-seconds, oldest first.
     pub clients: BTreeMap<String, [(i64, f64); DAYS]>,
 }
 
@@ -119,7 +123,7 @@ impl Daily {
         (now_ms.div_euclid(DAY_MS) - (DAYS as i64 - 1)) * DAY_MS
     }
 
-    /// From the roll-up's `(day, client, tokens, GPU-seconds)` rows, for the days to `now_ms`.
+    /// From the roll-up's `(day, owner, tokens, GPU-seconds)` rows, for the days to `now_ms`.
     fn of(rows: &[(i64, String, i64, f64)], now_ms: i64) -> Daily {
         let mut d = Daily {
             first_ms: Daily::first_for(now_ms),
@@ -166,7 +170,7 @@ impl Daily {
         for r in rows {
             d.put(
                 r.at_ms,
-                &r.client,
+                r.owner.as_deref().unwrap_or(&r.client),
                 r.prompt_tokens + r.output_tokens,
                 r.gpu_prefill_s + r.gpu_decode_s,
             );

@@ -109,9 +109,24 @@ pub const MIGRATIONS: &[&[&str]] = &[
         // client's of the range.
         "CREATE INDEX requests_client ON requests (client, at_ms)",
     ],
+    &[
+        // Who owns a request's usage when not its client (NULL): one key of
+        // `server.api_keys_env` (`crate::config::key_owner`), as `GET /v1/usage` and the status
+        // page show it to that key. A key's raw rows are read through `requests_owner` (of the
+        // rows with an owner only, so a client's own are read through `requests_client`).
+        // Roll-ups per owner beside the clients' (which stay as they were, so a process of an
+        // earlier version writes on while others are upgraded), begun with the clients' sums as
+        // their own.
+        "ALTER TABLE requests ADD COLUMN owner TEXT",
+        "CREATE INDEX requests_owner ON requests (owner, at_ms) WHERE owner IS NOT NULL",
+        OWNER_HOURLY,
+        OWN_HOURLY,
+        OWNER_DAILY,
+        OWN_DAILY,
+    ],
 ];
 
-/// The columns of a roll-up table: sums per bucket, client and alias.
+/// The columns of a clients' roll-up table: sums per bucket, client and alias.
 macro_rules! rollup_columns {
     () => {
         "(
@@ -133,6 +148,47 @@ macro_rules! rollup_columns {
 const ROLLUP_HOURLY: &str = concat!("CREATE TABLE usage_hourly ", rollup_columns!());
 const ROLLUP_DAILY: &str = concat!("CREATE TABLE usage_daily ", rollup_columns!());
 
+/// The columns of an owners' roll-up table (version 5): sums per bucket, client, owner (the
+/// client where it owns its usage) and alias.
+macro_rules! owned_rollup_columns {
+    () => {
+        "(
+    bucket_ms BIGINT NOT NULL,
+    client TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    alias TEXT NOT NULL,
+    requests BIGINT NOT NULL,
+    errors BIGINT NOT NULL,
+    prompt_tokens BIGINT NOT NULL,
+    cached_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    gpu_prefill_s DOUBLE PRECISION NOT NULL,
+    gpu_decode_s DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (bucket_ms, client, owner, alias)
+)"
+    };
+}
+
+/// A clients' roll-up's sums copied to the owners' `$to`, as their client's.
+macro_rules! owned_copy {
+    ($to:literal, $from:literal) => {
+        concat!(
+            "INSERT INTO ",
+            $to,
+            " (bucket_ms, client, owner, alias, requests, errors, prompt_tokens, \
+             cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s) SELECT bucket_ms, \
+             client, client, alias, requests, errors, prompt_tokens, cached_tokens, \
+             output_tokens, gpu_prefill_s, gpu_decode_s FROM ",
+            $from
+        )
+    };
+}
+
+const OWNER_HOURLY: &str = concat!("CREATE TABLE owner_hourly ", owned_rollup_columns!());
+const OWNER_DAILY: &str = concat!("CREATE TABLE owner_daily ", owned_rollup_columns!());
+const OWN_HOURLY: &str = owned_copy!("owner_hourly", "usage_hourly");
+const OWN_DAILY: &str = owned_copy!("owner_daily", "usage_daily");
+
 /// The roll-ups' sums, as their columns are named.
 pub const SUMS: [&str; 7] = [
     "requests",
@@ -150,8 +206,14 @@ pub const LATEST: i64 = MIGRATIONS.len() as i64;
 /// Made before anything is read, so a new database and an old one read alike.
 pub const VERSIONS: &str = "CREATE TABLE IF NOT EXISTS ledger_schema (version BIGINT NOT NULL)";
 
-/// The roll-up tables and the width of their buckets in milliseconds (UTC hours and days).
-pub const ROLLUPS: [(&str, i64); 2] = [("usage_hourly", 3_600_000), ("usage_daily", 86_400_000)];
+/// The roll-up tables, the width of their buckets in milliseconds (UTC hours and days), and
+/// whether they sum per owner (else per client).
+pub const ROLLUPS: [(&str, i64, bool); 4] = [
+    ("usage_hourly", 3_600_000, false),
+    ("usage_daily", 86_400_000, false),
+    ("owner_hourly", 3_600_000, true),
+    ("owner_daily", 86_400_000, true),
+];
 
 /// Why a database at `at` is refused: it holds a version newer than this build's.
 pub fn too_new(at: &str, version: i64) -> String {

@@ -79,13 +79,15 @@ pub struct Total {
     pub gpu_decode_s: f64,
 }
 
-/// One bucket of one alias and client, as the usage API reads it.
+/// One bucket of one alias, client and owner, as the usage API reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Bucketed {
     /// Its start, in milliseconds since the epoch.
     pub start_ms: i64,
     pub alias: String,
     pub client: String,
+    /// Who owns its usage: its client, or a key of `server.api_keys_env`.
+    pub owner: String,
     pub requests: i64,
     pub prompt_tokens: i64,
     pub cached_tokens: i64,
@@ -93,7 +95,7 @@ pub struct Bucketed {
 }
 
 impl Bucketed {
-    /// From a result row's columns: bucket, alias, client, requests, then the tokens.
+    /// From a result row's columns: bucket, alias, client, owner, requests, then the tokens.
     fn read(
         int: impl Fn(usize) -> Result<i64, String>,
         text: impl Fn(usize) -> Result<String, String>,
@@ -102,10 +104,11 @@ impl Bucketed {
             start_ms: int(0)?,
             alias: text(1)?,
             client: text(2)?,
-            requests: int(3)?,
-            prompt_tokens: int(4)?,
-            cached_tokens: int(5)?,
-            output_tokens: int(6)?,
+            owner: text(3)?,
+            requests: int(4)?,
+            prompt_tokens: int(5)?,
+            cached_tokens: int(6)?,
+            output_tokens: int(7)?,
         })
     }
 }
@@ -122,14 +125,14 @@ struct Sums {
     decode: f64,
 }
 
-/// Rows inserted by one statement (each takes 22 parameters).
+/// Rows inserted by one statement (each takes 23 parameters).
 const CHUNK: usize = 50;
 
 /// The statement inserting `n` rows.
 fn insert_rows(n: usize) -> String {
     let values: Vec<String> = (0..n)
         .map(|r| {
-            let params: Vec<String> = (1..=22).map(|c| format!("${}", r * 22 + c)).collect();
+            let params: Vec<String> = (1..=23).map(|c| format!("${}", r * 23 + c)).collect();
             format!("({})", params.join(", "))
         })
         .collect();
@@ -137,12 +140,12 @@ fn insert_rows(n: usize) -> String {
         "INSERT INTO requests (process, seq, at_ms, request_id, client, alias, backend, api, \
          status, prompt_tokens, cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s, \
          ttft_ms, duration_ms, queue_ms, cancelled, preempted, fell_back, charged_tokens, \
-         charged_gpu_s) VALUES {}",
+         charged_gpu_s, owner) VALUES {}",
         values.join(", ")
     )
 }
 
-/// A row's 22 parameters, in [`insert_rows`]' order, as `$t` trait objects; `$flags` holds
+/// A row's 23 parameters, in [`insert_rows`]' order, as `$t` trait objects; `$flags` holds
 /// its `cancelled` and `fell_back` as numbers.
 macro_rules! row_params {
     ($t:ty, $process:expr, $r:expr, $flags:expr) => {
@@ -169,19 +172,51 @@ macro_rules! row_params {
             &$flags.1,
             &$r.charged_tokens,
             &$r.charged_gpu_s,
+            &$r.owner,
         ]
     };
 }
 
-fn upsert(table: &str) -> String {
+/// The statement adding a group's sums to roll-up `table`, per owner (`owned`) or client.
+fn upsert(table: &str, owned: bool) -> String {
     let add = |c: &str| format!("{c} = {table}.{c} + excluded.{c}");
+    let key = if owned {
+        "bucket_ms, client, owner, alias"
+    } else {
+        "bucket_ms, client, alias"
+    };
+    let n = key.split(',').count() + schema::SUMS.len();
+    let params: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
     format!(
-        "INSERT INTO {table} (bucket_ms, client, alias, requests, errors, prompt_tokens, \
-         cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s) VALUES \
-         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (bucket_ms, client, alias) DO \
-         UPDATE SET {}",
+        "INSERT INTO {table} ({key}, {}) VALUES ({}) ON CONFLICT ({key}) DO UPDATE SET {}",
+        schema::SUMS.join(", "),
+        params.join(", "),
         schema::SUMS.map(add).join(", ")
     )
+}
+
+/// A roll-up group's parameters in [`upsert`]'s order, as `$t` trait objects: its key (its
+/// owner only where `$owned`), then its sums.
+macro_rules! rollup_params {
+    ($t:ty, $owned:expr, $key:expr, $s:expr) => {{
+        let (bucket, client, owner, alias) = $key;
+        let mut p: Vec<&$t> = vec![bucket, client];
+        if $owned {
+            p.push(owner);
+        }
+        let sums: [&$t; 8] = [
+            alias,
+            &$s.requests,
+            &$s.errors,
+            &$s.prompt,
+            &$s.cached,
+            &$s.output,
+            &$s.prefill,
+            &$s.decode,
+        ];
+        p.extend(sums);
+        p
+    }};
 }
 
 impl Store {
@@ -287,7 +322,7 @@ impl Store {
 
     /// Writes `rows` (made by `process`) and adds them to the roll-ups, in one transaction.
     pub fn write(&mut self, process: &str, rows: &[Row]) -> Result<(), String> {
-        let rollups = ROLLUPS.map(|(table, width)| (table, rollup(rows, width)));
+        let rollups = ROLLUPS.map(|(table, width, owned)| (table, owned, rollup(rows, width)));
         match self {
             Store::Sqlite(conn, _) => {
                 let tx = conn.transaction().map_err(|e| e.to_string())?;
@@ -309,14 +344,14 @@ impl Store {
                             .execute(params.as_slice())
                             .map_err(|e| e.to_string())?;
                     }
-                    for (table, groups) in &rollups {
-                        let mut up = tx.prepare(&upsert(table)).map_err(|e| e.to_string())?;
-                        for ((bucket, client, alias), s) in groups {
-                            up.execute(rusqlite::params![
-                                bucket, client, alias, s.requests, s.errors, s.prompt, s.cached,
-                                s.output, s.prefill, s.decode,
-                            ])
+                    // A clients' table is given each owner's sums in turn: they add up.
+                    for (table, owned, groups) in &rollups {
+                        let mut up = tx
+                            .prepare(&upsert(table, *owned))
                             .map_err(|e| e.to_string())?;
+                        for (key, s) in groups {
+                            let p = rollup_params!(dyn rusqlite::ToSql, *owned, key, s);
+                            up.execute(p.as_slice()).map_err(|e| e.to_string())?;
                         }
                     }
                 }
@@ -338,25 +373,11 @@ impl Store {
                         .collect();
                     tx.execute(&insert_rows(chunk.len()), &params).map_err(pg)?;
                 }
-                for (table, groups) in &rollups {
-                    let up = tx.prepare(&upsert(table)).map_err(pg)?;
-                    for ((bucket, client, alias), s) in groups {
-                        tx.execute(
-                            &up,
-                            &[
-                                bucket,
-                                client,
-                                alias,
-                                &s.requests,
-                                &s.errors,
-                                &s.prompt,
-                                &s.cached,
-                                &s.output,
-                                &s.prefill,
-                                &s.decode,
-                            ],
-                        )
-                        .map_err(pg)?;
+                for (table, owned, groups) in &rollups {
+                    let up = tx.prepare(&upsert(table, *owned)).map_err(pg)?;
+                    for (key, s) in groups {
+                        let p = rollup_params!(dyn postgres::types::ToSql + Sync, *owned, key, s);
+                        tx.execute(&up, &p).map_err(pg)?;
                     }
                 }
                 tx.commit().map_err(pg)
@@ -472,22 +493,24 @@ impl Store {
 
 impl Store {
     /// Requests and tokens per bucket of `width_ms` (a minute, from the raw rows; an hour or
-    /// a day, from their roll-ups), alias and client, for the buckets starting in
-    /// `[from_ms, to_ms)`, of `client` alone where given, ordered by bucket, alias and client.
+    /// a day, from their roll-ups: the owners' for one owner, else the clients', whose owner
+    /// reads as the client), alias, client and owner, for the buckets starting in
+    /// `[from_ms, to_ms)`, of `owner` alone where given, ordered by bucket, alias, client and
+    /// owner.
     pub fn buckets(
         &mut self,
         width_ms: i64,
         from_ms: i64,
         to_ms: i64,
-        client: Option<&str>,
+        owner: Option<&str>,
     ) -> Result<Vec<Bucketed>, String> {
-        let q = buckets_query(width_ms, client.is_some())?;
+        let q = buckets_query(width_ms, owner.is_some())?;
         let mut out = Vec::new();
         match self {
             Store::Sqlite(conn, _) => {
                 let mut st = conn.prepare(&q).map_err(|e| e.to_string())?;
                 let mut params: Vec<&dyn rusqlite::ToSql> = vec![&from_ms, &to_ms];
-                params.extend(client.as_ref().map(|c| c as &dyn rusqlite::ToSql));
+                params.extend(owner.as_ref().map(|c| c as &dyn rusqlite::ToSql));
                 let mut rows = st.query(params.as_slice()).map_err(|e| e.to_string())?;
                 while let Some(r) = rows.next().map_err(|e| e.to_string())? {
                     out.push(Bucketed::read(
@@ -499,7 +522,7 @@ impl Store {
             Store::Postgres(pg_client, _) => {
                 let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&from_ms, &to_ms];
                 params.extend(
-                    client
+                    owner
                         .as_ref()
                         .map(|c| c as &(dyn postgres::types::ToSql + Sync)),
                 );
@@ -515,18 +538,25 @@ impl Store {
     }
 }
 
-/// The query of [`Store::buckets`]: buckets of `width_ms` starting in `[$1, $2)`, of the client
-/// `$3` alone where `one_client`.
-pub(super) fn buckets_query(width_ms: i64, one_client: bool) -> Result<String, String> {
-    let (bucket, table, requests) = match width_ms {
-        60_000 => ("(at_ms / 60000) * 60000", "requests", "count(*)"),
+/// The query of [`Store::buckets`]: buckets of `width_ms` starting in `[$1, $2)`, of the owner
+/// `$3` alone where `one_owner`.
+pub(super) fn buckets_query(width_ms: i64, one_owner: bool) -> Result<String, String> {
+    let (bucket, table, requests, owner) = match width_ms {
+        // A raw row's owner is its client's where it has none.
+        60_000 => (
+            "(at_ms / 60000) * 60000",
+            "requests",
+            "count(*)",
+            "COALESCE(owner, client)",
+        ),
         w => {
             let table = ROLLUPS
                 .iter()
-                .find(|(_, width)| *width == w)
-                .map(|(t, _)| *t)
+                .find(|(_, width, owned)| *width == w && *owned == one_owner)
+                .map(|(t, ..)| *t)
                 .ok_or_else(|| format!("no roll-up of {w} ms"))?;
-            ("bucket_ms", table, "CAST(sum(requests) AS BIGINT)")
+            let owner = if one_owner { "owner" } else { "client" };
+            ("bucket_ms", table, "CAST(sum(requests) AS BIGINT)", owner)
         }
     };
     let at = if table == "requests" {
@@ -534,24 +564,29 @@ pub(super) fn buckets_query(width_ms: i64, one_client: bool) -> Result<String, S
     } else {
         "bucket_ms"
     };
-    // A client's own rows are found through `requests_client` (a roll-up's hold few rows).
-    let client = if one_client { " AND client = $3" } else { "" };
+    // An owner's own rows are found through `requests_owner`, or as a client owning its usage
+    // through `requests_client` (a roll-up's hold few rows).
+    let one = match (one_owner, table) {
+        (false, _) => "",
+        (true, "requests") => " AND (owner = $3 OR (owner IS NULL AND client = $3))",
+        (true, _) => " AND owner = $3",
+    };
     Ok(format!(
-        "SELECT {bucket} AS b, alias, client, {requests}, CAST(sum(prompt_tokens) AS BIGINT), \
-         CAST(sum(cached_tokens) AS BIGINT), CAST(sum(output_tokens) AS BIGINT) FROM {table} \
-         WHERE {at} >= $1 AND {at} < $2{client} GROUP BY b, alias, client \
-         ORDER BY b, alias, client"
+        "SELECT {bucket} AS b, alias, client, {owner} AS o, {requests}, \
+         CAST(sum(prompt_tokens) AS BIGINT), CAST(sum(cached_tokens) AS BIGINT), \
+         CAST(sum(output_tokens) AS BIGINT) FROM {table} WHERE {at} >= $1 AND {at} < $2{one} \
+         GROUP BY b, alias, client, o ORDER BY b, alias, client, o"
     ))
 }
 
-/// `rows` summed per bucket of `width` milliseconds, client and alias.
-fn rollup(rows: &[Row], width: i64) -> BTreeMap<(i64, &str, &str), Sums> {
-    let mut groups: BTreeMap<(i64, &str, &str), Sums> = BTreeMap::new();
+/// `rows` summed per bucket of `width` milliseconds, client, owner and alias.
+fn rollup(rows: &[Row], width: i64) -> BTreeMap<(i64, &str, &str, &str), Sums> {
+    let mut groups: BTreeMap<(i64, &str, &str, &str), Sums> = BTreeMap::new();
     for r in rows {
         let bucket = r.at_ms.div_euclid(width) * width;
-        let s = groups
-            .entry((bucket, r.client.as_str(), r.alias.as_str()))
-            .or_default();
+        let owner = r.owner.as_deref().unwrap_or(&r.client);
+        let key = (bucket, r.client.as_str(), owner, r.alias.as_str());
+        let s = groups.entry(key).or_default();
         s.requests += 1;
         s.errors += i64::from(r.status >= 400);
         s.prompt += r.prompt_tokens;

@@ -25,6 +25,7 @@ fn row(i: i64, client: &str, alias: &str, at_ms: i64) -> Row {
         at_ms,
         request_id: format!("req-{i}"),
         client: client.into(),
+        owner: None,
         alias: alias.into(),
         backend: "gpu".into(),
         api: "chat_completions",
@@ -98,6 +99,123 @@ fn a_database_of_version_1_is_migrated_and_its_rows_count_their_usage() {
     let spent = store.spent(0, 100, "me").unwrap();
     assert_eq!(spent, vec![("ann".to_string(), 120 + 50, 2.0 + 0.25)]);
     assert_eq!(store.spent(0, 100, "new").unwrap()[0].1, 120);
+}
+
+#[test]
+fn a_database_of_version_4_is_migrated_with_its_usage_owned_by_its_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("usage.db");
+    // As version 4 left it: one row of ann's and its roll-ups.
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch(schema::VERSIONS).unwrap();
+    for (n, steps) in schema::MIGRATIONS[..4].iter().enumerate() {
+        for step in *steps {
+            c.execute_batch(step).unwrap();
+        }
+        c.execute(
+            "INSERT INTO ledger_schema (version) VALUES (?1)",
+            [n as i64 + 1],
+        )
+        .unwrap();
+    }
+    c.execute_batch(
+        "INSERT INTO requests VALUES ('old', 0, 5, 'r', 'ann', 'a', 'gpu', 'chat_completions',
+           200, 100, 0, 20, 1.5, 0.5, NULL, 10, 0, 0, 0, 0, 50, 0.25);
+         INSERT INTO usage_hourly VALUES (0, 'ann', 'a', 1, 0, 100, 0, 20, 1.5, 0.5);
+         INSERT INTO usage_daily VALUES (0, 'ann', 'a', 1, 0, 100, 0, 20, 1.5, 0.5);",
+    )
+    .unwrap();
+    drop(c);
+    let mut store = Store::open(&settings(&dir).url).unwrap();
+    assert_eq!(
+        raw(&path, "SELECT max(version) FROM ledger_schema"),
+        SCHEMA_VERSION
+    );
+    // The old usage is its client's; its budget still reads it.
+    for table in ["owner_hourly", "owner_daily"] {
+        let owned = format!("SELECT count(*) FROM {table} WHERE owner = 'ann' AND requests = 1");
+        assert_eq!(raw(&path, &owned), 1, "{table}");
+    }
+    assert_eq!(
+        raw(&path, "SELECT count(*) FROM requests WHERE owner IS NULL"),
+        1
+    );
+    assert_eq!(
+        store.spent(0, 100, "me").unwrap(),
+        vec![("ann".to_string(), 50, 0.25)]
+    );
+    // Two keys' rows of the one client: the budgets read the client, the usage each owner.
+    let (mut one, mut two) = (row(1, "anonymous", "a", 7), row(2, "anonymous", "a", 8));
+    (one.owner, two.owner) = (Some("key-1".into()), Some("key-2".into()));
+    store.write("new", &[one, two]).unwrap();
+    let spent = store.spent(0, 100, "me").unwrap();
+    let anonymous = spent.iter().find(|s| s.0 == "anonymous");
+    assert_eq!(
+        anonymous,
+        Some(&("anonymous".to_string(), 112 + 114, 0.75 + 1.0))
+    );
+    let mut groups = |width, owner| -> Vec<(String, String, i64)> {
+        let rows = store.buckets(width, 0, width, owner).unwrap();
+        rows.into_iter()
+            .map(|b| (b.client, b.owner, b.requests))
+            .collect()
+    };
+    let of = |g: &[(&str, &str, i64)]| -> Vec<(String, String, i64)> {
+        g.iter()
+            .map(|(c, o, n)| (c.to_string(), o.to_string(), *n))
+            .collect()
+    };
+    // Each owner reads its own, the client of a key's none of the key's.
+    for width in [60_000, 3_600_000, 86_400_000] {
+        let one = of(&[("anonymous", "key-1", 1)]);
+        assert_eq!(groups(width, Some("key-1")), one, "{width}");
+        assert_eq!(
+            groups(width, Some("ann")),
+            of(&[("ann", "ann", 1)]),
+            "{width}"
+        );
+        assert_eq!(groups(width, Some("anonymous")), of(&[]), "{width}");
+    }
+    // The clients' roll-ups, as every version writes them, sum the owners of a client.
+    let clients = of(&[("ann", "ann", 1), ("anonymous", "anonymous", 2)]);
+    for width in [3_600_000, 86_400_000] {
+        assert_eq!(groups(width, None), clients, "{width}");
+    }
+    let days = store.daily(0).unwrap();
+    let owners: Vec<&str> = days.iter().map(|d| d.1.as_str()).collect();
+    assert_eq!(owners, ["ann", "key-1", "key-2"]);
+    drop(store);
+    // An owner's raw rows are found through the index of owners, a client's own through the
+    // index of clients.
+    let q = store::buckets_query(60_000, true).unwrap();
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let mut plan = c.prepare(&format!("EXPLAIN QUERY PLAN {q}")).unwrap();
+    let params: [&dyn rusqlite::ToSql; 3] = [&0, &60_000, &"key-1"];
+    let details: Vec<String> = plan
+        .query_map(&params[..], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for index in ["requests_owner (owner=?", "requests_client (client=?"] {
+        assert!(details.iter().any(|d| d.contains(index)), "{details:?}");
+    }
+    // A process of version 4 sharing the database writes on as it did (a rolling upgrade).
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch(
+        "INSERT INTO requests (process, seq, at_ms, request_id, client, alias, backend, api,
+           status, prompt_tokens, cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s,
+           ttft_ms, duration_ms, queue_ms, cancelled, preempted, fell_back, charged_tokens,
+           charged_gpu_s) VALUES ('v4', 1, 9, 'r', 'ann', 'a', 'gpu', 'chat_completions', 200,
+           1, 0, 1, 0.0, 0.0, NULL, 1, 0, 0, 0, 0, NULL, NULL);
+         INSERT INTO usage_hourly (bucket_ms, client, alias, requests, errors, prompt_tokens,
+           cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s)
+           VALUES (0, 'ann', 'a', 1, 0, 1, 0, 1, 0.0, 0.0)
+           ON CONFLICT (bucket_ms, client, alias) DO UPDATE SET
+           requests = usage_hourly.requests + excluded.requests;",
+    )
+    .unwrap();
+    let ann = "SELECT requests FROM usage_hourly WHERE client = 'ann'";
+    assert_eq!(raw(&path, ann), 2);
 }
 
 #[test]

@@ -70,6 +70,8 @@ pub struct Record {
     post_headers: Duration,
     /// The client's metrics, when the request came with a client's key.
     pub client: Option<ClientMetrics>,
+    /// Who owns its usage (`crate::clients::Caller::owner`), when it came with a key.
+    pub owner: Option<Arc<str>>,
     /// The client's charge, once its limits admitted the request.
     pub charge: Option<Box<dyn Settle>>,
     /// Token events seen in a stream (what a stream cut short is charged).
@@ -111,6 +113,7 @@ impl Record {
             headers_at: None,
             post_headers: Duration::ZERO,
             client: None,
+            owner: None,
             charge: None,
             generated: 0,
             trace: None,
@@ -205,6 +208,7 @@ impl Record {
             headers_at: None,
             post_headers: Duration::ZERO,
             client: None,
+            owner: None,
             charge: None,
             generated: 0,
             trace: None,
@@ -275,15 +279,18 @@ impl Record {
         let usage = self.usage.unwrap_or_default();
         let generated = self.output();
         let gpu = work.map(|w| w.work).unwrap_or_default();
+        let client = self.client.as_ref().map_or("-", ClientMetrics::name);
         Row {
             seq: 0,
             at_ms: crate::ledger::now_ms() - ms(total),
             request_id: self.request_id.to_str().unwrap_or("-").to_string(),
-            client: self
-                .client
-                .as_ref()
-                .map_or("-", ClientMetrics::name)
-                .to_string(),
+            client: client.to_string(),
+            // Named only where it is not the client (a key of `server.api_keys_env`).
+            owner: self
+                .owner
+                .as_deref()
+                .filter(|o| *o != client)
+                .map(str::to_string),
             alias: self.m.name().to_string(),
             backend: self.backend.as_deref().unwrap_or("-").to_string(),
             api: self.endpoint.label(),

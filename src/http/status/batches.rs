@@ -1,6 +1,6 @@
 //! The status page's Batch API section: the batches not yet ended, each with its client,
 //! endpoint, status and progress (a bar of lines answered and failed), as the batch runner
-//! last read them — no database read while the page renders. A client sees its own.
+//! last read them — no database read while the page renders. A key sees its owner's.
 
 use std::fmt::Write;
 
@@ -17,7 +17,7 @@ pub fn collect(state: &AppState, viewer: &Viewer) -> Vec<BatchRow> {
     batches
         .active()
         .iter()
-        .filter(|b| viewer.sees_client(&b.client))
+        .filter(|b| viewer.owns(&b.client))
         .take(MAX_SHOWN)
         .cloned()
         .collect()

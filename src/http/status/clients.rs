@@ -57,6 +57,15 @@ impl Viewer {
         }
     }
 
+    /// Whether the page shows it what `owner` owns (its batches, its usage): a client's key
+    /// its own, a key of `server.api_keys_env` that key's.
+    pub(super) fn owns(&self, owner: &str) -> bool {
+        match self {
+            Viewer::Client(me) => me.owner() == owner,
+            Viewer::Admin | Viewer::Open => true,
+        }
+    }
+
     /// Whether the page shows it the section of client `name`.
     pub(super) fn sees_client(&self, name: &str) -> bool {
         match self {

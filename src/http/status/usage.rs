@@ -35,7 +35,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Option<LedgerView> {
         dropped,
         daily: ledger.daily(),
         only: match viewer {
-            Viewer::Client(c) => Some(c.name().to_string()),
+            Viewer::Client(c) => Some(c.owner().to_string()),
             Viewer::Admin | Viewer::Open => None,
         },
     })
