@@ -334,3 +334,41 @@ async fn a_request_for_several_answers_uses_no_cache_and_leaves_no_slot_known() 
     assert_eq!(next.cached, 0, "{next:?}");
     assert_eq!(sent(&s)["cache_prompt"], json!(false));
 }
+
+#[tokio::test]
+async fn each_key_of_api_keys_env_is_a_cache_group_of_its_own() {
+    std::env::set_var("SB_T_PRIV_KEYS", "key-one,key-two");
+    let s = gpu_sim(Flavor::Llamacpp, 1, fast()).await;
+    let fleet = Fleet::new()
+        .server("api_keys_env = \"SB_T_PRIV_KEYS\"")
+        .backend("b", "llamacpp")
+        .slots(1)
+        .text("cache_ram = false")
+        .alias("a", "b")
+        .render();
+    let p = proxy(&fleet, &[("b", s.url())]).await;
+    let secret = words("key-ones-prompt", 400);
+    run(&p, &s, "key-one", &secret).await;
+    let own = run(&p, &s, "key-one", &format!("{secret} next")).await;
+    assert!(own.cached >= 400, "{own:?}");
+    let probe = run(&p, &s, "key-two", &format!("{secret} guess")).await;
+    assert_eq!(probe.cached, 0, "{probe:?}");
+}
+
+#[tokio::test]
+async fn another_keys_session_id_does_not_join_its_conversation() {
+    std::env::set_var("SB_T_PRIV_SESSION_KEYS", "key-three,key-four");
+    let s = gpu_sim(Flavor::Llamacpp, 2, fast()).await;
+    let fleet = Fleet::new()
+        .server("api_keys_env = \"SB_T_PRIV_SESSION_KEYS\"")
+        .backend("b", "llamacpp")
+        .slots(2)
+        .alias("a", "b")
+        .render();
+    let p = proxy(&fleet, &[("b", s.url())]).await;
+    let secret = words("key-threes-secret", 500);
+    assert_eq!(in_session(&p, "key-three", "s1", &secret).await, 200);
+    assert_eq!(in_session(&p, "key-four", "s1", &secret).await, 200);
+    let runs = s.recorder().gpu_runs();
+    assert_ne!(runs[1].slot, runs[0].slot, "{runs:?}");
+}

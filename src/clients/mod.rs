@@ -104,6 +104,9 @@ pub struct Caller {
     pub state: Arc<ClientState>,
     /// What [`Caller::owner`] reads, shared with what records it (a request's ledger row).
     pub(crate) owner: Arc<str>,
+    /// Whose cached prompt prefixes its requests may meet: its client's `cache_group`; a key
+    /// of `server.api_keys_env` is a group of its own, as it is an owner of its own.
+    pub cache_group: u64,
 }
 
 impl Caller {
@@ -117,6 +120,12 @@ impl Caller {
     /// one client [`ANONYMOUS`] of the limits and classes.
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// Its owner as a number (XXH3-64 of [`Caller::owner`], the same in every process): what
+    /// a conversation's key is one owner's by.
+    pub fn owner_id(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(self.owner.as_bytes())
     }
 
     pub fn may_use(&self, alias: &str) -> bool {
@@ -278,7 +287,13 @@ impl Registry {
                     }),
                 };
                 let owner = Arc::from(spec.name.as_str());
-                Caller { spec, state, owner }
+                let cache_group = spec.cache_group;
+                Caller {
+                    spec,
+                    state,
+                    owner,
+                    cache_group,
+                }
             })
             .collect();
         let keyed = callers
@@ -288,7 +303,9 @@ impl Registry {
                 c.spec.keys.iter().map(move |k| {
                     let mut caller = c.clone();
                     if anonymous {
-                        caller.owner = Arc::from(crate::config::key_owner(k));
+                        let owner = crate::config::key_owner(k);
+                        caller.cache_group = crate::config::cache_group(&owner);
+                        caller.owner = Arc::from(owner);
                     }
                     (k.clone(), caller)
                 })

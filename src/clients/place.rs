@@ -44,7 +44,7 @@ impl Place {
                 ticket: Ticket {
                     class: Priority::Idle,
                     client: caller.map_or(0, |c| c.state.id),
-                    group: caller.map_or(0, |c| c.spec.cache_group),
+                    group: caller.map_or(0, |c| c.cache_group),
                     conversation,
                     ..Ticket::plain(since)
                 },
@@ -73,7 +73,7 @@ impl Place {
             ticket: Ticket {
                 class,
                 client: caller.map_or(0, |c| c.state.id),
-                group: caller.map_or(0, |c| c.spec.cache_group),
+                group: caller.map_or(0, |c| c.cache_group),
                 since,
                 max_wait: clients.max_wait(class),
                 conversation,

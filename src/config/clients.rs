@@ -124,14 +124,18 @@ pub fn cache_group(name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), 0x6361_6368_655f_6772).max(1)
 }
 
-/// How many cache groups the clients of `raw` and the keys of `server.api_keys_env`
-/// (`anonymous`, one client) make: caches are isolated where there are several.
+/// How many cache groups the clients of `raw` and the keys of `server.api_keys_env` (each
+/// key a group of its own, as it owns its own) make: caches are isolated where there are
+/// several.
 pub fn cache_groups(raw: &BTreeMap<String, RawClient>, anonymous: Option<&[String]>) -> usize {
     let named = raw
         .iter()
-        .map(|(name, c)| c.cache_group.as_deref().unwrap_or(name));
-    let anonymous = anonymous.map(|_| "anonymous");
-    named.chain(anonymous).collect::<BTreeSet<_>>().len()
+        .map(|(name, c)| c.cache_group.clone().unwrap_or_else(|| name.clone()));
+    let keys = anonymous
+        .unwrap_or_default()
+        .iter()
+        .map(|k| super::key_owner(k));
+    named.chain(keys).collect::<BTreeSet<_>>().len()
 }
 
 /// `clients.NAME.reserve_output_tokens` unset.

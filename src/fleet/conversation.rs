@@ -63,8 +63,8 @@ pub struct Conversation {
     pub later: bool,
 }
 
-/// The conversation of a request of `client` (its id, [`crate::clients::ClientState::id`]; 0
-/// for a request of no client) for `alias`: its key from the id it carries
+/// The conversation of a request of `client` (its owner's id, [`crate::clients::Caller::owner_id`];
+/// 0 for a request of no client) for `alias`: its key from the id it carries
 /// ([`conversation_id`]), else from its leading messages (system prompt and messages up to the
 /// first user message, which every later turn repeats), and whether it is a later turn
 /// ([`Item::answers`]). `None` when the request has neither.

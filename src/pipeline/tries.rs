@@ -125,7 +125,7 @@ impl<'s> Tries<'s> {
         let first = self.order.first()?;
         (by_work || self.order.iter().any(|a| a.replicas.len() > 1))
             .then(|| {
-                let client = req.caller.as_ref().map_or(0, |c| c.state.id);
+                let client = req.caller.as_ref().map_or(0, |c| c.owner_id());
                 conversation_key(first.name(), client, &req.headers, &req.body, history)
             })
             .flatten()
