@@ -315,3 +315,48 @@ async fn after_postgresql_restarts_the_files_and_batch_apis_reconnect() {
         "{log}"
     );
 }
+
+#[tokio::test]
+async fn a_batch_line_far_past_the_body_limit_fails_validation_under_a_memory_cap() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = format!("sqlite://{}", dir.path().join("usage.db").display());
+    let cfg = config(&gpu.url(), &ledger, "max_file_bytes = 1073741824")
+        .replace("[server]\n", "[server]\nbody_limit_bytes = 1048576\n");
+    let mut s = Served::start(&cfg, &KEYS).await;
+    let pid = s.child.id();
+    let cap = address_space(pid) + 512 * MIB;
+    let set = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--as={cap}")])
+        .status()
+        .unwrap();
+    assert!(set.success());
+
+    // One line of 300 MiB (its body 300 times the limit), then a line of its own size.
+    let big = 300 * MIB;
+    let (open, close) = (
+        r#"{"custom_id":"big","method":"POST","url":"/v1/chat/completions","body":{"model":"a","messages":[{"role":"user","content":""#,
+        "\"}]}}\n",
+    );
+    let head = part("purpose", false) + "batch\r\n" + &part("file", true) + open;
+    let tail = format!("{close}{}{END}", line("small"));
+    let length = head.len() as u64 + big + tail.len() as u64;
+    let pieces = std::iter::once(head.into_bytes())
+        .chain(mebibytes(big / MIB, b'x'))
+        .chain(std::iter::once(tail.into_bytes()));
+    let (status, file) = post_form(&s.base, length, pieces).await.expect("an answer");
+    assert_eq!(status, 200, "{file}");
+    let api = Api::new(s.base.clone());
+    let (status, batch) = api.create("k1", &file).await;
+    assert_eq!(status, 200, "{batch}");
+    let id = batch["id"].as_str().unwrap().to_string();
+    let ended = api.until("k1", &id, |b| b["status"] != "validating").await;
+    let exited = s.child.try_wait().unwrap();
+    assert!(exited.is_none(), "the proxy exited: {exited:?}");
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(
+        ended["errors"]["data"][0]["code"], "request_too_large",
+        "{ended}"
+    );
+    assert_eq!(ended["errors"]["data"][0]["line"], 1, "{ended}");
+}
