@@ -394,9 +394,13 @@ async fn real_llama_a_preempted_request_is_answered_and_reuses_its_processed_pre
         // preempted (this process has measured no answer of the server yet).
         .set("prefill_tokens_per_s", 1.0)
         .alias("a", "b")
+        // One cache group: what is measured is the server's cache across a preemption, which
+        // clients of separate groups never share (tests/real_llama_privacy.rs).
         .text(
             "[clients.batch]\nkey_env = \"SB_T_REAL_BATCH\"\npriority = \"batch\"\n\
-             [clients.person]\nkey_env = \"SB_T_REAL_PERSON\"\npriority = \"interactive\"",
+             cache_group = \"one\"\n\
+             [clients.person]\nkey_env = \"SB_T_REAL_PERSON\"\npriority = \"interactive\"\n\
+             cache_group = \"one\"",
         )
         .render();
     let p = proxy(&cfg, &[("b", real_llama())]).await;
@@ -526,9 +530,13 @@ async fn real_llama_mixed_streams_and_classes_all_answer_under_preemption() {
         .slots(2)
         .set("prefill_tokens_per_s", 50.0)
         .alias("a", "b")
+        // One cache group: the agents' later turns are to meet their prefixes in the server's
+        // cache, which clients of separate groups never share (tests/real_llama_privacy.rs).
         .text(
             "[clients.agents]\nkey_env = \"SB_T_MIX_AGENTS\"\npriority = \"batch\"\n\
-             [clients.person]\nkey_env = \"SB_T_MIX_PERSON\"\npriority = \"interactive\"",
+             cache_group = \"one\"\n\
+             [clients.person]\nkey_env = \"SB_T_MIX_PERSON\"\npriority = \"interactive\"\n\
+             cache_group = \"one\"",
         )
         .render();
     let p = proxy(&cfg, &[("b", real_llama())]).await;
