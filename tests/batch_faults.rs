@@ -96,6 +96,17 @@ async fn post_form(
     answer
 }
 
+/// The address space of `s`'s process capped at 512 MiB more than it holds now.
+fn capped(s: &Served) {
+    let pid = s.child.id();
+    let cap = address_space(pid) + 512 * MIB;
+    let set = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--as={cap}")])
+        .status()
+        .unwrap();
+    assert!(set.success());
+}
+
 /// `n` pieces of 1 MiB of `byte`.
 fn mebibytes(n: u64, byte: u8) -> impl Iterator<Item = Vec<u8>> + Send + 'static {
     (0..n).map(move |_| vec![byte; MIB as usize])
@@ -130,13 +141,7 @@ async fn a_form_field_far_past_the_memory_cap_is_refused_and_the_proxy_serves_on
     let ledger = format!("sqlite://{}", dir.path().join("usage.db").display());
     let cfg = config(&gpu.url(), &ledger, "max_file_bytes = 1048576");
     let mut s = Served::start(&cfg, &KEYS).await;
-    let pid = s.child.id();
-    let cap = address_space(pid) + 512 * MIB;
-    let set = std::process::Command::new("prlimit")
-        .args(["--pid", &pid.to_string(), &format!("--as={cap}")])
-        .status()
-        .unwrap();
-    assert!(set.success());
+    capped(&s);
 
     let head = part("purpose", false);
     let huge = 2048 * MIB;
@@ -324,13 +329,7 @@ async fn a_batch_line_far_past_the_body_limit_fails_validation_under_a_memory_ca
     let cfg = config(&gpu.url(), &ledger, "max_file_bytes = 1073741824")
         .replace("[server]\n", "[server]\nbody_limit_bytes = 1048576\n");
     let mut s = Served::start(&cfg, &KEYS).await;
-    let pid = s.child.id();
-    let cap = address_space(pid) + 512 * MIB;
-    let set = std::process::Command::new("prlimit")
-        .args(["--pid", &pid.to_string(), &format!("--as={cap}")])
-        .status()
-        .unwrap();
-    assert!(set.success());
+    capped(&s);
 
     // One line of 300 MiB (its body 300 times the limit), then a line of its own size.
     let big = 300 * MIB;

@@ -161,19 +161,50 @@ fn line(
             format!("line {n} has no body object"),
         ));
     };
+    let model = model_of(body.get(), n, max_body, usable)?;
+    if !seen.insert(custom_id.clone()) {
+        return Err(err(
+            "duplicate_custom_id",
+            Some("custom_id"),
+            format!("line {n}: the custom_id {custom_id:?} is used by an earlier line"),
+        ));
+    }
+    Ok(Line {
+        line: n,
+        custom_id,
+        model,
+        body: body.get().to_string(),
+    })
+}
+
+/// The model line `n`'s `body` names, the body checked as intake checks a request's: within
+/// `max_body` bytes (before it is read any further), readable, naming a model the client may
+/// use, not streamed.
+fn model_of(
+    body: &str,
+    n: u64,
+    max_body: usize,
+    usable: &dyn Fn(&str) -> bool,
+) -> Result<String, LineError> {
+    let err = |code, param, message: String| LineError {
+        code,
+        message,
+        param,
+        line: Some(n),
+    };
     // As intake refuses a request's body past the limit: before it is read any further.
-    if body.get().len() > max_body {
+    if body.len() > max_body {
         return Err(err(
             "request_too_large",
             Some("body"),
             format!(
                 "line {n}: the body has {} bytes, more than the limit of {max_body} bytes \
                  (server.body_limit_bytes)",
-                body.get().len()
+                body.len()
             ),
         ));
     }
-    let peek: Peek = serde_json::from_str(body.get()).map_err(|e| {
+    let peek: Peek = serde_json::from_str(body).map_err(|e| {
         err(
             "invalid_request",
             Some("body"),
@@ -205,19 +236,7 @@ fn line(
             format!("line {n}: a batch's requests are answered whole: stream is not supported"),
         ));
     }
-    if !seen.insert(custom_id.clone()) {
-        return Err(err(
-            "duplicate_custom_id",
-            Some("custom_id"),
-            format!("line {n}: the custom_id {custom_id:?} is used by an earlier line"),
-        ));
-    }
-    Ok(Line {
-        line: n,
-        custom_id,
-        model,
-        body: body.get().to_string(),
-    })
+    Ok(model)
 }
 
 #[cfg(test)]

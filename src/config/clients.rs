@@ -259,6 +259,29 @@ fn max_waits(priorities: RawPriorities, errs: &mut Vec<ConfigError>) -> [Duratio
     max_wait
 }
 
+/// A client's name checked: a name as others are, and none that the keys of
+/// `server.api_keys_env` take (their client's, or a key's owner's).
+fn client_name(name: &str, errs: &mut Vec<ConfigError>) {
+    let taken = if name == "anonymous" {
+        Some("is the name of the clients of server.api_keys_env")
+    } else if super::keys::is_key_owner(name) {
+        Some(
+            "has the form of the owner of a key of server.api_keys_env (key- and 16 hex \
+             digits)",
+        )
+    } else {
+        None
+    };
+    if let Some(reason) = taken {
+        errs.push(ConfigError::BadValue {
+            key: "clients".into(),
+            value: name.to_string(),
+            reason: reason.into(),
+        });
+    }
+    super::names::name_check(&format!("clients.{name}"), name, errs);
+}
+
 /// One client; `holder`: who holds each key so far (this client's keys are added).
 fn client(
     name: String,
@@ -267,23 +290,7 @@ fn client(
     is_alias: &dyn Fn(&str) -> bool,
     errs: &mut Vec<ConfigError>,
 ) -> ClientSpec {
-    if name == "anonymous" {
-        errs.push(ConfigError::BadValue {
-            key: "clients".into(),
-            value: name.clone(),
-            reason: "is the name of the clients of server.api_keys_env".into(),
-        });
-    }
-    if super::keys::is_key_owner(&name) {
-        errs.push(ConfigError::BadValue {
-            key: "clients".into(),
-            value: name.clone(),
-            reason: "has the form of the owner of a key of server.api_keys_env (key- and 16 \
-                     hex digits)"
-                .into(),
-        });
-    }
-    super::names::name_check(&format!("clients.{name}"), &name, errs);
+    client_name(&name, errs);
     let key = |k: &str| format!("clients.{name}.{k}");
     let keys = keys_of(&key("key_env"), &c.key_env, errs);
     for k in &keys {

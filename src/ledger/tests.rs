@@ -73,14 +73,9 @@ fn a_database_of_version_1_is_migrated_and_its_rows_count_their_usage() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("usage.db");
     // As version 1 left it: its tables and one row.
-    let c = rusqlite::Connection::open(&path).unwrap();
-    c.execute_batch(schema::VERSIONS).unwrap();
-    for step in schema::MIGRATIONS[0] {
-        c.execute_batch(step).unwrap();
-    }
+    let c = at_version(&path, 1);
     c.execute_batch(
-        "INSERT INTO ledger_schema (version) VALUES (1);
-         INSERT INTO requests VALUES ('old', 0, 5, 'r', 'ann', 'a', 'gpu', 'chat_completions',
+        "INSERT INTO requests VALUES ('old', 0, 5, 'r', 'ann', 'a', 'gpu', 'chat_completions',
            200, 100, 0, 20, 1.5, 0.5, NULL, 10, 0, 0, 0, 0);",
     )
     .unwrap();
@@ -106,18 +101,7 @@ fn a_database_of_version_4_is_migrated_with_its_usage_owned_by_its_clients() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("usage.db");
     // As version 4 left it: one row of ann's and its roll-ups.
-    let c = rusqlite::Connection::open(&path).unwrap();
-    c.execute_batch(schema::VERSIONS).unwrap();
-    for (n, steps) in schema::MIGRATIONS[..4].iter().enumerate() {
-        for step in *steps {
-            c.execute_batch(step).unwrap();
-        }
-        c.execute(
-            "INSERT INTO ledger_schema (version) VALUES (?1)",
-            [n as i64 + 1],
-        )
-        .unwrap();
-    }
+    let c = at_version(&path, 4);
     c.execute_batch(
         "INSERT INTO requests VALUES ('old', 0, 5, 'r', 'ann', 'a', 'gpu', 'chat_completions',
            200, 100, 0, 20, 1.5, 0.5, NULL, 10, 0, 0, 0, 0, 50, 0.25);
@@ -185,10 +169,32 @@ fn a_database_of_version_4_is_migrated_with_its_usage_owned_by_its_clients() {
     let owners: Vec<&str> = days.iter().map(|d| d.1.as_str()).collect();
     assert_eq!(owners, ["ann", "key-1", "key-2"]);
     drop(store);
-    // An owner's raw rows are found through the index of owners, a client's own through the
-    // index of clients.
+    an_owners_rows_are_read_through_the_index_of_owners(&path);
+    a_process_of_version_4_writes_on(&path);
+}
+
+/// A SQLite database at `path` as version `version` of the schema left it, without rows.
+fn at_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.execute_batch(schema::VERSIONS).unwrap();
+    for (n, steps) in schema::MIGRATIONS[..version].iter().enumerate() {
+        for step in *steps {
+            c.execute_batch(step).unwrap();
+        }
+        c.execute(
+            "INSERT INTO ledger_schema (version) VALUES (?1)",
+            [n as i64 + 1],
+        )
+        .unwrap();
+    }
+    c
+}
+
+/// An owner's raw rows in the database at `path` are found through the index of owners, a
+/// client's own through the index of clients.
+fn an_owners_rows_are_read_through_the_index_of_owners(path: &std::path::Path) {
     let q = store::buckets_query(60_000, true).unwrap();
-    let c = rusqlite::Connection::open(&path).unwrap();
+    let c = rusqlite::Connection::open(path).unwrap();
     let mut plan = c.prepare(&format!("EXPLAIN QUERY PLAN {q}")).unwrap();
     let params: [&dyn rusqlite::ToSql; 3] = [&0, &60_000, &"key-1"];
     let details: Vec<String> = plan
@@ -199,8 +205,12 @@ fn a_database_of_version_4_is_migrated_with_its_usage_owned_by_its_clients() {
     for index in ["requests_owner (owner=?", "requests_client (client=?"] {
         assert!(details.iter().any(|d| d.contains(index)), "{details:?}");
     }
-    // A process of version 4 sharing the database writes on as it did (a rolling upgrade).
-    let c = rusqlite::Connection::open(&path).unwrap();
+}
+
+/// A process of version 4 sharing the database at `path` writes on as it did (a rolling
+/// upgrade).
+fn a_process_of_version_4_writes_on(path: &std::path::Path) {
+    let c = rusqlite::Connection::open(path).unwrap();
     c.execute_batch(
         "INSERT INTO requests (process, seq, at_ms, request_id, client, alias, backend, api,
            status, prompt_tokens, cached_tokens, output_tokens, gpu_prefill_s, gpu_decode_s,
@@ -215,7 +225,7 @@ fn a_database_of_version_4_is_migrated_with_its_usage_owned_by_its_clients() {
     )
     .unwrap();
     let ann = "SELECT requests FROM usage_hourly WHERE client = 'ann'";
-    assert_eq!(raw(&path, ann), 2);
+    assert_eq!(raw(path, ann), 2);
 }
 
 #[test]
