@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::HeaderValue;
 use serde_json::json;
-use switchboard::observe::metrics::Metrics;
-use switchboard::observe::record::Record;
-use switchboard::observe::window::{Sample, Window};
-use switchboard::wire::request::ParsedRequest;
-use switchboard::wire::usage;
-use switchboard::wire::usage::Usage;
-use switchboard::wire::Endpoint;
+use switchboard_proxy::observe::metrics::Metrics;
+use switchboard_proxy::observe::record::Record;
+use switchboard_proxy::observe::window::{Sample, Window};
+use switchboard_proxy::wire::request::ParsedRequest;
+use switchboard_proxy::wire::usage;
+use switchboard_proxy::wire::usage::Usage;
+use switchboard_proxy::wire::Endpoint;
 
 /// A chat request of about `size` bytes: a system prompt and alternating turns.
 fn body(size: usize) -> Vec<u8> {
@@ -115,8 +115,8 @@ fn metrics_per_request(c: &mut Criterion) {
 /// The shaping step on an alias that configures nothing (the byte searches only) and on one
 /// with defaults, a stripped field and an output cap (the members rewritten).
 fn shape_request(c: &mut Criterion) {
-    use switchboard::wire::shape::{shape, Input, ShapeSpec};
-    let chat = Some(&switchboard::wire::chat::SHAPING);
+    use switchboard_proxy::wire::shape::{shape, Input, ShapeSpec};
+    let chat = Some(&switchboard_proxy::wire::chat::SHAPING);
     let mut g = c.benchmark_group("shape");
     let plain = ShapeSpec {
         alias: "frank-zealot".into(),
@@ -151,9 +151,9 @@ fn shape_request(c: &mut Criterion) {
 /// the relay, in one chunk, with the reasoning rewriter and the usage chunk dropped.
 fn relay_stream(c: &mut Criterion) {
     use futures_util::StreamExt;
-    use switchboard::pipeline::relay::{relay, RelayOptions};
-    use switchboard::reasoning::{OutputField, StreamRewriter};
-    use switchboard::wire::EventTransform;
+    use switchboard_proxy::pipeline::relay::{relay, RelayOptions};
+    use switchboard_proxy::reasoning::{OutputField, StreamRewriter};
+    use switchboard_proxy::wire::EventTransform;
     let tail = r#"],"created":1796026263,"id":"chatcmpl-sWeZjTLb4UlpUnXzDa8gBu2cJM9MTveM","model":"tiny-qwen3","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}"#;
     let mut events = format!(
         "data: {{\"choices\":[{{\"finish_reason\":null,\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":null}}}}{tail}\n\n"
@@ -182,9 +182,10 @@ fn relay_stream(c: &mut Criterion) {
                 Endpoint::chat_completions,
                 HeaderValue::from_static(""),
             );
-            let upstream = futures_util::stream::iter([Ok::<_, switchboard::upstream::BoxError>(
-                events.clone(),
-            )])
+            let upstream = futures_util::stream::iter([Ok::<
+                _,
+                switchboard_proxy::upstream::BoxError,
+            >(events.clone())])
             .boxed();
             let opts = RelayOptions {
                 drop_usage_chunk: true,
@@ -193,7 +194,7 @@ fn relay_stream(c: &mut Criterion) {
                         as Box<dyn EventTransform>,
                 ),
                 events: None,
-                adapter: switchboard::wire::adapter(Endpoint::chat_completions),
+                adapter: switchboard_proxy::wire::adapter(Endpoint::chat_completions),
                 tally: Default::default(),
                 event_limit: 8 << 20,
             };

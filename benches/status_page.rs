@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
-use switchboard::config::Priority;
-use switchboard::fleet::slots::SlotPermit;
-use switchboard::fleet::ticket::Ticket;
-use switchboard::fleet::timeline::{Bar, Lost, MOST};
-use switchboard::live::AppState;
+use switchboard_proxy::config::Priority;
+use switchboard_proxy::fleet::slots::SlotPermit;
+use switchboard_proxy::fleet::ticket::Ticket;
+use switchboard_proxy::fleet::timeline::{Bar, Lost, MOST};
+use switchboard_proxy::live::AppState;
 
 const ALIASES: usize = 100;
 const BACKENDS: usize = 10;
@@ -44,7 +44,7 @@ fn fleet() -> AppState {
             "[clients.client-{c}]\nkey_env = \"{var}\"\ntokens_per_minute = 100000\ntokens_per_day = 10000000\n"
         ));
     }
-    let config = switchboard::config::from_toml(&toml).unwrap();
+    let config = switchboard_proxy::config::from_toml(&toml).unwrap();
     AppState::new(config, None).unwrap()
 }
 
@@ -105,7 +105,8 @@ fn render(c: &mut Criterion) {
     );
     let page = || {
         rt.block_on(async {
-            let resp = switchboard::http::status::page(State(state.clone()), headers.clone()).await;
+            let resp =
+                switchboard_proxy::http::status::page(State(state.clone()), headers.clone()).await;
             axum::body::to_bytes(resp.into_body(), usize::MAX)
                 .await
                 .unwrap()

@@ -15,13 +15,13 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-use switchboard::config::MediaCosts;
-use switchboard::flavor::Flavor;
-use switchboard::guard::{self, Counted, GuardSpec};
-use switchboard::tokens::bound::PromptView;
-use switchboard::tokens::local::LocalCounter;
-use switchboard::tokens::Counter;
-use switchboard::wire::{self, Endpoint};
+use switchboard_proxy::config::MediaCosts;
+use switchboard_proxy::flavor::Flavor;
+use switchboard_proxy::guard::{self, Counted, GuardSpec};
+use switchboard_proxy::tokens::bound::PromptView;
+use switchboard_proxy::tokens::local::LocalCounter;
+use switchboard_proxy::tokens::Counter;
+use switchboard_proxy::wire::{self, Endpoint};
 
 /// The recorded 100k-token spec, doubled: about 200k Qwen3 tokens.
 fn conversation_200k() -> Value {
@@ -144,7 +144,7 @@ fn bench_guard(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let client = switchboard::upstream::Client::default();
+    let client = switchboard_proxy::upstream::Client::default();
     let lc = LocalCounter::load(&files(), Flavor::Llamacpp).unwrap();
     let counter = Arc::new(Counter::from_local(lc));
     let (chat, messages) = requests_100kb();
@@ -166,7 +166,7 @@ fn bench_guard(c: &mut Criterion) {
                 let req = Counted {
                     adapter,
                     body,
-                    converter: switchboard::wire::Converter::Llamacpp,
+                    converter: switchboard_proxy::wire::Converter::Llamacpp,
                     who: None,
                 };
                 rt.block_on(guard::check_request(&spec, &client, req))

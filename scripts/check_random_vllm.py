@@ -2,7 +2,7 @@
 """Cross-check the local vLLM-flavour counts of 200 random conversations against vLLM's
 preprocessing + HF transformers (the same reference as record_counts.py).
 
-  TOKENS_DUMP=random.json cargo test --test tokens dump_random -- --ignored
+  TOKENS_DUMP=random.json cargo test --test it tokens::dump_random -- --ignored
   check_random_vllm.py --tokenizer-dir DIR random.json
 """
 import argparse

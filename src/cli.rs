@@ -37,7 +37,7 @@ pub enum Command {
         config: PathBuf,
     },
     /// Run one simulated backend.
-    Simulate(switchboard::sim::cli::SimArgs),
+    Simulate(switchboard_sim::cli::SimArgs),
     /// Validate a config and print every error; with --probe, compare it with what the
     /// backends report (exit code 1 when anything disagrees).
     Check {
@@ -52,8 +52,8 @@ pub enum Command {
         #[arg(long, default_value = "routes.toml")]
         config: PathBuf,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = switchboard::export::Format::ModelsYml)]
-        format: switchboard::export::Format,
+        #[arg(long, value_enum, default_value_t = switchboard_proxy::export::Format::ModelsYml)]
+        format: switchboard_proxy::export::Format,
         /// Take windows and input kinds from what the backends report.
         #[arg(long)]
         probe: bool,
@@ -91,8 +91,8 @@ pub enum Command {
         )]
         by: Vec<UsageBy>,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = switchboard::ledger::report::Format::Table)]
-        format: switchboard::ledger::report::Format,
+        #[arg(long, value_enum, default_value_t = switchboard_proxy::ledger::report::Format::Table)]
+        format: switchboard_proxy::ledger::report::Format,
     },
     /// Print the alias table with each backend's health.
     Routes {
@@ -111,8 +111,8 @@ pub enum UsageBy {
 }
 
 impl UsageBy {
-    pub fn dim(self) -> switchboard::ledger::Dim {
-        use switchboard::ledger::Dim;
+    pub fn dim(self) -> switchboard_proxy::ledger::Dim {
+        use switchboard_proxy::ledger::Dim;
         match self {
             UsageBy::Client => Dim::Client,
             UsageBy::Alias => Dim::Alias,

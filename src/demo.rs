@@ -4,14 +4,14 @@ use std::path::Path;
 
 use tokio::net::TcpListener;
 
-use crate::config::Config;
-use crate::live::AppState;
-use crate::sim::{Sim, SimConfig};
+use switchboard_proxy::config::Config;
+use switchboard_proxy::live::AppState;
+use switchboard_sim::{Sim, SimConfig};
 
 /// The config at `path` with every backend pointed at a simulator started for it (on a
 /// loopback port), and the simulators by backend name. Dropping a simulator stops it.
 pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), String> {
-    let mut raw = crate::config::load_raw(path)
+    let mut raw = switchboard_proxy::config::load_raw(path)
         .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     let mut sims = Vec::new();
     for (name, backend) in raw.backends.iter_mut() {
@@ -65,7 +65,7 @@ pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), Stri
         backend.ca_file = None;
         sims.push((name.clone(), sim));
     }
-    let cfg = crate::config::validate(raw)
+    let cfg = switchboard_proxy::config::validate(raw)
         .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     Ok((cfg, sims))
 }
@@ -81,9 +81,9 @@ pub async fn run(path: &Path) -> Result<(), String> {
             let dir = std::env::temp_dir().join(format!("switchboard-demo-{}", std::process::id()));
             std::fs::create_dir_all(&dir)
                 .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-            let url = crate::config::LedgerUrl::Sqlite(dir.join("usage.db"));
+            let url = switchboard_proxy::config::LedgerUrl::Sqlite(dir.join("usage.db"));
             eprintln!("demo: usage ledger at {}", url.shown());
-            cfg.ledger = Some(crate::config::Ledger::at(url));
+            cfg.ledger = Some(switchboard_proxy::config::Ledger::at(url));
             Some(dir)
         }
     };
@@ -99,8 +99,8 @@ pub async fn run(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     // The address bound, so a listen port of 0 prints the port the system chose.
     let listen = listener.local_addr().unwrap_or(listen);
-    tokio::spawn(crate::live::probes::run(state.clone()));
-    crate::http::batches::spawn_runner(&state);
+    tokio::spawn(switchboard_proxy::live::probes::run(state.clone()));
+    switchboard_proxy::http::batches::spawn_runner(&state);
     eprintln!(
         "demo: switchboard listening on http://{listen}  (status page: http://localhost:{port}/, \
          try: curl localhost:{port}/v1/models)",
@@ -110,7 +110,7 @@ pub async fn run(path: &Path) -> Result<(), String> {
         let _ = tokio::signal::ctrl_c().await;
     };
     let grace = state.live.load().config.server.shutdown_grace;
-    crate::http::server::run(listener, state, shutdown, grace, std::future::pending())
+    switchboard_proxy::http::server::run(listener, state, shutdown, grace, std::future::pending())
         .await
         .map_err(|e| format!("server error: {e}"))?;
     for (_, sim) in sims {

@@ -1,5 +1,6 @@
 //! The `switchboard` binary: parse the CLI, set up logging, run a subcommand, map errors to exit code 2.
 
+mod alloc;
 mod cli;
 
 use std::process::ExitCode;
@@ -9,15 +10,15 @@ use clap::Parser;
 use tokio::net::TcpListener;
 
 use cli::{Cli, Command, LogFormat};
-use switchboard::config::{self, Config};
-use switchboard::live::AppState;
+use switchboard_proxy::config::{self, Config};
+use switchboard_proxy::live::AppState;
 
 /// mimalloc rather than glibc's malloc: the request path allocates and frees a few dozen small
 /// buffers per request, where glibc spends about a tenth of the proxy's CPU (see
 /// docs/PERFORMANCE.md). Built without transparent huge pages (`no_thp`), which would add
 /// some 10 MB of resident memory to an idle proxy.
 #[global_allocator]
-static GLOBAL: switchboard::alloc::MiMalloc = switchboard::alloc::MiMalloc;
+static GLOBAL: alloc::MiMalloc = alloc::MiMalloc;
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -81,7 +82,7 @@ async fn wait_signal() {
 
 /// Spawn health probing, reload and the workers; serve until signalled.
 async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), String> {
-    use switchboard::http::workers::{self, Stop};
+    use switchboard_proxy::http::workers::{self, Stop};
     let listen = cfg.server.listen;
     let grace = cfg.server.shutdown_grace;
     let n = cfg.server.workers;
@@ -97,17 +98,17 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on {addr} for metrics: {e}"))?;
-        let app = switchboard::http::router::metrics_app(state.clone());
+        let app = switchboard_proxy::http::router::metrics_app(state.clone());
         tokio::spawn(async move {
             let _ = axum::serve(l, app).await;
         });
         tracing::info!(%addr, "metrics listening");
     }
-    tokio::spawn(switchboard::live::probes::run(state.clone()));
-    tokio::spawn(switchboard::live::reload::on_sighup(state.clone()));
-    switchboard::http::batches::spawn_runner(&state);
+    tokio::spawn(switchboard_proxy::live::probes::run(state.clone()));
+    tokio::spawn(switchboard_proxy::live::reload::on_sighup(state.clone()));
+    switchboard_proxy::http::batches::spawn_runner(&state);
     if state.live.load().config.server.watch_config {
-        tokio::spawn(switchboard::live::watch::run(state.clone()));
+        tokio::spawn(switchboard_proxy::live::watch::run(state.clone()));
     }
     let live = std::sync::Arc::clone(&state.live);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(Stop::Serve);
@@ -143,7 +144,7 @@ fn new_state(cfg: Config, path: Option<std::path::PathBuf>) -> Result<AppState, 
 /// discovers `"auto"` figures), each window and slot count with where it comes from.
 async fn routes(cfg: Config) -> Result<(), String> {
     let state = new_state(cfg, None)?;
-    switchboard::live::probes::probe_all(&state).await;
+    switchboard_proxy::live::probes::probe_all(&state).await;
     let snap = state.live.load_full();
     println!(
         "{:<24} {:<20} {:<9} {:<32} {:>10} {:<10} {:>5} {:<10} {:<12} old names / fallbacks",
@@ -196,7 +197,7 @@ async fn routes(cfg: Config) -> Result<(), String> {
 async fn check(path: &std::path::Path, probe: bool) -> Result<bool, String> {
     let cfg = load(path)?;
     // The CA files and tokenizers are loaded as start-up would load them.
-    switchboard::live::check(&cfg)
+    switchboard_proxy::live::check(&cfg)
         .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
     println!(
         "{}: ok ({} backends, {} aliases)",
@@ -209,8 +210,8 @@ async fn check(path: &std::path::Path, probe: bool) -> Result<bool, String> {
     }
     let state = new_state(cfg, None)?;
     let snap = state.live.load_full();
-    let probed = switchboard::live::discover::ask_all(&state.client, &snap.config).await;
-    let (lines, disagreements) = switchboard::fleet::drift::report(&snap.config, &probed);
+    let probed = switchboard_proxy::live::discover::ask_all(&state.client, &snap.config).await;
+    let (lines, disagreements) = switchboard_proxy::fleet::drift::report(&snap.config, &probed);
     for line in lines {
         println!("{line}");
     }
@@ -228,17 +229,17 @@ async fn check(path: &std::path::Path, probe: bool) -> Result<bool, String> {
 /// `switchboard export`: every alias as harness configs take it.
 async fn export(
     path: &std::path::Path,
-    format: switchboard::export::Format,
+    format: switchboard_proxy::export::Format,
     probe: bool,
     base_url: Option<String>,
     provider: &str,
 ) -> Result<(), String> {
-    use switchboard::export;
+    use switchboard_proxy::export;
     let cfg = load(path)?;
     let probed = if probe {
         let state =
             AppState::new(cfg.clone(), None).map_err(|e| format!("invalid config:\n{e}"))?;
-        let probed = switchboard::live::discover::ask_all(&state.client, &cfg).await;
+        let probed = switchboard_proxy::live::discover::ask_all(&state.client, &cfg).await;
         for (name, answer) in &probed {
             if let Err(e) = answer {
                 eprintln!(
@@ -270,8 +271,8 @@ async fn export(
 
 /// `switchboard tokens`: the free bound, the exact count and the verdict for one request.
 async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(), String> {
-    use switchboard::guard::{self, Verdict};
-    use switchboard::tokens::bound::PromptView;
+    use switchboard_proxy::guard::{self, Verdict};
+    use switchboard_proxy::tokens::bound::PromptView;
 
     let body = if request.as_os_str() == "-" {
         let mut buf = Vec::new();
@@ -293,7 +294,8 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
             a.name
         )
     })?;
-    let req = switchboard::wire::request::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
+    let req =
+        switchboard_proxy::wire::request::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
     let body = req.upstream_body(&body, &a.upstream_model, false);
     let view = PromptView::parse(&body).map_err(|e| format!("invalid request: {e:?}"))?;
     let output = view.requested_output();
@@ -347,7 +349,7 @@ fn usage(
     path: &std::path::Path,
     since: std::time::Duration,
     by: &[cli::UsageBy],
-    format: switchboard::ledger::report::Format,
+    format: switchboard_proxy::ledger::report::Format,
 ) -> Result<(), String> {
     let ledger = config::load_ledger(path)
         .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
@@ -355,12 +357,13 @@ fn usage(
         return Err("no [ledger] in the config: usage is not recorded".into());
     };
     let dims: Vec<_> = by.iter().map(|b| b.dim()).collect();
-    let from = switchboard::ledger::now_ms() - since.as_millis() as i64;
+    let from = switchboard_proxy::ledger::now_ms() - since.as_millis() as i64;
     let groups = dims.clone();
-    let totals = switchboard::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))?;
+    let totals =
+        switchboard_proxy::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))?;
     print!(
         "{}",
-        switchboard::ledger::report::render(&totals, &dims, format)
+        switchboard_proxy::ledger::report::render(&totals, &dims, format)
     );
     Ok(())
 }
@@ -387,7 +390,7 @@ async fn run(cli: Cli) -> Result<Done, String> {
                 args.flavor
             );
             let (first, _second) = shutdown_signals();
-            switchboard::sim::serve(args.config(), listener, first)
+            switchboard_sim::serve(args.config(), listener, first)
                 .await
                 .map_err(|e| format!("simulator error: {e}"))
         }

@@ -1,0 +1,36 @@
+//! Switchboard: an OpenAI-compatible reverse proxy and alias router for a self-hosted LLM fleet.
+//!
+//! Layers, each using only the ones listed after it: `http` (the surface) → `pipeline` (one
+//! routed request, step by step) → `live` (the config snapshot in force) → `clients` →
+//! `observe` (metrics, the request record) → `ledger` (usage rows in a database) → `fleet`
+//! (routes, slots, health) → `upstream` (the one HTTP client) → `guard` → `tokens` → `config`
+//! → `wire` (one adapter per API) → `reasoning` → `runtime` (one file per backend runtime) →
+//! `error`, `flavor`, `address`, `files`; below them all, the JSON helpers' crate
+//! (`switchboard-json`). `.ci/module-cycles.py`
+//! fails the build on a cycle, on `config` naming a new layer, and on `observe` naming
+//! `tokens`.
+
+pub use switchboard_wire::{
+    self as wire, echo, envelope, error, flavor, reasoning, runtime, words,
+};
+
+pub mod address;
+pub mod batches;
+pub mod budget;
+pub mod calendar;
+pub mod clients;
+pub mod config;
+pub mod export;
+pub mod files;
+pub mod fleet;
+pub mod guard;
+pub mod http;
+pub mod ledger;
+pub mod live;
+pub mod observe;
+pub mod path;
+pub mod pipeline;
+pub mod seconds;
+pub mod shared;
+pub mod tokens;
+pub mod upstream;

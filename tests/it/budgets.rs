@@ -1,0 +1,175 @@
+//! Budgets of a day and a month from outside: kept in the usage ledger, so a restart of the
+//! binary gives no client a fresh day, and two processes on one PostgreSQL count one budget
+//! (started here on loopback, see `common::postgres`).
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::postgres::Postgres;
+use common::served::{metrics_at, Served};
+use common::*;
+use serde_json::Value;
+use switchboard_sim::SimConfig;
+
+const ANN: (&str, &str) = ("SB_T_BUDGET_ANN", "budget-ann-key");
+const BOB: (&str, &str) = ("SB_T_BUDGET_BOB", "budget-bob-key");
+
+/// Ann and Bob with a budget of 400 tokens a day (days of Berlin), Ann with one of a month
+/// too; the ledger at `ledger`, what other processes spent read every `refresh_ms`.
+fn config(backend: &str, ledger: &str, refresh_ms: u64) -> String {
+    format!(
+        r#"
+[server]
+budget_timezone = "Europe/Berlin"
+[backends.gpu]
+url = "{backend}"
+flavor = "llamacpp"
+slots = 4
+[aliases.frank]
+backend = "gpu"
+[clients.ann]
+key_env = "{}"
+tokens_per_day = 400
+tokens_per_month = 100000
+[clients.bob]
+key_env = "{}"
+tokens_per_day = 400
+[ledger]
+url = "{ledger}"
+batch_interval_ms = 10
+budget_refresh_ms = {refresh_ms}
+"#,
+        ANN.0, BOB.0
+    )
+}
+
+/// A chat of Ann's or Bob's: its status and error code.
+async fn ask(base: &str, key: &str) -> (u16, Option<String>) {
+    let r = client()
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&chat("frank", false))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let v: Value = r.json().await.unwrap();
+    (status, v["error"]["code"].as_str().map(String::from))
+}
+
+/// Ann's chats until her day's budget refuses one; returns once each is settled (counted in
+/// the client's requests, which a request's end does after its charge).
+async fn spend_the_day(base: &str) {
+    for n in 0..400 {
+        match ask(base, ANN.1).await {
+            (200, _) => {}
+            (429, Some(code)) => {
+                assert_eq!(code, "insufficient_quota");
+                assert!(n > 0);
+                return until_counted(base, "ann", n as f64, 1.0).await;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("400 chats and the budget of 400 tokens a day never refused one");
+}
+
+/// Polls until `ok` answers to `who` and `refused` refusals are counted.
+async fn until_counted(base: &str, who: &str, ok: f64, refused: f64) {
+    let series = |status: &str| {
+        format!("switchboard_client_requests_total{{client=\"{who}\",status=\"{status}\"}}")
+    };
+    within("every request counted", async {
+        loop {
+            let m = metrics_at(base).await;
+            if sample(&m, &series("200")) == ok && sample(&m, &series("429")) == refused {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// The status page as the client of `key` sees it.
+async fn page(base: &str, key: &str) -> String {
+    client()
+        .get(format!("{base}/"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// What the status page says is left of the day of the client of `key`: `left / 400`.
+async fn left_of_the_day(base: &str, key: &str) -> u64 {
+    let page = page(base, key).await;
+    let at = page
+        .find("tokens / day: ")
+        .expect("a day's budget on the page")
+        + 14;
+    page[at..].split(' ').next().unwrap().parse().unwrap()
+}
+
+/// Polls until the page of `base` says `left` is left of the day of the client of `key`.
+async fn until_left(what: &str, base: &str, key: &str, left: u64) {
+    within(what, async {
+        while left_of_the_day(base, key).await != left {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_day_budget_survives_a_restart_of_the_binary() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("usage.db").display());
+    // Read at start only: the next read is an hour away.
+    let toml = config(&gpu.url(), &db, 3_600_000);
+    let env = [ANN, BOB];
+    let first = Served::start(&toml, &env).await;
+    spend_the_day(&first.base).await;
+    let left = left_of_the_day(&first.base, ANN.1).await;
+    assert!(left < 400);
+    assert!(first.stop().await.success());
+
+    let again = Served::start(&toml, &env).await;
+    // Read from the ledger at start: the day is as spent as it was.
+    assert_eq!(left_of_the_day(&again.base, ANN.1).await, left);
+    let (status, code) = ask(&again.base, ANN.1).await;
+    assert_eq!((status, code.as_deref()), (429, Some("insufficient_quota")));
+    // Bob's day is his own.
+    assert_eq!(ask(&again.base, BOB.1).await.0, 200);
+    let spent = 400 - left;
+    let share = spent as f64 * 100.0 / 100_000.0;
+    let used = format!("month's budget used: tokens {share:.1} % ({spent} of 100000)");
+    let page = page(&again.base, ANN.1).await;
+    assert!(page.contains(&used), "{page}");
+}
+
+#[tokio::test]
+async fn two_processes_on_one_postgres_count_one_budget() {
+    let Some(pg) = Postgres::start() else { return };
+    let gpu = sim(SimConfig::default()).await;
+    let toml = config(&gpu.url(), &pg.url(), 20);
+    let env = [ANN, BOB];
+    let (a, b) = tokio::join!(Served::start(&toml, &env), Served::start(&toml, &env));
+    spend_the_day(&a.base).await;
+    let left = left_of_the_day(&a.base, ANN.1).await;
+    // B learns what A spent from the ledger (A writes every 10 ms, B reads every 20 ms).
+    until_left("B to see what A spent", &b.base, ANN.1, left).await;
+    let (status, code) = ask(&b.base, ANN.1).await;
+    assert_eq!((status, code.as_deref()), (429, Some("insufficient_quota")));
+    // What B spends, A learns in turn.
+    assert_eq!(ask(&b.base, BOB.1).await.0, 200);
+    until_counted(&b.base, "bob", 1.0, 0.0).await;
+    let bob = left_of_the_day(&b.base, BOB.1).await;
+    assert!(bob < 400);
+    until_left("A to see what B spent", &a.base, BOB.1, bob).await;
+}
