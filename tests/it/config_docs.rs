@@ -10,15 +10,19 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
-/// The fields of `pub struct NAME { … }` in `source`, one a line as `pub key: Type`.
+/// The fields of `struct NAME { … }` in `source` (public to its crate or to all), one a line
+/// as `key: Type`.
 fn fields(source: &str, name: &str) -> BTreeSet<String> {
     let start = source
-        .find(&format!("pub struct {name} {{"))
+        .find(&format!(" struct {name} {{"))
         .unwrap_or_else(|| panic!("no struct {name}"));
     let body = &source[start..];
     let body = &body[..body.find("\n}").unwrap()];
     body.lines()
-        .filter_map(|l| l.trim().strip_prefix("pub "))
+        .skip(1)
+        .map(|l| l.trim())
+        .filter(|l| !l.starts_with("//") && !l.starts_with("#["))
+        .map(|l| l.trim_start_matches("pub(crate) ").trim_start_matches("pub "))
         .filter_map(|l| l.split_once(':').map(|(k, _)| k.trim().to_string()))
         .filter(|k| !k.contains(' '))
         .collect()
@@ -96,7 +100,7 @@ fn every_config_key_is_in_the_example_and_the_reference_and_no_other() {
         ("ledger.rs", "RawLedger", "## `[ledger]`", "ledger"),
         ("batches.rs", "RawBatches", "## `[batches]`", "batches"),
     ] {
-        let keys = fields(&read(&format!("src/config/{file}")), name);
+        let keys = fields(&read(&format!("crates/proxy/src/config/{file}")), name);
         assert!(!keys.is_empty(), "{name}: no fields read");
         let documented = table_keys(section(&docs, heading));
         let shown = example_keys(&example, prefix);
