@@ -16,6 +16,7 @@ pub mod budget;
 pub mod calendar;
 pub mod clients;
 pub mod config;
+pub mod db;
 pub mod demo;
 pub mod echo;
 pub mod envelope;

@@ -357,7 +357,8 @@ fn usage(
     let dims: Vec<_> = by.iter().map(|b| b.dim()).collect();
     let from = switchboard::ledger::now_ms() - since.as_millis() as i64;
     let groups = dims.clone();
-    let totals = switchboard::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))?;
+    let totals = switchboard::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))
+        .map_err(|e| e.to_string())?;
     print!(
         "{}",
         switchboard::ledger::report::render(&totals, &dims, format)
