@@ -360,7 +360,8 @@ fn usage(
     let from = switchboard_proxy::ledger::now_ms() - since.as_millis() as i64;
     let groups = dims.clone();
     let totals =
-        switchboard_proxy::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))?;
+        switchboard_proxy::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))
+            .map_err(|e| e.to_string())?;
     print!(
         "{}",
         switchboard_proxy::ledger::report::render(&totals, &dims, format)

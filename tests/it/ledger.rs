@@ -244,13 +244,7 @@ fn row(client: &str, i: i64) -> Row {
 
 fn pg_count(url: &str, sql: &'static str) -> i64 {
     let url = LedgerUrl::Postgres(url.to_string());
-    ledger::with_store(&url, move |s| match s {
-        ledger::Store::Postgres(c, _) => {
-            Ok(c.query_one(sql, &[]).map_err(|e| e.to_string())?.get(0))
-        }
-        ledger::Store::Sqlite(..) => Err("not postgres".into()),
-    })
-    .unwrap()
+    ledger::with_store(&url, move |s| Ok(s.db().one(sql, &[])?.int(0)?)).unwrap()
 }
 
 #[test]
@@ -302,18 +296,18 @@ fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
     // A database a newer build wrote is refused, and left as it was.
     pg_count(&url, "SELECT count(*) FROM ledger_schema");
     let newer = LedgerUrl::Postgres(url.clone());
-    ledger::with_store(&newer, |s| match s {
-        ledger::Store::Postgres(c, _) => c
-            .batch_execute("INSERT INTO ledger_schema (version) VALUES (99)")
-            .map_err(|e| e.to_string()),
-        ledger::Store::Sqlite(..) => Ok(()),
+    ledger::with_store(&newer, |s| {
+        Ok(s.db()
+            .batch("INSERT INTO ledger_schema (version) VALUES (99)")?)
     })
     .unwrap();
     let required = Settings {
         required: true,
         ..pg_settings(&url)
     };
-    let err = Ledger::start(&required, Counters::default(), Default::default()).unwrap_err();
+    let err = Ledger::start(&required, Counters::default(), Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("schema version 99"), "{err}");
     assert!(!err.contains("password"), "{err}");
     // Not required: out of use, and said so.
@@ -327,15 +321,12 @@ fn a_postgres_ledger_made_before_the_index_by_client_gets_it_and_reads_a_client_
     let url = LedgerUrl::Postgres(pg.url());
     // A database as version 3 left it: the index by client (version 4) not made, nor the
     // owners' column, index and roll-ups (version 5).
-    ledger::with_store(&url, |s| match s {
-        ledger::Store::Postgres(c, _) => c
-            .batch_execute(
-                "DROP INDEX requests_client; DROP INDEX requests_owner; \
-                 ALTER TABLE requests DROP COLUMN owner; DROP TABLE owner_hourly; \
-                 DROP TABLE owner_daily; DELETE FROM ledger_schema WHERE version > 3",
-            )
-            .map_err(|e| e.to_string()),
-        ledger::Store::Sqlite(..) => Err("not postgres".into()),
+    ledger::with_store(&url, |s| {
+        Ok(s.db().batch(
+            "DROP INDEX requests_client; DROP INDEX requests_owner; \
+             ALTER TABLE requests DROP COLUMN owner; DROP TABLE owner_hourly; \
+             DROP TABLE owner_daily; DELETE FROM ledger_schema WHERE version > 3",
+        )?)
     })
     .unwrap();
     let index = "SELECT count(*) FROM pg_indexes WHERE indexname = 'requests_client'";

@@ -20,6 +20,7 @@ pub mod budget;
 pub mod calendar;
 pub mod clients;
 pub mod config;
+pub mod db;
 pub mod export;
 pub mod files;
 pub mod fleet;

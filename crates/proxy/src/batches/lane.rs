@@ -7,15 +7,15 @@
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::db::Conn;
 use super::link::{Health, Link};
-use super::{db_error, Files};
+use super::{db_error, BatchError, Files};
 use crate::config::LedgerUrl;
+use crate::db::Conn;
 use crate::error::ProxyError;
 
 /// A job for a lane's thread, given its connection (or why there is none now); why the
 /// database failed it, when it did.
-type Job = Box<dyn FnOnce(Result<&mut Conn, String>, &Files) -> Option<String> + Send>;
+type Job = Box<dyn FnOnce(Result<&mut Conn, BatchError>, &Files) -> Option<String> + Send>;
 
 #[derive(Debug)]
 pub(super) struct Lane {
@@ -30,8 +30,8 @@ impl Lane {
         name: &str,
         url: &LedgerUrl,
         health: &Arc<Health>,
-        connect: impl FnOnce() -> Result<(Conn, Files), String> + Send + 'static,
-    ) -> Result<Lane, String> {
+        connect: impl FnOnce() -> Result<(Conn, Files), BatchError> + Send + 'static,
+    ) -> Result<Lane, BatchError> {
         let (lane, url, health) = (name.to_string(), url.clone(), Arc::clone(health));
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
         let (opened, open) = std::sync::mpsc::channel();
@@ -51,9 +51,14 @@ impl Lane {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the Batch API's database thread {name}: {e}"))?;
-        open.recv()
-            .map_err(|_| format!("the Batch API's database thread {name} ended"))??;
+            .map_err(|e| {
+                BatchError::Thread(format!(
+                    "cannot start the Batch API's database thread {name}: {e}"
+                ))
+            })?;
+        open.recv().map_err(|_| {
+            BatchError::Thread(format!("the Batch API's database thread {name} ended"))
+        })??;
         Ok(Lane {
             jobs: Mutex::new(jobs),
         })

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::db::Conn;
+use super::BatchError;
 use crate::config::LedgerUrl;
+use crate::db::Conn;
 
 /// The first wait before a connection is tried again, doubled up to [`BACKOFF_MAX`].
 const BACKOFF: Duration = Duration::from_millis(250);
@@ -95,7 +96,7 @@ impl Link {
     /// The connection for the next call: this one, or a new one after a failure (a
     /// PostgreSQL database's; a SQLite file's is kept, its failures are its calls'); why
     /// there is none now.
-    pub(super) fn conn(&mut self) -> Result<&mut Conn, String> {
+    pub(super) fn conn(&mut self) -> Result<&mut Conn, BatchError> {
         if self.broken.is_none() && self.conn.is_closed() {
             self.failed("the connection is closed".into());
         }
@@ -107,16 +108,15 @@ impl Link {
             return Ok(&mut self.conn);
         }
         if self.retry_at.is_some_and(|at| Instant::now() < at) {
-            return Err(why.clone());
+            return Err(BatchError::Down(why.clone()));
         }
         self.retry_at = Some(Instant::now() + self.backoff);
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
         match crate::ledger::Store::open(&self.url) {
-            Ok(crate::ledger::Store::Postgres(client, _)) => self.conn = Conn::Postgres(client),
-            Ok(crate::ledger::Store::Sqlite(conn, _)) => self.conn = Conn::Sqlite(conn),
+            Ok(store) => self.conn = store.into_conn(),
             Err(e) => {
-                self.broken = Some(e.clone());
-                return Err(e);
+                self.broken = Some(e.to_string());
+                return Err(e.into());
             }
         }
         self.broken = None;

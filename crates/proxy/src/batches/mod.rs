@@ -11,12 +11,13 @@
 //! and the lines' results each have a connection of their own ([`lane`]): a line's result is
 //! committed as its answer comes, whatever the endpoints and the runner are doing.
 
-pub mod db;
+mod error;
 pub mod input;
 mod lane;
 mod link;
 pub mod result;
 pub mod runner;
+pub mod state;
 pub mod store;
 pub mod upload;
 
@@ -28,9 +29,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
 use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
+use crate::db::{Conn, Db};
 use crate::error::{Echo, ProxyError};
-use db::{Conn, Db};
+pub use error::BatchError;
 use lane::Lane;
+pub use state::BatchState;
 use store::{BatchRow, FileRow};
 use upload::{Received, Upload};
 
@@ -108,7 +111,11 @@ impl Batches {
     /// a connection for the endpoints, one for the runner and one for the lines' results, each
     /// on a thread of its own ([`connect`], [`Lane`]) and made anew after a call fails; `up`
     /// is 1 while none fails.
-    pub fn open(url: &LedgerUrl, data_dir: Option<&Path>, up: Gauge) -> Result<Batches, String> {
+    pub fn open(
+        url: &LedgerUrl,
+        data_dir: Option<&Path>,
+        up: Gauge,
+    ) -> Result<Batches, BatchError> {
         let health = Arc::new(link::Health::new(up));
         let lane = |name: &str, first: bool| {
             let (at, data_dir) = (url.clone(), data_dir.map(Path::to_path_buf));
@@ -321,7 +328,7 @@ impl Batches {
                     endpoint,
                     input_file_id: f.id,
                     completion_window: window,
-                    status: store::VALIDATING.into(),
+                    status: BatchState::Validating,
                     metadata,
                     created_at: now,
                     expires_at: now + WINDOW_S,
@@ -369,11 +376,9 @@ impl Batches {
         let row = self
             .with(move |db, _| {
                 let b = batch_of(db, &owner, &id)?;
-                let from = [store::VALIDATING, store::IN_PROGRESS];
-                if !store::advance(db, &b.id, &from, store::CANCELLING, now_s())
-                    .map_err(db_error)?
-                    && b.status != store::CANCELLING
-                    && b.status != store::CANCELLED
+                let to = BatchState::Cancelling;
+                if !store::advance(db, &b.id, to, now_s()).map_err(db_error)?
+                    && !matches!(b.status, BatchState::Cancelling | BatchState::Cancelled)
                 {
                     return Err(ProxyError::InvalidRequest(format!(
                         "batch {} is {}: it cannot be cancelled",
@@ -435,14 +440,18 @@ fn batch_of(db: &mut dyn Db, owner: &Owner, id: &str) -> Result<BatchRow, ProxyE
 /// The database at `url`, opened and migrated, and where its files' contents are kept. Lines
 /// a SQLite file shows running at the process's `first` connection were this process's before
 /// it started again (one process has a SQLite file): they are pending again.
-fn connect(url: &LedgerUrl, data_dir: Option<&Path>, first: bool) -> Result<(Conn, Files), String> {
+fn connect(
+    url: &LedgerUrl,
+    data_dir: Option<&Path>,
+    first: bool,
+) -> Result<(Conn, Files), BatchError> {
     let files = place(url, data_dir);
-    let mut db = match crate::ledger::Store::open(url)? {
-        crate::ledger::Store::Sqlite(conn, _) => Conn::Sqlite(conn),
-        crate::ledger::Store::Postgres(client, _) => Conn::Postgres(client),
-    };
+    let mut db = crate::ledger::Store::open(url)?.into_conn();
     if let Files::Dir(dir) = &files {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| BatchError::Folder {
+            path: dir.display().to_string(),
+            source,
+        })?;
         if first {
             sweep(dir);
         }
@@ -492,29 +501,28 @@ enum Files {
 impl Files {
     /// Keeps `content` as file `id`'s (a file is written whole or not at all: a `.part` file,
     /// removed on any failure, then renamed), in the transaction `db` is.
-    fn put(&self, db: &mut dyn Db, id: &str, content: &[u8]) -> Result<(), String> {
+    fn put(&self, db: &mut dyn Db, id: &str, content: &[u8]) -> Result<(), BatchError> {
         match self {
             Files::Dir(dir) => {
-                let part = tempfile::TempPath::try_from_path(dir.join(format!("{id}.part")))
-                    .map_err(|e| e.to_string())?;
-                std::fs::write(&part, content).map_err(|e| e.to_string())?;
-                part.persist(dir.join(id)).map_err(|e| e.error.to_string())
+                let part = tempfile::TempPath::try_from_path(dir.join(format!("{id}.part")))?;
+                std::fs::write(&part, content)?;
+                Ok(part.persist(dir.join(id)).map_err(|e| e.error)?)
             }
-            Files::Database => store::put_content(db, id, content),
+            Files::Database => Ok(store::put_content(db, id, content)?),
         }
     }
 
     /// File `row` with its uploaded `content`, committed together: a `.part` file renamed to
     /// its id, or the content in the database. Nothing is left of it when this fails.
-    fn keep(&self, db: &mut Conn, row: &FileRow, content: Received) -> Result<(), String> {
+    fn keep(&self, db: &mut Conn, row: &FileRow, content: Received) -> Result<(), BatchError> {
         let kept = db.tx(|tx| {
             store::insert_file(tx, row)?;
             match content {
                 Received::Part(part) => {
                     let to = part.with_file_name(&row.id);
-                    part.persist(to).map_err(|e| e.error.to_string())
+                    Ok(part.persist(to).map_err(|e| e.error)?)
                 }
-                Received::Memory(bytes) => store::put_content(tx, &row.id, &bytes),
+                Received::Memory(bytes) => Ok(store::put_content(tx, &row.id, &bytes)?),
             }
         });
         if kept.is_err() {
@@ -524,10 +532,12 @@ impl Files {
         kept
     }
 
-    fn get(&self, db: &mut dyn Db, id: &str) -> Result<Vec<u8>, String> {
+    fn get(&self, db: &mut dyn Db, id: &str) -> Result<Vec<u8>, BatchError> {
         match self {
-            Files::Dir(dir) => std::fs::read(dir.join(id)).map_err(|e| e.to_string()),
-            Files::Database => store::content(db, id)?.ok_or_else(|| format!("{id}: no content")),
+            Files::Dir(dir) => Ok(std::fs::read(dir.join(id))?),
+            Files::Database => {
+                store::content(db, id)?.ok_or_else(|| BatchError::NoContent(id.to_string()))
+            }
         }
     }
 

@@ -18,11 +18,11 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use tokio::task::{AbortHandle, Id, JoinSet};
 
-use super::db::Db;
 use super::result::{decide, unanswered, Answer};
 use super::store::{self, BatchRow, FileRow, Outcome};
-use super::{db_error, hex_id, now_s, Batches};
+use super::{db_error, hex_id, now_s, BatchError, BatchState, Batches};
 use crate::config;
+use crate::db::{Db, DbError};
 use crate::error::ProxyError;
 
 /// What the runner needs of the proxy: a line served, what a client may use, the bounds of
@@ -132,15 +132,19 @@ async fn step(
     batches.set_active(active.clone());
     let now = now_s();
     for b in active {
-        let ending = match b.status.as_str() {
-            store::VALIDATING => {
+        let ending = match b.status {
+            BatchState::Validating => {
                 validate(batches, serve, &b, limits).await?;
                 continue;
             }
-            store::CANCELLING => Some(store::CANCELLED),
-            store::IN_PROGRESS if now >= b.expires_at => Some(store::EXPIRED),
-            store::FINALIZING => Some(store::COMPLETED),
-            _ => None,
+            BatchState::Cancelling => Some(BatchState::Cancelled),
+            BatchState::InProgress if now >= b.expires_at => Some(BatchState::Expired),
+            BatchState::Finalizing => Some(BatchState::Completed),
+            BatchState::InProgress
+            | BatchState::Completed
+            | BatchState::Failed
+            | BatchState::Expired
+            | BatchState::Cancelled => None,
         };
         if let Some(status) = ending {
             // Its lines here stop (their upstream requests are cut) and are given up; it ends
@@ -188,7 +192,7 @@ async fn step(
             .await?;
         tracing::debug!(batch = %b.id, free, claimed = claimed.len(), left, "batch lines claimed");
         if left == 0 && lines.of_batch(&b.id) == 0 {
-            end(batches, &b, store::COMPLETED).await?;
+            end(batches, &b, BatchState::Completed).await?;
             continue;
         }
         for p in claimed {
@@ -296,11 +300,11 @@ async fn validate(
         .runner
         .run(move |db, files| {
             let now = now_s();
-            let from = [store::VALIDATING];
             let failed = |db: &mut dyn Db, errors: Vec<serde_json::Value>| {
                 let errors = serde_json::Value::from(errors).to_string();
                 let ids = (None, None);
-                store::finish(db, &b.id, &from, store::FAILED, ids, Some(&errors), now).map(drop)
+                let to = BatchState::Failed;
+                store::finish(db, &b.id, to, ids, Some(&errors), now).map(drop)
             };
             let Ok(text) = files.get(db, &b.input_file_id) else {
                 let e = super::input::LineError {
@@ -315,7 +319,7 @@ async fn validate(
             match super::input::read(&text, &b.endpoint, max_lines, max_body, &usable) {
                 Ok(lines) => db
                     .tx(|tx| store::start(tx, &b.id, &lines, now).map(drop))
-                    .map_err(db_error),
+                    .map_err(|e: DbError| db_error(e)),
                 Err(errors) => {
                     failed(db, errors.iter().map(|e| e.to_json()).collect()).map_err(db_error)
                 }
@@ -324,35 +328,21 @@ async fn validate(
         .await
 }
 
-/// Why a batch's end was rolled back: another process ended it first (nothing to do).
-const ENDED_ELSEWHERE: &str = "ended by another process";
-
 /// Batch `b` ends as `status`: its lines not run go to its error file as such, its output and
 /// error files are written, and its status, files and time are committed together — unless
 /// another process ended it first.
-async fn end(batches: &Arc<Batches>, b: &BatchRow, status: &'static str) -> Result<(), ProxyError> {
+async fn end(batches: &Arc<Batches>, b: &BatchRow, status: BatchState) -> Result<(), ProxyError> {
     let b = b.clone();
     batches
         .runner
         .run(move |db, files| {
             let now = now_s();
-            let (code, message) = match status {
-                store::EXPIRED => (
-                    "batch_expired",
-                    "the batch's window ended before this request ran",
-                ),
-                store::CANCELLED => (
-                    "batch_cancelled",
-                    "the batch was cancelled before this request ran",
-                ),
-                _ => ("batch_failed", "the request was not run"),
-            };
+            let (code, message) = unrun(status);
             let ended = db.tx(|tx| {
-                let from = [store::IN_PROGRESS, store::CANCELLING];
-                store::advance(tx, &b.id, &from, store::FINALIZING, now)?;
+                store::advance(tx, &b.id, BatchState::Finalizing, now)?;
                 store::fail_left(tx, &b.id, &|custom_id| unanswered(custom_id, code, message))?;
                 let results = store::results(tx, &b.id)?;
-                let mut file = |done: bool, what: &str| -> Result<Option<String>, String> {
+                let mut file = |done: bool, what: &str| -> Result<Option<String>, BatchError> {
                     let mut text = String::new();
                     for (_, r) in results.iter().filter(|(d, _)| *d == done) {
                         text.push_str(r);
@@ -375,16 +365,35 @@ async fn end(batches: &Arc<Batches>, b: &BatchRow, status: &'static str) -> Resu
                 };
                 let (output, errors) = (file(true, "output")?, file(false, "error")?);
                 let ids = (output.as_deref(), errors.as_deref());
-                let from = [store::FINALIZING];
-                match store::finish(tx, &b.id, &from, status, ids, None, now)? {
+                match store::finish(tx, &b.id, status, ids, None, now)? {
                     true => Ok(()),
-                    false => Err(ENDED_ELSEWHERE.to_string()),
+                    false => Err(BatchError::EndedElsewhere),
                 }
             });
             match ended {
-                Err(e) if e == ENDED_ELSEWHERE => Ok(()),
+                Err(BatchError::EndedElsewhere) => Ok(()),
                 other => other.map_err(db_error),
             }
         })
         .await
+}
+
+/// The error a line not run gets when its batch ends as `status`: its code and message.
+fn unrun(status: BatchState) -> (&'static str, &'static str) {
+    match status {
+        BatchState::Expired => (
+            "batch_expired",
+            "the batch's window ended before this request ran",
+        ),
+        BatchState::Cancelled => (
+            "batch_cancelled",
+            "the batch was cancelled before this request ran",
+        ),
+        BatchState::Validating
+        | BatchState::InProgress
+        | BatchState::Finalizing
+        | BatchState::Completed
+        | BatchState::Failed
+        | BatchState::Cancelling => ("batch_failed", "the request was not run"),
+    }
 }

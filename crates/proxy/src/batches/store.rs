@@ -1,12 +1,13 @@
-//! The Batch API's rows in the ledger's database (SQLite or PostgreSQL, [`super::db`]): files
+//! The Batch API's rows in the ledger's database (SQLite or PostgreSQL, [`crate::db`]): files
 //! and their contents, batches, and each batch's lines — claimed by one process at a time
 //! under a lease, and their result written in the same transaction as their state and their
 //! batch's counts (so a line committed is never run again, and a restart finds every other).
 
 use serde_json::{json, Value};
 
-use super::db::{Db, Row, Val};
 use super::input::Line;
+use super::state::BatchState;
+use crate::db::{Db, DbError, Row, Val};
 
 /// A file as `/v1/files` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +35,7 @@ impl FileRow {
         })
     }
 
-    fn of(r: &Row) -> Result<FileRow, String> {
+    fn of(r: &Row) -> Result<FileRow, DbError> {
         Ok(FileRow {
             id: r.text(0)?,
             client: r.text(1)?,
@@ -48,30 +49,16 @@ impl FileRow {
 
 const FILE_COLUMNS: &str = "id, client, filename, purpose, bytes, created_at";
 
-/// A batch's status.
-pub const VALIDATING: &str = "validating";
-pub const IN_PROGRESS: &str = "in_progress";
-pub const FINALIZING: &str = "finalizing";
-pub const COMPLETED: &str = "completed";
-pub const FAILED: &str = "failed";
-pub const EXPIRED: &str = "expired";
-pub const CANCELLING: &str = "cancelling";
-pub const CANCELLED: &str = "cancelled";
-
-/// The statuses of a batch not yet ended.
-const ACTIVE: [&str; 4] = [VALIDATING, IN_PROGRESS, FINALIZING, CANCELLING];
-
-/// Every status, in the order of a batch's life (for the gauge of batches by status).
-pub const STATUSES: [&str; 8] = [
-    VALIDATING,
-    IN_PROGRESS,
-    FINALIZING,
-    COMPLETED,
-    FAILED,
-    EXPIRED,
-    CANCELLING,
-    CANCELLED,
-];
+/// Every status's name, in the order of a batch's life (for the gauge of batches by status).
+pub const STATUSES: [&str; 8] = {
+    let mut names = [""; 8];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = BatchState::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 /// A batch as `/v1/batches` shows it.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -81,7 +68,7 @@ pub struct BatchRow {
     pub endpoint: String,
     pub input_file_id: String,
     pub completion_window: String,
-    pub status: String,
+    pub status: BatchState,
     /// JSON, as the client sent it.
     pub metadata: Option<String>,
     /// JSON: the validation errors' list.
@@ -125,7 +112,7 @@ impl BatchRow {
             "errors": errors,
             "input_file_id": self.input_file_id,
             "completion_window": self.completion_window,
-            "status": self.status,
+            "status": self.status.as_str(),
             "output_file_id": self.output_file_id,
             "error_file_id": self.error_file_id,
             "created_at": self.created_at,
@@ -148,17 +135,20 @@ impl BatchRow {
 
     /// Whether it still runs or is to be finished (not in a final status).
     pub fn active(&self) -> bool {
-        ACTIVE.contains(&self.status.as_str())
+        self.status.active()
     }
 
-    fn of(r: &Row) -> Result<BatchRow, String> {
+    fn of(r: &Row) -> Result<BatchRow, DbError> {
         Ok(BatchRow {
             id: r.text(0)?,
             client: r.text(1)?,
             endpoint: r.text(2)?,
             input_file_id: r.text(3)?,
             completion_window: r.text(4)?,
-            status: r.text(5)?,
+            status: r.text(5)?.parse().map_err(|e| DbError::Column {
+                col: 5,
+                found: format!("{e}"),
+            })?,
             metadata: r.opt_text(6)?,
             errors: r.opt_text(7)?,
             output_file_id: r.opt_text(8)?,
@@ -200,9 +190,9 @@ pub enum Outcome {
     Again { not_before: i64, counted: bool },
 }
 
-type Done = Result<(), String>;
+type Done = Result<(), DbError>;
 
-fn all<T>(rows: Vec<Row>, of: fn(&Row) -> Result<T, String>) -> Result<Vec<T>, String> {
+fn all<T>(rows: Vec<Row>, of: fn(&Row) -> Result<T, DbError>) -> Result<Vec<T>, DbError> {
     rows.iter().map(of).collect()
 }
 
@@ -226,7 +216,7 @@ pub fn put_content(db: &mut dyn Db, id: &str, content: &[u8]) -> Done {
         .map(drop)
 }
 
-pub fn content(db: &mut dyn Db, id: &str) -> Result<Option<Vec<u8>>, String> {
+pub fn content(db: &mut dyn Db, id: &str) -> Result<Option<Vec<u8>>, DbError> {
     let rows = db.rows(
         "SELECT content FROM batch_file_contents WHERE id = $1",
         &[id.into()],
@@ -234,7 +224,7 @@ pub fn content(db: &mut dyn Db, id: &str) -> Result<Option<Vec<u8>>, String> {
     rows.first().map(|r| r.bytes(0)).transpose()
 }
 
-pub fn file(db: &mut dyn Db, id: &str) -> Result<Option<FileRow>, String> {
+pub fn file(db: &mut dyn Db, id: &str) -> Result<Option<FileRow>, DbError> {
     let sql = format!("SELECT {FILE_COLUMNS} FROM batch_files WHERE id = $1");
     let rows = db.rows(&sql, &[id.into()])?;
     rows.first().map(FileRow::of).transpose()
@@ -249,7 +239,7 @@ pub fn files(
     after: Option<&str>,
     asc: bool,
     limit: i64,
-) -> Result<Vec<FileRow>, String> {
+) -> Result<Vec<FileRow>, DbError> {
     let (cmp, dir) = if asc { (">", "ASC") } else { ("<", "DESC") };
     // Ids are made in order: their order is the files' (newest last).
     let sql = format!(
@@ -272,11 +262,10 @@ pub fn delete_file(db: &mut dyn Db, id: &str) -> Done {
 }
 
 /// How many files `client` keeps, and their bytes.
-pub fn kept(db: &mut dyn Db, client: &str) -> Result<(i64, i64), String> {
+pub fn kept(db: &mut dyn Db, client: &str) -> Result<(i64, i64), DbError> {
     let sql = "SELECT count(*), CAST(coalesce(sum(bytes), 0) AS BIGINT) FROM batch_files \
                WHERE client = $1";
-    let rows = db.rows(sql, &[client.into()])?;
-    let r = rows.first().ok_or("no count")?;
+    let r = db.one(sql, &[client.into()])?;
     Ok((r.int(0)?, r.int(1)?))
 }
 
@@ -290,7 +279,7 @@ pub fn insert_batch(db: &mut dyn Db, b: &BatchRow) -> Done {
         (&b.endpoint).into(),
         (&b.input_file_id).into(),
         (&b.completion_window).into(),
-        (&b.status).into(),
+        b.status.as_str().into(),
         b.metadata.as_deref().into(),
         b.created_at.into(),
         b.expires_at.into(),
@@ -298,7 +287,7 @@ pub fn insert_batch(db: &mut dyn Db, b: &BatchRow) -> Done {
     db.exec(sql, &p).map(drop)
 }
 
-pub fn batch(db: &mut dyn Db, id: &str) -> Result<Option<BatchRow>, String> {
+pub fn batch(db: &mut dyn Db, id: &str) -> Result<Option<BatchRow>, DbError> {
     let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = $1");
     let rows = db.rows(&sql, &[id.into()])?;
     rows.first().map(BatchRow::of).transpose()
@@ -311,7 +300,7 @@ pub fn batches(
     client: Option<&str>,
     after: Option<&str>,
     limit: i64,
-) -> Result<Vec<BatchRow>, String> {
+) -> Result<Vec<BatchRow>, DbError> {
     let sql = format!(
         "SELECT {BATCH_COLUMNS} FROM batches WHERE (CAST($1 AS TEXT) IS NULL OR client = $1) \
          AND (CAST($2 AS TEXT) IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
@@ -323,44 +312,50 @@ pub fn batches(
 }
 
 /// Batches not yet in a final status, oldest first.
-pub fn active(db: &mut dyn Db) -> Result<Vec<BatchRow>, String> {
+pub fn active(db: &mut dyn Db) -> Result<Vec<BatchRow>, DbError> {
+    let active = active_states();
     let sql = format!(
         "SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ({}) ORDER BY id",
-        listed(&ACTIVE, 1)
+        listed(&active, 1)
     );
-    all(db.rows(&sql, &ACTIVE.map(Val::from))?, BatchRow::of)
+    let p: Vec<Val> = active.iter().map(|s| s.as_str().into()).collect();
+    all(db.rows(&sql, &p)?, BatchRow::of)
+}
+
+/// The statuses of a batch not yet ended.
+fn active_states() -> Vec<BatchState> {
+    BatchState::ALL.into_iter().filter(|s| s.active()).collect()
 }
 
 /// Batches of `client` not yet in a final status.
-pub fn active_of(db: &mut dyn Db, client: &str) -> Result<i64, String> {
+pub fn active_of(db: &mut dyn Db, client: &str) -> Result<i64, DbError> {
+    let active = active_states();
     let sql = format!(
         "SELECT count(*) FROM batches WHERE client = $1 AND status IN ({})",
-        listed(&ACTIVE, 2)
+        listed(&active, 2)
     );
     let mut p = vec![client.into()];
-    p.extend(ACTIVE.map(Val::from));
-    db.rows(&sql, &p)?.first().ok_or("no count")?.int(0)
+    p.extend(active.iter().map(|s| Val::from(s.as_str())));
+    db.one(&sql, &p)?.int(0)
 }
 
 /// Batches by status.
-pub fn by_status(db: &mut dyn Db) -> Result<Vec<(String, i64)>, String> {
+pub fn by_status(db: &mut dyn Db) -> Result<Vec<(String, i64)>, DbError> {
     let rows = db.rows("SELECT status, count(*) FROM batches GROUP BY status", &[])?;
     rows.iter().map(|r| Ok((r.text(0)?, r.int(1)?))).collect()
 }
 
 /// The batch's lines are stored and it is in progress (in the transaction `db` is): `false`
 /// when it was no longer validating (another process took it first).
-pub fn start(db: &mut dyn Db, id: &str, lines: &[Line], now: i64) -> Result<bool, String> {
-    let sql = "UPDATE batches SET status = $1, in_progress_at = $2, total = $3 \
-               WHERE id = $4 AND status = $5";
-    let p = [
-        IN_PROGRESS.into(),
-        now.into(),
-        (lines.len() as i64).into(),
-        id.into(),
-        VALIDATING.into(),
-    ];
-    if db.exec(sql, &p)? != 1 {
+pub fn start(db: &mut dyn Db, id: &str, lines: &[Line], now: i64) -> Result<bool, DbError> {
+    let total = lines.len() as i64;
+    if !moved(
+        db,
+        id,
+        BatchState::InProgress,
+        Some(("total", total.into())),
+        now,
+    )? {
         return Ok(false);
     }
     let insert = "INSERT INTO batch_lines (batch_id, line, custom_id, model, body, state, \
@@ -378,69 +373,75 @@ pub fn start(db: &mut dyn Db, id: &str, lines: &[Line], now: i64) -> Result<bool
     Ok(true)
 }
 
-/// The batch ends as `status` (at `now`, in that status's time column), with its files and
-/// its validation errors (JSON) when it has them, if it is still in one of `from`: whether it
-/// was.
+/// The batch ends as `to` (at `now`, in that status's time column), with its files and its
+/// validation errors (JSON) when it has them, if it may move there from its status now:
+/// whether it did.
 pub fn finish(
     db: &mut dyn Db,
     id: &str,
-    from: &[&str],
-    status: &'static str,
+    to: BatchState,
     files: (Option<&str>, Option<&str>),
     errors: Option<&str>,
     now: i64,
-) -> Result<bool, String> {
-    let at = match status {
-        COMPLETED => "completed_at",
-        FAILED => "failed_at",
-        EXPIRED => "expired_at",
-        CANCELLED => "cancelled_at",
-        _ => "finalizing_at",
-    };
+) -> Result<bool, DbError> {
     let sql = format!(
-        "UPDATE batches SET status = $1, {at} = $2, output_file_id = $3, error_file_id = $4, \
+        "UPDATE batches SET status = $1, {} = $2, output_file_id = $3, error_file_id = $4, \
          errors = coalesce($5, errors) WHERE id = $6 AND status IN ({})",
-        listed(from, 7)
+        to.time_column(),
+        listed(&to.sources(), 7)
     );
     let mut p = vec![
-        status.into(),
+        to.as_str().into(),
         now.into(),
         files.0.into(),
         files.1.into(),
         errors.into(),
         id.into(),
     ];
-    p.extend(from.iter().map(|s| Val::from(*s)));
+    p.extend(to.sources().iter().map(|s| Val::from(s.as_str())));
     Ok(db.exec(&sql, &p)? == 1)
 }
 
 /// `$n, $n+1, …` for each of `items`.
-fn listed(items: &[&str], n: usize) -> String {
+fn listed<T>(items: &[T], n: usize) -> String {
     (0..items.len())
         .map(|i| format!("${}", n + i))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// The batch moves to `status` from one of `from` (its time column set to `now`); whether it
-/// did.
-pub fn advance(
+/// The batch moves to `to` if it may from its status now (its time column set to `now`);
+/// whether it did.
+pub fn advance(db: &mut dyn Db, id: &str, to: BatchState, now: i64) -> Result<bool, DbError> {
+    moved(db, id, to, None, now)
+}
+
+/// [`advance`], with one more column set where `also` names one.
+fn moved(
     db: &mut dyn Db,
     id: &str,
-    from: &[&str],
-    status: &str,
+    to: BatchState,
+    also: Option<(&str, Val)>,
     now: i64,
-) -> Result<bool, String> {
-    let at = match status {
-        CANCELLING => "cancelling_at",
-        _ => "finalizing_at",
+) -> Result<bool, DbError> {
+    let from = to.sources();
+    let mut p = vec![to.as_str().into(), now.into()];
+    let also = match also {
+        Some((column, v)) => {
+            p.push(v);
+            format!(", {column} = $3")
+        }
+        None => String::new(),
     };
+    let n = p.len();
     let sql = format!(
-        "UPDATE batches SET status = $1, {at} = $2 WHERE id = $3 AND status IN ({})",
-        listed(from, 4)
+        "UPDATE batches SET status = $1, {} = $2{also} WHERE id = ${} AND status IN ({})",
+        to.time_column(),
+        n + 1,
+        listed(&from, n + 2)
     );
-    let mut p = vec![status.into(), now.into(), id.into()];
-    p.extend(from.iter().map(|s| Val::from(*s)));
+    p.push(id.into());
+    p.extend(from.iter().map(|s| Val::from(s.as_str())));
     Ok(db.exec(&sql, &p)? == 1)
 }
 
@@ -457,15 +458,14 @@ pub fn claim(
     lease_until: i64,
     limit: usize,
     shared: bool,
-) -> Result<Vec<Pending>, String> {
+) -> Result<Vec<Pending>, DbError> {
     let lock = if shared {
         " FOR UPDATE SKIP LOCKED"
     } else {
         ""
     };
     // The lines picked once, in a CTE (PostgreSQL evaluates a locking one once; a subquery in
-    // the WHERE clause may be run again per row and pick more). SQLite numbers `$n` in the
-    // order they first appear: they appear in order.
+    // the WHERE clause may be run again per row and pick more).
     let sql = format!(
         "WITH picked AS (SELECT line FROM batch_lines WHERE batch_id = $1 \
          AND ((state = 'pending' AND not_before <= $2) OR (state = 'running' AND lease_until < $2)) \
@@ -511,13 +511,11 @@ pub fn release(db: &mut dyn Db, owner: Option<&str>, id: Option<&str>) -> Done {
 
 /// Lines of the batch still to run (now or later), and of those, running under a lease
 /// current at `now_ms`.
-pub fn left(db: &mut dyn Db, id: &str, now_ms: i64) -> Result<(i64, i64), String> {
-    // SQLite numbers `$n` in the order they first appear: they appear in order.
+pub fn left(db: &mut dyn Db, id: &str, now_ms: i64) -> Result<(i64, i64), DbError> {
     let sql = "SELECT count(*), CAST(coalesce(sum(CASE WHEN state = 'running' AND \
                lease_until >= $1 THEN 1 ELSE 0 END), 0) AS BIGINT) FROM batch_lines \
                WHERE batch_id = $2 AND state IN ('pending', 'running')";
-    let rows = db.rows(sql, &[now_ms.into(), id.into()])?;
-    let r = rows.first().ok_or("no count")?;
+    let r = db.one(sql, &[now_ms.into(), id.into()])?;
     Ok((r.int(0)?, r.int(1)?))
 }
 
@@ -531,7 +529,7 @@ pub fn commit(
     owner: &str,
     attempts: i64,
     outcome: &Outcome,
-) -> Result<bool, String> {
+) -> Result<bool, DbError> {
     let (state, result, not_before, count) = match outcome {
         Outcome::Done(r) => ("done", Some(r.as_str()), 0, Some("completed")),
         Outcome::Failed(r) => ("failed", Some(r.as_str()), 0, Some("failed")),
@@ -580,7 +578,7 @@ pub fn fail_left(db: &mut dyn Db, id: &str, result: &dyn Fn(&str) -> String) -> 
 }
 
 /// The results of the batch's lines in their order: `(done, result)`.
-pub fn results(db: &mut dyn Db, id: &str) -> Result<Vec<(bool, String)>, String> {
+pub fn results(db: &mut dyn Db, id: &str) -> Result<Vec<(bool, String)>, DbError> {
     let sql = "SELECT state, result FROM batch_lines WHERE batch_id = $1 \
                AND state IN ('done', 'failed') ORDER BY line";
     let rows = db.rows(sql, &[id.into()])?;

@@ -8,6 +8,8 @@ use std::path::Path;
 use tempfile::TempPath;
 use tokio::io::AsyncWriteExt;
 
+use super::BatchError;
+
 /// An upload's content so far, and the id its file will have.
 #[derive(Debug)]
 pub struct Upload {
@@ -36,10 +38,10 @@ pub(super) enum Received {
 
 impl Upload {
     /// The content of file `id`, into a `.part` file in `dir`, or in memory without one.
-    pub(super) async fn start(dir: Option<&Path>, id: String) -> Result<Upload, String> {
+    pub(super) async fn start(dir: Option<&Path>, id: String) -> Result<Upload, BatchError> {
         let into = match dir {
             Some(dir) => {
-                let unwritten = |e| format!("a file's content cannot be written: {e}");
+                let unwritten = BatchError::Upload;
                 let path =
                     TempPath::try_from_path(dir.join(format!("{id}.part"))).map_err(unwritten)?;
                 let file = tokio::fs::File::create(&path).await.map_err(unwritten)?;
@@ -51,12 +53,9 @@ impl Upload {
     }
 
     /// The next piece of the content.
-    pub async fn write(&mut self, piece: &[u8]) -> Result<(), String> {
+    pub async fn write(&mut self, piece: &[u8]) -> Result<(), BatchError> {
         match &mut self.into {
-            Into::Part { file, .. } => file
-                .write_all(piece)
-                .await
-                .map_err(|e| format!("a file's content cannot be written: {e}"))?,
+            Into::Part { file, .. } => file.write_all(piece).await.map_err(BatchError::Upload)?,
             Into::Memory(held) => held.extend_from_slice(piece),
         }
         self.bytes += piece.len() as u64;
@@ -69,12 +68,10 @@ impl Upload {
     }
 
     /// The whole content, every piece written.
-    pub(super) async fn finish(self) -> Result<Received, String> {
+    pub(super) async fn finish(self) -> Result<Received, BatchError> {
         match self.into {
             Into::Part { mut file, path } => {
-                file.flush()
-                    .await
-                    .map_err(|e| format!("a file's content cannot be written: {e}"))?;
+                file.flush().await.map_err(BatchError::Upload)?;
                 drop(file);
                 Ok(Received::Part(path))
             }

@@ -109,7 +109,7 @@ fn too_large(limit: u64) -> ProxyError {
 
 /// A file's content that could not be written where files are kept (logged; the client is
 /// told only that the store did not take it, as for the database's own errors).
-fn unkept(detail: String) -> ProxyError {
+fn unkept(detail: impl std::fmt::Display) -> ProxyError {
     ProxyError::database(detail)
 }
 

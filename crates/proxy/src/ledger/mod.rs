@@ -14,6 +14,7 @@
 //! ledger is `required`, does not start.
 
 mod check;
+mod error;
 pub mod report;
 mod schema;
 pub mod store;
@@ -27,6 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
+pub use error::LedgerError;
 pub use schema::LATEST as SCHEMA_VERSION;
 pub use store::{Bucketed, Dim, Store, Total};
 pub use writer::{now_ms, with_store};
@@ -228,7 +230,7 @@ impl Ledger {
         settings: &config::Ledger,
         counters: Counters,
         calendar: Option<Calendar>,
-    ) -> Result<Ledger, String> {
+    ) -> Result<Ledger, LedgerError> {
         let shared = Arc::new(Shared {
             counters,
             seq: AtomicI64::new(0),
@@ -256,10 +258,10 @@ impl Ledger {
         counters: &Counters,
         calendar: &Option<Calendar>,
         reload: bool,
-    ) -> Result<Ledger, String> {
+    ) -> Result<Ledger, LedgerError> {
         let ledger = Ledger::start(settings, counters.clone(), calendar.clone())?;
         match ledger.shared.trouble() {
-            Some(why) if reload => Err(why),
+            Some(why) if reload => Err(LedgerError::Failing(why)),
             _ => Ok(ledger),
         }
     }

@@ -2,35 +2,24 @@
 //! written a batch per transaction (the rows and their roll-ups together), read for reports.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
-use std::time::Duration;
-
-use rusqlite::TransactionBehavior;
 
 use super::schema::{self, LATEST, MIGRATIONS, ROLLUPS, VERSIONS};
-use super::Row;
+use super::{LedgerError, Row};
 use crate::config::LedgerUrl;
+use crate::db::{Conn, Db, DbError, Val};
 
 /// The PostgreSQL advisory lock migrations are made under.
 const MIGRATION_LOCK: i64 = 0x5357_4c45_4447;
 
-/// A PostgreSQL error with the server's own message where it sent one.
-pub(crate) fn pg(e: postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => e.to_string(),
-    }
-}
-
-/// An open ledger database.
-pub enum Store {
-    Sqlite(rusqlite::Connection, String),
-    Postgres(Box<postgres::Client>, String),
+/// An open ledger database, and where it is as it may be shown.
+pub struct Store {
+    conn: Conn,
+    at: String,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Store({})", self.at())
+        write!(f, "Store({})", self.at)
     }
 }
 
@@ -96,19 +85,16 @@ pub struct Bucketed {
 
 impl Bucketed {
     /// From a result row's columns: bucket, alias, client, owner, requests, then the tokens.
-    fn read(
-        int: impl Fn(usize) -> Result<i64, String>,
-        text: impl Fn(usize) -> Result<String, String>,
-    ) -> Result<Bucketed, String> {
+    fn read(r: &crate::db::Row) -> Result<Bucketed, DbError> {
         Ok(Bucketed {
-            start_ms: int(0)?,
-            alias: text(1)?,
-            client: text(2)?,
-            owner: text(3)?,
-            requests: int(4)?,
-            prompt_tokens: int(5)?,
-            cached_tokens: int(6)?,
-            output_tokens: int(7)?,
+            start_ms: r.int(0)?,
+            alias: r.text(1)?,
+            client: r.text(2)?,
+            owner: r.text(3)?,
+            requests: r.int(4)?,
+            prompt_tokens: r.int(5)?,
+            cached_tokens: r.int(6)?,
+            output_tokens: r.int(7)?,
         })
     }
 }
@@ -145,36 +131,33 @@ fn insert_rows(n: usize) -> String {
     )
 }
 
-/// A row's 23 parameters, in [`insert_rows`]' order, as `$t` trait objects; `$flags` holds
-/// its `cancelled` and `fell_back` as numbers.
-macro_rules! row_params {
-    ($t:ty, $process:expr, $r:expr, $flags:expr) => {
-        [
-            &$process as &$t,
-            &$r.seq,
-            &$r.at_ms,
-            &$r.request_id,
-            &$r.client,
-            &$r.alias,
-            &$r.backend,
-            &$r.api,
-            &$r.status,
-            &$r.prompt_tokens,
-            &$r.cached_tokens,
-            &$r.output_tokens,
-            &$r.gpu_prefill_s,
-            &$r.gpu_decode_s,
-            &$r.ttft_ms,
-            &$r.duration_ms,
-            &$r.queue_ms,
-            &$flags.0,
-            &$r.preempted,
-            &$flags.1,
-            &$r.charged_tokens,
-            &$r.charged_gpu_s,
-            &$r.owner,
-        ]
-    };
+/// A row's 23 parameters, in [`insert_rows`]' order.
+fn row_params(process: &str, r: &Row) -> [Val; 23] {
+    [
+        process.into(),
+        r.seq.into(),
+        r.at_ms.into(),
+        (&r.request_id).into(),
+        (&r.client).into(),
+        (&r.alias).into(),
+        (&r.backend).into(),
+        r.api.into(),
+        r.status.into(),
+        r.prompt_tokens.into(),
+        r.cached_tokens.into(),
+        r.output_tokens.into(),
+        r.gpu_prefill_s.into(),
+        r.gpu_decode_s.into(),
+        r.ttft_ms.into(),
+        r.duration_ms.into(),
+        r.queue_ms.into(),
+        i64::from(r.cancelled).into(),
+        r.preempted.into(),
+        i64::from(r.fell_back).into(),
+        r.charged_tokens.into(),
+        r.charged_gpu_s.into(),
+        r.owner.as_deref().into(),
+    ]
 }
 
 /// The statement adding a group's sums to roll-up `table`, per owner (`owned`) or client.
@@ -195,59 +178,34 @@ fn upsert(table: &str, owned: bool) -> String {
     )
 }
 
-/// A roll-up group's parameters in [`upsert`]'s order, as `$t` trait objects: its key (its
-/// owner only where `$owned`), then its sums.
-macro_rules! rollup_params {
-    ($t:ty, $owned:expr, $key:expr, $s:expr) => {{
-        let (bucket, client, owner, alias) = $key;
-        let mut p: Vec<&$t> = vec![bucket, client];
-        if $owned {
-            p.push(owner);
-        }
-        let sums: [&$t; 8] = [
-            alias,
-            &$s.requests,
-            &$s.errors,
-            &$s.prompt,
-            &$s.cached,
-            &$s.output,
-            &$s.prefill,
-            &$s.decode,
-        ];
-        p.extend(sums);
-        p
-    }};
+/// A roll-up group's parameters in [`upsert`]'s order: its key (its owner only where `owned`),
+/// then its sums.
+fn rollup_params(owned: bool, key: &(i64, &str, &str, &str), s: &Sums) -> Vec<Val> {
+    let (bucket, client, owner, alias) = *key;
+    let mut p: Vec<Val> = vec![bucket.into(), client.into()];
+    if owned {
+        p.push(owner.into());
+    }
+    p.extend([
+        alias.into(),
+        s.requests.into(),
+        s.errors.into(),
+        s.prompt.into(),
+        s.cached.into(),
+        s.output.into(),
+        s.prefill.into(),
+        s.decode.into(),
+    ]);
+    p
 }
 
 impl Store {
     /// Opens the database at `url` and brings its schema to this build's version; an error
     /// names the database and says why (a file that is no SQLite database, a newer schema).
-    pub fn open(url: &LedgerUrl) -> Result<Store, String> {
-        let at = url.shown();
-        let mut store = match url {
-            LedgerUrl::Sqlite(path) => {
-                let conn = rusqlite::Connection::open(path).map_err(|e| format!("{at}: {e}"))?;
-                conn.busy_timeout(Duration::from_secs(10))
-                    .map_err(|e| format!("{at}: {e}"))?;
-                // The first read tells a file that is no database. In WAL mode a commit
-                // survives the process (kill -9) without an fsync of its own; the log is synced
-                // at checkpoints (a power cut may take the last commits).
-                conn.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
-                    .map_err(|e| format!("{at}: {e}"))?;
-                conn.execute_batch("PRAGMA synchronous=NORMAL")
-                    .map_err(|e| format!("{at}: {e}"))?;
-                Store::Sqlite(conn, at)
-            }
-            LedgerUrl::Postgres(text) => {
-                let mut cfg = postgres::Config::from_str(text).map_err(|e| format!("{at}: {e}"))?;
-                if cfg.get_connect_timeout().is_none() {
-                    cfg.connect_timeout(Duration::from_secs(5));
-                }
-                let client = cfg
-                    .connect(postgres::NoTls)
-                    .map_err(|e| format!("{at}: {e}"))?;
-                Store::Postgres(Box::new(client), at)
-            }
+    pub fn open(url: &LedgerUrl) -> Result<Store, LedgerError> {
+        let mut store = Store {
+            conn: Conn::open(url)?,
+            at: url.shown(),
         };
         store.migrate()?;
         Ok(store)
@@ -255,171 +213,110 @@ impl Store {
 
     /// The database as it may be shown.
     pub fn at(&self) -> &str {
-        match self {
-            Store::Sqlite(_, at) | Store::Postgres(_, at) => at,
-        }
+        &self.at
+    }
+
+    /// Its connection, to run statements of its own on.
+    pub fn db(&mut self) -> &mut dyn Db {
+        &mut self.conn
+    }
+
+    /// Its connection, for the Batch API (whose tables the same migrations make).
+    pub fn into_conn(self) -> Conn {
+        self.conn
+    }
+
+    /// Whether it is a PostgreSQL database (several processes may share it).
+    pub fn shared(&self) -> bool {
+        self.conn.shared()
     }
 
     /// Applies the migrations the database lacks, in one transaction (PostgreSQL: under a lock,
     /// so two processes starting at once apply each once); refuses a newer database.
-    fn migrate(&mut self) -> Result<i64, String> {
-        let at = self.at().to_string();
-        let err = |e: &dyn std::fmt::Display| format!("{at}: {e}");
-        let version_of = |v: Option<i64>| v.unwrap_or(0);
+    fn migrate(&mut self) -> Result<i64, LedgerError> {
         let max = "SELECT max(version) FROM ledger_schema";
         let insert = "INSERT INTO ledger_schema (version) VALUES ($1)";
-        match self {
-            Store::Sqlite(conn, _) => {
-                conn.execute_batch(VERSIONS).map_err(|e| err(&e))?;
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(|e| err(&e))?;
-                let version = version_of(tx.query_row(max, [], |r| r.get(0)).map_err(|e| err(&e))?);
+        // One process at a time makes and migrates the schema (two starting at once would
+        // both make `ledger_schema`); the lock ends with the session at worst.
+        let locked = self.conn.shared();
+        let at = |source| LedgerError::At {
+            at: self.at.clone(),
+            source,
+        };
+        if locked {
+            let lock = format!("SELECT pg_advisory_lock({MIGRATION_LOCK})");
+            self.conn.batch(&lock).map_err(at)?;
+        }
+        let conn = &mut self.conn;
+        let migrated = conn.batch(VERSIONS).and_then(|()| {
+            conn.tx_writing(|tx| {
+                let version = tx.one(max, &[])?.opt_int(0)?.unwrap_or(0);
                 if version > LATEST {
-                    return Err(schema::too_new(&at, version));
+                    return Ok(Err(version));
                 }
                 for (n, steps) in MIGRATIONS.iter().enumerate().skip(version as usize) {
                     for step in *steps {
-                        tx.execute_batch(step).map_err(|e| err(&e))?;
+                        tx.batch(step)?;
                     }
-                    tx.execute(insert, [n as i64 + 1]).map_err(|e| err(&e))?;
+                    tx.exec(insert, &[(n as i64 + 1).into()])?;
                 }
-                tx.commit().map_err(|e| err(&e))?;
-                Ok(version)
-            }
-            Store::Postgres(client, _) => {
-                // One process at a time makes and migrates the schema (two starting at once
-                // would both make `ledger_schema`); the lock ends with the session at worst.
-                client
-                    .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
-                    .map_err(|e| err(&pg(e)))?;
-                let migrated = (|| -> Result<Result<i64, i64>, String> {
-                    client.batch_execute(VERSIONS).map_err(pg)?;
-                    let mut tx = client.transaction().map_err(pg)?;
-                    let version = version_of(tx.query_one(max, &[]).map_err(pg)?.get(0));
-                    if version > LATEST {
-                        return Ok(Err(version));
-                    }
-                    for (n, steps) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-                        for step in *steps {
-                            tx.batch_execute(step).map_err(pg)?;
-                        }
-                        tx.execute(insert, &[&(n as i64 + 1)]).map_err(pg)?;
-                    }
-                    tx.commit().map_err(pg)?;
-                    Ok(Ok(version))
-                })();
-                let _ =
-                    client.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"));
-                match migrated {
-                    Ok(Ok(version)) => Ok(version),
-                    Ok(Err(newer)) => Err(schema::too_new(&at, newer)),
-                    Err(e) => Err(err(&e)),
-                }
-            }
+                Ok(Ok(version))
+            })
+        });
+        if locked {
+            let unlock = format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})");
+            let _ = self.conn.batch(&unlock);
+        }
+        match migrated {
+            Ok(Ok(version)) => Ok(version),
+            Ok(Err(version)) => Err(LedgerError::TooNew {
+                at: self.at.clone(),
+                version,
+            }),
+            Err(e) => Err(at(e)),
         }
     }
 
     /// Writes `rows` (made by `process`) and adds them to the roll-ups, in one transaction.
-    pub fn write(&mut self, process: &str, rows: &[Row]) -> Result<(), String> {
+    pub fn write(&mut self, process: &str, rows: &[Row]) -> Result<(), LedgerError> {
         let rollups = ROLLUPS.map(|(table, width, owned)| (table, owned, rollup(rows, width)));
-        match self {
-            Store::Sqlite(conn, _) => {
-                let tx = conn.transaction().map_err(|e| e.to_string())?;
-                {
-                    for chunk in rows.chunks(CHUNK) {
-                        let mut insert = tx
-                            .prepare_cached(&insert_rows(chunk.len()))
-                            .map_err(|e| e.to_string())?;
-                        let flags: Vec<(i64, i64)> = chunk
-                            .iter()
-                            .map(|r| (i64::from(r.cancelled), i64::from(r.fell_back)))
-                            .collect();
-                        let params: Vec<&dyn rusqlite::ToSql> = chunk
-                            .iter()
-                            .zip(&flags)
-                            .flat_map(|(r, f)| row_params!(dyn rusqlite::ToSql, process, r, f))
-                            .collect();
-                        insert
-                            .execute(params.as_slice())
-                            .map_err(|e| e.to_string())?;
-                    }
-                    // A clients' table is given each owner's sums in turn: they add up.
-                    for (table, owned, groups) in &rollups {
-                        let mut up = tx
-                            .prepare(&upsert(table, *owned))
-                            .map_err(|e| e.to_string())?;
-                        for (key, s) in groups {
-                            let p = rollup_params!(dyn rusqlite::ToSql, *owned, key, s);
-                            up.execute(p.as_slice()).map_err(|e| e.to_string())?;
-                        }
-                    }
-                }
-                tx.commit().map_err(|e| e.to_string())
+        self.conn.tx(|tx| {
+            for chunk in rows.chunks(CHUNK) {
+                let params: Vec<Val> = chunk.iter().flat_map(|r| row_params(process, r)).collect();
+                tx.exec(&insert_rows(chunk.len()), &params)?;
             }
-            Store::Postgres(client, _) => {
-                let mut tx = client.transaction().map_err(pg)?;
-                for chunk in rows.chunks(CHUNK) {
-                    let flags: Vec<(i64, i64)> = chunk
-                        .iter()
-                        .map(|r| (i64::from(r.cancelled), i64::from(r.fell_back)))
-                        .collect();
-                    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = chunk
-                        .iter()
-                        .zip(&flags)
-                        .flat_map(|(r, f)| {
-                            row_params!(dyn postgres::types::ToSql + Sync, process, r, f)
-                        })
-                        .collect();
-                    tx.execute(&insert_rows(chunk.len()), &params).map_err(pg)?;
+            // A clients' table is given each owner's sums in turn: they add up.
+            for (table, owned, groups) in &rollups {
+                let up = upsert(table, *owned);
+                for (key, s) in groups {
+                    tx.exec(&up, &rollup_params(*owned, key, s))?;
                 }
-                for (table, owned, groups) in &rollups {
-                    let up = tx.prepare(&upsert(table, *owned)).map_err(pg)?;
-                    for (key, s) in groups {
-                        let p = rollup_params!(dyn postgres::types::ToSql + Sync, *owned, key, s);
-                        tx.execute(&up, &p).map_err(pg)?;
-                    }
-                }
-                tx.commit().map_err(pg)
             }
-        }
+            Ok(())
+        })
     }
 
     /// Whether the row `seq` of `process` is written (a batch whose commit's outcome is
     /// unknown is looked for by its first row).
-    pub fn holds(&mut self, process: &str, seq: i64) -> Result<bool, String> {
+    pub fn holds(&mut self, process: &str, seq: i64) -> Result<bool, LedgerError> {
         let q = "SELECT count(*) FROM requests WHERE process = $1 AND seq = $2";
-        let n: i64 = match self {
-            Store::Sqlite(conn, _) => conn
-                .query_row(q, rusqlite::params![process, seq], |r| r.get(0))
-                .map_err(|e| e.to_string())?,
-            Store::Postgres(client, _) => {
-                client.query_one(q, &[&process, &seq]).map_err(pg)?.get(0)
-            }
-        };
-        Ok(n > 0)
+        Ok(self.db().one(q, &[process.into(), seq.into()])?.int(0)? > 0)
     }
 
     /// Deletes the raw rows older than `before_ms` (the roll-ups stay); how many.
-    pub fn prune(&mut self, before_ms: i64) -> Result<u64, String> {
+    pub fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
         let q = "DELETE FROM requests WHERE at_ms < $1";
-        match self {
-            Store::Sqlite(conn, _) => conn
-                .execute(q, [before_ms])
-                .map(|n| n as u64)
-                .map_err(|e| e.to_string()),
-            Store::Postgres(client, _) => client.execute(q, &[&before_ms]).map_err(pg),
-        }
+        Ok(self.conn.exec(q, &[before_ms.into()])?)
     }
 
     /// Whether the connection is lost for good (PostgreSQL), so the next write reconnects.
     pub fn is_closed(&self) -> bool {
-        matches!(self, Store::Postgres(c, _) if c.is_closed())
+        self.conn.is_closed()
     }
 
     /// Sums of the hourly roll-ups from `since_ms` on (by hour: a bucket that began before it
     /// is not counted), grouped by `by` and ordered by the groups' keys.
-    pub fn totals(&mut self, since_ms: i64, by: &[Dim]) -> Result<Vec<Total>, String> {
+    pub fn totals(&mut self, since_ms: i64, by: &[Dim]) -> Result<Vec<Total>, LedgerError> {
         let keys: Vec<String> = by
             .iter()
             .enumerate()
@@ -445,53 +342,27 @@ impl Store {
             q += &format!(" GROUP BY {0} ORDER BY {0}", group.join(", "));
         }
         let n = by.len();
-        let total = |get: &dyn Fn(usize) -> Result<Option<String>, String>,
-                     int: &dyn Fn(usize) -> Result<Option<i64>, String>,
-                     float: &dyn Fn(usize) -> Result<Option<f64>, String>|
-         -> Result<Total, String> {
+        let total = |r: &crate::db::Row| -> Result<Total, DbError> {
             Ok(Total {
                 keys: (0..n)
-                    .map(|i| get(i).map(Option::unwrap_or_default))
+                    .map(|i| r.opt_text(i).map(Option::unwrap_or_default))
                     .collect::<Result<_, _>>()?,
-                requests: int(n)?.unwrap_or(0),
-                errors: int(n + 1)?.unwrap_or(0),
-                prompt_tokens: int(n + 2)?.unwrap_or(0),
-                cached_tokens: int(n + 3)?.unwrap_or(0),
-                output_tokens: int(n + 4)?.unwrap_or(0),
-                gpu_prefill_s: float(n + 5)?.unwrap_or(0.0),
-                gpu_decode_s: float(n + 6)?.unwrap_or(0.0),
+                requests: r.opt_int(n)?.unwrap_or(0),
+                errors: r.opt_int(n + 1)?.unwrap_or(0),
+                prompt_tokens: r.opt_int(n + 2)?.unwrap_or(0),
+                cached_tokens: r.opt_int(n + 3)?.unwrap_or(0),
+                output_tokens: r.opt_int(n + 4)?.unwrap_or(0),
+                gpu_prefill_s: r.opt_float(n + 5)?.unwrap_or(0.0),
+                gpu_decode_s: r.opt_float(n + 6)?.unwrap_or(0.0),
             })
         };
-        let mut out = Vec::new();
-        match self {
-            Store::Sqlite(conn, _) => {
-                let mut st = conn.prepare(&q).map_err(|e| e.to_string())?;
-                let mut rows = st.query([since_ms]).map_err(|e| e.to_string())?;
-                while let Some(r) = rows.next().map_err(|e| e.to_string())? {
-                    out.push(total(
-                        &|i| r.get(i).map_err(|e| e.to_string()),
-                        &|i| r.get(i).map_err(|e| e.to_string()),
-                        &|i| r.get(i).map_err(|e| e.to_string()),
-                    )?);
-                }
-            }
-            Store::Postgres(client, _) => {
-                for r in client.query(&q, &[&since_ms]).map_err(pg)? {
-                    out.push(total(
-                        &|i| r.try_get(i).map_err(pg),
-                        &|i| r.try_get(i).map_err(pg),
-                        &|i| r.try_get(i).map_err(pg),
-                    )?);
-                }
-            }
-        }
+        let rows = self.conn.rows(&q, &[since_ms.into()])?;
+        let mut out = rows.iter().map(total).collect::<Result<Vec<_>, _>>()?;
         // A report with no rows at all still has its one total when nothing is grouped.
         out.retain(|t| !by.is_empty() || t.requests > 0);
         Ok(out)
     }
-}
 
-impl Store {
     /// Requests and tokens per bucket of `width_ms` (a minute, from the raw rows; an hour or
     /// a day, from their roll-ups: the owners' for one owner, else the clients', whose owner
     /// reads as the client), alias, client and owner, for the buckets starting in
@@ -503,44 +374,18 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
         owner: Option<&str>,
-    ) -> Result<Vec<Bucketed>, String> {
+    ) -> Result<Vec<Bucketed>, LedgerError> {
         let q = buckets_query(width_ms, owner.is_some())?;
-        let mut out = Vec::new();
-        match self {
-            Store::Sqlite(conn, _) => {
-                let mut st = conn.prepare(&q).map_err(|e| e.to_string())?;
-                let mut params: Vec<&dyn rusqlite::ToSql> = vec![&from_ms, &to_ms];
-                params.extend(owner.as_ref().map(|c| c as &dyn rusqlite::ToSql));
-                let mut rows = st.query(params.as_slice()).map_err(|e| e.to_string())?;
-                while let Some(r) = rows.next().map_err(|e| e.to_string())? {
-                    out.push(Bucketed::read(
-                        |i| r.get(i).map_err(|e| e.to_string()),
-                        |i| r.get(i).map_err(|e| e.to_string()),
-                    )?);
-                }
-            }
-            Store::Postgres(pg_client, _) => {
-                let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&from_ms, &to_ms];
-                params.extend(
-                    owner
-                        .as_ref()
-                        .map(|c| c as &(dyn postgres::types::ToSql + Sync)),
-                );
-                for r in pg_client.query(&q, &params).map_err(pg)? {
-                    out.push(Bucketed::read(
-                        |i| r.try_get(i).map_err(pg),
-                        |i| r.try_get(i).map_err(pg),
-                    )?);
-                }
-            }
-        }
-        Ok(out)
+        let mut params: Vec<Val> = vec![from_ms.into(), to_ms.into()];
+        params.extend(owner.map(Val::from));
+        let rows = self.conn.rows(&q, &params)?;
+        Ok(rows.iter().map(Bucketed::read).collect::<Result<_, _>>()?)
     }
 }
 
 /// The query of [`Store::buckets`]: buckets of `width_ms` starting in `[$1, $2)`, of the owner
 /// `$3` alone where `one_owner`.
-pub(super) fn buckets_query(width_ms: i64, one_owner: bool) -> Result<String, String> {
+pub(super) fn buckets_query(width_ms: i64, one_owner: bool) -> Result<String, LedgerError> {
     let (bucket, table, requests, owner) = match width_ms {
         // A raw row's owner is its client's where it has none.
         60_000 => (
@@ -554,7 +399,7 @@ pub(super) fn buckets_query(width_ms: i64, one_owner: bool) -> Result<String, St
                 .iter()
                 .find(|(_, width, owned)| *width == w && *owned == one_owner)
                 .map(|(t, ..)| *t)
-                .ok_or_else(|| format!("no roll-up of {w} ms"))?;
+                .ok_or(LedgerError::NoRollup(w))?;
             let owner = if one_owner { "owner" } else { "client" };
             ("bucket_ms", table, "CAST(sum(requests) AS BIGINT)", owner)
         }

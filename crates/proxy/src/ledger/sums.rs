@@ -1,43 +1,22 @@
 //! The sums the proxy reads back from its own ledger as it serves: the status page's days,
 //! and what other processes spent of the clients' budgets of a day and a month.
 
-use super::store::{pg, Store};
+use super::store::Store;
+use super::LedgerError;
+use crate::db::Val;
 
 impl Store {
     /// Tokens (prompt and output) and GPU-seconds per UTC day and owner, from the daily
     /// roll-up, for the days from `from_ms` on.
-    pub fn daily(&mut self, from_ms: i64) -> Result<Vec<(i64, String, i64, f64)>, String> {
+    pub fn daily(&mut self, from_ms: i64) -> Result<Vec<(i64, String, i64, f64)>, LedgerError> {
         let q = "SELECT bucket_ms, owner, CAST(sum(prompt_tokens + output_tokens) AS BIGINT), \
                  CAST(sum(gpu_prefill_s + gpu_decode_s) AS DOUBLE PRECISION) FROM owner_daily \
                  WHERE bucket_ms >= $1 GROUP BY bucket_ms, owner ORDER BY bucket_ms, owner";
-        let mut out = Vec::new();
-        match self {
-            Store::Sqlite(conn, _) => {
-                let mut st = conn.prepare(q).map_err(|e| e.to_string())?;
-                let mut rows = st.query([from_ms]).map_err(|e| e.to_string())?;
-                while let Some(r) = rows.next().map_err(|e| e.to_string())? {
-                    let day = (r.get(0), r.get(1), r.get(2), r.get(3));
-                    let e = |e: rusqlite::Error| e.to_string();
-                    out.push((
-                        day.0.map_err(e)?,
-                        day.1.map_err(e)?,
-                        day.2.map_err(e)?,
-                        day.3.map_err(e)?,
-                    ));
-                }
-            }
-            Store::Postgres(client, _) => {
-                for r in client.query(q, &[&from_ms]).map_err(pg)? {
-                    out.push((
-                        r.try_get(0).map_err(pg)?,
-                        r.try_get(1).map_err(pg)?,
-                        r.try_get(2).map_err(pg)?,
-                        r.try_get(3).map_err(pg)?,
-                    ));
-                }
-            }
-        }
-        Ok(out)
+        let rows = self.db().rows(q, &[from_ms.into()])?;
+        let day = |r: &crate::db::Row| -> Result<_, LedgerError> {
+            Ok((r.int(0)?, r.text(1)?, r.int(2)?, r.float(3)?))
+        };
+        rows.iter().map(day).collect()
     }
 
     /// Tokens and GPU-seconds charged per client (what was reported, on rows that record no
@@ -48,41 +27,17 @@ impl Store {
         from_ms: i64,
         until_ms: i64,
         process: &str,
-    ) -> Result<Vec<(String, i64, f64)>, String> {
+    ) -> Result<Vec<(String, i64, f64)>, LedgerError> {
         let q = "SELECT client, \
                  CAST(sum(COALESCE(charged_tokens, prompt_tokens + output_tokens)) AS BIGINT), \
                  CAST(sum(COALESCE(charged_gpu_s, gpu_prefill_s + gpu_decode_s)) \
                  AS DOUBLE PRECISION) FROM requests \
                  WHERE at_ms >= $1 AND at_ms < $2 AND process <> $3 GROUP BY client";
-        let mut out = Vec::new();
-        match self {
-            Store::Sqlite(conn, _) => {
-                let e = |e: rusqlite::Error| e.to_string();
-                let mut st = conn.prepare(q).map_err(e)?;
-                let mut rows = st
-                    .query(rusqlite::params![from_ms, until_ms, process])
-                    .map_err(e)?;
-                while let Some(r) = rows.next().map_err(e)? {
-                    out.push((
-                        r.get(0).map_err(e)?,
-                        r.get(1).map_err(e)?,
-                        r.get(2).map_err(e)?,
-                    ));
-                }
-            }
-            Store::Postgres(client, _) => {
-                for r in client
-                    .query(q, &[&from_ms, &until_ms, &process])
-                    .map_err(pg)?
-                {
-                    out.push((
-                        r.try_get(0).map_err(pg)?,
-                        r.try_get(1).map_err(pg)?,
-                        r.try_get(2).map_err(pg)?,
-                    ));
-                }
-            }
-        }
-        Ok(out)
+        let p = [from_ms.into(), until_ms.into(), Val::from(process)];
+        let rows = self.db().rows(q, &p)?;
+        let client = |r: &crate::db::Row| -> Result<_, LedgerError> {
+            Ok((r.text(0)?, r.int(1)?, r.float(2)?))
+        };
+        rows.iter().map(client).collect()
     }
 }

@@ -239,7 +239,7 @@ fn a_database_of_a_newer_version_is_refused_and_not_altered() {
         .unwrap();
     drop(c);
     let before = std::fs::read(&path).unwrap();
-    let err = Store::open(&s.url).unwrap_err();
+    let err = Store::open(&s.url).unwrap_err().to_string();
     assert!(err.contains("schema version 99"), "{err}");
     assert!(err.contains(&path.display().to_string()), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
@@ -251,7 +251,7 @@ fn a_file_that_is_no_database_is_an_error_naming_it() {
     let s = settings(&dir);
     let path = dir.path().join("usage.db");
     std::fs::write(&path, vec![0x5a; 8192]).unwrap();
-    let err = Store::open(&s.url).unwrap_err();
+    let err = Store::open(&s.url).unwrap_err().to_string();
     assert!(err.contains(&path.display().to_string()), "{err}");
     assert!(err.contains("not a database"), "{err}");
 }
@@ -473,7 +473,9 @@ fn a_ledger_that_cannot_be_used_starts_out_of_use_unless_required_and_opens_agai
     let path = dir.path().join("usage.db");
     std::fs::write(&path, vec![0x5a; 8192]).unwrap();
     s.required = true;
-    let err = Ledger::start(&s, Counters::default(), None).unwrap_err();
+    let err = Ledger::start(&s, Counters::default(), None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("is corrupt") && err.contains("not a database"),
         "{err}"

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::check::{self, Problem};
-use super::{Row, Shared, Store};
+use super::{LedgerError, Row, Shared, Store};
 use crate::budget::Spent;
 use crate::calendar::{Calendar, Periods};
 use crate::config;
@@ -32,7 +32,7 @@ const READ_DAYS_EVERY: Duration = Duration::from_secs(60);
 pub(super) fn spawn(
     settings: config::Ledger,
     shared: Arc<Shared>,
-) -> Result<std::thread::JoinHandle<()>, String> {
+) -> Result<std::thread::JoinHandle<()>, LedgerError> {
     let (ready, opened) = mpsc::sync_channel(1);
     let thread = std::thread::Builder::new()
         .name("ledger".into())
@@ -47,7 +47,7 @@ pub(super) fn spawn(
                         "usage ledger: cannot be used; serving without it (opened again \
                          every 30 s at most; rows wait up to ledger.buffer_rows)"
                     );
-                    shared.set_trouble(Some(e));
+                    shared.set_trouble(Some(e.to_string()));
                     None
                 }
             };
@@ -77,22 +77,22 @@ pub(super) fn spawn(
             let _ = ready.send(Ok(()));
             w.run();
         })
-        .map_err(|e| format!("the ledger's thread: {e}"))?;
+        .map_err(|e| LedgerError::Thread(format!("thread: {e}")))?;
     opened
         .recv()
-        .map_err(|_| "the ledger's thread ended".to_string())??;
+        .map_err(|_| LedgerError::Thread("thread ended".into()))??;
     Ok(thread)
 }
 
 /// `f` on the database at `url`, opened on a thread of its own (see [`spawn`]).
 pub fn with_store<T: Send + 'static>(
     url: &config::LedgerUrl,
-    f: impl FnOnce(&mut Store) -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
+    f: impl FnOnce(&mut Store) -> Result<T, LedgerError> + Send + 'static,
+) -> Result<T, LedgerError> {
     let url = url.clone();
     std::thread::spawn(move || f(&mut Store::open(&url)?))
         .join()
-        .map_err(|_| "the ledger's reader failed".to_string())?
+        .map_err(|_| LedgerError::Thread("reader failed".into()))?
 }
 
 /// Tokens and GPU-seconds per client.
@@ -250,8 +250,8 @@ impl Writer {
 
     /// What other processes spent in `p`: this month before today (read once a day), and
     /// today.
-    fn spent(&mut self, p: Periods) -> Result<Spent, String> {
-        let store = self.store.as_mut().ok_or("the database is out of use")?;
+    fn spent(&mut self, p: Periods) -> Result<Spent, LedgerError> {
+        let store = self.store.as_mut().ok_or(LedgerError::OutOfUse)?;
         let key = (p.month.0, p.day.0);
         if self.before_today.as_ref().is_none_or(|(k, _)| *k != key) {
             let rows = store.spent(p.month.0, p.day.0, &self.process)?;
@@ -301,7 +301,7 @@ impl Writer {
                 }
                 self.failed = Some(batch.len());
                 self.shared.counters.up.set(0);
-                self.shared.set_trouble(Some(e));
+                self.shared.set_trouble(Some(e.to_string()));
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
                 false
@@ -309,9 +309,9 @@ impl Writer {
         }
     }
 
-    fn try_write(&mut self, batch: &[Row]) -> Result<(), String> {
+    fn try_write(&mut self, batch: &[Row]) -> Result<(), LedgerError> {
         let stale = self.failed.is_some() || self.store.as_ref().is_some_and(Store::is_closed);
-        if stale && matches!(self.store, Some(Store::Postgres(..))) {
+        if stale && self.store.as_ref().is_some_and(Store::shared) {
             // After a failure the connection is made anew (a PostgreSQL that restarted
             // leaves the old one dead, not always closed); while it cannot be, the database
             // is out of use and opened again as it is retried.
@@ -322,7 +322,7 @@ impl Writer {
             return Err(self
                 .shared
                 .trouble()
-                .unwrap_or_else(|| "the database is out of use".into()));
+                .map_or(LedgerError::OutOfUse, LedgerError::Failing));
         };
         if let (Some(_), Some(first)) = (self.failed, batch.first()) {
             // The failed write may have committed before its answer was lost.
@@ -411,7 +411,7 @@ impl Writer {
         match open(&self.settings.url) {
             Ok(store) => self.opened(store, now),
             Err(e) => {
-                self.shared.set_trouble(Some(e));
+                self.shared.set_trouble(Some(e.to_string()));
                 self.retry_at = Some(now + self.backoff);
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
             }
@@ -449,8 +449,8 @@ impl Writer {
 
 /// The database at `url`, a SQLite file read through for damage first (nothing is written to a
 /// damaged one, not even a migration); an error says why it cannot be used.
-fn open(url: &config::LedgerUrl) -> Result<Store, String> {
-    check::check(url).map_err(Problem::text)?;
+fn open(url: &config::LedgerUrl) -> Result<Store, LedgerError> {
+    check::check(url).map_err(LedgerError::Check)?;
     Store::open(url)
 }
 

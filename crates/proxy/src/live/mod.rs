@@ -513,10 +513,10 @@ fn ledger(
 
 /// `before` while `same` holds of it, else one `start`ed now; a start that fails is an error
 /// of the config key and value `of`.
-fn kept_or_started<T>(
+fn kept_or_started<T, E: ToString>(
     before: Option<&Arc<T>>,
     same: impl Fn(&T) -> bool,
-    start: impl FnOnce() -> Result<T, String>,
+    start: impl FnOnce() -> Result<T, E>,
     of: (&str, &str),
 ) -> Result<Option<Arc<T>>, ConfigErrors> {
     if let Some(t) = before.filter(|t| same(t)) {
@@ -526,7 +526,7 @@ fn kept_or_started<T>(
         ConfigErrors(vec![ConfigError::BadValue {
             key: of.0.into(),
             value: of.1.into(),
-            reason,
+            reason: reason.to_string(),
         }])
     })
 }

@@ -1,22 +1,20 @@
 //! The store's tests on a SQLite file: claims, leases, commits, a batch's end.
 
-use super::super::db::Conn;
 use super::*;
+use crate::db::Conn;
+use BatchState::*;
 
 fn db() -> (tempfile::TempDir, Conn) {
     let dir = tempfile::tempdir().unwrap();
     let url = crate::config::LedgerUrl::Sqlite(dir.path().join("usage.db"));
-    let crate::ledger::Store::Sqlite(c, _) = crate::ledger::Store::open(&url).unwrap() else {
-        unreachable!()
-    };
-    (dir, Conn::Sqlite(c))
+    (dir, crate::ledger::Store::open(&url).unwrap().into_conn())
 }
 
 fn batch_of(db: &mut Conn, lines: u64) -> String {
     let b = BatchRow {
         id: "batch_1".into(),
         client: "ann".into(),
-        status: VALIDATING.into(),
+        status: Validating,
         ..BatchRow::default()
     };
     insert_batch(db, &b).unwrap();
@@ -89,28 +87,23 @@ fn a_batch_ends_once_and_lines_released_are_pending_again() {
     claim(&mut db, &id, 0, "a", 10, 2, false).unwrap();
     release(&mut db, Some("a"), Some(&id)).unwrap();
     assert_eq!(claim(&mut db, &id, 0, "b", 10, 2, false).unwrap().len(), 2);
-    assert!(advance(&mut db, &id, &[IN_PROGRESS], FINALIZING, 7).unwrap());
-    let end = |db: &mut Conn| {
-        finish(
-            db,
-            &id,
-            &[FINALIZING],
-            COMPLETED,
-            (Some("f"), None),
-            None,
-            8,
-        )
-    };
+    assert!(
+        !advance(&mut db, &id, Completed, 7).unwrap(),
+        "not from in_progress"
+    );
+    assert!(advance(&mut db, &id, Finalizing, 7).unwrap());
+    let end = |db: &mut Conn| finish(db, &id, Completed, (Some("f"), None), None, 8);
     assert!(end(&mut db).unwrap());
     assert!(!end(&mut db).unwrap(), "ended once");
     let b = batch(&mut db, &id).unwrap().unwrap();
     assert_eq!(
         (
-            b.status.as_str(),
+            b.status,
+            b.finalizing_at,
             b.completed_at,
             b.output_file_id.as_deref()
         ),
-        (COMPLETED, Some(8), Some("f"))
+        (Completed, Some(7), Some(8), Some("f"))
     );
-    assert_eq!(by_status(&mut db).unwrap(), [(COMPLETED.to_string(), 1)]);
+    assert_eq!(by_status(&mut db).unwrap(), [("completed".to_string(), 1)]);
 }

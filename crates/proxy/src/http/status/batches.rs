@@ -56,7 +56,7 @@ pub fn render(out: &mut String, batches: &[BatchRow], now: u64) {
             E(&b.id),
             E(&b.client),
             E(&b.endpoint),
-            E(&b.status),
+            E(b.status.as_str()),
             super::span::span(std::time::Duration::from_secs(
                 now.saturating_sub(b.created_at.max(0) as u64)
             )),
@@ -78,7 +78,7 @@ mod tests {
             id: "batch_<x>".into(),
             client: "ann".into(),
             endpoint: "/v1/chat/completions".into(),
-            status: "in_progress".into(),
+            status: crate::batches::BatchState::InProgress,
             created_at: 100,
             total: 40,
             completed: 10,
