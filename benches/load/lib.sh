@@ -129,14 +129,31 @@ rss_kib() {
   awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
 }
 
+# release_dir: where cargo puts release binaries (CARGO_TARGET_DIR, else target/).
+release_dir() {
+  echo "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release"
+}
+
 # switchboard_bin: path of the release binary, built unless SKIP_BUILD=1.
 switchboard_bin() {
-  local bin=${SWITCHBOARD_BIN:-$REPO_ROOT/target/release/switchboard}
+  local bin=${SWITCHBOARD_BIN:-$(release_dir)/switchboard}
   if [[ ${SKIP_BUILD:-0} != 1 ]]; then
     log "cargo build --release"
     (cd "$REPO_ROOT" && cargo build --release --quiet) >&2 || die "cargo build --release failed"
   fi
   [[ -x $bin ]] || die "no binary at $bin (build it or set SWITCHBOARD_BIN)"
+  echo "$bin"
+}
+
+# bare_bin: path of the bare hyper proxy (benches/load/bare), built unless SKIP_BUILD=1.
+bare_bin() {
+  local bin=${BARE_BIN:-$(release_dir)/bare-proxy}
+  if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+    log "cargo build --release -p bare-proxy"
+    (cd "$REPO_ROOT" && cargo build --release --quiet -p bare-proxy) >&2 ||
+      die "cargo build --release -p bare-proxy failed"
+  fi
+  [[ -x $bin ]] || die "no binary at $bin (build it or set BARE_BIN)"
   echo "$bin"
 }
 

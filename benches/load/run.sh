@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Loopback load harness: Switchboard against nginx against no proxy at all.
+# Loopback load harness: Switchboard against nginx, a bare hyper proxy and no proxy at all.
 #
 # usage: benches/load/run.sh            (from any directory)
 #
-# Builds `cargo build --release`, then starts, all on 127.0.0.1:
+# Builds `cargo build --release` (Switchboard and the bare proxy, benches/load/bare), then
+# starts, all on 127.0.0.1:
 #   - two simulated backends with zero delays (`switchboard simulate`):
 #       chat   llama.cpp flavour, non-streaming answers of CHAT_TOKENS tokens
 #       stream vLLM flavour with --reasoning, streams of 200 token events; the wrk
@@ -13,10 +14,14 @@
 #              thinking off (`chat_template_kwargs.enable_thinking: false`)
 #   - nginx: one worker, keepalive upstream (64), HTTP/1.1 upstream, no buffering,
 #     no access log; generated config, pid and logs in a temp dir; a foreground child
+#   - bare: benches/load/bare, the least a hyper-based proxy does (hyper server, hyper-util
+#     pooled client, `model` read from the body with serde_json, `bench` and `bench-stream`
+#     sent to the two simulators, the answer's body passed through unchanged), SB_WORKERS
+#     current-thread runtimes: the floor of the CPU budget
 #   - switchboard serve, aliases `bench` and `bench-stream` on those backends, with
-#     SB_WORKERS workers (default 1, as nginx's one worker: both proxies get one core)
+#     SB_WORKERS workers (default 1, as nginx's one worker: every proxy gets one core)
 # and checks each path answers correctly. Then, for ROUNDS rounds, interleaved
-# (direct → nginx → switchboard for every setting, the order turned by one each
+# (direct → nginx → bare → switchboard for every setting, the order turned by one each
 # round): wrk at each of CONNS connections and a sequential run (1 connection,
 # 1 thread), for non-streaming chat and for streams. Each run records requests/s,
 # p50/p99 latency (wrk --latency) and the CPU time of the proxy process per request,
@@ -25,7 +30,9 @@
 # completed). Then the time to the first SSE byte, on new connections and on
 # kept-alive ones, the paths taking turns (first_byte.py, needs python3). Prints
 # markdown tables of medians over the rounds, and the added p50 latency of each
-# proxy over direct in sequential runs and to the first SSE byte. Exits 1 if any
+# proxy over direct in sequential runs and to the first SSE byte, and Switchboard's CPU per
+# request over bare's, paired by round, against the budget (docs/PERFORMANCE.md: at most
+# 1.4 for whole answers, 1.8 for 200-event streams). Exits 1 if any
 # wrk run saw a non-2xx answer or a socket error. Everything it started is stopped
 # on exit.
 #
@@ -38,19 +45,21 @@
 #   WRK_THREADS=1    wrk threads of the throughput runs (the machine has few cores)
 #   CHAT_TOKENS=16   completion tokens of each non-streaming answer
 #   REASONING_TOKENS=50  of the 200 tokens of a thinking stream, how many are reasoning
-#   SKIP_BUILD=0     1: use the existing binary (SWITCHBOARD_BIN, default target/release)
+#   SKIP_BUILD=0     1: use the existing binaries (SWITCHBOARD_BIN and BARE_BIN, default
+#                    target/release or $CARGO_TARGET_DIR/release)
 #   DRY_RUN=0        1: no Switchboard; the backend is a second nginx serving fixed
 #                    answers (tests the harness itself: direct and nginx paths only)
 #   KEEP_TMP=0       1: keep the temp dir (configs, logs, raw wrk output)
 #   SB_PORT=17700 NGINX_PORT=17780 NGINX_STREAM_PORT=17781 SIM_PORT=17801
-#   SIM_STREAM_PORT=17802                                loopback ports used
-#   SB_WORKERS=1     Switchboard's `server.workers` (nginx runs `worker_processes 1`)
+#   SIM_STREAM_PORT=17802 BARE_PORT=17710                loopback ports used
+#   SB_WORKERS=1     Switchboard's `server.workers` and bare's runtimes (nginx runs
+#                    `worker_processes 1`)
 #   BASELINE_BIN=    another Switchboard binary (an earlier build) measured side by side as
 #                    the path `baseline`, on SB_PORT+1 with the same config: two builds
 #                    compared in one run, against the same nginx
 #   REPLICAS=1       2: Switchboard's aliases get two replicas each (`backends = [...]`), a
 #                    second pair of simulators on SIM_PORT+100 and SIM_STREAM_PORT+100
-#                    (nginx and direct keep the first pair)
+#                    (nginx, bare and direct keep the first pair)
 #   CLIENTS=0        N > 0: Switchboard gets N named clients, each with a key and limits
 #                    far above the load (requests_per_minute, tokens_per_minute,
 #                    tokens_per_day, max_concurrent), and every request carries one of
@@ -97,6 +106,7 @@ NGINX_PORT=${NGINX_PORT:-17780}
 NGINX_STREAM_PORT=${NGINX_STREAM_PORT:-17781}
 SIM_PORT=${SIM_PORT:-17801}
 SIM_STREAM_PORT=${SIM_STREAM_PORT:-17802}
+BARE_PORT=${BARE_PORT:-17710}
 SB_WORKERS=${SB_WORKERS:-1}
 REPLICAS=${REPLICAS:-1}
 CLIENTS=${CLIENTS:-0}
@@ -147,10 +157,11 @@ if [[ $DRY_RUN == 1 ]]; then
   PATHS=(direct nginx)
   require_free_ports "$NGINX_PORT" "$NGINX_STREAM_PORT" "$SIM_PORT" "$SIM_STREAM_PORT"
 else
-  PATHS=(direct nginx switchboard)
-  require_free_ports "$SB_PORT" "$NGINX_PORT" "$NGINX_STREAM_PORT" "$SIM_PORT" "$SIM_STREAM_PORT"
+  PATHS=(direct nginx bare switchboard)
+  require_free_ports "$SB_PORT" "$NGINX_PORT" "$NGINX_STREAM_PORT" "$SIM_PORT" "$SIM_STREAM_PORT" \
+    "$BARE_PORT"
   if [[ -n ${BASELINE_BIN:-} ]]; then
-    PATHS=(direct nginx baseline switchboard)
+    PATHS=(direct nginx bare baseline switchboard)
     require_free_ports $((SB_PORT + 1))
   fi
 fi
@@ -205,6 +216,7 @@ if [[ $DRY_RUN == 1 ]]; then
   start_static_backend
 else
   BIN=$(switchboard_bin)
+  BARE=$(bare_bin)
   spawn "chat simulator" "$WORK/sim-chat.log" "$BIN" simulate --flavor llamacpp \
     --port "$SIM_PORT" --model bench --slots 4096 --completion-tokens "$CHAT_TOKENS"
   SIM_PID=$SPAWNED
@@ -231,6 +243,13 @@ chmod 755 "$WORK/nginx"
 start_nginx "$WORK/nginx" nginx
 NGINX_PID=$SPAWNED
 wait_http "http://127.0.0.1:$NGINX_PORT/" "$NGINX_PID" nginx
+
+if [[ $DRY_RUN != 1 ]]; then
+  BARE_WORKERS=$SB_WORKERS spawn bare "$WORK/bare.log" "$BARE" "127.0.0.1:$BARE_PORT" \
+    "bench=http://127.0.0.1:$SIM_PORT" "bench-stream=http://127.0.0.1:$SIM_STREAM_PORT"
+  BARE_PID=$SPAWNED
+  wait_http "http://127.0.0.1:$BARE_PORT/" "$BARE_PID" bare
+fi
 
 if [[ $DRY_RUN != 1 ]]; then
   cat >"$WORK/bench.toml" <<EOF
@@ -339,6 +358,7 @@ url_of() {
     direct/stream) echo "http://127.0.0.1:$SIM_STREAM_PORT$API" ;;
     nginx/chat) echo "http://127.0.0.1:$NGINX_PORT$API" ;;
     nginx/stream) echo "http://127.0.0.1:$NGINX_STREAM_PORT$API" ;;
+    bare/*) echo "http://127.0.0.1:$BARE_PORT$API" ;;
     switchboard/*) echo "http://127.0.0.1:$SB_PORT$API" ;;
     baseline/*) echo "http://127.0.0.1:$((SB_PORT + 1))$API" ;;
   esac
@@ -348,6 +368,7 @@ url_of() {
 proxy_pid() {
   case $1 in
     nginx) echo "$NGINX_PID" ;;
+    bare) echo "$BARE_PID" ;;
     switchboard) echo "$SB_PID" ;;
     baseline) echo "$BASE_PID" ;;
     *) echo "" ;;
@@ -463,7 +484,7 @@ FIRST_BYTE=""
 if [[ $FIRST_BYTE_SAMPLES != 0 ]] && command -v python3 >/dev/null; then
   log "time to first SSE byte: $FIRST_BYTE_SAMPLES samples per path"
   proxies=$NGINX_STREAM_PORT
-  [[ $DRY_RUN == 1 ]] || proxies="$SB_PORT,$NGINX_STREAM_PORT"
+  [[ $DRY_RUN == 1 ]] || proxies="$SB_PORT,$BARE_PORT,$NGINX_STREAM_PORT"
   FIRST_BYTE=$(timeout 600 python3 "$(dirname "${BASH_SOURCE[0]}")/first_byte.py" \
     "$SIM_STREAM_PORT" "$proxies" bench-stream "$FIRST_BYTE_SAMPLES") ||
     die "first_byte.py failed"
@@ -484,6 +505,35 @@ report() {
     function us(v) { if (v == "-") return "-"; return (v >= 10000) ? sprintf("%.2f ms", v / 1000) : sprintf("%.0f µs", v) }
     function signed_us(v) { if (v == "-") return "-"; return (v < 0 ? "-" : "+") us(v < 0 ? -v : v) }
     function num(v, fmt) { return (v == "-") ? "-" : sprintf(fmt, v) }
+    # The CPU budget: each proxy'"'"'s CPU per request over bare'"'"'s, paired within each round,
+    # then the median; switchboard'"'"'s against the ratio allowed for the kind.
+    function budget(    ki, ci, k, c, key, r, a, pi, p, allowed, v, line, n) {
+      print "\n### CPU budget: CPU per request over bare'"'"'s, paired by round\n"
+      line = "| kind | conns |"
+      for (pi = 1; pi <= np; pi++) if (P[pi] != "direct" && P[pi] != "bare") line = line " " P[pi] " ÷ bare |"
+      print line " budget | rounds |"
+      line = "|---|---:|"
+      for (pi = 1; pi <= np; pi++) if (P[pi] != "direct" && P[pi] != "bare") line = line "---:|"
+      print line "---|---:|"
+      for (ki = 1; ki <= nk; ki++) for (ci = 1; ci <= nc + 1; ci++) {
+        k = K[ki]; c = (ci <= nc) ? C[ci] : 1; key = "bare" SUBSEP k SUBSEP c
+        allowed = (k == "chat") ? 1.4 : 1.8
+        line = "| " k " | " c " |"; n = 0; v = "-"
+        for (pi = 1; pi <= np; pi++) {
+          p = P[pi]
+          if (p == "direct" || p == "bare") continue
+          for (r = 1; r <= rounds; r++) {
+            a = r SUBSEP k SUBSEP c
+            if ((a SUBSEP p) in cpu && (a SUBSEP "bare") in cpu && cpu[a SUBSEP "bare"] > 0)
+              add(key SUBSEP p, cpu[a SUBSEP p] / cpu[a SUBSEP "bare"])
+          }
+          line = line " " num(median(key SUBSEP p), "%.2f") " |"
+          if (p == "switchboard") { v = median(key SUBSEP p); n = cnt[key SUBSEP p] }
+        }
+        line = line sprintf(" ≤ %.1f%s |", allowed, (v == "-") ? "" : (v <= allowed) ? ": within" : ": **over**")
+        print line " " n " |"
+      }
+    }
     {
       r = $1; k = $2; c = $3; p = $4
       add(k SUBSEP c SUBSEP p SUBSEP "rps", $5)
@@ -529,6 +579,7 @@ report() {
         }
       }
       printf "\nMedians over %d round(s). Errors: non-2xx answers plus socket errors, summed over rounds.\n", rounds
+      if (paths ~ /bare/) budget()
       if (paths !~ /baseline/) exit
       # Paired within each round (the two builds ran minutes apart at most), then the median.
       print "\n### Switchboard against the baseline build, paired by round\n"
@@ -559,7 +610,7 @@ echo "$(nproc) CPUs, $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(ngi
 report
 if [[ -n $FIRST_BYTE ]]; then
   printf '\n### Time to the first SSE byte (new connection per request)\n\n'
-  printf '%s\n' "$FIRST_BYTE" | sed "s/:$SB_PORT/:$SB_PORT (switchboard)/; s/:$NGINX_STREAM_PORT/:$NGINX_STREAM_PORT (nginx)/"
+  printf '%s\n' "$FIRST_BYTE" | sed "s/:$SB_PORT/:$SB_PORT (switchboard)/; s/:$BARE_PORT/:$BARE_PORT (bare)/; s/:$NGINX_STREAM_PORT/:$NGINX_STREAM_PORT (nginx)/"
 fi
 
 if [[ -n $TRACE_RATIO ]]; then

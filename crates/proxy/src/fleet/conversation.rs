@@ -63,9 +63,39 @@ pub struct Conversation {
     pub later: bool,
 }
 
+/// The conversation id a request carries ([`conversation_id`]), read once per request: its
+/// label and the id, the body's `prompt_cache_key` unescaped where it has escapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationId<'a> {
+    pub label: &'static str,
+    pub id: Cow<'a, [u8]>,
+}
+
+impl<'a> ConversationId<'a> {
+    /// The id of the request of `headers` and `body` (`history`: the body's members as its
+    /// parse found them), if it carries one.
+    pub fn read(headers: &'a HeaderMap, body: &'a [u8], history: &History) -> Option<Self> {
+        let [.., cache_key] = history.members(body);
+        let cache_key = cache_key.and_then(json_walk::string);
+        // Borrowed from the headers or the body; copied only beside an escaped cache key.
+        if let Some(Cow::Owned(key)) = &cache_key {
+            let (label, id) = conversation_id(headers, Some(key))?;
+            let id = Cow::Owned(id.to_vec());
+            return Some(ConversationId { label, id });
+        }
+        let cache_key = cache_key.and_then(|k| match k {
+            Cow::Borrowed(k) => Some(k),
+            Cow::Owned(_) => None,
+        });
+        let (label, id) = conversation_id(headers, cache_key)?;
+        let id = Cow::Borrowed(id);
+        Some(ConversationId { label, id })
+    }
+}
+
 /// The conversation of a request of `client` (its owner's id, [`crate::clients::Caller::owner_id`];
 /// 0 for a request of no client) for `alias`: its key from the id it carries
-/// ([`conversation_id`]), else from its leading messages (system prompt and messages up to the
+/// ([`ConversationId::read`], read once by the caller), else from its leading messages (system prompt and messages up to the
 /// first user message, which every later turn repeats), and whether it is a later turn
 /// ([`Item::answers`]). `None` when the request has neither.
 /// The key is XXH3-64 over the pieces, each after its length (so no two different sequences
@@ -75,20 +105,18 @@ pub struct Conversation {
 pub fn conversation_key(
     alias: &str,
     client: u64,
-    headers: &HeaderMap,
+    id: Option<&ConversationId>,
     body: &[u8],
     history: &History,
 ) -> Option<Conversation> {
-    let [system, messages, input, cache_key] = history.members(body);
-    let cache_key = cache_key.and_then(json_walk::string);
-    let id = conversation_id(headers, cache_key.as_deref());
+    let [system, messages, input, _] = history.members(body);
     let mut h = Pieces::new();
     h.piece(alias.as_bytes());
     h.piece(&client.to_le_bytes());
     match id {
-        Some((label, id)) => {
-            h.piece(label.as_bytes());
-            h.piece(id);
+        Some(id) => {
+            h.piece(id.label.as_bytes());
+            h.piece(&id.id);
         }
         None => system.into_iter().for_each(|s| h.piece(s)),
     }
@@ -273,7 +301,9 @@ impl Pieces {
 /// [`conversation_key`] of a body of no client read for it alone (the pipeline reads the
 /// body's history in its one parse of the body).
 pub fn conversation_of(alias: &str, headers: &HeaderMap, body: &[u8]) -> Option<Conversation> {
-    conversation_key(alias, 0, headers, body, &History::of(body))
+    let history = History::of(body);
+    let id = ConversationId::read(headers, body, &history);
+    conversation_key(alias, 0, id.as_ref(), body, &history)
 }
 
 #[cfg(test)]

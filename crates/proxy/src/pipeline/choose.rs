@@ -9,7 +9,7 @@
 //! requests (a flood of one session waits for none but itself: it spills at once); before
 //! any other conversation is moved off its first replica, the replicas are read again.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::call::Call;
@@ -121,7 +121,7 @@ struct Choice<'c, 'a> {
     max_age: Option<Duration>,
     need: Need,
     /// The wait predicted where the request last queued.
-    predicted: Mutex<Option<Duration>>,
+    predicted: Option<Duration>,
 }
 
 /// The replica picked, the first of the conversation's order (when it has one), and why the
@@ -147,7 +147,7 @@ impl<'c, 'a> Choice<'c, 'a> {
                 .filter(|w| !w.is_zero()),
             max_age: server.load_interval.filter(|_| choice).map(load::max_age),
             need,
-            predicted: Mutex::new(None),
+            predicted: None,
         }
     }
 
@@ -223,10 +223,7 @@ impl<'c, 'a> Choice<'c, 'a> {
 
     /// The wait predicted where the request last queued.
     fn predicted(&self) -> Option<Duration> {
-        *self
-            .predicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.predicted
     }
 
     /// Whether more than half the slots of replica `i` are held by requests of the
@@ -310,7 +307,7 @@ impl<'c, 'a> Choice<'c, 'a> {
     /// A slot of `replica`, waited for in its queue up to the queue timeout; the wait added
     /// to `queued`.
     async fn queue(
-        &self,
+        &mut self,
         replica: &Replica,
         queued: &mut Duration,
     ) -> Result<(SlotPermit, Job), Failing> {
@@ -320,7 +317,7 @@ impl<'c, 'a> Choice<'c, 'a> {
 
     /// [`Self::slot`] within `timeout`, the wait added to `queued`.
     async fn wait(
-        &self,
+        &mut self,
         replica: &Replica,
         timeout: Duration,
         queued: &mut Duration,
@@ -334,7 +331,7 @@ impl<'c, 'a> Choice<'c, 'a> {
     /// A slot of `replica` now, or a place in its queue for up to `timeout` (429 when full,
     /// 503 when the wait runs out), in the order of the call's ticket carrying its work there.
     async fn slot(
-        &self,
+        &mut self,
         replica: &Replica,
         timeout: Duration,
     ) -> Result<(SlotPermit, Job), Failing> {
@@ -347,10 +344,7 @@ impl<'c, 'a> Choice<'c, 'a> {
             return Ok((p, job));
         }
         let predicted = slots.predicted_wait(&ticket);
-        *self
-            .predicted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(predicted);
+        self.predicted = Some(predicted);
         self.alias.metrics.predicted_wait(predicted.as_secs_f64());
         if let Some(limit) = place.max_wait.filter(|l| predicted > *l) {
             let e = ProxyError::WaitTooLong {

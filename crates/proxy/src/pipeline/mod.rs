@@ -53,6 +53,7 @@ use respond::Served;
 use tries::{Last, Next, Tries};
 
 use crate::error::ProxyError;
+use crate::fleet::conversation::ConversationId;
 use crate::fleet::timeline::Lost;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
@@ -69,10 +70,18 @@ pub async fn handle(
     req: Incoming,
 ) -> Result<Response, ProxyError> {
     let routed = resolve(snap, rec, &req)?;
-    traced::resolved(rec, &req, &routed);
     let mut tries = Tries::new(snap, &routed.route.alias, &req);
-    let by_work = snap.config.server.schedule.by_work();
-    let conversation = tries.conversation(&req, &routed.view.history, by_work);
+    // The conversation's id read once, where its key or the trace needs it.
+    let keyed = tries.keys_conversation(snap.config.server.schedule.by_work());
+    let history = &routed.view.history;
+    let id = (keyed || rec.traced().is_some())
+        .then(|| ConversationId::read(&req.headers, &req.body, history))
+        .flatten();
+    traced::resolved(rec, &req, &routed, id.as_ref());
+    let conversation = keyed
+        .then(|| tries.conversation(&req, history, id.as_ref()))
+        .flatten();
+    drop(id);
     let mut call = Call::new((state, snap), rec, req, routed, conversation)?;
     while let Some(alias) = tries.alias().cloned() {
         let admitted = match admit::admitted(&mut call, alias).await {

@@ -7,24 +7,23 @@ use super::call::Routed;
 use super::choose::Chosen;
 use super::send::Failed;
 use crate::config::Alias;
-use crate::fleet::conversation::conversation_id;
+use crate::fleet::conversation::ConversationId;
 use crate::observe::record::Record;
 use crate::observe::trace::Attempt;
 use crate::upstream::failure::Kind;
 use crate::wire::facts;
 
-/// The model asked for, the output limit, the conversation, the client, the prompt.
-pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed) {
+/// The model asked for, the output limit, the conversation (`id`, read once by the caller), the
+/// client, the prompt.
+pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed, id: Option<&ConversationId>) {
     let Some(t) = rec.traced() else {
         return;
     };
     let max = req.adapter.requested_output(&req.body).ok().flatten();
     t.resolved(&routed.view.model, max.map(u64::from), routed.view.stream);
     t.alias(routed.route.alias.name());
-    let [.., cache_key] = routed.view.history.members(&req.body);
-    let cache_key = cache_key.and_then(switchboard_json::walk::string);
-    if let Some((_, id)) = conversation_id(&req.headers, cache_key.as_deref()) {
-        t.conversation(&String::from_utf8_lossy(id));
+    if let Some(id) = id {
+        t.conversation(&String::from_utf8_lossy(&id.id));
     }
     if let Some(kind) = request_kind(&req.headers) {
         t.request_kind(&kind);

@@ -15,7 +15,7 @@ use super::choose::Refusal;
 use super::respond::Served;
 use super::send::Failed;
 use crate::error::ProxyError;
-use crate::fleet::conversation::{conversation_key, Conversation};
+use crate::fleet::conversation::{conversation_key, Conversation, ConversationId};
 use crate::fleet::routes::FallbackReason;
 use crate::live::alias::LiveAlias;
 use crate::live::Snapshot;
@@ -114,21 +114,23 @@ impl<'s> Tries<'s> {
         }
     }
 
-    /// The request's conversation, when it matters on its way: some alias has replicas (it
-    /// keeps to its own), or slots are scheduled by work (its slot and cached prefix).
+    /// The request's conversation matters on its way: some alias has replicas (it keeps to its
+    /// own), or slots are scheduled by work (its slot and cached prefix).
+    pub fn keys_conversation(&self, by_work: bool) -> bool {
+        by_work || self.order.iter().any(|a| a.replicas.len() > 1)
+    }
+
+    /// The request's conversation, keyed for the alias asked for; `id`: the id the request
+    /// carries, read once.
     pub fn conversation(
         &self,
         req: &Incoming,
         history: &History,
-        by_work: bool,
+        id: Option<&ConversationId>,
     ) -> Option<Conversation> {
         let first = self.order.first()?;
-        (by_work || self.order.iter().any(|a| a.replicas.len() > 1))
-            .then(|| {
-                let client = req.caller.as_ref().map_or(0, |c| c.owner_id());
-                conversation_key(first.name(), client, &req.headers, &req.body, history)
-            })
-            .flatten()
+        let client = req.caller.as_ref().map_or(0, |c| c.owner_id());
+        conversation_key(first.name(), client, id, &req.body, history)
     }
 
     /// The alias to try now, `None` once none is left.

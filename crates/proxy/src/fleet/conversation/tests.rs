@@ -48,7 +48,9 @@ fn a_conversation_key_includes_its_client() {
     let session = with("x-switchboard-session", "s1");
     for headers in [HeaderMap::new(), session] {
         let of = |client| {
-            let key = conversation_key("m", client, &headers, body, &History::of(body));
+            let history = History::of(body);
+            let id = ConversationId::read(&headers, body, &history);
+            let key = conversation_key("m", client, id.as_ref(), body, &history);
             key.unwrap().key
         };
         assert_ne!(of(1), of(2), "two clients, one conversation: {headers:?}");
