@@ -31,6 +31,7 @@ mod json_key;
 mod json_number;
 mod json_scan;
 mod json_walk;
+pub mod kinds;
 pub mod ledger;
 pub mod live;
 pub mod observe;

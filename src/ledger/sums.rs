@@ -2,6 +2,7 @@
 //! and what other processes spent of the clients' budgets of a day and a month.
 
 use super::store::{pg, Store};
+use crate::budget::Amounts;
 
 impl Store {
     /// Tokens (prompt and output) and GPU-seconds per UTC day and owner, from the daily
@@ -40,19 +41,20 @@ impl Store {
         Ok(out)
     }
 
-    /// Tokens and GPU-seconds charged per client (what was reported, on rows that record no
-    /// charge) of the raw rows from `from_ms` up to `until_ms`, of processes other than
-    /// `process`.
+    /// What each client's requests took — their number, the tokens and GPU time charged (what
+    /// was reported, on rows that record no charge), their output tokens — of the raw rows
+    /// from `from_ms` up to `until_ms`, of processes other than `process`.
     pub fn spent(
         &mut self,
         from_ms: i64,
         until_ms: i64,
         process: &str,
-    ) -> Result<Vec<(String, i64, f64)>, String> {
+    ) -> Result<Vec<(String, Amounts)>, String> {
         let q = "SELECT client, \
                  CAST(sum(COALESCE(charged_tokens, prompt_tokens + output_tokens)) AS BIGINT), \
                  CAST(sum(COALESCE(charged_gpu_s, gpu_prefill_s + gpu_decode_s)) \
-                 AS DOUBLE PRECISION) FROM requests \
+                 AS DOUBLE PRECISION), CAST(count(*) AS BIGINT), \
+                 CAST(sum(output_tokens) AS BIGINT) FROM requests \
                  WHERE at_ms >= $1 AND at_ms < $2 AND process <> $3 GROUP BY client";
         let mut out = Vec::new();
         match self {
@@ -67,6 +69,8 @@ impl Store {
                         r.get(0).map_err(e)?,
                         r.get(1).map_err(e)?,
                         r.get(2).map_err(e)?,
+                        r.get(3).map_err(e)?,
+                        r.get(4).map_err(e)?,
                     ));
                 }
             }
@@ -79,10 +83,25 @@ impl Store {
                         r.try_get(0).map_err(pg)?,
                         r.try_get(1).map_err(pg)?,
                         r.try_get(2).map_err(pg)?,
+                        r.try_get(3).map_err(pg)?,
+                        r.try_get(4).map_err(pg)?,
                     ));
                 }
             }
         }
-        Ok(out)
+        Ok(out.into_iter().map(amounts).collect())
     }
+}
+
+/// A row of [`Store::spent`] (client, tokens, GPU-seconds, requests, output tokens) as the
+/// budgets count it.
+fn amounts(row: (String, i64, f64, i64, i64)) -> (String, Amounts) {
+    let (client, tokens, gpu_s, requests, output) = row;
+    let amounts = Amounts {
+        requests: requests as f64,
+        tokens: tokens as f64,
+        output_tokens: output as f64,
+        gpu_ms: gpu_s * 1000.0,
+    };
+    (client, amounts)
 }
