@@ -168,3 +168,35 @@ fn what_was_spent_is_known_without_a_ledger_and_with_one_once_it_read_it() {
     board.post(Spent::default());
     assert!(b.known());
 }
+
+#[test]
+fn the_output_reserved_by_default_leaves_the_prompt_within_each_token_budget() {
+    let mut limits = tokens(Some(1000), Some(800));
+    limits[Limit::new(Resource::Tokens, Window::Minute)] = Some(600);
+    limits[GPU_DAY] = Some(10);
+    limits[Limit::new(Resource::Requests, Window::Minute)] = Some(1);
+    // GPU time and requests count no output: the smallest token budget bounds it.
+    assert_eq!(room_for_output(&limits, 100), Some(500));
+    assert_eq!(room_for_output(&limits, 700), Some(0));
+    assert_eq!(room_for_output(&Limits::default(), 100), None);
+}
+
+#[test]
+fn what_was_spent_counts_in_each_window_whose_period_holds_it() {
+    let cal = Calendar::default();
+    let p = cal.periods(ms("2026-12-06T12:00:00Z"));
+    let mut spent = Spent {
+        periods: p,
+        ..Spent::default()
+    };
+    spent.add("c", p.day.0, &take(10, 0));
+    spent.add("c", p.month.0, &take(5, 0));
+    // Before this month: in no window.
+    spent.add("c", p.month.0 - 1, &take(1000, 0));
+    let c = &spent.by_client["c"];
+    assert_eq!(
+        (c[Window::Day].tokens, c[Window::Month].tokens),
+        (10.0, 15.0)
+    );
+    assert_eq!(c[Window::Minute], Amounts::default());
+}
