@@ -95,7 +95,7 @@ pub fn with_store<T: Send + 'static>(
         .map_err(|_| "the ledger's reader failed".to_string())?
 }
 
-/// Tokens and GPU-seconds per client.
+/// What each client's requests took in a span, as [`Store::spent`] reads it.
 type Sums = Vec<(String, Amounts)>;
 
 struct Writer {
