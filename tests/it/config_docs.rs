@@ -22,7 +22,10 @@ fn fields(source: &str, name: &str) -> BTreeSet<String> {
         .skip(1)
         .map(|l| l.trim())
         .filter(|l| !l.starts_with("//") && !l.starts_with("#["))
-        .map(|l| l.trim_start_matches("pub(crate) ").trim_start_matches("pub "))
+        .map(|l| {
+            l.trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ")
+        })
         .filter_map(|l| l.split_once(':').map(|(k, _)| k.trim().to_string()))
         .filter(|k| !k.contains(' '))
         .collect()

@@ -292,6 +292,17 @@ fn two_processes_share_one_postgres_without_a_row_lost_or_written_twice() {
             ("bob".to_string(), 400, 4000)
         ]
     );
+    // What the budgets read of each client, in PostgreSQL's types: its requests, the tokens
+    // charged (prompt and output, none being recorded) and its output alone.
+    let spent = ledger::with_store(&LedgerUrl::Postgres(url.clone()), |s| {
+        s.spent(0, i64::MAX, "no such process")
+    })
+    .unwrap();
+    let ann = spent.iter().find(|(c, _)| c == "ann").unwrap().1;
+    assert_eq!(
+        (ann.requests, ann.tokens, ann.output_tokens, ann.gpu_ms),
+        (600.0, 7200.0, 1200.0, 0.0)
+    );
 
     // A database a newer build wrote is refused, and left as it was.
     pg_count(&url, "SELECT count(*) FROM ledger_schema");

@@ -759,7 +759,14 @@ async fn real_llama_budgets_and_the_slot_timeline_count_every_mixed_answer() {
     // The budgets counted what the rows say was charged: a restart would read the same.
     let snap = p.state.live.load_full();
     let caller = &snap.clients.callers()[0];
-    let [day, month, gpu_day, _] = caller.state.budgets.standing();
+    let standing = caller.state.budgets.standing();
+    use switchboard_proxy::config::{Limit, Resource, Window};
+    let [day, month, gpu_day] = [
+        (Resource::Tokens, Window::Day),
+        (Resource::Tokens, Window::Month),
+        (Resource::Gpu, Window::Day),
+    ]
+    .map(|(r, w)| standing[Limit::new(r, w)]);
     assert_eq!(10_000_000 - day.unwrap().remaining, tokens as u64);
     assert_eq!(100_000_000 - month.unwrap().remaining, tokens as u64);
     let gpu_used = 100_000_000 - gpu_day.unwrap().remaining;

@@ -26,6 +26,7 @@ pub mod files;
 pub mod fleet;
 pub mod guard;
 pub mod http;
+pub mod kinds;
 pub mod ledger;
 pub mod live;
 pub mod observe;

@@ -1,12 +1,14 @@
-//! A client's budgets of a calendar day and month — tokens and GPU time — which reset at the
-//! start of the day and the month in the budgets' time zone. What this process charged is
-//! counted here; what other processes (and this client's earlier runs) spent comes from the
-//! usage ledger, which posts it to a [`Board`] at start and every `ledger.budget_refresh_ms`.
-//! Without a ledger a budget counts this process alone, from its start. With a ledger that has
-//! not read what was spent since this process started it (its database could not be opened,
-//! or is damaged), nothing is known of the rest: a client's requests are refused until it is
-//! read, never let through on a guess. Once read, the figures last read stand while the ledger
-//! cannot read again, this process's own charges added as they go.
+//! A client's budgets of a calendar day and month — each a [`Limit`] of a calendar window —
+//! which reset at the start of the day and the month in the budgets' time zone. What this
+//! process charged is counted here; what other processes (and this client's earlier runs)
+//! spent comes from the usage ledger, which posts it to a [`Board`] at start and every
+//! `ledger.budget_refresh_ms`. Without a ledger a budget counts this process alone, from its
+//! start. With a ledger that has not read what was spent since this process started it (its
+//! database could not be opened, or is damaged), nothing is known of the rest: a client's
+//! requests are refused until it is read, never let through on a guess. Once read, the figures
+//! last read stand while the ledger cannot read again, this process's own charges added as
+//! they go. What a budget counts of a request is [`amount`]'s: the one place a resource is
+//! measured.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,25 +16,71 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::calendar::{Calendar, Clock, Periods};
+use crate::config::{ByLimit, Limit, Resource, Window};
+use crate::kinds::PerKind;
 
-/// A client's calendar budgets (each `None`: no such budget); GPU time in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Limits {
-    pub tokens_per_day: Option<u64>,
-    pub tokens_per_month: Option<u64>,
-    pub gpu_ms_per_day: Option<u64>,
-    pub gpu_ms_per_month: Option<u64>,
+/// A client's limits of each kind (`None`: no such limit; GPU time in milliseconds); the
+/// budgets count those of a calendar window.
+pub type Limits = ByLimit<Option<u64>>;
+
+/// A value for each window.
+pub type ByWindow<T> = PerKind<Window, T, { Window::ALL.len() }>;
+
+/// What a request takes (reserved) or took, or what requests took together: each figure a
+/// budget of some resource counts ([`amount`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Amounts {
+    pub requests: f64,
+    /// Tokens charged: prompt and output.
+    pub tokens: f64,
+    pub output_tokens: f64,
+    pub gpu_ms: f64,
 }
 
-impl Limits {
-    fn get(&self) -> [Option<u64>; 4] {
-        [
-            self.tokens_per_day,
-            self.tokens_per_month,
-            self.gpu_ms_per_day,
-            self.gpu_ms_per_month,
-        ]
+impl Amounts {
+    /// Each figure of `self` and `other` as `f` makes them one.
+    fn zip(&self, other: &Amounts, f: impl Fn(f64, f64) -> f64) -> Amounts {
+        Amounts {
+            requests: f(self.requests, other.requests),
+            tokens: f(self.tokens, other.tokens),
+            output_tokens: f(self.output_tokens, other.output_tokens),
+            gpu_ms: f(self.gpu_ms, other.gpu_ms),
+        }
     }
+
+    pub fn plus(&self, other: &Amounts) -> Amounts {
+        self.zip(other, |a, b| a + b)
+    }
+}
+
+/// What a budget of `resource` counts of `a`.
+pub fn amount(resource: Resource, a: &Amounts) -> f64 {
+    match resource {
+        Resource::Requests => a.requests,
+        Resource::Tokens => a.tokens,
+        Resource::Gpu => a.gpu_ms,
+    }
+}
+
+/// The most output a request whose prompt is `prompt` tokens may reserve within `limits`:
+/// what each budget that counts output leaves of it once the prompt is counted (`None`: no
+/// budget counts output).
+pub fn room_for_output(limits: &Limits, prompt: u64) -> Option<u64> {
+    let with_prompt = Amounts {
+        tokens: prompt as f64,
+        ..Amounts::default()
+    };
+    let one_more = Amounts {
+        tokens: 1.0,
+        output_tokens: 1.0,
+        ..Amounts::default()
+    };
+    limits
+        .iter()
+        .filter_map(|(l, n)| Some((l.resource, (*n)?)))
+        .filter(|(r, _)| amount(*r, &one_more) > 0.0)
+        .map(|(r, n)| n.saturating_sub(amount(r, &with_prompt) as u64))
+        .min()
 }
 
 /// Whether a refusal whose wait is `wait` (`None`: it never fits) tells more than the one
@@ -45,43 +93,6 @@ pub fn worse(held: Option<Option<u64>>, wait: Option<u64>) -> bool {
     }
 }
 
-/// One of the four budgets, in the order of [`Limits`] and of every `[_; 4]` here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    TokensDay,
-    TokensMonth,
-    GpuDay,
-    GpuMonth,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 4] = [
-        Kind::TokensDay,
-        Kind::TokensMonth,
-        Kind::GpuDay,
-        Kind::GpuMonth,
-    ];
-
-    /// Counted in GPU-milliseconds (else in tokens).
-    pub fn gpu(self) -> bool {
-        matches!(self, Kind::GpuDay | Kind::GpuMonth)
-    }
-
-    pub fn month(self) -> bool {
-        matches!(self, Kind::TokensMonth | Kind::GpuMonth)
-    }
-
-    /// `tokens per day`, `GPU-seconds per month`, …
-    pub fn words(self) -> &'static str {
-        match self {
-            Kind::TokensDay => "tokens per day",
-            Kind::TokensMonth => "tokens per month",
-            Kind::GpuDay => "GPU-seconds per day",
-            Kind::GpuMonth => "GPU-seconds per month",
-        }
-    }
-}
-
 /// One limit as the rate-limit headers and the status page show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Left {
@@ -91,13 +102,12 @@ pub struct Left {
     pub reset: Duration,
 }
 
-/// Of a client's `standing` (as [`Budgets::standing`] gives it), its budget of tokens (`gpu`:
-/// of GPU time) with the least left.
-pub fn least(standing: &[Option<Left>; 4], gpu: bool) -> Option<Left> {
-    Kind::ALL
+/// Of a client's `standing` (as [`Budgets::standing`] gives it), its budget of `resource`
+/// (of a calendar window) with the least left.
+pub fn least(standing: &ByLimit<Option<Left>>, resource: Resource) -> Option<Left> {
+    standing
         .iter()
-        .zip(standing)
-        .filter(|(kind, _)| kind.gpu() == gpu)
+        .filter(|(kind, _)| kind.resource == resource && kind.window.calendar())
         .filter_map(|(_, left)| *left)
         .min_by_key(|left| left.remaining)
 }
@@ -105,19 +115,43 @@ pub fn least(standing: &[Option<Left>; 4], gpu: bool) -> Option<Left> {
 /// A request a budget does not let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refused {
-    pub kind: Kind,
+    pub kind: Limit,
     pub limit: u64,
     pub needed: u64,
     /// Seconds until the budget resets; `None`: the request needs more than the whole budget.
     pub retry_after: Option<u64>,
 }
 
+/// `[start, end)` of `window`'s period in `p`; `None`: no calendar period (a minute).
+fn span(p: &Periods, window: Window) -> Option<(i64, i64)> {
+    match window {
+        Window::Minute => None,
+        Window::Day => Some(p.day),
+        Window::Month => Some(p.month),
+    }
+}
+
 /// What processes other than this one spent of each client's budgets in `periods`, as the
-/// ledger last read it (tokens, then GPU-milliseconds; in [`Kind`]'s order).
+/// ledger last read it: each client's amounts in each window's period.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Spent {
     pub periods: Periods,
-    pub by_client: HashMap<String, [f64; 4]>,
+    pub by_client: HashMap<String, ByWindow<Amounts>>,
+}
+
+impl Spent {
+    /// `client` spent `amounts` from `from_ms` on: counted in each window whose period holds
+    /// that time.
+    pub fn add(&mut self, client: &str, from_ms: i64, amounts: &Amounts) {
+        let periods = self.periods;
+        let e = self.by_client.entry(client.to_string()).or_default();
+        for (window, sum) in e.iter_mut() {
+            if span(&periods, window).is_some_and(|(start, end)| start <= from_ms && from_ms < end)
+            {
+                *sum = sum.plus(amounts);
+            }
+        }
+    }
 }
 
 /// Where the ledger posts [`Spent`] and reads the calendar the budgets count in: none while
@@ -184,8 +218,8 @@ struct Inner {
     board: Option<Arc<Board>>,
     /// The day and month counted in `own`.
     periods: Periods,
-    /// What this process charged (and reserved) of each budget in `periods`.
-    own: [f64; 4],
+    /// What this process charged (and reserved) in each window's period of `periods`.
+    own: ByWindow<Amounts>,
 }
 
 impl Budgets {
@@ -205,7 +239,7 @@ impl Budgets {
                 calendar,
                 board,
                 periods,
-                own: [0.0; 4],
+                own: ByWindow::default(),
             }),
         }
     }
@@ -220,28 +254,26 @@ impl Budgets {
         self.lock().board.as_ref().is_none_or(|b| b.is_read())
     }
 
-    /// Take `tokens` and `gpu_ms` from every budget, or say which refuses them: one that can
-    /// never hold them first, else the one that resets last.
-    pub fn reserve(&self, tokens: u64, gpu_ms: u64) -> Result<(), Refused> {
+    /// Take `want` from every budget, or say which refuses it: one that can never hold it
+    /// first, else the one that resets last.
+    pub fn reserve(&self, want: &Amounts) -> Result<(), Refused> {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.roll(now);
         let used = inner.used(&self.client);
         let mut refused: Option<Refused> = None;
-        for (i, kind) in Kind::ALL.into_iter().enumerate() {
-            let Some(limit) = inner.limits.get()[i] else {
-                continue;
-            };
-            let needed = if kind.gpu() { gpu_ms } else { tokens };
-            if used[i] + needed as f64 <= limit as f64 {
+        for (kind, limit) in inner.budgets() {
+            let needed = amount(kind.resource, want);
+            if amount(kind.resource, &used[kind.window]) + needed <= limit as f64 {
                 continue;
             }
-            let retry_after = (needed <= limit).then(|| inner.reset(kind, now).as_secs().max(1));
+            let retry_after =
+                (needed <= limit as f64).then(|| inner.reset(kind.window, now).as_secs().max(1));
             if worse(refused.map(|r| r.retry_after), retry_after) {
                 refused = Some(Refused {
                     kind,
                     limit,
-                    needed,
+                    needed: needed.ceil() as u64,
                     retry_after,
                 });
             }
@@ -249,34 +281,32 @@ impl Budgets {
         if let Some(r) = refused {
             return Err(r);
         }
-        inner.add(tokens as f64, gpu_ms as f64);
+        inner.add(want);
         Ok(())
     }
 
-    /// A request reserved `reserved` tokens and GPU-milliseconds and used `used`.
-    pub fn settle(&self, reserved: (u64, u64), used: (u64, u64)) {
+    /// A request reserved `reserved` and used `used`.
+    pub fn settle(&self, reserved: &Amounts, used: &Amounts) {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.roll(now);
-        inner.add(
-            used.0 as f64 - reserved.0 as f64,
-            used.1 as f64 - reserved.1 as f64,
-        );
+        inner.add(&used.zip(reserved, |u, r| u - r));
     }
 
-    /// Where each budget stands now (`None` where none is set).
-    pub fn standing(&self) -> [Option<Left>; 4] {
+    /// Where each budget stands now (`None` where none is set, and for a minute's limits,
+    /// which are not kept here).
+    pub fn standing(&self) -> ByLimit<Option<Left>> {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.roll(now);
         let used = inner.used(&self.client);
-        let limits = inner.limits.get();
-        let mut out = [None; 4];
-        for (i, kind) in Kind::ALL.into_iter().enumerate() {
-            out[i] = limits[i].map(|limit| Left {
+        let mut out = ByLimit::default();
+        for (kind, limit) in inner.budgets() {
+            let spent = amount(kind.resource, &used[kind.window]);
+            out[kind] = Some(Left {
                 limit,
-                remaining: (limit as f64 - used[i]).max(0.0).floor() as u64,
-                reset: inner.reset(kind, now),
+                remaining: (limit as f64 - spent).max(0.0).floor() as u64,
+                reset: inner.reset(kind.window, now),
             });
         }
         out
@@ -298,6 +328,15 @@ impl Budgets {
 }
 
 impl Inner {
+    /// Its budgets: the limits of a calendar window it sets.
+    fn budgets(&self) -> Vec<(Limit, u64)> {
+        self.limits
+            .iter()
+            .filter(|(kind, _)| kind.window.calendar())
+            .filter_map(|(kind, n)| Some((kind, (*n)?)))
+            .collect()
+    }
+
     /// Moves on to the day (and month) holding `now`, forgetting what was spent before.
     fn roll(&mut self, now: i64) {
         if now >= self.periods.day.1 || now < self.periods.day.0 {
@@ -307,52 +346,43 @@ impl Inner {
     }
 
     fn roll_to(&mut self, p: Periods) {
-        for kind in Kind::ALL {
-            let (was, is) = match kind.month() {
-                true => (self.periods.month, p.month),
-                false => (self.periods.day, p.day),
-            };
-            if was != is {
-                self.own[kind as usize] = 0.0;
+        let was = self.periods;
+        for (window, own) in self.own.iter_mut() {
+            if span(&was, window) != span(&p, window) {
+                *own = Amounts::default();
             }
         }
         self.periods = p;
     }
 
-    fn add(&mut self, tokens: f64, gpu_ms: f64) {
-        for kind in Kind::ALL {
-            let v = &mut self.own[kind as usize];
-            *v = (*v + if kind.gpu() { gpu_ms } else { tokens }).max(0.0);
+    /// Adds `a` (a part of it less, where it is below zero) to what was spent in each window,
+    /// never below nothing.
+    fn add(&mut self, a: &Amounts) {
+        for (_, own) in self.own.iter_mut() {
+            *own = own.zip(a, |v, x| (v + x).max(0.0));
         }
     }
 
-    /// What was spent of each budget: here, and by others in the same periods.
-    fn used(&self, client: &str) -> [f64; 4] {
+    /// What was spent in each window: here, and by others in the same periods.
+    fn used(&self, client: &str) -> ByWindow<Amounts> {
         let mut used = self.own;
         let Some(board) = &self.board else {
             return used;
         };
         let spent = board.spent();
         if let Some(others) = spent.by_client.get(client) {
-            for kind in Kind::ALL {
-                let same = match kind.month() {
-                    true => spent.periods.month == self.periods.month,
-                    false => spent.periods.day == self.periods.day,
-                };
-                if same {
-                    used[kind as usize] += others[kind as usize];
+            for (window, u) in used.iter_mut() {
+                if span(&spent.periods, window) == span(&self.periods, window) {
+                    *u = u.plus(&others[window]);
                 }
             }
         }
         used
     }
 
-    /// Until `kind`'s period ends.
-    fn reset(&self, kind: Kind, now: i64) -> Duration {
-        let end = match kind.month() {
-            true => self.periods.month.1,
-            false => self.periods.day.1,
-        };
+    /// Until `window`'s period ends.
+    fn reset(&self, window: Window, now: i64) -> Duration {
+        let end = span(&self.periods, window).map_or(now, |(_, end)| end);
         Duration::from_millis(end.saturating_sub(now).max(0) as u64)
     }
 }

@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use super::limiter::{Refusal, Which};
 use super::Caller;
-use crate::budget::Refused;
+use crate::budget::{Amounts, Refused};
+use crate::config::{Limit, Resource, Window};
 use crate::error::ProxyError;
 use crate::observe::metrics::RefusalReason;
 use crate::observe::record::{Charged, Settle};
@@ -24,8 +25,8 @@ pub struct Charge {
     most: Option<u64>,
     /// GPU-milliseconds reserved.
     gpu: u64,
-    /// Tokens and GPU-milliseconds reserved in its budgets of the day and month.
-    budgeted: Option<(u64, u64)>,
+    /// What was reserved in its budgets of the day and month.
+    budgeted: Option<Amounts>,
     /// Its place among the client's requests in flight in the shared store, if any.
     _place: Option<crate::shared::lease::Lease>,
     /// Whether it is counted among the client's requests in flight (a batch's line is not).
@@ -75,11 +76,12 @@ impl Charge {
                     ),
                 });
             }
-            state.budgets.reserve(cost, gpu).map_err(|r| {
+            let want = amounts(cost, output, gpu);
+            state.budgets.reserve(&want).map_err(|r| {
                 state.metrics.refused(RefusalReason::quota);
                 over_budget(&spec.name, r)
             })?;
-            charge.budgeted = Some((cost, gpu));
+            charge.budgeted = Some(want);
         }
         let refused = |r: Refusal, gpu: bool| {
             state.metrics.refused(RefusalReason::rate_limit);
@@ -127,7 +129,7 @@ impl Charge {
     fn undo(&mut self) {
         let state = &self.caller.state;
         if let Some(b) = self.budgeted.take() {
-            state.budgets.settle(b, (0, 0));
+            state.budgets.settle(&b, &Amounts::default());
         }
         if self.reserved > 0 {
             state.limiter.settle(self.reserved, 0, Instant::now());
@@ -136,16 +138,26 @@ impl Charge {
     }
 }
 
+/// One request of `tokens` tokens (`output` of them output) and `gpu_ms` GPU-milliseconds, as
+/// its budgets count it.
+fn amounts(tokens: u64, output: u64, gpu_ms: u64) -> Amounts {
+    Amounts {
+        requests: 1.0,
+        tokens: tokens as f64,
+        output_tokens: output as f64,
+        gpu_ms: gpu_ms as f64,
+    }
+}
+
 /// The 429 of a budget of the day or month that is spent (`insufficient_quota`).
 fn over_budget(client: &str, r: Refused) -> ProxyError {
-    let period = if r.kind.month() { "month" } else { "day" };
     let over = Over {
-        what: r.kind.words(),
-        gpu: r.kind.gpu(),
+        kind: r.kind,
         needed: r.needed,
         limit: r.limit,
         retry_after: r.retry_after,
     };
+    let period = r.kind.window.word();
     over.error(client, "budget", true, |s| {
         format!("spent; it resets at the start of the next {period}, in {s}s")
     })
@@ -154,14 +166,13 @@ fn over_budget(client: &str, r: Refused) -> ProxyError {
 /// The 429 of a refusal of a minute's limit, saying which and whether waiting helps; `gpu`: of
 /// the GPU budget.
 fn refusal(client: &str, r: Refusal, gpu: bool) -> ProxyError {
-    let what = match (r.which, gpu) {
-        (Which::Requests, _) => "requests per minute",
-        (Which::Tokens, false) => "tokens per minute",
-        (Which::Tokens, true) => "GPU-seconds per minute",
+    let resource = match (r.which, gpu) {
+        (Which::Requests, _) => Resource::Requests,
+        (Which::Tokens, false) => Resource::Tokens,
+        (Which::Tokens, true) => Resource::Gpu,
     };
     let over = Over {
-        what,
-        gpu,
+        kind: Limit::new(resource, Window::Minute),
         needed: r.needed,
         limit: r.limit,
         retry_after: r.retry_after,
@@ -171,11 +182,10 @@ fn refusal(client: &str, r: Refusal, gpu: bool) -> ProxyError {
     })
 }
 
-/// A request over a limit or budget: its words, and its amounts (GPU time counted in
-/// milliseconds, told in seconds).
+/// A request over a limit or budget of `kind`: its amounts (GPU time counted in milliseconds,
+/// told in seconds).
 struct Over {
-    what: &'static str,
-    gpu: bool,
+    kind: Limit,
     needed: u64,
     limit: u64,
     retry_after: Option<u64>,
@@ -191,12 +201,13 @@ impl Over {
         quota: bool,
         wait: impl Fn(u64) -> String,
     ) -> ProxyError {
-        let amount = |n: u64| match self.gpu {
+        let resource = self.kind.resource;
+        let amount = |n: u64| match resource.millis() {
             true => format!("{:.3}", n as f64 / 1000.0),
             false => n.to_string(),
         };
-        let (needed, limit, what) = (amount(self.needed), amount(self.limit), self.what);
-        let unit = if self.gpu { "GPU-seconds" } else { "tokens" };
+        let (needed, limit, what) = (amount(self.needed), amount(self.limit), self.kind.words());
+        let unit = resource.unit();
         let detail = match self.retry_after {
             None => format!(
                 "the request needs {needed} {unit}, more than the {noun} of {limit} {what}: it can never fit, do not retry it"
@@ -249,7 +260,12 @@ impl Settle for Charge {
         let gpu_used = gpu.unwrap_or(if sent { self.gpu } else { 0 });
         state.recent.add(now, used, gpu_used);
         if let Some(b) = self.budgeted.take() {
-            state.budgets.settle(b, (used, gpu_used));
+            let output = match usage {
+                _ if !sent => 0,
+                Some(u) => u.completion.min(used),
+                None => generated.min(used),
+            };
+            state.budgets.settle(&b, &amounts(used, output, gpu_used));
         }
         if self.gpu > 0 {
             state.gpu.settle(self.gpu, gpu_used, now);

@@ -1,64 +1,75 @@
 //! The rate-limit headers a client with limits gets on every answer: OpenAI's
 //! `x-ratelimit-*` and, on `/v1/messages`, Anthropic's `anthropic-ratelimit-*`; its GPU budgets
-//! as `x-switchboard-ratelimit-*-gpu-seconds`. Tokens and GPU time are told of the minute's
-//! limit, else of the budget of the day or month with the least left.
+//! as `x-switchboard-ratelimit-*-gpu-seconds`. Each resource a header tells
+//! ([`crate::config::Resource::header`]) is told of its minute's limit, else of its budget of
+//! the day or month with the least left.
 
 use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::limiter::{Left, Standing};
+use super::limiter::Left;
+use crate::config::{ByLimit, Limit, Resource, Window};
 
-/// Write `standing` (and, without a minute's limit of tokens, `budget`) into `headers`;
-/// `anthropic`: in Anthropic's names (reset as an RFC 3339 time) instead of OpenAI's (reset as
-/// a duration).
-pub fn write(headers: &mut HeaderMap, standing: &Standing, budget: Option<Left>, anthropic: bool) {
-    let tokens = standing.tokens.or(budget);
-    for (kind, left) in [("requests", standing.requests), ("tokens", tokens)] {
-        let Some(left) = left else { continue };
-        let reset = if anthropic {
-            rfc3339(SystemTime::now() + left.reset)
-        } else {
-            duration(left.reset)
+/// Write `standing` into `headers`: of each resource a header tells, its minute's limit, else
+/// its budget of a day or month with the least left; `anthropic`: in Anthropic's names (reset
+/// as an RFC 3339 time) instead of OpenAI's (reset as a duration).
+pub fn write(headers: &mut HeaderMap, standing: &ByLimit<Option<Left>>, anthropic: bool) {
+    for resource in Resource::ALL {
+        let Some(kind) = resource.header() else {
+            continue;
         };
-        let values = [
-            ("limit", left.limit.to_string()),
-            ("remaining", left.remaining.to_string()),
-            ("reset", reset),
-        ];
-        for (what, value) in values {
-            let name = if anthropic {
-                format!("anthropic-ratelimit-{kind}-{what}")
-            } else {
-                format!("x-ratelimit-{what}-{kind}")
-            };
-            if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
-                headers.insert(n, v);
-            }
+        let minute = standing[Limit::new(resource, Window::Minute)];
+        let Some(left) = minute.or_else(|| crate::budget::least(standing, resource)) else {
+            continue;
+        };
+        match resource.millis() {
+            true => write_millis(headers, kind, left),
+            false => write_count(headers, kind, left, anthropic),
         }
+    }
+}
+
+/// One limit of a count (requests, tokens) as `x-ratelimit-{limit,remaining,reset}-{kind}` (or
+/// Anthropic's `anthropic-ratelimit-{kind}-*`).
+fn write_count(headers: &mut HeaderMap, kind: &str, left: Left, anthropic: bool) {
+    let reset = if anthropic {
+        rfc3339(SystemTime::now() + left.reset)
+    } else {
+        duration(left.reset)
+    };
+    let values = [
+        ("limit", left.limit.to_string()),
+        ("remaining", left.remaining.to_string()),
+        ("reset", reset),
+    ];
+    for (what, value) in values {
+        let name = if anthropic {
+            format!("anthropic-ratelimit-{kind}-{what}")
+        } else {
+            format!("x-ratelimit-{what}-{kind}")
+        };
+        insert(headers, name, value);
+    }
+}
+
+fn insert(headers: &mut HeaderMap, name: String, value: String) {
+    if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+        headers.insert(n, v);
     }
 }
 
 /// The headers of `caller`'s standing now, when it has limits.
 pub fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthropic: bool) {
     if let Some(c) = caller.filter(|c| c.spec.limited()) {
-        let now = std::time::Instant::now();
-        let budgets = c.state.budgets.standing();
-        let tokens = crate::budget::least(&budgets, false);
-        write(headers, &c.state.limiter.standing(now), tokens, anthropic);
-        if c.spec.counts_gpu() {
-            let gpu = crate::budget::least(&budgets, true);
-            write_gpu(headers, c.state.gpu.standing(now).tokens.or(gpu));
-        }
+        let standing = c.state.standing(std::time::Instant::now());
+        write(headers, &standing, anthropic);
     }
 }
 
-/// Write a GPU budget (kept in milliseconds) as
-/// `x-switchboard-ratelimit-{limit,remaining,reset}-gpu-seconds`, in seconds.
-pub fn write_gpu(headers: &mut HeaderMap, left: Option<Left>) {
-    let Some(left) = left else {
-        return;
-    };
+/// A limit kept in milliseconds (GPU time) as
+/// `x-switchboard-ratelimit-{limit,remaining,reset}-{kind}`, in seconds.
+fn write_millis(headers: &mut HeaderMap, kind: &str, left: Left) {
     let seconds = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
     let values = [
         ("limit", seconds(left.limit)),
@@ -66,10 +77,11 @@ pub fn write_gpu(headers: &mut HeaderMap, left: Option<Left>) {
         ("reset", duration(left.reset)),
     ];
     for (what, value) in values {
-        let name = format!("x-switchboard-ratelimit-{what}-gpu-seconds");
-        if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
-            headers.insert(n, v);
-        }
+        insert(
+            headers,
+            format!("x-switchboard-ratelimit-{what}-{kind}"),
+            value,
+        );
     }
 }
 
@@ -121,13 +133,14 @@ mod tests {
 
     #[test]
     fn gpu_budgets_are_told_in_seconds() {
-        let left = Some(Left {
+        let mut standing = ByLimit::default();
+        standing[Limit::new(Resource::Gpu, Window::Day)] = Some(Left {
             limit: 120_000,
             remaining: 90_500,
             reset: Duration::from_secs(15),
         });
         let mut h = HeaderMap::new();
-        write_gpu(&mut h, left);
+        write(&mut h, &standing, false);
         assert_eq!(h["x-switchboard-ratelimit-limit-gpu-seconds"], "120.000");
         assert_eq!(h["x-switchboard-ratelimit-remaining-gpu-seconds"], "90.500");
         assert_eq!(h["x-switchboard-ratelimit-reset-gpu-seconds"], "15s");
@@ -135,22 +148,21 @@ mod tests {
 
     #[test]
     fn both_spellings_are_written() {
-        let s = Standing {
-            requests: Some(full(10)),
-            tokens: None,
-        };
-        let day = Some(Left {
+        let mut s = ByLimit::default();
+        s[Limit::new(Resource::Requests, Window::Minute)] = Some(full(10));
+        s[Limit::new(Resource::Tokens, Window::Day)] = Some(Left {
             limit: 1000,
             remaining: 400,
             reset: Duration::from_secs(61),
         });
+        s[Limit::new(Resource::Tokens, Window::Month)] = Some(full(5000));
         let mut h = HeaderMap::new();
-        write(&mut h, &s, day, false);
+        write(&mut h, &s, false);
         assert_eq!(h["x-ratelimit-limit-requests"], "10");
         assert_eq!(h["x-ratelimit-remaining-tokens"], "400");
         assert_eq!(h["x-ratelimit-reset-tokens"], "1m1s");
         let mut a = HeaderMap::new();
-        write(&mut a, &s, day, true);
+        write(&mut a, &s, true);
         assert_eq!(a["anthropic-ratelimit-tokens-remaining"], "400");
         assert!(a["anthropic-ratelimit-requests-reset"]
             .to_str()

@@ -16,7 +16,7 @@ use axum::http::{header, HeaderMap, HeaderName};
 
 use crate::budget::{Board, Budgets};
 use crate::calendar::Clock;
-use crate::config::{ClientSpec, Config, Priority};
+use crate::config::{ByLimit, ClientSpec, Config, Limit, Priority, Resource, Window};
 use crate::error::ProxyError;
 use crate::observe::metrics::{ClientMetrics, Metrics};
 use crate::shared::Store;
@@ -43,6 +43,20 @@ pub struct ClientState {
     pub metrics: ClientMetrics,
     /// Tokens and GPU time charged, in 10-second steps: the status page's last five minutes.
     pub recent: Recent,
+}
+
+impl ClientState {
+    /// Where it stands against each of its limits now: those of a minute as its limiters
+    /// keep them, those of a day and a month as its budgets do.
+    pub fn standing(&self, now: Instant) -> ByLimit<Option<limiter::Left>> {
+        let mut out = self.budgets.standing();
+        let (counts, gpu) = (self.limiter.standing(now), self.gpu.standing(now));
+        let minute = |resource| Limit::new(resource, Window::Minute);
+        out[minute(Resource::Requests)] = counts.requests;
+        out[minute(Resource::Tokens)] = counts.tokens;
+        out[minute(Resource::Gpu)] = gpu.tokens;
+        out
+    }
 }
 
 /// Tokens and GPU-milliseconds charged in the last five minutes, in a ring of 30 steps of
@@ -192,30 +206,25 @@ fn client_id(name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(name.as_bytes()).max(1)
 }
 
-/// Its GPU budget a minute as a limiter's: milliseconds for tokens, no count of requests.
-fn gpu_limits(spec: &ClientSpec) -> Limits {
-    Limits {
-        requests_per_minute: None,
-        tokens_per_minute: spec.gpu_ms_per_minute.map(|n| n.get()),
+/// Its limits of a minute as its limiter's (`gpu`: its GPU time's, in milliseconds for
+/// tokens, no count of requests).
+fn limits(spec: &ClientSpec, gpu: bool) -> Limits {
+    let minute = |resource| spec.limit(Limit::new(resource, Window::Minute));
+    match gpu {
+        false => Limits {
+            requests_per_minute: minute(Resource::Requests),
+            tokens_per_minute: minute(Resource::Tokens),
+        },
+        true => Limits {
+            requests_per_minute: None,
+            tokens_per_minute: minute(Resource::Gpu),
+        },
     }
 }
 
-/// Its budgets of a calendar day and month.
+/// Its budgets (the budgets keep those of a calendar window).
 fn budget_limits(spec: &ClientSpec) -> crate::budget::Limits {
-    let get = |n: Option<std::num::NonZeroU64>| n.map(std::num::NonZeroU64::get);
-    crate::budget::Limits {
-        tokens_per_day: get(spec.tokens_per_day),
-        tokens_per_month: get(spec.tokens_per_month),
-        gpu_ms_per_day: get(spec.gpu_ms_per_day),
-        gpu_ms_per_month: get(spec.gpu_ms_per_month),
-    }
-}
-
-fn limits(spec: &ClientSpec) -> Limits {
-    Limits {
-        requests_per_minute: spec.requests_per_minute.map(|n| u64::from(n.get())),
-        tokens_per_minute: spec.tokens_per_minute.map(|n| n.get()),
-    }
+    spec.limits.map(|_, n| n.map(std::num::NonZeroU64::get))
 }
 
 impl Registry {
@@ -238,15 +247,9 @@ impl Registry {
                 aliases: None,
                 priority: Priority::Normal,
                 max_concurrent: None,
-                requests_per_minute: None,
-                tokens_per_minute: None,
-                tokens_per_day: None,
-                tokens_per_month: None,
+                limits: ByLimit::default(),
                 reserve_output_tokens: 0,
                 max_queue_wait: None,
-                gpu_ms_per_minute: None,
-                gpu_ms_per_day: None,
-                gpu_ms_per_month: None,
                 cache_group: crate::config::cache_group(ANONYMOUS),
             })
         });
@@ -260,8 +263,8 @@ impl Registry {
                     .map(|c| Arc::clone(&c.state));
                 let state = match kept {
                     Some(s) => {
-                        s.limiter.reconfigure(limits(&spec));
-                        s.gpu.reconfigure(gpu_limits(&spec));
+                        s.limiter.reconfigure(limits(&spec, false));
+                        s.gpu.reconfigure(limits(&spec, true));
                         s.budgets.reconfigure(
                             budget_limits(&spec),
                             calendar.clone(),
@@ -271,8 +274,8 @@ impl Registry {
                     }
                     None => Arc::new(ClientState {
                         id: client_id(&spec.name),
-                        limiter: limiter("client", &spec, limits(&spec), store),
-                        gpu: limiter("gpu", &spec, gpu_limits(&spec), store),
+                        limiter: limiter("client", &spec, limits(&spec, false), store),
+                        gpu: limiter("gpu", &spec, limits(&spec, true), store),
                         budgets: Budgets::new(
                             &spec.name,
                             budget_limits(&spec),

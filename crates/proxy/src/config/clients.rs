@@ -3,7 +3,7 @@
 //! class.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::num::{NonZeroU32, NonZeroU64};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,8 @@ use serde::Deserialize;
 
 use super::error::ConfigError;
 use super::keys::keys_of;
+use super::limits::{ByLimit, Limit, Resource, Window, Written};
+use crate::kinds::{Key, PerKind};
 
 /// `[clients.NAME]` as written.
 #[derive(Debug, Deserialize)]
@@ -60,6 +62,16 @@ pub enum Priority {
     Idle = 3,
 }
 
+/// A value for each class.
+pub type ByClass<T> = PerKind<Priority, T, 4>;
+
+impl Key for Priority {
+    const ALL: &'static [Priority] = &Priority::ALL;
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 impl Priority {
     pub const ALL: [Priority; 4] = [
         Priority::Interactive,
@@ -97,20 +109,14 @@ pub struct ClientSpec {
     pub aliases: Option<BTreeSet<String>>,
     pub priority: Priority,
     pub max_concurrent: Option<NonZeroU32>,
-    pub requests_per_minute: Option<NonZeroU32>,
-    pub tokens_per_minute: Option<NonZeroU64>,
-    /// Budgets of a calendar day and month (`server.budget_timezone`), kept in the ledger.
-    pub tokens_per_day: Option<NonZeroU64>,
-    pub tokens_per_month: Option<NonZeroU64>,
+    /// Its limits of each kind (GPU time in milliseconds of a backend's slot); those of a
+    /// calendar day and month (`server.budget_timezone`) are kept in the ledger.
+    pub limits: ByLimit<Option<std::num::NonZeroU64>>,
     /// The output reserved for each choice of a request that sets no output limit (and whose
     /// alias sets none either); `0`: none.
     pub reserve_output_tokens: u32,
     /// A request whose predicted wait for a slot is longer is refused at once (503).
     pub max_queue_wait: Option<Duration>,
-    /// GPU time a minute, a calendar day and month, in milliseconds of a backend's slot.
-    pub gpu_ms_per_minute: Option<NonZeroU64>,
-    pub gpu_ms_per_day: Option<NonZeroU64>,
-    pub gpu_ms_per_month: Option<NonZeroU64>,
     /// Whose prompt caches its requests may meet: the id of its `cache_group`, else of its
     /// own name ([`cache_group`]); the requests of one group may reuse each other's prefixes,
     /// never another group's.
@@ -144,33 +150,43 @@ pub const DEFAULT_RESERVE_OUTPUT_TOKENS: u32 = 1024;
 impl ClientSpec {
     /// Whether it has any limit (and so gets the rate-limit headers).
     pub fn limited(&self) -> bool {
-        self.max_concurrent.is_some()
-            || self.requests_per_minute.is_some()
-            || self.tokens_per_minute.is_some()
-            || self.counts_tokens()
-            || self.counts_gpu()
+        self.max_concurrent.is_some() || self.limits.iter().any(|(_, l)| l.is_some())
+    }
+
+    /// Its limit of kind `limit`, if it sets one.
+    pub fn limit(&self, limit: Limit) -> Option<u64> {
+        self.limits[limit].map(|n| n.get())
+    }
+
+    /// Its smallest limit of `resource`, over every window.
+    pub fn smallest(&self, resource: Resource) -> Option<u64> {
+        self.set()
+            .filter(|(l, _)| l.resource == resource)
+            .map(|(_, n)| n)
+            .min()
+    }
+
+    /// The limits it sets, each with its amount.
+    pub fn set(&self) -> impl Iterator<Item = (Limit, u64)> + '_ {
+        self.limits
+            .iter()
+            .filter_map(|(l, n)| Some((l, n.as_ref()?.get())))
     }
 
     /// Whether it has a budget of GPU time (and so its requests' work is reserved).
     pub fn counts_gpu(&self) -> bool {
-        self.gpu_ms_per_minute.is_some()
-            || self.gpu_ms_per_day.is_some()
-            || self.gpu_ms_per_month.is_some()
+        self.set().any(|(l, _)| l.resource == Resource::Gpu)
     }
 
-    /// Whether it has a token budget (and so its requests' tokens are counted and reserved).
+    /// Whether it has a budget counted in tokens (and so its requests' tokens are counted
+    /// and reserved).
     pub fn counts_tokens(&self) -> bool {
-        self.tokens_per_minute.is_some()
-            || self.tokens_per_day.is_some()
-            || self.tokens_per_month.is_some()
+        self.set().any(|(l, _)| l.resource.in_tokens())
     }
 
     /// Whether it has a budget of a calendar day or month.
     pub fn counts_days(&self) -> bool {
-        self.tokens_per_day.is_some()
-            || self.tokens_per_month.is_some()
-            || self.gpu_ms_per_day.is_some()
-            || self.gpu_ms_per_month.is_some()
+        self.set().any(|(l, _)| l.window.calendar())
     }
 
     pub fn may_use(&self, alias: &str) -> bool {
@@ -183,29 +199,32 @@ impl ClientSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Clients {
     pub named: Vec<Arc<ClientSpec>>,
-    max_wait: [Duration; 4],
+    max_wait: ByClass<Duration>,
 }
 
 impl Default for Clients {
     fn default() -> Clients {
         Clients {
             named: Vec::new(),
-            max_wait: DEFAULT_MAX_WAIT.map(Duration::from_millis),
+            max_wait: ByClass::from_fn(default_max_wait),
         }
     }
 }
 
-/// Interactive, normal, batch, idle (never lifted).
-const DEFAULT_MAX_WAIT: [u64; 4] = [5_000, 30_000, 120_000, u64::MAX];
+/// A class's `max_wait_ms` unset (`idle` is never lifted).
+fn default_max_wait(class: Priority) -> Duration {
+    Duration::from_millis(match class {
+        Priority::Interactive => 5_000,
+        Priority::Normal => 30_000,
+        Priority::Batch => 120_000,
+        Priority::Idle => u64::MAX,
+    })
+}
 
 impl Clients {
     /// How long a request of `class` waits before it is lifted into the next class's turns.
     pub fn max_wait(&self, class: Priority) -> Duration {
-        self.max_wait[class as usize]
-    }
-
-    pub fn max_waits(&self) -> [Duration; 4] {
-        self.max_wait
+        self.max_wait[class]
     }
 
     /// Whether any client's requests are `interactive` (no other request is: a request may
@@ -240,8 +259,8 @@ pub fn validate(
 }
 
 /// Each class's `max_wait_ms`, or its default.
-fn max_waits(priorities: RawPriorities, errs: &mut Vec<ConfigError>) -> [Duration; 4] {
-    let mut max_wait = DEFAULT_MAX_WAIT.map(Duration::from_millis);
+fn max_waits(priorities: RawPriorities, errs: &mut Vec<ConfigError>) -> ByClass<Duration> {
+    let mut max_wait = ByClass::from_fn(default_max_wait);
     for (class, raw) in Priority::NAMED.into_iter().zip([
         priorities.interactive,
         priorities.normal,
@@ -253,7 +272,7 @@ fn max_waits(priorities: RawPriorities, errs: &mut Vec<ConfigError>) -> [Duratio
                     key: format!("priority.{}.max_wait_ms", class.as_str()),
                 });
             }
-            max_wait[class as usize] = Duration::from_millis(ms);
+            max_wait[class] = Duration::from_millis(ms);
         }
     }
     max_wait
@@ -293,6 +312,7 @@ fn client(
     client_name(&name, errs);
     let key = |k: &str| format!("clients.{name}.{k}");
     let keys = keys_of(&key("key_env"), &c.key_env, errs);
+    let limits = super::limits::read(|l| written(&c, l), &key, errs);
     for k in &keys {
         let mine = key("key_env");
         match holder.get(k) {
@@ -337,36 +357,35 @@ fn client(
             })
         })
     };
-    let nz64 = |k: &str, v: Option<u64>, errs: &mut Vec<ConfigError>| {
-        v.and_then(|v| {
-            NonZeroU64::new(v).or_else(|| {
-                errs.push(ConfigError::Zero { key: key(k) });
-                None
-            })
-        })
-    };
     ClientSpec {
         max_concurrent: nz32("max_concurrent", c.max_concurrent, errs),
-        requests_per_minute: nz32("requests_per_minute", c.requests_per_minute, errs),
-        tokens_per_minute: nz64("tokens_per_minute", c.tokens_per_minute, errs),
-        tokens_per_day: nz64("tokens_per_day", c.tokens_per_day, errs),
-        tokens_per_month: nz64("tokens_per_month", c.tokens_per_month, errs),
+        limits,
         reserve_output_tokens: c
             .reserve_output_tokens
             .unwrap_or(DEFAULT_RESERVE_OUTPUT_TOKENS),
         max_queue_wait: c.max_queue_wait_ms.map(Duration::from_millis),
-        gpu_ms_per_minute: gpu_ms(
-            &key("gpu_seconds_per_minute"),
-            c.gpu_seconds_per_minute,
-            errs,
-        ),
-        gpu_ms_per_day: gpu_ms(&key("gpu_seconds_per_day"), c.gpu_seconds_per_day, errs),
-        gpu_ms_per_month: gpu_ms(&key("gpu_seconds_per_month"), c.gpu_seconds_per_month, errs),
         cache_group: cache_group(&group_name(&key("cache_group"), &name, c.cache_group, errs)),
         name,
         keys,
         aliases: allowed,
         priority,
+    }
+}
+
+/// What `c` writes of `limit`; `None` where it sets none (or no key sets that kind).
+fn written(c: &RawClient, limit: Limit) -> Option<Written> {
+    use Resource as R;
+    use Window as W;
+    use Written::{Count, Seconds};
+    match (limit.resource, limit.window) {
+        (R::Requests, W::Minute) => c.requests_per_minute.map(|n| Count(u64::from(n))),
+        (R::Tokens, W::Minute) => c.tokens_per_minute.map(Count),
+        (R::Tokens, W::Day) => c.tokens_per_day.map(Count),
+        (R::Tokens, W::Month) => c.tokens_per_month.map(Count),
+        (R::Gpu, W::Minute) => c.gpu_seconds_per_minute.map(Seconds),
+        (R::Gpu, W::Day) => c.gpu_seconds_per_day.map(Seconds),
+        (R::Gpu, W::Month) => c.gpu_seconds_per_month.map(Seconds),
+        (R::Requests, W::Day | W::Month) => None,
     }
 }
 
@@ -384,21 +403,6 @@ fn group_name<'a>(
         }
         None => std::borrow::Cow::Borrowed(name),
     }
-}
-
-/// A budget of GPU-seconds, in milliseconds: a number of seconds of at least a millisecond.
-fn gpu_ms(key: &str, seconds: Option<f64>, errs: &mut Vec<ConfigError>) -> Option<NonZeroU64> {
-    let s = seconds?;
-    let ms = (s * 1000.0).round();
-    if s.is_finite() && ms >= 1.0 && ms < u64::MAX as f64 {
-        return NonZeroU64::new(ms as u64);
-    }
-    errs.push(ConfigError::BadValue {
-        key: key.into(),
-        value: s.to_string(),
-        reason: "is not a number of seconds of at least 0.001".into(),
-    });
-    None
 }
 
 #[cfg(test)]
@@ -469,5 +473,38 @@ backend = "b"
             owner.contains("key-0123456789abcdef") && owner.contains("the owner of a key"),
             "{owner}"
         );
+    }
+
+    #[test]
+    fn each_limit_is_read_from_its_key_by_kind() {
+        std::env::set_var("SB_TEST_CLIENTS_LIMITS", "k-limits");
+        let cfg = crate::config::from_toml(&format!(
+            "{FLEET}\n[clients.c]\nkey_env = \"SB_TEST_CLIENTS_LIMITS\"\nrequests_per_minute = 7\n\
+             tokens_per_month = 900\ngpu_seconds_per_day = 1.5"
+        ))
+        .unwrap();
+        let c = &cfg.clients.named[0];
+        let set: Vec<(Limit, u64)> = c.set().collect();
+        let limit = Limit::new;
+        assert_eq!(
+            set,
+            [
+                (limit(Resource::Requests, Window::Minute), 7),
+                (limit(Resource::Tokens, Window::Month), 900),
+                (limit(Resource::Gpu, Window::Day), 1500),
+            ]
+        );
+        assert!(c.counts_tokens() && c.counts_gpu() && c.counts_days());
+        assert_eq!(c.smallest(Resource::Tokens), Some(900));
+        let bad = errors(&format!(
+            "{FLEET}\n[clients.c]\nkey_env = \"SB_TEST_CLIENTS_LIMITS\"\ntokens_per_day = 0\n\
+             gpu_seconds_per_minute = 0.0001"
+        ));
+        for part in [
+            "clients.c.tokens_per_day: must be greater than zero",
+            "clients.c.gpu_seconds_per_minute: \"0.0001\" is not a number of seconds",
+        ] {
+            assert!(bad.contains(part), "{part}: {bad}");
+        }
     }
 }

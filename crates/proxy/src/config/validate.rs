@@ -102,7 +102,7 @@ fn budgets(
     errs: &mut Vec<ConfigError>,
 ) {
     for c in &clients.named {
-        let month = c.tokens_per_month.is_some() || c.gpu_ms_per_month.is_some();
+        let month = c.set().any(|(l, _)| l.window == super::Window::Month);
         match ledger {
             Some(l) if month && (1..32).contains(&l.retention_days) => {
                 errs.push(ConfigError::BadValue {

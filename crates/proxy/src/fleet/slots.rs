@@ -37,7 +37,7 @@ pub use refused::Refused;
 
 use super::lease::SharedSlots;
 use super::ticket::{QueueWatch, Ticket};
-use crate::config::{Priority, Scheduling};
+use crate::config::{ByClass, Priority, Scheduling};
 
 /// The slots of one backend.
 #[derive(Debug)]
@@ -64,7 +64,7 @@ struct State {
     waiters: Vec<Waiter<oneshot::Sender<SlotPermit>>>,
     seq: u64,
     /// The client last served in each class (the fair turn goes on from it).
-    last: [Option<u64>; 4],
+    last: ByClass<Option<u64>>,
     /// Each slot: its holder, the conversation it caches, whether it is kept.
     table: Table,
     /// The clients' shares of GPU time.
@@ -177,7 +177,7 @@ impl Inner {
             let w = st.waiters.swap_remove(i);
             self.waiting
                 .store(st.waiters.len() as u32, Ordering::Release);
-            st.last[turn as usize] = Some(w.ticket.client);
+            st.last[turn] = Some(w.ticket.client);
             let permit = self.grant(st, index, w.ticket);
             match w.tx.send(permit) {
                 Ok(()) => return,
@@ -282,7 +282,7 @@ impl Slots {
                 state: Mutex::new(State {
                     waiters: Vec::new(),
                     seq: 0,
-                    last: [None; 4],
+                    last: ByClass::default(),
                     table: Table::new(slots),
                     fair: Fair::default(),
                     grants: 0,

@@ -186,32 +186,32 @@ impl Query {
                     && (self.models.is_empty() || self.models.contains(&r.alias))
                     && (self.clients.is_empty() || self.clients.contains(&r.client))
             });
-            let mut groups: Vec<(Option<&str>, Option<&str>, [i64; 4])> = Vec::new();
+            let mut groups: Vec<(Option<&str>, Option<&str>, Sums)> = Vec::new();
             for r in in_bucket {
                 let model = self.by_model.then_some(r.alias.as_str());
                 let client = self.by_client.then_some(r.client.as_str());
-                let sums = [
-                    r.requests,
-                    r.prompt_tokens,
-                    r.cached_tokens,
-                    r.output_tokens,
-                ];
+                let sums = Sums {
+                    requests: r.requests,
+                    input: r.prompt_tokens,
+                    cached: r.cached_tokens,
+                    output: r.output_tokens,
+                };
                 match groups.iter_mut().find(|g| g.0 == model && g.1 == client) {
-                    Some(g) => (0..4).for_each(|i| g.2[i] += sums[i]),
+                    Some(g) => g.2.add(&sums),
                     None => groups.push((model, client, sums)),
                 }
             }
             let results: Vec<Value> = groups
                 .into_iter()
-                .map(|(model, client, [requests, input, cached, output])| {
+                .map(|(model, client, sums)| {
                     json!({
                         "object": "organization.usage.completions.result",
-                        "input_tokens": input,
-                        "output_tokens": output,
-                        "input_cached_tokens": cached,
+                        "input_tokens": sums.input,
+                        "output_tokens": sums.output,
+                        "input_cached_tokens": sums.cached,
                         "input_audio_tokens": 0,
                         "output_audio_tokens": 0,
-                        "num_model_requests": requests,
+                        "num_model_requests": sums.requests,
                         "project_id": client,
                         "user_id": null,
                         "api_key_id": client,
@@ -236,6 +236,23 @@ impl Query {
             "has_more": more,
             "next_page": more.then(|| encode_page(at)),
         })
+    }
+}
+
+/// One result's sums: requests, and their input (cached among them) and output tokens.
+struct Sums {
+    requests: i64,
+    input: i64,
+    cached: i64,
+    output: i64,
+}
+
+impl Sums {
+    fn add(&mut self, other: &Sums) {
+        self.requests += other.requests;
+        self.input += other.input;
+        self.cached += other.cached;
+        self.output += other.output;
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::store::Store;
 use super::LedgerError;
+use crate::budget::Amounts;
 use crate::db::Val;
 
 impl Store {
@@ -19,24 +20,31 @@ impl Store {
         rows.iter().map(day).collect()
     }
 
-    /// Tokens and GPU-seconds charged per client (what was reported, on rows that record no
-    /// charge) of the raw rows from `from_ms` up to `until_ms`, of processes other than
-    /// `process`.
+    /// What each client's requests took — their number, the tokens and GPU time charged (what
+    /// was reported, on rows that record no charge), their output tokens — of the raw rows
+    /// from `from_ms` up to `until_ms`, of processes other than `process`.
     pub fn spent(
         &mut self,
         from_ms: i64,
         until_ms: i64,
         process: &str,
-    ) -> Result<Vec<(String, i64, f64)>, LedgerError> {
+    ) -> Result<Vec<(String, Amounts)>, LedgerError> {
         let q = "SELECT client, \
                  CAST(sum(COALESCE(charged_tokens, prompt_tokens + output_tokens)) AS BIGINT), \
                  CAST(sum(COALESCE(charged_gpu_s, gpu_prefill_s + gpu_decode_s)) \
-                 AS DOUBLE PRECISION) FROM requests \
+                 AS DOUBLE PRECISION), CAST(count(*) AS BIGINT), \
+                 CAST(sum(output_tokens) AS BIGINT) FROM requests \
                  WHERE at_ms >= $1 AND at_ms < $2 AND process <> $3 GROUP BY client";
         let p = [from_ms.into(), until_ms.into(), Val::from(process)];
         let rows = self.db().rows(q, &p)?;
         let client = |r: &crate::db::Row| -> Result<_, LedgerError> {
-            Ok((r.text(0)?, r.int(1)?, r.float(2)?))
+            let amounts = Amounts {
+                requests: r.int(3)? as f64,
+                tokens: r.int(1)? as f64,
+                output_tokens: r.int(4)? as f64,
+                gpu_ms: r.float(2)? * 1000.0,
+            };
+            Ok((r.text(0)?, amounts))
         };
         rows.iter().map(client).collect()
     }

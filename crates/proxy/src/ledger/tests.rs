@@ -19,6 +19,12 @@ fn settings(dir: &tempfile::TempDir) -> Settings {
     }
 }
 
+/// Of what [`Store::spent`] read, each client's tokens and GPU-seconds.
+fn tokens_and_gpu(spent: Vec<(String, crate::budget::Amounts)>) -> Vec<(String, i64, f64)> {
+    let each = |(c, a): (String, crate::budget::Amounts)| (c, a.tokens as i64, a.gpu_ms / 1000.0);
+    spent.into_iter().map(each).collect()
+}
+
 fn row(i: i64, client: &str, alias: &str, at_ms: i64) -> Row {
     Row {
         seq: i,
@@ -92,8 +98,13 @@ fn a_database_of_version_1_is_migrated_and_its_rows_count_their_usage() {
     store.write("new", &[charged]).unwrap();
     // The old row counts its usage; the new one what it was charged.
     let spent = store.spent(0, 100, "me").unwrap();
-    assert_eq!(spent, vec![("ann".to_string(), 120 + 50, 2.0 + 0.25)]);
-    assert_eq!(store.spent(0, 100, "new").unwrap()[0].1, 120);
+    let (requests, output) = (spent[0].1.requests, spent[0].1.output_tokens);
+    assert_eq!((requests, output), (2.0, 20.0 + 11.0));
+    assert_eq!(
+        tokens_and_gpu(spent),
+        vec![("ann".to_string(), 120 + 50, 2.0 + 0.25)]
+    );
+    assert_eq!(store.spent(0, 100, "new").unwrap()[0].1.tokens, 120.0);
 }
 
 #[test]
@@ -125,14 +136,14 @@ fn a_database_of_version_4_is_migrated_with_its_usage_owned_by_its_clients() {
         1
     );
     assert_eq!(
-        store.spent(0, 100, "me").unwrap(),
+        tokens_and_gpu(store.spent(0, 100, "me").unwrap()),
         vec![("ann".to_string(), 50, 0.25)]
     );
     // Two keys' rows of the one client: the budgets read the client, the usage each owner.
     let (mut one, mut two) = (row(1, "anonymous", "a", 7), row(2, "anonymous", "a", 8));
     (one.owner, two.owner) = (Some("key-1".into()), Some("key-2".into()));
     store.write("new", &[one, two]).unwrap();
-    let spent = store.spent(0, 100, "me").unwrap();
+    let spent = tokens_and_gpu(store.spent(0, 100, "me").unwrap());
     let anonymous = spent.iter().find(|s| s.0 == "anonymous");
     assert_eq!(
         anonymous,
@@ -398,7 +409,13 @@ fn what_other_processes_spent_is_read_at_start_and_again_in_a_new_zone() {
     };
     // Tokens today, this month; GPU-milliseconds today, this month.
     let gpu_month = 500.0 + (month - 110.0) / 114.0 * 1000.0;
-    assert_eq!(spent.by_client["ann"], [110.0, month, 500.0, gpu_month]);
+    use crate::config::Window;
+    let ann = &spent.by_client["ann"];
+    let (day, this_month) = (&ann[Window::Day], &ann[Window::Month]);
+    assert_eq!(
+        [day.tokens, this_month.tokens, day.gpu_ms, this_month.gpu_ms],
+        [110.0, month, 500.0, gpu_month]
+    );
     // This process's own rows are its own count's, never the ledger's.
     ledger.record(row(0, "bob", "a", now));
     until("bob's row written", || counters.written.get() == 1);

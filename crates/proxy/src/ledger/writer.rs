@@ -8,7 +8,7 @@
 //! it, and it is opened (and checked) again after 0.25 s doubling to 30 s. Once every handle
 //! is gone it writes what waits and ends.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::check::{self, Problem};
 use super::{LedgerError, Row, Shared, Store};
-use crate::budget::Spent;
+use crate::budget::{Amounts, Spent};
 use crate::calendar::{Calendar, Periods};
 use crate::config;
 
@@ -95,8 +95,8 @@ pub fn with_store<T: Send + 'static>(
         .map_err(|_| LedgerError::Thread("reader failed".into()))?
 }
 
-/// Tokens and GPU-seconds per client.
-type Sums = HashMap<String, (i64, f64)>;
+/// What each client's requests took in a span, as [`Store::spent`] reads it.
+type Sums = Vec<(String, Amounts)>;
 
 struct Writer {
     /// `None` while out of use: it could not be opened, or failed its check.
@@ -254,24 +254,20 @@ impl Writer {
         let store = self.store.as_mut().ok_or(LedgerError::OutOfUse)?;
         let key = (p.month.0, p.day.0);
         if self.before_today.as_ref().is_none_or(|(k, _)| *k != key) {
-            let rows = store.spent(p.month.0, p.day.0, &self.process)?;
-            let sums = rows.into_iter().map(|(c, t, g)| (c, (t, g))).collect();
+            let sums = store.spent(p.month.0, p.day.0, &self.process)?;
             self.before_today = Some((key, sums));
         }
-        let mut by_client: HashMap<String, [f64; 4]> = HashMap::new();
-        for (client, tokens, gpu_s) in store.spent(p.day.0, i64::MAX, &self.process)? {
-            let (t, g) = (tokens as f64, gpu_s * 1000.0);
-            by_client.insert(client, [t, t, g, g]);
-        }
-        for (client, (tokens, gpu_s)) in self.before_today.iter().flat_map(|(_, m)| m) {
-            let e = by_client.entry(client.clone()).or_default();
-            e[1] += *tokens as f64;
-            e[3] += gpu_s * 1000.0;
-        }
-        Ok(Spent {
+        let mut spent = Spent {
             periods: p,
-            by_client,
-        })
+            ..Spent::default()
+        };
+        for (client, amounts) in store.spent(p.day.0, i64::MAX, &self.process)? {
+            spent.add(&client, p.day.0, &amounts);
+        }
+        for (client, amounts) in self.before_today.iter().flat_map(|(_, m)| m) {
+            spent.add(client, p.month.0, amounts);
+        }
+        Ok(spent)
     }
 
     /// Writes the next batch; whether it is in the database now.

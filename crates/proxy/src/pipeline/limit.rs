@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use super::admit::Admitted;
 use super::call::Call;
 use crate::clients::charge::Charge;
-use crate::config::ClientSpec;
+use crate::config::{ClientSpec, Resource};
 use crate::error::ProxyError;
 use crate::fleet::work::Need;
 
@@ -71,16 +71,7 @@ fn gpu_ms(call: &Call<'_>, spec: &ClientSpec, admitted: &Admitted, need: Need) -
     match need.output {
         Some(each) => ms(u64::from(each) * choices),
         None => {
-            let smallest = [
-                spec.gpu_ms_per_minute,
-                spec.gpu_ms_per_day,
-                spec.gpu_ms_per_month,
-            ]
-            .into_iter()
-            .flatten()
-            .map(|b| b.get())
-            .min()
-            .unwrap_or(u64::MAX);
+            let smallest = spec.smallest(Resource::Gpu).unwrap_or(u64::MAX);
             let wanted = ms(u64::from(spec.reserve_output_tokens) * choices);
             wanted.min(smallest.max(ms(0)))
         }
@@ -90,25 +81,18 @@ fn gpu_ms(call: &Call<'_>, spec: &ClientSpec, admitted: &Admitted, need: Need) -
 /// The output reserved for a request asking `asked` (its output limit, its choices) of a
 /// client: its limit times its choices; without a limit (its alias sets none either), the
 /// client's `reserve_output_tokens` for each choice, as much of it as leaves the request
-/// within the client's smallest token budget (a default never makes a request never fit).
+/// within each of the client's budgets that counts output (a default never makes a request
+/// never fit).
 fn reservation(spec: &ClientSpec, asked: (Option<u32>, u32), prompt: u64) -> u64 {
     let (limit, choices) = asked;
     let choices = u64::from(choices);
     match limit {
         Some(each) => u64::from(each) * choices,
         None => {
-            let budget = [
-                spec.tokens_per_minute,
-                spec.tokens_per_day,
-                spec.tokens_per_month,
-            ]
-            .into_iter()
-            .flatten()
-            .map(|b| b.get())
-            .min()
-            .unwrap_or(u64::MAX);
+            let limits = spec.limits.map(|_, n| n.map(std::num::NonZeroU64::get));
+            let room = crate::budget::room_for_output(&limits, prompt).unwrap_or(u64::MAX);
             let wanted = u64::from(spec.reserve_output_tokens) * choices;
-            wanted.min(budget.saturating_sub(prompt))
+            wanted.min(room)
         }
     }
 }

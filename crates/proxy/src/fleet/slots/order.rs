@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::fair::Fair;
-use crate::config::{Order, Priority, Scheduling};
+use crate::config::{ByClass, Order, Priority, Scheduling};
 use crate::fleet::ticket::Ticket;
 
 /// A request waiting for a slot: its place in line and what it carries to be woken (`tx`).
@@ -26,7 +26,7 @@ pub(super) struct Waiter<T> {
 /// is within the schedule's slack of that — then that client's oldest request there.
 pub(super) fn pick<T>(
     waiters: &[Waiter<T>],
-    last: &[Option<u64>; 4],
+    last: &ByClass<Option<u64>>,
     now: Instant,
     fair: &Fair,
     schedule: &Scheduling,
@@ -41,7 +41,7 @@ pub(super) fn pick<T>(
     }
     let best = waiting().map(|(_, w)| w.ticket.class).min()?;
     let in_turn = || waiting().filter(move |(_, w)| w.ticket.lifted(best, now) == best);
-    let after = last[best as usize];
+    let after = last[best];
     let in_order = |clients: &mut dyn Iterator<Item = u64>| -> Option<u64> {
         let all: Vec<u64> = clients.collect();
         let next = all

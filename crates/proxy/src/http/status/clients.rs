@@ -11,6 +11,7 @@ use super::charts;
 use super::escape::E;
 use crate::clients::limiter::Left;
 use crate::clients::Caller;
+use crate::config::{ByLimit, Limit, Window};
 use crate::live::Snapshot;
 
 /// One client's section.
@@ -32,7 +33,7 @@ pub struct ClientView {
     /// Its colour on the slot timelines.
     pub colour: &'static str,
     /// Label, limit and what is left (GPU time in seconds).
-    pub limits: Vec<(&'static str, Left)>,
+    pub limits: Vec<(String, Left)>,
     /// The budgets of the month: label, used and limit.
     pub month: Vec<(&'static str, u64, u64)>,
 }
@@ -90,34 +91,9 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
         .iter()
         .filter(|c| viewer.sees_client(c.name()))
         .map(|c| {
-            let s = c.state.limiter.standing(now);
             let steps = c.state.recent.steps(now);
             let recent = crate::clients::total(&steps);
-            let [td, tm, gd, gm] = c.state.budgets.standing();
-            let seconds = |l: Option<Left>| {
-                l.map(|l| Left {
-                    limit: l.limit / 1000,
-                    remaining: l.remaining / 1000,
-                    reset: l.reset,
-                })
-            };
-            let limits = [
-                ("requests / min", s.requests),
-                ("tokens / min", s.tokens),
-                ("tokens / day", td),
-                ("tokens / month", tm),
-                ("GPU-s / day", seconds(gd)),
-                ("GPU-s / month", seconds(gm)),
-            ]
-            .into_iter()
-            .filter_map(|(l, left)| Some((l, left?)))
-            .collect();
-            let month = [("tokens", tm), ("GPU-s", seconds(gm))]
-                .into_iter()
-                .filter_map(|(l, left)| {
-                    left.map(|b| (l, b.limit.saturating_sub(b.remaining), b.limit))
-                })
-                .collect();
+            let (limits, month) = shown(&c.state.standing(now));
             ClientView {
                 name: c.spec.name.clone(),
                 priority: c.spec.priority.as_str(),
@@ -136,6 +112,41 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
         .collect();
     chart_the_most(&mut views);
     views
+}
+
+/// Each limit of `standing` it has (label, what is left) and its budgets of the month (label,
+/// used, limit), GPU time in seconds.
+#[allow(clippy::type_complexity)]
+fn shown(standing: &ByLimit<Option<Left>>) -> (Vec<(String, Left)>, Vec<(&'static str, u64, u64)>) {
+    let set = standing.iter().filter_map(|(kind, left)| {
+        let left = (*left)?;
+        let left = match kind.resource.millis() {
+            true => Left {
+                limit: left.limit / 1000,
+                remaining: left.remaining / 1000,
+                reset: left.reset,
+            },
+            false => left,
+        };
+        Some((kind, left))
+    });
+    let set: Vec<(Limit, Left)> = set.collect();
+    let limits = set
+        .iter()
+        .map(|(kind, left)| (kind.label(), *left))
+        .collect();
+    let month = set
+        .iter()
+        .filter(|(kind, _)| kind.window == Window::Month)
+        .map(|(kind, b)| {
+            (
+                kind.resource.short(),
+                b.limit.saturating_sub(b.remaining),
+                b.limit,
+            )
+        })
+        .collect();
+    (limits, month)
 }
 
 /// Keeps the steps of the [`CHARTED`] clients of the most GPU-seconds (none of a client that
@@ -242,7 +253,7 @@ mod tests {
             gpu_5m,
             gpu_steps: Some(steps),
             colour: "#009E73",
-            limits: vec![("tokens / min", crate::clients::headers::full(100))],
+            limits: vec![("tokens / min".into(), crate::clients::headers::full(100))],
             month: vec![("tokens", 250, 1000)],
         }
     }

@@ -10,6 +10,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::labels::{ttft_hist, Name};
+use crate::kinds::{Key, PerKind};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ClientLabel {
@@ -43,6 +44,18 @@ pub enum RefusalReason {
     quota,
     concurrency,
     not_allowed,
+}
+
+impl Key for RefusalReason {
+    const ALL: &'static [RefusalReason] = &[
+        RefusalReason::rate_limit,
+        RefusalReason::quota,
+        RefusalReason::concurrency,
+        RefusalReason::not_allowed,
+    ];
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -131,12 +144,7 @@ impl ClientFamilies {
             prompt_tokens: tokens(TokenKind::prompt),
             completion_tokens: tokens(TokenKind::completion),
             queue_wait: self.queue_wait.get_or_create_owned(&l),
-            refusals: [
-                refusal(RefusalReason::rate_limit),
-                refusal(RefusalReason::quota),
-                refusal(RefusalReason::concurrency),
-                refusal(RefusalReason::not_allowed),
-            ],
+            refusals: PerKind::from_fn(refusal),
             inflight: self.inflight.get_or_create_owned(&l),
             queued: self.queued.get_or_create_owned(&l),
             name: client,
@@ -152,7 +160,7 @@ pub struct ClientMetrics {
     pub prompt_tokens: Counter,
     pub completion_tokens: Counter,
     pub queue_wait: Histogram,
-    pub(super) refusals: [Counter; 4],
+    pub(super) refusals: PerKind<RefusalReason, Counter, 4>,
     pub inflight: Gauge,
     pub queued: Gauge,
 }
@@ -177,6 +185,6 @@ impl ClientMetrics {
     }
 
     pub fn refused(&self, reason: RefusalReason) {
-        self.refusals[reason as usize].inc();
+        self.refusals[reason].inc();
     }
 }
