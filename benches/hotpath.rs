@@ -12,10 +12,10 @@ use serde_json::json;
 use switchboard_proxy::observe::metrics::Metrics;
 use switchboard_proxy::observe::record::Record;
 use switchboard_proxy::observe::window::{Sample, Window};
-use switchboard_proxy::wire::request::ParsedRequest;
-use switchboard_proxy::wire::usage;
-use switchboard_proxy::wire::usage::Usage;
-use switchboard_proxy::wire::Endpoint;
+use switchboard_wire::request::ParsedRequest;
+use switchboard_wire::usage;
+use switchboard_wire::usage::Usage;
+use switchboard_wire::Endpoint;
 
 /// A chat request of about `size` bytes: a system prompt and alternating turns.
 fn body(size: usize) -> Vec<u8> {
@@ -115,8 +115,8 @@ fn metrics_per_request(c: &mut Criterion) {
 /// The shaping step on an alias that configures nothing (the byte searches only) and on one
 /// with defaults, a stripped field and an output cap (the members rewritten).
 fn shape_request(c: &mut Criterion) {
-    use switchboard_proxy::wire::shape::{shape, Input, ShapeSpec};
-    let chat = Some(&switchboard_proxy::wire::chat::SHAPING);
+    use switchboard_wire::shape::{shape, Input, ShapeSpec};
+    let chat = Some(&switchboard_wire::chat::SHAPING);
     let mut g = c.benchmark_group("shape");
     let plain = ShapeSpec {
         alias: "frank-zealot".into(),
@@ -152,8 +152,8 @@ fn shape_request(c: &mut Criterion) {
 fn relay_stream(c: &mut Criterion) {
     use futures_util::StreamExt;
     use switchboard_proxy::pipeline::relay::{relay, RelayOptions};
-    use switchboard_proxy::reasoning::{OutputField, StreamRewriter};
-    use switchboard_proxy::wire::EventTransform;
+    use switchboard_wire::reasoning::{OutputField, StreamRewriter};
+    use switchboard_wire::EventTransform;
     let tail = r#"],"created":1796026263,"id":"chatcmpl-sWeZjTLb4UlpUnXzDa8gBu2cJM9MTveM","model":"tiny-qwen3","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}"#;
     let mut events = format!(
         "data: {{\"choices\":[{{\"finish_reason\":null,\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":null}}}}{tail}\n\n"
@@ -194,7 +194,7 @@ fn relay_stream(c: &mut Criterion) {
                         as Box<dyn EventTransform>,
                 ),
                 events: None,
-                adapter: switchboard_proxy::wire::adapter(Endpoint::chat_completions),
+                adapter: switchboard_wire::adapter(Endpoint::chat_completions),
                 tally: Default::default(),
                 event_limit: 8 << 20,
             };

@@ -4,7 +4,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use switchboard_proxy::reasoning::{OutputField, StreamRewriter, ThinkTags};
+use switchboard_wire::reasoning::{OutputField, StreamRewriter, ThinkTags};
 
 /// A llama.cpp chunk (the shape of its `--reasoning-format none` stream) carrying `delta`.
 fn llamacpp(delta: &str) -> String {

@@ -16,12 +16,12 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use switchboard_proxy::config::MediaCosts;
-use switchboard_proxy::flavor::Flavor;
 use switchboard_proxy::guard::{self, Counted, GuardSpec};
 use switchboard_proxy::tokens::bound::PromptView;
 use switchboard_proxy::tokens::local::LocalCounter;
 use switchboard_proxy::tokens::Counter;
-use switchboard_proxy::wire::{self, Endpoint};
+use switchboard_wire::flavor::Flavor;
+use switchboard_wire::{self as wire, Endpoint};
 
 /// The recorded 100k-token spec, doubled: about 200k Qwen3 tokens.
 fn conversation_200k() -> Value {
@@ -166,7 +166,7 @@ fn bench_guard(c: &mut Criterion) {
                 let req = Counted {
                     adapter,
                     body,
-                    converter: switchboard_proxy::wire::Converter::Llamacpp,
+                    converter: switchboard_wire::Converter::Llamacpp,
                     who: None,
                 };
                 rt.block_on(guard::check_request(&spec, &client, req))

@@ -294,8 +294,7 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
             a.name
         )
     })?;
-    let req =
-        switchboard_proxy::wire::request::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
+    let req = switchboard_wire::request::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
     let body = req.upstream_body(&body, &a.upstream_model, false);
     let view = PromptView::parse(&body).map_err(|e| format!("invalid request: {e:?}"))?;
     let output = view.requested_output();

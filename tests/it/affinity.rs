@@ -6,10 +6,10 @@ use crate::common;
 use common::*;
 use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_proxy::fleet::balance::order;
 use switchboard_proxy::fleet::conversation::{conversation_of, HARNESS_HEADERS, SESSION_HEADER};
 use switchboard_sim::{Sim, SimConfig};
+use switchboard_wire::flavor::Flavor;
 
 /// Turn `n` of conversation `conv`: its leading messages the same every turn.
 fn turn(conv: usize, n: usize) -> Value {

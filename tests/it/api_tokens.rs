@@ -15,9 +15,9 @@ use conversation_gen::{files, fixtures};
 
 use serde_json::Value;
 use switchboard_proxy::config::MediaCosts;
-use switchboard_proxy::flavor::Flavor;
 use switchboard_proxy::tokens::local::LocalCounter;
-use switchboard_proxy::wire::{self, Converter, Endpoint};
+use switchboard_wire::flavor::Flavor;
+use switchboard_wire::{self as wire, Converter, Endpoint};
 
 fn recorded(kind: &str) -> Vec<Value> {
     let raw = std::fs::read(fixtures().join(format!("recorded_{kind}.json"))).unwrap();

@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::spec::{check_messages, check_responses, parse_sse, types};
 use common::*;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 
 fn sim_cfg(flavor: Flavor) -> SimConfig {
     SimConfig {

@@ -7,8 +7,8 @@ use crate::conversation_gen;
 
 use common::*;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::{Sim, SimConfig};
+use switchboard_wire::flavor::Flavor;
 
 fn sim_cfg(flavor: Flavor) -> SimConfig {
     SimConfig {

@@ -7,8 +7,8 @@ use crate::common;
 use common::toml::Fleet;
 use common::{client, gpu_sim, proxy, until, within, Proxy};
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::{GpuSim, Sim};
+use switchboard_wire::flavor::Flavor;
 
 fn fleet(flavor: &str, slots: u32, clients: &str) -> String {
     Fleet::new()

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::{Sim, SimConfig};
+use switchboard_wire::flavor::Flavor;
 
 /// A llama.cpp simulator whose slots hold a 10 MiB prompt.
 async fn llama_sim() -> Sim {

@@ -7,10 +7,10 @@ use std::process::{Command, Output};
 
 use common::*;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_proxy::live::figures::Source;
 use switchboard_proxy::live::AppState;
 use switchboard_sim::{Sim, SimConfig};
+use switchboard_wire::flavor::Flavor;
 
 fn sim_cfg(flavor: Flavor, model: &str, slot_ctx: u32, slots: u32) -> SimConfig {
     SimConfig {

@@ -6,8 +6,8 @@ use crate::common;
 use common::toml::Fleet;
 use common::{client, gpu_sim, proxy, sample, within, Proxy};
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::GpuSim;
+use switchboard_wire::flavor::Flavor;
 
 fn fleet(flavor: &str, slots: u32, server: &str, clients: &str) -> String {
     Fleet::new()

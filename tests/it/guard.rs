@@ -9,8 +9,8 @@ use async_openai::types::chat::{
 };
 use common::*;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 
 const FLAVORS: [Flavor; 3] = [Flavor::Llamacpp, Flavor::Vllm, Flavor::Sglang];
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use switchboard_proxy::flavor::Flavor;
 use switchboard_proxy::live::AppState;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 
 #[tokio::test]
 async fn reload_swaps_config_and_keeps_it_on_error() {

@@ -4,8 +4,8 @@ use crate::common;
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::{count_prompt_tokens, SimConfig};
+use switchboard_wire::flavor::Flavor;
 
 fn sim_cfg() -> SimConfig {
     SimConfig {
@@ -247,11 +247,8 @@ async fn metrics_negotiates_openmetrics() {
 /// every family has a series.
 fn every_family_rendered() -> String {
     let m = switchboard_proxy::observe::metrics::Metrics::new();
-    m.alias("a").request(
-        switchboard_proxy::wire::Endpoint::chat_completions,
-        200,
-        false,
-    );
+    m.alias("a")
+        .request(switchboard_wire::Endpoint::chat_completions, 200, false);
     m.backend_state("b", switchboard_proxy::fleet::health::BackendState::up);
     m.client("c").request(200);
     m.breaker_state("b", switchboard_proxy::fleet::breaker::BreakerState::closed);

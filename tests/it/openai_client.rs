@@ -10,8 +10,8 @@ use async_openai::types::chat::{
 use async_openai::Client;
 use common::*;
 use futures_util::StreamExt;
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 
 fn request(model: &str) -> CreateChatCompletionRequest {
     CreateChatCompletionRequestArgs::default()

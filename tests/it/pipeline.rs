@@ -6,8 +6,8 @@ use std::time::Duration;
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 
 fn sim_cfg(flavor: Flavor) -> SimConfig {
     SimConfig {

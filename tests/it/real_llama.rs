@@ -11,9 +11,9 @@ use common::toml::Fleet;
 use common::*;
 use serde_json::{json, Value};
 use switchboard_proxy::fleet::cost::{CostModel, Observed};
-use switchboard_proxy::reasoning::OutputField;
-use switchboard_proxy::wire::usage::{of_body, Timings};
-use switchboard_proxy::wire::{adapter, Action, ApiEvents, Endpoint, Seen, StreamContext};
+use switchboard_wire::reasoning::OutputField;
+use switchboard_wire::usage::{of_body, Timings};
+use switchboard_wire::{adapter, Action, ApiEvents, Endpoint, Seen, StreamContext};
 
 /// A grammar that makes the random model think, then answer (with `--reasoning-format
 /// deepseek`, as `start.sh` starts it).

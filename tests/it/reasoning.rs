@@ -3,8 +3,8 @@ use crate::common;
 
 use common::*;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 
 /// (reasoning, content) as a client reading `fields` would assemble them; asserts the other
 /// reasoning name is absent.

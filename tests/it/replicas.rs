@@ -429,7 +429,7 @@ async fn the_breaker_opens_after_failures_and_a_half_open_trial_closes_it() {
 #[tokio::test]
 async fn no_usable_backend_is_a_503_with_retry_after_without_being_tried() {
     let loading = sim(SimConfig {
-        flavor: switchboard_proxy::flavor::Flavor::Vllm,
+        flavor: switchboard_wire::flavor::Flavor::Vllm,
         loading: Duration::from_secs(3600),
         ..SimConfig::default()
     })

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::{count_prompt_tokens, Sim, SimConfig};
+use switchboard_wire::flavor::Flavor;
 
 const LIMIT: Duration = Duration::from_secs(10);
 

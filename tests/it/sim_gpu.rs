@@ -6,8 +6,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::{count_prompt_tokens, GpuRun, GpuSim, Sim, SimConfig};
+use switchboard_wire::flavor::Flavor;
 
 const LIMIT: Duration = Duration::from_secs(20);
 

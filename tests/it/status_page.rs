@@ -428,7 +428,7 @@ async fn browser_status_page_shows_three_clients_on_two_slots_a_queue_and_a_pree
         decode_tps: 40.0,
         ..switchboard_sim::GpuSim::default()
     };
-    let sim = gpu_sim(switchboard_proxy::flavor::Flavor::Llamacpp, 2, gpu).await;
+    let sim = gpu_sim(switchboard_wire::flavor::Flavor::Llamacpp, 2, gpu).await;
     let cfg = common::toml::Fleet::new()
         .server("preempt_after_ms = 50\nadmin_keys_env = \"SB_T_CONSOLE_ADMIN\"")
         .backend("b", "llamacpp")

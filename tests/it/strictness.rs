@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 
 use common::*;
 use serde_json::{json, Value};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One alias `a` with a 4096-token window, counted by estimate (no backend call), on `{b}`.

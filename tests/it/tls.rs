@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use common::*;
 use serde_json::Value;
-use switchboard_proxy::flavor::Flavor;
 use switchboard_proxy::fleet::health::BackendState;
 use switchboard_proxy::live::AppState;
 use switchboard_sim::{Sim, SimConfig};
+use switchboard_wire::flavor::Flavor;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 

@@ -20,11 +20,11 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use switchboard_proxy::config::{CountKind, MediaCosts, TokenizerFiles};
-use switchboard_proxy::flavor::Flavor;
 use switchboard_proxy::guard::{self, GuardSpec, Verdict};
 use switchboard_proxy::tokens::bound::PromptView;
 use switchboard_proxy::tokens::local::LocalCounter;
 use switchboard_proxy::tokens::{Counter, Method};
+use switchboard_wire::flavor::Flavor;
 
 fn counter(flavor: Flavor) -> &'static Arc<Counter> {
     static LLAMA: OnceLock<Arc<Counter>> = OnceLock::new();
@@ -448,8 +448,8 @@ async fn estimate_never_rejects_what_fits() {
 async fn counting_endpoints() {
     let client = switchboard_proxy::upstream::Client::default();
     let s = spec(counter(Flavor::Llamacpp).clone(), 4096, false);
-    let at = |path| switchboard_proxy::wire::Endpoint::from_path(path).adapter();
-    let llamacpp = switchboard_proxy::wire::Converter::Llamacpp;
+    let at = |path| switchboard_wire::Endpoint::from_path(path).adapter();
+    let llamacpp = switchboard_wire::Converter::Llamacpp;
     let chat = body_of("system_user");
     let req = |adapter, body| guard::Counted {
         adapter,
@@ -610,7 +610,7 @@ async fn backend_strategy_speaks_each_flavour() {
     let err = dead.count_prompt(&client, body, &media).await.unwrap_err();
     assert!(matches!(
         guard::count_error(err),
-        switchboard_proxy::error::ProxyError::UpstreamConnect { .. }
+        switchboard_wire::error::ProxyError::UpstreamConnect { .. }
     ));
 }
 
@@ -713,7 +713,7 @@ async fn live_llama_server_context_error_is_canonicalised() {
     let status = resp.status().as_u16();
     let bytes = resp.bytes().await.unwrap();
     let err = guard::canonical::from_backend_error(status, &bytes, 1).expect("recognised");
-    let switchboard_proxy::error::ProxyError::ContextLengthExceeded { window, prompt, .. } = err
+    let switchboard_wire::error::ProxyError::ContextLengthExceeded { window, prompt, .. } = err
     else {
         panic!()
     };

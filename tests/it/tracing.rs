@@ -17,8 +17,8 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::json;
-use switchboard_proxy::flavor::Flavor;
 use switchboard_sim::SimConfig;
+use switchboard_wire::flavor::Flavor;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 

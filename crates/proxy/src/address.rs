@@ -7,26 +7,26 @@ use rustls::pki_types::ServerName;
 
 /// An https backend's TLS settings as configured (validated, nothing read yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSpec {
+pub(crate) struct TlsSpec {
     /// The name its certificate must show, sent as SNI: the URL's host.
-    pub server_name: ServerName<'static>,
+    pub(crate) server_name: ServerName<'static>,
     /// PEM file of the CAs to trust instead of the built-in roots (a self-signed fleet).
-    pub ca_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
 }
 
 /// Where a base URL's requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Address {
+pub(crate) struct Address {
     /// `host:port`, the port the scheme's default when the URL has none.
-    pub authority: String,
+    pub(crate) authority: String,
     /// The URL's path, put before every request path (empty for a server root).
-    pub path_prefix: String,
+    pub(crate) path_prefix: String,
     /// For https: the host as the name the certificate must show.
-    pub server_name: Option<ServerName<'static>>,
+    pub(crate) server_name: Option<ServerName<'static>>,
 }
 
 /// The address of an http or https base URL.
-pub fn address(url: &url::Url) -> Result<Address, String> {
+pub(crate) fn address(url: &url::Url) -> Result<Address, String> {
     let tls = match url.scheme() {
         "http" => false,
         "https" => true,
@@ -45,7 +45,7 @@ pub fn address(url: &url::Url) -> Result<Address, String> {
 }
 
 /// The host of an https URL as a TLS server name (a DNS name or an IP address).
-pub fn server_name(host: &url::Host<&str>) -> Result<ServerName<'static>, String> {
+pub(crate) fn server_name(host: &url::Host<&str>) -> Result<ServerName<'static>, String> {
     let text = match host {
         url::Host::Domain(d) => (*d).to_string(),
         url::Host::Ipv4(ip) => ip.to_string(),

@@ -25,14 +25,14 @@ impl Default for Calendar {
 /// One day and one month of the calendar, each as `[start, end)` in milliseconds since the
 /// Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Periods {
-    pub day: (i64, i64),
-    pub month: (i64, i64),
+pub(crate) struct Periods {
+    pub(crate) day: (i64, i64),
+    pub(crate) month: (i64, i64),
 }
 
 impl Calendar {
     /// The zone of an IANA name (`UTC`, `Europe/Berlin`); `Err`: no such zone.
-    pub fn named(name: &str) -> Result<Calendar, String> {
+    pub(crate) fn named(name: &str) -> Result<Calendar, String> {
         let tz = jiff::tz::db()
             .get(name)
             .map_err(|_| "is no time zone of the IANA database (e.g. UTC, Europe/Berlin)")?;
@@ -42,12 +42,13 @@ impl Calendar {
         })
     }
 
-    pub fn name(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The day and the month holding `at_ms`.
-    pub fn periods(&self, at_ms: i64) -> Periods {
+    pub(crate) fn periods(&self, at_ms: i64) -> Periods {
         let fallback = Periods {
             day: (at_ms, at_ms + 86_400_000),
             month: (at_ms, at_ms + 86_400_000),
@@ -78,14 +79,14 @@ impl Calendar {
 /// The wall clock as budgets read it: read once, then moved on by tokio's clock (so a jump of
 /// the system's clock moves no budget, and tests move it on tokio's paused clock).
 #[derive(Debug, Clone, Copy)]
-pub struct Clock {
+pub(crate) struct Clock {
     wall_ms: i64,
     at: tokio::time::Instant,
 }
 
 impl Clock {
     /// A clock reading the system's time now.
-    pub fn system() -> Clock {
+    pub(crate) fn system() -> Clock {
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -93,7 +94,7 @@ impl Clock {
     }
 
     /// A clock reading `wall_ms` now.
-    pub fn at(wall_ms: i64) -> Clock {
+    pub(crate) fn at(wall_ms: i64) -> Clock {
         Clock {
             wall_ms,
             at: tokio::time::Instant::now(),

@@ -25,7 +25,7 @@ pub enum Format {
     Json,
 }
 
-pub use crate::fleet::drift::Probed;
+pub(crate) use crate::fleet::drift::Probed;
 
 /// The harness's entry of one alias.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +33,11 @@ pub struct Model {
     pub id: String,
     pub input: Vec<&'static str>,
     pub context_window: Option<u32>,
-    pub max_tokens: Option<u32>,
+    pub(crate) max_tokens: Option<u32>,
 }
 
 /// `alias` as a harness sees it, from the config or, with `found`, from what its backend said.
-pub fn model(alias: &Alias, found: Option<&Discovered>) -> Model {
+pub(crate) fn model(alias: &Alias, found: Option<&Discovered>) -> Model {
     let configured = alias
         .window_setting
         .and_then(Sizing::fixed)
@@ -181,7 +181,7 @@ mod yaml {
     }
 
     /// `v` as block content at `indent` spaces.
-    pub fn block(v: &Value, indent: usize, out: &mut String) {
+    pub(crate) fn block(v: &Value, indent: usize, out: &mut String) {
         let pad = " ".repeat(indent);
         match v {
             Value::Object(m) => {

@@ -11,15 +11,15 @@ use std::io::Read;
 use std::path::Path;
 
 /// `tokenizer.file` (`tokenizer.json`), also once inflated when it is gzip-compressed.
-pub const TOKENIZER_BYTES: u64 = 64 << 20;
+pub(crate) const TOKENIZER_BYTES: u64 = 64 << 20;
 /// `tokenizer.config` (`tokenizer_config.json` with its chat template), also once inflated.
-pub const TOKENIZER_CONFIG_BYTES: u64 = 16 << 20;
+pub(crate) const TOKENIZER_CONFIG_BYTES: u64 = 16 << 20;
 /// A backend's `ca_file` (a PEM bundle; Mozilla's whole set is about 0.2 MiB).
-pub const CA_BYTES: u64 = 1 << 20;
+pub(crate) const CA_BYTES: u64 = 1 << 20;
 
 /// Why a config-named file was not read; shown after the key and the path.
 #[derive(Debug, thiserror::Error)]
-pub enum FileError {
+pub(crate) enum FileError {
     #[error("cannot be read: {0}")]
     Io(#[from] std::io::Error),
     #[error("is not a regular file ({0})")]
@@ -33,7 +33,7 @@ pub enum FileError {
 }
 
 /// The limit as people write it: `64 MiB`, or bytes when not a whole number of MiB.
-pub fn mib(limit: u64) -> String {
+pub(crate) fn mib(limit: u64) -> String {
     if limit >= 1 << 20 && limit % (1 << 20) == 0 {
         format!("{} MiB", limit >> 20)
     } else {
@@ -42,7 +42,7 @@ pub fn mib(limit: u64) -> String {
 }
 
 /// The bytes of the regular file at `path`, refused when it holds more than `limit`.
-pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
+pub(crate) fn read(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
     let file = open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -59,7 +59,7 @@ pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
 }
 
 /// Everything of `reader` (a gzip decoder, say) up to `limit` bytes; more is `Over`.
-pub fn read_bounded(reader: impl Read, limit: u64) -> Result<Vec<u8>, FileError> {
+pub(crate) fn read_bounded(reader: impl Read, limit: u64) -> Result<Vec<u8>, FileError> {
     let mut out = Vec::new();
     reader.take(limit.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > limit {

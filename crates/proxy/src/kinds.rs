@@ -29,17 +29,17 @@ impl<K: Key, T, const N: usize> PerKind<K, T, N> {
     }
 
     /// Each kind with its value.
-    pub fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
         K::ALL.iter().copied().zip(&self.values)
     }
 
     /// Each kind with its value, to change.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (K, &mut T)> {
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (K, &mut T)> {
         K::ALL.iter().copied().zip(&mut self.values)
     }
 
     /// The same kinds, each value as `f` makes it of the kind and its value.
-    pub fn map<U>(&self, mut f: impl FnMut(K, &T) -> U) -> PerKind<K, U, N> {
+    pub(crate) fn map<U>(&self, mut f: impl FnMut(K, &T) -> U) -> PerKind<K, U, N> {
         PerKind::from_fn(|k| f(k, &self[k]))
     }
 }

@@ -10,15 +10,13 @@
 //! fails the build on a cycle, on `config` naming a new layer, and on `observe` naming
 //! `tokens`.
 
-pub use switchboard_wire::{
-    self as wire, echo, envelope, error, flavor, reasoning, runtime, words,
-};
+pub(crate) use switchboard_wire::{self as wire, echo, error, flavor, reasoning, runtime, words};
 
-pub mod address;
-pub mod batches;
-pub mod budget;
-pub mod calendar;
-pub mod clients;
+pub(crate) mod address;
+pub(crate) mod batches;
+pub(crate) mod budget;
+pub(crate) mod calendar;
+pub(crate) mod clients;
 pub mod config;
 pub mod db;
 pub mod export;
@@ -32,7 +30,7 @@ pub mod live;
 pub mod observe;
 pub mod path;
 pub mod pipeline;
-pub mod seconds;
+pub(crate) mod seconds;
 pub mod shared;
 pub mod tokens;
 pub mod upstream;

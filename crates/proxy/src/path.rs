@@ -10,7 +10,7 @@
 
 /// Why a path is not canonical.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NonCanonical {
+pub(crate) enum NonCanonical {
     /// `%XX` of a letter, digit, `-`, `.`, `_` or `~`: the same path spelled another way.
     EncodedUnreserved,
     /// `%2F` or `%5C`: a segment boundary some servers see and others do not.
@@ -24,7 +24,7 @@ pub enum NonCanonical {
 }
 
 /// Check that `path` (a URI's path, without its query) is canonical.
-pub fn check(path: &str) -> Result<(), NonCanonical> {
+pub(crate) fn check(path: &str) -> Result<(), NonCanonical> {
     let b = path.as_bytes();
     // One pass for nearly every path: no escape, no dot, so only empty segments to find.
     let mut prev = 0u8;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// `secs` seconds: none when it is not above zero (a negative number, not a number), the
 /// longest `Duration` when it is longer.
-pub fn duration(secs: f64) -> Duration {
+pub(crate) fn duration(secs: f64) -> Duration {
     if secs.is_nan() || secs <= 0.0 {
         return Duration::ZERO;
     }

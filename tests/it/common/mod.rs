@@ -165,7 +165,7 @@ pub async fn sim(cfg: SimConfig) -> Sim {
 
 /// A simulator of `flavor` in GPU mode (`gpu`) with `slots` slots of 64k tokens each.
 pub async fn gpu_sim(
-    flavor: switchboard_proxy::flavor::Flavor,
+    flavor: switchboard_wire::flavor::Flavor,
     slots: u32,
     gpu: switchboard_sim::GpuSim,
 ) -> Sim {

@@ -12,26 +12,26 @@ use serde_json::{json, Value};
 
 /// One line to run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Line {
+pub(crate) struct Line {
     /// Its number in the file, from 1 (blank lines counted).
-    pub line: u64,
-    pub custom_id: String,
-    pub model: String,
+    pub(crate) line: u64,
+    pub(crate) custom_id: String,
+    pub(crate) model: String,
     /// Its `body`, as written.
-    pub body: String,
+    pub(crate) body: String,
 }
 
 /// What is wrong with the file or one of its lines.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LineError {
-    pub code: &'static str,
-    pub message: String,
-    pub param: Option<&'static str>,
-    pub line: Option<u64>,
+pub(crate) struct LineError {
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    pub(crate) param: Option<&'static str>,
+    pub(crate) line: Option<u64>,
 }
 
 impl LineError {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "code": self.code,
             "message": self.message,
@@ -63,7 +63,7 @@ struct Peek {
 /// `max_body` bytes; `usable`: whether a model names an alias the batch's client may use.
 /// Every error found (up to a hundred) when any line is wrong: the batch then fails as a whole,
 /// none of it run.
-pub fn read(
+pub(crate) fn read(
     text: &[u8],
     endpoint: &str,
     max_lines: u64,

@@ -12,14 +12,14 @@
 //! committed as its answer comes, whatever the endpoints and the runner are doing.
 
 mod error;
-pub mod input;
+pub(crate) mod input;
 mod lane;
 mod link;
-pub mod result;
-pub mod runner;
-pub mod state;
-pub mod store;
-pub mod upload;
+pub(crate) mod result;
+pub(crate) mod runner;
+pub(crate) mod state;
+pub(crate) mod store;
+pub(crate) mod upload;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,14 +31,14 @@ use tokio::sync::Notify;
 use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
 use crate::db::{Conn, Db};
 use crate::error::{Echo, ProxyError};
-pub use error::BatchError;
+pub(crate) use error::BatchError;
 use lane::Lane;
-pub use state::BatchState;
+pub(crate) use state::BatchState;
 use store::{BatchRow, FileRow};
 use upload::{Received, Upload};
 
 /// The endpoints a batch may run lines of.
-pub const ENDPOINTS: [&str; 4] = [
+pub(crate) const ENDPOINTS: [&str; 4] = [
     "/v1/chat/completions",
     "/v1/responses",
     "/v1/embeddings",
@@ -46,12 +46,12 @@ pub const ENDPOINTS: [&str; 4] = [
 ];
 
 /// How long a batch may take, the only window OpenAI offers.
-pub const WINDOW: &str = "24h";
+pub(crate) const WINDOW: &str = "24h";
 const WINDOW_S: i64 = 24 * 3600;
 
 /// The Batch API's state: its ways to the database and where files are kept.
 #[derive(Debug)]
-pub struct Batches {
+pub(crate) struct Batches {
     /// The endpoints' way to the database (uploads, downloads, lists, creating, cancelling).
     api: Lane,
     /// The runner's: its looks at the batches, its claims, validations and ends.
@@ -63,7 +63,7 @@ pub struct Batches {
     /// Where files' contents are kept (an upload's `.part` file is written there as it comes).
     files: Files,
     /// Wakes the runner: a batch was created or cancelled.
-    pub wake: Notify,
+    pub(crate) wake: Notify,
     /// The batches not yet ended as the runner last read them (the status page's list).
     active: Mutex<Arc<Vec<BatchRow>>>,
 }
@@ -71,9 +71,9 @@ pub struct Batches {
 /// Who asks: a client (its name, `-` when no key is configured) or an admin key, which sees
 /// every client's files and batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    pub client: String,
-    pub admin: bool,
+pub(crate) struct Owner {
+    pub(crate) client: String,
+    pub(crate) admin: bool,
 }
 
 impl Owner {
@@ -89,7 +89,7 @@ impl Owner {
 
 /// A new id's own part: 24 hex digits, in the order ids are made (the milliseconds since
 /// the epoch, a count of this process's, then random digits), so lists sort by it.
-pub fn hex_id() -> String {
+pub(crate) fn hex_id() -> String {
     static MADE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let ms = crate::ledger::now_ms().max(0) as u64 & 0xffff_ffff_ffff;
@@ -97,7 +97,7 @@ pub fn hex_id() -> String {
 }
 
 /// Now, in Unix seconds.
-pub fn now_s() -> i64 {
+pub(crate) fn now_s() -> i64 {
     crate::ledger::now_ms() / 1000
 }
 
@@ -111,7 +111,7 @@ impl Batches {
     /// a connection for the endpoints, one for the runner and one for the lines' results, each
     /// on a thread of its own ([`connect`], [`Lane`]) and made anew after a call fails; `up`
     /// is 1 while none fails.
-    pub fn open(
+    pub(crate) fn open(
         url: &LedgerUrl,
         data_dir: Option<&Path>,
         up: Gauge,
@@ -137,7 +137,7 @@ impl Batches {
     /// The Batch API's state in `config`'s ledger, opened; why there is none (no ledger, or one
     /// that cannot be used and is not `required`); an error when the database or the files'
     /// folder of a required ledger cannot be used.
-    pub fn of(
+    pub(crate) fn of(
         config: &config::Config,
         up: Gauge,
     ) -> Result<Result<Arc<Batches>, &'static str>, ConfigErrors> {
@@ -166,7 +166,7 @@ impl Batches {
     }
 
     /// A new file's content, received as its upload brings it.
-    pub async fn receive(&self) -> Result<Upload, ProxyError> {
+    pub(crate) async fn receive(&self) -> Result<Upload, ProxyError> {
         let dir = match &self.files {
             Files::Dir(dir) => Some(dir.as_path()),
             Files::Database => None,
@@ -178,7 +178,7 @@ impl Batches {
 
     /// A file of `purpose` named `filename` with the `content` received, kept for `owner`
     /// within `limits`; nothing is kept when it is refused.
-    pub async fn upload(
+    pub(crate) async fn upload(
         self: &Arc<Self>,
         owner: &Owner,
         filename: String,
@@ -220,13 +220,21 @@ impl Batches {
     }
 
     /// The file `id`, when `owner` sees it (else a 404, as for one that does not exist).
-    pub async fn file(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
+    pub(crate) async fn file(
+        self: &Arc<Self>,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<FileRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, _| file_of(db, &owner, &id)).await
     }
 
     /// The file's content.
-    pub async fn content(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<Bytes, ProxyError> {
+    pub(crate) async fn content(
+        self: &Arc<Self>,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<Bytes, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, kept| {
             let f = file_of(db, &owner, &id)?;
@@ -236,7 +244,7 @@ impl Batches {
     }
 
     /// The files `owner` sees, of `purpose` when one is given, a page after `after`.
-    pub async fn files(
+    pub(crate) async fn files(
         self: &Arc<Self>,
         owner: &Owner,
         purpose: Option<String>,
@@ -266,7 +274,11 @@ impl Batches {
     }
 
     /// The file is deleted, its content too.
-    pub async fn delete(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
+    pub(crate) async fn delete(
+        self: &Arc<Self>,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<FileRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, kept| {
             let f = file_of(db, &owner, &id)?;
@@ -278,7 +290,7 @@ impl Batches {
     }
 
     /// A batch of `owner`'s over its file `input_file_id`: validated by the runner next.
-    pub async fn create(
+    pub(crate) async fn create(
         self: &Arc<Self>,
         owner: &Owner,
         input_file_id: String,
@@ -343,13 +355,17 @@ impl Batches {
     }
 
     /// The batch `id`, when `owner` sees it.
-    pub async fn batch(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
+    pub(crate) async fn batch(
+        self: &Arc<Self>,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<BatchRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, _| batch_of(db, &owner, &id)).await
     }
 
     /// The batches `owner` sees, newest first, a page after `after`.
-    pub async fn batches(
+    pub(crate) async fn batches(
         self: &Arc<Self>,
         owner: &Owner,
         after: Option<String>,
@@ -371,7 +387,11 @@ impl Batches {
 
     /// The batch is cancelled: `cancelling` until its running lines have stopped. A batch
     /// that has ended already cannot be.
-    pub async fn cancel(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
+    pub(crate) async fn cancel(
+        self: &Arc<Self>,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<BatchRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         let row = self
             .with(move |db, _| {
@@ -394,7 +414,7 @@ impl Batches {
 
     /// The batches not yet ended, oldest first, as the runner read them last (within a
     /// second or a line's end): no database read.
-    pub fn active(&self) -> Arc<Vec<BatchRow>> {
+    pub(crate) fn active(&self) -> Arc<Vec<BatchRow>> {
         Arc::clone(&self.active.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -404,7 +424,7 @@ impl Batches {
 }
 
 /// Only `batch` files are kept (an upload's other purposes are refused).
-pub fn check_purpose(purpose: &str) -> Result<(), ProxyError> {
+pub(crate) fn check_purpose(purpose: &str) -> Result<(), ProxyError> {
     if purpose == "batch" {
         return Ok(());
     }

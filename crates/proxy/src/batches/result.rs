@@ -9,17 +9,17 @@ use super::store::Outcome;
 
 /// An answer to a line: its status, request id, body, and the error code its body names.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
-    pub status: u16,
-    pub request_id: String,
-    pub body: bytes::Bytes,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) request_id: String,
+    pub(crate) body: bytes::Bytes,
     /// Its `Retry-After`, in seconds, when it has one.
-    pub retry_after_s: Option<u64>,
+    pub(crate) retry_after_s: Option<u64>,
 }
 
 impl Answer {
     /// The `error.code` (or Anthropic's `error.type`) of its body, when it has one.
-    pub fn code(&self) -> Option<String> {
+    pub(crate) fn code(&self) -> Option<String> {
         let v: Value = serde_json::from_slice(&self.body).ok()?;
         let e = v.get("error")?;
         let code = e.get("code").filter(|c| c.is_string()).or(e.get("type"))?;
@@ -41,7 +41,7 @@ const NOT_RUN: [&str; 4] = [
 /// failed on an answer no run would change, else run again `retry_after_ms` after `now_ms`, or
 /// after the answer's own `Retry-After` when that is longer (a spent budget's reset) —
 /// counted against `retries` unless the line was not run at all.
-pub fn decide(
+pub(crate) fn decide(
     custom_id: &str,
     answer: &Answer,
     attempts: u64,
@@ -73,7 +73,7 @@ pub fn decide(
 
 /// A line that ends without an answer of its own: `code` and `message` say why
 /// (`batch_expired`, `batch_cancelled`).
-pub fn unanswered(custom_id: &str, code: &str, message: &str) -> String {
+pub(crate) fn unanswered(custom_id: &str, code: &str, message: &str) -> String {
     line(custom_id, None, Some((code, message)))
 }
 

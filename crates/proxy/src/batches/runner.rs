@@ -27,7 +27,7 @@ use crate::error::ProxyError;
 
 /// What the runner needs of the proxy: a line served, what a client may use, the bounds of
 /// `[batches]` now, and where its figures go.
-pub trait Serve: Send + Sync + 'static {
+pub(crate) trait Serve: Send + Sync + 'static {
     /// One line of `client`'s batch to `endpoint`, answered whole.
     fn line(&self, client: &str, endpoint: &str, body: Bytes) -> BoxFuture<'static, Answer>;
     /// Whether `model` names an alias `client` may use.
@@ -84,7 +84,7 @@ impl Lines {
 }
 
 /// Runs batches until the process ends.
-pub async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
+pub(crate) async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
     let mut lines = Lines::default();
     loop {
         let limits = serve.limits();

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 /// A batch's status, as the database and the wire spell it ([`BatchState::as_str`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum BatchState {
+pub(crate) enum BatchState {
     #[default]
     Validating,
     InProgress,
@@ -26,11 +26,11 @@ use BatchState::*;
 
 impl BatchState {
     /// Every status, in the order of a batch's life (for the gauge of batches by status).
-    pub const ALL: [BatchState; 8] = [
+    pub(crate) const ALL: [BatchState; 8] = [
         Validating, InProgress, Finalizing, Completed, Failed, Expired, Cancelling, Cancelled,
     ];
 
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Validating => "validating",
             InProgress => "in_progress",
@@ -44,7 +44,7 @@ impl BatchState {
     }
 
     /// Whether a batch may move from this status to `to`.
-    pub const fn can_move_to(self, to: BatchState) -> bool {
+    pub(crate) const fn can_move_to(self, to: BatchState) -> bool {
         matches!(
             (self, to),
             (Validating, InProgress | Failed | Cancelling)
@@ -55,7 +55,7 @@ impl BatchState {
     }
 
     /// The statuses a batch may move to `self` from.
-    pub fn sources(self) -> Vec<BatchState> {
+    pub(crate) fn sources(self) -> Vec<BatchState> {
         BatchState::ALL
             .into_iter()
             .filter(|from| from.can_move_to(self))
@@ -63,12 +63,12 @@ impl BatchState {
     }
 
     /// Whether a batch in it still runs or is to be finished (it may move on).
-    pub fn active(self) -> bool {
+    pub(crate) fn active(self) -> bool {
         BatchState::ALL.iter().any(|to| self.can_move_to(*to))
     }
 
     /// The column of the time a batch took this status.
-    pub const fn time_column(self) -> &'static str {
+    pub(crate) const fn time_column(self) -> &'static str {
         match self {
             Validating => "created_at",
             InProgress => "in_progress_at",
@@ -91,7 +91,7 @@ impl fmt::Display for BatchState {
 /// A status no batch has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is no batch status")]
-pub struct NoSuchState(pub String);
+pub(crate) struct NoSuchState(pub(crate) String);
 
 impl FromStr for BatchState {
     type Err = NoSuchState;

@@ -11,17 +11,17 @@ use crate::db::{Db, DbError, Row, Val};
 
 /// A file as `/v1/files` shows it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FileRow {
-    pub id: String,
-    pub client: String,
-    pub filename: String,
-    pub purpose: String,
-    pub bytes: i64,
-    pub created_at: i64,
+pub(crate) struct FileRow {
+    pub(crate) id: String,
+    pub(crate) client: String,
+    pub(crate) filename: String,
+    pub(crate) purpose: String,
+    pub(crate) bytes: i64,
+    pub(crate) created_at: i64,
 }
 
 impl FileRow {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "id": self.id,
             "object": "file",
@@ -50,7 +50,7 @@ impl FileRow {
 const FILE_COLUMNS: &str = "id, client, filename, purpose, bytes, created_at";
 
 /// Every status's name, in the order of a batch's life (for the gauge of batches by status).
-pub const STATUSES: [&str; 8] = {
+pub(crate) const STATUSES: [&str; 8] = {
     let mut names = [""; 8];
     let mut i = 0;
     while i < names.len() {
@@ -62,31 +62,31 @@ pub const STATUSES: [&str; 8] = {
 
 /// A batch as `/v1/batches` shows it.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct BatchRow {
-    pub id: String,
-    pub client: String,
-    pub endpoint: String,
-    pub input_file_id: String,
-    pub completion_window: String,
-    pub status: BatchState,
+pub(crate) struct BatchRow {
+    pub(crate) id: String,
+    pub(crate) client: String,
+    pub(crate) endpoint: String,
+    pub(crate) input_file_id: String,
+    pub(crate) completion_window: String,
+    pub(crate) status: BatchState,
     /// JSON, as the client sent it.
-    pub metadata: Option<String>,
+    pub(crate) metadata: Option<String>,
     /// JSON: the validation errors' list.
-    pub errors: Option<String>,
-    pub output_file_id: Option<String>,
-    pub error_file_id: Option<String>,
-    pub created_at: i64,
-    pub in_progress_at: Option<i64>,
-    pub expires_at: i64,
-    pub finalizing_at: Option<i64>,
-    pub completed_at: Option<i64>,
-    pub failed_at: Option<i64>,
-    pub expired_at: Option<i64>,
-    pub cancelling_at: Option<i64>,
-    pub cancelled_at: Option<i64>,
-    pub total: i64,
-    pub completed: i64,
-    pub failed: i64,
+    pub(crate) errors: Option<String>,
+    pub(crate) output_file_id: Option<String>,
+    pub(crate) error_file_id: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) in_progress_at: Option<i64>,
+    pub(crate) expires_at: i64,
+    pub(crate) finalizing_at: Option<i64>,
+    pub(crate) completed_at: Option<i64>,
+    pub(crate) failed_at: Option<i64>,
+    pub(crate) expired_at: Option<i64>,
+    pub(crate) cancelling_at: Option<i64>,
+    pub(crate) cancelled_at: Option<i64>,
+    pub(crate) total: i64,
+    pub(crate) completed: i64,
+    pub(crate) failed: i64,
 }
 
 const BATCH_COLUMNS: &str = "id, client, endpoint, input_file_id, completion_window, status, \
@@ -95,7 +95,7 @@ const BATCH_COLUMNS: &str = "id, client, endpoint, input_file_id, completion_win
      completed, failed";
 
 impl BatchRow {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let parsed = |s: &Option<String>| {
             s.as_deref()
                 .and_then(|s| serde_json::from_str::<Value>(s).ok())
@@ -133,11 +133,6 @@ impl BatchRow {
         })
     }
 
-    /// Whether it still runs or is to be finished (not in a final status).
-    pub fn active(&self) -> bool {
-        self.status.active()
-    }
-
     fn of(r: &Row) -> Result<BatchRow, DbError> {
         Ok(BatchRow {
             id: r.text(0)?,
@@ -171,17 +166,17 @@ impl BatchRow {
 
 /// A line to run, as the runner takes it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pending {
-    pub line: i64,
-    pub custom_id: String,
-    pub model: String,
-    pub body: String,
-    pub attempts: i64,
+pub(crate) struct Pending {
+    pub(crate) line: i64,
+    pub(crate) custom_id: String,
+    pub(crate) model: String,
+    pub(crate) body: String,
+    pub(crate) attempts: i64,
 }
 
 /// How a line's run ended, as it is committed.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Answered 2xx: its output line.
     Done(String),
     /// Answered otherwise, or given up: its error line.
@@ -196,7 +191,7 @@ fn all<T>(rows: Vec<Row>, of: fn(&Row) -> Result<T, DbError>) -> Result<Vec<T>, 
     rows.iter().map(of).collect()
 }
 
-pub fn insert_file(db: &mut dyn Db, f: &FileRow) -> Done {
+pub(crate) fn insert_file(db: &mut dyn Db, f: &FileRow) -> Done {
     let sql = format!("INSERT INTO batch_files ({FILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)");
     let p = [
         (&f.id).into(),
@@ -210,13 +205,13 @@ pub fn insert_file(db: &mut dyn Db, f: &FileRow) -> Done {
 }
 
 /// A file's content, where the database keeps it (PostgreSQL).
-pub fn put_content(db: &mut dyn Db, id: &str, content: &[u8]) -> Done {
+pub(crate) fn put_content(db: &mut dyn Db, id: &str, content: &[u8]) -> Done {
     let sql = "INSERT INTO batch_file_contents (id, content) VALUES ($1, $2)";
     db.exec(sql, &[id.into(), Val::Bytes(content.to_vec())])
         .map(drop)
 }
 
-pub fn content(db: &mut dyn Db, id: &str) -> Result<Option<Vec<u8>>, DbError> {
+pub(crate) fn content(db: &mut dyn Db, id: &str) -> Result<Option<Vec<u8>>, DbError> {
     let rows = db.rows(
         "SELECT content FROM batch_file_contents WHERE id = $1",
         &[id.into()],
@@ -224,7 +219,7 @@ pub fn content(db: &mut dyn Db, id: &str) -> Result<Option<Vec<u8>>, DbError> {
     rows.first().map(|r| r.bytes(0)).transpose()
 }
 
-pub fn file(db: &mut dyn Db, id: &str) -> Result<Option<FileRow>, DbError> {
+pub(crate) fn file(db: &mut dyn Db, id: &str) -> Result<Option<FileRow>, DbError> {
     let sql = format!("SELECT {FILE_COLUMNS} FROM batch_files WHERE id = $1");
     let rows = db.rows(&sql, &[id.into()])?;
     rows.first().map(FileRow::of).transpose()
@@ -232,7 +227,7 @@ pub fn file(db: &mut dyn Db, id: &str) -> Result<Option<FileRow>, DbError> {
 
 /// Files of `client` (all: `None`), of `purpose` when one is given, newest first (`asc`:
 /// oldest), after the one `after` names, at most `limit`.
-pub fn files(
+pub(crate) fn files(
     db: &mut dyn Db,
     client: Option<&str>,
     purpose: Option<&str>,
@@ -252,7 +247,7 @@ pub fn files(
 }
 
 /// The file's row and its content (where the database keeps it) are deleted.
-pub fn delete_file(db: &mut dyn Db, id: &str) -> Done {
+pub(crate) fn delete_file(db: &mut dyn Db, id: &str) -> Done {
     db.exec("DELETE FROM batch_files WHERE id = $1", &[id.into()])?;
     db.exec(
         "DELETE FROM batch_file_contents WHERE id = $1",
@@ -262,14 +257,14 @@ pub fn delete_file(db: &mut dyn Db, id: &str) -> Done {
 }
 
 /// How many files `client` keeps, and their bytes.
-pub fn kept(db: &mut dyn Db, client: &str) -> Result<(i64, i64), DbError> {
+pub(crate) fn kept(db: &mut dyn Db, client: &str) -> Result<(i64, i64), DbError> {
     let sql = "SELECT count(*), CAST(coalesce(sum(bytes), 0) AS BIGINT) FROM batch_files \
                WHERE client = $1";
     let r = db.one(sql, &[client.into()])?;
     Ok((r.int(0)?, r.int(1)?))
 }
 
-pub fn insert_batch(db: &mut dyn Db, b: &BatchRow) -> Done {
+pub(crate) fn insert_batch(db: &mut dyn Db, b: &BatchRow) -> Done {
     let sql = "INSERT INTO batches (id, client, endpoint, input_file_id, completion_window, \
                status, metadata, created_at, expires_at, total, completed, failed) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0)";
@@ -287,7 +282,7 @@ pub fn insert_batch(db: &mut dyn Db, b: &BatchRow) -> Done {
     db.exec(sql, &p).map(drop)
 }
 
-pub fn batch(db: &mut dyn Db, id: &str) -> Result<Option<BatchRow>, DbError> {
+pub(crate) fn batch(db: &mut dyn Db, id: &str) -> Result<Option<BatchRow>, DbError> {
     let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = $1");
     let rows = db.rows(&sql, &[id.into()])?;
     rows.first().map(BatchRow::of).transpose()
@@ -295,7 +290,7 @@ pub fn batch(db: &mut dyn Db, id: &str) -> Result<Option<BatchRow>, DbError> {
 
 /// Batches of `client` (all: `None`), newest first, after the one `after` names, at most
 /// `limit`.
-pub fn batches(
+pub(crate) fn batches(
     db: &mut dyn Db,
     client: Option<&str>,
     after: Option<&str>,
@@ -312,7 +307,7 @@ pub fn batches(
 }
 
 /// Batches not yet in a final status, oldest first.
-pub fn active(db: &mut dyn Db) -> Result<Vec<BatchRow>, DbError> {
+pub(crate) fn active(db: &mut dyn Db) -> Result<Vec<BatchRow>, DbError> {
     let active = active_states();
     let sql = format!(
         "SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ({}) ORDER BY id",
@@ -328,7 +323,7 @@ fn active_states() -> Vec<BatchState> {
 }
 
 /// Batches of `client` not yet in a final status.
-pub fn active_of(db: &mut dyn Db, client: &str) -> Result<i64, DbError> {
+pub(crate) fn active_of(db: &mut dyn Db, client: &str) -> Result<i64, DbError> {
     let active = active_states();
     let sql = format!(
         "SELECT count(*) FROM batches WHERE client = $1 AND status IN ({})",
@@ -340,14 +335,14 @@ pub fn active_of(db: &mut dyn Db, client: &str) -> Result<i64, DbError> {
 }
 
 /// Batches by status.
-pub fn by_status(db: &mut dyn Db) -> Result<Vec<(String, i64)>, DbError> {
+pub(crate) fn by_status(db: &mut dyn Db) -> Result<Vec<(String, i64)>, DbError> {
     let rows = db.rows("SELECT status, count(*) FROM batches GROUP BY status", &[])?;
     rows.iter().map(|r| Ok((r.text(0)?, r.int(1)?))).collect()
 }
 
 /// The batch's lines are stored and it is in progress (in the transaction `db` is): `false`
 /// when it was no longer validating (another process took it first).
-pub fn start(db: &mut dyn Db, id: &str, lines: &[Line], now: i64) -> Result<bool, DbError> {
+pub(crate) fn start(db: &mut dyn Db, id: &str, lines: &[Line], now: i64) -> Result<bool, DbError> {
     let total = lines.len() as i64;
     if !moved(
         db,
@@ -376,7 +371,7 @@ pub fn start(db: &mut dyn Db, id: &str, lines: &[Line], now: i64) -> Result<bool
 /// The batch ends as `to` (at `now`, in that status's time column), with its files and its
 /// validation errors (JSON) when it has them, if it may move there from its status now:
 /// whether it did.
-pub fn finish(
+pub(crate) fn finish(
     db: &mut dyn Db,
     id: &str,
     to: BatchState,
@@ -412,7 +407,12 @@ fn listed<T>(items: &[T], n: usize) -> String {
 
 /// The batch moves to `to` if it may from its status now (its time column set to `now`);
 /// whether it did.
-pub fn advance(db: &mut dyn Db, id: &str, to: BatchState, now: i64) -> Result<bool, DbError> {
+pub(crate) fn advance(
+    db: &mut dyn Db,
+    id: &str,
+    to: BatchState,
+    now: i64,
+) -> Result<bool, DbError> {
     moved(db, id, to, None, now)
 }
 
@@ -450,7 +450,7 @@ fn moved(
 /// process is gone). `shared`: other processes may claim at once (PostgreSQL: rows another
 /// claims are skipped, not waited for).
 #[allow(clippy::too_many_arguments)]
-pub fn claim(
+pub(crate) fn claim(
     db: &mut dyn Db,
     id: &str,
     now_ms: i64,
@@ -495,14 +495,14 @@ pub fn claim(
 }
 
 /// The lines `owner` runs hold their claims until `lease_until` ms.
-pub fn renew(db: &mut dyn Db, owner: &str, lease_until: i64) -> Done {
+pub(crate) fn renew(db: &mut dyn Db, owner: &str, lease_until: i64) -> Done {
     let sql = "UPDATE batch_lines SET lease_until = $1 WHERE owner = $2 AND state = 'running'";
     db.exec(sql, &[lease_until.into(), owner.into()]).map(drop)
 }
 
 /// Lines `owner` claimed and stopped running (cancelled, or the process starting again on a
 /// file no other shares) are pending again.
-pub fn release(db: &mut dyn Db, owner: Option<&str>, id: Option<&str>) -> Done {
+pub(crate) fn release(db: &mut dyn Db, owner: Option<&str>, id: Option<&str>) -> Done {
     let sql = "UPDATE batch_lines SET state = 'pending', owner = NULL, lease_until = NULL \
                WHERE state = 'running' AND (CAST($1 AS TEXT) IS NULL OR owner = $1) \
                AND (CAST($2 AS TEXT) IS NULL OR batch_id = $2)";
@@ -511,7 +511,7 @@ pub fn release(db: &mut dyn Db, owner: Option<&str>, id: Option<&str>) -> Done {
 
 /// Lines of the batch still to run (now or later), and of those, running under a lease
 /// current at `now_ms`.
-pub fn left(db: &mut dyn Db, id: &str, now_ms: i64) -> Result<(i64, i64), DbError> {
+pub(crate) fn left(db: &mut dyn Db, id: &str, now_ms: i64) -> Result<(i64, i64), DbError> {
     let sql = "SELECT count(*), CAST(coalesce(sum(CASE WHEN state = 'running' AND \
                lease_until >= $1 THEN 1 ELSE 0 END), 0) AS BIGINT) FROM batch_lines \
                WHERE batch_id = $2 AND state IN ('pending', 'running')";
@@ -522,7 +522,7 @@ pub fn left(db: &mut dyn Db, id: &str, now_ms: i64) -> Result<(i64, i64), DbErro
 /// A line's run, claimed by `owner`, is committed: its state and result, with its batch's
 /// counts, in the transaction `db` is. `false` when its claim was lost (another process took
 /// it after its lease ran out): nothing is written.
-pub fn commit(
+pub(crate) fn commit(
     db: &mut dyn Db,
     id: &str,
     line: i64,
@@ -559,7 +559,7 @@ pub fn commit(
 
 /// Every line left to run fails with `result` made of its custom_id (a batch that expired or
 /// was cancelled: its lines not run go to its error file as such).
-pub fn fail_left(db: &mut dyn Db, id: &str, result: &dyn Fn(&str) -> String) -> Done {
+pub(crate) fn fail_left(db: &mut dyn Db, id: &str, result: &dyn Fn(&str) -> String) -> Done {
     let sql = "SELECT line, custom_id FROM batch_lines \
                WHERE batch_id = $1 AND state IN ('pending', 'running')";
     let left = db.rows(sql, &[id.into()])?;
@@ -578,7 +578,7 @@ pub fn fail_left(db: &mut dyn Db, id: &str, result: &dyn Fn(&str) -> String) -> 
 }
 
 /// The results of the batch's lines in their order: `(done, result)`.
-pub fn results(db: &mut dyn Db, id: &str) -> Result<Vec<(bool, String)>, DbError> {
+pub(crate) fn results(db: &mut dyn Db, id: &str) -> Result<Vec<(bool, String)>, DbError> {
     let sql = "SELECT state, result FROM batch_lines WHERE batch_id = $1 \
                AND state IN ('done', 'failed') ORDER BY line";
     let rows = db.rows(sql, &[id.into()])?;

@@ -12,7 +12,7 @@ use super::BatchError;
 
 /// An upload's content so far, and the id its file will have.
 #[derive(Debug)]
-pub struct Upload {
+pub(crate) struct Upload {
     pub(super) id: String,
     into: Into,
     bytes: u64,
@@ -53,7 +53,7 @@ impl Upload {
     }
 
     /// The next piece of the content.
-    pub async fn write(&mut self, piece: &[u8]) -> Result<(), BatchError> {
+    pub(crate) async fn write(&mut self, piece: &[u8]) -> Result<(), BatchError> {
         match &mut self.into {
             Into::Part { file, .. } => file.write_all(piece).await.map_err(BatchError::Upload)?,
             Into::Memory(held) => held.extend_from_slice(piece),
@@ -63,7 +63,7 @@ impl Upload {
     }
 
     /// Its size so far, in bytes.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 

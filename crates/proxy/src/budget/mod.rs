@@ -21,10 +21,10 @@ use crate::kinds::PerKind;
 
 /// A client's limits of each kind (`None`: no such limit; GPU time in milliseconds); the
 /// budgets count those of a calendar window.
-pub type Limits = ByLimit<Option<u64>>;
+pub(crate) type Limits = ByLimit<Option<u64>>;
 
 /// A value for each window.
-pub type ByWindow<T> = PerKind<Window, T, { Window::ALL.len() }>;
+pub(crate) type ByWindow<T> = PerKind<Window, T, { Window::ALL.len() }>;
 
 /// What a request takes (reserved) or took, or what requests took together: each figure a
 /// budget of some resource counts ([`amount`]).
@@ -48,13 +48,13 @@ impl Amounts {
         }
     }
 
-    pub fn plus(&self, other: &Amounts) -> Amounts {
+    pub(crate) fn plus(&self, other: &Amounts) -> Amounts {
         self.zip(other, |a, b| a + b)
     }
 }
 
 /// What a budget of `resource` counts of `a`.
-pub fn amount(resource: Resource, a: &Amounts) -> f64 {
+pub(crate) fn amount(resource: Resource, a: &Amounts) -> f64 {
     match resource {
         Resource::Requests => a.requests,
         Resource::Tokens => a.tokens,
@@ -65,7 +65,7 @@ pub fn amount(resource: Resource, a: &Amounts) -> f64 {
 /// The most output a request whose prompt is `prompt` tokens may reserve within `limits`:
 /// what each budget that counts output leaves of it once the prompt is counted (`None`: no
 /// budget counts output).
-pub fn room_for_output(limits: &Limits, prompt: u64) -> Option<u64> {
+pub(crate) fn room_for_output(limits: &Limits, prompt: u64) -> Option<u64> {
     let with_prompt = Amounts {
         tokens: prompt as f64,
         ..Amounts::default()
@@ -85,7 +85,7 @@ pub fn room_for_output(limits: &Limits, prompt: u64) -> Option<u64> {
 
 /// Whether a refusal whose wait is `wait` (`None`: it never fits) tells more than the one
 /// held (`held`: its wait, if one is held): never fitting first, else the longer wait.
-pub fn worse(held: Option<Option<u64>>, wait: Option<u64>) -> bool {
+pub(crate) fn worse(held: Option<Option<u64>>, wait: Option<u64>) -> bool {
     match (held, wait) {
         (None, _) => true,
         (Some(h), None) => h.is_some(),
@@ -99,12 +99,12 @@ pub struct Left {
     pub limit: u64,
     pub remaining: u64,
     /// Until it is full again.
-    pub reset: Duration,
+    pub(crate) reset: Duration,
 }
 
 /// Of a client's `standing` (as [`Budgets::standing`] gives it), its budget of `resource`
 /// (of a calendar window) with the least left.
-pub fn least(standing: &ByLimit<Option<Left>>, resource: Resource) -> Option<Left> {
+pub(crate) fn least(standing: &ByLimit<Option<Left>>, resource: Resource) -> Option<Left> {
     standing
         .iter()
         .filter(|(kind, _)| kind.resource == resource && kind.window.calendar())
@@ -114,12 +114,12 @@ pub fn least(standing: &ByLimit<Option<Left>>, resource: Resource) -> Option<Lef
 
 /// A request a budget does not let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused {
-    pub kind: Limit,
-    pub limit: u64,
-    pub needed: u64,
+pub(crate) struct Refused {
+    pub(crate) kind: Limit,
+    pub(crate) limit: u64,
+    pub(crate) needed: u64,
     /// Seconds until the budget resets; `None`: the request needs more than the whole budget.
-    pub retry_after: Option<u64>,
+    pub(crate) retry_after: Option<u64>,
 }
 
 /// `[start, end)` of `window`'s period in `p`; `None`: no calendar period (a minute).
@@ -134,15 +134,15 @@ fn span(p: &Periods, window: Window) -> Option<(i64, i64)> {
 /// What processes other than this one spent of each client's budgets in `periods`, as the
 /// ledger last read it: each client's amounts in each window's period.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Spent {
-    pub periods: Periods,
-    pub by_client: HashMap<String, ByWindow<Amounts>>,
+pub(crate) struct Spent {
+    pub(crate) periods: Periods,
+    pub(crate) by_client: HashMap<String, ByWindow<Amounts>>,
 }
 
 impl Spent {
     /// `client` spent `amounts` from `from_ms` on: counted in each window whose period holds
     /// that time.
-    pub fn add(&mut self, client: &str, from_ms: i64, amounts: &Amounts) {
+    pub(crate) fn add(&mut self, client: &str, from_ms: i64, amounts: &Amounts) {
         let periods = self.periods;
         let e = self.by_client.entry(client.to_string()).or_default();
         for (window, sum) in e.iter_mut() {
@@ -157,7 +157,7 @@ impl Spent {
 /// Where the ledger posts [`Spent`] and reads the calendar the budgets count in: none while
 /// no client has a budget of a day or a month (then nothing is read).
 #[derive(Debug)]
-pub struct Board {
+pub(crate) struct Board {
     spent: Mutex<Arc<Spent>>,
     calendar: Mutex<Option<Calendar>>,
     /// Whether `spent` was posted once.
@@ -165,7 +165,7 @@ pub struct Board {
 }
 
 impl Board {
-    pub fn new(calendar: Option<Calendar>) -> Board {
+    pub(crate) fn new(calendar: Option<Calendar>) -> Board {
         Board {
             spent: Mutex::default(),
             calendar: Mutex::new(calendar),
@@ -173,21 +173,21 @@ impl Board {
         }
     }
 
-    pub fn post(&self, spent: Spent) {
+    pub(crate) fn post(&self, spent: Spent) {
         *self.spent.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(spent);
         self.read.store(true, Ordering::Release);
     }
 
     /// Whether what was spent was read once (the ledger posted it).
-    pub fn is_read(&self) -> bool {
+    pub(crate) fn is_read(&self) -> bool {
         self.read.load(Ordering::Acquire)
     }
 
-    pub fn spent(&self) -> Arc<Spent> {
+    pub(crate) fn spent(&self) -> Arc<Spent> {
         Arc::clone(&self.spent.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub fn calendar(&self) -> Option<Calendar> {
+    pub(crate) fn calendar(&self) -> Option<Calendar> {
         self.calendar
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -195,7 +195,7 @@ impl Board {
     }
 
     /// A new calendar (from a reload); whether it differs from the one before.
-    pub fn set_calendar(&self, calendar: Option<Calendar>) -> bool {
+    pub(crate) fn set_calendar(&self, calendar: Option<Calendar>) -> bool {
         let mut c = self.calendar.lock().unwrap_or_else(PoisonError::into_inner);
         let changed = *c != calendar;
         *c = calendar;
@@ -223,7 +223,7 @@ struct Inner {
 }
 
 impl Budgets {
-    pub fn new(
+    pub(crate) fn new(
         client: &str,
         limits: Limits,
         calendar: Calendar,
@@ -250,13 +250,13 @@ impl Budgets {
 
     /// Whether what was spent of its budgets is known: always without a ledger (this process
     /// counts alone), with one once it has read what was spent.
-    pub fn known(&self) -> bool {
+    pub(crate) fn known(&self) -> bool {
         self.lock().board.as_ref().is_none_or(|b| b.is_read())
     }
 
     /// Take `want` from every budget, or say which refuses it: one that can never hold it
     /// first, else the one that resets last.
-    pub fn reserve(&self, want: &Amounts) -> Result<(), Refused> {
+    pub(crate) fn reserve(&self, want: &Amounts) -> Result<(), Refused> {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.roll(now);
@@ -286,7 +286,7 @@ impl Budgets {
     }
 
     /// A request reserved `reserved` and used `used`.
-    pub fn settle(&self, reserved: &Amounts, used: &Amounts) {
+    pub(crate) fn settle(&self, reserved: &Amounts, used: &Amounts) {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.roll(now);
@@ -314,7 +314,12 @@ impl Budgets {
 
     /// New limits, calendar and ledger from a reload; what was used in the same day and month
     /// is kept.
-    pub fn reconfigure(&self, limits: Limits, calendar: Calendar, board: Option<Arc<Board>>) {
+    pub(crate) fn reconfigure(
+        &self,
+        limits: Limits,
+        calendar: Calendar,
+        board: Option<Arc<Board>>,
+    ) {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.limits = limits;

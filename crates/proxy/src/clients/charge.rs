@@ -17,7 +17,7 @@ use crate::wire::usage::Usage;
 
 /// Held (in the request's record) from admission to the end of the answer.
 #[derive(Debug)]
-pub struct Charge {
+pub(crate) struct Charge {
     caller: Caller,
     reserved: u64,
     prompt: u64,
@@ -38,7 +38,7 @@ impl Charge {
     /// `output` more and is predicted at `gpu` GPU-milliseconds: its place in flight (when it is
     /// `live`, the client's own; a batch's line is not, its client's `max_concurrent` is for its
     /// people), then one request and the tokens of its limits, then its GPU time.
-    pub async fn admit(
+    pub(crate) async fn admit(
         caller: &Caller,
         prompt: u64,
         output: u64,

@@ -14,7 +14,7 @@ use crate::config::{ByLimit, Limit, Resource, Window};
 /// Write `standing` into `headers`: of each resource a header tells, its minute's limit, else
 /// its budget of a day or month with the least left; `anthropic`: in Anthropic's names (reset
 /// as an RFC 3339 time) instead of OpenAI's (reset as a duration).
-pub fn write(headers: &mut HeaderMap, standing: &ByLimit<Option<Left>>, anthropic: bool) {
+pub(crate) fn write(headers: &mut HeaderMap, standing: &ByLimit<Option<Left>>, anthropic: bool) {
     for resource in Resource::ALL {
         let Some(kind) = resource.header() else {
             continue;
@@ -60,7 +60,7 @@ fn insert(headers: &mut HeaderMap, name: String, value: String) {
 }
 
 /// The headers of `caller`'s standing now, when it has limits.
-pub fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthropic: bool) {
+pub(crate) fn of_caller(headers: &mut HeaderMap, caller: Option<&super::Caller>, anthropic: bool) {
     if let Some(c) = caller.filter(|c| c.spec.limited()) {
         let standing = c.state.standing(std::time::Instant::now());
         write(headers, &standing, anthropic);
@@ -86,7 +86,7 @@ fn write_millis(headers: &mut HeaderMap, kind: &str, left: Left) {
 }
 
 /// OpenAI's spelling of a duration: `1s`, `6m0s`, `20ms`.
-pub fn duration(d: Duration) -> String {
+pub(crate) fn duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         return format!("{ms}ms");
@@ -100,12 +100,13 @@ pub fn duration(d: Duration) -> String {
 }
 
 /// `2026-12-02T04:05:06Z`.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// A limit nothing has been taken of (for tests and the status page).
-pub fn full(limit: u64) -> Left {
+#[cfg(test)]
+pub(crate) fn full(limit: u64) -> Left {
     Left {
         limit,
         remaining: limit,

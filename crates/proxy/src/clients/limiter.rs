@@ -6,46 +6,46 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-pub use crate::budget::Left;
+pub(crate) use crate::budget::Left;
 use crate::shared::lease::Lease;
 
 /// The limits of one client (each `None`: no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Limits {
-    pub requests_per_minute: Option<u64>,
-    pub tokens_per_minute: Option<u64>,
+pub(crate) struct Limits {
+    pub(crate) requests_per_minute: Option<u64>,
+    pub(crate) tokens_per_minute: Option<u64>,
 }
 
 /// Where a client stands against each of its limits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Standing {
-    pub requests: Option<Left>,
-    pub tokens: Option<Left>,
+pub(crate) struct Standing {
+    pub(crate) requests: Option<Left>,
+    pub(crate) tokens: Option<Left>,
 }
 
 /// Which limit refused a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
+pub(crate) enum Which {
     Requests,
     Tokens,
 }
 
 /// A request the limits do not let through now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refusal {
-    pub which: Which,
-    pub limit: u64,
+pub(crate) struct Refusal {
+    pub(crate) which: Which,
+    pub(crate) limit: u64,
     /// What the request needs of it.
-    pub needed: u64,
+    pub(crate) needed: u64,
     /// Seconds until it would fit; `None`: it never fits (more than the whole budget).
-    pub retry_after: Option<u64>,
+    pub(crate) retry_after: Option<u64>,
 }
 
 /// A client's limits: one request and `tokens` taken together or not at all; a refund (or
 /// a further charge) when the request's real cost is known; a place among its requests in
 /// flight.
 #[async_trait::async_trait]
-pub trait Limiter: Send + Sync + std::fmt::Debug {
+pub(crate) trait Limiter: Send + Sync + std::fmt::Debug {
     async fn reserve(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal>;
     /// The request took `used` tokens of the `reserved` ones (more or fewer).
     fn settle(&self, reserved: u64, used: u64, now: Instant);
@@ -131,12 +131,12 @@ struct Buckets {
 
 /// The limits kept in this process.
 #[derive(Debug)]
-pub struct Local(Mutex<Buckets>);
+pub(crate) struct Local(Mutex<Buckets>);
 
 pub(super) const MINUTE: Duration = Duration::from_secs(60);
 
 impl Local {
-    pub fn new(limits: Limits, now: Instant) -> Local {
+    pub(crate) fn new(limits: Limits, now: Instant) -> Local {
         Local(Mutex::new(Buckets {
             requests: limits
                 .requests_per_minute
@@ -197,7 +197,7 @@ impl Buckets {
 
 impl Local {
     /// Take one request and `tokens`, or say which limit refuses them.
-    pub fn take(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal> {
+    pub(crate) fn take(&self, tokens: u64, now: Instant) -> Result<Standing, Refusal> {
         let mut guard = self.lock();
         let b = &mut *guard;
         b.refill(now);
@@ -214,7 +214,7 @@ impl Local {
     }
 
     /// The levels a shared store reported (requests, tokens), as of `now`.
-    pub fn adopt(&self, levels: [Option<f64>; 2], now: Instant) {
+    pub(crate) fn adopt(&self, levels: [Option<f64>; 2], now: Instant) {
         let mut guard = self.lock();
         let b = &mut *guard;
         for (bucket, level) in [&mut b.requests, &mut b.tokens].into_iter().zip(levels) {
@@ -227,7 +227,7 @@ impl Local {
 
     /// Why one request and `tokens` do not fit now (the store said they do not): the limit
     /// and the wait, as this process's copy of the levels shows them.
-    pub fn refusal(&self, tokens: u64, now: Instant) -> Refusal {
+    pub(crate) fn refusal(&self, tokens: u64, now: Instant) -> Refusal {
         let mut guard = self.lock();
         guard.refill(now);
         guard.refusal(tokens).unwrap_or(Refusal {
@@ -239,7 +239,7 @@ impl Local {
     }
 
     /// The buckets' capacities and windows (requests, tokens).
-    pub fn specs(&self) -> [Option<(u64, Duration)>; 2] {
+    pub(crate) fn specs(&self) -> [Option<(u64, Duration)>; 2] {
         let b = self.lock();
         [b.requests, b.tokens].map(|x| x.map(|x| (x.capacity as u64, x.window)))
     }

@@ -2,11 +2,11 @@
 //! who owns what its requests leave, what it may use, its priority, and its limits, budgets
 //! and counters (kept across reloads while the client exists).
 
-pub mod charge;
-pub mod headers;
-pub mod limiter;
-pub mod place;
-pub mod shared;
+pub(crate) mod charge;
+pub(crate) mod headers;
+pub(crate) mod limiter;
+pub(crate) mod place;
+pub(crate) mod shared;
 
 use std::sync::atomic::{AtomicI64, AtomicU32};
 use std::sync::Arc;
@@ -23,24 +23,24 @@ use crate::shared::Store;
 use limiter::{Limiter, Limits, Local};
 
 /// The header a client lowers its own priority with, per request.
-pub const PRIORITY: HeaderName = HeaderName::from_static("x-switchboard-priority");
+pub(crate) const PRIORITY: HeaderName = HeaderName::from_static("x-switchboard-priority");
 
 /// The name of the clients of `server.api_keys_env`.
-pub const ANONYMOUS: &str = "anonymous";
+pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// What lives as long as a client does, across reloads: its counters.
 #[derive(Debug)]
 pub struct ClientState {
     /// The same in every process (see [`client_id`]): the unit of the queue's fair turn.
     pub id: u64,
-    pub limiter: Box<dyn Limiter>,
+    pub(crate) limiter: Box<dyn Limiter>,
     /// Its budget of GPU time a minute, in milliseconds (a limiter of its own, its "tokens").
-    pub gpu: Box<dyn Limiter>,
+    pub(crate) gpu: Box<dyn Limiter>,
     /// Its budgets of a calendar day and month, tokens and GPU time.
     pub budgets: Budgets,
     pub inflight: AtomicU32,
     pub queued: AtomicI64,
-    pub metrics: ClientMetrics,
+    pub(crate) metrics: ClientMetrics,
     /// Tokens and GPU time charged, in 10-second steps: the status page's last five minutes.
     pub recent: Recent,
 }
@@ -48,7 +48,7 @@ pub struct ClientState {
 impl ClientState {
     /// Where it stands against each of its limits now: those of a minute as its limiters
     /// keep them, those of a day and a month as its budgets do.
-    pub fn standing(&self, now: Instant) -> ByLimit<Option<limiter::Left>> {
+    pub(crate) fn standing(&self, now: Instant) -> ByLimit<Option<limiter::Left>> {
         let mut out = self.budgets.standing();
         let (counts, gpu) = (self.limiter.standing(now), self.gpu.standing(now));
         let minute = |resource| Limit::new(resource, Window::Minute);
@@ -92,7 +92,7 @@ impl Recent {
 
     /// The tokens and GPU-milliseconds of each 10-second step of the five minutes to `now`,
     /// the oldest first (the last, the step `now` is in).
-    pub fn steps(&self, now: Instant) -> [(u64, u64); 30] {
+    pub(crate) fn steps(&self, now: Instant) -> [(u64, u64); 30] {
         let n = self.step(now);
         let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = [(0, 0); 30];
@@ -107,7 +107,7 @@ impl Recent {
 }
 
 /// The tokens and GPU-milliseconds of `steps` (of [`Recent::steps`]) together.
-pub fn total(steps: &[(u64, u64)]) -> (u64, u64) {
+pub(crate) fn total(steps: &[(u64, u64)]) -> (u64, u64) {
     steps.iter().fold((0, 0), |(t, g), s| (t + s.0, g + s.1))
 }
 
@@ -117,10 +117,10 @@ pub struct Caller {
     pub spec: Arc<ClientSpec>,
     pub state: Arc<ClientState>,
     /// What [`Caller::owner`] reads, shared with what records it (a request's ledger row).
-    pub(crate) owner: Arc<str>,
+    pub owner: Arc<str>,
     /// Whose cached prompt prefixes its requests may meet: its client's `cache_group`; a key
     /// of `server.api_keys_env` is a group of its own, as it is an owner of its own.
-    pub cache_group: u64,
+    pub(crate) cache_group: u64,
 }
 
 impl Caller {
@@ -132,29 +132,23 @@ impl Caller {
     /// usage it reads: a named client's name; for a key of `server.api_keys_env`, a hash of
     /// that key ([`crate::config::key_owner`]), so each key owns its own while all are the
     /// one client [`ANONYMOUS`] of the limits and classes.
-    pub fn owner(&self) -> &str {
+    pub(crate) fn owner(&self) -> &str {
         &self.owner
     }
 
     /// Its owner as a number (XXH3-64 of [`Caller::owner`], the same in every process): what
     /// a conversation's key is one owner's by.
-    pub fn owner_id(&self) -> u64 {
+    pub(crate) fn owner_id(&self) -> u64 {
         xxhash_rust::xxh3::xxh3_64(self.owner.as_bytes())
     }
 
-    pub fn may_use(&self, alias: &str) -> bool {
+    pub(crate) fn may_use(&self, alias: &str) -> bool {
         self.spec.may_use(alias)
-    }
-
-    /// Its class for this request: its own, or lower when the request asks
-    /// (`x-switchboard-priority`); never higher. A value that is no class is a 400.
-    pub fn class(&self, headers: &HeaderMap) -> Result<Priority, ProxyError> {
-        class(self.spec.priority, headers)
     }
 }
 
 /// The class of a request of a client of class `own`, as its headers may lower it.
-pub fn class(own: Priority, headers: &HeaderMap) -> Result<Priority, ProxyError> {
+pub(crate) fn class(own: Priority, headers: &HeaderMap) -> Result<Priority, ProxyError> {
     let Some(v) = headers.get(PRIORITY) else {
         return Ok(own);
     };
@@ -232,7 +226,7 @@ impl Registry {
     /// set to the new ones). With `store`, their limits are kept there, shared by every
     /// process that uses it; with `board`, their budgets of a day and a month count what the
     /// ledger says other processes spent.
-    pub fn build(
+    pub(crate) fn build(
         config: &Config,
         metrics: &Metrics,
         previous: Option<&Registry>,
@@ -322,7 +316,7 @@ impl Registry {
     }
 
     /// Some key is required.
-    pub fn closed(&self) -> bool {
+    pub(crate) fn closed(&self) -> bool {
         self.closed
     }
 
@@ -333,7 +327,7 @@ impl Registry {
     /// The client holding `key`, as that key's caller (its owner): every key is compared,
     /// each in constant time, so the time taken says nothing of which (or how much of one)
     /// matched.
-    pub fn holder(&self, key: &str) -> Option<&Caller> {
+    pub(crate) fn holder(&self, key: &str) -> Option<&Caller> {
         let mut found = None;
         for (k, c) in &self.keyed {
             if same(k.as_bytes(), key.as_bytes()) {
@@ -345,14 +339,14 @@ impl Registry {
 
     /// A caller whose owner is `owner` (a batch's, to run its lines as): of one of its keys,
     /// else the client of that name.
-    pub fn owned_by(&self, owner: &str) -> Option<&Caller> {
+    pub(crate) fn owned_by(&self, owner: &str) -> Option<&Caller> {
         let keyed = self.keyed.iter().map(|(_, c)| c);
         keyed.chain(&self.callers).find(|c| c.owner() == owner)
     }
 
     /// The client of a request by the key in its headers; `None` when no key is configured;
     /// 401 for a missing or unknown key.
-    pub fn identify(&self, headers: &HeaderMap) -> Result<Option<&Caller>, ProxyError> {
+    pub(crate) fn identify(&self, headers: &HeaderMap) -> Result<Option<&Caller>, ProxyError> {
         if !self.closed {
             return Ok(None);
         }
@@ -364,7 +358,7 @@ impl Registry {
 }
 
 /// The key a request presents: `Authorization: Bearer …`, or Anthropic's `x-api-key`.
-pub fn presented(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn presented(headers: &HeaderMap) -> Option<&str> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -379,7 +373,7 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Whether `key` is one of `keys`: every one compared, each in constant time.
-pub fn one_of(keys: &[String], key: &str) -> bool {
+pub(crate) fn one_of(keys: &[String], key: &str) -> bool {
     keys.iter()
         .fold(false, |found, k| same(k.as_bytes(), key.as_bytes()) | found)
 }

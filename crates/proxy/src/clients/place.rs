@@ -15,14 +15,14 @@ use crate::fleet::ticket::Ticket;
 /// Where a request stands in a queue: its ticket, its client (for the client's queue
 /// figures), and the longest wait for a slot it takes (its client's `max_queue_wait_ms`, its
 /// own `x-switchboard-max-wait-ms`, the shorter).
-pub struct Place {
-    pub ticket: Ticket,
-    pub caller: Option<Caller>,
-    pub max_wait: Option<Duration>,
+pub(crate) struct Place {
+    pub(crate) ticket: Ticket,
+    pub(crate) caller: Option<Caller>,
+    pub(crate) max_wait: Option<Duration>,
 }
 
 /// The header a request sets the longest wait for a slot it takes with, in milliseconds.
-pub const MAX_WAIT: HeaderName = HeaderName::from_static("x-switchboard-max-wait-ms");
+pub(crate) const MAX_WAIT: HeaderName = HeaderName::from_static("x-switchboard-max-wait-ms");
 
 impl Place {
     /// The place of a request of `caller` (`None`: no key is configured) with `headers`,
@@ -31,7 +31,7 @@ impl Place {
     ///
     /// A batch line (`idle`) waits in the `idle` class whoever its client is, as long as it
     /// takes: no wait of its client's bounds it.
-    pub fn new(
+    pub(crate) fn new(
         caller: Option<&Caller>,
         headers: &HeaderMap,
         clients: &Clients,
@@ -86,13 +86,13 @@ impl Place {
 
     /// The request waits for a slot: its client's queue gauge and wait count it until the
     /// guard is dropped, however the wait ends.
-    pub fn queued(&self) -> Option<Queued<'_>> {
+    pub(crate) fn queued(&self) -> Option<Queued<'_>> {
         self.caller.as_ref().map(Queued::enter)
     }
 }
 
 /// A client's request waiting for a slot.
-pub struct Queued<'a> {
+pub(crate) struct Queued<'a> {
     caller: &'a Caller,
     since: Instant,
 }

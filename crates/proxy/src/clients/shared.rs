@@ -14,7 +14,7 @@ use crate::shared::Store;
 
 /// The limits of one client in the store.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     store: Arc<Store>,
     /// The client's buckets in the store.
     key: Arc<str>,
@@ -28,7 +28,13 @@ pub struct Shared {
 impl Shared {
     /// The limits of client `name` in `store`, its buckets of `kind` (`client`: requests and
     /// tokens; `gpu`: GPU-milliseconds).
-    pub fn new(store: Arc<Store>, kind: &str, name: &str, limits: Limits, now: Instant) -> Shared {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        kind: &str,
+        name: &str,
+        limits: Limits,
+        now: Instant,
+    ) -> Shared {
         Shared {
             key: Store::key(kind, name),
             inflight: Places::new("inflight", name),

@@ -15,7 +15,7 @@ use super::values::reasoning_field;
 use crate::reasoning::{OutputField, ThinkTags, ThinkTagsSpec};
 use crate::wire::shape::ShapeSpec;
 
-pub use crate::wire::shape::Input;
+pub(crate) use crate::wire::shape::Input;
 
 /// `[aliases.NAME]` as written.
 #[derive(Debug, Deserialize)]
@@ -23,10 +23,10 @@ pub use crate::wire::shape::Input;
 pub struct RawAlias {
     /// One backend; or `backends`, replicas (exactly one of the two).
     pub backend: Option<String>,
-    pub backends: Option<Vec<String>>,
+    pub(crate) backends: Option<Vec<String>>,
     /// Aliases tried in order when no backend of this one can take a request.
     #[serde(default)]
-    pub fallbacks: Vec<String>,
+    pub(crate) fallbacks: Vec<String>,
     pub upstream_model: Option<String>,
     pub context_window: Option<RawSizing>,
     pub count: Option<CountKind>,
@@ -37,17 +37,17 @@ pub struct RawAlias {
     #[serde(default)]
     pub inputs: Option<Vec<String>>,
     /// Request fields set when the client sent none (tables: member by member).
-    pub defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    pub(crate) defaults: Option<serde_json::Map<String, serde_json::Value>>,
     /// Top-level request fields removed before forwarding.
-    pub strip_params: Option<Vec<String>>,
+    pub(crate) strip_params: Option<Vec<String>>,
     /// Cap on the output tokens a request asks for.
-    pub max_output_tokens: Option<u32>,
+    pub(crate) max_output_tokens: Option<u32>,
     #[serde(default)]
-    pub old_names: Vec<String>,
-    pub reasoning_field: Option<String>,
-    pub think_tags: Option<ThinkTagsSpec>,
-    pub think_tags_start_open: Option<bool>,
-    pub description: Option<String>,
+    pub(crate) old_names: Vec<String>,
+    pub(crate) reasoning_field: Option<String>,
+    pub(crate) think_tags: Option<ThinkTagsSpec>,
+    pub(crate) think_tags_start_open: Option<bool>,
+    pub(crate) description: Option<String>,
 }
 
 impl RawAlias {
@@ -62,7 +62,7 @@ impl RawAlias {
 pub struct Alias {
     pub name: String,
     /// `name` as the `X-Switchboard-Alias` value of every answer (made once, here).
-    pub served_as: HeaderValue,
+    pub(crate) served_as: HeaderValue,
     /// The first of `backends`: the one whose flavour shapes the body and whose endpoints
     /// count tokens (`count = "backend"`).
     pub backend: Arc<Backend>,
@@ -79,32 +79,32 @@ pub struct Alias {
     /// The context guard's settings; present when `context_window` is set, in force once the
     /// window is known. Its counter is built with the snapshot (`crate::live`), which loads
     /// the tokenizer.
-    pub guard: Option<GuardConfig>,
+    pub(crate) guard: Option<GuardConfig>,
     /// Where over-window requests go instead of being rejected (an alias with a larger window).
-    pub context_fallback: Option<String>,
+    pub(crate) context_fallback: Option<String>,
     /// Defaults, stripped fields, the output cap and the input kinds taken.
     pub shape: ShapeSpec,
     pub old_names: Vec<String>,
-    pub reasoning_field: Option<OutputField>,
+    pub(crate) reasoning_field: Option<OutputField>,
     /// Inline reasoning markers to split out of `content` (opt-in per alias).
-    pub think_tags: Option<Arc<ThinkTags>>,
+    pub(crate) think_tags: Option<Arc<ThinkTags>>,
     pub description: Option<String>,
 }
 
 /// How an alias's prompts are counted and judged (`count`, `tokenizer`, `media_tokens`,
 /// `clamp_max_tokens`) against the alias's `context_window`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuardConfig {
+pub(crate) struct GuardConfig {
     /// The counting strategy (the default resolved: local with a tokenizer, else estimate).
-    pub count: CountKind,
-    pub tokenizer: Option<TokenizerFiles>,
-    pub media: MediaCosts,
-    pub clamp_max_tokens: bool,
+    pub(crate) count: CountKind,
+    pub(crate) tokenizer: Option<TokenizerFiles>,
+    pub(crate) media: MediaCosts,
+    pub(crate) clamp_max_tokens: bool,
 }
 
 impl GuardConfig {
     /// The key and value to name when the counter of this guard cannot be built.
-    pub fn counter_key(&self) -> (&'static str, String) {
+    pub(crate) fn counter_key(&self) -> (&'static str, String) {
         match &self.tokenizer {
             Some(t) if self.count != CountKind::Backend => {
                 ("tokenizer", t.file.display().to_string())

@@ -7,14 +7,14 @@ use crate::wire::{Adapter, APIS};
 
 /// The registered APIs a backend serves itself, by their place in [`APIS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Apis {
+pub(crate) struct Apis {
     served: u32,
 }
 
 impl Apis {
     /// What a backend of `flavor` serves when its `apis` list is not given: each API's own
     /// say ([`crate::wire::ApiSpec::served_by_default`]: its runtime's).
-    pub fn default_for(flavor: Flavor) -> Apis {
+    pub(crate) fn default_for(flavor: Flavor) -> Apis {
         let mut out = Apis { served: 0 };
         for (i, api) in APIS.iter().enumerate() {
             if api.spec().served_by_default(flavor) {
@@ -27,7 +27,7 @@ impl Apis {
     /// Where caches are isolated: the APIs `privacy` cannot keep private are no longer
     /// served itself (they are translated to chat completions, which every runtime that keeps
     /// any API private keeps private).
-    pub fn keep_private(&mut self, privacy: crate::runtime::Privacy) {
+    pub(crate) fn keep_private(&mut self, privacy: crate::runtime::Privacy) {
         let private = privacy.apis();
         if private.is_empty() {
             return;
@@ -41,7 +41,7 @@ impl Apis {
     }
 
     /// Whether the backend serves `api` itself: an API with no name in `apis` always is.
-    pub fn serves(&self, api: &dyn Adapter) -> bool {
+    pub(crate) fn serves(&self, api: &dyn Adapter) -> bool {
         if api.spec().config_name.is_none() {
             return true;
         }
@@ -63,7 +63,7 @@ fn names() -> String {
 
 /// `apis = ["chat", "messages", "responses"]` of backend `name`: the API the others are
 /// translated to (chat completions) must be among them.
-pub fn parse(
+pub(crate) fn parse(
     name: &str,
     raw: Option<Vec<String>>,
     flavor: Flavor,

@@ -29,30 +29,30 @@ pub struct RawBackend {
     pub queue: Option<u32>,
     pub api_key_env: Option<String>,
     pub connect_timeout_ms: Option<u64>,
-    pub header_timeout_secs: Option<u64>,
-    pub stream_idle_timeout_ms: Option<u64>,
-    pub total_timeout_secs: Option<u64>,
+    pub(crate) header_timeout_secs: Option<u64>,
+    pub(crate) stream_idle_timeout_ms: Option<u64>,
+    pub(crate) total_timeout_secs: Option<u64>,
     pub ca_file: Option<std::path::PathBuf>,
-    pub apis: Option<Vec<String>>,
-    pub prefill_tokens_per_s: Option<f64>,
-    pub prefill_half_depth: Option<f64>,
-    pub decode_tokens_per_s: Option<f64>,
-    pub decode_half_depth: Option<f64>,
-    pub pin_slots: Option<bool>,
-    pub cache_ram: Option<bool>,
+    pub(crate) apis: Option<Vec<String>>,
+    pub(crate) prefill_tokens_per_s: Option<f64>,
+    pub(crate) prefill_half_depth: Option<f64>,
+    pub(crate) decode_tokens_per_s: Option<f64>,
+    pub(crate) decode_half_depth: Option<f64>,
+    pub(crate) pin_slots: Option<bool>,
+    pub(crate) cache_ram: Option<bool>,
 }
 
 /// The limits of one exchange with a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
+pub(crate) struct Timeouts {
     /// To open the TCP connection.
-    pub connect: Duration,
+    pub(crate) connect: Duration,
     /// From sending the request to the answer's head (a long prefill counts here).
-    pub first_byte: Duration,
+    pub(crate) first_byte: Duration,
     /// Between two pieces of an answer's body (two events of a stream).
-    pub idle: Duration,
+    pub(crate) idle: Duration,
     /// The whole exchange, head and body.
-    pub total: Duration,
+    pub(crate) total: Duration,
 }
 
 /// `[backends.NAME]` validated.
@@ -63,34 +63,34 @@ pub struct Backend {
     pub url: String,
     pub flavor: Flavor,
     /// `host:port` the backend is reached at (the URL's port, or its scheme's default).
-    pub authority: String,
+    pub(crate) authority: String,
     /// The URL's path, put before every request path (empty for a server root).
-    pub path_prefix: String,
+    pub(crate) path_prefix: String,
     /// For an https backend: the name its certificate must show, and its `ca_file`.
-    pub tls: Option<TlsSpec>,
+    pub(crate) tls: Option<TlsSpec>,
     /// Slots in force: the configured number; with `slots = "auto"` the backend's own count
     /// once discovered, 1 until then.
     pub slots: NonZeroU32,
     /// `slots` as configured.
-    pub slots_setting: Sizing,
-    pub queue: u32,
+    pub(crate) slots_setting: Sizing,
+    pub(crate) queue: u32,
     /// The backend's own key as the `Authorization: Bearer …` value that replaces the
     /// client's, made and checked once here (marked sensitive: never logged or shown).
-    pub api_key: Option<HeaderValue>,
-    pub timeouts: Timeouts,
+    pub(crate) api_key: Option<HeaderValue>,
+    pub(crate) timeouts: Timeouts,
     /// The wire APIs it serves itself; the others are translated to chat completions.
-    pub apis: Apis,
+    pub(crate) apis: Apis,
     /// Its speeds before its answers are measured (the cost model's prior).
-    pub seed: Seed,
+    pub(crate) seed: Seed,
     /// Each request is sent to the slot it took (`id_slot`), where its runtime takes that.
-    pub pin_slots: bool,
+    pub(crate) pin_slots: bool,
     /// Its clients make several cache groups (`clients.NAME.cache_group`): a request never
     /// meets a prefix another group's request left ([`crate::runtime::Privacy`]), and the APIs
     /// its runtime cannot keep so are translated to chat completions.
-    pub isolated: bool,
+    pub(crate) isolated: bool,
     /// llama.cpp: the server keeps prompts in host memory across its slots (`--cache-ram`,
     /// on unless started with `--cache-ram 0`), so no slot's cache is its last request's alone.
-    pub cache_ram: bool,
+    pub(crate) cache_ram: bool,
 }
 
 impl Backend {
@@ -98,12 +98,12 @@ impl Backend {
     /// an API the backend serves itself, converted there by its own converter) — see
     /// [`Backend::counting`] for what is counted then — else the translation to chat
     /// completions.
-    pub fn translation(&self, api: &dyn Adapter) -> Option<Converter> {
+    pub(crate) fn translation(&self, api: &dyn Adapter) -> Option<Converter> {
         (!self.apis.serves(api)).then(|| Converter::translate(self.flavor))
     }
 
     /// The converter whose chat form of an `api` request is what this backend templates.
-    pub fn counting(&self, api: &dyn Adapter) -> Converter {
+    pub(crate) fn counting(&self, api: &dyn Adapter) -> Converter {
         self.translation(api)
             .unwrap_or_else(|| Converter::native(self.flavor))
     }

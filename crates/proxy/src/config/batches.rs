@@ -13,39 +13,39 @@ use super::error::ConfigError;
 #[serde(deny_unknown_fields)]
 pub struct RawBatches {
     pub max_file_bytes: Option<u64>,
-    pub max_lines: Option<u64>,
-    pub files_per_client: Option<u64>,
-    pub bytes_per_client: Option<u64>,
-    pub batches_in_progress_per_client: Option<u64>,
-    pub max_concurrent: Option<u64>,
-    pub max_concurrent_per_client: Option<u64>,
-    pub line_retries: Option<u64>,
-    pub retry_after_ms: Option<u64>,
-    pub lease_ms: Option<u64>,
+    pub(crate) max_lines: Option<u64>,
+    pub(crate) files_per_client: Option<u64>,
+    pub(crate) bytes_per_client: Option<u64>,
+    pub(crate) batches_in_progress_per_client: Option<u64>,
+    pub(crate) max_concurrent: Option<u64>,
+    pub(crate) max_concurrent_per_client: Option<u64>,
+    pub(crate) line_retries: Option<u64>,
+    pub(crate) retry_after_ms: Option<u64>,
+    pub(crate) lease_ms: Option<u64>,
 }
 
 /// `[batches]`, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Batches {
+pub(crate) struct Batches {
     /// The largest file `POST /v1/files` takes.
-    pub max_file_bytes: u64,
+    pub(crate) max_file_bytes: u64,
     /// The most lines one batch's input may have.
-    pub max_lines: u64,
+    pub(crate) max_lines: u64,
     /// What one client may keep: files, and their bytes together.
-    pub files_per_client: u64,
-    pub bytes_per_client: u64,
+    pub(crate) files_per_client: u64,
+    pub(crate) bytes_per_client: u64,
     /// Batches of one client validating, in progress or finalizing at once.
-    pub batches_in_progress_per_client: u64,
+    pub(crate) batches_in_progress_per_client: u64,
     /// Lines of one batch, and of one client's batches together, running at once.
-    pub max_concurrent: u64,
-    pub max_concurrent_per_client: u64,
+    pub(crate) max_concurrent: u64,
+    pub(crate) max_concurrent_per_client: u64,
     /// Times a line that failed for a transient reason (a 5xx, a 429, a timeout, a backend
     /// down) is run again before it goes to the error file; and the wait before each.
-    pub line_retries: u64,
-    pub retry_after: Duration,
+    pub(crate) line_retries: u64,
+    pub(crate) retry_after: Duration,
     /// How long a process's claim on a line holds without being renewed (it is renewed every
     /// second while the line runs): a process that died leaves its lines to others this long.
-    pub lease: Duration,
+    pub(crate) lease: Duration,
 }
 
 impl Default for Batches {

@@ -19,19 +19,19 @@ use crate::kinds::{Key, PerKind};
 #[serde(deny_unknown_fields)]
 pub struct RawClient {
     pub key_env: String,
-    pub aliases: Option<Vec<String>>,
-    pub priority: Option<String>,
-    pub max_concurrent: Option<u32>,
-    pub requests_per_minute: Option<u32>,
-    pub tokens_per_minute: Option<u64>,
-    pub tokens_per_day: Option<u64>,
-    pub tokens_per_month: Option<u64>,
-    pub reserve_output_tokens: Option<u32>,
-    pub max_queue_wait_ms: Option<u64>,
-    pub gpu_seconds_per_minute: Option<f64>,
-    pub gpu_seconds_per_day: Option<f64>,
-    pub gpu_seconds_per_month: Option<f64>,
-    pub cache_group: Option<String>,
+    pub(crate) aliases: Option<Vec<String>>,
+    pub(crate) priority: Option<String>,
+    pub(crate) max_concurrent: Option<u32>,
+    pub(crate) requests_per_minute: Option<u32>,
+    pub(crate) tokens_per_minute: Option<u64>,
+    pub(crate) tokens_per_day: Option<u64>,
+    pub(crate) tokens_per_month: Option<u64>,
+    pub(crate) reserve_output_tokens: Option<u32>,
+    pub(crate) max_queue_wait_ms: Option<u64>,
+    pub(crate) gpu_seconds_per_minute: Option<f64>,
+    pub(crate) gpu_seconds_per_day: Option<f64>,
+    pub(crate) gpu_seconds_per_month: Option<f64>,
+    pub(crate) cache_group: Option<String>,
 }
 
 /// `[priority.CLASS]` as written.
@@ -73,7 +73,7 @@ impl Key for Priority {
 }
 
 impl Priority {
-    pub const ALL: [Priority; 4] = [
+    pub(crate) const ALL: [Priority; 4] = [
         Priority::Interactive,
         Priority::Normal,
         Priority::Batch,
@@ -81,9 +81,10 @@ impl Priority {
     ];
 
     /// The classes a client or a request may name.
-    pub const NAMED: [Priority; 3] = [Priority::Interactive, Priority::Normal, Priority::Batch];
+    pub(crate) const NAMED: [Priority; 3] =
+        [Priority::Interactive, Priority::Normal, Priority::Batch];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Priority::Interactive => "interactive",
             Priority::Normal => "normal",
@@ -93,7 +94,7 @@ impl Priority {
     }
 
     /// A class a client or request may name (never `idle`).
-    pub fn parse(s: &str) -> Option<Priority> {
+    pub(crate) fn parse(s: &str) -> Option<Priority> {
         Priority::NAMED
             .into_iter()
             .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
@@ -104,23 +105,23 @@ impl Priority {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientSpec {
     pub name: String,
-    pub keys: Vec<String>,
+    pub(crate) keys: Vec<String>,
     /// The aliases it may use; `None`: every alias.
-    pub aliases: Option<BTreeSet<String>>,
-    pub priority: Priority,
-    pub max_concurrent: Option<NonZeroU32>,
+    pub(crate) aliases: Option<BTreeSet<String>>,
+    pub(crate) priority: Priority,
+    pub(crate) max_concurrent: Option<NonZeroU32>,
     /// Its limits of each kind (GPU time in milliseconds of a backend's slot); those of a
     /// calendar day and month (`server.budget_timezone`) are kept in the ledger.
-    pub limits: ByLimit<Option<std::num::NonZeroU64>>,
+    pub(crate) limits: ByLimit<Option<std::num::NonZeroU64>>,
     /// The output reserved for each choice of a request that sets no output limit (and whose
     /// alias sets none either); `0`: none.
-    pub reserve_output_tokens: u32,
+    pub(crate) reserve_output_tokens: u32,
     /// A request whose predicted wait for a slot is longer is refused at once (503).
-    pub max_queue_wait: Option<Duration>,
+    pub(crate) max_queue_wait: Option<Duration>,
     /// Whose prompt caches its requests may meet: the id of its `cache_group`, else of its
     /// own name ([`cache_group`]); the requests of one group may reuse each other's prefixes,
     /// never another group's.
-    pub cache_group: u64,
+    pub(crate) cache_group: u64,
 }
 
 /// The id of the cache group named `name` (a client's `cache_group`, or the client's own
@@ -133,7 +134,10 @@ pub fn cache_group(name: &str) -> u64 {
 /// How many cache groups the clients of `raw` and the keys of `server.api_keys_env` (each
 /// key a group of its own, as it owns its own) make: caches are isolated where there are
 /// several.
-pub fn cache_groups(raw: &BTreeMap<String, RawClient>, anonymous: Option<&[String]>) -> usize {
+pub(crate) fn cache_groups(
+    raw: &BTreeMap<String, RawClient>,
+    anonymous: Option<&[String]>,
+) -> usize {
     let named = raw
         .iter()
         .map(|(name, c)| c.cache_group.clone().unwrap_or_else(|| name.clone()));
@@ -145,21 +149,21 @@ pub fn cache_groups(raw: &BTreeMap<String, RawClient>, anonymous: Option<&[Strin
 }
 
 /// `clients.NAME.reserve_output_tokens` unset.
-pub const DEFAULT_RESERVE_OUTPUT_TOKENS: u32 = 1024;
+pub(crate) const DEFAULT_RESERVE_OUTPUT_TOKENS: u32 = 1024;
 
 impl ClientSpec {
     /// Whether it has any limit (and so gets the rate-limit headers).
-    pub fn limited(&self) -> bool {
+    pub(crate) fn limited(&self) -> bool {
         self.max_concurrent.is_some() || self.limits.iter().any(|(_, l)| l.is_some())
     }
 
     /// Its limit of kind `limit`, if it sets one.
-    pub fn limit(&self, limit: Limit) -> Option<u64> {
+    pub(crate) fn limit(&self, limit: Limit) -> Option<u64> {
         self.limits[limit].map(|n| n.get())
     }
 
     /// Its smallest limit of `resource`, over every window.
-    pub fn smallest(&self, resource: Resource) -> Option<u64> {
+    pub(crate) fn smallest(&self, resource: Resource) -> Option<u64> {
         self.set()
             .filter(|(l, _)| l.resource == resource)
             .map(|(_, n)| n)
@@ -167,29 +171,29 @@ impl ClientSpec {
     }
 
     /// The limits it sets, each with its amount.
-    pub fn set(&self) -> impl Iterator<Item = (Limit, u64)> + '_ {
+    pub(crate) fn set(&self) -> impl Iterator<Item = (Limit, u64)> + '_ {
         self.limits
             .iter()
             .filter_map(|(l, n)| Some((l, n.as_ref()?.get())))
     }
 
     /// Whether it has a budget of GPU time (and so its requests' work is reserved).
-    pub fn counts_gpu(&self) -> bool {
+    pub(crate) fn counts_gpu(&self) -> bool {
         self.set().any(|(l, _)| l.resource == Resource::Gpu)
     }
 
     /// Whether it has a budget counted in tokens (and so its requests' tokens are counted
     /// and reserved).
-    pub fn counts_tokens(&self) -> bool {
+    pub(crate) fn counts_tokens(&self) -> bool {
         self.set().any(|(l, _)| l.resource.in_tokens())
     }
 
     /// Whether it has a budget of a calendar day or month.
-    pub fn counts_days(&self) -> bool {
+    pub(crate) fn counts_days(&self) -> bool {
         self.set().any(|(l, _)| l.window.calendar())
     }
 
-    pub fn may_use(&self, alias: &str) -> bool {
+    pub(crate) fn may_use(&self, alias: &str) -> bool {
         self.aliases.as_ref().is_none_or(|a| a.contains(alias))
     }
 }
@@ -223,13 +227,13 @@ fn default_max_wait(class: Priority) -> Duration {
 
 impl Clients {
     /// How long a request of `class` waits before it is lifted into the next class's turns.
-    pub fn max_wait(&self, class: Priority) -> Duration {
+    pub(crate) fn max_wait(&self, class: Priority) -> Duration {
         self.max_wait[class]
     }
 
     /// Whether any client's requests are `interactive` (no other request is: a request may
     /// only lower its client's class).
-    pub fn has_interactive(&self) -> bool {
+    pub(crate) fn has_interactive(&self) -> bool {
         self.named
             .iter()
             .any(|c| c.priority == Priority::Interactive)

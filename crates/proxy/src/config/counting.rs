@@ -17,7 +17,7 @@ pub enum CountKind {
 
 impl CountKind {
     /// The config value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CountKind::Local => "local",
             CountKind::Backend => "backend",
@@ -67,11 +67,11 @@ impl Default for MediaCosts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateConfig {
     /// Counts running at once.
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Longest wait for a turn.
-    pub wait: Duration,
+    pub(crate) wait: Duration,
     /// Most bytes one count may tokenize (text not in the fragment cache).
-    pub limit_bytes: usize,
+    pub(crate) limit_bytes: usize,
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ fn sendable(key: &str) -> Result<(), String> {
 /// Who owns the files, batches and usage of a key of `server.api_keys_env`: `key-` and the
 /// first 16 hex digits of the key's SHA-256, never the key itself; the same in every process
 /// and across restarts.
-pub fn key_owner(key: &str) -> String {
+pub(crate) fn key_owner(key: &str) -> String {
     use sha2::Digest;
     use std::fmt::Write;
     let digest = sha2::Sha256::digest(key.as_bytes());
@@ -40,14 +40,14 @@ pub fn key_owner(key: &str) -> String {
 }
 
 /// Whether `name` has the form of a key's owner ([`key_owner`]), which no client may be named.
-pub fn is_key_owner(name: &str) -> bool {
+pub(crate) fn is_key_owner(name: &str) -> bool {
     name.strip_prefix("key-")
         .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A backend key as the sensitive `Authorization: Bearer …` value it is sent in, or why it
 /// cannot be one.
-pub fn bearer(key: &str) -> Result<HeaderValue, String> {
+pub(crate) fn bearer(key: &str) -> Result<HeaderValue, String> {
     sendable(key)?;
     let mut v =
         HeaderValue::try_from(format!("Bearer {key}")).map_err(|_| "is not a header value")?;

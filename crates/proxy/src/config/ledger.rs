@@ -12,13 +12,13 @@ use super::error::ConfigError;
 #[serde(deny_unknown_fields)]
 pub struct RawLedger {
     pub url: Option<String>,
-    pub batch_rows: Option<u64>,
-    pub batch_interval_ms: Option<u64>,
-    pub buffer_rows: Option<u64>,
-    pub retention_days: Option<u64>,
-    pub budget_refresh_ms: Option<u64>,
-    pub check_interval_ms: Option<u64>,
-    pub required: Option<bool>,
+    pub(crate) batch_rows: Option<u64>,
+    pub(crate) batch_interval_ms: Option<u64>,
+    pub(crate) buffer_rows: Option<u64>,
+    pub(crate) retention_days: Option<u64>,
+    pub(crate) budget_refresh_ms: Option<u64>,
+    pub(crate) check_interval_ms: Option<u64>,
+    pub(crate) required: Option<bool>,
 }
 
 /// The database a ledger is kept in.

@@ -18,7 +18,7 @@ pub enum Resource {
 }
 
 impl Resource {
-    pub const ALL: [Resource; 3] = [Resource::Requests, Resource::Tokens, Resource::Gpu];
+    pub(crate) const ALL: [Resource; 3] = [Resource::Requests, Resource::Tokens, Resource::Gpu];
 
     /// Its name in a limit's key (`tokens` of `tokens_per_day`).
     fn stem(self) -> &'static str {
@@ -30,7 +30,7 @@ impl Resource {
     }
 
     /// Its unit in words: `requests`, `tokens`, `GPU-seconds`.
-    pub fn unit(self) -> &'static str {
+    pub(crate) fn unit(self) -> &'static str {
         match self {
             Resource::Requests => "requests",
             Resource::Tokens => "tokens",
@@ -39,7 +39,7 @@ impl Resource {
     }
 
     /// Its unit as the status page abbreviates it.
-    pub fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             Resource::Gpu => "GPU-s",
             other => other.unit(),
@@ -47,18 +47,18 @@ impl Resource {
     }
 
     /// Counted in milliseconds, written and told in seconds.
-    pub fn millis(self) -> bool {
+    pub(crate) fn millis(self) -> bool {
         self == Resource::Gpu
     }
 
     /// Counted in tokens (its client's requests' tokens are counted and reserved).
-    pub fn in_tokens(self) -> bool {
+    pub(crate) fn in_tokens(self) -> bool {
         self == Resource::Tokens
     }
 
     /// The rate-limit headers that tell it (`x-ratelimit-*-requests`, …; GPU time as
     /// `x-switchboard-ratelimit-*-gpu-seconds`); `None`: none does.
-    pub fn header(self) -> Option<&'static str> {
+    pub(crate) fn header(self) -> Option<&'static str> {
         match self {
             Resource::Requests => Some("requests"),
             Resource::Tokens => Some("tokens"),
@@ -77,9 +77,9 @@ pub enum Window {
 }
 
 impl Window {
-    pub const ALL: [Window; 3] = [Window::Minute, Window::Day, Window::Month];
+    pub(crate) const ALL: [Window; 3] = [Window::Minute, Window::Day, Window::Month];
 
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Window::Minute => "minute",
             Window::Day => "day",
@@ -88,7 +88,7 @@ impl Window {
     }
 
     /// As the status page abbreviates it.
-    pub fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             Window::Minute => "min",
             other => other.word(),
@@ -96,7 +96,7 @@ impl Window {
     }
 
     /// A period of the calendar (a budget kept in the ledger), not a rolling one.
-    pub fn calendar(self) -> bool {
+    pub(crate) fn calendar(self) -> bool {
         self != Window::Minute
     }
 }
@@ -111,8 +111,8 @@ impl Key for Window {
 /// One kind of limit: a resource over a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
-    pub resource: Resource,
-    pub window: Window,
+    pub(crate) resource: Resource,
+    pub(crate) window: Window,
 }
 
 /// A value for each kind of limit (GPU time in milliseconds).
@@ -138,24 +138,24 @@ impl Key for Limit {
 }
 
 impl Limit {
-    pub const COUNT: usize = Resource::ALL.len() * Window::ALL.len();
+    pub(crate) const COUNT: usize = Resource::ALL.len() * Window::ALL.len();
 
     pub const fn new(resource: Resource, window: Window) -> Limit {
         Limit { resource, window }
     }
 
     /// Its key under `[clients.NAME]`: `tokens_per_day`.
-    pub fn key(self) -> String {
+    pub(crate) fn key(self) -> String {
         format!("{}_per_{}", self.resource.stem(), self.window.word())
     }
 
     /// `tokens per day`, `GPU-seconds per month`.
-    pub fn words(self) -> String {
+    pub(crate) fn words(self) -> String {
         format!("{} per {}", self.resource.unit(), self.window.word())
     }
 
     /// `tokens / day`, `GPU-s / min`.
-    pub fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         format!("{} / {}", self.resource.short(), self.window.short())
     }
 }

@@ -27,24 +27,27 @@ use std::path::Path;
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 
-pub use aliases::{Alias, GuardConfig, Input};
-pub use apis::Apis;
-pub use backends::{Backend, Timeouts};
-pub use batches::Batches;
+pub(crate) use aliases::{Alias, GuardConfig, Input};
+pub(crate) use backends::Backend;
+pub(crate) use batches::Batches;
 pub use clients::{cache_group, ByClass, ClientSpec, Clients, Priority};
 pub use counting::{CountKind, GateConfig, MediaCosts, TokenizerFiles};
 pub use error::{ConfigError, ConfigErrors};
-pub use keys::{bearer, is_key_owner, key_owner};
+#[cfg(test)]
+pub(crate) use keys::bearer;
+pub(crate) use keys::key_owner;
 pub use ledger::{parse_url as parse_ledger_url, Ledger, LedgerUrl};
 pub use limits::{ByLimit, Limit, Resource, Window};
 pub use model::Config;
-pub use raw::RawConfig;
-pub use schedule::{Order, Scheduling};
-pub use seed::Seed;
+pub(crate) use raw::RawConfig;
+pub(crate) use schedule::{Order, Scheduling};
+pub(crate) use seed::Seed;
 pub use server::{AfterSpill, BreakerConfig, ClientSide, Server, SharedState};
-pub use sizing::{RawSizing, Sizing};
-pub use tracing::Tracing;
+pub(crate) use sizing::Sizing;
+pub(crate) use tracing::Tracing;
 pub use validate::validate;
+#[cfg(test)]
+pub(crate) use {apis::Apis, backends::Timeouts};
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.
 pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {

@@ -24,5 +24,5 @@ pub struct Config {
     /// Where usage is recorded; `None`: no ledger.
     pub ledger: Option<Ledger>,
     /// The Batch API's bounds (served when there is a ledger).
-    pub batches: super::Batches,
+    pub(crate) batches: super::Batches,
 }

@@ -10,7 +10,7 @@ use super::error::ConfigError;
 use super::sizing::Sizing;
 
 /// Each of `fallbacks` names another alias, and following them never comes back.
-pub fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
+pub(crate) fn fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
     for a in aliases.values() {
         for (i, fb) in a.fallbacks.iter().enumerate() {
             let reason = if fb == &a.name {
@@ -75,7 +75,10 @@ fn cycle_from(
 }
 
 /// A context fallback must be another alias whose window is larger.
-pub fn context_fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<ConfigError>) {
+pub(crate) fn context_fallbacks(
+    aliases: &BTreeMap<String, Arc<Alias>>,
+    errs: &mut Vec<ConfigError>,
+) {
     for a in aliases.values() {
         let Some(fb) = &a.context_fallback else {
             continue;
@@ -104,7 +107,7 @@ pub fn context_fallbacks(aliases: &BTreeMap<String, Arc<Alias>>, errs: &mut Vec<
 
 /// The backends of an alias: `backend = "x"` or `backends = ["a", "b"]`, exactly one, each
 /// defined, none twice.
-pub fn replicas(
+pub(crate) fn replicas(
     name: &str,
     raw: &RawAlias,
     backends: &BTreeMap<String, Arc<Backend>>,

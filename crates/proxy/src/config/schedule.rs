@@ -10,16 +10,16 @@ use super::Priority;
 /// The keys of `[server]` that say how slots are shared, as written.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct RawSchedule<'a> {
-    pub schedule: Option<&'a str>,
-    pub preempt_after_ms: Option<u64>,
-    pub max_preemptions: Option<u32>,
-    pub slot_hold_ms: Option<u64>,
-    pub pin_slack_gpu_seconds: Option<f64>,
+    pub(crate) schedule: Option<&'a str>,
+    pub(crate) preempt_after_ms: Option<u64>,
+    pub(crate) max_preemptions: Option<u32>,
+    pub(crate) slot_hold_ms: Option<u64>,
+    pub(crate) pin_slack_gpu_seconds: Option<f64>,
 }
 
 /// The order of a backend's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Order {
+pub(crate) enum Order {
     /// First come, first served: one class, no turns.
     Arrival,
     /// By class, then clients in turn by request.
@@ -31,20 +31,20 @@ pub enum Order {
 
 /// `server.schedule` and its keys, validated.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Scheduling {
-    pub order: Order,
+pub(crate) struct Scheduling {
+    pub(crate) order: Order,
     /// An `interactive` request waiting this long while every slot holds lower classes takes
     /// one that has sent its client nothing yet (`None`: never; only with `Work`).
-    pub preempt_after: Option<Duration>,
+    pub(crate) preempt_after: Option<Duration>,
     /// How many times one request may be put back in its queue so.
-    pub max_preemptions: u32,
+    pub(crate) max_preemptions: u32,
     /// How long a freed llama.cpp slot waits for its conversation's next turn, when that
     /// conversation came back this fast before and its cached prefix is worth the wait (zero:
     /// never; only with `Work`).
-    pub slot_hold: Duration,
+    pub(crate) slot_hold: Duration,
     /// How far past the fair order's next (in GPU-seconds) a request whose conversation a
     /// freed slot holds may go first.
-    pub pin_slack: f64,
+    pub(crate) pin_slack: f64,
 }
 
 impl Default for Scheduling {
@@ -61,7 +61,7 @@ impl Default for Scheduling {
 
 impl Scheduling {
     /// Whether requests are ordered by work (and preempted, and held for).
-    pub fn by_work(&self) -> bool {
+    pub(crate) fn by_work(&self) -> bool {
         self.order == Order::Work
     }
 
@@ -69,7 +69,7 @@ impl Scheduling {
     /// while it holds a slot (until it sends its client a byte).
     /// An `idle` request (a batch line) always may, under `work`: it gives its slot to any
     /// other class that asks, however often.
-    pub fn preemptible(&self, class: Priority, preemptions: u32) -> bool {
+    pub(crate) fn preemptible(&self, class: Priority, preemptions: u32) -> bool {
         if class == Priority::Idle {
             return self.by_work();
         }
@@ -78,13 +78,13 @@ impl Scheduling {
 
     /// Whether a request of `class`, preempted `preemptions` times, would keep its slot however
     /// long an `interactive` request waits for it: it may be preempted no more.
-    pub fn spent(&self, class: Priority, preemptions: u32) -> bool {
+    pub(crate) fn spent(&self, class: Priority, preemptions: u32) -> bool {
         class != Priority::Idle && self.may_preempt(class) && preemptions >= self.max_preemptions
     }
 
     /// The same sharing where `interactive` requests exist only when `interactive`: without
     /// them nothing is ever preempted, so no request holds its slot as one that may be.
-    pub fn with_interactive(self, interactive: bool) -> Scheduling {
+    pub(crate) fn with_interactive(self, interactive: bool) -> Scheduling {
         Scheduling {
             preempt_after: self.preempt_after.filter(|_| interactive),
             ..self

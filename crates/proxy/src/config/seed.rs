@@ -3,15 +3,15 @@
 
 /// A backend's rates before it is measured: its config's seeds, or the defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Seed {
+pub(crate) struct Seed {
     /// Prompt tokens per second read at depth 0.
-    pub prefill_tps: f64,
+    pub(crate) prefill_tps: f64,
     /// The depth at which prefill runs at half that rate (`None`: it does not slow).
-    pub prefill_half_depth: Option<f64>,
+    pub(crate) prefill_half_depth: Option<f64>,
     /// Tokens per second generated at depth 0.
-    pub decode_tps: f64,
+    pub(crate) decode_tps: f64,
     /// The depth at which decode runs at half that rate.
-    pub decode_half_depth: Option<f64>,
+    pub(crate) decode_half_depth: Option<f64>,
 }
 
 impl Default for Seed {

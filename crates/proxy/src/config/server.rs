@@ -19,51 +19,51 @@ use crate::reasoning::OutputField;
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
     pub listen: Option<String>,
-    pub metrics_listen: Option<String>,
-    pub reasoning_field: Option<String>,
-    pub body_limit_bytes: Option<u64>,
-    pub answer_limit_bytes: Option<u64>,
-    pub event_limit_bytes: Option<u64>,
-    pub resend_unanswered: Option<bool>,
-    pub count_concurrency: Option<u64>,
-    pub count_queue_timeout_ms: Option<u64>,
-    pub count_limit_bytes: Option<u64>,
-    pub connect_timeout_ms: Option<u64>,
-    pub header_timeout_secs: Option<u64>,
-    pub shutdown_grace_secs: Option<u64>,
-    pub health_interval_secs: Option<u64>,
-    pub queue_timeout_secs: Option<u64>,
-    pub stream_peek_ms: Option<u64>,
-    pub workers: Option<usize>,
-    pub api_keys_env: Option<String>,
-    pub metrics_keys_env: Option<String>,
-    pub admin_keys_env: Option<String>,
-    pub data_dir: Option<String>,
-    pub budget_timezone: Option<String>,
-    pub stream_idle_timeout_ms: Option<u64>,
-    pub total_timeout_secs: Option<u64>,
-    pub client_header_timeout_ms: Option<u64>,
-    pub client_idle_timeout_ms: Option<u64>,
-    pub client_body_timeout_ms: Option<u64>,
-    pub client_body_total_timeout_ms: Option<u64>,
-    pub max_connections: Option<u64>,
-    pub json_depth_limit: Option<u64>,
-    pub breaker_failures: Option<u32>,
-    pub breaker_open_ms: Option<u64>,
-    pub watch_config: Option<bool>,
-    pub reload_debounce_ms: Option<u64>,
-    pub reload_max_delay_ms: Option<u64>,
-    pub shared_state: Option<String>,
-    pub shared_state_lease_ms: Option<u64>,
-    pub shared_state_timeout_ms: Option<u64>,
-    pub load_interval_ms: Option<u64>,
-    pub after_spill: Option<String>,
-    pub spill_wait_ms: Option<u64>,
-    pub schedule: Option<String>,
-    pub preempt_after_ms: Option<u64>,
-    pub max_preemptions: Option<u32>,
-    pub slot_hold_ms: Option<u64>,
-    pub pin_slack_gpu_seconds: Option<f64>,
+    pub(crate) metrics_listen: Option<String>,
+    pub(crate) reasoning_field: Option<String>,
+    pub(crate) body_limit_bytes: Option<u64>,
+    pub(crate) answer_limit_bytes: Option<u64>,
+    pub(crate) event_limit_bytes: Option<u64>,
+    pub(crate) resend_unanswered: Option<bool>,
+    pub(crate) count_concurrency: Option<u64>,
+    pub(crate) count_queue_timeout_ms: Option<u64>,
+    pub(crate) count_limit_bytes: Option<u64>,
+    pub(crate) connect_timeout_ms: Option<u64>,
+    pub(crate) header_timeout_secs: Option<u64>,
+    pub(crate) shutdown_grace_secs: Option<u64>,
+    pub(crate) health_interval_secs: Option<u64>,
+    pub(crate) queue_timeout_secs: Option<u64>,
+    pub(crate) stream_peek_ms: Option<u64>,
+    pub(crate) workers: Option<usize>,
+    pub(crate) api_keys_env: Option<String>,
+    pub(crate) metrics_keys_env: Option<String>,
+    pub(crate) admin_keys_env: Option<String>,
+    pub(crate) data_dir: Option<String>,
+    pub(crate) budget_timezone: Option<String>,
+    pub(crate) stream_idle_timeout_ms: Option<u64>,
+    pub(crate) total_timeout_secs: Option<u64>,
+    pub(crate) client_header_timeout_ms: Option<u64>,
+    pub(crate) client_idle_timeout_ms: Option<u64>,
+    pub(crate) client_body_timeout_ms: Option<u64>,
+    pub(crate) client_body_total_timeout_ms: Option<u64>,
+    pub(crate) max_connections: Option<u64>,
+    pub(crate) json_depth_limit: Option<u64>,
+    pub(crate) breaker_failures: Option<u32>,
+    pub(crate) breaker_open_ms: Option<u64>,
+    pub(crate) watch_config: Option<bool>,
+    pub(crate) reload_debounce_ms: Option<u64>,
+    pub(crate) reload_max_delay_ms: Option<u64>,
+    pub(crate) shared_state: Option<String>,
+    pub(crate) shared_state_lease_ms: Option<u64>,
+    pub(crate) shared_state_timeout_ms: Option<u64>,
+    pub(crate) load_interval_ms: Option<u64>,
+    pub(crate) after_spill: Option<String>,
+    pub(crate) spill_wait_ms: Option<u64>,
+    pub(crate) schedule: Option<String>,
+    pub(crate) preempt_after_ms: Option<u64>,
+    pub(crate) max_preemptions: Option<u32>,
+    pub(crate) slot_hold_ms: Option<u64>,
+    pub(crate) pin_slack_gpu_seconds: Option<f64>,
 }
 
 /// `[server]` validated.
@@ -71,66 +71,65 @@ pub struct RawServer {
 pub struct Server {
     pub listen: SocketAddr,
     pub metrics_listen: Option<SocketAddr>,
-    pub reasoning_field: OutputField,
-    pub body_limit: usize,
+    pub(crate) reasoning_field: OutputField,
+    pub(crate) body_limit: usize,
     /// Most bytes of a whole (non-streamed) answer held to be read or rewritten; a longer
     /// one is relayed as it comes when nothing rewrites it, else refused.
-    pub answer_limit: usize,
+    pub(crate) answer_limit: usize,
     /// Most bytes of one stream event held until its end; a longer one ends the stream.
-    pub event_limit: usize,
+    pub(crate) event_limit: usize,
     /// A request a backend took and then closed or reset without a byte of answer goes to
     /// the next replica or fallback, once (false: it is the client's 502, as the backend may
     /// have run it). Unset: for the APIs whose adapter says so (chat completions, Responses,
     /// Messages), not for the others.
-    pub resend_unanswered: Option<bool>,
+    pub(crate) resend_unanswered: Option<bool>,
     /// Token counts at once, their wait for a turn, and the text one may tokenize.
-    pub count: GateConfig,
-    pub connect_timeout: Duration,
-    pub header_timeout: Duration,
+    pub(crate) count: GateConfig,
+    pub(crate) connect_timeout: Duration,
     pub shutdown_grace: Duration,
-    pub health_interval: Duration,
-    pub queue_timeout: Duration,
+    pub(crate) health_interval: Duration,
+    pub(crate) queue_timeout: Duration,
     /// Worker threads, each with its own runtime and listener.
     pub workers: usize,
     /// How long to wait for the first event of an SGLang stream (which may be a context error).
-    pub stream_peek: Duration,
+    pub(crate) stream_peek: Duration,
     /// Client keys accepted in `Authorization: Bearer …`; `None` = open.
     pub api_keys: Option<Vec<String>>,
     /// Keys that may scrape `/metrics` (`Authorization: Bearer …`); `None` = open.
-    pub metrics_keys: Option<Vec<String>>,
+    pub(crate) metrics_keys: Option<Vec<String>>,
     /// Keys that see the whole status page (every alias and client); `None`: none do beyond
     /// what a client key or an open proxy shows.
-    pub admin_keys: Option<Vec<String>>,
+    pub(crate) admin_keys: Option<Vec<String>>,
     /// Where the proxy keeps its files (the ledger's SQLite file, unless `[ledger] url` says
     /// otherwise); `None`: nowhere.
-    pub data_dir: Option<std::path::PathBuf>,
+    pub(crate) data_dir: Option<std::path::PathBuf>,
     /// The zone whose midnights start the clients' budgets of a day and a month.
-    pub budget_timezone: crate::calendar::Calendar,
+    pub(crate) budget_timezone: crate::calendar::Calendar,
     /// The backend-side timeouts of a backend that sets none of its own.
-    pub timeouts: Timeouts,
+    pub(crate) timeouts: Timeouts,
     /// What a client connection may take: time, connections, nesting.
-    pub client: ClientSide,
-    pub breaker: BreakerConfig,
+    pub(crate) client: ClientSide,
+    pub(crate) breaker: BreakerConfig,
     /// Reload when the config file changes (besides SIGHUP).
     pub watch_config: bool,
     /// Changes to the file closer together than this are one reload.
-    pub reload_debounce: Duration,
+    pub(crate) reload_debounce: Duration,
     /// A file that keeps changing is reloaded at least this often.
-    pub reload_max_delay: Duration,
+    pub(crate) reload_max_delay: Duration,
     /// The store slot counts and client limits are kept in across processes; `None`: each
     /// process counts on its own.
-    pub shared_state: Option<SharedState>,
+    pub(crate) shared_state: Option<SharedState>,
     /// How often the load of replicas is read from the backends; `None`: never (each process
     /// counts only its own requests).
-    pub load_interval: Option<Duration>,
+    pub(crate) load_interval: Option<Duration>,
     /// Where a conversation that spilled to its next replica goes next.
-    pub after_spill: AfterSpill,
+    pub(crate) after_spill: AfterSpill,
     /// How long a later turn of a conversation waits for a slot of its first replica, when
     /// that is full by this process's own requests, before it goes to the next in its order
     /// (zero: it goes at once).
-    pub spill_wait: Duration,
+    pub(crate) spill_wait: Duration,
     /// How each backend's slots are shared.
-    pub schedule: Scheduling,
+    pub(crate) schedule: Scheduling,
 }
 
 /// `server.shared_state`: where the counts several processes share are kept, and how.
@@ -162,28 +161,28 @@ pub enum AfterSpill {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientSide {
     /// Time a client has to send a request's whole head, from its first byte.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// Time a client connection may sit idle between requests (or before the first).
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Time a client may leave between two pieces of a request's body (and from the head to
     /// the first piece).
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     /// Time a client has to send a request's whole body, from its head.
-    pub body_total_timeout: Duration,
+    pub(crate) body_total_timeout: Duration,
     /// Most client connections open at once (all workers); `None`: from the process's file
     /// descriptor limit when the server starts ([`crate::http::server`]).
-    pub max_connections: Option<usize>,
+    pub(crate) max_connections: Option<usize>,
     /// Deepest nesting of arrays and objects a request body may have.
-    pub json_depth_limit: usize,
+    pub(crate) json_depth_limit: usize,
 }
 
 /// When a backend's circuit breaker opens, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerConfig {
     /// Consecutive failures that open it.
-    pub failures: NonZeroU32,
+    pub(crate) failures: NonZeroU32,
     /// How long it stays open before one request (or probe) is let through.
-    pub open_for: Duration,
+    pub(crate) open_for: Duration,
 }
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:7700";
@@ -304,7 +303,6 @@ pub(super) fn validate(raw: RawServer, errs: &mut Vec<ConfigError>) -> Server {
         resend_unanswered: raw.resend_unanswered,
         count: count_gate(&raw, errs),
         connect_timeout: timeouts.connect,
-        header_timeout: timeouts.first_byte,
         shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
         health_interval: secs(
             "server.health_interval_secs",

@@ -40,7 +40,7 @@ impl Sizing {
     }
 
     /// The configured number; `None` for `"auto"`.
-    pub fn fixed(self) -> Option<NonZeroU32> {
+    pub(crate) fn fixed(self) -> Option<NonZeroU32> {
         match self {
             Sizing::Fixed(n) => Some(n),
             Sizing::Auto => None,

@@ -15,17 +15,17 @@ use crate::address::{address, TlsSpec};
 pub struct RawTracing {
     pub otlp_endpoint: Option<String>,
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub(crate) headers: BTreeMap<String, String>,
     #[serde(default)]
-    pub headers_env: BTreeMap<String, String>,
-    pub sample_ratio: Option<f64>,
-    pub service_name: Option<String>,
-    pub capture_content: Option<bool>,
-    pub capture_max_bytes: Option<u64>,
-    pub export_max_bytes: Option<u64>,
-    pub queue_spans: Option<u64>,
-    pub export_interval_ms: Option<u64>,
-    pub export_timeout_ms: Option<u64>,
+    pub(crate) headers_env: BTreeMap<String, String>,
+    pub(crate) sample_ratio: Option<f64>,
+    pub(crate) service_name: Option<String>,
+    pub(crate) capture_content: Option<bool>,
+    pub(crate) capture_max_bytes: Option<u64>,
+    pub(crate) export_max_bytes: Option<u64>,
+    pub(crate) queue_spans: Option<u64>,
+    pub(crate) export_interval_ms: Option<u64>,
+    pub(crate) export_timeout_ms: Option<u64>,
 }
 
 /// Tracing as configured: spans exported to one OTLP/HTTP collector.
@@ -34,31 +34,31 @@ pub struct Tracing {
     /// The collector's traces URL as configured (`/v1/traces` added to a bare host).
     pub url: String,
     /// `host:port` the collector is reached at.
-    pub authority: String,
+    pub(crate) authority: String,
     /// The path spans are posted to.
-    pub path: String,
+    pub(crate) path: String,
     /// For an https collector: the name its certificate must show (Mozilla's roots).
-    pub tls: Option<TlsSpec>,
+    pub(crate) tls: Option<TlsSpec>,
     /// Sent with every export (`headers`, then `headers_env` read once here).
-    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     /// The share of traces recorded, decided on the trace id; a client's parent may only
     /// lower it (its unsampled flag is followed, its sampled one never passes the ratio).
-    pub sample_ratio: f64,
-    pub service_name: String,
+    pub(crate) sample_ratio: f64,
+    pub(crate) service_name: String,
     /// Prompts and answers as span attributes (`gen_ai.input.messages`, …).
-    pub capture_content: bool,
+    pub(crate) capture_content: bool,
     /// Bytes of captured content a span attribute holds at most (cut at a character boundary,
     /// the span marked `switchboard.content.truncated`).
-    pub capture_max_bytes: usize,
+    pub(crate) capture_max_bytes: usize,
     /// An export's request body is kept under this many bytes (its spans as the exporter
     /// encodes them); a span bigger alone is dropped and counted.
-    pub export_max_bytes: usize,
+    pub(crate) export_max_bytes: usize,
     /// Ended spans waiting for export at most; more are dropped and counted.
-    pub queue: usize,
+    pub(crate) queue: usize,
     /// How often waiting spans are exported (sooner when a batch is full).
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// An export that takes longer is given up (its spans counted as dropped).
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 /// The `[tracing]` section: `None` when no endpoint is set (tracing off).

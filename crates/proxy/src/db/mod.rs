@@ -130,7 +130,7 @@ impl Row {
         self.opt_int(i)?.ok_or_else(|| Row::null(i))
     }
 
-    pub fn opt_int(&self, i: usize) -> Result<Option<i64>, DbError> {
+    pub(crate) fn opt_int(&self, i: usize) -> Result<Option<i64>, DbError> {
         match self.0.get(i) {
             Some(Val::Int(v)) => Ok(Some(*v)),
             Some(v) if v.is_null() => Ok(None),
@@ -139,7 +139,7 @@ impl Row {
     }
 
     /// A number (SQLite may hand back an integer where a real was summed).
-    pub fn opt_float(&self, i: usize) -> Result<Option<f64>, DbError> {
+    pub(crate) fn opt_float(&self, i: usize) -> Result<Option<f64>, DbError> {
         match self.0.get(i) {
             Some(Val::Float(v)) => Ok(Some(*v)),
             Some(Val::Int(v)) => Ok(Some(*v as f64)),
@@ -148,15 +148,15 @@ impl Row {
         }
     }
 
-    pub fn float(&self, i: usize) -> Result<f64, DbError> {
+    pub(crate) fn float(&self, i: usize) -> Result<f64, DbError> {
         self.opt_float(i)?.ok_or_else(|| Row::null(i))
     }
 
-    pub fn text(&self, i: usize) -> Result<String, DbError> {
+    pub(crate) fn text(&self, i: usize) -> Result<String, DbError> {
         self.opt_text(i)?.ok_or_else(|| Row::null(i))
     }
 
-    pub fn opt_text(&self, i: usize) -> Result<Option<String>, DbError> {
+    pub(crate) fn opt_text(&self, i: usize) -> Result<Option<String>, DbError> {
         match self.0.get(i) {
             Some(Val::Text(v)) => Ok(Some(v.clone())),
             Some(v) if v.is_null() => Ok(None),
@@ -164,7 +164,7 @@ impl Row {
         }
     }
 
-    pub fn bytes(&self, i: usize) -> Result<Vec<u8>, DbError> {
+    pub(crate) fn bytes(&self, i: usize) -> Result<Vec<u8>, DbError> {
         match self.0.get(i) {
             Some(Val::Bytes(v)) => Ok(v.clone()),
             _ => Err(self.wrong(i, "bytes")),
@@ -193,7 +193,7 @@ impl dyn Db + '_ {
 }
 
 /// An open database.
-pub enum Conn {
+pub(crate) enum Conn {
     Sqlite(rusqlite::Connection),
     Postgres(Box<postgres::Client>),
 }
@@ -211,7 +211,7 @@ impl Conn {
     /// Opens the database at `url` (a SQLite file in WAL mode, waiting up to 10 s for a lock;
     /// a PostgreSQL server, within 5 s unless the URL says otherwise); an error names the
     /// database as it may be shown.
-    pub fn open(url: &LedgerUrl) -> Result<Conn, DbError> {
+    pub(crate) fn open(url: &LedgerUrl) -> Result<Conn, DbError> {
         let at = url.shown();
         let open = |e: &dyn std::fmt::Display| DbError::Open {
             at: at.clone(),
@@ -243,7 +243,7 @@ impl Conn {
     }
 
     /// `f` in one transaction: committed when it returns `Ok`, rolled back otherwise.
-    pub fn tx<T, E: From<DbError>>(
+    pub(crate) fn tx<T, E: From<DbError>>(
         &mut self,
         f: impl FnOnce(&mut dyn Db) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -252,7 +252,7 @@ impl Conn {
 
     /// [`Conn::tx`] holding SQLite's write lock from its start (a transaction that reads, then
     /// writes what it read: no other may write in between); PostgreSQL's is the same.
-    pub fn tx_writing<T, E: From<DbError>>(
+    pub(crate) fn tx_writing<T, E: From<DbError>>(
         &mut self,
         f: impl FnOnce(&mut dyn Db) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -281,12 +281,12 @@ impl Conn {
     }
 
     /// Whether it is a PostgreSQL database (several processes may share it).
-    pub fn shared(&self) -> bool {
+    pub(crate) fn shared(&self) -> bool {
         matches!(self, Conn::Postgres(_))
     }
 
     /// Whether the connection is lost for good (PostgreSQL's, its server gone).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         matches!(self, Conn::Postgres(c) if c.is_closed())
     }
 }

@@ -19,11 +19,11 @@ const REMEMBERED: usize = 16 * 1024;
 
 /// How a replica is loaded now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Load {
+pub(crate) struct Load {
     /// Slots free.
-    pub free: u32,
+    pub(crate) free: u32,
     /// Requests holding a slot or waiting for one.
-    pub load: u32,
+    pub(crate) load: u32,
 }
 
 /// Whether `a` is less loaded than `b`: more free slots, then fewer requests.
@@ -33,7 +33,7 @@ fn less_loaded(a: Load, b: Load) -> bool {
 
 /// The best of `n` replicas by their `load` (`None`: unusable), ties broken in turn from
 /// `turn`: the one with the most free slots, then the fewest requests.
-pub fn least_loaded(
+pub(crate) fn least_loaded(
     n: usize,
     turn: usize,
     mut load: impl FnMut(usize) -> Option<Load>,
@@ -51,20 +51,20 @@ pub fn least_loaded(
 
 /// A replica as the choice for a conversation sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Replica<'a> {
+pub(crate) struct Replica<'a> {
     /// Its name: what the conversation's order is computed from (the same in every process
     /// that reads the same config).
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// Its weight in the order: its slots.
-    pub weight: u32,
-    pub load: Load,
+    pub(crate) weight: u32,
+    pub(crate) load: Load,
 }
 
 /// Replica `name`'s score for conversation `key` in weighted rendezvous hashing:
 /// `-weight / ln(u)`, `u` in (0, 1) from XXH3-64 of the name seeded with the key. The highest
 /// score is the conversation's first replica; a replica of twice the weight is first for twice
 /// the conversations, and taking a replica away moves only the conversations it had.
-pub fn score(key: u64, name: &str, weight: u32) -> f64 {
+pub(crate) fn score(key: u64, name: &str, weight: u32) -> f64 {
     let h = xxh3_64_with_seed(name.as_bytes(), key);
     // The top 53 bits, centred in their step: strictly inside (0, 1).
     let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
@@ -84,17 +84,17 @@ pub fn order(key: u64, replicas: &[(&str, u32)]) -> Vec<usize> {
 
 /// Where a conversation goes among the usable replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pick {
+pub(crate) struct Pick {
     /// The replica it goes to.
-    pub index: usize,
+    pub(crate) index: usize,
     /// The first usable replica of its order (`index` unless that one is full).
-    pub first: usize,
+    pub(crate) first: usize,
 }
 
 /// The replica of `n` that conversation `key` goes to: the first in its order
 /// ([`score`]) with a free slot, else the least loaded (ties in its order). `look` gives each
 /// usable replica (`None`: unusable) and is called once for each.
-pub fn for_conversation<'a>(
+pub(crate) fn for_conversation<'a>(
     key: u64,
     n: usize,
     mut look: impl FnMut(usize) -> Option<Replica<'a>>,
@@ -126,7 +126,7 @@ pub fn for_conversation<'a>(
 /// Where a conversation's request went, against where this process sent its last turn.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum AffinityResult {
+pub(crate) enum AffinityResult {
     /// To the same replica (its prefix is likely cached there).
     hit,
     /// To another: the last one was full or unusable, or the conversation returns to its first

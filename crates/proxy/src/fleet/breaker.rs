@@ -22,15 +22,7 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
-    pub const ALL: [BreakerState; 3] = [Self::closed, Self::open, Self::half_open];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::closed => "closed",
-            Self::open => "open",
-            Self::half_open => "half_open",
-        }
-    }
+    pub(crate) const ALL: [BreakerState; 3] = [Self::closed, Self::open, Self::half_open];
 }
 
 #[derive(Debug)]
@@ -53,14 +45,14 @@ pub struct Breaker {
 /// Leave to send one request: settle it with [`Pass::succeeded`] or [`Pass::failed`]; a
 /// trial dropped unsettled (its client went away) lets the next request try instead.
 #[derive(Debug)]
-pub struct Pass {
+pub(crate) struct Pass {
     breaker: Arc<Breaker>,
     trial: bool,
     settled: bool,
 }
 
 impl Breaker {
-    pub fn new(cfg: BreakerConfig) -> Breaker {
+    pub(crate) fn new(cfg: BreakerConfig) -> Breaker {
         Breaker {
             inner: Mutex::new(Inner {
                 cfg,
@@ -76,11 +68,11 @@ impl Breaker {
     }
 
     /// Take a reloaded config's settings, keeping the state.
-    pub fn reconfigure(&self, cfg: BreakerConfig) {
+    pub(crate) fn reconfigure(&self, cfg: BreakerConfig) {
         self.lock().cfg = cfg;
     }
 
-    pub fn state(&self, now: Instant) -> BreakerState {
+    pub(crate) fn state(&self, now: Instant) -> BreakerState {
         match self.lock().open_until {
             None => BreakerState::closed,
             Some(t) if now < t => BreakerState::open,
@@ -89,7 +81,7 @@ impl Breaker {
     }
 
     /// A request could pass now (closed, or half-open with no trial running).
-    pub fn usable(&self, now: Instant) -> bool {
+    pub(crate) fn usable(&self, now: Instant) -> bool {
         let inner = self.lock();
         match inner.open_until {
             None => true,
@@ -98,14 +90,14 @@ impl Breaker {
     }
 
     /// Time until a trial may run (zero when it may now).
-    pub fn retry_in(&self, now: Instant) -> Duration {
+    pub(crate) fn retry_in(&self, now: Instant) -> Duration {
         self.lock()
             .open_until
             .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
     }
 
     /// Leave to send a request now, or `None` while open or while a trial runs.
-    pub fn enter(self: &Arc<Self>, now: Instant) -> Option<Pass> {
+    pub(crate) fn enter(self: &Arc<Self>, now: Instant) -> Option<Pass> {
         let mut inner = self.lock();
         let trial = match inner.open_until {
             None => false,
@@ -123,7 +115,7 @@ impl Breaker {
     }
 
     /// The backend answered: it closes.
-    pub fn success(&self) {
+    pub(crate) fn success(&self) {
         let mut inner = self.lock();
         inner.failures = 0;
         inner.open_until = None;
@@ -132,7 +124,7 @@ impl Breaker {
 
     /// The backend failed: one more in a row, opening at the limit; a failed trial (or a
     /// failure while open) starts the back-off again.
-    pub fn failure(&self, now: Instant) {
+    pub(crate) fn failure(&self, now: Instant) {
         let mut inner = self.lock();
         let open_for = inner.cfg.open_for;
         if inner.open_until.is_some() {
@@ -153,7 +145,7 @@ impl Breaker {
 
     /// A health probe's outcome: it settles a half-open breaker like a trial would; it
     /// neither opens a closed breaker nor shortens an open one's back-off.
-    pub fn probed(&self, up: bool, now: Instant) {
+    pub(crate) fn probed(&self, up: bool, now: Instant) {
         let half_open = {
             let inner = self.lock();
             inner.open_until.is_some_and(|t| now >= t) && !inner.trial
@@ -168,13 +160,13 @@ impl Breaker {
 
 impl Pass {
     /// The backend answered (a head that is not a 5xx).
-    pub fn succeeded(mut self) {
+    pub(crate) fn succeeded(mut self) {
         self.settled = true;
         self.breaker.success();
     }
 
     /// The backend failed this request.
-    pub fn failed(mut self) {
+    pub(crate) fn failed(mut self) {
         self.settled = true;
         self.breaker.failure(now());
     }
@@ -190,7 +182,7 @@ impl Drop for Pass {
 
 /// What one attempt did, as its backend's breaker counts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The backend answered: a head that is not a 5xx.
     Answered,
     /// The backend failed on its own: refused, not delivered, timed out, malformed, a 5xx, a
@@ -210,12 +202,12 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn new(pass: Option<Pass>, breaker: Option<Arc<Breaker>>) -> Tally {
+    pub(crate) fn new(pass: Option<Pass>, breaker: Option<Arc<Breaker>>) -> Tally {
         Tally { pass, breaker }
     }
 
     /// Tell the breaker what the attempt did (at most once per stage: the head, then the body).
-    pub fn tell(&mut self, outcome: Outcome) {
+    pub(crate) fn tell(&mut self, outcome: Outcome) {
         match (outcome, self.pass.take()) {
             (Outcome::Answered, Some(pass)) => pass.succeeded(),
             (Outcome::Failed, Some(pass)) => pass.failed(),
@@ -231,7 +223,7 @@ impl Tally {
 
 /// The time breakers are read at: tokio's clock, so that it is paused in tests with the rest
 /// of a request's timing.
-pub fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 

@@ -31,7 +31,7 @@ pub static HARNESS_HEADERS: [HeaderName; 3] = [
 /// ([`HARNESS_HEADERS`]), the body's `prompt_cache_key` (`cache_key`: Responses and chat),
 /// then [`SESSION_HEADER`]. With the id, the label it is hashed under (one per source, so the
 /// same id from two sources is two conversations; [`SESSION_HEADER`]'s is `session`).
-pub fn conversation_id<'a>(
+pub(crate) fn conversation_id<'a>(
     headers: &'a HeaderMap,
     cache_key: Option<&'a [u8]>,
 ) -> Option<(&'static str, &'a [u8])> {
@@ -60,21 +60,21 @@ pub struct Conversation {
     pub key: u64,
     /// Its history holds an answer of the model or a tool's result ([`Item::answers`]): a later
     /// turn, whose prefix its replica may hold cached. More user messages alone are not one.
-    pub later: bool,
+    pub(crate) later: bool,
 }
 
 /// The conversation id a request carries ([`conversation_id`]), read once per request: its
 /// label and the id, the body's `prompt_cache_key` unescaped where it has escapes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConversationId<'a> {
-    pub label: &'static str,
-    pub id: Cow<'a, [u8]>,
+pub(crate) struct ConversationId<'a> {
+    pub(crate) label: &'static str,
+    pub(crate) id: Cow<'a, [u8]>,
 }
 
 impl<'a> ConversationId<'a> {
     /// The id of the request of `headers` and `body` (`history`: the body's members as its
     /// parse found them), if it carries one.
-    pub fn read(headers: &'a HeaderMap, body: &'a [u8], history: &History) -> Option<Self> {
+    pub(crate) fn read(headers: &'a HeaderMap, body: &'a [u8], history: &History) -> Option<Self> {
         let [.., cache_key] = history.members(body);
         let cache_key = cache_key.and_then(json_walk::string);
         // Borrowed from the headers or the body; copied only beside an escaped cache key.
@@ -102,7 +102,7 @@ impl<'a> ConversationId<'a> {
 /// of pieces hash alike by their joins): the alias, the client's id (8 bytes, little-endian),
 /// then the id's label and the id, else the system prompt (when there is one) and each
 /// leading item.
-pub fn conversation_key(
+pub(crate) fn conversation_key(
     alias: &str,
     client: u64,
     id: Option<&ConversationId>,

@@ -13,7 +13,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-pub use crate::config::Seed;
+pub(crate) use crate::config::Seed;
 
 /// Each new observation multiplies the sums by this (half-life of about 35 answers).
 const FADE: f64 = 0.98;
@@ -143,7 +143,7 @@ pub struct Rate {
 
 impl Rate {
     /// Seconds for `n` tokens from depth `d`.
-    pub fn seconds(&self, n: u64, d: u64) -> f64 {
+    pub(crate) fn seconds(&self, n: u64, d: u64) -> f64 {
         let (x1, x2) = features(n as f64, d as f64);
         self.a * x1 + self.b * x2
     }
@@ -190,7 +190,7 @@ impl Default for CostModel {
 }
 
 impl CostModel {
-    pub fn new(seed: Seed) -> CostModel {
+    pub(crate) fn new(seed: Seed) -> CostModel {
         CostModel {
             fit: Mutex::new(Fit::new(seed)),
         }
@@ -202,7 +202,7 @@ impl CostModel {
 
     /// Start from `seed` when it is not the one in force (a reload changed it): what was
     /// learned is kept, the prior is the new seed's.
-    pub fn seed(&self, seed: Seed) {
+    pub(crate) fn seed(&self, seed: Seed) {
         let mut fit = self.lock();
         if fit.seed == seed {
             return;
@@ -243,7 +243,7 @@ impl CostModel {
     }
 
     /// Answers learned, per phase (faded: recent ones count most).
-    pub fn learned(&self) -> (f64, f64) {
+    pub(crate) fn learned(&self) -> (f64, f64) {
         let fit = self.lock();
         (fit.prefill.n, fit.decode.n)
     }

@@ -25,10 +25,10 @@ use crate::runtime::Discovery;
 
 /// One model a backend lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServedModel {
-    pub id: String,
+pub(crate) struct ServedModel {
+    pub(crate) id: String,
     /// Its window, where the listing gives one (`max_model_len`).
-    pub window: Option<u32>,
+    pub(crate) window: Option<u32>,
 }
 
 /// What one backend reported about itself.
@@ -38,11 +38,11 @@ pub struct Discovered {
     /// `n_ctx`); `None` where only the model listing gives windows.
     pub window_per_slot: Option<u32>,
     /// Requests the backend runs at once; `None` when it does not say.
-    pub slots: Option<u32>,
+    pub(crate) slots: Option<u32>,
     /// Input kinds the model takes; `None` when the backend does not say.
-    pub inputs: Option<Input>,
+    pub(crate) inputs: Option<Input>,
     /// Every model name it answers to.
-    pub models: Vec<ServedModel>,
+    pub(crate) models: Vec<ServedModel>,
     /// Unix seconds when it answered.
     pub when: u64,
 }
@@ -50,7 +50,7 @@ pub struct Discovered {
 impl Discovered {
     /// The window a request for `model` gets: the server's per-slot window, else the listed
     /// model's, else (a server listing one model) that model's.
-    pub fn window_for(&self, model: &str) -> Option<u32> {
+    pub(crate) fn window_for(&self, model: &str) -> Option<u32> {
         let only = match self.models.as_slice() {
             [only] => only.window,
             _ => None,
@@ -62,19 +62,19 @@ impl Discovered {
     }
 
     /// Whether the backend answers to `model`; `None` when it lists no models.
-    pub fn serves(&self, model: &str) -> Option<bool> {
+    pub(crate) fn serves(&self, model: &str) -> Option<bool> {
         (!self.models.is_empty()).then(|| self.models.iter().any(|m| m.id == model))
     }
 
     /// The model names, comma-separated, for messages.
-    pub fn model_names(&self) -> String {
+    pub(crate) fn model_names(&self) -> String {
         let names: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
         names.join(", ")
     }
 
     /// Every figure on one line, for logs: `window 4096 per slot, 2 slots, inputs text+image,
     /// models m (4096)`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut parts = Vec::new();
         if let Some(w) = self.window_per_slot {
             parts.push(format!("window {w} per slot"));
@@ -111,7 +111,7 @@ pub enum DiscoveryError {
 }
 
 /// Unix seconds now.
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -119,7 +119,7 @@ pub fn unix_now() -> u64 {
 
 /// GET `path` of `backend` within `timeout`: the status and the body. The one place where
 /// discovery does HTTP.
-pub async fn get(
+pub(crate) async fn get(
     client: &Client,
     backend: &Backend,
     path: &str,
@@ -181,7 +181,7 @@ async fn optional(
 }
 
 /// Ask `backend` what it serves, at its runtime's own endpoints.
-pub async fn discover(
+pub(crate) async fn discover(
     client: &Client,
     backend: &Backend,
     timeout: Duration,
@@ -207,7 +207,7 @@ pub async fn discover(
 }
 
 /// Pure parsing of each flavour's answers (bodies in, figures out).
-pub mod parse {
+pub(crate) mod parse {
     use super::*;
 
     fn bad(path: &str, e: serde_json::Error) -> DiscoveryError {
@@ -290,7 +290,7 @@ pub mod parse {
 
     /// llama.cpp: `/props`, and `/slots` and `/v1/models` where they answered. The window is
     /// the smallest per-slot `n_ctx` either reports.
-    pub fn llamacpp(
+    pub(crate) fn llamacpp(
         props: &[u8],
         slots: Option<&[u8]>,
         models: Option<&[u8]>,
@@ -333,7 +333,7 @@ pub mod parse {
     }
 
     /// vLLM and other OpenAI-compatible servers: the model listing only.
-    pub fn models_only(models: &[u8]) -> Result<Discovered, DiscoveryError> {
+    pub(crate) fn models_only(models: &[u8]) -> Result<Discovered, DiscoveryError> {
         Ok(Discovered {
             window_per_slot: None,
             slots: None,
@@ -362,7 +362,7 @@ pub mod parse {
     }
 
     /// SGLang: `/v1/models`, and the server and model info where they answered.
-    pub fn sglang(
+    pub(crate) fn sglang(
         models: &[u8],
         server_info: Option<&[u8]>,
         model_info: Option<&[u8]>,

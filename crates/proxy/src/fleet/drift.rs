@@ -8,14 +8,14 @@ use crate::config::{Alias, Config, Input, Sizing};
 
 /// One disagreement between routes.toml and the backend, for one alias.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Disagreement {
-    pub alias: String,
+pub(crate) struct Disagreement {
+    pub(crate) alias: String,
     /// The config key concerned, e.g. `context_window` or `backends.gpu.slots`.
-    pub key: String,
-    pub configured: String,
-    pub discovered: String,
+    pub(crate) key: String,
+    pub(crate) configured: String,
+    pub(crate) discovered: String,
     /// What the disagreement does to requests.
-    pub effect: String,
+    pub(crate) effect: String,
 }
 
 impl fmt::Display for Disagreement {
@@ -33,7 +33,10 @@ fn kinds(input: Input) -> String {
 }
 
 /// Every disagreement of `alias` with what its backend reported (or failed to).
-pub fn compare(alias: &Alias, found: &Result<Discovered, DiscoveryError>) -> Vec<Disagreement> {
+pub(crate) fn compare(
+    alias: &Alias,
+    found: &Result<Discovered, DiscoveryError>,
+) -> Vec<Disagreement> {
     let backend = &alias.backend;
     let one = |key: String, configured: String, discovered: String, effect: String| Disagreement {
         alias: alias.name.clone(),
@@ -112,7 +115,7 @@ pub fn compare(alias: &Alias, found: &Result<Discovered, DiscoveryError>) -> Vec
 }
 
 /// One line on an alias that agrees with its backend: the figures compared.
-pub fn agreement(alias: &Alias, found: &Discovered) -> String {
+pub(crate) fn agreement(alias: &Alias, found: &Discovered) -> String {
     let window = found
         .window_for(&alias.upstream_model)
         .map_or("not reported".into(), |w| w.to_string());
@@ -130,7 +133,7 @@ pub fn agreement(alias: &Alias, found: &Discovered) -> String {
 }
 
 /// What each backend answered, by backend name.
-pub type Probed = BTreeMap<String, Result<Discovered, DiscoveryError>>;
+pub(crate) type Probed = BTreeMap<String, Result<Discovered, DiscoveryError>>;
 
 /// The lines of `check --probe`, alias by alias: each disagreement, or one line saying the
 /// alias agrees; and how many disagreements there are.

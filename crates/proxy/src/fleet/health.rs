@@ -32,7 +32,7 @@ pub struct Health {
 
 impl Health {
     /// Backend `name`'s health, made on first use (unknown, no reading).
-    pub fn of(&self, name: &str) -> Arc<BackendHealth> {
+    pub(crate) fn of(&self, name: &str) -> Arc<BackendHealth> {
         self.backends.of(name)
     }
 
@@ -40,7 +40,7 @@ impl Health {
         self.backends.get(backend).and_then(|h| h.state())
     }
 
-    pub fn set(&self, backend: &str, state: BackendState) {
+    pub(crate) fn set(&self, backend: &str, state: BackendState) {
         self.of(backend).set(state);
     }
 }
@@ -48,18 +48,18 @@ impl Health {
 /// One backend's health: its state by its last probe, the load it last reported, and its
 /// cost model.
 #[derive(Debug, Default)]
-pub struct BackendHealth {
+pub(crate) struct BackendHealth {
     /// 0 until probed, else a [`BackendState`] plus one.
     state: AtomicU8,
     /// The load it reports beyond this process's own requests.
-    pub reported: Reported,
+    pub(crate) reported: Reported,
     /// What its answers taught of its speed.
-    pub cost: Arc<CostModel>,
+    pub(crate) cost: Arc<CostModel>,
 }
 
 impl BackendHealth {
     /// Its state by its last probe; `None` until probed.
-    pub fn state(&self) -> Option<BackendState> {
+    pub(crate) fn state(&self) -> Option<BackendState> {
         match self.state.load(Ordering::Relaxed) {
             1 => Some(BackendState::up),
             2 => Some(BackendState::loading),
@@ -68,7 +68,7 @@ impl BackendHealth {
         }
     }
 
-    pub fn set(&self, state: BackendState) {
+    pub(crate) fn set(&self, state: BackendState) {
         let code = match state {
             BackendState::up => 1,
             BackendState::loading => 2,
@@ -90,7 +90,7 @@ pub fn state_name(state: Option<BackendState>) -> &'static str {
 
 /// The state a backend is shown with (`/v1/models`, `switchboard routes`, status pages): its
 /// health, but `breaker_open` while its breaker refuses requests (open or half-open).
-pub fn shown_state(
+pub(crate) fn shown_state(
     health: Option<BackendState>,
     breaker: Option<crate::fleet::breaker::BreakerState>,
 ) -> &'static str {
@@ -107,7 +107,11 @@ pub fn shown_state(
 /// does a read timeout after a successful connect (vLLM answers no HTTP until loaded). A
 /// refused or failed connection means down. `None`: the proxy could not open a socket (out
 /// of file descriptors), which says nothing of the backend.
-pub async fn probe(client: &Client, backend: &Backend, timeout: Duration) -> Option<BackendState> {
+pub(crate) async fn probe(
+    client: &Client,
+    backend: &Backend,
+    timeout: Duration,
+) -> Option<BackendState> {
     let path = format!(
         "{}{}",
         backend.path_prefix,

@@ -16,8 +16,8 @@ use crate::shared::Store;
 
 /// A backend's places in the store.
 #[derive(Debug, Clone)]
-pub struct SharedSlots {
-    pub store: Arc<Store>,
+pub(crate) struct SharedSlots {
+    pub(crate) store: Arc<Store>,
     places: Places,
     /// The backend's URL, as logs name it.
     url: Arc<str>,
@@ -45,7 +45,7 @@ fn rank(t: &Ticket) -> u64 {
 impl SharedSlots {
     /// The slots of the backend at `url` (the key every process agrees on, whatever it
     /// names the backend).
-    pub fn new(store: Arc<Store>, url: &str) -> SharedSlots {
+    pub(crate) fn new(store: Arc<Store>, url: &str) -> SharedSlots {
         SharedSlots {
             store,
             places: Places::new("slots", url),
@@ -56,13 +56,13 @@ impl SharedSlots {
 
     /// A lease when the store is down: counted here, put in the store when it returns.
     /// `None` while it is up (a lease must be asked for).
-    pub fn unasked(&self) -> Option<Lease> {
+    pub(crate) fn unasked(&self) -> Option<Lease> {
         (!self.store.up()).then(|| self.store.ask(&self.places, None).hold())
     }
 
     /// One of `capacity` leases by `deadline`; `Err(())` when the deadline passes first.
     /// `watch` is told of the wait when the store has none free at once.
-    pub async fn take(
+    pub(crate) async fn take(
         &self,
         capacity: u32,
         ticket: &Ticket,

@@ -16,7 +16,7 @@ use crate::runtime::Load;
 use crate::upstream::Client;
 
 /// The requests a backend has (running and waiting) by its answer `body` at `source`.
-pub fn reading(source: Load, body: &[u8]) -> Result<u32, String> {
+pub(crate) fn reading(source: Load, body: &[u8]) -> Result<u32, String> {
     match source {
         Load::Slots => busy_slots(body),
         Load::Metrics(names) => {
@@ -32,7 +32,11 @@ pub fn reading(source: Load, body: &[u8]) -> Result<u32, String> {
 }
 
 /// Read `backend`'s load from the first of its runtime's load sources that answers 2xx.
-pub async fn read(client: &Client, backend: &Backend, timeout: Duration) -> Result<u32, String> {
+pub(crate) async fn read(
+    client: &Client,
+    backend: &Backend,
+    timeout: Duration,
+) -> Result<u32, String> {
     let mut last = format!("{} reports no load", backend.flavor.as_str());
     for &source in backend.flavor.runtime().load {
         match discovery::get(client, backend, source.path(), timeout).await? {
@@ -58,7 +62,7 @@ fn busy_slots(body: &[u8]) -> Result<u32, String> {
 /// The sum of the samples of family `name` (any labels) in Prometheus text `text`; `None` when
 /// it has none. Comment lines are skipped; a sample is `name`, optional `{labels}`, the value,
 /// an optional timestamp.
-pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
+pub(crate) fn metric_sum(text: &str, name: &str) -> Option<f64> {
     let mut sum: Option<f64> = None;
     for line in text.lines() {
         let line = line.trim_start();
@@ -99,19 +103,19 @@ fn after_labels(s: &str) -> Option<&str> {
 /// How old a reading taken every `interval` may be and still count: three intervals (a
 /// backend that does not answer in that time has its reading set aside, and each process
 /// counts its own requests only).
-pub fn max_age(interval: Duration) -> Duration {
+pub(crate) fn max_age(interval: Duration) -> Duration {
     interval.saturating_mul(3)
 }
 
 /// The requests the choice counts on a backend: this process's own now, and the other
 /// processes' as of the last reading.
-pub fn combined(own: u32, others: Option<u32>) -> u32 {
+pub(crate) fn combined(own: u32, others: Option<u32>) -> u32 {
     own.saturating_add(others.unwrap_or(0))
 }
 
 /// The last reading of one backend's load: the requests it had beyond this process's own.
 #[derive(Debug, Default)]
-pub struct Reported {
+pub(crate) struct Reported {
     reading: Mutex<Option<Reading>>,
 }
 
@@ -126,7 +130,7 @@ impl Reported {
     /// `own` on it (the more of its count as the reading began and ended: a request of its own
     /// the backend may not show yet is not taken for another process's); `None`: it could not
     /// be read, and its last reading is no longer used.
-    pub fn set(&self, busy: Option<u32>, own: u32, at: Instant) {
+    pub(crate) fn set(&self, busy: Option<u32>, own: u32, at: Instant) {
         let reading = busy.map(|busy| Reading {
             others: busy.saturating_sub(own),
             at,
@@ -136,7 +140,7 @@ impl Reported {
 
     /// The requests of other processes on the backend by its last reading, taken within
     /// `max_age` of `now`; `None` without such a reading.
-    pub fn others(&self, now: Instant, max_age: Duration) -> Option<u32> {
+    pub(crate) fn others(&self, now: Instant, max_age: Duration) -> Option<u32> {
         let reading = *self.reading.lock().unwrap_or_else(PoisonError::into_inner);
         let r = reading?;
         (now.saturating_duration_since(r.at) <= max_age).then_some(r.others)

@@ -9,7 +9,7 @@ use foldhash::HashMap;
 
 /// One `T` per backend name.
 #[derive(Debug)]
-pub struct ByName<T> {
+pub(crate) struct ByName<T> {
     backends: RwLock<HashMap<String, Arc<T>>>,
 }
 
@@ -23,7 +23,7 @@ impl<T> Default for ByName<T> {
 
 impl<T: Default> ByName<T> {
     /// Backend `name`'s, made on first use.
-    pub fn of(&self, name: &str) -> Arc<T> {
+    pub(crate) fn of(&self, name: &str) -> Arc<T> {
         if let Some(v) = self.get(name) {
             return v;
         }
@@ -37,7 +37,7 @@ impl<T: Default> ByName<T> {
 
 impl<T> ByName<T> {
     /// Backend `name`'s, if it was ever made.
-    pub fn get(&self, name: &str) -> Option<Arc<T>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<T>> {
         let known = self.backends.read().unwrap_or_else(PoisonError::into_inner);
         known.get(name).map(Arc::clone)
     }

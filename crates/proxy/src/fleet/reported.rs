@@ -12,23 +12,23 @@ const MOST_TOKENS: u64 = u32::MAX as u64;
 
 /// What one request could have taken of its backend.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Prompt tokens, cached ones included: its alias's context window (the guard held the
     /// request to it, and a slot holds no more).
-    pub prompt: u64,
+    pub(crate) prompt: u64,
     /// Output tokens: its output limit, else the window, for each of its choices.
-    pub output: u64,
+    pub(crate) output: u64,
     /// GPU-seconds: its wall time on the backend, from sending it to its end, times the
     /// backend's slots. A slot works on one request at a time, so a request's own time is at
     /// most its wall time; counted over every slot, a backend that splits a request (its
     /// choices) over several still fits, while no backend can have spent more.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 impl Bounds {
     /// Of a request whose work is not known (no time on a backend, no size): its counts held
     /// to the most a request is counted in, its timings to nothing.
-    pub const ANY: Bounds = Bounds {
+    pub(crate) const ANY: Bounds = Bounds {
         prompt: MOST_TOKENS,
         output: MOST_TOKENS,
         seconds: 0.0,
@@ -36,7 +36,7 @@ impl Bounds {
 
     /// The bounds of a request guarded against `window`, asking `output` tokens (its limit,
     /// where it sets one) for each of its `choices`, `wall` on a backend of `slots` slots.
-    pub fn of(
+    pub(crate) fn of(
         window: Option<u32>,
         (output, choices): (Option<u32>, u32),
         (slots, wall): (u32, Duration),
@@ -56,7 +56,7 @@ impl Bounds {
 /// `u` as believed within `b`: each count no more than the request could have taken (its
 /// cached tokens no more than its prompt, its reasoning no more than its output), its timings
 /// as [`timings`] holds them, its speeds those of the timings believed.
-pub fn believed(u: Usage, b: &Bounds) -> Usage {
+pub(crate) fn believed(u: Usage, b: &Bounds) -> Usage {
     let prompt = u.prompt.min(b.prompt);
     let completion = u.completion.min(b.output);
     let timings = u.timings.and_then(|t| timings(t, b));

@@ -9,7 +9,9 @@ use std::sync::Arc;
 // foldhash: read on every request, keyed by names from the config (no untrusted keys).
 use foldhash::HashMap;
 
-use crate::config::{Alias, Config};
+use crate::config::Alias;
+#[cfg(test)]
+use crate::config::Config;
 use prometheus_client::encoding::EncodeLabelValue;
 
 /// Why a request left an alias for its next fallback (or a replica for the next one).
@@ -69,7 +71,7 @@ fn fallback_order<A: AsRef<Alias>>(
 pub struct Route<A = Alias> {
     pub alias: Arc<A>,
     /// Set when the request used an old name of the alias.
-    pub deprecated_name: Option<String>,
+    pub(crate) deprecated_name: Option<String>,
 }
 
 /// Alias and old names → route. Built once per config snapshot.
@@ -94,14 +96,15 @@ impl AsRef<Alias> for Alias {
 
 impl RouteTable<Alias> {
     /// The table of a config's own aliases.
-    pub fn new(config: &Config) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(config: &Config) -> Self {
         RouteTable::of(config.aliases.values().cloned())
     }
 }
 
 impl<A: AsRef<Alias>> RouteTable<A> {
     /// The table of `aliases` (in name order), each under its name and its old names.
-    pub fn of(aliases: impl IntoIterator<Item = Arc<A>>) -> Self {
+    pub(crate) fn of(aliases: impl IntoIterator<Item = Arc<A>>) -> Self {
         let mut by_name = HashMap::default();
         let mut all = Vec::new();
         for alias in aliases {
@@ -127,7 +130,7 @@ impl<A: AsRef<Alias>> RouteTable<A> {
     }
 
     /// The aliases that may serve a request for `alias`: itself first, then its fallbacks.
-    pub fn order(&self, alias: &A) -> &[Arc<A>] {
+    pub(crate) fn order(&self, alias: &A) -> &[Arc<A>] {
         let name = &alias.as_ref().name;
         self.aliases
             .binary_search_by(|a| spec(a).name.as_str().cmp(name))
@@ -138,7 +141,7 @@ impl<A: AsRef<Alias>> RouteTable<A> {
     /// [`Self::order`] for a client that may use only the aliases `may` allows: the same
     /// slice when it may use each of them (no allocation), else the order made anew without
     /// the fallbacks it may not use.
-    pub fn order_for(&self, alias: &A, may: &dyn Fn(&str) -> bool) -> Cow<'_, [Arc<A>]> {
+    pub(crate) fn order_for(&self, alias: &A, may: &dyn Fn(&str) -> bool) -> Cow<'_, [Arc<A>]> {
         let order = self.order(alias);
         match order.split_first() {
             Some((first, rest)) if rest.iter().any(|a| !may(&spec(a).name)) => {

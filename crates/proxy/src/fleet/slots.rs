@@ -17,8 +17,9 @@ mod permit;
 mod predict;
 mod privacy;
 pub use permit::SlotPermit;
-pub use predict::{Holding, Queued};
-pub use privacy::Isolation;
+#[cfg(test)]
+pub(crate) use predict::Holding;
+pub(crate) use privacy::Isolation;
 mod refused;
 mod table;
 
@@ -33,7 +34,7 @@ use hold::{keep_until, Returns};
 use order::{displaced, pick, Waiter};
 use table::{Holder, Kept, Table};
 
-pub use refused::Refused;
+pub(crate) use refused::Refused;
 
 use super::lease::SharedSlots;
 use super::ticket::{QueueWatch, Ticket};
@@ -276,7 +277,7 @@ impl Drop for Waiting<'_> {
 }
 
 impl Slots {
-    pub fn new(slots: u32, queue: u32) -> Slots {
+    pub(crate) fn new(slots: u32, queue: u32) -> Slots {
         Slots {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -302,14 +303,14 @@ impl Slots {
     }
 
     /// The same slots, kept across processes in `shared` as well.
-    pub fn with_shared(mut self, shared: SharedSlots) -> Slots {
+    pub(crate) fn with_shared(mut self, shared: SharedSlots) -> Slots {
         self.shared = Some(shared);
         self
     }
 
     /// Share the slots by `schedule`; `pinned`: the backend is told which slot each request
     /// takes, each slot with a cache of its own.
-    pub fn set_schedule(&self, schedule: Scheduling, pinned: bool) {
+    pub(crate) fn set_schedule(&self, schedule: Scheduling, pinned: bool) {
         let mut st = self.inner.lock();
         st.schedule = schedule;
         st.pinned = pinned;
@@ -318,14 +319,14 @@ impl Slots {
     /// Share the slots of `backend` by `schedule`: pinned where its config and runtime let it
     /// (a slot's number means nothing to processes sharing the backend's slots), its cache
     /// groups kept apart as it can ([`Isolation::of`]).
-    pub fn serve(&self, schedule: Scheduling, backend: &crate::config::Backend) {
+    pub(crate) fn serve(&self, schedule: Scheduling, backend: &crate::config::Backend) {
         let pinned = backend.pin_slots && !self.is_shared();
         self.set_schedule(schedule, pinned);
         self.inner.lock().isolation = Isolation::of(backend, pinned);
     }
 
     /// Whether it counts in a shared store too.
-    pub fn is_shared(&self) -> bool {
+    pub(crate) fn is_shared(&self) -> bool {
         self.shared.is_some()
     }
 
@@ -333,7 +334,7 @@ impl Slots {
         self.slots
     }
 
-    pub fn queue_limit(&self) -> u32 {
+    pub(crate) fn queue_limit(&self) -> u32 {
         self.queue
     }
 
@@ -358,13 +359,13 @@ impl Slots {
     }
 
     /// Requests of conversation `key` holding a slot here now (this process's).
-    pub fn held_by(&self, key: u64) -> u32 {
+    pub(crate) fn held_by(&self, key: u64) -> u32 {
         self.inner.lock().table.held_by(key)
     }
 
     /// Tokens of conversation `key` this backend's cache is known to hold (as this process
     /// last left them).
-    pub fn cached_for(&self, key: u64) -> u64 {
+    pub(crate) fn cached_for(&self, key: u64) -> u64 {
         let st = self.inner.lock();
         let cached = st.table.cached(key).filter(|_| st.isolation.caches());
         cached.unwrap_or(0)
@@ -372,7 +373,7 @@ impl Slots {
 
     /// A request of `client`, predicted at `predicted` GPU-seconds, took `measured`; it left
     /// `tokens` of conversation `key` in slot `index` (as its backend reported them).
-    pub fn settle(
+    pub(crate) fn settle(
         &self,
         client: u64,
         predicted: f64,
@@ -425,7 +426,7 @@ impl Slots {
 
     /// Take a slot, waiting in the queue up to `timeout`, in the order of `ticket`; with a
     /// shared store, then the backend's shared lease within the same `timeout`.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         timeout: Duration,
         ticket: Ticket,

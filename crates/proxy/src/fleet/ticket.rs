@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::config::Priority;
 
 /// Told of a request's time in the queue (the per-alias queue metrics).
-pub trait QueueWatch: Sync {
+pub(crate) trait QueueWatch: Sync {
     /// A request starts waiting.
     fn entered(&self);
     /// It stopped waiting, after `waited`, whether it got a slot or not.

@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How far back the timeline reaches.
-pub const SPAN: Duration = Duration::from_secs(600);
+pub(crate) const SPAN: Duration = Duration::from_secs(600);
 /// Bars kept a backend at most.
 pub const MOST: usize = 600;
 /// The slots a timeline keeps bars of: the first ones.
-pub const ROWS: u32 = 16;
+pub(crate) const ROWS: u32 = 16;
 
 /// One request (or several merged) on one slot.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,11 +21,11 @@ use crate::wire::usage::Usage;
 /// estimate), its output limit, if it sets one, for each of its choices, and the context
 /// window it was guarded against, where known.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Need {
-    pub prompt: u64,
-    pub output: Option<u32>,
-    pub choices: u32,
-    pub window: Option<u32>,
+pub(crate) struct Need {
+    pub(crate) prompt: u64,
+    pub(crate) output: Option<u32>,
+    pub(crate) choices: u32,
+    pub(crate) window: Option<u32>,
 }
 
 /// Output expected of a request that sets no limit, from a client with no answers yet.
@@ -36,7 +36,7 @@ const RECENT: usize = 8;
 /// How long each client's recent answers were (the longest of its last few caps what its
 /// next one is expected to take).
 #[derive(Debug, Default)]
-pub struct Outputs {
+pub(crate) struct Outputs {
     by_client: Mutex<HashMap<u64, Vec<u64>>>,
 }
 
@@ -65,18 +65,18 @@ impl Outputs {
 
 /// What a request is predicted to take of a replica.
 #[derive(Debug, Clone, Copy)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     /// Prompt tokens the replica is known to hold for its conversation.
-    pub cached: u64,
+    pub(crate) cached: u64,
     /// Output tokens expected: its limit, capped by its client's recent answers.
-    pub output: u64,
-    pub predicted: Work,
+    pub(crate) output: u64,
+    pub(crate) predicted: Work,
 }
 
 /// The work of a request needing `need`, of `ticket`'s client and conversation, on the
 /// replica of `slots` and `cost`: its uncached prompt over the prefill rate at that depth,
 /// its expected output over the decode rate.
-pub fn estimate(
+pub(crate) fn estimate(
     (slots, cost): (&Slots, &CostModel),
     outputs: &Outputs,
     ticket: &Ticket,
@@ -102,7 +102,7 @@ pub fn estimate(
 /// replica of `slots` and `cost`, were it to write `output` tokens: what a budget reserves for
 /// it, with `output` the most it may write (never capped by its client's recent answers, as
 /// [`estimate`]'s expected output is).
-pub fn at_most(
+pub(crate) fn at_most(
     (slots, cost): (&Slots, &CostModel),
     ticket: &Ticket,
     prompt: u64,
@@ -122,18 +122,18 @@ fn cached(slots: &Slots, ticket: &Ticket, prompt: u64) -> u64 {
 /// A request's work on one replica: predicted when it is queued there; settled once, when
 /// it ends (measured), is preempted, or fails (the time it held the slot).
 #[derive(Debug)]
-pub struct Job {
+pub(crate) struct Job {
     slots: Arc<Slots>,
     cost: Arc<CostModel>,
     outputs: Arc<Outputs>,
     client: u64,
     conversation: Option<u64>,
     /// Prompt tokens the replica is known to hold for the conversation.
-    pub cached: u64,
-    pub prompt: u64,
+    pub(crate) cached: u64,
+    pub(crate) prompt: u64,
     /// Output tokens expected.
-    pub output: u64,
-    pub predicted: Work,
+    pub(crate) output: u64,
+    pub(crate) predicted: Work,
     /// What it asked, which bounds what its backend may report of it.
     need: Need,
     /// When it got its slot, and which (set once granted).
@@ -145,10 +145,10 @@ pub struct Job {
 
 /// A request that gives its slot up before it answered, as its timeline mark names it.
 #[derive(Debug)]
-pub struct Loss {
-    pub how: Lost,
-    pub client: Option<Arc<String>>,
-    pub alias: Arc<String>,
+pub(crate) struct Loss {
+    pub(crate) how: Lost,
+    pub(crate) client: Option<Arc<String>>,
+    pub(crate) alias: Arc<String>,
 }
 
 /// What a request took, and what was predicted of it.
@@ -162,17 +162,17 @@ pub struct Measured {
 
 /// The proxy's own times of an exchange.
 #[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    pub sent: Option<Instant>,
-    pub first_token: Option<Instant>,
-    pub last_token: Option<Instant>,
-    pub ended: Instant,
+pub(crate) struct Clock {
+    pub(crate) sent: Option<Instant>,
+    pub(crate) first_token: Option<Instant>,
+    pub(crate) last_token: Option<Instant>,
+    pub(crate) ended: Instant,
 }
 
 impl Job {
     /// The work of a request needing `need`, of `ticket`'s client and conversation, on the
     /// replica of `slots` and `cost`.
-    pub fn predict(
+    pub(crate) fn predict(
         (slots, cost): (&Arc<Slots>, &Arc<CostModel>),
         outputs: &Arc<Outputs>,
         ticket: &Ticket,
@@ -201,7 +201,7 @@ impl Job {
     }
 
     /// `ticket` carrying this work.
-    pub fn ticket(&self, ticket: Ticket) -> Ticket {
+    pub(crate) fn ticket(&self, ticket: Ticket) -> Ticket {
         Ticket {
             work: self.predicted.total(),
             prefill: self.predicted.prefill,
@@ -211,19 +211,19 @@ impl Job {
     }
 
     /// How long it has held its slot.
-    pub fn held(&self) -> Duration {
+    pub(crate) fn held(&self) -> Duration {
         self.granted.map(|(t, _)| t.elapsed()).unwrap_or_default()
     }
 
     /// It got slot `index` now.
-    pub fn granted(&mut self, index: u32) {
+    pub(crate) fn granted(&mut self, index: u32) {
         self.granted = Some((Instant::now(), index as usize));
     }
 
     /// It ended with `usage` (its backend's report) at the times of `clock`: `usage` held to
     /// what the request could have taken ([`super::reported`]; what every count after this
     /// one reads), then what it took, learned from and charged to its client's share.
-    pub fn finish(mut self, usage: &mut Option<Usage>, clock: &Clock) -> Measured {
+    pub(crate) fn finish(mut self, usage: &mut Option<Usage>, clock: &Clock) -> Measured {
         let wall = clock
             .sent
             .map_or(Duration::ZERO, |s| clock.ended.saturating_duration_since(s));
@@ -265,17 +265,17 @@ impl Job {
 
 impl Job {
     /// The slot it was granted, and when.
-    pub fn grant(&self) -> Option<(u32, Instant)> {
+    pub(crate) fn grant(&self) -> Option<(u32, Instant)> {
         self.granted.map(|(t, slot)| (slot as u32, t))
     }
 
     /// The slots of its backend.
-    pub fn slots(&self) -> &Arc<Slots> {
+    pub(crate) fn slots(&self) -> &Arc<Slots> {
         &self.slots
     }
 
     /// It gives its slot up unanswered, as `loss` says (its timeline mark names them).
-    pub fn lose(mut self, loss: Loss) {
+    pub(crate) fn lose(mut self, loss: Loss) {
         self.loss = Some(loss);
     }
 }

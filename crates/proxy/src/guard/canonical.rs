@@ -33,7 +33,7 @@ pub fn from_backend_error(status: u16, body: &[u8], window: u32) -> Option<Proxy
 
 /// The message of a backend's error body (`error.message`, `message` or `detail`), else the
 /// body itself, cut to 512 bytes.
-pub fn detail_of(body: &[u8]) -> String {
+pub(crate) fn detail_of(body: &[u8]) -> String {
     let from_json = serde_json::from_slice::<Value>(body).ok().and_then(|v| {
         let err = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
         ["message", "detail"]
@@ -49,7 +49,7 @@ pub fn detail_of(body: &[u8]) -> String {
 
 /// A stream event's data (`{"error":{...}}`, with or without the `data:` prefix) that says
 /// the context was exceeded, as SGLang sends it inside an HTTP 200 stream.
-pub fn from_sse_event(data: &[u8], window: u32) -> Option<ProxyError> {
+pub(crate) fn from_sse_event(data: &[u8], window: u32) -> Option<ProxyError> {
     let text = std::str::from_utf8(data).ok()?.trim();
     let text = text.strip_prefix("data:").unwrap_or(text).trim_start();
     // Only an event with an `error` key is parsed; a key written with escapes may hide from

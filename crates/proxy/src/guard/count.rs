@@ -16,23 +16,23 @@ use crate::tokens::{CountError, Fallback, Method};
 
 /// Who asks for the count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Use {
+pub(crate) enum Use {
     Guard,
     Endpoint,
 }
 
 /// A prompt's count and how it was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Count {
-    pub tokens: u32,
-    pub method: Method,
+pub(crate) struct Count {
+    pub(crate) tokens: u32,
+    pub(crate) method: Method,
     /// Why it was made another way than the alias's own, if it was.
-    pub fallback: Option<Fallback>,
+    pub(crate) fallback: Option<Fallback>,
 }
 
 /// The prompt tokens of `chat` (a chat body, `model` rewritten) as `spec` counts them, in a
 /// turn of the gate within the part of client `who` (if any).
-pub async fn count(
+pub(crate) async fn count(
     spec: &GuardSpec,
     client: &dyn crate::tokens::backend::Transport,
     chat: Bytes,

@@ -2,7 +2,7 @@
 
 mod api;
 pub mod canonical;
-pub mod count;
+pub(crate) mod count;
 mod endpoints;
 
 use std::sync::Arc;
@@ -30,15 +30,15 @@ pub struct GuardSpec {
     pub counter: Arc<Counter>,
     pub media: MediaCosts,
     /// Lower an over-large `max_tokens` to fit instead of rejecting, when the prompt fits.
-    pub clamp_max_tokens: bool,
+    pub(crate) clamp_max_tokens: bool,
     /// The turns and byte limit every count of the server shares.
-    pub gate: Arc<CountGate>,
+    pub(crate) gate: Arc<CountGate>,
 }
 
 impl GuardSpec {
     /// The guard of `alias` over `window` tokens, its counter built: this loads the tokenizer
     /// of a local count.
-    pub fn build(
+    pub(crate) fn build(
         cfg: &GuardConfig,
         window: u32,
         alias: &Alias,
@@ -104,7 +104,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn method(&self) -> Method {
+    pub(crate) fn method(&self) -> Method {
         match *self {
             Verdict::Pass { method }
             | Verdict::Clamp { method, .. }
@@ -135,9 +135,9 @@ impl Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checked {
     pub verdict: Verdict,
-    pub fallback: Option<Fallback>,
+    pub(crate) fallback: Option<Fallback>,
     /// The prompt's tokens where they were counted (`None`: the byte bound decided).
-    pub prompt: Option<u32>,
+    pub(crate) prompt: Option<u32>,
 }
 
 /// Bound first, exact count only when the bound cannot clear. Errors only for a malformed
@@ -198,7 +198,7 @@ fn counted(spec: &GuardSpec, output: Option<u32>, c: count::Count) -> Result<Che
 }
 
 /// The verdict for a counted prompt.
-pub fn decide(
+pub(crate) fn decide(
     prompt: u32,
     output: Option<u32>,
     window: u32,

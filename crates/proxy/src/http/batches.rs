@@ -83,7 +83,7 @@ fn page(data: Vec<Value>, more: bool) -> Value {
 }
 
 /// `POST /v1/files`: a multipart form with `purpose` and `file` ([`super::upload`]).
-pub async fn upload(State(state): State<AppState>, request: Request) -> Response {
+pub(crate) async fn upload(State(state): State<AppState>, request: Request) -> Response {
     let (head, body) = request.into_parts();
     answered(
         async {
@@ -102,7 +102,11 @@ pub async fn upload(State(state): State<AppState>, request: Request) -> Response
 }
 
 /// `GET /v1/files`: the caller's files, newest first (`order=asc`: oldest), paged by `after`.
-pub async fn files(State(state): State<AppState>, headers: HeaderMap, Query(q): Q) -> Response {
+pub(crate) async fn files(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Q,
+) -> Response {
     answered(
         async {
             let (batches, owner) = open(&state, &headers)?;
@@ -123,7 +127,7 @@ pub async fn files(State(state): State<AppState>, headers: HeaderMap, Query(q): 
 }
 
 /// `GET /v1/files/{id}`.
-pub async fn file(
+pub(crate) async fn file(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -138,7 +142,7 @@ pub async fn file(
 }
 
 /// `GET /v1/files/{id}/content`.
-pub async fn content(
+pub(crate) async fn content(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -155,7 +159,7 @@ pub async fn content(
 }
 
 /// `DELETE /v1/files/{id}`.
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -180,7 +184,11 @@ struct NewBatch {
 }
 
 /// `POST /v1/batches`.
-pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     answered(
         async {
             let (batches, owner) = open(&state, &headers)?;
@@ -222,7 +230,7 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
 }
 
 /// `GET /v1/batches/{id}`.
-pub async fn batch(
+pub(crate) async fn batch(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -237,7 +245,7 @@ pub async fn batch(
 }
 
 /// `POST /v1/batches/{id}/cancel`.
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -253,7 +261,11 @@ pub async fn cancel(
 
 /// `GET /v1/batches`: the caller's batches, newest first, paged by `after` (`limit` 20 by
 /// default).
-pub async fn batches(State(state): State<AppState>, headers: HeaderMap, Query(q): Q) -> Response {
+pub(crate) async fn batches(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Q,
+) -> Response {
     answered(
         async {
             let (batches, owner) = open(&state, &headers)?;

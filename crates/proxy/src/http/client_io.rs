@@ -27,7 +27,7 @@ use tokio::time::{Instant, Sleep};
 /// The requests of one connection: how many are being served now (their answers not over),
 /// how many have started, when the last one ended.
 #[derive(Debug)]
-pub struct Serving {
+pub(crate) struct Serving {
     active: AtomicU32,
     started: AtomicU32,
     /// Nanoseconds from `base` to the end of the last request served.
@@ -48,7 +48,7 @@ impl Default for Serving {
 
 impl Serving {
     /// A request's head was read: it is served until the returned guard is dropped.
-    pub fn start(self: &Arc<Self>) -> Served {
+    pub(crate) fn start(self: &Arc<Self>) -> Served {
         self.started.fetch_add(1, Ordering::AcqRel);
         self.active.fetch_add(1, Ordering::AcqRel);
         Served(Arc::clone(self))
@@ -69,7 +69,7 @@ impl Serving {
 
 /// Held by an answer's body: dropped at its end (or when the connection goes).
 #[derive(Debug)]
-pub struct Served(Arc<Serving>);
+pub(crate) struct Served(Arc<Serving>);
 
 impl Drop for Served {
     fn drop(&mut self) {
@@ -81,13 +81,13 @@ impl Drop for Served {
 }
 
 /// An answer's body that marks the request served when it is over.
-pub struct Tracked {
+pub(crate) struct Tracked {
     inner: Body,
     _served: Served,
 }
 
 /// `body`, ending the request's service when it ends.
-pub fn tracked(body: Body, served: Served) -> Body {
+pub(crate) fn tracked(body: Body, served: Served) -> Body {
     Body::new(Tracked {
         inner: body,
         _served: served,
@@ -115,7 +115,7 @@ impl http_body::Body for Tracked {
 }
 
 /// A client connection under the two limits.
-pub struct ClientIo {
+pub(crate) struct ClientIo {
     tcp: TcpStream,
     serving: Arc<Serving>,
     /// Requests started as of the last idle moment seen.
@@ -133,7 +133,12 @@ pub struct ClientIo {
 }
 
 impl ClientIo {
-    pub fn new(tcp: TcpStream, serving: Arc<Serving>, header: Duration, idle: Duration) -> Self {
+    pub(crate) fn new(
+        tcp: TcpStream,
+        serving: Arc<Serving>,
+        header: Duration,
+        idle: Duration,
+    ) -> Self {
         let now = Instant::now();
         ClientIo {
             tcp,

@@ -25,7 +25,7 @@ use crate::upstream::exchange;
 use crate::wire::{Adapter, Endpoint};
 
 /// `POST` to the counting endpoint of `adapter`'s API: the count in that API's answer.
-pub async fn answer(
+pub(crate) async fn answer(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,

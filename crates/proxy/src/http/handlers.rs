@@ -84,7 +84,7 @@ fn model_entry(state: &AppState, snap: &Snapshot, alias: &Alias) -> serde_json::
 }
 
 /// `GET /v1/models`: every alias (old names are not listed).
-pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let snap = state.live.load_full();
     let caller = match intake::identify(&snap, &headers) {
         Ok(c) => c,
@@ -103,7 +103,7 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
 }
 
 /// `GET /v1/models/{id}`: one alias, by its name or an old name.
-pub async fn model(
+pub(crate) async fn model(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -129,7 +129,7 @@ pub async fn model(
 
 /// `GET /metrics`: OpenMetrics when the scraper asks for it, else Prometheus text; behind
 /// `server.metrics_keys_env`'s keys when it is set (401 without one).
-pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let snap = state.live.load_full();
     if let Some(keys) = &snap.config.server.metrics_keys {
         let presented = crate::clients::presented(&headers);
@@ -158,13 +158,13 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
 }
 
 /// `GET /health`: the proxy itself is up.
-pub async fn health() -> Response {
+pub(crate) async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
 /// Requests no fixed route took: model-routed ones go to [`routed_with`] (the server sends
 /// those there directly; this serves the Router on its own), anything else is a 404.
-pub async fn routed_or_not_found(
+pub(crate) async fn routed_or_not_found(
     State(state): State<AppState>,
     req: axum::extract::Request,
 ) -> Response {
@@ -175,7 +175,10 @@ pub async fn routed_or_not_found(
 }
 
 /// Any other path or method.
-pub async fn not_found(OriginalUri(uri): OriginalUri, method: axum::http::Method) -> Response {
+pub(crate) async fn not_found(
+    OriginalUri(uri): OriginalUri,
+    method: axum::http::Method,
+) -> Response {
     ProxyError::NotFound {
         method: Echo::new(method.as_str()),
         path: Echo::new(uri.path()),

@@ -15,12 +15,12 @@ use crate::live::Snapshot;
 use crate::observe::record::Record;
 use crate::wire::Adapter;
 
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The request id: the client's `x-request-id` when it sent a sane one (visible ASCII, 1 to
 /// 128 bytes; copied, so the request's buffer is not held), else a new one. Kept as the header
 /// value it is echoed in.
-pub fn request_id(headers: &HeaderMap) -> HeaderValue {
+pub(crate) fn request_id(headers: &HeaderMap) -> HeaderValue {
     headers
         .get(REQUEST_ID)
         .filter(|v| !v.is_empty() && v.len() <= 128)
@@ -43,18 +43,13 @@ fn new_request_id() -> HeaderValue {
     HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static("-"))
 }
 
-/// Clients must present one of the configured keys, when keys are configured.
-pub fn authorize(snap: &Snapshot, headers: &HeaderMap) -> Result<(), ProxyError> {
-    identify(snap, headers).map(drop)
-}
-
 /// The client whose key the request presents (`None` when no key is configured); 401 for a
 /// missing or unknown key.
-pub fn identify(snap: &Snapshot, headers: &HeaderMap) -> Result<Option<Caller>, ProxyError> {
+pub(crate) fn identify(snap: &Snapshot, headers: &HeaderMap) -> Result<Option<Caller>, ProxyError> {
     snap.clients.identify(headers).map(|c| c.cloned())
 }
 
-pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
+pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
     let Some(ct) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());
     };
@@ -76,13 +71,13 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
 /// How long a client may take over a request's body: between two of its pieces (and from the
 /// head to the first), and in all.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyTime {
-    pub idle: Duration,
-    pub total: Duration,
+pub(crate) struct BodyTime {
+    pub(crate) idle: Duration,
+    pub(crate) total: Duration,
 }
 
 impl BodyTime {
-    pub fn of(server: &crate::config::Server) -> BodyTime {
+    pub(crate) fn of(server: &crate::config::Server) -> BodyTime {
         BodyTime {
             idle: server.client.body_timeout,
             total: server.client.body_total_timeout,
@@ -92,7 +87,7 @@ impl BodyTime {
     /// The next `piece` of a body read until `end` (its total time from the head on): within
     /// the idle time from now and by `end`, else [`ProxyError::BodyTimeout`]. A piece already
     /// here is taken without a timer being armed.
-    pub async fn piece<T>(
+    pub(crate) async fn piece<T>(
         self,
         end: Instant,
         piece: impl std::future::Future<Output = T>,
@@ -110,7 +105,7 @@ impl BodyTime {
 
 /// The body, whole, within `limit` bytes and the time `time` allows; a body that stalls or
 /// trickles past it is [`ProxyError::BodyTimeout`] (its answer closes the connection).
-pub async fn read_body<B>(
+pub(crate) async fn read_body<B>(
     body: B,
     limit: usize,
     time: BodyTime,
@@ -164,7 +159,7 @@ where
 
 /// The intake every model-routed endpoint shares after the client is identified
 /// ([`identify`]): content type, the body within its size, time and nesting limits.
-pub async fn routed_body<B>(
+pub(crate) async fn routed_body<B>(
     snap: &Snapshot,
     headers: &HeaderMap,
     body: B,
@@ -183,7 +178,7 @@ where
 /// A body had whole (read, or a batch's line) held to what intake allows: at most
 /// `body_limit_bytes`, nested no deeper than `json_depth_limit` — refused before any backend's
 /// parser meets it (one may drop the connection on it).
-pub fn within_limits(server: &crate::config::Server, body: &[u8]) -> Result<(), ProxyError> {
+pub(crate) fn within_limits(server: &crate::config::Server, body: &[u8]) -> Result<(), ProxyError> {
     if body.len() > server.body_limit {
         return Err(ProxyError::PayloadTooLarge {
             limit: server.body_limit,
@@ -199,7 +194,7 @@ pub fn within_limits(server: &crate::config::Server, body: &[u8]) -> Result<(), 
 
 /// The answer to the client: the error rendered in the API's envelope if there is one, the
 /// record marked complete with its status, and the request id echoed.
-pub fn respond(
+pub(crate) fn respond(
     rec: &mut Record,
     adapter: &dyn Adapter,
     result: Result<Response, ProxyError>,

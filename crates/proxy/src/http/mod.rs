@@ -2,14 +2,14 @@
 //! the status page.
 
 pub mod batches;
-pub mod client_io;
-pub mod count;
-pub mod handlers;
-pub mod intake;
-pub mod routed;
+pub(crate) mod client_io;
+pub(crate) mod count;
+pub(crate) mod handlers;
+pub(crate) mod intake;
+pub(crate) mod routed;
 pub mod router;
 pub mod server;
 pub mod status;
-pub mod upload;
-pub mod usage;
+pub(crate) mod upload;
+pub(crate) mod usage;
 pub mod workers;

@@ -16,7 +16,7 @@ use crate::wire::{self, Endpoint};
 /// APIs' counting endpoints (`/v1/messages/count_tokens`, `/v1/responses/input_tokens`) and
 /// `/v1/models[/…]` — (chat, completions, embeddings, responses, messages, …). A path spelled
 /// in a non-canonical way is routed too, and refused there ([`crate::path`]).
-pub fn is_routed(method: &Method, path: &str) -> bool {
+pub(crate) fn is_routed(method: &Method, path: &str) -> bool {
     method == Method::POST
         && path.starts_with("/v1/")
         && !wire::APIS
@@ -36,7 +36,7 @@ fn is_batch_api(path: &str) -> bool {
 }
 
 /// Every JSON POST routed by its `model`: chat, completions, embeddings, responses, messages, …
-pub async fn routed_with<B>(state: &AppState, req: Request<B>) -> Response
+pub(crate) async fn routed_with<B>(state: &AppState, req: Request<B>) -> Response
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -106,7 +106,7 @@ fn known(
 /// One line of a batch of `caller`'s, to `path` (its batch's endpoint): held to intake's
 /// limits of a body (as they are now), then through the whole pipeline as a request of the
 /// `idle` class, answered whole; and how long it waited for a slot.
-pub async fn line(
+pub(crate) async fn line(
     state: &AppState,
     caller: Option<Caller>,
     path: &str,

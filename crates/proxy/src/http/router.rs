@@ -10,7 +10,7 @@ use crate::wire;
 
 /// The whole HTTP surface of the proxy: the fixed routes and each registered API's counting
 /// endpoint ([`wire::APIS`]); the APIs' own paths are routed by model.
-pub fn app(state: AppState) -> Router {
+pub(crate) fn app(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/", get(status::page))
         .route("/v1/models", get(handlers::models))

@@ -15,21 +15,21 @@ use crate::config;
 use crate::error::{Echo, ProxyError};
 
 /// The most bytes of a field other than `file` (`purpose` is a word).
-pub const FIELD_BYTES: u64 = 1024;
+pub(crate) const FIELD_BYTES: u64 = 1024;
 /// What a form may hold beyond its file: its parts' heads and its other fields.
-pub const FORM_EXTRA: u64 = 64 << 10;
+pub(crate) const FORM_EXTRA: u64 = 64 << 10;
 
 /// What a form brought.
 #[derive(Debug)]
-pub struct Form {
-    pub purpose: String,
-    pub filename: String,
-    pub content: Upload,
+pub(crate) struct Form {
+    pub(crate) purpose: String,
+    pub(crate) filename: String,
+    pub(crate) content: Upload,
 }
 
 /// The form of a request's `headers` and `body`, its file received by `batches` as it comes,
 /// within `limits` and `time`.
-pub async fn read(
+pub(crate) async fn read(
     batches: &Batches,
     headers: &HeaderMap,
     body: Body,

@@ -21,7 +21,7 @@ use crate::ledger::{self, Bucketed};
 use crate::live::{AppState, Snapshot};
 
 /// `GET /v1/organization/usage/completions`: every client's usage, for admin keys.
-pub async fn organization(
+pub(crate) async fn organization(
     State(state): State<AppState>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
@@ -34,7 +34,7 @@ pub async fn organization(
 }
 
 /// `GET /v1/usage`: the caller's own usage (an admin key's: everyone's).
-pub async fn own(
+pub(crate) async fn own(
     State(state): State<AppState>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,

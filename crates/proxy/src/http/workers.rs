@@ -21,7 +21,7 @@ pub enum Stop {
 }
 
 /// Bind `addr` so that several listeners (one per worker) can share it.
-pub fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {

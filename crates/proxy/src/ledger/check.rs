@@ -18,7 +18,7 @@ pub enum Problem {
 }
 
 impl Problem {
-    pub fn text(self) -> String {
+    pub(crate) fn text(self) -> String {
         match self {
             Problem::Corrupt(t) | Problem::Unchecked(t) => t,
         }
@@ -30,7 +30,7 @@ const FINDINGS: usize = 3;
 
 /// Reads the ledger at `url` through: `Ok` for a sound file, a missing one (a new ledger) and a
 /// PostgreSQL database.
-pub fn check(url: &LedgerUrl) -> Result<(), Problem> {
+pub(crate) fn check(url: &LedgerUrl) -> Result<(), Problem> {
     let LedgerUrl::Sqlite(path) = url else {
         return Ok(());
     };

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-pub use error::LedgerError;
+pub(crate) use error::LedgerError;
 pub use schema::LATEST as SCHEMA_VERSION;
 pub use store::{Bucketed, Dim, Store, Total};
 pub use writer::{now_ms, with_store};
@@ -88,7 +88,7 @@ pub struct Counters {
     /// is out of use (it could not be opened, or is damaged).
     pub up: Gauge,
     /// Rows handed in and not yet written or dropped (what `buffer_rows` bounds).
-    pub waiting: Gauge,
+    pub(crate) waiting: Gauge,
 }
 
 /// A started ledger: rows go in through [`Ledger::record`]; its thread ends, writing what
@@ -104,19 +104,19 @@ pub struct Ledger {
 }
 
 /// How many days [`Daily`] holds.
-pub const DAYS: usize = 14;
+pub(crate) const DAYS: usize = 14;
 const DAY_MS: i64 = 86_400_000;
 
 /// Tokens (prompt and output) and GPU-seconds per UTC day and owner over the last [`DAYS`]
 /// days, as the status page charts them: read from the daily roll-up, then kept up with
 /// each batch written (and read again every minute, for what other processes wrote).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Daily {
+pub(crate) struct Daily {
     /// The first day's start, in milliseconds since the epoch (a UTC midnight).
-    pub first_ms: i64,
+    pub(crate) first_ms: i64,
     /// Per owner (a client, or a key of `server.api_keys_env`), each day's tokens and
     /// GPU-seconds, oldest first.
-    pub clients: BTreeMap<String, [(i64, f64); DAYS]>,
+    pub(crate) clients: BTreeMap<String, [(i64, f64); DAYS]>,
 }
 
 impl Daily {
@@ -253,7 +253,7 @@ impl Ledger {
     /// [`Ledger::start`] for a snapshot of the proxy's: at start, one out of use is served
     /// without; for a `reload`, a database that cannot be used is an error, `required` or not
     /// (the reload fails and keeps the ledger in force).
-    pub fn start_for(
+    pub(crate) fn start_for(
         settings: &config::Ledger,
         counters: &Counters,
         calendar: &Option<Calendar>,
@@ -287,7 +287,7 @@ impl Ledger {
     }
 
     /// The last [`DAYS`] days per client, as last read and kept up.
-    pub fn daily(&self) -> Arc<Daily> {
+    pub(crate) fn daily(&self) -> Arc<Daily> {
         self.shared.daily()
     }
 
@@ -306,13 +306,13 @@ impl Ledger {
     }
 
     /// What other processes spent of the clients' budgets, as last read.
-    pub fn board(&self) -> &Arc<Board> {
+    pub(crate) fn board(&self) -> &Arc<Board> {
         &self.shared.board
     }
 
     /// The budgets count days and months of `calendar` now (a reload; none: no client has
     /// such a budget): when it is another, what was spent is read again at once.
-    pub fn set_calendar(&self, calendar: Option<Calendar>) {
+    pub(crate) fn set_calendar(&self, calendar: Option<Calendar>) {
         if self.shared.board.set_calendar(calendar) {
             self.waker.unpark();
         }

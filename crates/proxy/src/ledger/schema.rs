@@ -6,7 +6,7 @@
 //! does not know was written by a newer Switchboard: it is refused, never altered.
 
 /// Each version's statements, in order: `MIGRATIONS[0]` makes version 1.
-pub const MIGRATIONS: &[&[&str]] = &[
+pub(crate) const MIGRATIONS: &[&[&str]] = &[
     &[
         // One row per request that reached a model endpoint. `process` and `seq` name the row
         // where it was made, so a batch written again (its commit's outcome unknown) is found.
@@ -190,7 +190,7 @@ const OWN_HOURLY: &str = owned_copy!("owner_hourly", "usage_hourly");
 const OWN_DAILY: &str = owned_copy!("owner_daily", "usage_daily");
 
 /// The roll-ups' sums, as their columns are named.
-pub const SUMS: [&str; 7] = [
+pub(crate) const SUMS: [&str; 7] = [
     "requests",
     "errors",
     "prompt_tokens",
@@ -204,11 +204,12 @@ pub const SUMS: [&str; 7] = [
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
 /// Made before anything is read, so a new database and an old one read alike.
-pub const VERSIONS: &str = "CREATE TABLE IF NOT EXISTS ledger_schema (version BIGINT NOT NULL)";
+pub(crate) const VERSIONS: &str =
+    "CREATE TABLE IF NOT EXISTS ledger_schema (version BIGINT NOT NULL)";
 
 /// The roll-up tables, the width of their buckets in milliseconds (UTC hours and days), and
 /// whether they sum per owner (else per client).
-pub const ROLLUPS: [(&str, i64, bool); 4] = [
+pub(crate) const ROLLUPS: [(&str, i64, bool); 4] = [
     ("usage_hourly", 3_600_000, false),
     ("usage_daily", 86_400_000, false),
     ("owner_hourly", 3_600_000, true),
@@ -216,7 +217,7 @@ pub const ROLLUPS: [(&str, i64, bool); 4] = [
 ];
 
 /// Why a database at `at` is refused: it holds a version newer than this build's.
-pub fn too_new(at: &str, version: i64) -> String {
+pub(crate) fn too_new(at: &str, version: i64) -> String {
     format!(
         "the ledger at {at} has schema version {version}, written by a newer Switchboard \
          (this build knows versions up to {LATEST}); refused, and left as it is"

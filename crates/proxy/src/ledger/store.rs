@@ -35,7 +35,7 @@ pub enum Dim {
 }
 
 impl Dim {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Dim::Client => "client",
             Dim::Alias => "alias",
@@ -60,27 +60,27 @@ impl Dim {
 pub struct Total {
     pub keys: Vec<String>,
     pub requests: i64,
-    pub errors: i64,
+    pub(crate) errors: i64,
     pub prompt_tokens: i64,
-    pub cached_tokens: i64,
-    pub output_tokens: i64,
-    pub gpu_prefill_s: f64,
-    pub gpu_decode_s: f64,
+    pub(crate) cached_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) gpu_prefill_s: f64,
+    pub(crate) gpu_decode_s: f64,
 }
 
 /// One bucket of one alias, client and owner, as the usage API reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Bucketed {
     /// Its start, in milliseconds since the epoch.
-    pub start_ms: i64,
-    pub alias: String,
+    pub(crate) start_ms: i64,
+    pub(crate) alias: String,
     pub client: String,
     /// Who owns its usage: its client, or a key of `server.api_keys_env`.
-    pub owner: String,
+    pub(crate) owner: String,
     pub requests: i64,
-    pub prompt_tokens: i64,
-    pub cached_tokens: i64,
-    pub output_tokens: i64,
+    pub(crate) prompt_tokens: i64,
+    pub(crate) cached_tokens: i64,
+    pub(crate) output_tokens: i64,
 }
 
 impl Bucketed {
@@ -202,7 +202,7 @@ fn rollup_params(owned: bool, key: &(i64, &str, &str, &str), s: &Sums) -> Vec<Va
 impl Store {
     /// Opens the database at `url` and brings its schema to this build's version; an error
     /// names the database and says why (a file that is no SQLite database, a newer schema).
-    pub fn open(url: &LedgerUrl) -> Result<Store, LedgerError> {
+    pub(crate) fn open(url: &LedgerUrl) -> Result<Store, LedgerError> {
         let mut store = Store {
             conn: Conn::open(url)?,
             at: url.shown(),
@@ -212,7 +212,7 @@ impl Store {
     }
 
     /// The database as it may be shown.
-    pub fn at(&self) -> &str {
+    pub(crate) fn at(&self) -> &str {
         &self.at
     }
 
@@ -222,12 +222,12 @@ impl Store {
     }
 
     /// Its connection, for the Batch API (whose tables the same migrations make).
-    pub fn into_conn(self) -> Conn {
+    pub(crate) fn into_conn(self) -> Conn {
         self.conn
     }
 
     /// Whether it is a PostgreSQL database (several processes may share it).
-    pub fn shared(&self) -> bool {
+    pub(crate) fn shared(&self) -> bool {
         self.conn.shared()
     }
 
@@ -298,19 +298,19 @@ impl Store {
 
     /// Whether the row `seq` of `process` is written (a batch whose commit's outcome is
     /// unknown is looked for by its first row).
-    pub fn holds(&mut self, process: &str, seq: i64) -> Result<bool, LedgerError> {
+    pub(crate) fn holds(&mut self, process: &str, seq: i64) -> Result<bool, LedgerError> {
         let q = "SELECT count(*) FROM requests WHERE process = $1 AND seq = $2";
         Ok(self.db().one(q, &[process.into(), seq.into()])?.int(0)? > 0)
     }
 
     /// Deletes the raw rows older than `before_ms` (the roll-ups stay); how many.
-    pub fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+    pub(crate) fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
         let q = "DELETE FROM requests WHERE at_ms < $1";
         Ok(self.conn.exec(q, &[before_ms.into()])?)
     }
 
     /// Whether the connection is lost for good (PostgreSQL), so the next write reconnects.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.conn.is_closed()
     }
 

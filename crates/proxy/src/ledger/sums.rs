@@ -9,7 +9,10 @@ use crate::db::Val;
 impl Store {
     /// Tokens (prompt and output) and GPU-seconds per UTC day and owner, from the daily
     /// roll-up, for the days from `from_ms` on.
-    pub fn daily(&mut self, from_ms: i64) -> Result<Vec<(i64, String, i64, f64)>, LedgerError> {
+    pub(crate) fn daily(
+        &mut self,
+        from_ms: i64,
+    ) -> Result<Vec<(i64, String, i64, f64)>, LedgerError> {
         let q = "SELECT bucket_ms, owner, CAST(sum(prompt_tokens + output_tokens) AS BIGINT), \
                  CAST(sum(gpu_prefill_s + gpu_decode_s) AS DOUBLE PRECISION) FROM owner_daily \
                  WHERE bucket_ms >= $1 GROUP BY bucket_ms, owner ORDER BY bucket_ms, owner";

@@ -27,19 +27,19 @@ pub struct Replica {
     /// What is learned of its connections (kept while its URL is the same).
     pub conns: Arc<ConnWatch>,
     /// Its state by its last probe and the load it last reported (the process's, by name).
-    pub health: Arc<BackendHealth>,
+    pub(crate) health: Arc<BackendHealth>,
 }
 
 impl Replica {
     /// The backend's config name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.backend.name
     }
 
     /// Whether a request of the API named `api` (in `apis`) is sent to the slot it took
     /// (`id_slot`): its runtime takes that for the API, its config lets it, and no other
     /// process shares its slots.
-    pub fn pins(&self, api: Option<&str>) -> bool {
+    pub(crate) fn pins(&self, api: Option<&str>) -> bool {
         let runtime = self.backend.flavor.runtime();
         self.backend.pin_slots
             && !self.slots.is_shared()
@@ -55,11 +55,11 @@ pub struct LiveAlias {
     /// Its context guard with its counter built; in force where the window is known.
     guard: Option<Arc<GuardSpec>>,
     /// Its replicas, in the order of its `backends` (the first is its `backend`).
-    pub replicas: Vec<Arc<Replica>>,
+    pub(crate) replicas: Vec<Arc<Replica>>,
 }
 
 impl LiveAlias {
-    pub fn new(
+    pub(crate) fn new(
         spec: Arc<Alias>,
         metrics: AliasMetrics,
         guard: Option<Arc<GuardSpec>>,
@@ -74,7 +74,7 @@ impl LiveAlias {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.spec.name
     }
 
@@ -84,12 +84,12 @@ impl LiveAlias {
     }
 
     /// The guard as built, in force or not (the next snapshot keeps its counter).
-    pub fn built_guard(&self) -> Option<&Arc<GuardSpec>> {
+    pub(crate) fn built_guard(&self) -> Option<&Arc<GuardSpec>> {
         self.guard.as_ref()
     }
 
     /// Its first replica: the backend its `backend` names.
-    pub fn first(&self) -> &Arc<Replica> {
+    pub(crate) fn first(&self) -> &Arc<Replica> {
         &self.replicas[0]
     }
 }

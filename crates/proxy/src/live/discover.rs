@@ -9,13 +9,13 @@ use crate::fleet::discovery;
 use crate::fleet::drift::Probed;
 
 /// How long one discovery or health request may take.
-pub fn timeout(server: &Server) -> Duration {
+pub(crate) fn timeout(server: &Server) -> Duration {
     server.health_interval.min(Duration::from_secs(5))
 }
 
 /// Whether `backend` has a figure left to it: `slots = "auto"`, or an alias on it with
 /// `context_window = "auto"`.
-pub fn wants(config: &Config, backend: &Backend) -> bool {
+pub(crate) fn wants(config: &Config, backend: &Backend) -> bool {
     backend.slots_setting.is_auto()
         || config
             .aliases
@@ -24,7 +24,7 @@ pub fn wants(config: &Config, backend: &Backend) -> bool {
 }
 
 /// The backends of `config` that [`wants`] names.
-pub fn wanting(config: &Config) -> Vec<Arc<Backend>> {
+pub(crate) fn wanting(config: &Config) -> Vec<Arc<Backend>> {
     config
         .backends
         .values()
@@ -35,7 +35,7 @@ pub fn wanting(config: &Config) -> Vec<Arc<Backend>> {
 
 /// Ask every one of `backends` at once; those that answered, by name. A backend that could
 /// not be asked is logged and left out (its previous figures, if any, stay in force).
-pub async fn ask(
+pub(crate) async fn ask(
     client: &crate::upstream::Client,
     backends: &[Arc<Backend>],
     timeout: Duration,

@@ -12,10 +12,10 @@ use crate::config::{Alias, Backend, Config, Sizing};
 use crate::fleet::discovery::Discovered;
 
 /// What each backend reported, by backend name.
-pub type Found = HashMap<String, Arc<Discovered>>;
+pub(crate) type Found = HashMap<String, Arc<Discovered>>;
 
 /// Discoveries just made, each with the backend it asked.
-pub type Fresh = Vec<(Arc<Backend>, Arc<Discovered>)>;
+pub(crate) type Fresh = Vec<(Arc<Backend>, Arc<Discovered>)>;
 
 /// Whether `config` still has `backend` (same name, URL and flavour).
 fn still_has(config: &Config, backend: &Backend) -> bool {
@@ -46,7 +46,7 @@ impl Source {
     }
 
     /// When the figure was discovered, if it was.
-    pub fn discovered_at(self) -> Option<u64> {
+    pub(crate) fn discovered_at(self) -> Option<u64> {
         match self {
             Source::Discovered { at } => Some(at),
             _ => None,
@@ -61,13 +61,13 @@ pub struct Figures {
     pub window: Option<u32>,
     /// `None` when `context_window` is not set.
     pub window_source: Option<Source>,
-    pub slots: u32,
+    pub(crate) slots: u32,
     pub slots_source: Source,
 }
 
 /// The discoveries that hold for `config`: those of `previous` for backends still at the
 /// same URL with the same flavour, with `fresh` ones on top.
-pub fn carry(config: &Config, previous: Option<&Snapshot>, fresh: Fresh) -> Found {
+pub(crate) fn carry(config: &Config, previous: Option<&Snapshot>, fresh: Fresh) -> Found {
     let mut found = Found::default();
     if let Some(p) = previous {
         for (name, d) in &p.found {
@@ -114,7 +114,7 @@ fn window(alias: &Alias, found: &Found) -> Option<NonZeroU32> {
 /// `config` with every `"auto"` figure put in force from `found` (and those not found at
 /// their stand-ins: no window, 1 slot). Depends only on the configured settings, so applying
 /// it to a config it made gives the same figures again.
-pub fn apply(config: Config, found: &Found) -> Config {
+pub(crate) fn apply(config: Config, found: &Found) -> Config {
     let backends: std::collections::BTreeMap<String, Arc<Backend>> = config
         .backends
         .iter()
@@ -173,7 +173,7 @@ pub fn apply(config: Config, found: &Found) -> Config {
 }
 
 /// Where `alias`'s figures come from, given what was `found`.
-pub fn figures(alias: &Alias, found: &Found) -> Figures {
+pub(crate) fn figures(alias: &Alias, found: &Found) -> Figures {
     let at = found.get(&alias.backend.name).map(|d| d.when);
     let source = |setting: Sizing, known: bool| match (setting, at) {
         (Sizing::Fixed(_), _) => Source::Config,

@@ -1,7 +1,7 @@
 //! Shared state: the live config snapshot (swapped atomically on reload, on SIGHUP or a change
 //! of the file), the upstream client, metrics.
 
-pub mod alias;
+pub(crate) mod alias;
 pub mod discover;
 pub mod figures;
 pub mod probes;
@@ -67,7 +67,7 @@ pub struct Snapshot {
     pub ledger: Option<Arc<Ledger>>,
     /// The store slots and client limits are shared in, when `server.shared_state` is set:
     /// started with the process, the same in every snapshot.
-    pub shared: Option<Arc<Store>>,
+    pub(crate) shared: Option<Arc<Store>>,
 }
 
 impl Snapshot {
@@ -97,7 +97,7 @@ impl Snapshot {
     /// still count against the same limit; an alias whose guard did not change keeps its
     /// counter (and the counts it has cached). Building a guard's counter loads its tokenizer:
     /// a file that cannot be loaded fails the snapshot.
-    pub fn build(
+    pub(crate) fn build(
         config: Config,
         at: Kept<'_>,
         previous: Option<&Snapshot>,
@@ -182,7 +182,7 @@ impl Snapshot {
     }
 
     /// The next turn of the tie-break between equally loaded replicas.
-    pub fn next_turn(&self) -> usize {
+    pub(crate) fn next_turn(&self) -> usize {
         self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -204,7 +204,7 @@ impl Snapshot {
     }
 
     /// The metric handles of requests that name no alias (yet).
-    pub fn unknown_metrics(&self) -> &AliasMetrics {
+    pub(crate) fn unknown_metrics(&self) -> &AliasMetrics {
         &self.unknown
     }
 }
@@ -212,9 +212,9 @@ impl Snapshot {
 /// What outlives every snapshot and each one is built with: the metric registry and the
 /// backends' health.
 #[derive(Clone, Copy)]
-pub struct Kept<'a> {
-    pub metrics: &'a Metrics,
-    pub health: &'a Health,
+pub(crate) struct Kept<'a> {
+    pub(crate) metrics: &'a Metrics,
+    pub(crate) health: &'a Health,
 }
 
 /// Cheap to clone; handed to every handler.
@@ -229,7 +229,7 @@ pub struct AppState {
     /// Unix time the process started: the `created` of `/v1/models` entries.
     pub started: u64,
     /// Where the config came from, for reloads.
-    pub config_path: Option<Arc<Path>>,
+    pub(crate) config_path: Option<Arc<Path>>,
     /// Where proxied requests go instead of the pool: a scripted backend, in the pipeline's
     /// tests ([`AppState::with_exchange`]); `None` in service.
     script: Option<Arc<dyn Exchange>>,
@@ -237,11 +237,11 @@ pub struct AppState {
     /// together do not lose one another.
     rebuild: Arc<Mutex<()>>,
     /// The last reload's result and time.
-    pub reloads: Arc<reload::ReloadLog>,
+    pub(crate) reloads: Arc<reload::ReloadLog>,
     /// How long each client's recent answers were (what its next is expected to take).
-    pub outputs: Arc<Outputs>,
+    pub(crate) outputs: Arc<Outputs>,
     /// The Batch API's state (in the ledger the process started with), or why it is off.
-    pub batches: Result<Arc<crate::batches::Batches>, &'static str>,
+    pub(crate) batches: Result<Arc<crate::batches::Batches>, &'static str>,
 }
 
 impl AppState {
@@ -280,7 +280,8 @@ impl AppState {
 
     /// The same state, its proxied requests answered by `script` instead of the pool (the
     /// pipeline's tests: no sockets, paused time).
-    pub fn with_exchange(self, script: Arc<dyn Exchange>) -> AppState {
+    #[cfg(test)]
+    pub(crate) fn with_exchange(self, script: Arc<dyn Exchange>) -> AppState {
         AppState {
             script: Some(script),
             ..self
@@ -288,7 +289,7 @@ impl AppState {
     }
 
     /// Send one proxied request: through the pool, or to the script where one is set.
-    pub async fn post(&self, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
+    pub(crate) async fn post(&self, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
         match &self.script {
             None => crate::upstream::exchange::send(&self.client, to).await,
             Some(script) => script.post(to).await,
@@ -297,7 +298,7 @@ impl AppState {
 
     /// The same shared state with an upstream pool of its own (one per worker thread, so
     /// each worker's connections live on its own runtime).
-    pub fn with_own_client(&self) -> AppState {
+    pub(crate) fn with_own_client(&self) -> AppState {
         AppState {
             client: self.client.for_worker(),
             ..self.clone()
@@ -318,7 +319,7 @@ impl AppState {
 
     /// Set the breaker-state gauges of the live config's backends (at each scrape: a back-off
     /// ends with time, not with an event).
-    pub fn record_breakers(&self) {
+    pub(crate) fn record_breakers(&self) {
         let snap = self.live.load();
         let now = crate::fleet::breaker::now();
         for r in snap.replicas.values() {
@@ -342,7 +343,7 @@ impl AppState {
     }
 
     /// [`Self::swap`] with `fresh` discoveries put in force as well.
-    pub fn swap_found(&self, config: Config, fresh: Fresh) -> Result<(), ConfigErrors> {
+    pub(crate) fn swap_found(&self, config: Config, fresh: Fresh) -> Result<(), ConfigErrors> {
         let tls = load_tls(&config)?;
         let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
         let previous = self.live.load_full();
@@ -354,7 +355,7 @@ impl AppState {
 
     /// Put `fresh` discoveries in force on the running config (a new snapshot of it; its TLS
     /// settings stay those in force).
-    pub fn apply_found(&self, fresh: Fresh) -> Result<(), ConfigErrors> {
+    pub(crate) fn apply_found(&self, fresh: Fresh) -> Result<(), ConfigErrors> {
         let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
         let previous = self.live.load_full();
         let config = previous.config.clone();
@@ -368,7 +369,7 @@ impl AppState {
 /// settings and the alias's backend and model are unchanged, built (tokenizer loaded)
 /// otherwise. An alias whose `"auto"` window is not known yet gets a guard of window 0, not
 /// in force (see [`Snapshot::guard`]): its tokenizer is loaded, and so checked, all the same.
-pub fn guards(
+pub(crate) fn guards(
     config: &Config,
     previous: Option<&Snapshot>,
     gate: &Arc<CountGate>,
@@ -441,7 +442,7 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
 
 /// Read the CA files of `config`'s https backends and make their TLS settings; the errors
 /// name the key (`backends.NAME.ca_file`). `switchboard check`, start-up and reload use it.
-pub fn load_tls(config: &Config) -> Result<TlsSettings, ConfigErrors> {
+pub(crate) fn load_tls(config: &Config) -> Result<TlsSettings, ConfigErrors> {
     let (tls, errors) = tls_settings(config);
     if errors.is_empty() {
         Ok(tls)

@@ -110,7 +110,7 @@ pub async fn read_loads(state: &AppState) {
 
 /// Read one backend's load now, within `timeout`, `slots` its slots in this process, and
 /// record it.
-pub async fn read_load(
+pub(crate) async fn read_load(
     state: &AppState,
     backend: &Backend,
     slots: Option<&Slots>,

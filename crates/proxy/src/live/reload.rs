@@ -9,7 +9,7 @@ use crate::live::{discover, AppState};
 
 /// How the last reload ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReloadOutcome {
+pub(crate) enum ReloadOutcome {
     /// The new config is in force.
     Applied,
     /// The new config was refused with this many errors (they are in the log); the running
@@ -19,17 +19,17 @@ pub enum ReloadOutcome {
 
 /// The last reload: when it ended and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LastReload {
-    pub at: SystemTime,
-    pub outcome: ReloadOutcome,
+pub(crate) struct LastReload {
+    pub(crate) at: SystemTime,
+    pub(crate) outcome: ReloadOutcome,
 }
 
 /// The last reload of this process, if any (shared by every worker's state).
 #[derive(Debug, Default)]
-pub struct ReloadLog(Mutex<Option<LastReload>>);
+pub(crate) struct ReloadLog(Mutex<Option<LastReload>>);
 
 impl ReloadLog {
-    pub fn last(&self) -> Option<LastReload> {
+    pub(crate) fn last(&self) -> Option<LastReload> {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -119,4 +119,4 @@ pub async fn on_sighup(state: AppState) {
 }
 
 #[cfg(not(unix))]
-pub async fn on_sighup(_state: AppState) {}
+pub(crate) async fn on_sighup(_state: AppState) {}

@@ -3,5 +3,5 @@
 
 pub mod metrics;
 pub mod record;
-pub mod trace;
+pub(crate) mod trace;
 pub mod window;

@@ -19,7 +19,7 @@ use crate::wire::{Endpoint, Seen};
 /// A client's charge for the request, settled once as the record ends: from the usage the
 /// backend reported, else from the tokens seen generated; `sent`: the request went to a
 /// backend (a request refused or cancelled before that used nothing).
-pub trait Settle: Send + Sync + std::fmt::Debug {
+pub(crate) trait Settle: Send + Sync + std::fmt::Debug {
     /// `gpu`: the GPU-milliseconds measured, when they were. Returns what was charged.
     fn settle(
         &mut self,
@@ -32,14 +32,14 @@ pub trait Settle: Send + Sync + std::fmt::Debug {
 
 /// What a request's client was charged (the ledger's row keeps it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Charged {
-    pub tokens: u64,
-    pub gpu_ms: u64,
+pub(crate) struct Charged {
+    pub(crate) tokens: u64,
+    pub(crate) gpu_ms: u64,
 }
 
 /// A counter that learns from the prompt tokens the backend reports (an estimating one), fed
 /// as the record ends: `prompt_bytes` is the prompt's byte measure taken as it was sent.
-pub trait Learn: Send + Sync + std::fmt::Debug {
+pub(crate) trait Learn: Send + Sync + std::fmt::Debug {
     fn learn(&self, prompt_bytes: usize, prompt_tokens: u32);
 }
 
@@ -53,8 +53,8 @@ pub struct Record {
     pub stream: bool,
     started: Instant,
     /// As it is echoed in `x-request-id`.
-    pub request_id: HeaderValue,
-    pub backend: Option<String>,
+    pub(crate) request_id: HeaderValue,
+    pub(crate) backend: Option<String>,
     pub status: u16,
     pub usage: Option<Usage>,
     pub first_token: Option<Instant>,
@@ -62,32 +62,32 @@ pub struct Record {
     pub last_token: Option<Instant>,
     /// Set once the answer reached its end (or an error was answered); unset at drop = client gone.
     pub completed: bool,
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// An estimating counter and the prompt's byte measure: fed the reported prompt tokens.
-    pub estimator: Option<(Arc<dyn Learn>, usize)>,
+    pub(crate) estimator: Option<(Arc<dyn Learn>, usize)>,
     sent_at: Option<Instant>,
     headers_at: Option<Instant>,
     post_headers: Duration,
     /// The client's metrics, when the request came with a client's key.
-    pub client: Option<ClientMetrics>,
+    pub(crate) client: Option<ClientMetrics>,
     /// Who owns its usage (`crate::clients::Caller::owner`), when it came with a key.
-    pub owner: Option<Arc<str>>,
+    pub(crate) owner: Option<Arc<str>>,
     /// The client's charge, once its limits admitted the request.
-    pub charge: Option<Box<dyn Settle>>,
+    pub(crate) charge: Option<Box<dyn Settle>>,
     /// Token events seen in a stream (what a stream cut short is charged).
-    pub generated: u64,
+    pub(crate) generated: u64,
     /// The request's spans, when tracing is on.
-    pub trace: Option<Box<RequestTrace>>,
+    pub(crate) trace: Option<Box<RequestTrace>>,
     /// Its work on the backend that answered: predicted, measured at its end.
-    pub work: Option<Job>,
+    pub(crate) work: Option<Job>,
     /// The usage ledger its row goes to, when one is kept.
-    pub ledger: Option<Arc<Ledger>>,
+    pub(crate) ledger: Option<Arc<Ledger>>,
     /// Time it waited for slots, all attempts together.
-    pub queued: Duration,
+    pub(crate) queued: Duration,
     /// Times its slot was taken before it sent a byte.
-    pub preempted: u32,
+    pub(crate) preempted: u32,
     /// An alias other than the one asked for answered it.
-    pub fell_back: bool,
+    pub(crate) fell_back: bool,
 }
 
 impl Record {
@@ -127,12 +127,12 @@ impl Record {
 
     /// The request's trace where it is sampled, to be told what happens; `None` when tracing
     /// is off or the trace only passes through (unsampled).
-    pub fn traced(&mut self) -> Option<&mut RequestTrace> {
+    pub(crate) fn traced(&mut self) -> Option<&mut RequestTrace> {
         self.trace.as_deref_mut().filter(|t| t.recording())
     }
 
     /// When the request arrived.
-    pub fn started(&self) -> Instant {
+    pub(crate) fn started(&self) -> Instant {
         self.started
     }
 
@@ -145,7 +145,7 @@ impl Record {
     }
 
     /// Its timeline mark, should an attempt lose its slot `how`.
-    pub fn loss(&self, how: Lost) -> Loss {
+    pub(crate) fn loss(&self, how: Lost) -> Loss {
         Loss {
             how,
             client: self.client.as_ref().map(|c| Arc::clone(c.shared_name())),
@@ -153,7 +153,7 @@ impl Record {
         }
     }
 
-    pub fn metrics(&self) -> &AliasMetrics {
+    pub(crate) fn metrics(&self) -> &AliasMetrics {
         &self.m
     }
 
@@ -166,14 +166,14 @@ impl Record {
     }
 
     /// Time from the backend's headers to handing the response to the client.
-    pub fn responding(&mut self) {
+    pub(crate) fn responding(&mut self) {
         if let Some(h) = self.headers_at {
             self.post_headers = h.elapsed();
         }
     }
 
     /// What a stream's events showed: its usage, first and last tokens, a backend error.
-    pub fn absorb(&mut self, seen: Seen) {
+    pub(crate) fn absorb(&mut self, seen: Seen) {
         if seen.usage.is_some() {
             self.usage = seen.usage;
         }
@@ -187,7 +187,7 @@ impl Record {
     }
 
     /// Move the bookkeeping out (into a stream body), leaving a disarmed husk here.
-    pub fn take(&mut self) -> Record {
+    pub(crate) fn take(&mut self) -> Record {
         let husk = Record {
             armed: false,
             m: self.m.clone(),

@@ -22,7 +22,7 @@ use crate::tokens::{Counter, Fallback, Method};
 use crate::wire::request::ParsedRequest;
 
 /// What the guard made of a request shaped for an alias.
-pub enum Guarded {
+pub(crate) enum Guarded {
     /// The alias serves it, with this body (in the client's API).
     Admitted(Admitted),
     /// It does not fit the alias's window: on to the alias its `context_fallback` names
@@ -31,12 +31,12 @@ pub enum Guarded {
 }
 
 /// The alias that serves the request and the body its backend gets (in the client's API).
-pub struct Admitted {
-    pub alias: Arc<LiveAlias>,
-    pub body: Shaped,
+pub(crate) struct Admitted {
+    pub(crate) alias: Arc<LiveAlias>,
+    pub(crate) body: Shaped,
     /// The prompt's tokens as the guard counted them, where it counted (not where its byte
     /// bound alone let the request pass, nor where the alias has no guard).
-    pub prompt: Option<u32>,
+    pub(crate) prompt: Option<u32>,
 }
 
 impl Admitted {
@@ -44,7 +44,11 @@ impl Admitted {
     /// four), its output limit (none where it sets none, or an invalid one, refused later) and
     /// choices, read from the body's view (`resolved`, where shaping left the body as it
     /// came), and its alias's window.
-    pub fn need(&self, adapter: &dyn crate::wire::Adapter, resolved: &ParsedRequest) -> Need {
+    pub(crate) fn need(
+        &self,
+        adapter: &dyn crate::wire::Adapter,
+        resolved: &ParsedRequest,
+    ) -> Need {
         let (body, spec) = (&self.body.body, adapter.spec());
         let view = self.body.view(resolved);
         Need {
@@ -58,7 +62,10 @@ impl Admitted {
 
 /// The request shaped for `alias` and guarded: admitted there, or on the alias its
 /// `context_fallback` leads to (shaped and guarded anew), or the first error.
-pub async fn admitted(call: &mut Call<'_>, alias: Arc<LiveAlias>) -> Result<Admitted, ProxyError> {
+pub(crate) async fn admitted(
+    call: &mut Call<'_>,
+    alias: Arc<LiveAlias>,
+) -> Result<Admitted, ProxyError> {
     let mut alias = alias;
     loop {
         let shaped = shape::shape(&call.req, &alias.spec)?;

@@ -14,7 +14,7 @@ use crate::runtime::Privacy;
 /// backend runs on slots of its own choice (one it cannot be told a slot for, or one asking
 /// for several answers, each past the first on another idle slot) is told so to the
 /// scheduler ([`crate::fleet::slots::SlotPermit::unplaced`]).
-pub fn members(chosen: &mut Chosen, api: Option<&str>, group: u64) -> Option<Bytes> {
+pub(crate) fn members(chosen: &mut Chosen, api: Option<&str>, group: u64) -> Option<Bytes> {
     let backend = &chosen.replica.backend;
     let pinned = chosen.replica.pins(api);
     let privacy = backend.flavor.runtime().privacy;

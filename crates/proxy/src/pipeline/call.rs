@@ -18,37 +18,37 @@ use crate::wire::request::ParsedRequest;
 use crate::wire::Adapter;
 
 /// A routed request as intake hands it over: authorized, its body read whole.
-pub struct Incoming {
-    pub adapter: &'static dyn Adapter,
+pub(crate) struct Incoming {
+    pub(crate) adapter: &'static dyn Adapter,
     /// Path and query as the client sent them: the backend gets the same.
-    pub path: String,
-    pub headers: HeaderMap,
-    pub body: Bytes,
+    pub(crate) path: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
     /// The client whose key it came with (`None`: no key is configured).
-    pub caller: Option<Caller>,
+    pub(crate) caller: Option<Caller>,
     /// A line of a batch, run in the `idle` class.
-    pub idle: bool,
+    pub(crate) idle: bool,
 }
 
 /// A request whose model resolved to an alias.
-pub struct Routed {
-    pub view: ParsedRequest,
-    pub route: Route<LiveAlias>,
+pub(crate) struct Routed {
+    pub(crate) view: ParsedRequest,
+    pub(crate) route: Route<LiveAlias>,
     /// The field this client gets reasoning in.
-    pub output: OutputField,
+    pub(crate) output: OutputField,
 }
 
 /// One request on its way: what every step reads, and the record they all write.
-pub struct Call<'a> {
-    pub state: &'a AppState,
-    pub snap: &'a Snapshot,
-    pub rec: &'a mut Record,
-    pub req: Incoming,
-    pub routed: Routed,
+pub(crate) struct Call<'a> {
+    pub(crate) state: &'a AppState,
+    pub(crate) snap: &'a Snapshot,
+    pub(crate) rec: &'a mut Record,
+    pub(crate) req: Incoming,
+    pub(crate) routed: Routed,
     /// Its place in any queue it waits in (the same on every replica and fallback).
-    pub place: Place,
+    pub(crate) place: Place,
     /// Its conversation, when some alias on its way has replicas.
-    pub conversation: Option<Conversation>,
+    pub(crate) conversation: Option<Conversation>,
     /// The client's headers, taken out of the request for the attempts.
     headers: Option<HeaderMap>,
 }
@@ -56,7 +56,7 @@ pub struct Call<'a> {
 impl<'a> Call<'a> {
     /// The call of `req`, routed, in `conversation`: its place made from its client and
     /// headers (a priority header that names no class is a 400).
-    pub fn new(
+    pub(crate) fn new(
         at: (&'a AppState, &'a Snapshot),
         rec: &'a mut Record,
         mut req: Incoming,
@@ -87,7 +87,7 @@ impl<'a> Call<'a> {
 
     /// The client's headers for one attempt: moved when it is the `last` that can be made,
     /// else copied.
-    pub fn headers(&mut self, last: bool) -> HeaderMap {
+    pub(crate) fn headers(&mut self, last: bool) -> HeaderMap {
         if last {
             self.headers.take().unwrap_or_default()
         } else {

@@ -25,31 +25,31 @@ use crate::fleet::work::{Job, Need};
 use crate::live::alias::{LiveAlias, Replica};
 
 /// The replica a request goes to, with its slot and its breaker's leave.
-pub struct Chosen {
-    pub replica: Arc<Replica>,
+pub(crate) struct Chosen {
+    pub(crate) replica: Arc<Replica>,
     /// Its place in the alias's replicas.
-    pub index: usize,
-    pub slot: SlotPermit,
+    pub(crate) index: usize,
+    pub(crate) slot: SlotPermit,
     /// The attempt's word to the replica's breaker: its leave, then the breaker.
-    pub tally: Tally,
+    pub(crate) tally: Tally,
     /// How long it waited for the slot.
-    pub queued: Duration,
+    pub(crate) queued: Duration,
     /// Where its conversation was (an alias with replicas and a conversation key only).
-    pub affinity: Option<AffinityResult>,
+    pub(crate) affinity: Option<AffinityResult>,
     /// Its work there, predicted (taken into the record when it answers).
-    pub job: Option<Job>,
+    pub(crate) job: Option<Job>,
     /// The wait for its slot predicted when it queued (none where it took one at once).
-    pub predicted_wait: Option<Duration>,
+    pub(crate) predicted_wait: Option<Duration>,
     /// The answers it asks for (`n`): llama-server runs each past the first on a slot of its
     /// own choice.
-    pub choices: u32,
+    pub(crate) choices: u32,
 }
 
 /// Why no replica was chosen: `None` when every usable one was tried already.
-pub type Refusal = Option<(FallbackReason, ProxyError)>;
+pub(crate) type Refusal = Option<(FallbackReason, ProxyError)>;
 
 /// Choose a replica of `alias` that `tried` does not name, for the call that needs `need`.
-pub async fn choose(
+pub(crate) async fn choose(
     call: &Call<'_>,
     alias: &LiveAlias,
     need: Need,

@@ -17,7 +17,7 @@ use crate::upstream::BoxError;
 
 /// The body error of a deadline that passed.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
-pub enum Expired {
+pub(crate) enum Expired {
     #[error("no data for {0:?} (the idle limit)")]
     Idle(Duration),
     #[error("the exchange took longer than {0:?} (the total limit)")]
@@ -26,12 +26,12 @@ pub enum Expired {
 
 impl Expired {
     /// The deadline error behind a body error, if it is one.
-    pub fn of(e: &BoxError) -> Option<Expired> {
+    pub(crate) fn of(e: &BoxError) -> Option<Expired> {
         e.downcast_ref::<Expired>().copied()
     }
 
     /// The limit that passed.
-    pub fn limit(self) -> Duration {
+    pub(crate) fn limit(self) -> Duration {
         match self {
             Expired::Idle(d) | Expired::Total(d) => d,
         }
@@ -53,7 +53,7 @@ struct Bounded {
 }
 
 /// `body` ended with [`Expired`] when it is idle for `idle`, or at `started + total`.
-pub fn bounded(
+pub(crate) fn bounded(
     body: BodyStream,
     idle: Duration,
     started: std::time::Instant,

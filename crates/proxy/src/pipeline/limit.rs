@@ -17,7 +17,7 @@ use crate::fleet::work::Need;
 /// has limits or not) for the body `admitted` by its alias, when the request is not charged
 /// yet. The prompt's tokens where the guard counted them already are not counted again;
 /// its GPU time reserved as `need` is predicted on the alias's first replica.
-pub async fn charge(
+pub(crate) async fn charge(
     call: &mut Call<'_>,
     admitted: &Admitted,
     need: Need,

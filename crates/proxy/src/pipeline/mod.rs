@@ -28,7 +28,7 @@ mod admit;
 mod cache;
 mod call;
 mod choose;
-pub mod deadline;
+pub(crate) mod deadline;
 mod limit;
 mod peek;
 mod preempt;
@@ -58,12 +58,12 @@ use crate::fleet::timeline::Lost;
 use crate::live::{AppState, Snapshot};
 use crate::observe::record::Record;
 
-pub use call::{Call, Incoming, Routed};
-pub use resolve::{known, resolve};
+pub(crate) use call::{Call, Incoming};
+pub(crate) use resolve::{known, resolve};
 
 /// Serve one routed request with the snapshot it started with: its alias's replicas, then
 /// its fallbacks, until one answers; the last failure when none does.
-pub async fn handle(
+pub(crate) async fn handle(
     state: &AppState,
     snap: &Arc<Snapshot>,
     rec: &mut Record,

@@ -14,7 +14,7 @@ use crate::upstream::BoxError;
 /// Read the stream until its first complete event (or `limit` passes, or `event_limit` bytes
 /// came without an event's end) and say whether that event is a context error. Returns what
 /// was read, to be sent on unchanged otherwise.
-pub async fn first_event(
+pub(crate) async fn first_event(
     upstream: &mut BodyStream,
     limit: Duration,
     event_limit: usize,

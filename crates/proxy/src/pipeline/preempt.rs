@@ -17,7 +17,7 @@ use crate::upstream::exchange::Answer;
 
 /// `send`'s result, unless the slot was asked for first (`None`). The exchange is awaited
 /// where it was pinned (its future is large: moving it is a copy of every byte of it).
-pub async fn sent<F: Future<Output = Result<Answer, Failed>>>(
+pub(crate) async fn sent<F: Future<Output = Result<Answer, Failed>>>(
     slot: &mut SlotPermit,
     mut send: Pin<&mut F>,
 ) -> Option<Result<Answer, Failed>> {
@@ -32,7 +32,7 @@ pub async fn sent<F: Future<Output = Result<Answer, Failed>>>(
 
 /// `answer` once its first piece is read (a stream's; a whole answer's head is its end),
 /// after which the request is preempted no more; `None` when the slot was asked for first.
-pub async fn first_piece(slot: &mut SlotPermit, mut answer: Answer) -> Option<Answer> {
+pub(crate) async fn first_piece(slot: &mut SlotPermit, mut answer: Answer) -> Option<Answer> {
     if !slot.preemptible() {
         return Some(answer);
     }

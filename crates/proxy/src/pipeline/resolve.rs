@@ -16,7 +16,11 @@ const REASONING_FIELD: HeaderName = HeaderName::from_static("x-reasoning-field")
 
 /// Parse the view, resolve its model (or 404 listing the aliases) and move the record to the
 /// alias's metrics.
-pub fn resolve(snap: &Snapshot, rec: &mut Record, req: &Incoming) -> Result<Routed, ProxyError> {
+pub(crate) fn resolve(
+    snap: &Snapshot,
+    rec: &mut Record,
+    req: &Incoming,
+) -> Result<Routed, ProxyError> {
     let view = ParsedRequest::parse(&req.body)?;
     let caller = req.caller.as_ref();
     // An alias the client may not use is answered as if it did not exist.
@@ -67,7 +71,7 @@ fn output_field(
 }
 
 /// The aliases `caller` may use, as a 404 lists them.
-pub fn known(snap: &Snapshot, caller: Option<&Caller>) -> String {
+pub(crate) fn known(snap: &Snapshot, caller: Option<&Caller>) -> String {
     match caller.filter(|c| c.spec.aliases.is_some()) {
         None => snap.routes.known(),
         Some(c) => {

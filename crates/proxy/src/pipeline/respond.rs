@@ -32,21 +32,21 @@ const SERVED_ALIAS: HeaderName = HeaderName::from_static("x-switchboard-alias");
 
 /// What the answer is for: the alias that served it and its replica that answered, its slot,
 /// the word to that replica's breaker.
-pub struct Served {
-    pub alias: Arc<LiveAlias>,
+pub(crate) struct Served {
+    pub(crate) alias: Arc<LiveAlias>,
     /// The replica that answered.
-    pub replica: Arc<Replica>,
-    pub slot: Option<SlotPermit>,
+    pub(crate) replica: Arc<Replica>,
+    pub(crate) slot: Option<SlotPermit>,
     /// What is left to tell the breaker: how the body ends (the head was told).
-    pub tally: Tally,
+    pub(crate) tally: Tally,
     /// The client's API when the request was translated to chat completions: the answer is a
     /// chat answer.
-    pub translated: Option<&'static dyn Adapter>,
+    pub(crate) translated: Option<&'static dyn Adapter>,
 }
 
 impl Served {
     /// The answer of `chosen`, a replica of `alias`, whose head was not a 5xx.
-    pub fn new(alias: Arc<LiveAlias>, chosen: Chosen) -> Served {
+    pub(crate) fn new(alias: Arc<LiveAlias>, chosen: Chosen) -> Served {
         Served {
             alias,
             replica: chosen.replica,
@@ -58,7 +58,7 @@ impl Served {
 
     /// A failed answer of replica `index` of `alias` given to the client as it is (its slot
     /// long freed, its breaker told).
-    pub fn unsettled(alias: Arc<LiveAlias>, index: usize) -> Served {
+    pub(crate) fn unsettled(alias: Arc<LiveAlias>, index: usize) -> Served {
         Served {
             replica: Arc::clone(&alias.replicas[index]),
             alias,
@@ -69,7 +69,7 @@ impl Served {
     }
 
     /// The same, for a request that was translated to chat completions for `api`.
-    pub fn translated(mut self, api: Option<&'static dyn Adapter>) -> Served {
+    pub(crate) fn translated(mut self, api: Option<&'static dyn Adapter>) -> Served {
         self.translated = api;
         self
     }
@@ -95,7 +95,7 @@ fn events(call: &Call<'_>, served: &Served) -> Option<Box<dyn ApiEvents>> {
 }
 
 /// The client's answer to `answer`.
-pub async fn respond(
+pub(crate) async fn respond(
     call: &mut Call<'_>,
     served: Served,
     answer: Answer,

@@ -27,7 +27,7 @@ use crate::upstream::failure::{Limit, UpstreamError};
 use crate::upstream::BoxError;
 
 /// An exchange that gave the client nothing yet, and why.
-pub enum Failed {
+pub(crate) enum Failed {
     /// No answer head, or a 5xx whose body broke off: what failed, where, and whether the
     /// request may have reached the backend; the fallback's reason.
     Error(UpstreamError, FallbackReason),
@@ -36,14 +36,14 @@ pub enum Failed {
 }
 
 impl Failed {
-    pub fn reason(&self) -> FallbackReason {
+    pub(crate) fn reason(&self) -> FallbackReason {
         match self {
             Failed::Error(_, why) | Failed::Answer(_, why) => *why,
         }
     }
 
     /// The failed exchange; `None` for a 5xx answer.
-    pub fn error(&self) -> Option<&UpstreamError> {
+    pub(crate) fn error(&self) -> Option<&UpstreamError> {
         match self {
             Failed::Error(e, _) => Some(e),
             Failed::Answer(..) => None,
@@ -51,7 +51,7 @@ impl Failed {
     }
 
     /// What the backend's breaker is told of it.
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         match self {
             Failed::Error(e, _) if !e.counts_against_backend() => Outcome::Neither,
             Failed::Answer(_, FallbackReason::loading) => Outcome::Neither,
@@ -62,7 +62,7 @@ impl Failed {
 
 /// What an attempt's head tells its backend's breaker: an answer that is no 5xx is a
 /// success; a failure, what the backend did on its own ([`Failed::outcome`]).
-pub fn outcome(sent: &Result<Answer, Failed>) -> Outcome {
+pub(crate) fn outcome(sent: &Result<Answer, Failed>) -> Outcome {
     match sent {
         Ok(_) => Outcome::Answered,
         Err(failed) => failed.outcome(),
@@ -81,7 +81,7 @@ fn fallback_reason(e: &UpstreamError) -> FallbackReason {
 /// The one classifier of an answer's body that failed after its head, whole
 /// ([`super::respond`]) or streamed ([`super::relay`]): a body limit run out
 /// ([`deadline::Expired`]), HTTP/1.1 broken, or the connection cut; counted by its reason.
-pub fn body_failed(rec: &Record, e: &BoxError) -> UpstreamError {
+pub(crate) fn body_failed(rec: &Record, e: &BoxError) -> UpstreamError {
     let limit = deadline::Expired::of(e).map(|expired| {
         let limit = match expired {
             deadline::Expired::Idle(_) => Limit::Idle,
@@ -99,7 +99,7 @@ pub fn body_failed(rec: &Record, e: &BoxError) -> UpstreamError {
 
 /// Post `out` to `replica` with the client's `headers`; failures are counted by reason (in
 /// the metrics of the alias the record is on).
-pub async fn send(
+pub(crate) async fn send(
     call: &mut Call<'_>,
     replica: &Replica,
     headers: HeaderMap,
@@ -169,7 +169,7 @@ async fn failed_answer(mut answer: Answer, backend: &Backend, limit: usize) -> F
 
 /// A backend 503 that means "still loading": llama.cpp's "Loading model", or the empty 503 of
 /// SGLang starting up. Other 503s (overload, an unhealthy engine) pass through as they are.
-pub fn is_loading(body: &[u8]) -> bool {
+pub(crate) fn is_loading(body: &[u8]) -> bool {
     body.iter().all(u8::is_ascii_whitespace)
         || memchr::memmem::find(&body.to_ascii_lowercase(), b"loading").is_some()
 }

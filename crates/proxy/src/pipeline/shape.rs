@@ -24,23 +24,23 @@ use crate::wire::request::ParsedRequest;
 use crate::wire::Adapter;
 
 /// Where the chat completions of a translated request go.
-pub const CHAT_PATH: &str = "/v1/chat/completions";
+pub(crate) const CHAT_PATH: &str = "/v1/chat/completions";
 
 /// A body shaped for an alias, and where its model and stream options sit in it.
-pub struct Shaped {
-    pub body: Bytes,
+pub(crate) struct Shaped {
+    pub(crate) body: Bytes,
     /// Boxed: most bodies are not changed, and the view is large.
     view: Option<Box<ParsedRequest>>,
 }
 
 impl Shaped {
     /// The body's view: its own when shaping (or the guard) changed it, else the resolve's.
-    pub fn view<'a>(&'a self, resolved: &'a ParsedRequest) -> &'a ParsedRequest {
+    pub(crate) fn view<'a>(&'a self, resolved: &'a ParsedRequest) -> &'a ParsedRequest {
         self.view.as_deref().unwrap_or(resolved)
     }
 
     /// The body with its output limit lowered by the guard: read anew.
-    pub fn clamped(body: Vec<u8>) -> Result<Shaped, ProxyError> {
+    pub(crate) fn clamped(body: Vec<u8>) -> Result<Shaped, ProxyError> {
         Shaped::changed(Bytes::from(body))
     }
 
@@ -52,7 +52,7 @@ impl Shaped {
 
 /// The body of `req` shaped for `alias`: the client's own bytes when nothing changes. A part
 /// of a kind the alias does not take, or a bad legacy `images` field, is the API's 400.
-pub fn shape(req: &Incoming, alias: &Alias) -> Result<Shaped, ProxyError> {
+pub(crate) fn shape(req: &Incoming, alias: &Alias) -> Result<Shaped, ProxyError> {
     let adapter = req.adapter;
     let mut body = None;
     if let Some(b) = crate::wire::shape::shape(&req.body, &alias.shape, adapter.spec().shaping)? {
@@ -76,18 +76,18 @@ pub fn shape(req: &Incoming, alias: &Alias) -> Result<Shaped, ProxyError> {
 }
 
 /// One attempt's request: the body and path `backend` gets.
-pub struct Outgoing {
-    pub body: Payload,
+pub(crate) struct Outgoing {
+    pub(crate) body: Payload,
     /// The chat completions path when the request was translated, else the client's own.
-    pub path: Option<&'static str>,
+    pub(crate) path: Option<&'static str>,
     /// The client's API when the request was translated to chat completions: the backend's
     /// answer is a chat answer, to be translated back into this API.
-    pub translated: Option<&'static dyn Adapter>,
+    pub(crate) translated: Option<&'static dyn Adapter>,
 }
 
 /// `shaped` (the request [`shape`]d for `alias`, perhaps clamped by the guard) as `backend`
 /// (the replica chosen for this attempt) gets it.
-pub fn for_replica(
+pub(crate) fn for_replica(
     call: &Call<'_>,
     alias: &Alias,
     shaped: &Shaped,

@@ -15,7 +15,12 @@ use crate::wire::facts;
 
 /// The model asked for, the output limit, the conversation (`id`, read once by the caller), the
 /// client, the prompt.
-pub fn resolved(rec: &mut Record, req: &Incoming, routed: &Routed, id: Option<&ConversationId>) {
+pub(crate) fn resolved(
+    rec: &mut Record,
+    req: &Incoming,
+    routed: &Routed,
+    id: Option<&ConversationId>,
+) {
     let Some(t) = rec.traced() else {
         return;
     };
@@ -64,7 +69,13 @@ fn prompt_of(body: &[u8]) -> Option<String> {
 }
 
 /// An attempt at `chosen`, a replica of `alias`, begins.
-pub fn attempt(rec: &mut Record, alias: &Alias, chosen: &Chosen, translated: bool, resent: bool) {
+pub(crate) fn attempt(
+    rec: &mut Record,
+    alias: &Alias,
+    chosen: &Chosen,
+    translated: bool,
+    resent: bool,
+) {
     let Some(t) = rec.traced() else {
         return;
     };
@@ -91,7 +102,7 @@ pub fn attempt(rec: &mut Record, alias: &Alias, chosen: &Chosen, translated: boo
 }
 
 /// The attempt's slot went to an interactive request before any byte reached the client.
-pub fn preempted(rec: &mut Record, chosen: &Chosen) {
+pub(crate) fn preempted(rec: &mut Record, chosen: &Chosen) {
     tracing::info!(
         target: "switchboard::request",
         request_id = rec.request_id.to_str().unwrap_or_default(),
@@ -105,7 +116,7 @@ pub fn preempted(rec: &mut Record, chosen: &Chosen) {
 }
 
 /// The attempt failed before any byte reached the client.
-pub fn failed(rec: &mut Record, failed: &Failed) {
+pub(crate) fn failed(rec: &mut Record, failed: &Failed) {
     let Some(t) = rec.traced() else {
         return;
     };
@@ -125,7 +136,7 @@ pub fn failed(rec: &mut Record, failed: &Failed) {
 }
 
 /// A whole answer as the backend sent it: its model, finish reason and (captured) text.
-pub fn answer(rec: &mut Record, body: &[u8]) {
+pub(crate) fn answer(rec: &mut Record, body: &[u8]) {
     let Some(t) = rec.traced() else {
         return;
     };
@@ -138,7 +149,7 @@ pub fn answer(rec: &mut Record, body: &[u8]) {
 
 /// One stream event's data as the backend sent it: read in full for the model (until it is
 /// known), a finish reason, or (captured) text; other events are passed over unread.
-pub fn event(rec: &mut Record, data: &[u8]) {
+pub(crate) fn event(rec: &mut Record, data: &[u8]) {
     let Some(t) = rec.traced() else {
         return;
     };

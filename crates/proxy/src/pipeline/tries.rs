@@ -26,7 +26,7 @@ use crate::wire::request::History;
 use crate::wire::Adapter;
 
 /// What the client gets when no alias could serve the request.
-pub enum Last {
+pub(crate) enum Last {
     Error(ProxyError),
     /// A 5xx answer of a replica, nothing sent of it yet, with what it is for.
     Answer(Served, Answer),
@@ -34,7 +34,7 @@ pub enum Last {
 
 /// What a failure allows, whatever is left to try.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The request goes on to another replica or alias.
     GoOn,
     /// It goes on, once: the backend hung up on a request it took, and a resend is left.
@@ -46,7 +46,7 @@ pub enum Verdict {
 
 /// What a failure allows: `error` is the failed exchange (`None`: a 5xx answer, read whole),
 /// `resend_left` whether this request may still be sent on after a hang-up.
-pub fn verdict(error: Option<&UpstreamError>, resend_left: bool) -> Verdict {
+pub(crate) fn verdict(error: Option<&UpstreamError>, resend_left: bool) -> Verdict {
     let Some(e) = error else {
         return Verdict::GoOn;
     };
@@ -63,7 +63,7 @@ pub fn verdict(error: Option<&UpstreamError>, resend_left: bool) -> Verdict {
 
 /// What a request does after a failed attempt.
 #[derive(Debug)]
-pub enum Next {
+pub(crate) enum Next {
     /// Another replica of the current alias (one is left untried).
     Replica,
     /// The next alias of its order (every replica of this one was tried).
@@ -75,12 +75,12 @@ pub enum Next {
 }
 
 /// The request's way through its aliases and their replicas.
-pub struct Tries<'s> {
+pub(crate) struct Tries<'s> {
     /// The alias and the fallbacks its client may use (a fallback it may not use is absent).
     order: Cow<'s, [Arc<LiveAlias>]>,
     at: usize,
     /// Replicas of the current alias (by their place in its `replicas`) tried already.
-    pub tried: Vec<usize>,
+    pub(crate) tried: Vec<usize>,
     /// Why the current alias did not serve (the fallback's reason label).
     why: Option<FallbackReason>,
     last: Option<Last>,
@@ -89,11 +89,11 @@ pub struct Tries<'s> {
     /// request that makes backends hang up on it reaches two of them at most.
     resend: bool,
     /// The resend was spent: the attempts from now on carry a request sent before.
-    pub resent: bool,
+    pub(crate) resent: bool,
 }
 
 impl<'s> Tries<'s> {
-    pub fn new(snap: &'s Snapshot, alias: &LiveAlias, req: &Incoming) -> Tries<'s> {
+    pub(crate) fn new(snap: &'s Snapshot, alias: &LiveAlias, req: &Incoming) -> Tries<'s> {
         let order = match req.caller.as_ref().filter(|c| c.spec.aliases.is_some()) {
             Some(c) => snap.routes.order_for(alias, &|a| c.may_use(a)),
             None => Cow::Borrowed(snap.routes.order(alias)),
@@ -116,13 +116,13 @@ impl<'s> Tries<'s> {
 
     /// The request's conversation matters on its way: some alias has replicas (it keeps to its
     /// own), or slots are scheduled by work (its slot and cached prefix).
-    pub fn keys_conversation(&self, by_work: bool) -> bool {
+    pub(crate) fn keys_conversation(&self, by_work: bool) -> bool {
         by_work || self.order.iter().any(|a| a.replicas.len() > 1)
     }
 
     /// The request's conversation, keyed for the alias asked for; `id`: the id the request
     /// carries, read once.
-    pub fn conversation(
+    pub(crate) fn conversation(
         &self,
         req: &Incoming,
         history: &History,
@@ -134,24 +134,24 @@ impl<'s> Tries<'s> {
     }
 
     /// The alias to try now, `None` once none is left.
-    pub fn alias(&self) -> Option<&Arc<LiveAlias>> {
+    pub(crate) fn alias(&self) -> Option<&Arc<LiveAlias>> {
         self.order.get(self.at)
     }
 
     /// The current alias is one of the fallbacks (not the alias asked for).
-    pub fn on_fallback(&self) -> bool {
+    pub(crate) fn on_fallback(&self) -> bool {
         self.at > 0
     }
 
     /// No other attempt can follow this one: one alias with one replica.
-    pub fn only_one(&self) -> bool {
+    pub(crate) fn only_one(&self) -> bool {
         self.order.len() == 1 && self.order[0].replicas.len() == 1
     }
 
     /// The attempt at replica `index` of the current alias failed before any byte reached
     /// the client (`translated`: its request was translated to chat for this API): what comes
     /// next, by the failure's [`verdict`] and what is left to try.
-    pub fn failed(
+    pub(crate) fn failed(
         &mut self,
         index: usize,
         translated: Option<&'static dyn Adapter>,
@@ -189,7 +189,7 @@ impl<'s> Tries<'s> {
     }
 
     /// No replica of the current alias can take the request.
-    pub fn refused(&mut self, refusal: Refusal) {
+    pub(crate) fn refused(&mut self, refusal: Refusal) {
         if let Some((why, e)) = refusal {
             self.why = Some(why);
             self.last = Some(Last::Error(e));
@@ -197,7 +197,7 @@ impl<'s> Tries<'s> {
     }
 
     /// A fallback alias would not admit the request (its guard, say): skip it.
-    pub fn not_admitted(&mut self, e: ProxyError) {
+    pub(crate) fn not_admitted(&mut self, e: ProxyError) {
         tracing::debug!(error = %e, "fallback alias skipped");
         if self.last.is_none() {
             self.last = Some(Last::Error(e));
@@ -205,7 +205,7 @@ impl<'s> Tries<'s> {
     }
 
     /// On to the next alias; the request's record and the fallback counter follow.
-    pub fn next_alias(&mut self, rec: &mut Record) {
+    pub(crate) fn next_alias(&mut self, rec: &mut Record) {
         let from = self.order.get(self.at);
         self.at += 1;
         self.tried.clear();
@@ -224,7 +224,7 @@ impl<'s> Tries<'s> {
     }
 
     /// Nothing served: the last failure.
-    pub fn give_up(self) -> Last {
+    pub(crate) fn give_up(self) -> Last {
         self.last.unwrap_or(Last::Error(ProxyError::NoBackend {
             alias: self
                 .order

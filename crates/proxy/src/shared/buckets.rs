@@ -14,7 +14,7 @@ pub struct Spec {
 }
 
 /// The two buckets of a client: requests and tokens a minute.
-pub type Specs = [Option<Spec>; 2];
+pub(crate) type Specs = [Option<Spec>; 2];
 
 /// What the store answered to a reservation.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -9,7 +9,7 @@ use super::{release, scripts, Store};
 
 /// A waiter that has not asked for its lease this long is gone (its process died): it
 /// loses its place. Waiters ask far more often (see `fleet::lease`).
-pub const STALE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const STALE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the store said to a request for a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,10 +44,10 @@ impl Drop for Lease {
 #[derive(Debug, Clone, Copy)]
 pub struct Turn {
     pub rank: u64,
-    pub client: u64,
+    pub(crate) client: u64,
     /// The count asked for is this process's figure for a resource every process shares
     /// (a backend's slots): the store uses the least figure of the processes asking.
-    pub agree: bool,
+    pub(crate) agree: bool,
 }
 
 /// One request's turn at a set of places: its lease id, kept while it waits so it keeps
@@ -107,7 +107,7 @@ impl Asking {
 
     /// The count of places the store used at its last answer (the least of the processes'
     /// figures, with [`Turn::agree`]).
-    pub fn agreed(&self) -> Option<u32> {
+    pub(crate) fn agreed(&self) -> Option<u32> {
         self.agreed
     }
 

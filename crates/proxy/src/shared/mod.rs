@@ -27,7 +27,7 @@ use crate::config::SharedState;
 #[derive(Debug, Clone, Default)]
 pub struct Signals {
     pub up: Gauge,
-    pub fallbacks: Counter,
+    pub(crate) fallbacks: Counter,
 }
 
 /// Work done off the request path, in order, by the store's task (releases have a task of
@@ -99,12 +99,8 @@ impl Store {
     }
 
     /// The URL without any password.
-    pub fn shown(&self) -> &str {
+    pub(crate) fn shown(&self) -> &str {
         &self.shown
-    }
-
-    pub fn lease_time(&self) -> Duration {
-        self.settings.lease
     }
 
     /// A key of this store for `kind` and `name`.
@@ -286,7 +282,7 @@ async fn run(store: std::sync::Weak<Store>, mut ops: mpsc::UnboundedReceiver<Op>
 }
 
 /// A store URL as logs and the status page show it: without a password.
-pub fn shown(url: &str) -> String {
+pub(crate) fn shown(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(None);

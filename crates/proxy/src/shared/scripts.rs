@@ -15,7 +15,7 @@ use redis::Script;
 /// the class's last served tag, least first; ties to the client waiting longest), each
 /// client's own waiters by arrival. An id already released is refused. Returns {1 when the
 /// lease is held else 0 (a waiter keeps its place), the capacity used}.
-pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local t = redis.call('TIME')
@@ -133,7 +133,7 @@ return {0, cap}
 /// Renew leases (adding those the store lost, as after its restart), except those released
 /// meanwhile: KEYS the lease sets; ARGV lease ms, the released marks' prefix, then for each
 /// key the number of its ids and the ids.
-pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local t = redis.call('TIME')
@@ -162,7 +162,7 @@ return 1
 /// limit). `reserve` takes one request and the tokens from every bucket or nothing; `settle`
 /// gives tokens back to the token buckets (takes them, when negative). Returns whether it
 /// took, then each bucket's level after ("" where there is no limit).
-pub static BUCKETS: LazyLock<Script> = LazyLock::new(|| {
+pub(crate) static BUCKETS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local t = redis.call('TIME')

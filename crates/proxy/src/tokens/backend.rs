@@ -12,7 +12,7 @@ use crate::flavor::Flavor;
 use crate::runtime::{self, Tokenize};
 
 /// How long one counting round trip may take.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where counting requests go: the backend's config name (what errors show, and what its TLS
 /// settings are found by), `host:port`, the URL's path prefix, https or not, its key.
@@ -21,9 +21,9 @@ pub struct CountTarget {
     pub name: String,
     pub authority: String,
     pub path_prefix: String,
-    pub tls: bool,
+    pub(crate) tls: bool,
     /// The backend's own `Authorization: Bearer` value (marked sensitive).
-    pub authorization: Option<http::HeaderValue>,
+    pub(crate) authorization: Option<http::HeaderValue>,
 }
 
 /// How counting reaches a backend: POST a JSON `body` to `path` (the prefix added) and give the
@@ -42,14 +42,14 @@ pub trait Transport: Sync {
 /// Counts through a backend's endpoints, as its runtime tokenizes ([`Tokenize`]): llama.cpp
 /// templates then tokenizes the prompt; vLLM and SGLang tokenize the messages form.
 #[derive(Debug, Clone)]
-pub struct BackendCounter {
+pub(crate) struct BackendCounter {
     tokenize: Tokenize,
     to: CountTarget,
     upstream_model: String,
 }
 
 impl BackendCounter {
-    pub fn new(flavor: Flavor, url: &str, upstream_model: &str) -> Result<Self, String> {
+    pub(crate) fn new(flavor: Flavor, url: &str, upstream_model: &str) -> Result<Self, String> {
         let Some(tokenize) = flavor.runtime().tokenize else {
             return Err(format!(
                 "count = \"backend\" needs a {} backend: flavor {flavor} has no tokenize endpoint",
@@ -73,12 +73,12 @@ impl BackendCounter {
     }
 
     /// Name the backend in errors and authenticate with its key.
-    pub fn identify(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
+    pub(crate) fn identify(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
         self.to.name = name.to_string();
         self.to.authorization = authorization.cloned();
     }
 
-    pub async fn count(
+    pub(crate) async fn count(
         &self,
         client: &dyn Transport,
         body: &[u8],

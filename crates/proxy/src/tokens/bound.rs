@@ -16,24 +16,24 @@ use super::preprocess::Media;
 use crate::config::MediaCosts;
 
 /// Template text outside the messages (system preamble, tool instructions, generation prompt).
-pub const BASE_BYTES: u64 = 1024;
+pub(crate) const BASE_BYTES: u64 = 1024;
 /// Template text around one message or tool (role markers, separators, default fields).
-pub const PER_ITEM_BYTES: u64 = 64;
+pub(crate) const PER_ITEM_BYTES: u64 = 64;
 
 /// What the bound and the guard need from a chat body, read without building a JSON tree.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PromptView {
     pub max_tokens: Option<u32>,
-    pub max_completion_tokens: Option<u32>,
-    pub messages: usize,
-    pub tools: usize,
+    pub(crate) max_completion_tokens: Option<u32>,
+    pub(crate) messages: usize,
+    pub(crate) tools: usize,
     /// JSON bytes of the messages, media parts excluded.
-    pub message_bytes: u64,
+    pub(crate) message_bytes: u64,
     /// JSON bytes of messages carrying `tool_calls` (counted twice in the bound).
-    pub tool_call_message_bytes: u64,
-    pub tool_bytes: u64,
-    pub kwargs_bytes: u64,
-    pub media: Media,
+    pub(crate) tool_call_message_bytes: u64,
+    pub(crate) tool_bytes: u64,
+    pub(crate) kwargs_bytes: u64,
+    pub(crate) media: Media,
 }
 
 /// A body the view cannot read.
@@ -208,11 +208,6 @@ impl PromptView {
     /// `max_completion_tokens`, else `max_tokens`: the output the client asks room for.
     pub fn requested_output(&self) -> Option<u32> {
         self.max_completion_tokens.or(self.max_tokens)
-    }
-
-    /// Bytes of text the backend tokenizes, media excluded (the estimator's measure).
-    pub fn text_bytes(&self) -> usize {
-        usize::try_from(self.message_bytes + self.tool_bytes).unwrap_or(usize::MAX)
     }
 
     /// An upper bound on the prompt's tokens, media costed by `media`.

@@ -6,20 +6,20 @@ use quick_cache::DefaultHashBuilder;
 /// Entries kept per alias. An entry is a 128-bit key and a count (about 40 bytes with the
 /// table's overhead), so the cap is roughly 5 MiB; a 200k-token conversation uses about a
 /// thousand entries.
-pub const DEFAULT_ENTRIES: usize = 1 << 17;
+pub(crate) const DEFAULT_ENTRIES: usize = 1 << 17;
 
 /// Token counts of prompt fragments (text between special tokens), keyed by two
 /// independently seeded 64-bit hashes of the fragment's bytes. The fragment carries its
 /// role and content (`user\n…` between `<|im_start|>` and `<|im_end|>`), so the key is a
 /// hash of both. Seeds are random per process: a collision needs 2^64 work per guess.
-pub struct SegmentCache {
+pub(crate) struct SegmentCache {
     cache: Cache<u128, u32>,
     h1: DefaultHashBuilder,
     h2: DefaultHashBuilder,
 }
 
 impl SegmentCache {
-    pub fn new(entries: usize) -> SegmentCache {
+    pub(crate) fn new(entries: usize) -> SegmentCache {
         SegmentCache {
             cache: Cache::new(entries.max(16)),
             h1: DefaultHashBuilder::new(),
@@ -27,27 +27,23 @@ impl SegmentCache {
         }
     }
 
-    pub fn key(&self, text: &str) -> u128 {
+    pub(crate) fn key(&self, text: &str) -> u128 {
         (u128::from(self.h1.hash_one(text)) << 64) | u128::from(self.h2.hash_one(text))
     }
 
-    pub fn get(&self, key: u128) -> Option<u32> {
+    pub(crate) fn get(&self, key: u128) -> Option<u32> {
         self.cache.get(&key)
     }
 
-    pub fn insert(&self, key: u128, count: u32) {
+    pub(crate) fn insert(&self, key: u128, count: u32) {
         self.cache.insert(key, count);
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.cache.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.cache.is_empty()
-    }
-
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.cache.clear();
     }
 }

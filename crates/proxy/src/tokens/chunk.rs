@@ -31,20 +31,20 @@ const KNOWN_PATTERNS: [&str; 2] = [
 ];
 
 /// Fragments longer than this are cut (at the first safe boundary past half of it).
-pub const DEFAULT_MAX_BYTES: usize = 32 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 32 * 1024;
 
 /// Longest piece: a run with no safe boundary is cut here regardless (see the module doc).
-pub const HARD_MAX_BYTES: usize = 256 * 1024;
+pub(crate) const HARD_MAX_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, Clone, Copy)]
-pub struct Chunker {
+pub(crate) struct Chunker {
     max: usize,
 }
 
 impl Chunker {
     /// A chunker for `tokenizer` when its normalizer and pre-tokenizer are ones whose
     /// boundaries are known, else `None` (fragments are then counted whole).
-    pub fn for_tokenizer(tokenizer: &Tokenizer, max: usize) -> Option<Chunker> {
+    pub(crate) fn for_tokenizer(tokenizer: &Tokenizer, max: usize) -> Option<Chunker> {
         let normalizer = serde_json::to_value(tokenizer.get_normalizer()).ok()?;
         if !(normalizer.is_null() || normalizer == serde_json::json!({"type": "NFC"})) {
             return None;
@@ -67,7 +67,7 @@ impl Chunker {
 
     /// Appends `text` to `out`, cut into pieces of about `max` bytes at the safe boundaries
     /// of the module doc (a piece is longer when none is near, at most [`HARD_MAX_BYTES`]).
-    pub fn split<'a>(&self, text: &'a str, out: &mut Vec<&'a str>) {
+    pub(crate) fn split<'a>(&self, text: &'a str, out: &mut Vec<&'a str>) {
         let bytes = text.as_bytes();
         let hard = self.max.max(HARD_MAX_BYTES);
         let mut start = 0;

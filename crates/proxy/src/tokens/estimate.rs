@@ -12,15 +12,15 @@ use switchboard_json::key::Key;
 /// Bytes per token assumed before the backend has reported any usage. BPE tokenizers
 /// average 3–4.5 bytes per token on English and code; starting above that keeps early
 /// estimates low, so a request that could fit is not rejected.
-pub const INITIAL_BYTES_PER_TOKEN: f32 = 6.0;
+pub(crate) const INITIAL_BYTES_PER_TOKEN: f32 = 6.0;
 /// The learned ratio is stretched by this factor before dividing: the estimate is meant to
 /// be a lower figure, since a rejection on an estimate must not refuse a request that fits.
-pub const MARGIN: f32 = 1.25;
+pub(crate) const MARGIN: f32 = 1.25;
 /// Weight of a new observation in the running average.
 const ALPHA: f32 = 0.2;
 
 /// Learns bytes per token for one alias from `usage.prompt_tokens`.
-pub struct Estimator {
+pub(crate) struct Estimator {
     /// `f32` bits of the running bytes-per-token average.
     ratio: AtomicU32,
     seen: AtomicU32,
@@ -33,7 +33,7 @@ impl Default for Estimator {
 }
 
 impl Estimator {
-    pub fn new() -> Estimator {
+    pub(crate) fn new() -> Estimator {
         Estimator {
             ratio: AtomicU32::new(INITIAL_BYTES_PER_TOKEN.to_bits()),
             seen: AtomicU32::new(0),
@@ -41,19 +41,19 @@ impl Estimator {
     }
 
     /// The current bytes-per-token ratio.
-    pub fn ratio(&self) -> f32 {
+    pub(crate) fn ratio(&self) -> f32 {
         f32::from_bits(self.ratio.load(Ordering::Relaxed))
     }
 
     /// Estimated tokens for `bytes` of prompt text (rounded down).
-    pub fn tokens(&self, bytes: usize) -> u32 {
+    pub(crate) fn tokens(&self, bytes: usize) -> u32 {
         let per = (self.ratio() * MARGIN).max(0.5);
         // a float estimate; precision loss on huge sizes is irrelevant
         let est = (bytes as f64) / f64::from(per);
         saturate(est.floor() as u64)
     }
 
-    pub fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
+    pub(crate) fn count(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
         let view = PromptView::parse(body).map_err(|e| CountError::Invalid(e.to_string()))?;
         let text = text_bytes(body).unwrap_or(body.len());
         Ok(saturate(
@@ -62,7 +62,7 @@ impl Estimator {
     }
 
     /// Folds one observation into the running average (ratios clamped to [1, 32]).
-    pub fn observe(&self, prompt_bytes: usize, prompt_tokens: u32) {
+    pub(crate) fn observe(&self, prompt_bytes: usize, prompt_tokens: u32) {
         if prompt_bytes == 0 || prompt_tokens == 0 {
             return;
         }
@@ -80,7 +80,7 @@ impl Estimator {
 
 /// Bytes of the string values (object keys excluded) under `messages` and `tools`, media
 /// parts excluded: the text a backend tokenizes, without the JSON around it.
-pub fn text_bytes(body: &[u8]) -> Option<usize> {
+pub(crate) fn text_bytes(body: &[u8]) -> Option<usize> {
     #[derive(serde::Deserialize)]
     struct Top {
         #[serde(default)]

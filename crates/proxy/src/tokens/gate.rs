@@ -129,7 +129,7 @@ impl Drop for Waiting {
 
 impl CountGate {
     /// A gate reporting to `running` and `waiting` (unregistered gauges where nothing reads them).
-    pub fn new(config: GateConfig, running: Gauge, waiting: Gauge) -> CountGate {
+    pub(crate) fn new(config: GateConfig, running: Gauge, waiting: Gauge) -> CountGate {
         CountGate {
             turns: Arc::new(Semaphore::new(config.concurrency.max(1))),
             shares: Arc::default(),
@@ -140,7 +140,7 @@ impl CountGate {
     }
 
     /// A gate of `concurrency` turns, no byte limit and a long wait (tests, benches, CLI).
-    pub fn unlimited(concurrency: usize) -> CountGate {
+    pub(crate) fn unlimited(concurrency: usize) -> CountGate {
         let config = GateConfig {
             concurrency,
             wait: Duration::from_secs(3600),
@@ -149,7 +149,7 @@ impl CountGate {
         CountGate::new(config, Gauge::default(), Gauge::default())
     }
 
-    pub fn config(&self) -> GateConfig {
+    pub(crate) fn config(&self) -> GateConfig {
         self.config
     }
 

@@ -10,7 +10,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 /// semantics: a repeated key keeps its first position and its last value), integers stay
 /// integers, and strings and containers are reference-counted so rendering shares them.
 #[derive(Debug, Clone, PartialEq)]
-pub enum J {
+pub(crate) enum J {
     Null,
     Bool(bool),
     Int(i64),
@@ -23,44 +23,44 @@ pub enum J {
 
 /// A JSON array.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct JArr(pub Vec<J>);
+pub(crate) struct JArr(pub(crate) Vec<J>);
 
 /// A JSON object with its keys in insertion order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct JMap(pub Vec<(Arc<str>, J)>);
+pub(crate) struct JMap(pub(crate) Vec<(Arc<str>, J)>);
 
 impl J {
-    pub fn str(s: &str) -> J {
+    pub(crate) fn str(s: &str) -> J {
         J::Str(Arc::from(s))
     }
 
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             J::Str(s) => Some(s),
             _ => None,
         }
     }
 
-    pub fn as_obj(&self) -> Option<&JMap> {
+    pub(crate) fn as_obj(&self) -> Option<&JMap> {
         match self {
             J::Obj(m) => Some(m),
             _ => None,
         }
     }
 
-    pub fn as_arr(&self) -> Option<&[J]> {
+    pub(crate) fn as_arr(&self) -> Option<&[J]> {
         match self {
             J::Arr(a) => Some(&a.0),
             _ => None,
         }
     }
 
-    pub fn is_null(&self) -> bool {
+    pub(crate) fn is_null(&self) -> bool {
         matches!(self, J::Null)
     }
 
     /// Builds an object from pairs in the given order.
-    pub fn obj<I: IntoIterator<Item = (&'static str, J)>>(pairs: I) -> J {
+    pub(crate) fn obj<I: IntoIterator<Item = (&'static str, J)>>(pairs: I) -> J {
         let mut map = JMap::default();
         for (k, v) in pairs {
             map.insert(k, v);
@@ -68,12 +68,12 @@ impl J {
         J::Obj(Arc::new(map))
     }
 
-    pub fn arr(items: Vec<J>) -> J {
+    pub(crate) fn arr(items: Vec<J>) -> J {
         J::Arr(Arc::new(JArr(items)))
     }
 
     /// The value as the template engine sees it; containers are shared, not copied.
-    pub fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         match self {
             J::Null => Value::from(()),
             J::Bool(b) => Value::from(*b),
@@ -87,25 +87,25 @@ impl J {
     }
 
     /// Parses JSON bytes.
-    pub fn parse(bytes: &[u8]) -> Result<J, serde_json::Error> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<J, serde_json::Error> {
         serde_json::from_slice(bytes)
     }
 }
 
 impl JMap {
-    pub fn get(&self, key: &str) -> Option<&J> {
+    pub(crate) fn get(&self, key: &str) -> Option<&J> {
         self.0.iter().find(|(k, _)| &**k == key).map(|(_, v)| v)
     }
 
     /// Sets `key`, keeping its position when it already exists.
-    pub fn insert(&mut self, key: &str, value: J) {
+    pub(crate) fn insert(&mut self, key: &str, value: J) {
         match self.0.iter_mut().find(|(k, _)| &**k == key) {
             Some(slot) => slot.1 = value,
             None => self.0.push((Arc::from(key), value)),
         }
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<J> {
+    pub(crate) fn remove(&mut self, key: &str) -> Option<J> {
         let pos = self.0.iter().position(|(k, _)| &**k == key)?;
         Some(self.0.remove(pos).1)
     }

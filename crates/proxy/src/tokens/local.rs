@@ -45,7 +45,7 @@ pub struct LocalCounter {
 /// A rendered prompt with what was left out of its text.
 pub struct Rendered {
     pub prompt: String,
-    pub media: Media,
+    pub(crate) media: Media,
 }
 
 impl LocalCounter {
@@ -66,7 +66,11 @@ impl LocalCounter {
         Ok(Self::from_parts(tokenizer, template, flavor))
     }
 
-    pub fn from_parts(mut tokenizer: Tokenizer, template: ChatTemplate, flavor: Flavor) -> Self {
+    pub(crate) fn from_parts(
+        mut tokenizer: Tokenizer,
+        template: ChatTemplate,
+        flavor: Flavor,
+    ) -> Self {
         let engine = flavor.runtime().engine;
         // llama.cpp's tokenizer does not apply tokenizer.json's normalizer (Qwen's NFC).
         if engine == Engine::Llamacpp {
@@ -106,10 +110,6 @@ impl LocalCounter {
     /// Whether long fragments are cut for parallel counting.
     pub fn chunks(&self) -> bool {
         self.chunker.is_some()
-    }
-
-    pub fn template(&self) -> &ChatTemplate {
-        &self.template
     }
 
     /// Renders a chat body as the flavour's backend would before tokenizing it.
@@ -180,7 +180,7 @@ impl LocalCounter {
 
     /// [`Self::count`], refusing with [`CountError::TooLarge`] when more than `limit` bytes
     /// of the prompt are not in the fragment cache (before any of them is tokenized).
-    pub fn count_within(
+    pub(crate) fn count_within(
         &self,
         body: &[u8],
         media: &MediaCosts,
@@ -202,7 +202,7 @@ impl LocalCounter {
     /// The prompt's token count without media, in pieces: between added tokens, and long
     /// fragments cut where the pre-tokenizer always cuts (see [`Chunker`]); `TooLarge` when
     /// the pieces not in the cache hold more than `limit` bytes.
-    pub fn count_text_within(&self, text: &str, limit: usize) -> Result<u32, CountError> {
+    pub(crate) fn count_text_within(&self, text: &str, limit: usize) -> Result<u32, CountError> {
         let Some(specials) = &self.specials else {
             if text.len() > limit {
                 return Err(CountError::TooLarge {

@@ -1,17 +1,17 @@
 //! Token counting strategies: free byte bound, local tokenizer and template, backend, estimate.
 
-pub mod backend;
+pub(crate) mod backend;
 pub mod bound;
-pub mod cache;
-pub mod chunk;
-pub mod estimate;
-pub mod gate;
-pub mod json;
+pub(crate) mod cache;
+pub(crate) mod chunk;
+pub(crate) mod estimate;
+pub(crate) mod gate;
+pub(crate) mod json;
 pub mod local;
-pub mod preprocess;
-pub mod special;
-pub mod template;
-pub mod tojson;
+pub(crate) mod preprocess;
+pub(crate) mod special;
+pub(crate) mod template;
+pub(crate) mod tojson;
 
 use std::sync::Arc;
 
@@ -158,7 +158,11 @@ impl Counter {
 
     /// Name the backend in errors and authenticate with its key (backend counting, and the
     /// backend count a local counter falls back to).
-    pub fn identify_backend(&mut self, name: &str, authorization: Option<&http::HeaderValue>) {
+    pub(crate) fn identify_backend(
+        &mut self,
+        name: &str,
+        authorization: Option<&http::HeaderValue>,
+    ) {
         if let Inner::Backend(b) = &mut self.inner {
             b.identify(name, authorization);
         }
@@ -208,7 +212,7 @@ impl Counter {
     /// [`Self::count_prompt`] refusing with [`CountError::TooLarge`] past `limit` bytes to
     /// count: of prompt text not in the fragment cache (local counting), of body (backend
     /// counting). The estimate has no limit (it reads the body once).
-    pub async fn count_within(
+    pub(crate) async fn count_within(
         &self,
         client: &dyn crate::tokens::backend::Transport,
         body: bytes::Bytes,
@@ -233,7 +237,7 @@ impl Counter {
     }
 
     /// The backend's own count, where a local counter has one to fall back to.
-    pub async fn count_spare(
+    pub(crate) async fn count_spare(
         &self,
         client: &dyn crate::tokens::backend::Transport,
         body: &[u8],
@@ -246,7 +250,7 @@ impl Counter {
     }
 
     /// The estimate of a body (what every fallback ends in).
-    pub fn estimate(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
+    pub(crate) fn estimate(&self, body: &[u8], media: &MediaCosts) -> Result<u32, CountError> {
         match &self.inner {
             Inner::Estimate(e) => e.count(body, media),
             _ => self.estimate.count(body, media),
@@ -256,7 +260,7 @@ impl Counter {
     /// Feeds back what the backend reported for a request: `prompt_bytes` as measured by
     /// [`prompt_bytes`] on the forwarded body, `prompt_tokens` from `usage.prompt_tokens`.
     /// Only the estimator learns from it.
-    pub fn observe(&self, prompt_bytes: usize, prompt_tokens: u32) {
+    pub(crate) fn observe(&self, prompt_bytes: usize, prompt_tokens: u32) {
         if let Inner::Estimate(e) = &self.inner {
             e.observe(prompt_bytes, prompt_tokens);
         }
@@ -265,7 +269,7 @@ impl Counter {
 
 /// The measure the estimator learns from: bytes of the string values under `messages` and
 /// `tools`, media parts excluded (the body length when the body is not a chat request).
-pub fn prompt_bytes(body: &[u8]) -> usize {
+pub(crate) fn prompt_bytes(body: &[u8]) -> usize {
     estimate::text_bytes(body).unwrap_or(body.len())
 }
 

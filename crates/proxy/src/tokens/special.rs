@@ -4,7 +4,7 @@ use memchr::memchr3;
 
 /// The added tokens a tokenizer extracts from raw text, matched leftmost-longest like HF
 /// `tokenizers` (an Aho-Corasick `LeftmostLongest` automaton over non-normalized tokens).
-pub struct Specials {
+pub(crate) struct Specials {
     /// Tokens grouped by first byte, longest first within a group.
     by_first: Vec<(u8, Vec<Box<str>>)>,
     /// `Some` when at most three first bytes exist (then `memchr3` finds candidates).
@@ -14,13 +14,13 @@ pub struct Specials {
 
 /// A piece of the prompt: text between added tokens, or one added token.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Piece<'a> {
+pub(crate) enum Piece<'a> {
     Text(&'a str),
     Special,
 }
 
 impl Specials {
-    pub fn new<I: IntoIterator<Item = String>>(tokens: I) -> Specials {
+    pub(crate) fn new<I: IntoIterator<Item = String>>(tokens: I) -> Specials {
         let mut by_first: Vec<(u8, Vec<Box<str>>)> = Vec::new();
         let mut table = [false; 256];
         for t in tokens {
@@ -51,7 +51,7 @@ impl Specials {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_first.is_empty()
     }
 
@@ -76,7 +76,7 @@ impl Specials {
     }
 
     /// Calls `f` for each piece of `text` in order. Empty text pieces are skipped.
-    pub fn split<'a>(&self, text: &'a str, mut f: impl FnMut(Piece<'a>)) {
+    pub(crate) fn split<'a>(&self, text: &'a str, mut f: impl FnMut(Piece<'a>)) {
         let bytes = text.as_bytes();
         let (mut start, mut pos) = (0, 0);
         if !self.is_empty() {

@@ -8,34 +8,34 @@ use minijinja::{Environment, Error, ErrorKind};
 
 use super::json::{JMap, J};
 use super::tojson::tojson;
-pub use super::tojson::FloatStyle;
+pub(crate) use super::tojson::FloatStyle;
 
 /// What the template does with its inputs, found by rendering probes once (the way
 /// llama.cpp's engine probes a template, and vLLM/SGLang detect the content format).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// Renders `content` given as a string.
-    pub string_content: bool,
+    pub(crate) string_content: bool,
     /// Renders the text of `content` given as a list of `{type, text}` parts.
-    pub typed_content: bool,
+    pub(crate) typed_content: bool,
     /// Reads tool-call `arguments` given as an object.
-    pub object_arguments: bool,
+    pub(crate) object_arguments: bool,
     /// Renders a leading system message.
-    pub system_role: bool,
+    pub(crate) system_role: bool,
 }
 
 /// A compiled chat template with the tokenizer's special tokens as template variables.
-pub struct ChatTemplate {
+pub(crate) struct ChatTemplate {
     env: Environment<'static>,
     has_tool_use: bool,
     /// Whether the template looks like gpt-oss's (llama.cpp keeps `developer` for it).
-    pub harmony: bool,
+    pub(crate) harmony: bool,
     /// The thinking tags llama.cpp's template analysis finds for `<think>` templates
     /// (Qwen3, DeepSeek-R1), used when it continues a final assistant message.
-    pub think_tags: Option<(&'static str, &'static str)>,
-    pub caps: Caps,
+    pub(crate) think_tags: Option<(&'static str, &'static str)>,
+    pub(crate) caps: Caps,
     /// `bos_token`, `eos_token`, ... as HF passes them to the template.
-    pub specials: Vec<(Arc<str>, J)>,
+    pub(crate) specials: Vec<(Arc<str>, J)>,
 }
 
 const MARK: &str = "sb_probe_7391";
@@ -43,17 +43,17 @@ const MARK: &str = "sb_probe_7391";
 /// Template steps (minijinja fuel: about one per instruction) a probe render may take at load:
 /// the probes are one- or two-message conversations, which Qwen3's template renders in under
 /// 200 steps; a template that loops past this fails its load (and `check`) at once.
-pub const PROBE_FUEL: u64 = 1_000_000;
+pub(crate) const PROBE_FUEL: u64 = 1_000_000;
 /// Template steps one request's render may take. Qwen3's template takes about 70 steps a
 /// message, so this is over 100,000 messages; a render that needs more is refused, not run on.
-pub const RENDER_FUEL: u64 = 10_000_000;
+pub(crate) const RENDER_FUEL: u64 = 10_000_000;
 /// Bytes of prompt one render may write: twice the largest body `server.body_limit_bytes`
 /// allows by default, since a template writes each message's text once (unescaped, so no
 /// longer than its JSON) and `tojson` at most doubles a tool's schema.
-pub const RENDER_MAX_BYTES: usize = 128 << 20;
+pub(crate) const RENDER_MAX_BYTES: usize = 128 << 20;
 /// Wall time one render may take, checked at each piece of output it writes: a step can be
 /// costly (`"x" * 100000000` is one), so steps alone do not bound the time.
-pub const RENDER_TIME: Duration = Duration::from_secs(5);
+pub(crate) const RENDER_TIME: Duration = Duration::from_secs(5);
 
 /// Which of its bounds a render went past.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +126,7 @@ impl std::io::Write for Bounded {
 
 /// Why a render failed.
 #[derive(Debug)]
-pub enum RenderError {
+pub(crate) enum RenderError {
     /// It went past one of its bounds.
     Budget(Budget),
     /// The template's own `raise_exception`, or an error of the template engine.
@@ -135,7 +135,7 @@ pub enum RenderError {
 
 impl RenderError {
     /// Whether the template refused the request with its own `raise_exception`.
-    pub fn raised(&self) -> bool {
+    pub(crate) fn raised(&self) -> bool {
         matches!(self, RenderError::Template(e) if raised(e))
     }
 }
@@ -171,7 +171,7 @@ fn raised(e: &Error) -> bool {
 
 impl ChatTemplate {
     /// Compiles the `chat_template` of a parsed `tokenizer_config.json`.
-    pub fn from_config(config: &J, floats: FloatStyle) -> Result<ChatTemplate, String> {
+    pub(crate) fn from_config(config: &J, floats: FloatStyle) -> Result<ChatTemplate, String> {
         let cfg = config
             .as_obj()
             .ok_or("tokenizer config is not a JSON object")?;
@@ -213,7 +213,7 @@ impl ChatTemplate {
     }
 
     /// Compiles a template source (and the optional tool-use variant).
-    pub fn new(
+    pub(crate) fn new(
         default: String,
         tool_use: Option<String>,
         specials: Vec<(Arc<str>, J)>,
@@ -274,7 +274,7 @@ impl ChatTemplate {
 
     /// Renders with the given globals (`messages`, `tools`, `add_generation_prompt`, ...),
     /// within its steps, [`RENDER_MAX_BYTES`] and [`RENDER_TIME`].
-    pub fn render(&self, vars: Arc<JMap>, tool_use: bool) -> Result<String, RenderError> {
+    pub(crate) fn render(&self, vars: Arc<JMap>, tool_use: bool) -> Result<String, RenderError> {
         self.render_until(vars, tool_use, Instant::now() + RENDER_TIME)
     }
 

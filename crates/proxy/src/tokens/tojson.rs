@@ -8,7 +8,7 @@ use super::json::{JArr, JMap};
 /// How `tojson` prints a float: Python's `repr` (HF transformers, vLLM, SGLang) or C++
 /// `std::ostream` with its default precision of 6 (llama.cpp's Jinja engine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FloatStyle {
+pub(crate) enum FloatStyle {
     Python,
     Cpp,
 }
@@ -220,7 +220,7 @@ impl JsonFmt {
 
 /// Python's `repr(float)`: shortest round-trip digits, fixed notation for exponents in
 /// [-4, 16), otherwise scientific with a signed two-digit exponent; always a `.0` or digits.
-pub fn python_float(f: f64) -> String {
+pub(crate) fn python_float(f: f64) -> String {
     if f.is_nan() {
         return "NaN".into();
     }
@@ -241,7 +241,7 @@ pub fn python_float(f: f64) -> String {
 }
 
 /// C++ `std::ostream << double` with the default precision 6 (`%g`).
-pub fn cpp_float(f: f64) -> String {
+pub(crate) fn cpp_float(f: f64) -> String {
     if f.is_nan() {
         return "nan".into();
     }

@@ -14,7 +14,7 @@ use tokio_rustls::client::TlsStream;
 pub(super) const FIRST_READ: usize = 8 * 1024;
 
 /// One connection of the pool.
-pub enum Conn {
+pub(crate) enum Conn {
     Plain(Wire),
     /// Boxed: the TLS session's state is some hundreds of bytes, the TCP stream a few words.
     Tls(Box<TlsStream<Wire>>),
@@ -22,14 +22,14 @@ pub enum Conn {
 
 impl Conn {
     /// The TCP socket under the connection (what the pool's idle checks look at).
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         &self.wire().tcp
     }
 
     /// Bytes the kernel has taken for sending on this connection since it was opened: under
     /// TLS, records and not plaintext (a session can take plaintext, send some of its records
     /// and then report an error for the whole write).
-    pub fn sent(&self) -> u64 {
+    pub(crate) fn sent(&self) -> u64 {
         self.wire().sent
     }
 
@@ -42,13 +42,13 @@ impl Conn {
 }
 
 /// A TCP stream that counts the bytes its writes handed to the kernel.
-pub struct Wire {
+pub(crate) struct Wire {
     tcp: TcpStream,
     sent: u64,
 }
 
 impl Wire {
-    pub fn new(tcp: TcpStream) -> Wire {
+    pub(crate) fn new(tcp: TcpStream) -> Wire {
         Wire { tcp, sent: 0 }
     }
 

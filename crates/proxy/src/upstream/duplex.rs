@@ -21,7 +21,7 @@ use crate::wire::payload::Payload;
 
 /// An exchange that ended without an answer head.
 #[derive(Debug)]
-pub enum Unanswered {
+pub(crate) enum Unanswered {
     /// Not one byte of the request reached the kernel: it may be sent again, elsewhere.
     Untouched(io::Error),
     /// The request, or a part of it, may have reached the backend.
@@ -45,7 +45,7 @@ enum Unread {
 /// written whole ends the writing, and the connection is then not used again. `wrote` is true
 /// whenever a byte of the request may have reached the backend, for a caller that stops
 /// waiting before this ends.
-pub async fn exchange(
+pub(crate) async fn exchange(
     conn: &mut Conn,
     head: &Bytes,
     body: &Payload,

@@ -40,7 +40,7 @@ pub(super) fn out_of_descriptors(e: &std::io::Error) -> bool {
 /// A backend's answer that breaks HTTP/1.1 framing: a malformed head, chunk or trailer. A
 /// body error of this type is the backend's fault; any other is the connection's.
 #[derive(Debug)]
-pub struct Malformed(pub String);
+pub struct Malformed(pub(crate) String);
 
 impl std::fmt::Display for Malformed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

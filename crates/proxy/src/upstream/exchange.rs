@@ -13,17 +13,23 @@ use crate::config::Backend;
 use crate::upstream::failure::UpstreamError;
 use crate::upstream::hop;
 use crate::upstream::watch::ConnWatch;
-pub use crate::upstream::{read_all, read_within, Held, TooLong};
+#[cfg(test)]
+use crate::upstream::TooLong;
+pub(crate) use crate::upstream::{read_all, read_within, Held};
 use crate::upstream::{BodyStream, Client, SendError, Target};
 use crate::wire::payload::Payload;
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
-pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+pub(crate) const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// The client's headers as they go to the backend. `own_auth`: Switchboard checked the
 /// client's key itself, so that key is not passed on. The fields `Connection` names are
 /// removed; the fixed hop-by-hop ones are left out as the request is sent ([`send`]).
-pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: bool) -> HeaderMap {
+pub(crate) fn upstream_headers(
+    mut headers: HeaderMap,
+    backend: &Backend,
+    own_auth: bool,
+) -> HeaderMap {
     hop::drop_named(&mut headers);
     if own_auth || backend.api_key.is_some() {
         headers.remove(header::AUTHORIZATION);
@@ -44,34 +50,34 @@ pub fn upstream_headers(mut headers: HeaderMap, backend: &Backend, own_auth: boo
 /// The backend's response headers as they go to the client: without `Connection` and the
 /// fields it names. The other hop-by-hop fields were left out as the answer was received
 /// ([`send`]).
-pub fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
+pub(crate) fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
     hop::drop_connection(&mut upstream);
     upstream
 }
 
 /// A backend's answer: status, headers and the body as a stream of chunks.
-pub struct Answer {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: BodyStream,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: BodyStream,
 }
 
 /// One request to a backend, as the pipeline hands it over.
-pub struct Outbound<'a> {
-    pub backend: &'a Backend,
+pub(crate) struct Outbound<'a> {
+    pub(crate) backend: &'a Backend,
     /// What is learned of the backend's connections.
-    pub watch: Option<&'a Arc<ConnWatch>>,
-    pub path_and_query: &'a str,
-    pub headers: HeaderMap,
-    pub body: Payload,
+    pub(crate) watch: Option<&'a Arc<ConnWatch>>,
+    pub(crate) path_and_query: &'a str,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Payload,
     /// How long the answer's head may take, from the start.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
 }
 
 /// Where a proxied request's exchange goes other than the pool: a backend scripted in the
 /// pipeline's tests, so the choice of replicas, the attempt loop and the breaker run in paused
 /// time with no socket. Served requests go to [`send`] directly (no boxed future on their way).
-pub trait Exchange: Send + Sync + std::fmt::Debug {
+pub(crate) trait Exchange: Send + Sync + std::fmt::Debug {
     fn post<'a>(&'a self, to: Outbound<'a>) -> BoxFuture<'a, Result<Answer, UpstreamError>>;
 }
 
@@ -80,7 +86,7 @@ pub trait Exchange: Send + Sync + std::fmt::Debug {
 /// The client leaves the hop-by-hop fields out as it writes the request's head and reads the
 /// answer's; `Connection` and the fields it names stay in the answer's map
 /// ([`client_headers`]). A failed TLS handshake is a connect failure with its reason.
-pub async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
+pub(crate) async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
     let Outbound {
         backend,
         watch,
@@ -131,12 +137,12 @@ pub async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamE
 }
 
 /// Seconds a client should wait before retrying a loading backend.
-pub fn retry_after(headers: &HeaderMap) -> u64 {
+pub(crate) fn retry_after(headers: &HeaderMap) -> u64 {
     retry_after_s(headers).unwrap_or(5)
 }
 
 /// The seconds of an answer's `Retry-After`, when it has them.
-pub fn retry_after_s(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn retry_after_s(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())

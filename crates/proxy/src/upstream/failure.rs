@@ -15,7 +15,7 @@ use crate::error::ProxyError;
 /// Why an upstream exchange failed.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum UpstreamReason {
+pub(crate) enum UpstreamReason {
     connect,
     timeout,
     status_5xx,
@@ -29,7 +29,7 @@ pub enum UpstreamReason {
 
 /// Where in the exchange it failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// Opening the connection (TCP, then TLS), or before the kernel took a byte of the request.
     Connect,
     /// Sending the request, some of it taken.
@@ -55,7 +55,7 @@ pub enum Limit {
 
 /// How it failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// No connection: refused or unreachable, or a new connection that took nothing.
     Unreachable,
     /// The TLS handshake failed, or the backend's TLS settings did not load.
@@ -73,23 +73,23 @@ pub enum Kind {
 
 /// A failed exchange with one backend.
 #[derive(Debug)]
-pub struct UpstreamError {
+pub(crate) struct UpstreamError {
     /// The backend's config name.
-    pub backend: String,
-    pub stage: Stage,
-    pub kind: Kind,
+    pub(crate) backend: String,
+    pub(crate) stage: Stage,
+    pub(crate) kind: Kind,
     /// Some of the request may have reached the backend (false: certainly none did).
-    pub reached: bool,
+    pub(crate) reached: bool,
     /// What went wrong, naming no address.
-    pub detail: String,
+    pub(crate) detail: String,
     /// The limit that ran out, or the time waited.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
 }
 
 impl UpstreamError {
     /// An exchange that got no answer head: the pool's `e`, whether a byte of the request may
     /// have reached the backend, and how long it waited.
-    pub fn unanswered(backend: &str, e: SendError, reached: bool, waited: Duration) -> Self {
+    pub(crate) fn unanswered(backend: &str, e: SendError, reached: bool, waited: Duration) -> Self {
         let detail = e.to_string();
         let (stage, kind, reached) = match e {
             SendError::Connect(_) => (Stage::Connect, Kind::Unreachable, false),
@@ -117,7 +117,7 @@ impl UpstreamError {
 
     /// The one classifier of a body that failed after its head, whole or streamed: `limit`
     /// when a body limit ran out (after `elapsed`), else HTTP/1.1 broken or the connection.
-    pub fn body(
+    pub(crate) fn body(
         backend: &str,
         e: &(dyn std::error::Error + 'static),
         limit: Option<(Limit, Duration)>,
@@ -140,7 +140,7 @@ impl UpstreamError {
     /// The backend took (some of) the request and hung up without a byte of answer: killed
     /// mid-request, or refusing this request by closing. The request may be the cause, so it
     /// is not held against the backend; where resending is allowed it goes on once.
-    pub fn dropped(&self) -> bool {
+    pub(crate) fn dropped(&self) -> bool {
         self.reached
             && self.kind == Kind::Broken
             && matches!(self.stage, Stage::Write | Stage::Head)
@@ -148,23 +148,23 @@ impl UpstreamError {
 
     /// The request may be running on the backend, which gave no answer head: it goes nowhere
     /// else (but for a [`dropped`](Self::dropped) one, resent once where allowed).
-    pub fn held_by_backend(&self) -> bool {
+    pub(crate) fn held_by_backend(&self) -> bool {
         self.reached && self.stage != Stage::Body
     }
 
     /// What the backend did on its own, as its breaker counts it: all but the proxy's own want
     /// of descriptors and a hang-up on a request it took.
-    pub fn counts_against_backend(&self) -> bool {
+    pub(crate) fn counts_against_backend(&self) -> bool {
         self.kind != Kind::Local && !self.dropped()
     }
 
     /// A limit other than the connect timeout ran out (the fallback's and metric's `timeout`).
-    pub fn timed_out(&self) -> bool {
+    pub(crate) fn timed_out(&self) -> bool {
         matches!(self.kind, Kind::TimedOut(l) if l != Limit::Connect)
     }
 
     /// The `reason` label of `switchboard_upstream_errors_total`; `None`: not the backend's.
-    pub fn reason(&self) -> Option<UpstreamReason> {
+    pub(crate) fn reason(&self) -> Option<UpstreamReason> {
         Some(match self.kind {
             Kind::Local => return None,
             Kind::Malformed => UpstreamReason::protocol,
@@ -177,7 +177,7 @@ impl UpstreamError {
     }
 
     /// What the client is told: the one place a failed exchange becomes a [`ProxyError`].
-    pub fn to_client(&self) -> ProxyError {
+    pub(crate) fn to_client(&self) -> ProxyError {
         let backend = self.backend.clone();
         let detail = self.detail.clone();
         match self.kind {

@@ -10,7 +10,7 @@ mod decoder;
 mod fuzz;
 mod syntax;
 
-pub use decoder::Decoder;
+pub(crate) use decoder::Decoder;
 
 use bytes::{Buf, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -18,7 +18,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use crate::upstream::hop;
 
 /// Largest response head accepted.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields in a response head.
 const MAX_HEADERS: usize = 128;
 /// Room in an answer's header map for the fields added to it before it goes to a client
@@ -28,7 +28,7 @@ const ADDED_FIELDS: usize = 4;
 
 /// How a response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// No body (204, 304).
     Empty,
     Length(u64),
@@ -39,22 +39,22 @@ pub enum Framing {
 
 /// A parsed response head.
 #[derive(Debug)]
-pub struct Head {
-    pub status: StatusCode,
+pub(crate) struct Head {
+    pub(crate) status: StatusCode,
     /// The fields but the hop-by-hop ones ([`hop::response`]: framing, connection options,
     /// and the like).
     /// `Connection` stays, for the proxy to drop it and the fields it names once it has read
     /// what it needs of them.
-    pub headers: HeaderMap,
-    pub framing: Framing,
+    pub(crate) headers: HeaderMap,
+    pub(crate) framing: Framing,
     /// The connection may carry another request once this body has been read.
-    pub keep_alive: bool,
+    pub(crate) keep_alive: bool,
 }
 
 /// The final response head at the start of `buf`, skipping interim (1xx) responses; `None`
 /// while it is incomplete. A complete head is split off `buf`, and header values are slices of
 /// it (no copy).
-pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
+pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
     loop {
         // Left uninitialised: httparse writes the fields it finds (no 4 KiB of zeroes per
         // response).

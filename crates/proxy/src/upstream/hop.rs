@@ -4,7 +4,7 @@
 use http::{header, HeaderMap, HeaderName};
 
 /// The non-standard `Proxy-Connection`, hop-by-hop wherever it is sent.
-pub const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+pub(crate) const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// A client's fields that never reach a backend, plus `accept-encoding`: answers are relayed
 /// uncompressed so events are never held in an encoder. `Host` and `Content-Length` are
@@ -40,26 +40,26 @@ const RESPONSE: [&str; 9] = [
 
 /// Whether a client's field called `name` stays out of the request to a backend. The fields
 /// its `Connection` names are hop-by-hop too: [`drop_named`] removes those.
-pub fn request(name: &HeaderName) -> bool {
+pub(crate) fn request(name: &HeaderName) -> bool {
     REQUEST.contains(name)
 }
 
 /// Whether a backend's field called `name` never reaches the client by itself; `Connection`
 /// and the fields it names are removed by [`drop_connection`].
-pub fn response(name: &str) -> bool {
+pub(crate) fn response(name: &str) -> bool {
     RESPONSE.iter().any(|f| f.eq_ignore_ascii_case(name))
 }
 
 /// Remove the fields that `Connection` names from `headers`; `Connection` itself stays.
 /// Costs one pass over the names when there is no `Connection`.
-pub fn drop_named(headers: &mut HeaderMap) {
+pub(crate) fn drop_named(headers: &mut HeaderMap) {
     if headers.keys().any(|name| name == header::CONNECTION) {
         remove_named(headers);
     }
 }
 
 /// Remove `Connection` and the fields it names from `headers`.
-pub fn drop_connection(headers: &mut HeaderMap) {
+pub(crate) fn drop_connection(headers: &mut HeaderMap) {
     if headers.keys().any(|name| name == header::CONNECTION) {
         remove_named(headers);
         headers.remove(header::CONNECTION);
@@ -68,14 +68,16 @@ pub fn drop_connection(headers: &mut HeaderMap) {
 
 /// Remove every hop-by-hop field of a client's request from `headers`, for a sender that
 /// writes all of the map.
-pub fn drop_request(headers: &mut HeaderMap) {
+#[cfg(test)]
+pub(crate) fn drop_request(headers: &mut HeaderMap) {
     drop_named(headers);
     remove_where(headers, request);
 }
 
 /// Remove the hop-by-hop fields of a backend's answer from `headers` but `Connection` and the
 /// fields it names ([`drop_connection`]), for an answer whose head was read into a map whole.
-pub fn drop_response(headers: &mut HeaderMap) {
+#[cfg(test)]
+pub(crate) fn drop_response(headers: &mut HeaderMap) {
     remove_where(headers, |name| response(name.as_str()));
 }
 

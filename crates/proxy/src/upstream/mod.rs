@@ -25,14 +25,14 @@ mod conn;
 mod counting;
 mod duplex;
 mod error;
-pub mod exchange;
-pub mod failure;
+pub(crate) mod exchange;
+pub(crate) mod failure;
 mod framing;
-pub mod hop;
+pub(crate) mod hop;
 mod pool;
 mod request;
-pub mod tls;
-pub mod watch;
+pub(crate) mod tls;
+pub(crate) mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,33 +42,34 @@ use http::HeaderMap;
 
 use tls::{BackendTls, TlsSettings};
 
-pub use body::{
-    read_all, read_within, Held, TooLong, UpstreamBody, UpstreamResponse, SMALL_ANSWER_LIMIT,
-};
+#[cfg(test)]
+pub(crate) use body::TooLong;
+pub(crate) use body::{read_all, read_within, Held, UpstreamResponse, SMALL_ANSWER_LIMIT};
 pub use error::{chain, is_malformed, BoxError, Malformed, SendError};
 
 /// A backend answer's body as it arrives: its bytes, or why they stopped.
-pub type BodyStream = futures_util::stream::BoxStream<'static, Result<bytes::Bytes, BoxError>>;
-pub use pool::{Pool, Target};
+pub(crate) type BodyStream =
+    futures_util::stream::BoxStream<'static, Result<bytes::Bytes, BoxError>>;
+pub(crate) use pool::{Pool, Target};
 
 use crate::wire::payload::Payload;
 
 /// A backend as the client reaches it.
 #[derive(Debug, Clone, Copy)]
-pub struct Origin<'a> {
+pub(crate) struct Origin<'a> {
     /// The backend's config name: what its TLS settings are found by.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// `host:port`: what is connected to and sent as `Host`.
-    pub authority: &'a str,
+    pub(crate) authority: &'a str,
     /// https: a TLS session is opened over the TCP connection.
-    pub tls: bool,
+    pub(crate) tls: bool,
     /// The backend's own connect timeout; `None`: the pool's.
-    pub connect: Option<Duration>,
+    pub(crate) connect: Option<Duration>,
 }
 
 /// The backend as the client reaches it.
 impl crate::config::Backend {
-    pub fn origin(&self) -> Origin<'_> {
+    pub(crate) fn origin(&self) -> Origin<'_> {
         Origin {
             name: &self.name,
             authority: &self.authority,
@@ -94,7 +95,7 @@ impl Default for Client {
 }
 
 impl Client {
-    pub fn new(connect_timeout: Duration, tls: TlsSettings) -> Client {
+    pub(crate) fn new(connect_timeout: Duration, tls: TlsSettings) -> Client {
         Client {
             pool: Arc::new(Pool::new(connect_timeout)),
             tls: Arc::new(ArcSwap::from_pointee(tls)),
@@ -103,7 +104,7 @@ impl Client {
 
     /// A client with a pool of its own (one per worker thread, so each worker's connections
     /// live on its own runtime) and the same TLS settings.
-    pub fn for_worker(&self) -> Client {
+    pub(crate) fn for_worker(&self) -> Client {
         Client {
             pool: Arc::new(Pool::new(self.pool.connect_timeout)),
             tls: Arc::clone(&self.tls),
@@ -111,18 +112,18 @@ impl Client {
     }
 
     /// Use `tls` for new connections from now on (a reload).
-    pub fn set_tls(&self, tls: TlsSettings) {
+    pub(crate) fn set_tls(&self, tls: TlsSettings) {
         self.tls.store(Arc::new(tls));
     }
 
     /// This worker's pool.
-    pub fn pool(&self) -> &Arc<Pool> {
+    pub(crate) fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
 
     /// The TLS settings `to` is reached with: `None` for plain http (no lookup), an error
     /// for an https backend whose settings did not load.
-    pub fn tls_for(&self, to: Origin<'_>) -> Result<Option<Arc<BackendTls>>, SendError> {
+    pub(crate) fn tls_for(&self, to: Origin<'_>) -> Result<Option<Arc<BackendTls>>, SendError> {
         if to.tls {
             self.tls_of(to).map(Some)
         } else {
@@ -131,7 +132,7 @@ impl Client {
     }
 
     /// POST `body` to `path` of `to`; resolves with the response head ([`Pool::post`]).
-    pub async fn post(
+    pub(crate) async fn post(
         &self,
         to: Origin<'_>,
         path: &str,
@@ -151,7 +152,7 @@ impl Client {
     }
 
     /// GET `path` of `to`, the head within `wait` ([`Pool::get`]).
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         to: Origin<'_>,
         path: &str,

@@ -25,17 +25,18 @@ use crate::wire::payload::Payload;
 
 /// Where the pool sends a request: the TCP address and, for https, the TLS session's settings.
 #[derive(Clone, Copy)]
-pub struct Target<'a> {
-    pub authority: &'a str,
-    pub tls: Option<&'a BackendTls>,
+pub(crate) struct Target<'a> {
+    pub(crate) authority: &'a str,
+    pub(crate) tls: Option<&'a BackendTls>,
     /// The connect timeout of this backend; `None`: the pool's.
-    pub connect: Option<Duration>,
+    pub(crate) connect: Option<Duration>,
     /// What is learned and counted of this backend's connections (`None`: nothing).
-    pub watch: Option<&'a Arc<ConnWatch>>,
+    pub(crate) watch: Option<&'a Arc<ConnWatch>>,
 }
 
 impl<'a> Target<'a> {
-    pub fn plain(authority: &'a str) -> Target<'a> {
+    #[cfg(test)]
+    pub(crate) fn plain(authority: &'a str) -> Target<'a> {
         Target {
             authority,
             tls: None,
@@ -56,7 +57,7 @@ impl<'a> Target<'a> {
 /// Keep-alive connections by pool key (`host:port` for plain http), each with the time it
 /// went idle (the newest last).
 #[derive(Default)]
-pub struct Pool {
+pub(crate) struct Pool {
     pub(super) idle: Mutex<HashMap<String, Vec<(Kept, Instant)>>>,
     pub(super) connect_timeout: Duration,
 }
@@ -123,7 +124,7 @@ fn prune<C>(list: &mut Vec<(C, Instant)>, now: Instant) {
 }
 
 impl Pool {
-    pub fn new(connect_timeout: Duration) -> Pool {
+    pub(crate) fn new(connect_timeout: Duration) -> Pool {
         Pool {
             idle: Mutex::default(),
             connect_timeout,
@@ -216,7 +217,7 @@ impl Pool {
     /// again, and a new connection that takes nothing is [`SendError::Unsent`]. `wrote`
     /// tells a caller that stops waiting whether a byte of the request may have reached the
     /// backend.
-    pub async fn post(
+    pub(crate) async fn post(
         self: &Arc<Self>,
         to: Target<'_>,
         path: &str,
@@ -233,7 +234,7 @@ impl Pool {
     /// connection took the request, else [`SendError::Timeout`] (a backend that accepts
     /// connections but does not answer yet). A kept connection that loses it goes as in
     /// [`Pool::post`] (a probe must not take a backend's close after a stream for its fall).
-    pub async fn get(
+    pub(crate) async fn get(
         self: &Arc<Self>,
         to: Target<'_>,
         path: &str,

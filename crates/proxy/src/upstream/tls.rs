@@ -14,7 +14,7 @@ use crate::address::TlsSpec;
 
 /// What a connection to one https backend needs: the connector (its trust roots), the name to
 /// verify, the key its kept-alive connections are pooled under.
-pub struct BackendTls {
+pub(crate) struct BackendTls {
     pub(super) connector: TlsConnector,
     pub(super) server_name: ServerName<'static>,
     /// `https://{authority} {backend}`: never equal to a plain-http key (`host:port`), and
@@ -32,25 +32,25 @@ impl std::fmt::Debug for BackendTls {
 
 /// The loaded TLS settings of a config's https backends, by backend name.
 #[derive(Debug, Default)]
-pub struct TlsSettings {
+pub(crate) struct TlsSettings {
     backends: HashMap<String, Arc<BackendTls>>,
 }
 
 /// A backend's TLS settings that cannot be used; shown as the config key they come from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("backends.{backend}.{key}: {value:?} {reason}")]
-pub struct TlsError {
-    pub backend: String,
+pub(crate) struct TlsError {
+    pub(crate) backend: String,
     /// `ca_file` (or `url` if no TLS client can be made at all).
-    pub key: &'static str,
-    pub value: String,
-    pub reason: String,
+    pub(crate) key: &'static str,
+    pub(crate) value: String,
+    pub(crate) reason: String,
 }
 
 impl TlsSettings {
     /// Read the CA files of `backends` (name, `host:port`, spec) and make their connectors.
     /// A backend whose CA file fails gets no settings (its connections fail) and an error.
-    pub fn load<'a>(
+    pub(crate) fn load<'a>(
         backends: impl IntoIterator<Item = (&'a str, &'a str, &'a TlsSpec)>,
     ) -> (TlsSettings, Vec<TlsError>) {
         let mut errors = Vec::new();
@@ -90,7 +90,7 @@ impl TlsSettings {
     }
 
     /// The settings of backend `name`, when it is an https backend whose settings loaded.
-    pub fn get(&self, name: &str) -> Option<&Arc<BackendTls>> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<BackendTls>> {
         self.backends.get(name)
     }
 }
@@ -132,7 +132,7 @@ fn connector(roots: RootCertStore) -> Result<TlsConnector, String> {
 
 /// What a failed handshake tells a client: the reason, never the backend's name or address
 /// (rustls's own text of a name mismatch shows the names the certificate holds).
-pub fn handshake_error(e: &std::io::Error) -> String {
+pub(crate) fn handshake_error(e: &std::io::Error) -> String {
     let reason = match e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())

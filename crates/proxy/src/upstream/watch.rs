@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 
 /// How a connection ended without a byte of answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cut {
+pub(crate) enum Cut {
     /// An orderly close (end of file).
     Closed,
     /// A reset: the kernel's `ECONNRESET`, `EPIPE` or `ECONNABORTED`.
@@ -46,7 +46,7 @@ pub struct ConnWatch {
 impl ConnWatch {
     /// A watch counting into the given counters: requests sent again after a close, after a
     /// reset; connections not kept after a stream.
-    pub fn new(
+    pub(crate) fn new(
         backend: &str,
         retried_closed: Counter,
         retried_reset: Counter,
@@ -62,7 +62,7 @@ impl ConnWatch {
     }
 
     /// Whether this backend was seen closing a connection right after a streamed answer.
-    pub fn closes_after_stream(&self) -> bool {
+    pub(crate) fn closes_after_stream(&self) -> bool {
         self.closes_after_stream.load(Ordering::Relaxed)
     }
 
@@ -90,12 +90,14 @@ impl ConnWatch {
     }
 
     /// Requests sent again after a close and after a reset (for tests).
-    pub fn retries(&self) -> (u64, u64) {
+    #[cfg(test)]
+    pub(crate) fn retries(&self) -> (u64, u64) {
         (self.retried_closed.get(), self.retried_reset.get())
     }
 
     /// Connections not kept after a stream (for tests).
-    pub fn not_pooled_count(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn not_pooled_count(&self) -> u64 {
         self.not_pooled_after_stream.get()
     }
 }

@@ -26,7 +26,7 @@ impl Fair {
     }
 
     /// The start tag a request of `client` would get now.
-    pub fn start(&self, client: u64) -> f64 {
+    pub(crate) fn start(&self, client: u64) -> f64 {
         self.tag(client)
             .copied()
             .unwrap_or(f64::MIN)
@@ -35,7 +35,7 @@ impl Fair {
 
     /// A request of `client` predicted at `work` GPU-seconds was given a slot; `waiting`: the
     /// least start tag of the requests still waiting (infinite when none wait).
-    pub fn granted(&mut self, client: u64, work: f64, waiting: f64) {
+    pub(crate) fn granted(&mut self, client: u64, work: f64, waiting: f64) {
         let start = self.start(client);
         self.virtual_time = self.virtual_time.max(start.min(waiting));
         self.set(client, start + work.max(0.0));
@@ -46,7 +46,7 @@ impl Fair {
     }
 
     /// A request of `client` granted at `predicted` took `measured` GPU-seconds.
-    pub fn settle(&mut self, client: u64, predicted: f64, measured: f64) {
+    pub(crate) fn settle(&mut self, client: u64, predicted: f64, measured: f64) {
         let at = self.tag(client).copied().unwrap_or(self.virtual_time);
         self.set(client, at + measured.max(0.0) - predicted.max(0.0));
     }

@@ -31,12 +31,12 @@ fn put<V>(list: &mut Vec<(u64, V)>, k: u64, v: V) {
 
 impl Returns {
     /// A turn of conversation `k` gave its slot back at `now`.
-    pub fn freed(&mut self, k: u64, now: Instant) {
+    pub(crate) fn freed(&mut self, k: u64, now: Instant) {
         put(&mut self.freed, k, now);
     }
 
     /// The next turn of conversation `k` came at `now`: how soon is noted.
-    pub fn returned(&mut self, k: u64, now: Instant) {
+    pub(crate) fn returned(&mut self, k: u64, now: Instant) {
         let Some(i) = self.freed.iter().position(|(c, _)| *c == k) else {
             return;
         };

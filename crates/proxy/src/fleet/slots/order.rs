@@ -11,9 +11,9 @@ use crate::fleet::ticket::Ticket;
 /// A request waiting for a slot: its place in line and what it carries to be woken (`tx`).
 #[derive(Debug)]
 pub(super) struct Waiter<T> {
-    pub seq: u64,
-    pub ticket: Ticket,
-    pub tx: T,
+    pub(crate) seq: u64,
+    pub(crate) ticket: Ticket,
+    pub(crate) tx: T,
 }
 
 /// The waiting request that gets the next slot, and the class whose turn it took, among those

@@ -43,20 +43,20 @@ impl Drop for SlotPermit {
 
 impl SlotPermit {
     /// The slot's number (llama.cpp's `id_slot`).
-    pub fn index(&self) -> u32 {
+    pub(crate) fn index(&self) -> u32 {
         self.index
     }
 
     /// Whether the request may use what the slot's cache holds: its own cache group's
     /// prefixes, or anyone's where caches are not isolated.
-    pub fn warm(&self) -> bool {
+    pub(crate) fn warm(&self) -> bool {
         self.warm
     }
 
     /// The request is sent without its slot's number: its backend runs it on a slot of its
     /// own choice, which may be any idle one. Until it ends, and once more when it ends, no
     /// slot's cache is known to be one cache group's.
-    pub fn unplaced(&mut self) {
+    pub(crate) fn unplaced(&mut self) {
         self.unplaced = true;
         if let Some(inner) = &self.inner {
             inner.lock().table.forget_groups();
@@ -64,13 +64,13 @@ impl SlotPermit {
     }
 
     /// Whether the request may still be preempted.
-    pub fn preemptible(&self) -> bool {
+    pub(crate) fn preemptible(&self) -> bool {
         self.preempt.is_some()
     }
 
     /// Resolves when the slot is to be given up to a better class (never, for a request that
     /// may not be preempted).
-    pub async fn preempted(&mut self) {
+    pub(crate) async fn preempted(&mut self) {
         match &mut self.preempt {
             Some(rx) => {
                 if rx.await.is_err() {
@@ -85,7 +85,7 @@ impl SlotPermit {
 
     /// The request sends its client its first byte: it is preempted no more. `false` when it
     /// was told to give its slot up first.
-    pub fn started(&mut self) -> bool {
+    pub(crate) fn started(&mut self) -> bool {
         let Some(mut rx) = self.preempt.take() else {
             return true;
         };

@@ -10,32 +10,32 @@ use crate::fleet::ticket::Ticket;
 
 /// A request waiting for a slot, as the status page shows it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Queued {
-    pub class: Priority,
+pub(crate) struct Queued {
+    pub(crate) class: Priority,
     /// Its client's id (0: of no client).
-    pub client: u64,
+    pub(crate) client: u64,
     /// How long it has waited (since it arrived, across replicas and fallbacks).
-    pub waited: Duration,
+    pub(crate) waited: Duration,
     /// Its predicted wait from now.
-    pub predicted: Duration,
+    pub(crate) predicted: Duration,
 }
 
 /// A request holding a slot, as the status page shows it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Holding {
-    pub slot: u32,
-    pub class: Priority,
+pub(crate) struct Holding {
+    pub(crate) slot: u32,
+    pub(crate) class: Priority,
     /// Its client's id (0: of no client).
-    pub client: u64,
+    pub(crate) client: u64,
     /// How long it has held the slot.
-    pub held: Duration,
+    pub(crate) held: Duration,
     /// Its predicted time left on it.
-    pub left: Duration,
+    pub(crate) left: Duration,
 }
 
 impl Slots {
     /// The requests holding this process's slots now, slot by slot.
-    pub fn holding(&self) -> Vec<Holding> {
+    pub(crate) fn holding(&self) -> Vec<Holding> {
         let st = self.inner.lock();
         let now = now();
         let slots = st.table.slots.iter().enumerate();
@@ -56,7 +56,7 @@ impl Slots {
     /// The requests waiting now, in the order they are predicted to go (by class, then by
     /// their clients' start tags, then arrival; by arrival alone when so ordered), each with
     /// its class, client, wait so far and predicted wait from now.
-    pub fn predicted_queue(&self) -> Vec<Queued> {
+    pub(crate) fn predicted_queue(&self) -> Vec<Queued> {
         let st = self.inner.lock();
         let now = now();
         let mut free: Vec<f64> = st.table.slots.iter().map(|s| s.left(now)).collect();
@@ -91,7 +91,7 @@ impl Slots {
     /// The wait predicted for a request of `ticket` queued now: the slots' predicted times
     /// left, then the predicted work of each waiter that goes before it, each put on the slot
     /// free soonest; it starts when the soonest is free after them.
-    pub fn predicted_wait(&self, ticket: &Ticket) -> Duration {
+    pub(crate) fn predicted_wait(&self, ticket: &Ticket) -> Duration {
         let st = self.inner.lock();
         let now = now();
         let mut free: Vec<f64> = st.table.slots.iter().map(|s| s.left(now)).collect();

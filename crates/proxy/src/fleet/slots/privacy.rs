@@ -8,7 +8,7 @@ use crate::runtime::Privacy;
 
 /// How a backend's slots keep cache groups apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Isolation {
+pub(crate) enum Isolation {
     /// One group, or a runtime that keeps groups apart itself (a salted prefix cache): every
     /// request may use what a slot holds.
     #[default]
@@ -23,7 +23,7 @@ pub enum Isolation {
 impl Isolation {
     /// The isolation of `backend`'s slots, `pinned` where it is told the slot each request
     /// takes.
-    pub fn of(backend: &Backend, pinned: bool) -> Isolation {
+    pub(crate) fn of(backend: &Backend, pinned: bool) -> Isolation {
         match backend.flavor.runtime().privacy {
             Privacy::Slots(_) if backend.isolated && pinned && !backend.cache_ram => {
                 Isolation::BySlot

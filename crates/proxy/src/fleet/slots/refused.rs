@@ -6,7 +6,7 @@ use crate::error::ProxyError;
 
 /// Why a request got no slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The queue was full, or the request's place in it went to a request of a better class
     /// or a fairer share: the 429 of a full queue.
     Full { slots: u32 },
@@ -16,7 +16,7 @@ pub enum Refused {
 
 impl Refused {
     /// What the client of `alias` is told, when no other replica or fallback takes it.
-    pub fn error(self, alias: &str) -> ProxyError {
+    pub(crate) fn error(self, alias: &str) -> ProxyError {
         match self {
             Refused::Full { slots } => ProxyError::Overloaded {
                 alias: alias.to_string(),

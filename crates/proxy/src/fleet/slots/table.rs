@@ -24,12 +24,12 @@ use crate::fleet::ticket::Ticket;
 #[derive(Debug)]
 pub(super) struct Holder {
     /// The grant's number (a permit names its grant).
-    pub grant: u64,
-    pub ticket: Ticket,
-    pub granted_at: Instant,
+    pub(crate) grant: u64,
+    pub(crate) ticket: Ticket,
+    pub(crate) granted_at: Instant,
     /// Told when the request is to give its slot up; `None` once it sent its client a byte
     /// (or may be preempted no more).
-    pub preempt: Option<oneshot::Sender<()>>,
+    pub(crate) preempt: Option<oneshot::Sender<()>>,
 }
 
 impl Holder {
@@ -49,31 +49,31 @@ fn until(start: Instant, secs: f64, now: Instant) -> Duration {
 /// One slot.
 #[derive(Debug, Default)]
 pub(super) struct Slot {
-    pub holder: Option<Holder>,
+    pub(crate) holder: Option<Holder>,
     /// The conversation whose prefix the slot's cache holds, and how many tokens of it.
-    pub cached: Option<(u64, u64)>,
+    pub(crate) cached: Option<(u64, u64)>,
     /// The cache group of the request that held it last (whose prefixes its cache holds);
     /// `None`: not held in this process yet, so its cache is anyone's.
-    pub group: Option<u64>,
+    pub(crate) group: Option<u64>,
     /// When it was last freed, as the table counts frees (0: never; the least recently used
     /// goes to a request without a slot of its own).
     freed: u64,
     /// Kept for a conversation's next turn.
-    pub kept: Option<Kept>,
+    pub(crate) kept: Option<Kept>,
 }
 
 /// A slot kept for the next turn of `conversation` (of class `class`) until `until`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Kept {
-    pub conversation: u64,
-    pub until: Instant,
-    pub class: Priority,
+    pub(crate) conversation: u64,
+    pub(crate) until: Instant,
+    pub(crate) class: Priority,
 }
 
 impl Slot {
     /// Predicted seconds until it is free at `now`: its holder's predicted work left, or a
     /// hold's time left.
-    pub fn left(&self, now: Instant) -> f64 {
+    pub(crate) fn left(&self, now: Instant) -> f64 {
         match (&self.holder, self.kept) {
             (Some(h), _) => until(h.granted_at, h.ticket.work, now).as_secs_f64(),
             (None, Some(kept)) => kept.until.saturating_duration_since(now).as_secs_f64(),
@@ -95,7 +95,7 @@ impl Slot {
 /// indexes with the slots.
 #[derive(Debug)]
 pub(super) struct Table {
-    pub slots: Vec<Slot>,
+    pub(crate) slots: Vec<Slot>,
     /// The open slots as (freed, index), in the order they were freed: an entry whose slot
     /// was taken since (or freed again) is stale, and skipped.
     freed: VecDeque<(u64, usize)>,
@@ -144,7 +144,7 @@ fn unlist(list: &mut Vec<usize>, index: usize) {
 }
 
 impl Table {
-    pub fn new(n: u32) -> Table {
+    pub(crate) fn new(n: u32) -> Table {
         Table {
             slots: (0..n).map(|_| Slot::default()).collect(),
             freed: (0..n as usize).map(|i| (0, i)).collect(),
@@ -193,7 +193,7 @@ impl Table {
 
     /// Slot `index` (open) goes to `holder`: no longer kept, its cache now the holder's
     /// conversation's.
-    pub fn hold(&mut self, index: usize, holder: Holder) {
+    pub(crate) fn hold(&mut self, index: usize, holder: Holder) {
         let cached = holder
             .ticket
             .conversation
@@ -267,7 +267,7 @@ impl Table {
 
     /// Slot `index`'s holder, when it is the one of `grant`, gives it back: it is open, freed
     /// now. `None`: someone else holds it (or nobody).
-    pub fn free(&mut self, index: usize, grant: u64) -> Option<Holder> {
+    pub(crate) fn free(&mut self, index: usize, grant: u64) -> Option<Holder> {
         if self.slots[index].holder.as_ref()?.grant != grant {
             return None;
         }
@@ -278,7 +278,7 @@ impl Table {
     }
 
     /// Slot `index`'s grant never reached its request: open again (last in the freed order).
-    pub fn ungrant(&mut self, index: usize) {
+    pub(crate) fn ungrant(&mut self, index: usize) {
         if self.slots[index].holder.is_some() {
             self.change(index, |slot| slot.holder = None);
             self.opened(index);
@@ -287,19 +287,19 @@ impl Table {
 
     /// No slot's cache is known to be one cache group's any more (a request ran where its
     /// backend chose).
-    pub fn forget_groups(&mut self) {
+    pub(crate) fn forget_groups(&mut self) {
         for slot in &mut self.slots {
             slot.group = None;
         }
     }
 
     /// Slot `index` (open) kept so, or no longer kept.
-    pub fn keep(&mut self, index: usize, kept: Option<Kept>) {
+    pub(crate) fn keep(&mut self, index: usize, kept: Option<Kept>) {
         self.change(index, |slot| slot.kept = kept);
     }
 
     /// The open slots kept for a conversation, in the order they were freed.
-    pub fn kept(&self) -> Vec<usize> {
+    pub(crate) fn kept(&self) -> Vec<usize> {
         if self.kept == 0 {
             return Vec::new();
         }
@@ -308,7 +308,7 @@ impl Table {
     }
 
     /// Whether every slot but `index` holds a request that `schedule` lets preempt no more.
-    pub fn spent_but(&self, index: usize, schedule: &Scheduling) -> bool {
+    pub(crate) fn spent_but(&self, index: usize, schedule: &Scheduling) -> bool {
         let other_open = match self.open {
             0 => false,
             1 => self.slots[index].holder.is_some(),
@@ -337,7 +337,7 @@ impl Table {
     /// `group`, where caches are kept to their groups) the open one kept for nobody that its
     /// cache group held last, used least recently, else the open one kept for nobody used
     /// least recently, else any open one.
-    pub fn choose(
+    pub(crate) fn choose(
         &self,
         conversation: Option<u64>,
         group: Option<u64>,
@@ -370,7 +370,7 @@ impl Table {
     }
 
     /// The slot kept for `conversation`, if any is (and open).
-    pub fn kept_for(&self, conversation: u64, now: Instant) -> Option<usize> {
+    pub(crate) fn kept_for(&self, conversation: u64, now: Instant) -> Option<usize> {
         // Most of the time no slot is kept at all: the count says so.
         if self.kept == 0 {
             return None;
@@ -386,7 +386,7 @@ impl Table {
 
     /// Slot `index`, when it still caches `conversation`, now caches `tokens` of it (what a
     /// request of it left there; the conversation's other slots keep what they held).
-    pub fn cache(&mut self, index: usize, conversation: u64, tokens: u64) {
+    pub(crate) fn cache(&mut self, index: usize, conversation: u64, tokens: u64) {
         if let Some((k, n)) = self.slots.get_mut(index).and_then(|s| s.cached.as_mut()) {
             if *k == conversation {
                 let from = std::mem::replace(n, tokens);
@@ -396,12 +396,12 @@ impl Table {
     }
 
     /// Tokens of `conversation` a slot holds (the most any one holds).
-    pub fn cached(&self, conversation: u64) -> Option<u64> {
+    pub(crate) fn cached(&self, conversation: u64) -> Option<u64> {
         self.caching.get(&conversation).map(|c| c.most)
     }
 
     /// Requests of `conversation` holding a slot (each holds one caching it).
-    pub fn held_by(&self, conversation: u64) -> u32 {
+    pub(crate) fn held_by(&self, conversation: u64) -> u32 {
         self.caching
             .get(&conversation)
             .map_or(0, |c| (c.slots.len() - c.open.len()) as u32)
@@ -410,7 +410,7 @@ impl Table {
     /// A request of another class waits: the `idle` holder granted last that may still give
     /// its slot up is told to (at once: an idle request takes only what nobody waits for).
     /// Whether one was.
-    pub fn yield_idle(&mut self) -> bool {
+    pub(crate) fn yield_idle(&mut self) -> bool {
         let newest = self
             .slots
             .iter_mut()
@@ -426,7 +426,7 @@ impl Table {
     /// held by a worse class and none is predicted to be free within `soon`: of those that
     /// sent their client nothing yet and may still be preempted, the one with the most
     /// predicted prefill left (none with none left).
-    pub fn victim(&self, class: Priority, now: Instant, soon: Duration) -> Option<usize> {
+    pub(crate) fn victim(&self, class: Priority, now: Instant, soon: Duration) -> Option<usize> {
         let all_worse = self
             .slots
             .iter()

@@ -10,7 +10,7 @@ use crate::batches::store::BatchRow;
 use crate::live::AppState;
 
 /// The batches the viewer sees, oldest first (none while the Batch API is off).
-pub fn collect(state: &AppState, viewer: &Viewer) -> Vec<BatchRow> {
+pub(crate) fn collect(state: &AppState, viewer: &Viewer) -> Vec<BatchRow> {
     let Ok(batches) = &state.batches else {
         return Vec::new();
     };
@@ -29,7 +29,7 @@ const MAX_SHOWN: usize = 50;
 /// Width of the progress bar in px.
 const BAR: f64 = 160.0;
 
-pub fn render(out: &mut String, batches: &[BatchRow], now: u64) {
+pub(crate) fn render(out: &mut String, batches: &[BatchRow], now: u64) {
     if batches.is_empty() {
         return;
     }

@@ -92,7 +92,7 @@ const WINDOW: (&str, &str) = ("-5 min", "now");
 
 /// An alias's window as four charts, a step per 10 s: requests, time to first token (p50 a
 /// line, p95 dashed), output tokens per second, errors.
-pub fn window(out: &mut String, series: &[Point]) {
+pub(crate) fn window(out: &mut String, series: &[Point]) {
     let last = series.last().copied().unwrap_or_default();
     let requests: Vec<f64> = series.iter().map(|p| f64::from(p.requests)).collect();
     counts(
@@ -142,7 +142,7 @@ pub fn window(out: &mut String, series: &[Point]) {
 
 /// A client's GPU-seconds of each 10-second step of the last five minutes (oldest first), in
 /// its colour `fill`, the window's sum written beside it.
-pub fn gpu(out: &mut String, values: &[f64], fill: &str) {
+pub(crate) fn gpu(out: &mut String, values: &[f64], fill: &str) {
     let sum: f64 = values.iter().sum();
     steps(
         out,
@@ -180,7 +180,7 @@ fn steps(out: &mut String, what: &str, values: &[f64], now: &str, fill: &str) {
 /// Bars of each day's `values` (oldest first, the first day starting at `first_ms`), 240 × 60
 /// px: the scale's top and zero written on its axis, the first and last day under it, and the
 /// last day's value beside it (`decimals` places).
-pub fn days(out: &mut String, what: &str, values: &[f64], first_ms: i64, decimals: usize) {
+pub(crate) fn days(out: &mut String, what: &str, values: &[f64], first_ms: i64, decimals: usize) {
     let most = values.iter().copied().fold(0.0_f64, f64::max);
     let n = values.len().max(1);
     let date = |i: usize| {

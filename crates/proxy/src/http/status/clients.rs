@@ -16,31 +16,31 @@ use crate::live::Snapshot;
 
 /// One client's section.
 #[derive(Clone, Debug)]
-pub struct ClientView {
-    pub name: String,
-    pub priority: &'static str,
+pub(crate) struct ClientView {
+    pub(crate) name: String,
+    pub(crate) priority: &'static str,
     /// `None`: every alias.
-    pub aliases: Option<Vec<String>>,
-    pub inflight: u32,
-    pub queued: i64,
-    pub max_concurrent: Option<u32>,
+    pub(crate) aliases: Option<Vec<String>>,
+    pub(crate) inflight: u32,
+    pub(crate) queued: i64,
+    pub(crate) max_concurrent: Option<u32>,
     /// Tokens charged in the last five minutes, and GPU-seconds.
-    pub tokens_5m: u64,
-    pub gpu_5m: f64,
+    pub(crate) tokens_5m: u64,
+    pub(crate) gpu_5m: f64,
     /// Its GPU-seconds of each 10-second step of the five minutes, oldest first: charted for
     /// the [`CHARTED`] clients of the most, `None` for the others.
-    pub gpu_steps: Option<[f64; 30]>,
+    pub(crate) gpu_steps: Option<[f64; 30]>,
     /// Its colour on the slot timelines.
-    pub colour: &'static str,
+    pub(crate) colour: &'static str,
     /// Label, limit and what is left (GPU time in seconds).
-    pub limits: Vec<(String, Left)>,
+    pub(crate) limits: Vec<(String, Left)>,
     /// The budgets of the month: label, used and limit.
-    pub month: Vec<(&'static str, u64, u64)>,
+    pub(crate) month: Vec<(&'static str, u64, u64)>,
 }
 
 /// Who is looking at the page, by the key it presented.
 #[derive(Clone, Debug)]
-pub enum Viewer {
+pub(crate) enum Viewer {
     /// An admin key (`server.admin_keys_env`): the whole page.
     Admin,
     /// A client's key: its own section and the aliases it may use.
@@ -51,7 +51,7 @@ pub enum Viewer {
 
 impl Viewer {
     /// Whether the page shows it alias `name`.
-    pub fn sees_alias(&self, name: &str) -> bool {
+    pub(crate) fn sees_alias(&self, name: &str) -> bool {
         match self {
             Viewer::Client(c) => c.may_use(name),
             Viewer::Admin | Viewer::Open => true,
@@ -78,11 +78,11 @@ impl Viewer {
 
 /// The clients whose GPU-seconds of the last five minutes are charted: the ones of the most
 /// (the others show the sum), which bounds the page at many clients.
-pub const CHARTED: usize = 20;
+pub(crate) const CHARTED: usize = 20;
 
 /// The clients the page shows `viewer`: all of them to an admin key (or on an open proxy),
 /// a client only its own.
-pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
+pub(crate) fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<ClientView> {
     let now = Instant::now();
     let names: Vec<&str> = snap.clients.callers().iter().map(|c| c.name()).collect();
     let mut views: Vec<ClientView> = snap
@@ -165,7 +165,7 @@ fn chart_the_most(views: &mut [ClientView]) {
 }
 
 /// The clients' table (nothing when no client is configured).
-pub fn render(out: &mut String, clients: &[ClientView]) {
+pub(crate) fn render(out: &mut String, clients: &[ClientView]) {
     if clients.is_empty() {
         return;
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// Text escaped for HTML element content and quoted attribute values.
-pub struct E<'a>(pub &'a str);
+pub(crate) struct E<'a>(pub(crate) &'a str);
 
 impl fmt::Display for E<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

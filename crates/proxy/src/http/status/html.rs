@@ -27,7 +27,7 @@ fn state_cell(state: &str) -> (&'static str, &'static str) {
 }
 
 /// The whole document. `nonce` is the Content-Security-Policy nonce of its style and script.
-pub fn render(fleet: &Fleet, nonce: &str) -> String {
+pub(crate) fn render(fleet: &Fleet, nonce: &str) -> String {
     let mut out = String::with_capacity(8 * 1024 + fleet.aliases.len() * 1024);
     let _ = write!(
         out,

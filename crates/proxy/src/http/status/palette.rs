@@ -1,15 +1,15 @@
 //! The clients' colours on the status page, the same on the slot timelines and the clients'
 //! charts: Okabe and Ito's palette, told apart with the common colour-vision deficiencies.
 
-pub const PALETTE: [&str; 7] = [
+pub(crate) const PALETTE: [&str; 7] = [
     "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442",
 ];
 /// Another client's requests, unnamed to the viewer.
-pub const OTHER: &str = "#9aa4af";
+pub(crate) const OTHER: &str = "#9aa4af";
 
 /// The colour of client `name` among the configured `names` (requests of no named client the
 /// palette's first).
-pub fn colour(names: &[&str], name: &str) -> &'static str {
+pub(crate) fn colour(names: &[&str], name: &str) -> &'static str {
     let i = names.iter().position(|n| *n == name).map_or(0, |i| i + 1);
     PALETTE[i % PALETTE.len()]
 }

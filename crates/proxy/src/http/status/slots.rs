@@ -29,48 +29,48 @@ const FOOT: f64 = 14.0;
 
 /// One backend's timeline.
 #[derive(Clone, Debug)]
-pub struct TimelineView {
-    pub backend: String,
-    pub slots: u32,
+pub(crate) struct TimelineView {
+    pub(crate) backend: String,
+    pub(crate) slots: u32,
     /// Each bar, seconds before now of its start, first token and end; its colour and title.
-    pub bars: Vec<BarView>,
+    pub(crate) bars: Vec<BarView>,
     /// The clients shown, with their colours.
-    pub legend: Vec<(String, &'static str)>,
+    pub(crate) legend: Vec<(String, &'static str)>,
     /// Its queue, in the order predicted: client (as the viewer may see it), class, wait so
     /// far and predicted wait, in seconds.
-    pub queue: Vec<(String, &'static str, f64, f64)>,
+    pub(crate) queue: Vec<(String, &'static str, f64, f64)>,
     /// The requests holding its slots now, slot by slot.
-    pub holding: Vec<HoldView>,
+    pub(crate) holding: Vec<HoldView>,
 }
 
 /// A request holding a slot now: a bar from its grant (seconds ago) to now.
 #[derive(Clone, Debug, PartialEq)]
-pub struct HoldView {
-    pub slot: u32,
+pub(crate) struct HoldView {
+    pub(crate) slot: u32,
     /// Its client as the viewer may see it (`None`: another client's), and its colour.
-    pub client: Option<String>,
-    pub colour: &'static str,
-    pub class: &'static str,
+    pub(crate) client: Option<String>,
+    pub(crate) colour: &'static str,
+    pub(crate) class: &'static str,
     /// Seconds it has held the slot, and its predicted seconds left.
-    pub held: f64,
-    pub left: f64,
+    pub(crate) held: f64,
+    pub(crate) left: f64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct BarView {
-    pub slot: u32,
-    pub start: f64,
-    pub first: Option<f64>,
-    pub end: f64,
-    pub colour: &'static str,
+pub(crate) struct BarView {
+    pub(crate) slot: u32,
+    pub(crate) start: f64,
+    pub(crate) first: Option<f64>,
+    pub(crate) end: f64,
+    pub(crate) colour: &'static str,
     /// A request that lost its slot: a dashed bar and a mark.
-    pub lost: Option<Lost>,
-    pub error: bool,
-    pub title: String,
+    pub(crate) lost: Option<Lost>,
+    pub(crate) error: bool,
+    pub(crate) title: String,
 }
 
 /// The timelines of the backends `viewer` sees (those of its aliases), in alias order.
-pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
+pub(crate) fn collect(snap: &Snapshot, viewer: &Viewer) -> Vec<TimelineView> {
     let now = Instant::now();
     let names: Vec<&str> = snap.clients.callers().iter().map(|c| c.name()).collect();
     let own = match viewer {
@@ -222,7 +222,7 @@ fn lost(how: Lost, held: f64) -> String {
 }
 
 /// The section: a timeline per backend (nothing without backends).
-pub fn render(out: &mut String, timelines: &[TimelineView]) {
+pub(crate) fn render(out: &mut String, timelines: &[TimelineView]) {
     if timelines.is_empty() {
         return;
     }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// A span of time in its two largest units: `42 s`, `3 min 5 s`, `2 h 10 min`, `3 d 4 h`.
-pub fn span(d: Duration) -> String {
+pub(crate) fn span(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..=59 => format!("{s} s"),

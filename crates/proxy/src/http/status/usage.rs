@@ -13,19 +13,19 @@ use crate::live::Snapshot;
 
 /// What the page shows of the ledger.
 #[derive(Clone, Debug)]
-pub struct LedgerView {
+pub(crate) struct LedgerView {
     /// The database, as it may be shown.
-    pub at: String,
+    pub(crate) at: String,
     /// Why writes fail, while they do.
-    pub trouble: Option<String>,
-    pub waiting: i64,
-    pub dropped: u64,
-    pub daily: Arc<Daily>,
+    pub(crate) trouble: Option<String>,
+    pub(crate) waiting: i64,
+    pub(crate) dropped: u64,
+    pub(crate) daily: Arc<Daily>,
     /// The clients whose days are shown: `None`, every one.
-    pub only: Option<String>,
+    pub(crate) only: Option<String>,
 }
 
-pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Option<LedgerView> {
+pub(crate) fn collect(snap: &Snapshot, viewer: &Viewer) -> Option<LedgerView> {
     let ledger = snap.ledger.as_ref()?;
     let (trouble, waiting, dropped) = ledger.trouble();
     Some(LedgerView {
@@ -42,7 +42,7 @@ pub fn collect(snap: &Snapshot, viewer: &Viewer) -> Option<LedgerView> {
 }
 
 /// The header's line.
-pub fn line(out: &mut String, l: &LedgerView) {
+pub(crate) fn line(out: &mut String, l: &LedgerView) {
     match &l.trouble {
         None => {
             let _ = write!(
@@ -71,7 +71,7 @@ pub fn line(out: &mut String, l: &LedgerView) {
 }
 
 /// The section of each client's days.
-pub fn render(out: &mut String, l: &LedgerView) {
+pub(crate) fn render(out: &mut String, l: &LedgerView) {
     let shown: Vec<_> = l
         .daily
         .clients

@@ -10,80 +10,80 @@ use crate::observe::window::Summary;
 
 /// The whole page.
 #[derive(Clone, Debug)]
-pub struct Fleet {
-    pub version: &'static str,
-    pub now: SystemTime,
+pub(crate) struct Fleet {
+    pub(crate) version: &'static str,
+    pub(crate) now: SystemTime,
     /// Unix time the process started.
-    pub started: u64,
-    pub reload: Option<LastReload>,
+    pub(crate) started: u64,
+    pub(crate) reload: Option<LastReload>,
     /// The shared store, when there is one.
-    pub shared: Option<SharedView>,
-    pub aliases: Vec<AliasView>,
-    pub clients: Vec<ClientView>,
+    pub(crate) shared: Option<SharedView>,
+    pub(crate) aliases: Vec<AliasView>,
+    pub(crate) clients: Vec<ClientView>,
     /// The usage ledger, when one is kept.
-    pub ledger: Option<super::usage::LedgerView>,
+    pub(crate) ledger: Option<super::usage::LedgerView>,
     /// Who held each slot of each backend shown.
-    pub timelines: Vec<super::slots::TimelineView>,
+    pub(crate) timelines: Vec<super::slots::TimelineView>,
     /// Batches not yet ended.
-    pub batches: Vec<crate::batches::store::BatchRow>,
+    pub(crate) batches: Vec<crate::batches::store::BatchRow>,
 }
 
 /// The shared store's line: where, and whether it answers.
 #[derive(Clone, Debug)]
-pub struct SharedView {
-    pub store: String,
-    pub up: bool,
+pub(crate) struct SharedView {
+    pub(crate) store: String,
+    pub(crate) up: bool,
 }
 
 /// One alias's row.
 #[derive(Clone, Debug)]
-pub struct AliasView {
-    pub name: String,
-    pub description: Option<String>,
-    pub old_names: Vec<String>,
-    pub context_window: Option<u32>,
-    pub backends: Vec<BackendView>,
-    pub inflight: i64,
-    pub queued: i64,
+pub(crate) struct AliasView {
+    pub(crate) name: String,
+    pub(crate) description: Option<String>,
+    pub(crate) old_names: Vec<String>,
+    pub(crate) context_window: Option<u32>,
+    pub(crate) backends: Vec<BackendView>,
+    pub(crate) inflight: i64,
+    pub(crate) queued: i64,
     /// Prompt tokens its backends reported, and those they read from cache (since start).
-    pub prompt_tokens: u64,
-    pub cached_tokens: u64,
-    pub last_5m: Summary,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) cached_tokens: u64,
+    pub(crate) last_5m: Summary,
     /// Requests and median time to first token of each 10-second step, oldest first.
-    pub series: Vec<crate::observe::window::Point>,
+    pub(crate) series: Vec<crate::observe::window::Point>,
 }
 
 /// A backend serving an alias.
 #[derive(Clone, Debug)]
-pub struct BackendView {
-    pub name: String,
-    pub flavor: &'static str,
+pub(crate) struct BackendView {
+    pub(crate) name: String,
+    pub(crate) flavor: &'static str,
     /// The configured URL without any user name or password in it.
-    pub url: String,
+    pub(crate) url: String,
     /// `None` before the first probe.
     /// As [`AppState::shown_state`] gives it.
-    pub state: &'static str,
-    pub busy: u32,
-    pub slots: u32,
-    pub queue_limit: u32,
+    pub(crate) state: &'static str,
+    pub(crate) busy: u32,
+    pub(crate) slots: u32,
+    pub(crate) queue_limit: u32,
     /// Its cost model: prefill and decode rates at depth 0, prefill's half depth, answers
     /// learned from.
-    pub cost: CostView,
+    pub(crate) cost: CostView,
     /// The requests waiting for its slots, each with its class and predicted wait.
-    pub queue: Vec<(&'static str, Duration)>,
+    pub(crate) queue: Vec<(&'static str, Duration)>,
 }
 
 /// A backend's cost model as the page shows it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct CostView {
-    pub prefill_tps: f64,
-    pub prefill_half_depth: Option<f64>,
-    pub decode_tps: f64,
-    pub learned: f64,
+pub(crate) struct CostView {
+    pub(crate) prefill_tps: f64,
+    pub(crate) prefill_half_depth: Option<f64>,
+    pub(crate) decode_tps: f64,
+    pub(crate) learned: f64,
 }
 
 /// Gather the page's data from one snapshot.
-pub fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
+pub(crate) fn collect(state: &AppState, snap: &Snapshot, viewer: &Viewer) -> Fleet {
     let now = Instant::now();
     let aliases = snap
         .routes
@@ -160,7 +160,7 @@ fn cost_view(cost: &crate::fleet::cost::CostModel) -> CostView {
 
 /// A backend URL as the page prints it: a user name or password in it (a backend's basic
 /// auth) is left out.
-pub fn without_userinfo(url: &str) -> String {
+pub(crate) fn without_userinfo(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
             let _ = u.set_username("");

@@ -42,20 +42,20 @@ pub struct AliasHandles {
     pub(super) name: Name,
     /// The last five minutes, for the status page.
     pub window: Arc<Window>,
-    pub duration: Histogram,
-    pub ttft: Histogram,
-    pub ttfc: Histogram,
-    pub prompt_tokens: Counter,
-    pub completion_tokens: Counter,
-    pub reasoning_tokens: Counter,
-    pub prefill_tps: Histogram,
-    pub decode_tps: Histogram,
-    pub inflight: Gauge,
-    pub queued: Gauge,
-    pub queue_limit: Gauge,
-    pub queue_wait: Histogram,
-    pub cancels: Counter<u64, AtomicU64>,
-    pub overhead: Histogram,
+    pub(crate) duration: Histogram,
+    pub(crate) ttft: Histogram,
+    pub(crate) ttfc: Histogram,
+    pub(crate) prompt_tokens: Counter,
+    pub(crate) completion_tokens: Counter,
+    pub(crate) reasoning_tokens: Counter,
+    pub(crate) prefill_tps: Histogram,
+    pub(crate) decode_tps: Histogram,
+    pub(crate) inflight: Gauge,
+    pub(crate) queued: Gauge,
+    pub(crate) queue_limit: Gauge,
+    pub(crate) queue_wait: Histogram,
+    pub(crate) cancels: Counter<u64, AtomicU64>,
+    pub(crate) overhead: Histogram,
     pub(super) requests: Family<RequestLabels, Counter>,
     /// The `requests_total` series of status 200 by endpoint and `stream`, looked up in the
     /// family once (a lock and a hash) and then kept.
@@ -70,7 +70,7 @@ pub struct AliasHandles {
     /// Its series of GPU time, by backend and client.
     pub(super) gpu_kept: KeptWork,
     /// Its series of `switchboard_prompt_cached_tokens_total`.
-    pub cached_tokens: Counter,
+    pub(crate) cached_tokens: Counter,
 }
 
 impl AliasHandles {
@@ -106,16 +106,16 @@ impl AliasHandles {
         self.gpu.predicted_wait(&self.name, secs);
     }
 
-    pub fn affinity(&self, result: AffinityResult) {
+    pub(crate) fn affinity(&self, result: AffinityResult) {
         self.affinity[result as usize].inc();
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Its name, shared (a clone is no copy).
-    pub fn shared_name(&self) -> &std::sync::Arc<String> {
+    pub(crate) fn shared_name(&self) -> &std::sync::Arc<String> {
         &self.name
     }
 
@@ -137,7 +137,7 @@ impl AliasHandles {
         }
     }
 
-    pub fn rejection(&self, method: CountMethod) {
+    pub(crate) fn rejection(&self, method: CountMethod) {
         self.window.rejection(Instant::now());
         self.rejections
             .get_or_create(&RejectionLabels {
@@ -148,7 +148,7 @@ impl AliasHandles {
     }
 
     /// A count of this alias was made another way than its own.
-    pub fn count_fallback(&self, reason: CountFallback) {
+    pub(crate) fn count_fallback(&self, reason: CountFallback) {
         self.count_fallbacks
             .get_or_create(&CountFallbackLabels {
                 alias: Arc::clone(&self.name),
@@ -157,7 +157,7 @@ impl AliasHandles {
             .inc();
     }
 
-    pub fn upstream_error(&self, reason: UpstreamReason) {
+    pub(crate) fn upstream_error(&self, reason: UpstreamReason) {
         self.upstream_errors
             .get_or_create(&UpstreamLabels {
                 alias: Arc::clone(&self.name),

@@ -28,7 +28,7 @@ pub struct BatchFamilies {
     by_status: Family<StatusLabel, Gauge>,
     queue_wait: Histogram,
     /// 1 while the Batch API's last call to its database worked (0 without a Batch API).
-    pub db_up: Gauge,
+    pub(crate) db_up: Gauge,
 }
 
 impl Default for BatchFamilies {
@@ -78,7 +78,7 @@ impl BatchFamilies {
     }
 
     /// A line's run waited `seconds` for its slot.
-    pub fn waited(&self, seconds: f64) {
+    pub(crate) fn waited(&self, seconds: f64) {
         self.queue_wait.observe(seconds);
     }
 

@@ -39,7 +39,7 @@ pub(super) enum TokenKind {
 /// Why a client's request was refused before it reached a backend.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum RefusalReason {
+pub(crate) enum RefusalReason {
     rate_limit,
     quota,
     concurrency,
@@ -158,20 +158,20 @@ pub struct ClientMetrics {
     pub(super) name: Name,
     pub(super) requests: Family<ClientRequestLabels, Counter>,
     pub prompt_tokens: Counter,
-    pub completion_tokens: Counter,
-    pub queue_wait: Histogram,
+    pub(crate) completion_tokens: Counter,
+    pub(crate) queue_wait: Histogram,
     pub(super) refusals: PerKind<RefusalReason, Counter, 4>,
-    pub inflight: Gauge,
-    pub queued: Gauge,
+    pub(crate) inflight: Gauge,
+    pub(crate) queued: Gauge,
 }
 
 impl ClientMetrics {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Its name, shared (a clone is no copy).
-    pub fn shared_name(&self) -> &std::sync::Arc<String> {
+    pub(crate) fn shared_name(&self) -> &std::sync::Arc<String> {
         &self.name
     }
 
@@ -184,7 +184,7 @@ impl ClientMetrics {
             .inc();
     }
 
-    pub fn refused(&self, reason: RefusalReason) {
+    pub(crate) fn refused(&self, reason: RefusalReason) {
         self.refusals[reason].inc();
     }
 }

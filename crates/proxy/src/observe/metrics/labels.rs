@@ -25,7 +25,7 @@ pub(super) enum ReloadResult {
 /// (`switchboard_context_rejections_total{method}`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum CountMethod {
+pub(crate) enum CountMethod {
     /// The free byte bound.
     bound,
     /// The model's tokenizer and chat template, in process.
@@ -37,7 +37,7 @@ pub enum CountMethod {
 }
 
 impl CountMethod {
-    pub const ALL: [CountMethod; 4] = [
+    pub(crate) const ALL: [CountMethod; 4] = [
         CountMethod::bound,
         CountMethod::local,
         CountMethod::backend,
@@ -49,7 +49,7 @@ impl CountMethod {
 /// (`switchboard_count_fallbacks_total{reason}`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum CountFallback {
+pub(crate) enum CountFallback {
     /// The local template engine failed on the request.
     template,
     /// More text to count than `server.count_limit_bytes`.
@@ -59,7 +59,7 @@ pub enum CountFallback {
 }
 
 impl CountFallback {
-    pub const ALL: [CountFallback; 3] = [
+    pub(crate) const ALL: [CountFallback; 3] = [
         CountFallback::template,
         CountFallback::too_large,
         CountFallback::busy,
@@ -96,7 +96,7 @@ pub(super) struct CountFallbackLabels {
 /// Why an ended span was not exported.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum SpanDrop {
+pub(crate) enum SpanDrop {
     /// The export queue (`tracing.queue_spans`) was full: the collector is slow or down.
     queue_full,
     /// The collector refused the export, could not be reached, or did not answer in time.
@@ -112,16 +112,11 @@ pub(super) struct SpanDropLabels {
 
 /// Spans not exported, by reason: what the tracer counts its losses with.
 #[derive(Clone, Debug, Default)]
-pub struct SpansDropped(pub(super) Family<SpanDropLabels, Counter>);
+pub(crate) struct SpansDropped(pub(super) Family<SpanDropLabels, Counter>);
 
 impl SpansDropped {
-    pub fn add(&self, reason: SpanDrop, n: u64) {
+    pub(crate) fn add(&self, reason: SpanDrop, n: u64) {
         self.0.get_or_create(&SpanDropLabels { reason }).inc_by(n);
-    }
-
-    /// How many were dropped for `reason` so far.
-    pub fn get(&self, reason: SpanDrop) -> u64 {
-        self.0.get_or_create(&SpanDropLabels { reason }).get()
     }
 }
 

@@ -2,7 +2,7 @@
 //! handles for the hot path (`alias.rs`); the client families (`client.rs`).
 
 mod alias;
-pub mod batches;
+pub(crate) mod batches;
 mod client;
 mod exports;
 mod gpu;
@@ -25,16 +25,16 @@ use crate::fleet::health::BackendState;
 use crate::upstream::failure::UpstreamReason;
 use crate::upstream::watch::ConnWatch;
 
-pub use alias::{AliasHandles, AliasMetrics};
+pub(crate) use alias::{AliasHandles, AliasMetrics};
 use client::ClientFamilies;
-pub use client::{ClientMetrics, RefusalReason};
+pub(crate) use client::{ClientMetrics, RefusalReason};
 use labels::{
     duration_hist, overhead_hist, tps_hist, ttft_hist, AffinityLabels, AliasLabel, BackendLabel,
     BackendStateLabels, BreakerLabels, CountFallbackLabels, FallbackLabels, Hist, NotPooledLabels,
     NotPooledReason, RejectionLabels, ReloadLabel, ReloadResult, RequestLabels, RetryLabels,
     RetryReason, StoreLabel, UpstreamLabels, VersionLabel,
 };
-pub use labels::{CountFallback, CountMethod, SpanDrop, SpansDropped};
+pub(crate) use labels::{CountFallback, CountMethod, SpanDrop, SpansDropped};
 use text::to_prometheus_text;
 
 /// All of Switchboard's metric families. Registered once in [`Metrics::new`].
@@ -71,11 +71,11 @@ pub struct Metrics {
     shared_up: Family<StoreLabel, Gauge>,
     shared_fallbacks: Family<StoreLabel, Counter>,
     /// Client connections open now (all workers): what `server.max_connections` bounds.
-    pub client_connections: Gauge,
+    pub(crate) client_connections: Gauge,
     /// Client connections closed at once because `server.max_connections` were open.
-    pub connections_refused: Counter,
+    pub(crate) connections_refused: Counter,
     /// Spans the tracer could not export.
-    pub spans_dropped: SpansDropped,
+    pub(crate) spans_dropped: SpansDropped,
     /// The usage ledger's rows written, dropped and waiting.
     pub ledger: crate::ledger::Counters,
     clients: ClientFamilies,
@@ -425,7 +425,7 @@ impl Metrics {
     }
 
     /// The gauges of the count gate: running, waiting.
-    pub fn count_gauges(&self) -> (Gauge, Gauge) {
+    pub(crate) fn count_gauges(&self) -> (Gauge, Gauge) {
         (self.counts_running.clone(), self.counts_waiting.clone())
     }
 
@@ -487,7 +487,7 @@ impl Metrics {
     }
 
     /// A config reload ended: `succeeded` when the new config took effect.
-    pub fn config_reload(&self, succeeded: bool) {
+    pub(crate) fn config_reload(&self, succeeded: bool) {
         let result = if succeeded {
             ReloadResult::success
         } else {

@@ -40,7 +40,7 @@ const COLLECTOR: &str = "otlp collector";
 
 /// The span processor: hands every ended span to the export thread, or counts it dropped.
 #[derive(Debug)]
-pub struct Queue {
+pub(crate) struct Queue {
     tx: mpsc::Sender<SpanData>,
     dropped: SpansDropped,
     /// Whether the current run of drops was told in the log (told once, again after a
@@ -73,7 +73,7 @@ impl SpanProcessor for Queue {
 
 /// The processor for `settings`, its export thread started. The thread ends once every
 /// span holding the processor is gone and the queue is sent.
-pub fn start(
+pub(crate) fn start(
     settings: &Tracing,
     resource: &Resource,
     dropped: SpansDropped,

@@ -4,7 +4,7 @@
 //! Off (no tracer, nothing read or sent) while `[tracing]` names no endpoint.
 
 mod export;
-pub mod names;
+pub(crate) mod names;
 mod span;
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{ParentBasedSampler, Sampler, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-pub use span::{Attempt, End, RequestTrace};
+pub(crate) use span::{Attempt, End, RequestTrace};
 
 use crate::config::Tracing;
 use crate::observe::metrics::SpansDropped;
@@ -46,7 +46,7 @@ impl std::fmt::Debug for Tracer {
 impl Tracer {
     /// The tracer for `settings`, its export thread started; lost spans are counted in
     /// `dropped`.
-    pub fn start(settings: &Tracing, dropped: SpansDropped) -> Result<Tracer, String> {
+    pub(crate) fn start(settings: &Tracing, dropped: SpansDropped) -> Result<Tracer, String> {
         let resource = Resource::builder_empty()
             .with_service_name(settings.service_name.clone())
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
@@ -68,18 +68,18 @@ impl Tracer {
     }
 
     /// The setting it was made for.
-    pub fn settings(&self) -> &Tracing {
+    pub(crate) fn settings(&self) -> &Tracing {
         &self.settings
     }
 
     /// Whether prompts and answers go into spans.
-    pub fn captures_content(&self) -> bool {
+    pub(crate) fn captures_content(&self) -> bool {
         self.settings.capture_content
     }
 
     /// The trace of a request to `endpoint` that arrived at `started` with `headers`: its
     /// server span begun, a child of the client's `traceparent` where it sent one.
-    pub fn request(
+    pub(crate) fn request(
         self: &Arc<Self>,
         headers: &HeaderMap,
         endpoint: Endpoint,

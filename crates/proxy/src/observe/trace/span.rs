@@ -19,13 +19,13 @@ use crate::wire::usage::Usage;
 use switchboard_json::utf8::prefix;
 
 /// `at` on the wall clock (spans carry wall-clock times; the request's are monotonic).
-pub fn wall_clock(at: Instant) -> SystemTime {
+pub(crate) fn wall_clock(at: Instant) -> SystemTime {
     let now = SystemTime::now();
     now.checked_sub(at.elapsed()).unwrap_or(now)
 }
 
 /// The spans of one request.
-pub struct RequestTrace {
+pub(crate) struct RequestTrace {
     tracer: Arc<Tracer>,
     /// The server span, inside the context attempts are started in.
     server: Context,
@@ -62,37 +62,37 @@ impl std::fmt::Debug for RequestTrace {
 }
 
 /// One attempt at a backend, as its span tells it.
-pub struct Attempt<'a> {
-    pub backend: &'a str,
+pub(crate) struct Attempt<'a> {
+    pub(crate) backend: &'a str,
     /// `gen_ai.provider.name`: the backend's flavour.
-    pub flavor: &'static str,
+    pub(crate) flavor: &'static str,
     /// `host:port`.
-    pub authority: &'a str,
+    pub(crate) authority: &'a str,
     /// The model as the backend is asked for it.
-    pub model: &'a str,
-    pub alias: &'a str,
+    pub(crate) model: &'a str,
+    pub(crate) alias: &'a str,
     /// Time spent waiting for the replica's slot.
-    pub queued: Duration,
+    pub(crate) queued: Duration,
     /// The conversation's replica: `hit`, `moved`, `new` (replicas only).
-    pub affinity: Option<&'static str>,
+    pub(crate) affinity: Option<&'static str>,
     /// Sent once more after a backend dropped it unanswered.
-    pub resent: bool,
+    pub(crate) resent: bool,
     /// The wait for the slot predicted when it queued (none where it did not), and its GPU
     /// time predicted there.
-    pub predicted_wait: Option<Duration>,
-    pub predicted_work: f64,
+    pub(crate) predicted_wait: Option<Duration>,
+    pub(crate) predicted_work: f64,
 }
 
 /// What the request's record knows at its end.
-pub struct End<'a> {
-    pub status: u16,
-    pub usage: Option<Usage>,
-    pub first_token: Option<Instant>,
+pub(crate) struct End<'a> {
+    pub(crate) status: u16,
+    pub(crate) usage: Option<Usage>,
+    pub(crate) first_token: Option<Instant>,
     /// The answer reached its end (unset: the client went away).
-    pub completed: bool,
-    pub error: Option<&'a str>,
+    pub(crate) completed: bool,
+    pub(crate) error: Option<&'a str>,
     /// Its GPU time, measured.
-    pub work: Option<Measured>,
+    pub(crate) work: Option<Measured>,
 }
 
 impl RequestTrace {
@@ -133,17 +133,17 @@ impl RequestTrace {
 
     /// Whether this request's spans are sampled, so worth telling what happens; an unsampled
     /// trace is only carried on to the backend.
-    pub fn recording(&self) -> bool {
+    pub(crate) fn recording(&self) -> bool {
         self.recording
     }
 
     /// Whether prompts and answers are captured.
-    pub fn captures_content(&self) -> bool {
+    pub(crate) fn captures_content(&self) -> bool {
         self.tracer.captures_content()
     }
 
     /// The request resolved: the model the client asked for and what it asked of it.
-    pub fn resolved(&mut self, requested: &str, max_tokens: Option<u64>, stream: bool) {
+    pub(crate) fn resolved(&mut self, requested: &str, max_tokens: Option<u64>, stream: bool) {
         let span = self.server.span();
         span.update_name(format!("{} {requested}", self.operation));
         span.set_attribute(KeyValue::new(n::REQUEST_MODEL, requested.to_string()));
@@ -163,7 +163,7 @@ impl RequestTrace {
 
     /// The request's messages as the client sent them (only when content is captured), cut
     /// to the capture bound.
-    pub fn input(&mut self, messages: &str) {
+    pub(crate) fn input(&mut self, messages: &str) {
         if self.captures_content() {
             let kept = prefix(messages, self.capture_max());
             self.truncated |= kept.len() < messages.len();
@@ -171,26 +171,26 @@ impl RequestTrace {
         }
     }
 
-    pub fn conversation(&self, id: &str) {
+    pub(crate) fn conversation(&self, id: &str) {
         self.set(KeyValue::new(n::CONVERSATION, id.to_string()));
     }
 
     /// What kind of request its harness says it is (Codex CLI's `request_kind`).
-    pub fn request_kind(&self, kind: &str) {
+    pub(crate) fn request_kind(&self, kind: &str) {
         self.set(KeyValue::new(n::REQUEST_KIND, kind.to_string()));
     }
 
-    pub fn client(&self, name: &str) {
+    pub(crate) fn client(&self, name: &str) {
         self.set(KeyValue::new(n::CLIENT, name.to_string()));
     }
 
     /// The alias serving the request now.
-    pub fn alias(&mut self, alias: &str) {
+    pub(crate) fn alias(&mut self, alias: &str) {
         self.alias = Some(alias.to_string());
     }
 
     /// The guard's count: how it counted, what, against which window.
-    pub fn counted(&self, method: &'static str, prompt: Option<u32>, window: u32) {
+    pub(crate) fn counted(&self, method: &'static str, prompt: Option<u32>, window: u32) {
         self.set(KeyValue::new(n::COUNT_METHOD, method));
         if let Some(p) = prompt {
             self.set(KeyValue::new(n::COUNT_PROMPT, i64::from(p)));
@@ -199,12 +199,12 @@ impl RequestTrace {
     }
 
     /// The guard refused the request: it does not fit the window.
-    pub fn rejected(&self) {
+    pub(crate) fn rejected(&self) {
         self.set(KeyValue::new(n::CONTEXT_REJECTED, true));
     }
 
     /// The request moved from alias `from` to its fallback `to`, for `reason`.
-    pub fn fallback(&self, from: &str, to: &str, reason: &str) {
+    pub(crate) fn fallback(&self, from: &str, to: &str, reason: &str) {
         self.server.span().add_event(
             n::FALLBACK,
             vec![
@@ -216,7 +216,7 @@ impl RequestTrace {
     }
 
     /// An attempt at a backend begins: its client span, a child of the server span.
-    pub fn attempt(&mut self, a: &Attempt<'_>) {
+    pub(crate) fn attempt(&mut self, a: &Attempt<'_>) {
         self.attempts += 1;
         let (host, port) = split_authority(a.authority);
         let mut attrs = vec![
@@ -262,7 +262,7 @@ impl RequestTrace {
 
     /// The attempt gave its slot up to an interactive request before its client had a byte:
     /// its span ends so, and the request's tells of it.
-    pub fn preempted(&mut self, backend: &str) {
+    pub(crate) fn preempted(&mut self, backend: &str) {
         if let Some(mut a) = self.attempt.take() {
             a.set_attribute(KeyValue::new(n::PREEMPTED, true));
             a.end();
@@ -274,7 +274,7 @@ impl RequestTrace {
     }
 
     /// The attempt is sent translated to `api` (the backend does not serve the client's).
-    pub fn translated(&mut self, api: &'static str) {
+    pub(crate) fn translated(&mut self, api: &'static str) {
         if let Some(a) = &mut self.attempt {
             a.set_attribute(KeyValue::new(n::TRANSLATED, api));
         }
@@ -283,7 +283,7 @@ impl RequestTrace {
 
     /// The backend's `traceparent` (and `tracestate`): the attempt's span, in place of any
     /// the client sent.
-    pub fn inject(&self, headers: &mut HeaderMap) {
+    pub(crate) fn inject(&self, headers: &mut HeaderMap) {
         headers.remove("traceparent");
         headers.remove("tracestate");
         let propagator = self.tracer.propagator();
@@ -299,7 +299,7 @@ impl RequestTrace {
 
     /// The attempt failed before any byte reached the client: why, and the backend's status
     /// when it answered one.
-    pub fn attempt_failed(&mut self, error_type: &str, status: Option<u16>) {
+    pub(crate) fn attempt_failed(&mut self, error_type: &str, status: Option<u16>) {
         if let Some(mut a) = self.attempt.take() {
             if let Some(s) = status {
                 a.set_attribute(KeyValue::new(n::HTTP_STATUS, i64::from(s)));
@@ -311,12 +311,12 @@ impl RequestTrace {
     }
 
     /// The error the client was answered with (its `code`).
-    pub fn error_type(&mut self, code: &'static str) {
+    pub(crate) fn error_type(&mut self, code: &'static str) {
         self.error_type = Some(code);
     }
 
     /// What the answer named: the backend's model and a choice's finish reason.
-    pub fn response(&mut self, model: Option<&str>, finish: Option<&str>) {
+    pub(crate) fn response(&mut self, model: Option<&str>, finish: Option<&str>) {
         if let (None, Some(m)) = (&self.response_model, model) {
             self.response_model = Some(m.to_string());
         }
@@ -328,13 +328,13 @@ impl RequestTrace {
     }
 
     /// Whether the answer's model is known (read from its first event).
-    pub fn knows_model(&self) -> bool {
+    pub(crate) fn knows_model(&self) -> bool {
         self.response_model.is_some()
     }
 
     /// Answer text, gathered when content is captured, up to the capture bound (what comes
     /// after it is not kept).
-    pub fn output(&mut self, text: &str) {
+    pub(crate) fn output(&mut self, text: &str) {
         if self.captures_content() {
             let max = self.capture_max();
             let out = self.output.get_or_insert_with(String::new);
@@ -345,7 +345,7 @@ impl RequestTrace {
     }
 
     /// The request ended: both spans told its outcome and ended.
-    pub fn finish(mut self, end: &End<'_>) {
+    pub(crate) fn finish(mut self, end: &End<'_>) {
         if !self.recording {
             self.server.span().end();
             return;

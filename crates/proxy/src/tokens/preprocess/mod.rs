@@ -19,20 +19,20 @@ use crate::runtime::Engine;
 
 /// A request ready for the template: its globals and what happens around the rendering.
 #[derive(Debug, Default)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// Template globals: `messages`, `tools`, `add_generation_prompt`, special tokens, kwargs.
-    pub vars: JMap,
+    pub(crate) vars: JMap,
     /// Whether the `tool_use` variant of the template applies.
-    pub tool_use: bool,
+    pub(crate) tool_use: bool,
     /// What happens to the rendering afterwards.
-    pub post: Post,
+    pub(crate) post: Post,
     /// Media parts taken out of the text.
-    pub media: Media,
+    pub(crate) media: Media,
 }
 
 /// A step after rendering, for requests that continue a final assistant message.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub enum Post {
+pub(crate) enum Post {
     #[default]
     None,
     /// HF `continue_final_message` (vLLM): the rendering ends right after this text.
@@ -46,21 +46,25 @@ pub enum Post {
 
 /// Media parts found in the messages.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Media {
-    pub images: u32,
-    pub audio: u32,
+pub(crate) struct Media {
+    pub(crate) images: u32,
+    pub(crate) audio: u32,
 }
 
 impl Media {
     /// Tokens for these parts, each costed as `costs` says.
-    pub fn cost(self, costs: &MediaCosts) -> u64 {
+    pub(crate) fn cost(self, costs: &MediaCosts) -> u64 {
         u64::from(self.images) * u64::from(costs.image)
             + u64::from(self.audio) * u64::from(costs.audio)
     }
 }
 
 /// Prepares a parsed chat body as `engine` would before rendering `tmpl`.
-pub fn prepare(body: &J, engine: Engine, tmpl: &ChatTemplate) -> Result<Prepared, CountError> {
+pub(crate) fn prepare(
+    body: &J,
+    engine: Engine,
+    tmpl: &ChatTemplate,
+) -> Result<Prepared, CountError> {
     let req = body
         .as_obj()
         .ok_or_else(|| invalid("the body is not a JSON object"))?;

@@ -54,12 +54,12 @@ fn chunk_size(buf: &mut BytesMut) -> Result<Option<u64>, String> {
 
 /// Turns the bytes read after the head into body data.
 #[derive(Debug)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     state: State,
 }
 
 impl Decoder {
-    pub fn new(framing: Framing) -> Decoder {
+    pub(crate) fn new(framing: Framing) -> Decoder {
         let state = match framing {
             Framing::Empty | Framing::Length(0) => State::Done,
             Framing::Length(n) => State::Length(n),
@@ -70,7 +70,7 @@ impl Decoder {
     }
 
     /// The whole body has been decoded.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.state == State::Done
     }
 
@@ -79,7 +79,7 @@ impl Decoder {
     /// as a slice of `buf`; the data of every complete chunk in `buf` comes out in one piece.
     /// Malformed framing is an error once the data before it has come out, so the data a body
     /// yields does not depend on how its bytes were split into reads.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
         match self.state {
             State::Done => return Ok(None),
             State::Length(n) => {
@@ -171,7 +171,7 @@ impl Decoder {
 
     /// The connection ended: fine for a close-delimited body (which is then complete), an
     /// error for any other body not yet complete.
-    pub fn eof(&mut self) -> Result<(), String> {
+    pub(crate) fn eof(&mut self) -> Result<(), String> {
         match self.state {
             State::Done => Ok(()),
             State::Close => {

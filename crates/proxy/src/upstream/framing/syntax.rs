@@ -76,7 +76,7 @@ fn extensions(mut s: &[u8]) -> bool {
 
 /// The size a chunk-size line declares (`line` without its CRLF): `1*HEXDIG [ chunk-ext ]`.
 /// `None` for any other line, or a size past `u64::MAX`.
-pub fn chunk_size(line: &[u8]) -> Option<u64> {
+pub(crate) fn chunk_size(line: &[u8]) -> Option<u64> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 {
         return None;
@@ -92,7 +92,7 @@ pub fn chunk_size(line: &[u8]) -> Option<u64> {
 /// Whether `line` (without its CRLF) is a field line: `field-name ":" OWS field-value OWS`,
 /// the value of visible characters, spaces and tabs (RFC 9112 §5, RFC 9110 §5.5). A line that
 /// starts with whitespace (obsolete line folding) is not one.
-pub fn field_line(line: &[u8]) -> bool {
+pub(crate) fn field_line(line: &[u8]) -> bool {
     let name = token_len(line);
     name > 0
         && line.get(name) == Some(&b':')

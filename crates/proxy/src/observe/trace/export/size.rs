@@ -13,12 +13,12 @@ const SPAN: usize = 128;
 const ENVELOPE: usize = 4 << 10;
 
 /// The bytes of spans an export of at most `max` bytes may carry.
-pub fn budget(max: usize) -> usize {
+pub(crate) fn budget(max: usize) -> usize {
     max.saturating_sub(ENVELOPE)
 }
 
 /// The bytes `span` takes in an export request, or more (never fewer).
-pub fn of(span: &SpanData) -> usize {
+pub(crate) fn of(span: &SpanData) -> usize {
     let events: usize = span
         .events
         .iter()
