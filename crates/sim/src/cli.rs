@@ -14,72 +14,72 @@ pub struct SimArgs {
     pub flavor: Flavor,
     /// Port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 0)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// Address to listen on.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
-    pub host: IpAddr,
+    pub(crate) host: IpAddr,
     /// Served model name.
     #[arg(long, default_value = "sim-model")]
-    pub model: String,
+    pub(crate) model: String,
     /// Per-slot context window in tokens.
     #[arg(long, default_value_t = 4096)]
-    pub slot_ctx: u32,
+    pub(crate) slot_ctx: u32,
     /// Concurrent generations; more requests queue.
     #[arg(long, default_value_t = 4)]
-    pub slots: u32,
+    pub(crate) slots: u32,
     /// Report that the model takes images.
     #[arg(long)]
-    pub image: bool,
+    pub(crate) image: bool,
     /// Report that the model takes audio.
     #[arg(long)]
-    pub audio: bool,
+    pub(crate) audio: bool,
     /// Delay before the first token, in milliseconds.
     #[arg(long, default_value_t = 0)]
-    pub ttft_ms: u64,
+    pub(crate) ttft_ms: u64,
     /// Delay between tokens, in milliseconds.
     #[arg(long, default_value_t = 0)]
-    pub token_delay_ms: u64,
+    pub(crate) token_delay_ms: u64,
     /// Generate reasoning text before the answer.
     #[arg(long)]
-    pub reasoning: bool,
+    pub(crate) reasoning: bool,
     /// Put reasoning inline in content as <think>…</think>.
     #[arg(long)]
-    pub think_tags: bool,
+    pub(crate) think_tags: bool,
     /// Behave as if loading the model for this long after start, in milliseconds.
     #[arg(long, default_value_t = 0)]
-    pub loading_ms: u64,
+    pub(crate) loading_ms: u64,
     /// Abort each stream's connection after this many events.
     #[arg(long)]
-    pub fail_after: Option<u32>,
+    pub(crate) fail_after: Option<u32>,
     /// Tokens generated when a request sets no max_tokens.
     #[arg(long, default_value_t = 16)]
-    pub completion_tokens: u32,
+    pub(crate) completion_tokens: u32,
     /// Reasoning tokens generated when reasoning is on.
     #[arg(long, default_value_t = 8)]
-    pub reasoning_tokens: u32,
+    pub(crate) reasoning_tokens: u32,
     /// Write stream events with a space after every `,` and `:`, as Python's json.dumps does.
     #[arg(long)]
-    pub spaced_json: bool,
+    pub(crate) spaced_json: bool,
     /// Close the connection after every streamed answer while announcing keep-alive, as
     /// llama-server does (at the next request on it).
     #[arg(long)]
-    pub close_after_stream: bool,
+    pub(crate) close_after_stream: bool,
     /// GPU mode: prompt tokens per second at depth 0 (slots keep a KV cache; the delays
     /// above are then unused).
     #[arg(long)]
-    pub gpu_prefill_tps: Option<f64>,
+    pub(crate) gpu_prefill_tps: Option<f64>,
     /// GPU mode: generated tokens per second at depth 0.
     #[arg(long, default_value_t = 40.0)]
-    pub gpu_decode_tps: f64,
+    pub(crate) gpu_decode_tps: f64,
     /// GPU mode: depth at which prefill runs at half speed (0: never slows).
     #[arg(long, default_value_t = 0)]
-    pub gpu_prefill_half_depth: u32,
+    pub(crate) gpu_prefill_half_depth: u32,
     /// GPU mode: depth at which decode runs at half speed (0: never slows).
     #[arg(long, default_value_t = 0)]
-    pub gpu_decode_half_depth: u32,
+    pub(crate) gpu_decode_half_depth: u32,
     /// GPU mode: prompt tokens evaluated per step.
     #[arg(long, default_value_t = 512)]
-    pub gpu_batch: u32,
+    pub(crate) gpu_batch: u32,
 }
 
 impl SimArgs {

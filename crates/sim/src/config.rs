@@ -90,12 +90,12 @@ impl Default for GpuSim {
 
 impl GpuSim {
     /// Seconds to prefill `n` tokens on top of `depth` cached ones, in one step.
-    pub fn prefill_secs(&self, depth: usize, n: usize) -> f64 {
+    pub(crate) fn prefill_secs(&self, depth: usize, n: usize) -> f64 {
         n as f64 / rate(self.prefill_tps, self.prefill_half_depth, depth)
     }
 
     /// Seconds of one decode step at `depth`.
-    pub fn decode_secs(&self, depth: usize) -> f64 {
+    pub(crate) fn decode_secs(&self, depth: usize) -> f64 {
         1.0 / rate(self.decode_tps, self.decode_half_depth, depth)
     }
 }

@@ -15,10 +15,10 @@ use super::tokenize::count;
 use switchboard_wire::flavor::Flavor;
 
 /// Dimensions of every simulated embedding.
-pub const DIMS: usize = 8;
+pub(crate) const DIMS: usize = 8;
 
 /// The embedding of one input: the same input always gives the same unit vector.
-pub fn embedding(input: &str) -> Vec<f32> {
+pub(crate) fn embedding(input: &str) -> Vec<f32> {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in input.bytes() {
         h ^= u64::from(b);

@@ -22,8 +22,8 @@ use super::tokenize::{count_prompt_tokens, prompt_ids, thinking_enabled};
 
 /// One event of a paced stream; `token`: it carries a generated token.
 pub(crate) struct Step {
-    pub bytes: Bytes,
-    pub token: bool,
+    pub(crate) bytes: Bytes,
+    pub(crate) token: bool,
 }
 
 /// `event: <type>` with `v` as its data.
@@ -35,18 +35,18 @@ pub(crate) fn named(v: &Value) -> Bytes {
 /// A Messages or Responses request as the simulator plans it: the chat body it stands for
 /// (its prompt counted by the chat template), its budget and whether it streams.
 pub(crate) struct ApiRequest {
-    pub chat: Value,
-    pub max_tokens: Option<u32>,
-    pub stream: bool,
+    pub(crate) chat: Value,
+    pub(crate) max_tokens: Option<u32>,
+    pub(crate) stream: bool,
     /// llama.cpp's `id_slot`, as sent.
-    pub id_slot: Option<i64>,
+    pub(crate) id_slot: Option<i64>,
     /// What it says of the prompt cache.
-    pub cache: CacheUse,
+    pub(crate) cache: CacheUse,
 }
 
 impl ApiRequest {
     /// The generation plan, or the failure the backend answers with.
-    pub fn plan(&self, sh: &Shared) -> Result<(GenRequest, Plan), Failure> {
+    pub(crate) fn plan(&self, sh: &Shared) -> Result<(GenRequest, Plan), Failure> {
         let flavor = sh.flavor();
         let req = GenRequest {
             kind: Kind::Chat,

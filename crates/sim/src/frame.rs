@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// Which endpoint a generation answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// `/v1/chat/completions`
     Chat,
     /// `/v1/completions`
@@ -23,27 +23,27 @@ pub(crate) enum Field {
 /// Token counts and timings of one generation.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Counts {
-    pub prompt: u32,
-    pub completion: u32,
+    pub(crate) prompt: u32,
+    pub(crate) completion: u32,
     /// Tokens that went to the reasoning field.
-    pub reasoning: u32,
-    pub prompt_ms: f64,
-    pub predicted_ms: f64,
+    pub(crate) reasoning: u32,
+    pub(crate) prompt_ms: f64,
+    pub(crate) predicted_ms: f64,
     /// Prompt tokens read from the KV cache (GPU mode only; `None`: not simulated).
-    pub cached: Option<u32>,
+    pub(crate) cached: Option<u32>,
 }
 
 /// A finished non-stream answer.
 #[derive(Debug)]
 pub(crate) struct Answer<'a> {
-    pub kind: Kind,
-    pub id: &'a str,
-    pub created: u64,
-    pub model: &'a str,
-    pub reasoning: Option<String>,
-    pub content: String,
-    pub finish: &'static str,
-    pub counts: Counts,
+    pub(crate) kind: Kind,
+    pub(crate) id: &'a str,
+    pub(crate) created: u64,
+    pub(crate) model: &'a str,
+    pub(crate) reasoning: Option<String>,
+    pub(crate) content: String,
+    pub(crate) finish: &'static str,
+    pub(crate) counts: Counts,
 }
 
 /// Why a request is refused before generation.
@@ -112,7 +112,7 @@ pub(crate) struct Frame {
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
 impl Frame {
-    pub fn new(
+    pub(crate) fn new(
         dialect: &'static dyn Dialect,
         kind: Kind,
         id: &str,
@@ -130,7 +130,7 @@ impl Frame {
     }
 
     /// Write the events with Python's separators.
-    pub fn spaced(mut self, spaced: bool) -> Self {
+    pub(crate) fn spaced(mut self, spaced: bool) -> Self {
         self.spaced = spaced;
         self
     }
@@ -153,25 +153,25 @@ impl Frame {
         Bytes::from(out)
     }
 
-    pub fn role(&self) -> Bytes {
+    pub(crate) fn role(&self) -> Bytes {
         let role = self.dialect.role_choice();
         self.event(|o| o.push_str(role), self.dialect.chunk_extra())
     }
 
-    pub fn token(&self, field: Field, text: &str) -> Bytes {
+    pub(crate) fn token(&self, field: Field, text: &str) -> Bytes {
         self.event(
             |o| self.dialect.token_choice(self.kind, field, text, o),
             self.dialect.chunk_extra(),
         )
     }
 
-    pub fn finish(&self, finish: &str, usage_chunk: bool, counts: &Counts) -> Bytes {
+    pub(crate) fn finish(&self, finish: &str, usage_chunk: bool, counts: &Counts) -> Bytes {
         let mut extra = self.dialect.chunk_extra().to_owned();
         extra.push_str(&self.dialect.finish_extra(usage_chunk, counts));
         self.event(|o| self.dialect.finish_choice(self.kind, finish, o), &extra)
     }
 
-    pub fn usage(&self, counts: &Counts) -> Bytes {
+    pub(crate) fn usage(&self, counts: &Counts) -> Bytes {
         self.event(|_| {}, &self.dialect.usage_extra(counts))
     }
 }

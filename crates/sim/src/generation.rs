@@ -36,7 +36,7 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    pub fn new(recorder: Recorder) -> Self {
+    pub(crate) fn new(recorder: Recorder) -> Self {
         Self {
             recorder,
             permit: None,
@@ -47,7 +47,7 @@ impl Generation {
 
     /// Takes a slot for `req`: in GPU mode the slot model's choice, else the first free one.
     /// `None` when the slots are gone.
-    pub async fn start(sh: &Shared, req: &GenRequest, plan: &Plan) -> Option<Self> {
+    pub(crate) async fn start(sh: &Shared, req: &GenRequest, plan: &Plan) -> Option<Self> {
         let mut gen = Self::new(sh.recorder.clone());
         let started = match (&sh.gpu, &req.prompt) {
             (Some(gpu), Some(prompt)) => {
@@ -78,7 +78,7 @@ impl Generation {
     }
 
     /// Waits before the first event: the prefill in GPU mode, else `ttft`.
-    pub async fn before_first(&mut self, ttft: Duration) {
+    pub(crate) async fn before_first(&mut self, ttft: Duration) {
         match &mut self.lease {
             Some(lease) => lease.prefill().await,
             None => pause(ttft).await,
@@ -87,7 +87,7 @@ impl Generation {
 
     /// Waits before generated token `i`: one decode step in GPU mode, else `delay` before
     /// every token but the first.
-    pub async fn before_token(&mut self, i: u32, delay: Duration) {
+    pub(crate) async fn before_token(&mut self, i: u32, delay: Duration) {
         match &mut self.lease {
             Some(lease) => lease.decode().await,
             None if i > 0 => pause(delay).await,
@@ -96,7 +96,7 @@ impl Generation {
     }
 
     /// GPU mode: runs the whole generation of `plan` (a whole answer). False outside it.
-    pub async fn run_gpu(&mut self, plan: &Plan) -> bool {
+    pub(crate) async fn run_gpu(&mut self, plan: &Plan) -> bool {
         let Some(lease) = &mut self.lease else {
             return false;
         };
@@ -108,7 +108,7 @@ impl Generation {
     }
 
     /// GPU mode: the counts of `plan`, with the model's times and the cached prefix.
-    pub fn gpu_counts(&self, plan: &Plan) -> Option<Counts> {
+    pub(crate) fn gpu_counts(&self, plan: &Plan) -> Option<Counts> {
         let lease = self.lease.as_ref()?;
         let (prompt_ms, predicted_ms) = lease.model_ms(plan.tokens);
         Some(Counts {
@@ -122,7 +122,7 @@ impl Generation {
     }
 
     /// Waits for a free slot, first come first served. False if the slots are gone.
-    pub async fn acquire(&mut self, slots: &Arc<Semaphore>) -> bool {
+    pub(crate) async fn acquire(&mut self, slots: &Arc<Semaphore>) -> bool {
         let permit = match Arc::clone(slots).try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -139,7 +139,7 @@ impl Generation {
     }
 
     /// Records how the generation ended and frees its slot.
-    pub fn end(&mut self, how: End) {
+    pub(crate) fn end(&mut self, how: End) {
         if self.ended {
             return;
         }

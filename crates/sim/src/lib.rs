@@ -27,7 +27,7 @@ mod responses_stream;
 mod sglang;
 mod sse_body;
 mod state;
-pub mod tokenize;
+pub(crate) mod tokenize;
 mod tokens_api;
 mod vllm;
 

@@ -13,18 +13,18 @@ use switchboard_wire::flavor::Flavor;
 /// What the simulator needs from a chat or completion request.
 #[derive(Debug, Clone)]
 pub(crate) struct GenRequest {
-    pub kind: Kind,
-    pub stream: bool,
-    pub include_usage: bool,
-    pub max_tokens: Option<u32>,
-    pub prompt_tokens: u32,
-    pub thinking: bool,
+    pub(crate) kind: Kind,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
+    pub(crate) max_tokens: Option<u32>,
+    pub(crate) prompt_tokens: u32,
+    pub(crate) thinking: bool,
     /// llama.cpp's `id_slot`, as sent.
-    pub id_slot: Option<i64>,
+    pub(crate) id_slot: Option<i64>,
     /// What it says of the prompt cache (`cache_prompt`, `cache_salt`).
-    pub cache: CacheUse,
+    pub(crate) cache: CacheUse,
     /// The prompt's token ids (GPU mode only).
-    pub prompt: Option<PromptIds>,
+    pub(crate) prompt: Option<PromptIds>,
 }
 
 /// Parses and validates a body; the prompt is counted with the simulator's tokenizer (and
@@ -96,15 +96,19 @@ pub(crate) fn parse(
 /// `completion_tokens`, never past the window) cuts the sequence wherever it falls.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan {
-    pub prompt: u32,
-    pub tokens: u32,
+    pub(crate) prompt: u32,
+    pub(crate) tokens: u32,
     think: u32,
     tagged: bool,
-    pub finish: &'static str,
+    pub(crate) finish: &'static str,
 }
 
 impl Plan {
-    pub fn new(cfg: &SimConfig, dialect: &dyn Dialect, req: &GenRequest) -> Result<Self, Failure> {
+    pub(crate) fn new(
+        cfg: &SimConfig,
+        dialect: &dyn Dialect,
+        req: &GenRequest,
+    ) -> Result<Self, Failure> {
         let window = cfg.slot_ctx;
         if dialect.overflows(req.prompt_tokens, req.max_tokens, window) {
             return Err(Failure::Overflow {
@@ -134,7 +138,7 @@ impl Plan {
     }
 
     /// Appends token `i`'s text to `out` and says where it goes.
-    pub fn write_token(&self, i: u32, out: &mut String) -> Field {
+    pub(crate) fn write_token(&self, i: u32, out: &mut String) -> Field {
         let r = self.think;
         if !self.tagged || r == 0 {
             if i < r {
@@ -155,7 +159,7 @@ impl Plan {
     }
 
     /// Tokens that go to the reasoning field.
-    pub fn reasoning_tokens(&self) -> u32 {
+    pub(crate) fn reasoning_tokens(&self) -> u32 {
         if self.tagged {
             0
         } else {
@@ -164,7 +168,7 @@ impl Plan {
     }
 
     /// The whole generation as (reasoning, content) text.
-    pub fn texts(&self) -> (Option<String>, String) {
+    pub(crate) fn texts(&self) -> (Option<String>, String) {
         let mut reasoning = String::new();
         let mut content = String::new();
         let mut token = String::new();

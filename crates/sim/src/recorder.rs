@@ -111,11 +111,6 @@ impl Recorder {
             .collect()
     }
 
-    /// Resolves once `n` generations got a GPU slot.
-    pub async fn wait_gpu_runs(&self, n: usize) {
-        self.wait_until(|r| r.gpu_runs().len() >= n).await;
-    }
-
     pub(crate) fn gpu_run(&self, run: GpuRun) {
         {
             let mut runs = self

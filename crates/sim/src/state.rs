@@ -18,22 +18,22 @@ const VOCAB_LIMIT: usize = 1 << 16;
 /// One simulated backend's configuration, counters and synchronisation.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub cfg: SimConfig,
-    pub recorder: Recorder,
-    pub slots: Arc<Semaphore>,
+    pub(crate) cfg: SimConfig,
+    pub(crate) recorder: Recorder,
+    pub(crate) slots: Arc<Semaphore>,
     /// GPU mode's slots and KV caches (they replace `slots` for generations).
-    pub gpu: Option<Arc<Gpu>>,
+    pub(crate) gpu: Option<Arc<Gpu>>,
     /// `true` once [`super::Sim::release`] opened the gate (always `true` without a gate).
-    pub gate: watch::Sender<bool>,
+    pub(crate) gate: watch::Sender<bool>,
     /// When the simulated model finishes loading; `None` when it never loads.
-    pub ready_at: Option<Instant>,
+    pub(crate) ready_at: Option<Instant>,
     /// Unix seconds at start, echoed as `created`.
-    pub created: u64,
+    pub(crate) created: u64,
     /// The model name as a JSON string literal, quotes included.
-    pub model_json: String,
-    pub stats: Stats,
+    pub(crate) model_json: String,
+    pub(crate) stats: Stats,
     /// The status every generation request is answered with; 0 = answer normally.
-    pub fail_status: std::sync::atomic::AtomicU16,
+    pub(crate) fail_status: std::sync::atomic::AtomicU16,
     ids: AtomicU64,
     vocab: Mutex<HashMap<u32, Box<str>>>,
 }
@@ -41,13 +41,13 @@ pub(crate) struct Shared {
 /// Totals reported by `/metrics`.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    pub prompt_tokens: AtomicU64,
-    pub predicted_tokens: AtomicU64,
-    pub requests: AtomicU64,
+    pub(crate) prompt_tokens: AtomicU64,
+    pub(crate) predicted_tokens: AtomicU64,
+    pub(crate) requests: AtomicU64,
 }
 
 impl Shared {
-    pub fn new(cfg: SimConfig) -> Arc<Self> {
+    pub(crate) fn new(cfg: SimConfig) -> Arc<Self> {
         let now = Instant::now();
         let ready_at = (!cfg.loading.is_zero()).then(|| now + cfg.loading);
         let since_epoch = SystemTime::now()
@@ -74,23 +74,23 @@ impl Shared {
         })
     }
 
-    pub fn flavor(&self) -> Flavor {
+    pub(crate) fn flavor(&self) -> Flavor {
         self.cfg.flavor
     }
 
     /// Whether the simulated model is still loading.
-    pub fn loading(&self) -> bool {
+    pub(crate) fn loading(&self) -> bool {
         self.ready_at.is_some_and(|t| Instant::now() < t)
     }
 
     /// A fresh 32-hex-digit identifier.
-    pub fn next_id(&self) -> String {
+    pub(crate) fn next_id(&self) -> String {
         let n = self.ids.fetch_add(1, Ordering::Relaxed);
         format!("{:016x}{:016x}", mix(n), mix(n ^ 0x9e37_79b9_7f4a_7c15))
     }
 
     /// Remembers token pieces so `/detokenize` can give them back.
-    pub fn learn(&self, id: u32, piece: &str) {
+    pub(crate) fn learn(&self, id: u32, piece: &str) {
         let mut vocab = self.vocab.lock().unwrap_or_else(PoisonError::into_inner);
         if vocab.len() < VOCAB_LIMIT {
             vocab.entry(id).or_insert_with(|| piece.into());
@@ -98,7 +98,7 @@ impl Shared {
     }
 
     /// The text of remembered token ids (unknown ids give nothing).
-    pub fn detokenize(&self, ids: &[u32]) -> String {
+    pub(crate) fn detokenize(&self, ids: &[u32]) -> String {
         let vocab = self.vocab.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
         for id in ids {

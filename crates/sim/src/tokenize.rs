@@ -21,7 +21,7 @@ use serde_json::Value;
 use switchboard_wire::flavor::Flavor;
 
 /// Special markers and their token ids (Qwen-like ids).
-pub const SPECIALS: [(&str, u32); 5] = [
+pub(crate) const SPECIALS: [(&str, u32); 5] = [
     ("<|endoftext|>", 151_643),
     ("<|im_start|>", 151_644),
     ("<|im_end|>", 151_645),
@@ -34,13 +34,13 @@ const WORD_IDS: u64 = 151_643;
 
 /// One token of a text: its id and the exact piece of text it covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Token<'a> {
-    pub id: u32,
-    pub piece: &'a str,
+pub(crate) struct Token<'a> {
+    pub(crate) id: u32,
+    pub(crate) piece: &'a str,
 }
 
 /// Calls `f` for each token of `text`, in order.
-pub fn pieces<'a>(text: &'a str, parse_special: bool, mut f: impl FnMut(Token<'a>)) {
+pub(crate) fn pieces<'a>(text: &'a str, parse_special: bool, mut f: impl FnMut(Token<'a>)) {
     let mut rest = text;
     while !rest.is_empty() {
         let (segment, special) = if parse_special {
@@ -60,14 +60,14 @@ pub fn pieces<'a>(text: &'a str, parse_special: bool, mut f: impl FnMut(Token<'a
 }
 
 /// The number of tokens of `text`.
-pub fn count(text: &str, parse_special: bool) -> u32 {
+pub(crate) fn count(text: &str, parse_special: bool) -> u32 {
     let mut n = 0u32;
     pieces(text, parse_special, |_| n = n.saturating_add(1));
     n
 }
 
 /// The token ids of `text`.
-pub fn ids(text: &str, parse_special: bool) -> Vec<u32> {
+pub(crate) fn ids(text: &str, parse_special: bool) -> Vec<u32> {
     let mut out = Vec::new();
     pieces(text, parse_special, |t| out.push(t.id));
     out
@@ -117,7 +117,7 @@ fn word(piece: &str) -> Token<'_> {
 }
 
 /// Renders a chat body's `messages` (and `tools`) with the simulator's template.
-pub fn render_chat(body: &Value) -> String {
+pub(crate) fn render_chat(body: &Value) -> String {
     let mut out = String::with_capacity(256);
     if let Some(tools) = body.get("tools").and_then(Value::as_array) {
         if !tools.is_empty() {
@@ -168,7 +168,7 @@ pub fn render_chat(body: &Value) -> String {
 }
 
 /// False when the request turns thinking off with `chat_template_kwargs.enable_thinking`.
-pub fn thinking_enabled(body: &Value) -> bool {
+pub(crate) fn thinking_enabled(body: &Value) -> bool {
     body.get("chat_template_kwargs")
         .and_then(|k| k.get("enable_thinking"))
         .and_then(Value::as_bool)
@@ -214,14 +214,14 @@ pub fn count_prompt_tokens(_flavor: Flavor, body: &Value) -> u32 {
 /// A prompt as token ids, and the whitespace its text ends with (it starts the first piece
 /// generated after it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PromptIds {
-    pub ids: Vec<u32>,
-    pub tail: String,
+pub(crate) struct PromptIds {
+    pub(crate) ids: Vec<u32>,
+    pub(crate) tail: String,
 }
 
 /// The prompt of a chat or completion body as token ids: as many as [`count_prompt_tokens`]
 /// counts, and equal prompt prefixes give equal id prefixes (one id per piece).
-pub fn prompt_ids(body: &Value) -> PromptIds {
+pub(crate) fn prompt_ids(body: &Value) -> PromptIds {
     let mut out = PromptIds::default();
     if body.get("messages").is_some_and(Value::is_array) {
         push_text(&mut out, &render_chat(body));

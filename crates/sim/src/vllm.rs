@@ -7,7 +7,7 @@ use super::frame::{push_json_str, Answer, Counts, Dialect, Failure, Field, Kind}
 
 /// vLLM's dialect; `openai` keeps its shapes but speaks OpenAI's own errors.
 pub(crate) struct Vllm {
-    pub openai: bool,
+    pub(crate) openai: bool,
 }
 
 fn id(kind: Kind, id: &str) -> String {

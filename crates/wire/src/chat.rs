@@ -10,7 +10,7 @@ use crate::flavor::Flavor;
 use crate::reasoning::{self, OutputField, StreamRewriter, ThinkTags};
 
 /// The chat completions adapter.
-pub struct Chat;
+pub(crate) struct Chat;
 
 /// How chat requests are shaped.
 pub const SHAPING: Form = Form {
@@ -38,7 +38,7 @@ pub const SHAPING: Form = Form {
 };
 
 /// Chat completions' constants.
-pub const SPEC: ApiSpec = ApiSpec {
+pub(crate) const SPEC: ApiSpec = ApiSpec {
     name: "chat",
     // Counted at vLLM's `/tokenize`; SGLang's spelling `/v1/tokenize` is routed as it is.
     routes: Routes {

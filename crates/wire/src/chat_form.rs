@@ -49,7 +49,7 @@ pub type Conversion = fn(Map<String, Value>, Converter) -> Result<Map<String, Va
 
 /// `body` parsed, converted by `convert` as `converter` does it and written out; with
 /// `model`, that is the chat request's model.
-pub fn convert(
+pub(crate) fn convert(
     body: &[u8],
     converter: Converter,
     convert: Conversion,

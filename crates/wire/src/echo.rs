@@ -24,7 +24,7 @@ impl Echo {
     }
 
     /// The first `limit` bytes of what `input` displays as.
-    pub fn of(input: impl fmt::Display, limit: usize) -> Echo {
+    pub(crate) fn of(input: impl fmt::Display, limit: usize) -> Echo {
         let mut w = Capped {
             shown: String::new(),
             limit,
@@ -85,7 +85,7 @@ impl fmt::Write for Capped {
 }
 
 /// A free-form message displayed with at most `MESSAGE_LIMIT` of its bytes.
-pub(crate) struct Clip<'a>(pub &'a str);
+pub(crate) struct Clip<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Clip<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -51,7 +51,7 @@ impl Endpoint {
     }
 
     /// The endpoint of `adapter`'s API itself (the passthrough's for an unregistered one).
-    pub fn of(adapter: &dyn Adapter) -> Endpoint {
+    pub(crate) fn of(adapter: &dyn Adapter) -> Endpoint {
         (0u8..)
             .zip(APIS)
             .find(|(_, a)| a.spec().routes.label == adapter.spec().routes.label)

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::error::ProxyError;
 
 /// The choice with index 0 of a chat answer or chunk (one without an index counts as 0).
-pub fn choice0(v: &Value) -> Option<&Value> {
+pub(crate) fn choice0(v: &Value) -> Option<&Value> {
     v.get("choices")?
         .as_array()?
         .iter()
@@ -28,7 +28,7 @@ pub fn choice0(v: &Value) -> Option<&Value> {
 }
 
 /// The reasoning of a chat message or delta, under either field name.
-pub fn reasoning_of(m: &Value) -> Option<&str> {
+pub(crate) fn reasoning_of(m: &Value) -> Option<&str> {
     ["reasoning_content", "reasoning"]
         .iter()
         .find_map(|k| m.get(*k).and_then(Value::as_str))
@@ -36,7 +36,7 @@ pub fn reasoning_of(m: &Value) -> Option<&str> {
 }
 
 /// A message's `content` as text: a string, or the text parts of a list joined.
-pub fn text_of(content: Option<&Value>) -> String {
+pub(crate) fn text_of(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(parts)) => parts
@@ -53,7 +53,7 @@ pub fn text_of(content: Option<&Value>) -> String {
 
 /// A tool call's `arguments` as the JSON text they are: a string as it is, any other value
 /// (an object a backend sent unencoded) serialised.
-pub fn arguments_of(call: &Value) -> String {
+pub(crate) fn arguments_of(call: &Value) -> String {
     match call.get("function").and_then(|f| f.get("arguments")) {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
@@ -62,14 +62,14 @@ pub fn arguments_of(call: &Value) -> String {
 }
 
 /// A tool call's `id`, when it has a usable one.
-pub fn id_of(call: &Value) -> Option<&str> {
+pub(crate) fn id_of(call: &Value) -> Option<&str> {
     call.get("id")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
 }
 
 /// A tool call's function name.
-pub fn name_of(call: &Value) -> Option<&str> {
+pub(crate) fn name_of(call: &Value) -> Option<&str> {
     call.get("function")
         .and_then(|f| f.get("name"))
         .and_then(Value::as_str)
@@ -79,13 +79,13 @@ pub fn name_of(call: &Value) -> Option<&str> {
 /// Ids for the tool calls of one answer that came without one: `prefix`, a random part drawn
 /// once per answer, and the call's place in the answer (stable within it, unique per call).
 #[derive(Debug, Clone)]
-pub struct Ids {
+pub(crate) struct Ids {
     prefix: &'static str,
     base: String,
 }
 
 impl Ids {
-    pub fn new(prefix: &'static str) -> Ids {
+    pub(crate) fn new(prefix: &'static str) -> Ids {
         Ids {
             prefix,
             base: format!("{:016x}", rand::random::<u64>()),
@@ -93,7 +93,7 @@ impl Ids {
     }
 
     /// The id of call number `n` of the answer: the backend's `given`, else one made.
-    pub fn id(&self, given: Option<&str>, n: usize) -> String {
+    pub(crate) fn id(&self, given: Option<&str>, n: usize) -> String {
         match given {
             Some(id) => id.to_owned(),
             None => format!("{}{}_{n}", self.prefix, self.base),
@@ -103,7 +103,7 @@ impl Ids {
 
 /// A block of the client's answer, as [`Order`] opens it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Block {
+pub(crate) enum Block {
     Thinking,
     Text,
     Tool { id: String, name: String },
@@ -112,7 +112,7 @@ pub enum Block {
 /// One step of the client's answer: a block opened, text or arguments for the open block, the
 /// open block closed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Open(Block),
     Delta(String),
     Close,
@@ -155,7 +155,7 @@ enum Held {
 
 /// A chat stream's deltas as blocks one at a time (see the module's header).
 #[derive(Debug)]
-pub struct Order {
+pub(crate) struct Order {
     ids: Ids,
     open: Option<Open>,
     calls: Vec<Call>,
@@ -163,7 +163,7 @@ pub struct Order {
 }
 
 impl Order {
-    pub fn new(ids: Ids) -> Order {
+    pub(crate) fn new(ids: Ids) -> Order {
         Order {
             ids,
             open: None,
@@ -173,12 +173,12 @@ impl Order {
     }
 
     /// Reasoning text.
-    pub fn reasoning(&mut self, s: &str, ops: &mut Vec<Op>) {
+    pub(crate) fn reasoning(&mut self, s: &str, ops: &mut Vec<Op>) {
         self.prose(true, s, ops);
     }
 
     /// Answer text.
-    pub fn text(&mut self, s: &str, ops: &mut Vec<Op>) {
+    pub(crate) fn text(&mut self, s: &str, ops: &mut Vec<Op>) {
         self.prose(false, s, ops);
     }
 
@@ -224,7 +224,7 @@ impl Order {
 
     /// A fragment of the tool call at `index`: its id and name where this chunk has them, and
     /// a piece of its arguments.
-    pub fn tool(
+    pub(crate) fn tool(
         &mut self,
         index: u64,
         id: Option<&str>,
@@ -297,7 +297,7 @@ impl Order {
     }
 
     /// The end of the answer: the open block closed, then everything held written whole.
-    pub fn finish(&mut self, ops: &mut Vec<Op>) {
+    pub(crate) fn finish(&mut self, ops: &mut Vec<Op>) {
         if self.open.take().is_some() {
             ops.push(Op::Close);
         }
@@ -322,17 +322,12 @@ impl Order {
             c.state = State::Done;
         }
     }
-
-    /// Whether any tool call came.
-    pub fn has_calls(&self) -> bool {
-        !self.calls.is_empty()
-    }
 }
 
 /// A chat stream event's JSON object, or the error of an event that cannot be read (not JSON,
 /// a lone surrogate, bytes that are not UTF-8, JSON that is not an object): the answer cannot
 /// be translated further.
-pub fn chunk_of(data: &[u8]) -> Result<Value, ProxyError> {
+pub(crate) fn chunk_of(data: &[u8]) -> Result<Value, ProxyError> {
     let what = match serde_json::from_slice::<Value>(data) {
         Ok(v) if v.is_object() => return Ok(v),
         Ok(_) => "an event that is not a JSON object".to_owned(),
@@ -346,7 +341,7 @@ pub fn chunk_of(data: &[u8]) -> Result<Value, ProxyError> {
 }
 
 /// One chat chunk's choice-0 delta fed to `order`: reasoning, text, then tool calls.
-pub fn feed(order: &mut Order, delta: &Value, ops: &mut Vec<Op>) {
+pub(crate) fn feed(order: &mut Order, delta: &Value, ops: &mut Vec<Op>) {
     if let Some(r) = reasoning_of(delta) {
         order.reasoning(r, ops);
     }

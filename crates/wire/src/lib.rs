@@ -17,7 +17,7 @@
 //! as data (`flavor`, `runtime`), reasoning fields and think tags (`reasoning`), and `words`.
 
 pub mod echo;
-pub mod envelope;
+pub(crate) mod envelope;
 pub mod error;
 pub mod flavor;
 pub mod reasoning;
@@ -28,7 +28,7 @@ pub mod chat;
 pub mod chat_form;
 pub mod endpoint;
 pub mod facts;
-pub mod from_chat;
+pub(crate) mod from_chat;
 pub mod messages;
 pub mod passthrough;
 pub mod payload;
@@ -77,19 +77,19 @@ pub struct Routes {
     /// The label of its requests.
     pub label: &'static str,
     /// The paths it is served at, routed by the request's `model`.
-    pub paths: &'static [&'static str],
+    pub(crate) paths: &'static [&'static str],
     /// Its counting endpoint, if it has one.
-    pub count: Option<CountRoute>,
+    pub(crate) count: Option<CountRoute>,
 }
 
 /// An API's counting endpoint.
 #[derive(Debug)]
-pub struct CountRoute {
+pub(crate) struct CountRoute {
     /// The label of its requests.
     pub label: &'static str,
     /// The path served (the first), then other spellings that share its label (routed by
     /// model as they are, not counted).
-    pub paths: &'static [&'static str],
+    pub(crate) paths: &'static [&'static str],
 }
 
 impl Routes {
@@ -138,7 +138,7 @@ pub struct ApiSpec {
     pub rewrites_answers: bool,
     /// How this API's body (a JSON object) becomes the chat-completions body a converter
     /// makes of it; `None`: its bodies are chat form already (or never converted).
-    pub chat_form: Option<chat_form::Conversion>,
+    pub(crate) chat_form: Option<chat_form::Conversion>,
 }
 
 impl ApiSpec {

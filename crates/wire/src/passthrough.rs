@@ -5,10 +5,10 @@ use super::shape::{self, Form};
 use super::{Adapter, ApiSpec, Routes};
 
 /// A pass-through API: its constants are all it has.
-pub struct Passthrough(pub ApiSpec);
+pub(crate) struct Passthrough(pub(crate) ApiSpec);
 
 /// How legacy completions are shaped: no conversation (a `prompt`), their own fields.
-pub const COMPLETIONS_SHAPING: Form = Form {
+pub(crate) const COMPLETIONS_SHAPING: Form = Form {
     conversation: None,
     limits: &["max_tokens"],
     cap_sets: "max_tokens",
@@ -32,7 +32,7 @@ pub const COMPLETIONS_SHAPING: Form = Form {
 
 /// Every other routed API (not registered: what no registered path is): nothing is done with
 /// its requests but routing them.
-pub const OTHER: Passthrough = Passthrough(ApiSpec {
+pub(crate) const OTHER: Passthrough = Passthrough(ApiSpec {
     name: "passthrough",
     routes: Routes {
         label: "other",
@@ -54,7 +54,7 @@ pub const OTHER: Passthrough = Passthrough(ApiSpec {
 });
 
 /// Legacy completions: their streams carry a usage chunk when asked; shaped, `n` choices.
-pub const COMPLETIONS: Passthrough = Passthrough(ApiSpec {
+pub(crate) const COMPLETIONS: Passthrough = Passthrough(ApiSpec {
     name: "completions",
     routes: Routes {
         label: "completions",
@@ -69,7 +69,7 @@ pub const COMPLETIONS: Passthrough = Passthrough(ApiSpec {
 });
 
 /// Embeddings: not shaped.
-pub const EMBEDDINGS: Passthrough = Passthrough(ApiSpec {
+pub(crate) const EMBEDDINGS: Passthrough = Passthrough(ApiSpec {
     routes: Routes {
         label: "embeddings",
         paths: &["/v1/embeddings"],

@@ -22,7 +22,7 @@ enum Repr {
 impl Payload {
     /// `body` with `edits` (ranges of it and what takes their place; not overlapping, in any
     /// order) applied, the unchanged spans shared with `body`.
-    pub fn spliced(body: &Bytes, mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Payload {
+    pub(crate) fn spliced(body: &Bytes, mut edits: Vec<(Range<usize>, Vec<u8>)>) -> Payload {
         if edits.is_empty() {
             return Payload::from(body.clone());
         }
@@ -88,7 +88,8 @@ impl Payload {
     }
 
     /// The body in one buffer.
-    pub fn to_vec(&self) -> Vec<u8> {
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
         self.parts().concat()
     }
 

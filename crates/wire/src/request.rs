@@ -24,9 +24,9 @@ const HISTORY: [&str; 4] = ["system", "messages", "input", "prompt_cache_key"];
 /// The members of an OpenAI-style request body the proxy looks at (the last of a name given
 /// twice, as a full parse reads it); the rest are skipped.
 #[derive(Debug, Default)]
-pub struct RequestView<'a> {
+pub(crate) struct RequestView<'a> {
     model: Option<&'a RawValue>,
-    pub stream: Option<bool>,
+    pub(crate) stream: Option<bool>,
     /// Kept when it is `null` too: an injected `stream_options` must replace it, not sit
     /// beside it as a second key.
     stream_options: Option<&'a RawValue>,
@@ -317,7 +317,7 @@ impl<'de> serde::de::Visitor<'de> for Members<'_> {
 
 /// The first of the token limits `keys` that `body` sets (a non-negative integer; `null` is
 /// unset).
-pub fn output_limit(body: &[u8], keys: &[&'static str]) -> Result<Option<u32>, ProxyError> {
+pub(crate) fn output_limit(body: &[u8], keys: &[&'static str]) -> Result<Option<u32>, ProxyError> {
     first_limit(keys, top_level(body, keys)?)
 }
 

@@ -31,7 +31,7 @@ pub struct Seen {
 
 impl Seen {
     /// A token arrived at `now`; `content`: it is answer text.
-    pub fn token(&mut self, now: Instant, content: bool) {
+    pub(crate) fn token(&mut self, now: Instant, content: bool) {
         self.tokens += 1;
         self.first_token.get_or_insert(now);
         if content {
@@ -144,7 +144,7 @@ pub fn data_event(payload: &[u8]) -> Vec<u8> {
 }
 
 /// Appends `event: name` with `payload` as its data.
-pub fn push_named(out: &mut Vec<u8>, name: &str, payload: &[u8]) {
+pub(crate) fn push_named(out: &mut Vec<u8>, name: &str, payload: &[u8]) {
     out.reserve(payload.len() + name.len() + 17);
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());

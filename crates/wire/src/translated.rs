@@ -20,7 +20,7 @@ use crate::error::ProxyError;
 
 /// What one API makes of a translated chat stream: its events, which go through the API's
 /// own repair (as a native stream's do) into `out`.
-pub trait Writer: Send {
+pub(crate) trait Writer: Send {
     /// `v`, one of the API's events, into the client's stream.
     fn put(&mut self, v: Value, now: Instant, seen: &mut Seen, out: &mut Vec<u8>);
     /// The events that open the answer, from its first chat chunk.
@@ -37,7 +37,7 @@ pub trait Writer: Send {
 }
 
 /// A chat stream translated by `W`.
-pub struct Translated<W> {
+pub(crate) struct Translated<W> {
     writer: W,
     started: bool,
     finished: bool,
@@ -49,7 +49,7 @@ pub struct Translated<W> {
 
 impl<W: Writer> Translated<W> {
     /// The translation by `writer`, its tool calls without an id named by `order`.
-    pub fn new(writer: W, order: Order) -> Translated<W> {
+    pub(crate) fn new(writer: W, order: Order) -> Translated<W> {
         Translated {
             writer,
             started: false,

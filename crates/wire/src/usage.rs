@@ -83,7 +83,7 @@ pub struct Timings {
 
 impl Timings {
     /// The `timings` object `v` (as [`of_body`] reads its text).
-    pub fn of_value(v: &serde_json::Value) -> Option<Timings> {
+    pub(crate) fn of_value(v: &serde_json::Value) -> Option<Timings> {
         Timings::deserialize(v).ok()
     }
 }

@@ -21,7 +21,7 @@ pub(crate) const FORM_EXTRA: u64 = 64 << 10;
 
 /// What a form brought.
 #[derive(Debug)]
-pub(crate) struct Form {
+pub struct Form {
     pub(crate) purpose: String,
     pub(crate) filename: String,
     pub(crate) content: Upload,

@@ -53,7 +53,7 @@ struct Bounded {
 }
 
 /// `body` ended with [`Expired`] when it is idle for `idle`, or at `started + total`.
-pub(crate) fn bounded(
+pub fn bounded(
     body: BodyStream,
     idle: Duration,
     started: std::time::Instant,

@@ -55,7 +55,7 @@ pub enum Limit {
 
 /// How it failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// No connection: refused or unreachable, or a new connection that took nothing.
     Unreachable,
     /// The TLS handshake failed, or the backend's TLS settings did not load.

@@ -61,27 +61,27 @@ impl Lease {
     }
 
     /// The slot it runs on.
-    pub fn slot(&self) -> usize {
+    pub(crate) fn slot(&self) -> usize {
         self.slot
     }
 
     /// Prompt tokens found in the cache.
-    pub fn cached(&self) -> u32 {
+    pub(crate) fn cached(&self) -> u32 {
         u32::try_from(self.cached).unwrap_or(u32::MAX)
     }
 
     /// Prompt tokens to evaluate.
-    pub fn prompt_n(&self) -> u32 {
+    pub(crate) fn prompt_n(&self) -> u32 {
         u32::try_from(self.prompt.len() - self.cached).unwrap_or(u32::MAX)
     }
 
     /// The ids of the tokens it will generate (later tokens get made-up ids).
-    pub fn set_output(&mut self, ids: Vec<u32>) {
+    pub(crate) fn set_output(&mut self, ids: Vec<u32>) {
         self.output = ids;
     }
 
     /// The modelled milliseconds of the prefill and of `n` decode steps.
-    pub fn model_ms(&self, n: u32) -> (f64, f64) {
+    pub(crate) fn model_ms(&self, n: u32) -> (f64, f64) {
         let cfg = self.gpu.cfg();
         let (mut depth, mut prefill) = (self.cached, 0.0);
         let batch = cfg.batch.max(1) as usize;
@@ -100,7 +100,7 @@ impl Lease {
 
     /// Evaluates the prompt past the cached prefix, `batch` tokens per step; after each step
     /// the slot holds the prompt as far as it went.
-    pub async fn prefill(&mut self) {
+    pub(crate) async fn prefill(&mut self) {
         let cfg = *self.gpu.cfg();
         let batch = cfg.batch.max(1) as usize;
         while self.seq.len() < self.prompt.len() {
@@ -116,7 +116,7 @@ impl Lease {
     /// One decode step: it evaluates the token sampled last (into the cache) and samples
     /// the next. A generation of `n` tokens takes `n` steps and leaves `n - 1` of them in the
     /// cache, as llama.cpp does (the last one is never evaluated).
-    pub async fn decode(&mut self) {
+    pub(crate) async fn decode(&mut self) {
         let cfg = *self.gpu.cfg();
         self.step(cfg.decode_secs(self.seq.len())).await;
         if let Some(t) = self.pending.take() {

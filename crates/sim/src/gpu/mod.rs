@@ -71,14 +71,14 @@ type Salted = (Option<Arc<str>>, Arc<[u32]>);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct CacheUse {
     /// llama.cpp's `"cache_prompt": false`: nothing cached is reused.
-    pub off: bool,
+    pub(crate) off: bool,
     /// vLLM's and SGLang's `cache_salt`: the namespace of the prefixes it meets.
-    pub salt: Option<Arc<str>>,
+    pub(crate) salt: Option<Arc<str>>,
 }
 
 impl CacheUse {
     /// As a request body says it.
-    pub fn of(body: &serde_json::Value) -> CacheUse {
+    pub(crate) fn of(body: &serde_json::Value) -> CacheUse {
         CacheUse {
             off: body.get("cache_prompt") == Some(&serde_json::Value::Bool(false)),
             salt: body
@@ -127,13 +127,13 @@ pub(crate) enum Start {
 /// One slot as `/sim/gpu` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlotView {
-    pub id: usize,
-    pub cached_tokens: usize,
-    pub busy: bool,
+    pub(crate) id: usize,
+    pub(crate) cached_tokens: usize,
+    pub(crate) busy: bool,
 }
 
 impl Gpu {
-    pub fn new(cfg: GpuSim, flavor: Flavor, slots: u32) -> Arc<Self> {
+    pub(crate) fn new(cfg: GpuSim, flavor: Flavor, slots: u32) -> Arc<Self> {
         let slots = (0..slots.max(1)).map(|_| Slot::default()).collect();
         Arc::new(Self {
             cfg,
@@ -152,7 +152,7 @@ impl Gpu {
 
     /// The slot a request's `id_slot` names (llama.cpp wraps it; -1 names none; vLLM and
     /// SGLang ignore it).
-    pub fn pin(&self, id_slot: Option<i64>) -> Option<usize> {
+    pub(crate) fn pin(&self, id_slot: Option<i64>) -> Option<usize> {
         let id = id_slot.filter(|&n| n != -1 && !self.shared)?;
         let n = self.lock().slots.len() as u64;
         // `int % size_t` in C++: the int converted to unsigned first.
@@ -161,12 +161,12 @@ impl Gpu {
 
     /// Starts `prompt` on a slot, or queues it behind the requests already waiting.
     #[cfg(test)]
-    pub fn start(self: &Arc<Self>, prompt: Arc<[u32]>, pin: Option<usize>) -> Start {
+    pub(crate) fn start(self: &Arc<Self>, prompt: Arc<[u32]>, pin: Option<usize>) -> Start {
         self.start_with(prompt, pin, CacheUse::default())
     }
 
     /// [`Gpu::start`] of a request saying `cache` of the prompt cache.
-    pub fn start_with(
+    pub(crate) fn start_with(
         self: &Arc<Self>,
         prompt: Arc<[u32]>,
         pin: Option<usize>,
@@ -306,7 +306,7 @@ impl Gpu {
     }
 
     /// Slot-time spent busy so far (ongoing leases included).
-    pub fn busy(&self) -> Duration {
+    pub(crate) fn busy(&self) -> Duration {
         let inner = self.lock();
         let now = Instant::now();
         let ongoing = inner
@@ -318,7 +318,7 @@ impl Gpu {
     }
 
     /// Every slot: tokens in its cache and whether it is busy.
-    pub fn slots(&self) -> Vec<SlotView> {
+    pub(crate) fn slots(&self) -> Vec<SlotView> {
         let inner = self.lock();
         let view = |(id, s): (usize, &Slot)| SlotView {
             id,
@@ -332,14 +332,14 @@ impl Gpu {
         self.lock().slots[slot].n_past = n_past;
     }
 
-    pub fn cfg(&self) -> &GpuSim {
+    pub(crate) fn cfg(&self) -> &GpuSim {
         &self.cfg
     }
 }
 
 impl Ticket {
     /// Waits for a slot.
-    pub async fn wait(mut self) -> Option<Lease> {
+    pub(crate) async fn wait(mut self) -> Option<Lease> {
         (&mut self.rx).await.ok()
     }
 }

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::reasoning::{TextSplitter, ThinkTags};
 
 /// `body` with its text blocks split on `tags`; `None` when no block has any.
-pub fn split_think_tags(body: &[u8], tags: &ThinkTags) -> Option<Vec<u8>> {
+pub(crate) fn split_think_tags(body: &[u8], tags: &ThinkTags) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(body).ok()?;
     let blocks = v.get_mut("content")?.as_array_mut()?;
     let mut changed = false;

@@ -27,7 +27,7 @@ use crate::stream::{ApiEvents, Seen, StreamContext};
 use crate::translated::{self, Translated};
 
 /// Anthropic's stop reason for a chat finish reason.
-pub fn stop_reason(finish: Option<&str>) -> &'static str {
+pub(crate) fn stop_reason(finish: Option<&str>) -> &'static str {
     match finish {
         Some("length") => "max_tokens",
         Some("tool_calls" | "function_call") => "tool_use",
@@ -55,7 +55,7 @@ fn message_id(chat: &Value) -> String {
 
 /// A whole `chat.completion` as a Messages answer; what is wrong with it when it is not one
 /// (no choice 0, or a choice without a message).
-pub fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
+pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
     let v: Value = serde_json::from_slice(chat).map_err(|e| format!("not JSON: {e}"))?;
     let choice = choice0(&v).ok_or("an answer without choice 0")?;
     let message = choice
@@ -113,10 +113,10 @@ fn tool_use(call: &Value, id: &str) -> Value {
 }
 
 /// A chat stream translated into a Messages stream, event by event.
-pub type FromChat = Translated<Writer>;
+pub(crate) type FromChat = Translated<Writer>;
 
 /// The Messages events of a translated chat stream.
-pub struct Writer {
+pub(crate) struct Writer {
     inner: MessagesStream,
     model: String,
     /// The backend index of the block open now (the repair renumbers them).
@@ -126,7 +126,7 @@ pub struct Writer {
 }
 
 /// The translation of a chat stream for `ctx`.
-pub fn translation(ctx: &StreamContext) -> FromChat {
+pub(crate) fn translation(ctx: &StreamContext) -> FromChat {
     let writer = Writer {
         inner: MessagesStream::new(ctx.tags.clone()),
         model: ctx.model.clone(),

@@ -4,9 +4,9 @@
 //! repaired to the specification, usage, inline think tags as `thinking` blocks, and the
 //! answer of a chat-only backend translated back ([`from_chat`]).
 
-pub mod answer;
-pub mod from_chat;
-pub mod stream;
+pub(crate) mod answer;
+pub(crate) mod from_chat;
+pub(crate) mod stream;
 pub mod to_chat;
 pub mod usage;
 
@@ -22,10 +22,10 @@ use crate::error::ProxyError;
 use crate::reasoning::{OutputField, ThinkTags};
 
 /// The Messages adapter.
-pub struct Messages;
+pub(crate) struct Messages;
 
 /// How Messages requests are shaped: Anthropic's image blocks.
-pub const SHAPING: Form = Form {
+pub(crate) const SHAPING: Form = Form {
     conversation: Some("messages"),
     limits: &["max_tokens"],
     cap_sets: "max_tokens",
@@ -74,7 +74,7 @@ pub(crate) fn error_type(status: StatusCode) -> &'static str {
 
 /// Anthropic's words for a request over the window, the ones harnesses compact on: the prompt
 /// alone, or the prompt and `max_tokens` together.
-pub fn context_message(e: &ProxyError) -> Option<String> {
+pub(crate) fn context_message(e: &ProxyError) -> Option<String> {
     let ProxyError::ContextLengthExceeded {
         window,
         prompt,
@@ -97,7 +97,7 @@ pub fn context_message(e: &ProxyError) -> Option<String> {
 }
 
 /// `{"type":"error","error":{"type","message"}}` for `e`.
-pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
+pub(crate) fn envelope_json(e: &ProxyError) -> Vec<u8> {
     let (status, ..) = e.parts();
     let message = context_message(e).unwrap_or_else(|| e.to_string());
     let env = Envelope {
@@ -113,7 +113,7 @@ pub fn envelope_json(e: &ProxyError) -> Vec<u8> {
 }
 
 /// The Messages API's constants.
-pub const SPEC: ApiSpec = ApiSpec {
+pub(crate) const SPEC: ApiSpec = ApiSpec {
     name: "messages",
     routes: Routes {
         label: "messages",

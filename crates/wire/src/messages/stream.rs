@@ -55,7 +55,7 @@ enum Target {
 }
 
 /// The per-stream repair of one Messages stream.
-pub struct MessagesStream {
+pub(crate) struct MessagesStream {
     tags: Option<Arc<ThinkTags>>,
     /// The client's blocks, by their index.
     blocks: Vec<Block>,
@@ -68,7 +68,7 @@ pub struct MessagesStream {
 }
 
 impl MessagesStream {
-    pub fn new(tags: Option<Arc<ThinkTags>>) -> Self {
+    pub(crate) fn new(tags: Option<Arc<ThinkTags>>) -> Self {
         MessagesStream {
             tags,
             blocks: Vec::new(),

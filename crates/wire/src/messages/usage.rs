@@ -12,23 +12,23 @@ use crate::usage::Usage;
 
 /// The Messages usage fields, as far as reported.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct MessagesUsage {
-    pub input_tokens: Option<u64>,
-    pub output_tokens: Option<u64>,
-    pub cache_read_input_tokens: Option<u64>,
-    pub cache_creation_input_tokens: Option<u64>,
+pub(crate) struct MessagesUsage {
+    pub(crate) input_tokens: Option<u64>,
+    pub(crate) output_tokens: Option<u64>,
+    pub(crate) cache_read_input_tokens: Option<u64>,
+    pub(crate) cache_creation_input_tokens: Option<u64>,
 }
 
 impl MessagesUsage {
     /// Reads the usage object `v`; `None` when it is not one.
-    pub fn of(v: &Value) -> Option<MessagesUsage> {
+    pub(crate) fn of(v: &Value) -> Option<MessagesUsage> {
         v.is_object()
             .then(|| MessagesUsage::deserialize(v).ok())
             .flatten()
     }
 
     /// Later figures (a `message_delta`'s) over these (a `message_start`'s).
-    pub fn update(&mut self, later: MessagesUsage) {
+    pub(crate) fn update(&mut self, later: MessagesUsage) {
         let keep = |a: &mut Option<u64>, b: Option<u64>| {
             if b.is_some() {
                 *a = b;
@@ -47,7 +47,7 @@ impl MessagesUsage {
     }
 
     /// As the proxy counts it: the whole prompt and the completion.
-    pub fn usage(&self) -> Usage {
+    pub(crate) fn usage(&self) -> Usage {
         let prompt = self.input_tokens.unwrap_or(0)
             + self.cache_read_input_tokens.unwrap_or(0)
             + self.cache_creation_input_tokens.unwrap_or(0);
@@ -66,7 +66,7 @@ struct Answer {
 }
 
 /// The usage of a whole Messages answer; `None` without one.
-pub fn of_answer(body: &[u8]) -> Option<Usage> {
+pub(crate) fn of_answer(body: &[u8]) -> Option<Usage> {
     let a: Answer = serde_json::from_slice(body).ok()?;
     Some(a.usage?.usage())
 }

@@ -11,7 +11,7 @@ use switchboard_json::scan as json_scan;
 /// Rewrites a non-streaming chat.completion body so every message's reasoning sits under
 /// `output`, splitting inline tags out of `content` when `tags` is given (same machine as
 /// the stream, so both give the same split). `None` = unchanged.
-pub fn rewrite_response_body(
+pub(crate) fn rewrite_response_body(
     body: &[u8],
     output: OutputField,
     tags: Option<&ThinkTags>,
@@ -53,7 +53,7 @@ pub(crate) fn rewrite_parsed_response_body(
 ///
 /// When a message has text under both names, the one the backend reads wins (unless it is
 /// empty) and the other is dropped.
-pub fn rewrite_request_history(body: &[u8], input: InputField) -> Option<Vec<u8>> {
+pub(crate) fn rewrite_request_history(body: &[u8], input: InputField) -> Option<Vec<u8>> {
     if !scan::has_reasoning_named(body, input.other()) && !json_scan::may_escape_word(body) {
         return None;
     }

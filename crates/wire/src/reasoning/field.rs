@@ -23,7 +23,7 @@ pub enum OutputField {
 
 impl OutputField {
     /// The config and header spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             OutputField::ReasoningContent => REASONING_CONTENT,
             OutputField::Reasoning => REASONING,
@@ -44,7 +44,7 @@ impl OutputField {
 /// A reasoning field name that is not one of the accepted ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown reasoning field {0:?} (expected reasoning_content, reasoning or both)")]
-pub struct UnknownOutputField(pub String);
+pub struct UnknownOutputField(pub(crate) String);
 
 impl FromStr for OutputField {
     type Err = UnknownOutputField;
@@ -75,8 +75,8 @@ pub use crate::runtime::InputField;
 /// Reasoning and content split out of one message's (or delta's) text by the tag splitter.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Pieces {
-    pub reasoning: String,
-    pub content: String,
+    pub(crate) reasoning: String,
+    pub(crate) content: String,
 }
 
 /// Rewrites one message or stream delta in place so its reasoning sits under `output`.

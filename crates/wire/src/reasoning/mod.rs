@@ -22,7 +22,7 @@ mod split_text;
 mod splitter;
 mod tags;
 
-pub use body::{rewrite_request_history, rewrite_response_body};
+pub(crate) use body::{rewrite_request_history, rewrite_response_body};
 pub use field::{InputField, OutputField, UnknownOutputField};
 pub use rewriter::StreamRewriter;
 pub use split_text::{Split, TextSplitter};

@@ -64,7 +64,7 @@ impl StreamRewriter {
     /// Whether [`StreamRewriter::rewrite`] leaves an event unchanged by its keys and the types
     /// of their values alone: true without think tags (a rename of reasoning keys with string
     /// values, no state between events).
-    pub fn follows_keys(&self) -> bool {
+    pub(crate) fn follows_keys(&self) -> bool {
         self.tags.is_none()
     }
 
@@ -87,7 +87,7 @@ impl StreamRewriter {
     /// nothing is held. Call it before forwarding `[DONE]` or at end of stream and send what
     /// it returns first. Calling it before an event with a `finish_reason` is allowed but not
     /// needed: that event releases its choice's held text itself.
-    pub fn flush(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn flush(&mut self) -> Option<Vec<u8>> {
         let tags = self.tags.as_deref()?;
         let mut choices = Vec::new();
         for (index, splitter) in &mut self.choices {

@@ -18,15 +18,11 @@ pub struct TextSplitter {
 /// What one piece of text settled: reasoning first, then answer text (either may be empty).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Split {
-    pub reasoning: String,
-    pub answer: String,
+    pub(crate) reasoning: String,
+    pub(crate) answer: String,
 }
 
-impl Split {
-    pub fn is_empty(&self) -> bool {
-        self.reasoning.is_empty() && self.answer.is_empty()
-    }
-}
+impl Split {}
 
 impl From<Pieces> for Split {
     fn from(p: Pieces) -> Self {
@@ -38,32 +34,27 @@ impl From<Pieces> for Split {
 }
 
 impl TextSplitter {
-    pub fn new(tags: Arc<ThinkTags>) -> Self {
+    pub(crate) fn new(tags: Arc<ThinkTags>) -> Self {
         let splitter = Splitter::new(&tags);
         TextSplitter { tags, splitter }
     }
 
     /// The next piece of text.
-    pub fn push(&mut self, text: &str) -> Split {
+    pub(crate) fn push(&mut self, text: &str) -> Split {
         let mut out = Pieces::default();
         self.splitter.push(&self.tags, text, &mut out);
         out.into()
     }
 
     /// The end of the text: what was held back.
-    pub fn finish(&mut self) -> Split {
+    pub(crate) fn finish(&mut self) -> Split {
         let mut out = Pieces::default();
         self.splitter.release(&self.tags, &mut out);
         out.into()
     }
 
-    /// Whether text is held back.
-    pub fn is_holding(&self) -> bool {
-        self.splitter.is_holding()
-    }
-
     /// A whole text split at once.
-    pub fn split_all(tags: &ThinkTags, text: &str) -> Split {
+    pub(crate) fn split_all(tags: &ThinkTags, text: &str) -> Split {
         Splitter::split_all(tags, text).into()
     }
 }

@@ -9,7 +9,7 @@ use crate::reasoning::{TextSplitter, ThinkTags};
 
 /// `body` with the response fields it lacks, and its messages split on `tags`; `None` when
 /// nothing changed (or it is not a response object).
-pub fn rewrite(body: &[u8], tags: Option<&ThinkTags>) -> Option<Vec<u8>> {
+pub(crate) fn rewrite(body: &[u8], tags: Option<&ThinkTags>) -> Option<Vec<u8>> {
     let split = tags.and_then(|t| split_think_tags(body, t));
     let mut v: Value = serde_json::from_slice(split.as_deref().unwrap_or(body)).ok()?;
     let obj = v
@@ -29,14 +29,14 @@ pub fn rewrite(body: &[u8], tags: Option<&ThinkTags>) -> Option<Vec<u8>> {
 }
 
 /// The reasoning item written for a message with id `id`.
-pub fn reasoning_item(id: &str, text: &str) -> Value {
+pub(crate) fn reasoning_item(id: &str, text: &str) -> Value {
     let tail = id.strip_prefix("msg_").unwrap_or(id);
     json!({"type": "reasoning", "id": format!("rs_{tail}"), "summary": [],
         "content": [{"type": "reasoning_text", "text": text}], "status": "completed"})
 }
 
 /// `body` with its messages' text split on `tags`; `None` when no message has any.
-pub fn split_think_tags(body: &[u8], tags: &ThinkTags) -> Option<Vec<u8>> {
+pub(crate) fn split_think_tags(body: &[u8], tags: &ThinkTags) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(body).ok()?;
     let items = v.get_mut("output")?.as_array_mut()?;
     let mut changed = false;

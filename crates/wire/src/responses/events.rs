@@ -14,7 +14,7 @@ use crate::stream::{push_named, Seen};
 
 /// An output item's kind, as far as the writer tells them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ItemKind {
+pub(crate) enum ItemKind {
     Message,
     Reasoning,
     FunctionCall,
@@ -22,7 +22,7 @@ pub enum ItemKind {
 }
 
 impl ItemKind {
-    pub fn of(item_type: &str) -> ItemKind {
+    pub(crate) fn of(item_type: &str) -> ItemKind {
         match item_type {
             "message" => ItemKind::Message,
             "reasoning" => ItemKind::Reasoning,
@@ -44,19 +44,19 @@ struct Part {
 #[derive(Debug)]
 pub(crate) struct Item {
     /// The id the backend's events use for it.
-    pub backend_id: String,
-    pub kind: ItemKind,
+    pub(crate) backend_id: String,
+    pub(crate) kind: ItemKind,
     /// The item as added, then as done.
     json: Value,
     parts: Vec<Part>,
     args: String,
     args_done: bool,
-    pub open: bool,
+    pub(crate) open: bool,
 }
 
 /// Writes the client's events.
 #[derive(Debug, Default)]
-pub struct Writer {
+pub(crate) struct Writer {
     seq: u64,
     pub(crate) items: Vec<Item>,
     open: Option<usize>,
@@ -84,7 +84,7 @@ fn part_json(kind: &str, text: &str) -> Value {
 
 impl Writer {
     /// Appends `v` as the event named by its `type`, with the next sequence number.
-    pub fn emit(&mut self, mut v: Value, out: &mut Vec<u8>) {
+    pub(crate) fn emit(&mut self, mut v: Value, out: &mut Vec<u8>) {
         if let Some(obj) = v.as_object_mut() {
             obj.insert("sequence_number".into(), json!(self.seq));
         }
@@ -96,20 +96,25 @@ impl Writer {
     }
 
     /// The client index of the item the backend calls `id`.
-    pub fn find(&self, id: &str) -> Option<usize> {
+    pub(crate) fn find(&self, id: &str) -> Option<usize> {
         self.items.iter().rposition(|i| i.backend_id == id)
     }
 
-    pub fn open_item(&self) -> Option<usize> {
+    pub(crate) fn open_item(&self) -> Option<usize> {
         self.open
     }
 
-    pub fn id(&self, i: usize) -> String {
+    pub(crate) fn id(&self, i: usize) -> String {
         self.items[i].json["id"].as_str().unwrap_or("").to_owned()
     }
 
     /// Adds an output item (closing the open one first): its `output_index`.
-    pub fn add_item(&mut self, backend_id: &str, mut item: Value, out: &mut Vec<u8>) -> usize {
+    pub(crate) fn add_item(
+        &mut self,
+        backend_id: &str,
+        mut item: Value,
+        out: &mut Vec<u8>,
+    ) -> usize {
         self.close_open(out);
         let kind = ItemKind::of(item["type"].as_str().unwrap_or(""));
         if let Some(obj) = item.as_object_mut() {
@@ -134,7 +139,7 @@ impl Writer {
     }
 
     /// Adds a content part to item `i` (closing its open part): its `content_index`.
-    pub fn add_part(&mut self, i: usize, kind: &str, out: &mut Vec<u8>) -> usize {
+    pub(crate) fn add_part(&mut self, i: usize, kind: &str, out: &mut Vec<u8>) -> usize {
         if let Some(j) = self.items[i].parts.iter().rposition(|p| p.open) {
             self.close_part(i, j, out);
         }
@@ -152,7 +157,7 @@ impl Writer {
     }
 
     /// The open part of `kind` of item `i`, added when there is none.
-    pub fn part(&mut self, i: usize, kind: &str, out: &mut Vec<u8>) -> usize {
+    pub(crate) fn part(&mut self, i: usize, kind: &str, out: &mut Vec<u8>) -> usize {
         match self.items[i].parts.last() {
             Some(p) if p.open && p.kind == kind => self.items[i].parts.len() - 1,
             _ => self.add_part(i, kind, out),
@@ -161,7 +166,7 @@ impl Writer {
 
     /// Text of `kind` for item `i` (its part added when needed); `extra` holds the backend's
     /// delta event, whose `logprobs` are kept.
-    pub fn text_delta(
+    pub(crate) fn text_delta(
         &mut self,
         i: usize,
         kind: &str,
@@ -186,7 +191,7 @@ impl Writer {
     }
 
     /// The `done` event of the text of part `j` of item `i`, once.
-    pub fn text_done(&mut self, i: usize, j: usize, out: &mut Vec<u8>) {
+    pub(crate) fn text_done(&mut self, i: usize, j: usize, out: &mut Vec<u8>) {
         let part = &mut self.items[i].parts[j];
         if part.text_done {
             return;
@@ -203,7 +208,7 @@ impl Writer {
     }
 
     /// Closes part `j` of item `i`: its text's `done`, then `content_part.done`.
-    pub fn close_part(&mut self, i: usize, j: usize, out: &mut Vec<u8>) {
+    pub(crate) fn close_part(&mut self, i: usize, j: usize, out: &mut Vec<u8>) {
         if !self.items[i].parts[j].open {
             return;
         }
@@ -217,7 +222,7 @@ impl Writer {
     }
 
     /// A function call's arguments grew by `delta`.
-    pub fn args_delta(
+    pub(crate) fn args_delta(
         &mut self,
         i: usize,
         delta: &str,
@@ -236,7 +241,7 @@ impl Writer {
     }
 
     /// A function call's arguments are complete (`arguments` when the backend says so).
-    pub fn args_done(&mut self, i: usize, arguments: Option<&str>, out: &mut Vec<u8>) {
+    pub(crate) fn args_done(&mut self, i: usize, arguments: Option<&str>, out: &mut Vec<u8>) {
         let item = &mut self.items[i];
         if item.args_done {
             return;
@@ -253,7 +258,7 @@ impl Writer {
 
     /// Closes item `i` (its parts and arguments first); `done` is the backend's final item,
     /// whose fields are kept where the stream did not say otherwise.
-    pub fn close_item(&mut self, i: usize, done: Option<&Value>, out: &mut Vec<u8>) {
+    pub(crate) fn close_item(&mut self, i: usize, done: Option<&Value>, out: &mut Vec<u8>) {
         if !self.items[i].open {
             return;
         }
@@ -312,14 +317,14 @@ impl Writer {
     }
 
     /// Closes the open item, if any.
-    pub fn close_open(&mut self, out: &mut Vec<u8>) {
+    pub(crate) fn close_open(&mut self, out: &mut Vec<u8>) {
         if let Some(i) = self.open {
             self.close_item(i, None, out);
         }
     }
 
     /// Every item as the final response lists it.
-    pub fn output(&self) -> Vec<Value> {
+    pub(crate) fn output(&self) -> Vec<Value> {
         self.items.iter().map(|i| i.json.clone()).collect()
     }
 }

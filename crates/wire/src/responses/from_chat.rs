@@ -68,7 +68,7 @@ fn function_call(id: &str, name: &str, arguments: &str, status: &str) -> Value {
 
 /// A whole `chat.completion` as a Responses answer; what is wrong with it when it is not one
 /// (no choice 0, or a choice without a message).
-pub fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
+pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
     let v: Value = serde_json::from_slice(chat).map_err(|e| format!("not JSON: {e}"))?;
     let choice = choice0(&v).ok_or("an answer without choice 0")?;
     let message = choice
@@ -123,10 +123,10 @@ pub fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
 }
 
 /// A chat stream translated into a Responses stream, event by event.
-pub type FromChat = Translated<Writer>;
+pub(crate) type FromChat = Translated<Writer>;
 
 /// The Responses events of a translated chat stream.
-pub struct Writer {
+pub(crate) struct Writer {
     inner: ResponsesStream,
     model: String,
     tail: String,
@@ -137,7 +137,7 @@ pub struct Writer {
 }
 
 /// The translation of a chat stream for `ctx`.
-pub fn translation(ctx: &StreamContext) -> FromChat {
+pub(crate) fn translation(ctx: &StreamContext) -> FromChat {
     let writer = Writer {
         inner: ResponsesStream::new(ctx.tags.clone(), &ctx.model),
         model: ctx.model.clone(),

@@ -17,7 +17,7 @@ use crate::flavor::Flavor;
 use crate::runtime::ReasoningItems;
 
 /// `body` with its reasoning items in the form `flavor` reads, or `None` when none needs it.
-pub fn reasoning_items(body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
+pub(crate) fn reasoning_items(body: &[u8], flavor: Flavor) -> Result<Option<Vec<u8>>, ProxyError> {
     if memmem::find(body, b"\"reasoning\"").is_none() {
         return Ok(None);
     }

@@ -4,11 +4,11 @@
 //! as `reasoning` items, and the answer of a chat-only backend translated back
 //! ([`from_chat`]).
 
-pub mod answer;
-pub mod events;
-pub mod from_chat;
-pub mod history;
-pub mod stream;
+pub(crate) mod answer;
+pub(crate) mod events;
+pub(crate) mod from_chat;
+pub(crate) mod history;
+pub(crate) mod stream;
 pub mod to_chat;
 pub mod usage;
 
@@ -20,10 +20,10 @@ use crate::flavor::Flavor;
 use crate::reasoning::{OutputField, ThinkTags};
 
 /// The Responses adapter.
-pub struct Responses;
+pub(crate) struct Responses;
 
 /// How Responses requests are shaped: `input` items (or one string), `input_image` parts.
-pub const SHAPING: Form = Form {
+pub(crate) const SHAPING: Form = Form {
     conversation: Some("input"),
     limits: &["max_output_tokens"],
     cap_sets: "max_output_tokens",
@@ -47,7 +47,7 @@ fn image_part(url: &str, _data: Option<(&str, &str)>) -> serde_json::Value {
 }
 
 /// The Responses API's constants.
-pub const SPEC: ApiSpec = ApiSpec {
+pub(crate) const SPEC: ApiSpec = ApiSpec {
     name: "responses",
     routes: Routes {
         label: "responses",

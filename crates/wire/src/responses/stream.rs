@@ -31,7 +31,7 @@ struct SplitMessage {
 }
 
 /// The per-stream repair of one Responses stream.
-pub struct ResponsesStream {
+pub(crate) struct ResponsesStream {
     w: Writer,
     tags: Option<Arc<ThinkTags>>,
     model: String,
@@ -72,7 +72,7 @@ pub(crate) fn complete_response(b: &mut Map<String, Value>, model: &str) {
 }
 
 impl ResponsesStream {
-    pub fn new(tags: Option<Arc<ThinkTags>>, model: &str) -> Self {
+    pub(crate) fn new(tags: Option<Arc<ThinkTags>>, model: &str) -> Self {
         ResponsesStream {
             w: Writer::default(),
             tags,

@@ -43,7 +43,7 @@ fn usage_with(u: WireUsage, timings: Option<&Value>) -> Usage {
 
 /// The usage of a response object (a stream's final event carries one), with llama.cpp's
 /// `timings` when it sent them.
-pub fn of_response(response: &Value, timings: Option<&Value>) -> Option<Usage> {
+pub(crate) fn of_response(response: &Value, timings: Option<&Value>) -> Option<Usage> {
     let u = response.get("usage").filter(|u| u.is_object())?;
     let u = WireUsage::deserialize(u).ok()?;
     Some(usage_with(u, timings))
@@ -55,7 +55,7 @@ struct Answer {
 }
 
 /// The usage of a whole Responses answer; `None` without one.
-pub fn of_answer(body: &[u8]) -> Option<Usage> {
+pub(crate) fn of_answer(body: &[u8]) -> Option<Usage> {
     let a: Answer = serde_json::from_slice(body).ok()?;
     Some(usage_with(a.usage?, None))
 }

@@ -6,7 +6,7 @@ use super::{
 };
 
 /// llama.cpp `llama-server`.
-pub const LLAMACPP: Runtime = Runtime {
+pub(crate) const LLAMACPP: Runtime = Runtime {
     name: "llamacpp",
     // Answers 503 while the model loads.
     health_path: "/health",

@@ -12,10 +12,10 @@
 //! its connections (`upstream::watch`), and the `timings` an answer reports are read wherever
 //! they are found (`wire::usage`).
 
-pub mod llamacpp;
-pub mod openai;
-pub mod sglang;
-pub mod vllm;
+pub(crate) mod llamacpp;
+pub(crate) mod openai;
+pub(crate) mod sglang;
+pub(crate) mod vllm;
 
 use crate::flavor::Flavor;
 
@@ -38,19 +38,19 @@ pub struct Runtime {
     /// The field it reads reasoning from in the assistant messages of a request's history.
     pub reasoning_field: InputField,
     /// How it reads the reasoning items of a Responses request's history.
-    pub reasoning_items: ReasoningItems,
+    pub(crate) reasoning_items: ReasoningItems,
     /// The APIs (by their names in a backend's `apis` list) it serves itself unless that list
     /// says otherwise; the others reach it translated to chat completions.
-    pub serves: &'static [&'static str],
+    pub(crate) serves: &'static [&'static str],
     /// Its own counting endpoints, by the API (its name in `apis`) whose requests they count.
-    pub count_paths: &'static [CountPath],
+    pub(crate) count_paths: &'static [CountPath],
     /// How it counts a chat request's tokens (`count = "backend"`); `None`: it cannot.
     pub tokenize: Option<Tokenize>,
     /// Whose code prepares and templates its chats (what a local count renders as).
     pub engine: Engine,
     /// Whose conversion its own Messages and Responses endpoints apply; `None`: Switchboard's
     /// translation to chat, the reasoning of the history in [`Runtime::reasoning_field`].
-    pub converts: Option<Engine>,
+    pub(crate) converts: Option<Engine>,
     /// It answers a streamed request it cannot serve with a 200 whose first event is the
     /// error: the first event is read before the head goes out.
     pub errors_in_first_event: bool,
@@ -91,7 +91,7 @@ impl Privacy {
 
 impl Runtime {
     /// Its own counting endpoint for the API named `api` in `apis`, if it has one.
-    pub fn count_path(&self, api: &str) -> Option<&'static str> {
+    pub(crate) fn count_path(&self, api: &str) -> Option<&'static str> {
         self.count_paths
             .iter()
             .find(|c| c.api == api)
@@ -139,7 +139,7 @@ pub enum InputField {
 
 impl InputField {
     /// The field's name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             InputField::ReasoningContent => "reasoning_content",
             InputField::Reasoning => "reasoning",
@@ -147,7 +147,7 @@ impl InputField {
     }
 
     /// The other field's name (the one this runtime does not read).
-    pub fn other(self) -> &'static str {
+    pub(crate) fn other(self) -> &'static str {
         match self {
             InputField::ReasoningContent => InputField::Reasoning.name(),
             InputField::Reasoning => InputField::ReasoningContent.name(),
@@ -157,7 +157,7 @@ impl InputField {
 
 /// How a runtime reads a reasoning item sent back in a Responses history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReasoningItems {
+pub(crate) enum ReasoningItems {
     /// Only with a non-empty `content` array whose first part has the text (it refuses the
     /// whole request otherwise): the summary texts become the content, an item with no text
     /// at all is left out.
@@ -168,16 +168,16 @@ pub enum ReasoningItems {
 
 /// An API's counting endpoint a runtime serves itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CountPath {
+pub(crate) struct CountPath {
     /// The API's name in a backend's `apis` list.
-    pub api: &'static str,
+    pub(crate) api: &'static str,
     /// The path the count is forwarded to.
-    pub path: &'static str,
+    pub(crate) path: &'static str,
 }
 
 /// The Messages API's counting endpoint, at the path Anthropic gives it (llama.cpp, vLLM and
 /// SGLang serve it).
-pub const MESSAGES_COUNT: CountPath = CountPath {
+pub(crate) const MESSAGES_COUNT: CountPath = CountPath {
     api: "messages",
     path: "/v1/messages/count_tokens",
 };
@@ -212,7 +212,7 @@ pub enum Engine {
 }
 
 /// The runtimes, in the order of [`Flavor`]'s variants (which [`Flavor::runtime`] indexes).
-pub const RUNTIMES: &[&Runtime] = &[
+pub(crate) const RUNTIMES: &[&Runtime] = &[
     &llamacpp::LLAMACPP,
     &vllm::VLLM,
     &sglang::SGLANG,

@@ -3,7 +3,7 @@
 use super::{Discovery, Engine, InputField, Privacy, ReasoningItems, Runtime};
 
 /// Any other OpenAI-compatible server.
-pub const OPENAI: Runtime = Runtime {
+pub(crate) const OPENAI: Runtime = Runtime {
     name: "openai",
     // It may have no `/health`; `/v1/models` is the one endpoint every such server has.
     health_path: "/v1/models",

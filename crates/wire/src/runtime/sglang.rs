@@ -5,7 +5,7 @@ use super::{
 };
 
 /// SGLang's OpenAI-compatible server.
-pub const SGLANG: Runtime = Runtime {
+pub(crate) const SGLANG: Runtime = Runtime {
     name: "sglang",
     // Sends an empty 503 while starting.
     health_path: "/health",

@@ -5,7 +5,7 @@ use super::{
 };
 
 /// vLLM's OpenAI-compatible server.
-pub const VLLM: Runtime = Runtime {
+pub(crate) const VLLM: Runtime = Runtime {
     name: "vllm",
     // Accepts connections but answers no HTTP until loaded: a read timeout after a connect
     // is read as loading.

@@ -69,7 +69,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Image => "image",
             Kind::Audio => "audio",
@@ -77,7 +77,7 @@ impl Kind {
     }
 
     /// The kind of a part by its `type`; `None` for text and everything else.
-    pub fn of_part(part_type: &str) -> Option<Kind> {
+    pub(crate) fn of_part(part_type: &str) -> Option<Kind> {
         match part_type {
             "image_url" | "input_image" | "image" | "image_pil" | "image_embeds" | "video_url" => {
                 Some(Kind::Image)

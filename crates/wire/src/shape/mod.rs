@@ -8,7 +8,7 @@ mod body;
 mod defaults;
 mod images;
 mod inputs;
-pub mod owned;
+pub(crate) mod owned;
 
 use std::num::NonZeroU32;
 
@@ -24,27 +24,27 @@ pub use inputs::{Input, Kind};
 #[derive(Debug)]
 pub struct Form {
     /// The member holding the conversation (where content parts are).
-    pub conversation: Option<&'static str>,
+    pub(crate) conversation: Option<&'static str>,
     /// The output limits it reads, in the order they take effect (the first sent wins).
-    pub limits: &'static [&'static str],
+    pub(crate) limits: &'static [&'static str],
     /// The one of `limits` a cap (`max_output_tokens`) sets when the request sends none.
-    pub cap_sets: &'static str,
+    pub(crate) cap_sets: &'static str,
     /// The fields it has of those only some APIs have (every other field, sampling controls
     /// such as `temperature` and backend extensions such as `chat_template_kwargs`, every
     /// shaped API takes).
-    pub own: &'static [&'static str],
+    pub(crate) own: &'static [&'static str],
     /// An image of the legacy `images` field as one of its content parts, from the image's URL
     /// (a `data:` URL for base64 data) and, for base64 data, its media type and data.
-    pub image_part: fn(&str, Option<(&str, &str)>) -> Value,
+    pub(crate) image_part: fn(&str, Option<(&str, &str)>) -> Value,
     /// The `type` of its text parts.
-    pub text_part: &'static str,
+    pub(crate) text_part: &'static str,
     /// Its conversation is a list of typed items or one string (Responses' `input`): images
     /// for a string make it a user message item, and a user item given parts is typed.
-    pub typed_items: bool,
+    pub(crate) typed_items: bool,
 }
 
 /// The chat completions way of writing an image part, which most APIs share.
-pub fn image_url_part(url: &str, _data: Option<(&str, &str)>) -> Value {
+pub(crate) fn image_url_part(url: &str, _data: Option<(&str, &str)>) -> Value {
     serde_json::json!({"type": "image_url", "image_url": {"url": url}})
 }
 
@@ -142,16 +142,16 @@ mod tests {
                     .expect("a registered API's form"),
             )
         }
-        pub fn chat_completions() -> Option<&'static Form> {
+        pub(crate) fn chat_completions() -> Option<&'static Form> {
             form("chat")
         }
-        pub fn completions() -> Option<&'static Form> {
+        pub(crate) fn completions() -> Option<&'static Form> {
             form("completions")
         }
-        pub fn messages() -> Option<&'static Form> {
+        pub(crate) fn messages() -> Option<&'static Form> {
             form("messages")
         }
-        pub fn responses() -> Option<&'static Form> {
+        pub(crate) fn responses() -> Option<&'static Form> {
             form("responses")
         }
     }

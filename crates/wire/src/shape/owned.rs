@@ -9,14 +9,14 @@
 //! included); the proxy writes its own where it decides one.
 
 /// The members removed from every request body.
-pub const OWNED: [&str; 4] = ["id_slot", "cache_prompt", "cache_salt", "extra_key"];
+pub(crate) const OWNED: [&str; 4] = ["id_slot", "cache_prompt", "cache_salt", "extra_key"];
 
 /// Whether `body` may hold a member of [`OWNED`] at its top level: a key written as it is
 /// (`id_slot`, `cache_…`, `extra_key`), or an escape of a printable ASCII character
 /// (`\u0020` to `\u007f`: the only escape that can spell a letter or `_`; the escapes of
 /// other text, `\u00e9` or `\u4e2d`, cannot). `false` proves it holds none; `true` asks for
 /// a full read of its members.
-pub fn may_hold(body: &[u8]) -> bool {
+pub(crate) fn may_hold(body: &[u8]) -> bool {
     let ascii_escape = memchr::memmem::find_iter(body, br"\u00")
         .any(|at| matches!(body.get(at + 4), Some(b'2'..=b'7')));
     ascii_escape

@@ -32,20 +32,20 @@ use Step::{Count, NullOr, Number, Skip, Text};
 
 /// The places of the counts a usage object's layouts read.
 pub(super) mod usage {
-    pub const PROMPT: usize = 0;
-    pub const COMPLETION: usize = 1;
-    pub const CACHED: usize = 2;
+    pub(crate) const PROMPT: usize = 0;
+    pub(crate) const COMPLETION: usize = 1;
+    pub(crate) const CACHED: usize = 2;
 }
 
 /// The places of the counts and numbers llama.cpp's `timings` layout reads.
 pub(super) mod timings {
-    pub const CACHE_N: usize = 0;
-    pub const PROMPT_N: usize = 1;
-    pub const PREDICTED_N: usize = 2;
-    pub const PROMPT_MS: usize = 0;
-    pub const PROMPT_PER_SECOND: usize = 1;
-    pub const PREDICTED_MS: usize = 2;
-    pub const PREDICTED_PER_SECOND: usize = 3;
+    pub(crate) const CACHE_N: usize = 0;
+    pub(crate) const PROMPT_N: usize = 1;
+    pub(crate) const PREDICTED_N: usize = 2;
+    pub(crate) const PROMPT_MS: usize = 0;
+    pub(crate) const PROMPT_PER_SECOND: usize = 1;
+    pub(crate) const PREDICTED_MS: usize = 2;
+    pub(crate) const PREDICTED_PER_SECOND: usize = 3;
 }
 
 /// The usage objects of llama-server and of vLLM (its `UsageInfo`'s fields in order), their
@@ -109,8 +109,8 @@ pub(super) const TIMINGS: &[Step] = &[
 /// What a layout read: the counts and numbers at their places (`None` where it has none).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub(super) struct Read {
-    pub counts: [Option<u64>; 3],
-    pub numbers: [Option<f64>; 4],
+    pub(crate) counts: [Option<u64>; 3],
+    pub(crate) numbers: [Option<f64>; 4],
 }
 
 /// The object that opens `b` read by `layout`, when it is written exactly so (what follows
