@@ -82,7 +82,7 @@ fn every_config_key_is_in_the_example_and_the_reference_and_no_other() {
     let docs = read("docs/CONFIG.md");
     let example = read("routes.toml");
     let mut problems = Vec::new();
-    // Each section's raw struct, in its section's file under src/config/.
+    // Each section's raw struct, in its section's file under crates/proxy/src/config/.
     for (file, name, heading, prefix) in [
         ("server.rs", "RawServer", "## `[server]`", "server"),
         (

@@ -2,12 +2,12 @@
 //!
 //! An event is small and parsed whole (its `choices` say whether it is the usage-only chunk).
 //! A whole answer is mostly text the proxy does not need: its `usage` object is found by its
-//! key (see `json_scan`) and read alone, by the layout its backend writes it in (see
-//! `layout`) or else walked (see `walk`), as is llama.cpp's `timings` object.
+//! key (see `switchboard_json::scan`) and read alone, by the layout its backend writes it in
+//! (see `layout`) or else walked (see `walk`), as is llama.cpp's `timings` object.
 //! Every backend's answer carries `usage` (and llama.cpp's `timings`) at the top level after
 //! `choices`, and no such object after it: the last occurrence is the one read. A body that
 //! writes a word character as an escape (where a key may hide from the search, see
-//! `json_scan`) is parsed whole instead.
+//! `switchboard_json::scan`) is parsed whole instead.
 //!
 //! Both keys are found in one search from the end, where they are: at each `g` (the letter
 //! they share, rare in JSON keys) both spellings are tried until the usage is found; a

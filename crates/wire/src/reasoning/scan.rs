@@ -1,11 +1,11 @@
 //! Byte searches that decide, without a JSON parse, whether a payload may need rewriting.
 //!
-//! They look for `"key"` followed by `:` and a value (`json_scan::values`: a quote inside a
-//! JSON string is always escaped, so such a match is a real key; whitespace and key order
-//! as they come).
-//! They may answer "maybe" for a payload that needs nothing (a parse then finds nothing to
-//! do), never "no" for one that needs a rewrite. A key written with escapes hides from them:
-//! callers take the parsing path for a payload where `json_scan::may_escape_word` says so.
+//! They look for `"key"` followed by `:` and a value (`switchboard_json::scan::values`: a quote
+//! inside a JSON string is always escaped, so such a match is a real key; whitespace and key
+//! order as they come). They may answer "maybe" for a payload that needs nothing (a parse then
+//! finds nothing to do), never "no" for one that needs a rewrite. A key written with escapes
+//! hides from them: callers take the parsing path for a payload where
+//! `switchboard_json::scan::may_escape_word` says so.
 
 use std::sync::LazyLock;
 

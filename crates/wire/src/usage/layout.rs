@@ -1,15 +1,15 @@
 //! A whole answer's `usage` and `timings` as the backends write them, read by matching the
-//! text: each key and separator byte for byte, each number by `json_number`.
+//! text: each key and separator byte for byte, each number by `switchboard_json::number`.
 //!
 //! llama-server and vLLM write these objects the same way every time (their members in one
 //! order, no whitespace), and a walk member by member (see `walk`) spends most of its time
 //! finding and matching keys: under callgrind (`benches/load/instructions.sh`, llama.cpp
 //! answers of 16 tokens) `of_body` took some 4,100 instructions a chat with both objects
-//! walked, 2,700 with them read here. Text laid out otherwise (another order, whitespace, `null`
-//! where a number is, a number `json_number` leaves to serde_json) is not read here: the
-//! caller walks it. Where a layout matches, the object holds exactly its members, each a
-//! number read as serde_json reads it, so what is read is what the object's parse reads
-//! (property tests in `usage/tests/layouts.rs`).
+//! walked, 2,700 with them read here. Text laid out otherwise (another order, whitespace,
+//! `null` where a number is, a number `switchboard_json::number` leaves to serde_json) is not
+//! read here: the caller walks it. Where a layout matches, the object holds exactly its
+//! members, each a number read as serde_json reads it, so what is read is what the object's
+//! parse reads (property tests in `usage/tests/layouts.rs`).
 
 use switchboard_json::number::{f64_at, u64_at};
 

@@ -4,9 +4,9 @@
 //! Both are small: numbers, and in `usage` two objects of numbers (its details). Each walk
 //! reads what the type's `Deserialize` reads: unknown members skipped, a known one given twice
 //! or of the wrong type failing the whole ([`Stop::Fails`]). Where it cannot tell (a key with
-//! an escape, a known member that is neither a number, `null` nor an object of them) it says
-//! so ([`Stop::Unsure`]) and the object is parsed. Numbers are read by `json_number`, and by
-//! serde_json one by one where it cannot read them.
+//! an escape, a known member that is neither a number, `null` nor an object of them) it says so
+//! ([`Stop::Unsure`]) and the object is parsed. Numbers are read by `switchboard_json::number`,
+//! and by serde_json one by one where it cannot read them.
 //!
 //! Hand-walked because serde_json's parse of the two was most of what reading an answer's
 //! usage cost: under callgrind (`benches/load/instructions.sh`, 8 connections, llama.cpp

@@ -15,9 +15,9 @@ static TEXT: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""text""#));
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""usage""#));
 static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| finder(br#""error""#));
 
-/// One event's data as the relay reads it: by key searches (`json_scan::values`, whitespace
-/// and key order as they come), which answer what a parse answers unless a word character
-/// is written as an escape; then from a parse, made once.
+/// One event's data as the relay reads it: by key searches (`switchboard_json::scan::values`,
+/// whitespace and key order as they come), which answer what a parse answers unless a word
+/// character is written as an escape; then from a parse, made once.
 pub(crate) struct EventReadings<'a> {
     data: &'a [u8],
     /// The parse, when the key searches cannot be sure (`Null` for data that is no JSON).
