@@ -4,8 +4,9 @@
 //! results — so no job waits behind another path's (an upload written, a file read whole, a
 //! batch validated). A lane whose call fails makes its next on a new connection ([`Link`]).
 
+use crate::lock::Locked;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::link::{Health, Link};
 use super::{db_error, BatchError, Files};
@@ -80,11 +81,7 @@ impl Lane {
             drop(tx.send(out));
             failed
         });
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(job);
+        let sent = self.jobs.locked().send(job);
         sent.map_err(|_| db_error("the Batch API's database thread ended"))?;
         rx.await.map_err(db_error)?
     }

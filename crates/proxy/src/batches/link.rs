@@ -4,7 +4,8 @@
 //! Whether the lanes' calls work is `switchboard_batch_db_up`, and a log line when the first
 //! starts failing and when the last works again.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::lock::Locked;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
@@ -39,7 +40,7 @@ impl Health {
     /// A lane's calls start failing (`true`) or work again; logged as the first fails and
     /// as the last works again.
     fn lane(&self, failing: bool, lane: &str, url: &LedgerUrl, why: &str) {
-        let mut n = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut n = self.failing.locked();
         match failing {
             true => {
                 if *n == 0 {

@@ -21,8 +21,9 @@ pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod upload;
 
+use crate::lock::Locked;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use prometheus_client::metrics::gauge::Gauge;
@@ -415,11 +416,11 @@ impl Batches {
     /// The batches not yet ended, oldest first, as the runner read them last (within a
     /// second or a line's end): no database read.
     pub(crate) fn active(&self) -> Arc<Vec<BatchRow>> {
-        Arc::clone(&self.active.lock().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(&self.active.locked())
     }
 
     fn set_active(&self, rows: Vec<BatchRow>) {
-        *self.active.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(rows);
+        *self.active.locked() = Arc::new(rows);
     }
 }
 

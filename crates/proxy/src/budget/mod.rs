@@ -10,9 +10,10 @@
 //! they go. What a budget counts of a request is [`amount`]'s: the one place a resource is
 //! measured.
 
+use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::calendar::{Calendar, Clock, Periods};
@@ -174,7 +175,7 @@ impl Board {
     }
 
     pub(crate) fn post(&self, spent: Spent) {
-        *self.spent.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(spent);
+        *self.spent.locked() = Arc::new(spent);
         self.read.store(true, Ordering::Release);
     }
 
@@ -184,19 +185,16 @@ impl Board {
     }
 
     pub(crate) fn spent(&self) -> Arc<Spent> {
-        Arc::clone(&self.spent.lock().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(&self.spent.locked())
     }
 
     pub(crate) fn calendar(&self) -> Option<Calendar> {
-        self.calendar
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.calendar.locked().clone()
     }
 
     /// A new calendar (from a reload); whether it differs from the one before.
     pub(crate) fn set_calendar(&self, calendar: Option<Calendar>) -> bool {
-        let mut c = self.calendar.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = self.calendar.locked();
         let changed = *c != calendar;
         *c = calendar;
         changed
@@ -245,7 +243,7 @@ impl Budgets {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.locked()
     }
 
     /// Whether what was spent of its budgets is known: always without a ledger (this process

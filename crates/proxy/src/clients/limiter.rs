@@ -3,7 +3,8 @@
 //! minute; [`super::shared::Shared`] keeps them in the store several processes share. (Its
 //! budgets of a calendar day and month are [`crate::budget`]'s.)
 
-use std::sync::{Mutex, PoisonError};
+use crate::lock::Locked;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub(crate) use crate::budget::Left;
@@ -148,7 +149,7 @@ impl Local {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Buckets> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.locked()
     }
 }
 

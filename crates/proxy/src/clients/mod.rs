@@ -8,6 +8,7 @@ pub(crate) mod limiter;
 pub(crate) mod place;
 pub(crate) mod shared;
 
+use crate::lock::Locked;
 use std::sync::atomic::{AtomicI64, AtomicU32};
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,7 +82,7 @@ impl Recent {
 
     pub fn add(&self, at: Instant, tokens: u64, gpu_ms: u64) {
         let n = self.step(at);
-        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ring = self.ring.locked();
         let slot = &mut ring[(n % 30) as usize];
         if slot.0 != n {
             *slot = (n, 0, 0);
@@ -94,7 +95,7 @@ impl Recent {
     /// the oldest first (the last, the step `now` is in).
     pub(crate) fn steps(&self, now: Instant) -> [(u64, u64); 30] {
         let n = self.step(now);
-        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let ring = self.ring.locked();
         let mut out = [(0, 0); 30];
         for step in n.saturating_sub(29)..=n {
             let s = ring[(step % 30) as usize];

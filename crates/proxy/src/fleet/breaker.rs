@@ -2,7 +2,8 @@
 //! request or a health probe) is let through half-open, and its outcome closes or reopens it.
 //! An attempt tells its backend's breaker what it did through its [`Tally`], and only so.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use crate::lock::Locked;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelValue;
@@ -64,7 +65,7 @@ impl Breaker {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.locked()
     }
 
     /// Take a reloaded config's settings, keeping the state.

@@ -11,7 +11,8 @@
 //! the sums by [`FADE`]). Before any answer, a prior stands in: the backend's configured seeds,
 //! else the built-in defaults ([`Seed::default`]), worth [`PRIOR_WEIGHT`] answers.
 
-use std::sync::{Mutex, PoisonError};
+use crate::lock::Locked;
+use std::sync::Mutex;
 
 pub(crate) use crate::config::Seed;
 
@@ -197,7 +198,7 @@ impl CostModel {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Fit> {
-        self.fit.lock().unwrap_or_else(PoisonError::into_inner)
+        self.fit.locked()
     }
 
     /// Start from `seed` when it is not the one in force (a reload changed it): what was

@@ -5,7 +5,8 @@
 //! requests at that moment is the other processes' share; the choice counts that share on top
 //! of the process's own requests now (which it knows exactly, reading or not).
 
-use std::sync::{Mutex, PoisonError};
+use crate::lock::Locked;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -135,13 +136,13 @@ impl Reported {
             others: busy.saturating_sub(own),
             at,
         });
-        *self.reading.lock().unwrap_or_else(PoisonError::into_inner) = reading;
+        *self.reading.locked() = reading;
     }
 
     /// The requests of other processes on the backend by its last reading, taken within
     /// `max_age` of `now`; `None` without such a reading.
     pub(crate) fn others(&self, now: Instant, max_age: Duration) -> Option<u32> {
-        let reading = *self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        let reading = *self.reading.locked();
         let r = reading?;
         (now.saturating_duration_since(r.at) <= max_age).then_some(r.others)
     }

@@ -2,7 +2,8 @@
 //! one shared value per name, made on first use, so a snapshot's replicas hold theirs and a
 //! request reads it without a lookup.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use crate::lock::ReadWrite;
+use std::sync::{Arc, RwLock};
 
 // foldhash: keyed by backend names from the config (no untrusted keys).
 use foldhash::HashMap;
@@ -27,10 +28,7 @@ impl<T: Default> ByName<T> {
         if let Some(v) = self.get(name) {
             return v;
         }
-        let mut all = self
-            .backends
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut all = self.backends.writing();
         Arc::clone(all.entry(name.to_string()).or_default())
     }
 }
@@ -38,7 +36,7 @@ impl<T: Default> ByName<T> {
 impl<T> ByName<T> {
     /// Backend `name`'s, if it was ever made.
     pub(crate) fn get(&self, name: &str) -> Option<Arc<T>> {
-        let known = self.backends.read().unwrap_or_else(PoisonError::into_inner);
+        let known = self.backends.reading();
         known.get(name).map(Arc::clone)
     }
 }

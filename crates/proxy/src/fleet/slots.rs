@@ -23,8 +23,9 @@ pub(crate) use privacy::Isolation;
 mod refused;
 mod table;
 
+use crate::lock::Locked;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -90,7 +91,7 @@ fn now() -> Instant {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.locked()
     }
 
     /// Slot `index` goes to a request of `ticket`: its holder set, its client's share charged.

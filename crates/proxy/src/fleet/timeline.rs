@@ -8,8 +8,9 @@
 //! is merged into it; past the bound the oldest bar goes. One short lock per finished
 //! request.
 
+use crate::lock::Locked;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How far back the timeline reaches.
@@ -58,7 +59,7 @@ pub struct Timeline {
 
 impl Timeline {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Bar>> {
-        self.bars.lock().unwrap_or_else(PoisonError::into_inner)
+        self.bars.locked()
     }
 
     pub fn push(&self, bar: Bar) {

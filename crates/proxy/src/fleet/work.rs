@@ -4,7 +4,8 @@
 //! the proxy's own clock), and the measure given back: to the backend's cost model, to the
 //! fair order of its slots, to what its client's answers recently took.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::lock::Locked;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // foldhash: keyed by client ids the proxy gives (no untrusted keys).
@@ -43,18 +44,12 @@ pub(crate) struct Outputs {
 impl Outputs {
     /// The longest of `client`'s recent answers.
     fn recent(&self, client: u64) -> Option<u64> {
-        let all = self
-            .by_client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let all = self.by_client.locked();
         all.get(&client).and_then(|v| v.iter().copied().max())
     }
 
     fn note(&self, client: u64, tokens: u64) {
-        let mut all = self
-            .by_client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut all = self.by_client.locked();
         let v = all.entry(client).or_default();
         if v.len() >= RECENT {
             v.remove(0);

@@ -21,9 +21,10 @@ pub mod store;
 mod sums;
 mod writer;
 
+use crate::lock::Locked;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -201,22 +202,19 @@ struct Shared {
 
 impl Shared {
     fn set_daily(&self, d: Daily) {
-        *self.daily.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(d);
+        *self.daily.locked() = Arc::new(d);
     }
 
     fn daily(&self) -> Arc<Daily> {
-        Arc::clone(&self.daily.lock().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(&self.daily.locked())
     }
 
     fn set_trouble(&self, t: Option<String>) {
-        *self.trouble.lock().unwrap_or_else(PoisonError::into_inner) = t;
+        *self.trouble.locked() = t;
     }
 
     fn trouble(&self) -> Option<String> {
-        self.trouble
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.trouble.locked().clone()
     }
 }
 
@@ -271,11 +269,7 @@ impl Ledger {
     /// counted as dropped.
     pub fn close(&self) {
         self.end();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let thread = self.thread.locked().take();
         if let Some(t) = thread {
             let _ = t.join();
         }
@@ -340,7 +334,7 @@ impl Ledger {
         }
         row.seq = s.seq.fetch_add(1, Ordering::Relaxed);
         let queued = {
-            let mut q = s.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut q = s.queue.locked();
             q.push(row);
             q.len()
         };

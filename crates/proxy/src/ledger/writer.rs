@@ -8,6 +8,7 @@
 //! it, and it is opened (and checked) again after 0.25 s doubling to 30 s. Once every handle
 //! is gone it writes what waits and ends.
 
+use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -186,13 +187,7 @@ impl Writer {
 
     /// Takes the rows queued since.
     fn take(&mut self) {
-        let rows = std::mem::take(
-            &mut *self
-                .shared
-                .queue
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let rows = std::mem::take(&mut *self.shared.queue.locked());
         self.pending.extend(rows);
     }
 

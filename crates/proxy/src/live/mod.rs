@@ -8,8 +8,9 @@ pub mod probes;
 pub mod reload;
 pub mod watch;
 
+use crate::lock::Locked;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -345,7 +346,7 @@ impl AppState {
     /// [`Self::swap`] with `fresh` discoveries put in force as well.
     pub(crate) fn swap_found(&self, config: Config, fresh: Fresh) -> Result<(), ConfigErrors> {
         let tls = load_tls(&config)?;
-        let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
+        let _one = self.rebuild.locked();
         let previous = self.live.load_full();
         let next = Snapshot::build(config, self.kept(), Some(&previous), fresh)?;
         self.client.set_tls(tls);
@@ -356,7 +357,7 @@ impl AppState {
     /// Put `fresh` discoveries in force on the running config (a new snapshot of it; its TLS
     /// settings stay those in force).
     pub(crate) fn apply_found(&self, fresh: Fresh) -> Result<(), ConfigErrors> {
-        let _one = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
+        let _one = self.rebuild.locked();
         let previous = self.live.load_full();
         let config = previous.config.clone();
         let next = Snapshot::build(config, self.kept(), Some(&previous), fresh)?;

@@ -2,6 +2,7 @@
 //! backends with `"auto"` figures what they serve, build the snapshot, swap; on any error the
 //! running config stays. The last reload's result and time are kept for the status page.
 
+use crate::lock::Locked;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -30,12 +31,12 @@ pub(crate) struct ReloadLog(Mutex<Option<LastReload>>);
 
 impl ReloadLog {
     pub(crate) fn last(&self) -> Option<LastReload> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *self.0.locked()
     }
 
     fn set(&self, outcome: ReloadOutcome) {
         let at = SystemTime::now();
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(LastReload { at, outcome });
+        *self.0.locked() = Some(LastReload { at, outcome });
     }
 }
 

@@ -7,6 +7,7 @@
 //! alias). Timings go into geometric bins four to an octave, so a median is within a few
 //! percent (the Prometheus histograms' buckets are too coarse for one number on a page).
 
+use crate::lock::Locked;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -164,7 +165,7 @@ impl Window {
     /// The ring's slot for `at`, cleared first if it still holds an older step.
     fn with_step(&self, at: Instant, f: impl FnOnce(&mut Step)) {
         let n = self.step_of(at);
-        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ring = self.ring.locked();
         let slot = &mut ring[(n % STEPS as u64) as usize];
         if slot.at != n {
             *slot = Step {
@@ -208,7 +209,7 @@ impl Window {
         let mut ttft = [0u32; TTFT_BINS];
         let mut decode = [0u32; TPS_BINS];
         {
-            let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+            let ring = self.ring.locked();
             for step in ring.iter().filter(|s| (oldest..=n).contains(&s.at)) {
                 sum.requests += u64::from(step.requests);
                 sum.errors += u64::from(step.errors);
@@ -243,7 +244,7 @@ impl Window {
     /// Each step of the last five minutes, oldest first, for the status page's charts.
     pub(crate) fn series(&self, now: Instant) -> Vec<Point> {
         let n = self.step_of(now);
-        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let ring = self.ring.locked();
         (0..STEPS as u64)
             .rev()
             .map(|back| {

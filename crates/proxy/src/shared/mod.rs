@@ -9,9 +9,10 @@ pub mod places;
 mod release;
 mod scripts;
 
+use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -109,7 +110,7 @@ impl Store {
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, places::Places>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+        self.held.locked()
     }
 
     fn lease_id(&self, n: u64) -> String {

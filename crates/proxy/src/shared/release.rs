@@ -3,9 +3,10 @@
 //! while the store does not answer and sent again as soon as it does. Each names its lease's
 //! own id and leaves a mark that refuses a late-running acquire of that id.
 
+use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -35,7 +36,7 @@ pub(super) struct Releases {
 
 impl Releases {
     fn lock(&self) -> MutexGuard<'_, VecDeque<Release>> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        self.pending.locked()
     }
 
     /// Give back lease `id` of `places`, off the caller's path.

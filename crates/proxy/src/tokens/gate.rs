@@ -6,8 +6,9 @@
 //! relays nor hold memory without bound. Waiting is async: a worker runtime serves its other
 //! connections meanwhile.
 
+use crate::lock::Locked;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
@@ -49,7 +50,7 @@ struct Shares {
 
 impl Shares {
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<u64, (usize, usize)>) -> T) -> T {
-        f(&mut self.clients.lock().unwrap_or_else(PoisonError::into_inner))
+        f(&mut self.clients.locked())
     }
 
     /// One more count of `who` asks for a turn.

@@ -2,7 +2,8 @@
 //! were off, preemptions, prompt tokens read from cache, each backend's learned speeds, and the
 //! queue waits predicted.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::lock::Locked;
+use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap;
 
@@ -166,7 +167,7 @@ impl GpuFamilies {
         client: &str,
         m: &Measured,
     ) {
-        let mut by_backend = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut by_backend = kept.0.locked();
         let by_client = match by_backend.get_mut(backend) {
             Some(c) => c,
             None => by_backend.entry(backend.to_string()).or_default(),

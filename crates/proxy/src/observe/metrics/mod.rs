@@ -9,6 +9,7 @@ mod gpu;
 mod labels;
 mod text;
 
+use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -378,7 +379,7 @@ impl Metrics {
             });
         }
         let window = {
-            let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            let mut windows = self.windows.locked();
             let w = windows
                 .entry(name.to_string())
                 .or_insert_with(|| Arc::new(Window::new(self.origin)));
