@@ -14,7 +14,7 @@ more than one module in either is a cycle; each is printed with one path per edg
 
 Besides cycles, the top-level graph keeps two rules of the layering (the tables `ONLY` and
 `NEVER` below). A leaf is a module at the crate root, a file beside `lib.rs`, that names no
-other module of the crate (`error`, `flavor`, `address`, `json_scan`, …); any module may name
+other module of the crate (`address`, `calendar`, `seconds`, …); any module may name
 one. `config` names no other module than leaves and `reasoning`, `wire` and `runtime`: it is the config
 model, and what it describes (of counting, say) is its own, not borrowed from the layer that
 acts on it. `observe` names no `tokens`: the label values it records and the estimator its
