@@ -27,35 +27,6 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Whether the calling test runs here: true in a process of its own, started as this test
-/// binary again with `test` (its path in the binary, e.g. `descriptors::name`) as the only test
-/// to run; false in the process that started it, once that child passed (a failed child, or
-/// one that ran no test, fails the caller). For a test that changes or measures the whole
-/// process — its descriptor limit, its heap — which no other test may share.
-pub fn alone(test: &str) -> bool {
-    const ALONE: &str = "SWITCHBOARD_TEST_ALONE";
-    if std::env::var(ALONE).as_deref() == Ok(test) {
-        return true;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args([test, "--exact", "--include-ignored", "--nocapture"])
-        .env(ALONE, test)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{test} alone failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains("1 passed"),
-        "{test} alone ran no test:\n{stdout}"
-    );
-    false
-}
-
 pub async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
     match tokio::time::timeout(WAIT, f).await {
         Ok(v) => v,

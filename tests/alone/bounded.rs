@@ -1,8 +1,8 @@
 //! Memory per request is bounded whatever a backend sends: long answers nothing rewrites are
 //! relayed as they come, those that must be held are refused past `answer_limit_bytes`, and a
 //! stream event that never ends is cut at `event_limit_bytes` (hostile backends on loopback
-//! generating hundreds of MiB; the proxy's resident memory is sampled while they send, in a
-//! process running that test alone).
+//! generating hundreds of MiB; the proxy's resident memory is sampled while they send, one
+//! test at a time).
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -20,10 +20,6 @@ const SENT: usize = 256 * MIB;
 /// What the proxy may add to its resident memory while relaying it: the limits below, the
 /// socket and allocator slack (without the limits it grows by the whole answer).
 const GROWTH: usize = 48 * MIB;
-
-/// One test at a time measures memory, each measuring its own process alone (`common::alone`):
-/// no other test's allocations are in its resident memory.
-static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Resident memory of this process (the proxy runs in it), in bytes.
 fn rss() -> usize {
@@ -114,10 +110,7 @@ fn config(flavor: &str, server: &str) -> String {
 /// client got a byte (RSS grew by twice its size). One nothing rewrites now flows through.
 #[tokio::test]
 async fn a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
-    let _one = MEASURING.lock().await;
-    if !common::alone("bounded::a_long_answer_nothing_rewrites_is_relayed_as_it_comes") {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let (url, _) = flooding_backend("content-type: application/json\r\n", b"[0.125, ", SENT).await;
     let p = proxy(
         &config("vllm", "answer_limit_bytes = 4194304"),
@@ -149,10 +142,7 @@ async fn a_long_answer_nothing_rewrites_is_relayed_as_it_comes() {
 /// past `answer_limit_bytes` with the API's error, and the backend is left at once.
 #[tokio::test]
 async fn a_chat_answer_past_the_limit_is_refused_without_being_held() {
-    let _one = MEASURING.lock().await;
-    if !common::alone("bounded::a_chat_answer_past_the_limit_is_refused_without_being_held") {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let (url, written) =
         flooding_backend("content-type: application/json\r\n", b"{\"a\": 1} ", SENT).await;
     let p = proxy(
@@ -199,7 +189,7 @@ fn rss_of(pid: u32) -> usize {
 /// with its own allocator, as a child process.
 #[tokio::test]
 async fn a_chat_answer_past_the_default_limit_holds_about_the_limit() {
-    let _one = MEASURING.lock().await;
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let (url, _) =
         flooding_backend("content-type: application/json\r\n", b"{\"a\": 1} ", SENT).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -264,10 +254,7 @@ async fn a_chat_answer_past_the_default_limit_holds_about_the_limit() {
 /// the stream's error event.
 #[tokio::test]
 async fn an_event_that_never_ends_is_cut_at_the_limit() {
-    let _one = MEASURING.lock().await;
-    if !common::alone("bounded::an_event_that_never_ends_is_cut_at_the_limit") {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let (url, written) =
         flooding_backend("content-type: text/event-stream\r\n", b"data: x\n", SENT).await;
     let p = proxy(
@@ -413,10 +400,7 @@ async fn draining_backend(at_peak: Arc<AtomicUsize>) -> String {
 /// the body sent is the client's bytes with the splice between them: each is held once.
 #[tokio::test]
 async fn large_uploads_are_each_held_once() {
-    let _one = MEASURING.lock().await;
-    if !common::alone("bounded::large_uploads_are_each_held_once") {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let at_peak = Arc::new(AtomicUsize::new(0));
     let url = draining_backend(Arc::clone(&at_peak)).await;
     let p = proxy(
@@ -511,10 +495,7 @@ fn blocks(k: usize) -> String {
 /// block more adds one block's tokens).
 #[tokio::test]
 async fn a_32_mib_count_is_held_in_a_small_multiple_of_its_body() {
-    let _one = MEASURING.lock().await;
-    if !common::alone("bounded::a_32_mib_count_is_held_in_a_small_multiple_of_its_body") {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let p = proxy(&counting_config("count_limit_bytes = 67108864"), &[]).await;
     let k = (32 * MIB).div_ceil(blocks(1).len());
     let (status, one, _) = count_growth(&p, &count_request(&blocks(1))).await;
@@ -538,10 +519,7 @@ async fn a_32_mib_count_is_held_in_a_small_multiple_of_its_body() {
 /// small multiple of the body, not by a structure per token.
 #[tokio::test]
 async fn a_count_of_varied_text_is_held_in_a_small_multiple_of_its_body() {
-    let _one = MEASURING.lock().await;
-    if !common::alone("bounded::a_count_of_varied_text_is_held_in_a_small_multiple_of_its_body") {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let p = proxy(&counting_config(""), &[]).await;
     let (status, v, growth) =
         count_growth(&p, &count_request(&common::varied_text(2 * MIB, 9))).await;
@@ -561,12 +539,7 @@ async fn a_count_of_varied_text_is_held_in_a_small_multiple_of_its_body() {
 /// 413 before any of it is tokenized, the process grown by a small multiple of the body.
 #[tokio::test]
 async fn a_32_mib_count_past_the_limit_is_refused_in_a_small_multiple_of_its_body() {
-    let _one = MEASURING.lock().await;
-    if !common::alone(
-        "bounded::a_32_mib_count_past_the_limit_is_refused_in_a_small_multiple_of_its_body",
-    ) {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let p = proxy(&counting_config(""), &[]).await;
     let body = count_request(&common::varied_text(32 * MIB, 21));
     let (status, v, growth) = count_growth(&p, &body).await;

@@ -1,8 +1,7 @@
 //! The proxy out of file descriptors: its own want is no failure of a backend's. A health
 //! probe that cannot open a socket leaves the backend's state as it was, and a request that
 //! cannot open its backend connection gets a 503 without counting against the backend's
-//! breaker. Alone in a process of its own (`common::alone`): it lowers the process's
-//! descriptor limit.
+//! breaker. One test at a time: it lowers the process's descriptor limit.
 
 use crate::common;
 use common::*;
@@ -58,9 +57,7 @@ fn exhaust() -> Vec<std::fs::File> {
 
 #[tokio::test]
 async fn out_of_descriptors_the_proxy_blames_no_backend() {
-    if !common::alone("descriptors::out_of_descriptors_the_proxy_blames_no_backend") {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     let url = closing_backend().await;
     let toml = one_alias("llamacpp", "breaker_failures = 1", "");
     let p = proxy(&toml, &[("b", url)]).await;

@@ -1,8 +1,8 @@
 //! A batch line over `server.body_limit_bytes` fails its batch's validation like any request
 //! over the limit, and costs no more memory than the input file it is in: it is never copied
 //! out of the file, stored or sent. The bytes the process holds are counted by the test
-//! binary's allocator, the test running alone in a process of its own (`common::alone`), so no
-//! other test's allocations are counted with them.
+//! binary's allocator (`tests/alone`, one test at a time), so no other test's allocations are
+//! counted with them.
 
 use crate::common;
 
@@ -20,11 +20,7 @@ const BODY_LIMIT: usize = 1 << 20;
 
 #[tokio::test]
 async fn a_batch_line_over_the_body_limit_fails_validation_and_is_never_copied() {
-    if !common::alone(
-        "batch_line_memory::a_batch_line_over_the_body_limit_fails_validation_and_is_never_copied",
-    ) {
-        return;
-    }
+    let _one = crate::ONE_AT_A_TIME.lock().await;
     std::env::set_var("SB_T_MEMORY_ANN", "ann-key");
     let gpu = sim(SimConfig::default()).await;
     let dir = tempfile::tempdir().unwrap();
