@@ -4,7 +4,6 @@
 //! results — so no job waits behind another path's (an upload written, a file read whole, a
 //! batch validated). A lane whose call fails makes its next on a new connection ([`Link`]).
 
-use crate::lock::Locked;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +12,7 @@ use super::{db_error, BatchError, Files};
 use crate::config::LedgerUrl;
 use crate::db::Conn;
 use crate::error::ProxyError;
+use crate::lock::Locked;
 
 /// A job for a lane's thread, given its connection (or why there is none now); why the
 /// database failed it, when it did.

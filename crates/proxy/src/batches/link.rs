@@ -4,7 +4,6 @@
 //! Whether the lanes' calls work is `switchboard_batch_db_up`, and a log line when the first
 //! starts failing and when the last works again.
 
-use crate::lock::Locked;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use super::BatchError;
 use crate::config::LedgerUrl;
 use crate::db::Conn;
+use crate::lock::Locked;
 
 /// The first wait before a connection is tried again, doubled up to [`BACKOFF_MAX`].
 const BACKOFF: Duration = Duration::from_millis(250);

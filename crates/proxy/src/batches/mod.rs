@@ -21,7 +21,6 @@ pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod upload;
 
-use crate::lock::Locked;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +31,7 @@ use tokio::sync::Notify;
 use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
 use crate::db::{Conn, Db};
 use crate::error::{Echo, ProxyError};
+use crate::lock::Locked;
 pub(crate) use error::BatchError;
 use lane::Lane;
 pub(crate) use state::BatchState;

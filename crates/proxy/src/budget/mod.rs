@@ -10,7 +10,6 @@
 //! they go. What a budget counts of a request is [`amount`]'s: the one place a resource is
 //! measured.
 
-use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +18,7 @@ use std::time::Duration;
 use crate::calendar::{Calendar, Clock, Periods};
 use crate::config::{ByLimit, Limit, Resource, Window};
 use crate::kinds::PerKind;
+use crate::lock::Locked;
 
 /// A client's limits of each kind (`None`: no such limit; GPU time in milliseconds); the
 /// budgets count those of a calendar window.

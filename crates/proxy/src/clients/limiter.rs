@@ -3,11 +3,11 @@
 //! minute; [`super::shared::Shared`] keeps them in the store several processes share. (Its
 //! budgets of a calendar day and month are [`crate::budget`]'s.)
 
-use crate::lock::Locked;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub(crate) use crate::budget::Left;
+use crate::lock::Locked;
 use crate::shared::lease::Lease;
 
 /// The limits of one client (each `None`: no limit).

@@ -8,7 +8,6 @@ pub(crate) mod limiter;
 pub(crate) mod place;
 pub(crate) mod shared;
 
-use crate::lock::Locked;
 use std::sync::atomic::{AtomicI64, AtomicU32};
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +18,7 @@ use crate::budget::{Board, Budgets};
 use crate::calendar::Clock;
 use crate::config::{ByLimit, ClientSpec, Config, Limit, Priority, Resource, Window};
 use crate::error::ProxyError;
+use crate::lock::Locked;
 use crate::observe::metrics::{ClientMetrics, Metrics};
 use crate::shared::Store;
 use limiter::{Limiter, Limits, Local};

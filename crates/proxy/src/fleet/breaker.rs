@@ -2,13 +2,13 @@
 //! request or a health probe) is let through half-open, and its outcome closes or reopens it.
 //! An attempt tells its backend's breaker what it did through its [`Tally`], and only so.
 
-use crate::lock::Locked;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::BreakerConfig;
+use crate::lock::Locked;
 
 /// Where a breaker stands.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]

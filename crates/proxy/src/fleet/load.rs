@@ -5,7 +5,6 @@
 //! requests at that moment is the other processes' share; the choice counts that share on top
 //! of the process's own requests now (which it knows exactly, reading or not).
 
-use crate::lock::Locked;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use serde::Deserialize;
 
 use crate::config::Backend;
 use crate::fleet::discovery;
+use crate::lock::Locked;
 use crate::runtime::Load;
 use crate::upstream::Client;
 

@@ -23,7 +23,6 @@ pub(crate) use privacy::Isolation;
 mod refused;
 mod table;
 
-use crate::lock::Locked;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -40,6 +39,7 @@ pub(crate) use refused::Refused;
 use super::lease::SharedSlots;
 use super::ticket::{QueueWatch, Ticket};
 use crate::config::{ByClass, Priority, Scheduling};
+use crate::lock::Locked;
 
 /// The slots of one backend.
 #[derive(Debug)]

@@ -4,7 +4,6 @@
 //! the proxy's own clock), and the measure given back: to the backend's cost model, to the
 //! fair order of its slots, to what its client's answers recently took.
 
-use crate::lock::Locked;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,7 @@ use super::reported::{believed, Bounds};
 use super::slots::Slots;
 use super::ticket::Ticket;
 use super::timeline::{Bar, Lost};
+use crate::lock::Locked;
 use crate::wire::usage::Usage;
 
 /// What the request asks of a backend: its prompt's tokens (the guard's count, else an

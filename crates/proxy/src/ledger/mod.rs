@@ -21,7 +21,6 @@ pub mod store;
 mod sums;
 mod writer;
 
-use crate::lock::Locked;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +36,7 @@ pub use writer::{now_ms, with_store};
 use crate::budget::Board;
 use crate::calendar::Calendar;
 use crate::config;
+use crate::lock::Locked;
 
 /// One request as the ledger keeps it.
 #[derive(Debug, Clone, PartialEq, Default)]

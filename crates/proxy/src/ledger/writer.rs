@@ -8,7 +8,6 @@
 //! it, and it is opened (and checked) again after 0.25 s doubling to 30 s. Once every handle
 //! is gone it writes what waits and ends.
 
-use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -20,6 +19,7 @@ use super::{LedgerError, Row, Shared, Store};
 use crate::budget::{Amounts, Spent};
 use crate::calendar::{Calendar, Periods};
 use crate::config;
+use crate::lock::Locked;
 
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);

@@ -8,7 +8,6 @@ pub mod probes;
 pub mod reload;
 pub mod watch;
 
-use crate::lock::Locked;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -29,14 +28,14 @@ use crate::fleet::slots::Slots;
 use crate::fleet::work::Outputs;
 use crate::guard::GuardSpec;
 use crate::ledger::Ledger;
+use crate::lock::Locked;
 use crate::observe::metrics::{AliasMetrics, Metrics};
 use crate::observe::trace::Tracer;
 use crate::shared::Store;
 use crate::tokens::gate::CountGate;
 use crate::upstream::exchange::{Answer, Exchange, Outbound};
 use crate::upstream::failure::UpstreamError;
-use crate::upstream::tls::TlsSettings;
-use crate::upstream::Client;
+use crate::upstream::{tls::TlsSettings, Client};
 use alias::{LiveAlias, Replica};
 use figures::{Figures, Found, Fresh};
 

@@ -2,11 +2,11 @@
 //! backends with `"auto"` figures what they serve, build the snapshot, swap; on any error the
 //! running config stays. The last reload's result and time are kept for the status page.
 
-use crate::lock::Locked;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use crate::live::{discover, AppState};
+use crate::lock::Locked;
 
 /// How the last reload ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

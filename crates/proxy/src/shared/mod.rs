@@ -9,7 +9,6 @@ pub mod places;
 mod release;
 mod scripts;
 
-use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +21,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 
 use crate::config::SharedState;
+use crate::lock::Locked;
 
 /// Where the store's state is shown: `switchboard_shared_state_up` and the count of times it
 /// was lost.

@@ -3,7 +3,6 @@
 //! while the store does not answer and sent again as soon as it does. Each names its lease's
 //! own id and leaves a mark that refuses a late-running acquire of that id.
 
-use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,6 +13,7 @@ use tokio::sync::Notify;
 
 use super::places::Places;
 use crate::config::SharedState;
+use crate::lock::Locked;
 
 /// At most this many releases wait for the store; past it the oldest go (the store drops
 /// their leases when they expire).

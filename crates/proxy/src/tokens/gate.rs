@@ -6,7 +6,6 @@
 //! relays nor hold memory without bound. Waiting is async: a worker runtime serves its other
 //! connections meanwhile.
 
-use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +16,7 @@ use tokio::time::Instant;
 
 use super::CountError;
 use crate::config::GateConfig;
+use crate::lock::Locked;
 
 /// The shared gate. Its gauges are `switchboard_counts_running` and `_waiting`.
 #[derive(Debug)]

@@ -2,7 +2,6 @@
 //! were off, preemptions, prompt tokens read from cache, each backend's learned speeds, and the
 //! queue waits predicted.
 
-use crate::lock::Locked;
 use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap;
@@ -19,6 +18,7 @@ use super::labels::{ttft_hist, AliasLabel, BackendLabel, Name};
 use crate::config::Priority;
 use crate::fleet::cost::CostModel;
 use crate::fleet::work::Measured;
+use crate::lock::Locked;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]

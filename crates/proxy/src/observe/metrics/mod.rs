@@ -9,7 +9,6 @@ mod gpu;
 mod labels;
 mod text;
 
-use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -23,6 +22,7 @@ use super::window::Window;
 use crate::fleet::balance::AffinityResult;
 use crate::fleet::breaker::BreakerState;
 use crate::fleet::health::BackendState;
+use crate::lock::Locked;
 use crate::upstream::failure::UpstreamReason;
 use crate::upstream::watch::ConnWatch;
 
