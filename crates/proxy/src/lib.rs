@@ -27,7 +27,7 @@ pub mod http;
 pub mod kinds;
 pub mod ledger;
 pub mod live;
-pub(crate) mod lock;
+pub(crate) use switchboard_sync as lock;
 pub mod observe;
 pub mod path;
 pub mod pipeline;

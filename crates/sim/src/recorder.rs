@@ -2,10 +2,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::HeaderMap;
+use switchboard_sync::Locked;
 use tokio::sync::Notify;
 
 /// Requests kept for [`Recorder::requests`]; older ones are forgotten (counts stay exact).
@@ -104,20 +105,12 @@ impl Recorder {
     /// GPU mode: every generation that got a slot, in the order they got it (the most recent
     /// 4096).
     pub fn gpu_runs(&self) -> Vec<GpuRun> {
-        let runs = self.inner.gpu_runs.lock();
-        runs.unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .copied()
-            .collect()
+        self.inner.gpu_runs.locked().iter().copied().collect()
     }
 
     pub(crate) fn gpu_run(&self, run: GpuRun) {
         {
-            let mut runs = self
-                .inner
-                .gpu_runs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut runs = self.inner.gpu_runs.locked();
             if runs.len() == KEEP_REQUESTS {
                 runs.pop_front();
             }
@@ -164,10 +157,7 @@ impl Recorder {
     }
 
     fn log(&self) -> std::sync::MutexGuard<'_, Log> {
-        self.inner
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.inner.log.locked()
     }
 
     pub(crate) fn record(&self, req: Recorded) {

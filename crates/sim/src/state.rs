@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{watch, Semaphore};
@@ -10,6 +10,7 @@ use tokio::sync::{watch, Semaphore};
 use super::config::SimConfig;
 use super::gpu::Gpu;
 use super::recorder::Recorder;
+use switchboard_sync::Locked;
 use switchboard_wire::flavor::Flavor;
 
 /// Pieces remembered for `/detokenize`; later pieces are not remembered.
@@ -91,7 +92,7 @@ impl Shared {
 
     /// Remembers token pieces so `/detokenize` can give them back.
     pub(crate) fn learn(&self, id: u32, piece: &str) {
-        let mut vocab = self.vocab.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut vocab = self.vocab.locked();
         if vocab.len() < VOCAB_LIMIT {
             vocab.entry(id).or_insert_with(|| piece.into());
         }
@@ -99,7 +100,7 @@ impl Shared {
 
     /// The text of remembered token ids (unknown ids give nothing).
     pub(crate) fn detokenize(&self, ids: &[u32]) -> String {
-        let vocab = self.vocab.lock().unwrap_or_else(PoisonError::into_inner);
+        let vocab = self.vocab.locked();
         let mut out = String::new();
         for id in ids {
             if let Some((piece, _)) = super::tokenize::SPECIALS.iter().find(|(_, s)| s == id) {

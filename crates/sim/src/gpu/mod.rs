@@ -25,13 +25,14 @@ mod lease;
 mod tests;
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::config::GpuSim;
+use switchboard_sync::Locked;
 use switchboard_wire::flavor::Flavor;
 
 pub(crate) use lease::Lease;
@@ -147,7 +148,7 @@ impl Gpu {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.locked()
     }
 
     /// The slot a request's `id_slot` names (llama.cpp wraps it; -1 names none; vLLM and

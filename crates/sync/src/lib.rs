@@ -1,12 +1,13 @@
-//! A std lock taken whatever a panicking holder left behind. No state behind the proxy's locks is
-//! left half-written by a panic that matters more than the process going on (each is updated by
-//! a statement or a few that keep it usable), so a poisoned lock is taken as it is: one panic
-//! never turns every later request that takes the same lock into another.
+//! A std lock taken whatever a panicking holder left behind. No state behind the locks of the
+//! proxy or the simulator is left half-written by a panic that matters more than the process
+//! going on (each is updated by a statement or a few that keep it usable), so a poisoned lock
+//! is taken as it is: one panic never turns every later request that takes the same lock into
+//! another.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A mutex taken, poisoned or not.
-pub(crate) trait Locked<T: ?Sized> {
+pub trait Locked<T: ?Sized> {
     fn locked(&self) -> MutexGuard<'_, T>;
 }
 
@@ -17,7 +18,7 @@ impl<T: ?Sized> Locked<T> for Mutex<T> {
 }
 
 /// A read-write lock taken to read or to write, poisoned or not.
-pub(crate) trait ReadWrite<T: ?Sized> {
+pub trait ReadWrite<T: ?Sized> {
     fn reading(&self) -> RwLockReadGuard<'_, T>;
     fn writing(&self) -> RwLockWriteGuard<'_, T>;
 }
