@@ -17,17 +17,11 @@ use crate::wire::usage::Usage;
 use crate::wire::{Endpoint, Seen};
 
 /// A client's charge for the request, settled once as the record ends: from the usage the
-/// backend reported, else from the tokens seen generated; `sent`: the request went to a
-/// backend (a request refused or cancelled before that used nothing).
+/// backend reported, else from the tokens seen generated (`made`); `sent`: the request went
+/// to a backend (a request refused or cancelled before that used nothing).
 pub(crate) trait Settle: Send + Sync + std::fmt::Debug {
     /// `gpu`: the GPU-milliseconds measured, when they were. Returns what was charged.
-    fn settle(
-        &mut self,
-        usage: Option<Usage>,
-        generated: u64,
-        sent: bool,
-        gpu: Option<u64>,
-    ) -> Charged;
+    fn settle(&mut self, usage: Option<Usage>, made: u64, sent: bool, gpu: Option<u64>) -> Charged;
 }
 
 /// What a request's client was charged (the ledger's row keeps it).
