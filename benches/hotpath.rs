@@ -182,10 +182,9 @@ fn relay_stream(c: &mut Criterion) {
                 Endpoint::chat_completions,
                 HeaderValue::from_static(""),
             );
-            let upstream = futures_util::stream::iter([Ok::<
-                _,
-                switchboard_proxy::upstream::BoxError,
-            >(events.clone())])
+            let upstream = futures_util::stream::iter([Ok::<_, switchboard_upstream::BoxError>(
+                events.clone(),
+            )])
             .boxed();
             let opts = RelayOptions {
                 drop_usage_chunk: true,

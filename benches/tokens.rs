@@ -144,7 +144,7 @@ fn bench_guard(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let lc = LocalCounter::load(&files(), Flavor::Llamacpp).unwrap();
     let counter = Arc::new(Counter::from_local(lc));
     let (chat, messages) = requests_100kb();

@@ -304,7 +304,7 @@ fn spec(counter: Arc<Counter>, window: u32, clamp: bool) -> GuardSpec {
 
 #[tokio::test]
 async fn guard_passes_counts_rejects_and_clamps() {
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let c = counter(Flavor::Llamacpp).clone();
     let small = br#"{"model":"m","messages":[{"role":"user","content":"Hello! Say hi."}],"max_tokens":100}"#;
     assert_eq!(
@@ -385,7 +385,7 @@ async fn guard_passes_counts_rejects_and_clamps() {
 
 #[tokio::test]
 async fn the_long_conversation_is_rejected_exactly_at_its_count() {
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let c = counter(Flavor::Llamacpp).clone();
     let rec = recorded()
         .into_iter()
@@ -416,7 +416,7 @@ async fn the_long_conversation_is_rejected_exactly_at_its_count() {
 
 #[tokio::test]
 async fn estimate_never_rejects_what_fits() {
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let est = Arc::new(Counter::new(None, None, Flavor::Vllm, "http://127.0.0.1:1", "m").unwrap());
     assert_eq!(est.kind(), Method::Estimate);
     for rec in recorded() {
@@ -446,7 +446,7 @@ async fn estimate_never_rejects_what_fits() {
 
 #[tokio::test]
 async fn counting_endpoints() {
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let s = spec(counter(Flavor::Llamacpp).clone(), 4096, false);
     let at = |path| switchboard_wire::Endpoint::from_path(path).adapter();
     let llamacpp = switchboard_wire::Converter::Llamacpp;
@@ -535,7 +535,7 @@ async fn stub(flavor: Flavor, seen: Seen) -> SocketAddr {
 
 #[tokio::test]
 async fn backend_strategy_speaks_each_flavour() {
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let body = br#"{"model":"alias","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"x"}}]}],"tools":[],"chat_template_kwargs":{"enable_thinking":false},"temperature":0.1}"#;
     let media = MediaCosts {
         image: 10,
@@ -660,7 +660,7 @@ fn llama_url() -> String {
 #[ignore = "needs a live llama-server: SWITCHBOARD_LLAMA_URL=http://127.0.0.1:18080 cargo test --test it tokens:: -- --ignored"]
 async fn live_llama_server_backend_counts_match_recordings() {
     let url = llama_url();
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let c = Counter::new(
         Some(CountKind::Backend),
         None,
@@ -822,7 +822,7 @@ fn random_conversation(seed: u64) -> Value {
 #[ignore = "needs a live llama-server: SWITCHBOARD_LLAMA_URL=http://127.0.0.1:18080 cargo test --test it tokens:: -- --ignored"]
 async fn live_llama_server_random_conversations_match_local() {
     let url = llama_url();
-    let client = switchboard_proxy::upstream::Client::default();
+    let client = switchboard_upstream::Client::default();
     let backend = Counter::new(
         Some(CountKind::Backend),
         None,

@@ -1,18 +1,7 @@
 //! Where a backend's URL points: `host:port`, the path prefix, and for https the server name
-//! its certificate must show and the CA file to trust. Parsed, never read or connected.
-
-use std::path::PathBuf;
+//! its certificate must show. Parsed, never read or connected.
 
 use rustls::pki_types::ServerName;
-
-/// An https backend's TLS settings as configured (validated, nothing read yet).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TlsSpec {
-    /// The name its certificate must show, sent as SNI: the URL's host.
-    pub(crate) server_name: ServerName<'static>,
-    /// PEM file of the CAs to trust instead of the built-in roots (a self-signed fleet).
-    pub(crate) ca_file: Option<PathBuf>,
-}
 
 /// Where a base URL's requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]

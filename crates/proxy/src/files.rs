@@ -58,6 +58,11 @@ pub(crate) fn read(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
     read_bounded(file, limit)
 }
 
+/// A backend's `ca_file` (the upstream client's TLS settings are made from its bytes).
+pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>, FileError> {
+    read(path, CA_BYTES)
+}
+
 /// Everything of `reader` (a gzip decoder, say) up to `limit` bytes; more is `Over`.
 pub(crate) fn read_bounded(reader: impl Read, limit: u64) -> Result<Vec<u8>, FileError> {
     let mut out = Vec::new();

@@ -3,13 +3,14 @@
 //! Layers, each using only the ones listed after it: `http` (the surface) → `pipeline` (one
 //! routed request, step by step) → `live` (the config snapshot in force) → `clients` →
 //! `observe` (metrics, the request record) → `ledger` (usage rows in a database) → `fleet`
-//! (routes, slots, health) → `upstream` (the one HTTP client) → `guard` → `tokens` → `config`
-//! → `wire` (one adapter per API) → `reasoning` → `runtime` (one file per backend runtime) →
-//! `error`, `flavor`, `address`, `files`; below them all, the JSON helpers' crate
-//! (`switchboard-json`). `.ci/module-cycles.py`
+//! (routes, slots, health) → `guard` → `tokens` → `config` → `upstream` (the one HTTP client,
+//! the `switchboard-upstream` crate) → `wire` (one adapter per API) → `reasoning` → `runtime`
+//! (one file per backend runtime) → `error`, `flavor`, `address`, `files`; below them all, the
+//! JSON helpers' crate (`switchboard-json`). `.ci/module-cycles.py`
 //! fails the build on a cycle, on `config` naming a new layer, and on `observe` naming
 //! `tokens`.
 
+pub(crate) use switchboard_upstream as upstream;
 pub(crate) use switchboard_wire::{self as wire, echo, error, flavor, reasoning, runtime, words};
 
 pub(crate) mod address;
@@ -34,4 +35,3 @@ pub mod pipeline;
 pub(crate) mod seconds;
 pub mod shared;
 pub mod tokens;
-pub mod upstream;

@@ -14,9 +14,10 @@ use super::keys::bearer;
 use super::seed::Seed;
 use super::sizing::{sizing, RawSizing, Sizing};
 use super::values::nonzero;
-use crate::address::TlsSpec;
 use crate::flavor::Flavor;
 use crate::runtime::Privacy;
+use crate::upstream::tls::TlsSpec;
+use crate::upstream::Origin;
 use crate::wire::{Adapter, Converter};
 
 /// `[backends.NAME]` as written.
@@ -106,6 +107,19 @@ impl Backend {
     pub(crate) fn counting(&self, api: &dyn Adapter) -> Converter {
         self.translation(api)
             .unwrap_or_else(|| Converter::native(self.flavor))
+    }
+
+    /// The backend as the upstream client reaches it: the one place its settings become the
+    /// client's.
+    pub(crate) fn origin(&self) -> Origin<'_> {
+        Origin {
+            name: &self.name,
+            authority: &self.authority,
+            path_prefix: &self.path_prefix,
+            tls: self.tls.is_some(),
+            connect: Some(self.timeouts.connect),
+            auth: self.api_key.as_ref(),
+        }
     }
 }
 

@@ -46,8 +46,6 @@ pub use server::{AfterSpill, BreakerConfig, ClientSide, Server, SharedState};
 pub(crate) use sizing::Sizing;
 pub(crate) use tracing::Tracing;
 pub use validate::validate;
-#[cfg(test)]
-pub(crate) use {apis::Apis, backends::Timeouts};
 
 /// Read the file and the environment into raw structs. Syntax and unknown keys fail here.
 pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigErrors> {

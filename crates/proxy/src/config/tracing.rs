@@ -8,7 +8,8 @@ use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use super::error::ConfigError;
-use crate::address::{address, TlsSpec};
+use crate::address::address;
+use crate::upstream::tls::TlsSpec;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

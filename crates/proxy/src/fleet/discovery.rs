@@ -12,7 +12,7 @@
 //!   `has_image_understanding`, `has_audio_understanding`.
 //! - Any other OpenAI-compatible server: `GET /v1/models` → `data[].id`.
 
-use http::{header, HeaderMap};
+use http::HeaderMap;
 
 use crate::upstream::{chain, read_all, Client, SMALL_ANSWER_LIMIT};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -125,14 +125,9 @@ pub(crate) async fn get(
     path: &str,
     timeout: Duration,
 ) -> Result<(u16, Bytes), String> {
-    let mut headers = HeaderMap::new();
-    if let Some(auth) = &backend.api_key {
-        headers.insert(header::AUTHORIZATION, auth.clone());
-    }
-    let path = format!("{}{path}", backend.path_prefix);
     let exchange = async {
         let resp = client
-            .get(backend.origin(), &path, &headers, timeout)
+            .get(backend.origin(), path, &HeaderMap::new(), timeout)
             .await
             .map_err(|e| e.to_string())?;
         let status = resp.status.as_u16();

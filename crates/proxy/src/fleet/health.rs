@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderMap, StatusCode};
+use http::{HeaderMap, StatusCode};
 use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
@@ -112,17 +112,12 @@ pub(crate) async fn probe(
     backend: &Backend,
     timeout: Duration,
 ) -> Option<BackendState> {
-    let path = format!(
-        "{}{}",
-        backend.path_prefix,
-        backend.flavor.runtime().health_path
-    );
-    let mut headers = HeaderMap::new();
-    if let Some(auth) = &backend.api_key {
-        headers.insert(header::AUTHORIZATION, auth.clone());
-    }
+    let path = backend.flavor.runtime().health_path;
     Some(
-        match client.get(backend.origin(), &path, &headers, timeout).await {
+        match client
+            .get(backend.origin(), path, &HeaderMap::new(), timeout)
+            .await
+        {
             Ok(r) if r.status.is_success() => BackendState::up,
             Ok(r) if r.status == StatusCode::SERVICE_UNAVAILABLE => BackendState::loading,
             Ok(_) => BackendState::down,

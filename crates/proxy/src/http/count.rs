@@ -106,9 +106,9 @@ async fn forward(
 ) -> Result<Response, ProxyError> {
     let backend = &*replica.backend;
     let limits = backend.timeouts;
-    let headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
+    let headers = exchange::upstream_headers(headers, backend.origin(), snap.clients.closed());
     let to = exchange::Outbound {
-        backend,
+        backend: backend.origin(),
         watch: Some(&replica.conns),
         path_and_query: path,
         headers,

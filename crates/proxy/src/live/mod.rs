@@ -456,13 +456,13 @@ fn tls_settings(config: &Config) -> (TlsSettings, Vec<ConfigError>) {
         let spec = b.tls.as_ref()?;
         Some((b.name.as_str(), b.authority.as_str(), spec))
     });
-    let (tls, errors) = TlsSettings::load(https);
+    let (tls, errors) = TlsSettings::load(https, crate::files::read_ca);
     let errors = errors
         .into_iter()
         .map(|e| ConfigError::BadValue {
             key: format!("backends.{}.{}", e.backend, e.key),
             value: e.value,
-            reason: e.reason,
+            reason: e.reason.to_string(),
         })
         .collect();
     (tls, errors)

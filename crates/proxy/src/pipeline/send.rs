@@ -107,7 +107,7 @@ pub(crate) async fn send(
 ) -> Result<Answer, Failed> {
     let (snap, rec) = (call.snap, &mut *call.rec);
     let backend = &*replica.backend;
-    let mut headers = exchange::upstream_headers(headers, backend, snap.clients.closed());
+    let mut headers = exchange::upstream_headers(headers, backend.origin(), snap.clients.closed());
     if let Some(t) = rec.trace.as_deref() {
         t.inject(&mut headers);
     }
@@ -115,7 +115,7 @@ pub(crate) async fn send(
     let started = Instant::now();
     rec.sending();
     let to = Outbound {
-        backend,
+        backend: backend.origin(),
         watch: Some(&replica.conns),
         path_and_query: out.path.unwrap_or(&call.req.path),
         headers,

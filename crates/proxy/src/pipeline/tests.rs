@@ -66,7 +66,7 @@ impl Script {
 
 impl Exchange for Script {
     fn post<'a>(&'a self, to: Outbound<'a>) -> BoxFuture<'a, Result<Answer, UpstreamError>> {
-        let name = to.backend.name.clone();
+        let name = to.backend.name.to_string();
         self.reached.lock().unwrap().push(name.clone());
         let does = self
             .plans

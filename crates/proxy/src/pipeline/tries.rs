@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn the_table_has_every_failure_an_exchange_can_give() {
-        use crate::upstream::SendError;
+        use crate::upstream::{FramingError, SendError};
         let x = || String::from("x");
         let sends = || {
             [
@@ -310,7 +310,7 @@ mod tests {
                 SendError::Local(x()),
                 SendError::Write(x()),
                 SendError::Head(x()),
-                SendError::Malformed("x".into()),
+                SendError::Malformed(FramingError::ChunkSize),
                 SendError::Timeout,
             ]
         };

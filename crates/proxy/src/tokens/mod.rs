@@ -12,6 +12,7 @@ pub(crate) mod preprocess;
 pub(crate) mod special;
 pub(crate) mod template;
 pub(crate) mod tojson;
+mod transport;
 
 use std::sync::Arc;
 

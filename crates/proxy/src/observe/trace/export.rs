@@ -242,7 +242,7 @@ impl Collector {
             .tls
             .as_ref()
             .map(|spec| (COLLECTOR, settings.authority.as_str(), spec));
-        let (tls, errors) = TlsSettings::load(specs);
+        let (tls, errors) = TlsSettings::load(specs, crate::files::read_ca);
         if let Some(e) = errors.first() {
             return Err(format!("tracing.otlp_endpoint: {}", e.reason));
         }
@@ -271,8 +271,10 @@ impl HttpClient for Collector {
         let origin = Origin {
             name: COLLECTOR,
             authority: &self.authority,
+            path_prefix: "",
             tls: self.tls,
             connect: None,
+            auth: None,
         };
         let post = async {
             let answer = self

@@ -1,4 +1,5 @@
-//! The upstream client as the transport of backend token counting (`tokens::backend`).
+//! The upstream client as the transport of backend token counting (`backend.rs`): the bridge
+//! between the two stays here, so the upstream crate knows nothing of counting.
 
 use std::time::Duration;
 
@@ -6,10 +7,12 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{header, HeaderMap, HeaderValue};
 
-use super::{chain, read_all, Client, Origin, SMALL_ANSWER_LIMIT};
-use crate::tokens::backend::{CountTarget, Transport};
+use super::backend::{CountTarget, Transport};
+use crate::upstream::{chain, read_all, Client, Origin, SMALL_ANSWER_LIMIT};
 
 impl Transport for Client {
+    // `Transport`'s error is text: counting shows it inside a `CountError`'s message and
+    // knows no HTTP client's error types.
     fn post_json<'a>(
         &'a self,
         to: &'a CountTarget,
@@ -23,19 +26,17 @@ impl Transport for Client {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            if let Some(auth) = &to.authorization {
-                headers.insert(header::AUTHORIZATION, auth.clone());
-            }
             let origin = Origin {
                 name: &to.name,
                 authority: &to.authority,
+                path_prefix: &to.path_prefix,
                 tls: to.tls,
                 connect: None,
+                auth: to.authorization.as_ref(),
             };
-            let path = format!("{}{path}", to.path_prefix);
             let exchange = async {
                 let resp = self
-                    .post(origin, &path, headers, body.into())
+                    .post(origin, path, headers, body.into())
                     .await
                     .map_err(|e| e.to_string())?;
                 let status = resp.status.as_u16();

@@ -10,12 +10,12 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelValue;
 
 use super::{chain, is_malformed, SendError};
-use crate::error::ProxyError;
+use switchboard_wire::error::ProxyError;
 
 /// Why an upstream exchange failed.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub(crate) enum UpstreamReason {
+pub enum UpstreamReason {
     connect,
     timeout,
     status_5xx,
@@ -29,7 +29,7 @@ pub(crate) enum UpstreamReason {
 
 /// Where in the exchange it failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stage {
+pub enum Stage {
     /// Opening the connection (TCP, then TLS), or before the kernel took a byte of the request.
     Connect,
     /// Sending the request, some of it taken.
@@ -73,23 +73,23 @@ pub enum Kind {
 
 /// A failed exchange with one backend.
 #[derive(Debug)]
-pub(crate) struct UpstreamError {
+pub struct UpstreamError {
     /// The backend's config name.
-    pub(crate) backend: String,
-    pub(crate) stage: Stage,
-    pub(crate) kind: Kind,
+    pub backend: String,
+    pub stage: Stage,
+    pub kind: Kind,
     /// Some of the request may have reached the backend (false: certainly none did).
-    pub(crate) reached: bool,
+    pub reached: bool,
     /// What went wrong, naming no address.
-    pub(crate) detail: String,
+    pub detail: String,
     /// The limit that ran out, or the time waited.
-    pub(crate) elapsed: Duration,
+    pub elapsed: Duration,
 }
 
 impl UpstreamError {
     /// An exchange that got no answer head: the pool's `e`, whether a byte of the request may
     /// have reached the backend, and how long it waited.
-    pub(crate) fn unanswered(backend: &str, e: SendError, reached: bool, waited: Duration) -> Self {
+    pub fn unanswered(backend: &str, e: SendError, reached: bool, waited: Duration) -> Self {
         let detail = e.to_string();
         let (stage, kind, reached) = match e {
             SendError::Connect(_) => (Stage::Connect, Kind::Unreachable, false),
@@ -117,7 +117,7 @@ impl UpstreamError {
 
     /// The one classifier of a body that failed after its head, whole or streamed: `limit`
     /// when a body limit ran out (after `elapsed`), else HTTP/1.1 broken or the connection.
-    pub(crate) fn body(
+    pub fn body(
         backend: &str,
         e: &(dyn std::error::Error + 'static),
         limit: Option<(Limit, Duration)>,
@@ -140,7 +140,7 @@ impl UpstreamError {
     /// The backend took (some of) the request and hung up without a byte of answer: killed
     /// mid-request, or refusing this request by closing. The request may be the cause, so it
     /// is not held against the backend; where resending is allowed it goes on once.
-    pub(crate) fn dropped(&self) -> bool {
+    pub fn dropped(&self) -> bool {
         self.reached
             && self.kind == Kind::Broken
             && matches!(self.stage, Stage::Write | Stage::Head)
@@ -148,23 +148,23 @@ impl UpstreamError {
 
     /// The request may be running on the backend, which gave no answer head: it goes nowhere
     /// else (but for a [`dropped`](Self::dropped) one, resent once where allowed).
-    pub(crate) fn held_by_backend(&self) -> bool {
+    pub fn held_by_backend(&self) -> bool {
         self.reached && self.stage != Stage::Body
     }
 
     /// What the backend did on its own, as its breaker counts it: all but the proxy's own want
     /// of descriptors and a hang-up on a request it took.
-    pub(crate) fn counts_against_backend(&self) -> bool {
+    pub fn counts_against_backend(&self) -> bool {
         self.kind != Kind::Local && !self.dropped()
     }
 
     /// A limit other than the connect timeout ran out (the fallback's and metric's `timeout`).
-    pub(crate) fn timed_out(&self) -> bool {
+    pub fn timed_out(&self) -> bool {
         matches!(self.kind, Kind::TimedOut(l) if l != Limit::Connect)
     }
 
     /// The `reason` label of `switchboard_upstream_errors_total`; `None`: not the backend's.
-    pub(crate) fn reason(&self) -> Option<UpstreamReason> {
+    pub fn reason(&self) -> Option<UpstreamReason> {
         Some(match self.kind {
             Kind::Local => return None,
             Kind::Malformed => UpstreamReason::protocol,
@@ -177,7 +177,7 @@ impl UpstreamError {
     }
 
     /// What the client is told: the one place a failed exchange becomes a [`ProxyError`].
-    pub(crate) fn to_client(&self) -> ProxyError {
+    pub fn to_client(&self) -> ProxyError {
         let backend = self.backend.clone();
         let detail = self.detail.clone();
         match self.kind {
@@ -199,7 +199,9 @@ impl UpstreamError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::{BoxError, Malformed};
+    use crate::error::Malformed;
+    use crate::framing::FramingError;
+    use crate::BoxError;
 
     fn unanswered(e: SendError, reached: bool) -> UpstreamError {
         UpstreamError::unanswered("b", e, reached, Duration::from_secs(1))
@@ -261,7 +263,7 @@ mod tests {
         assert_eq!((e.stage, e.kind), (Stage::Body, Kind::Broken));
         assert!(!e.held_by_backend() && !e.dropped() && e.counts_against_backend());
         assert_eq!(e.reason(), Some(UpstreamReason::stream_broken));
-        let bad: BoxError = Box::new(Malformed("bad chunk size".into()));
+        let bad: BoxError = Box::new(Malformed(FramingError::ChunkSize));
         let e = UpstreamError::body("b", bad.as_ref(), None);
         assert_eq!(e.reason(), Some(UpstreamReason::protocol));
         assert!(matches!(

@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::upstream::{read_all, SMALL_ANSWER_LIMIT};
+use crate::{read_all, SMALL_ANSWER_LIMIT};
 use http::StatusCode;
 
 /// How the test backend frames its "ok".

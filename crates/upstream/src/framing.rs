@@ -6,16 +6,18 @@
 //! chunk-size line, chunk and trailer line must end in CRLF and follow its grammar.
 
 mod decoder;
+mod error;
 #[cfg(test)]
 mod fuzz;
 mod syntax;
 
 pub(crate) use decoder::Decoder;
+pub use error::FramingError;
 
 use bytes::{Buf, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-use crate::upstream::hop;
+use crate::hop;
 
 /// Largest response head accepted.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
@@ -54,7 +56,7 @@ pub(crate) struct Head {
 /// The final response head at the start of `buf`, skipping interim (1xx) responses; `None`
 /// while it is incomplete. A complete head is split off `buf`, and header values are slices of
 /// it (no copy).
-pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
+pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, FramingError> {
     loop {
         // Left uninitialised: httparse writes the fields it finds (no 4 KiB of zeroes per
         // response).
@@ -69,21 +71,20 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
         let len = match parsed {
             // However the head arrived: at once or in pieces.
             Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
-                return Err(format!("response head larger than {MAX_HEAD} bytes"))
+                return Err(FramingError::HeadTooLarge)
             }
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-                return Err(format!("response head larger than {MAX_HEAD} bytes"))
+                return Err(FramingError::HeadTooLarge)
             }
             Ok(httparse::Status::Partial) => return Ok(None),
-            Err(e) => return Err(format!("invalid response head: {e}")),
+            Err(e) => return Err(FramingError::Head(e)),
         };
         let code = resp.code.unwrap_or_default();
-        let status =
-            StatusCode::from_u16(code).map_err(|_| format!("invalid response status {code}"))?;
+        let status = StatusCode::from_u16(code).map_err(|_| FramingError::Status(code))?;
         if status.is_informational() {
             if status == StatusCode::SWITCHING_PROTOCOLS {
-                return Err("backend switched protocols".into());
+                return Err(FramingError::SwitchedProtocols);
             }
             buf.advance(len);
             continue;
@@ -106,13 +107,10 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
         let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
         for ((n, nl), (v, vl)) in spans {
             let name = HeaderName::from_bytes(&raw[n..n + nl]).map_err(|_| {
-                format!(
-                    "invalid header name {:?}",
-                    String::from_utf8_lossy(&raw[n..n + nl])
-                )
+                FramingError::FieldName(String::from_utf8_lossy(&raw[n..n + nl]).into_owned())
             })?;
             let value = HeaderValue::from_maybe_shared(raw.slice(v..v + vl))
-                .map_err(|_| format!("invalid value of header {name}"))?;
+                .map_err(|_| FramingError::FieldValue(name.clone()))?;
             headers.append(name, value);
         }
         return Ok(Some(Head {
@@ -152,16 +150,16 @@ fn framing(
     status: StatusCode,
     version: Option<u8>,
     fields: &Fields<'_, '_>,
-) -> Result<Framing, String> {
+) -> Result<Framing, FramingError> {
     if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok(Framing::Empty);
     }
     if fields.has("transfer-encoding") {
         if version != Some(1) {
-            return Err("transfer-encoding in an HTTP/1.0 response".into());
+            return Err(FramingError::CodingInHttp10);
         }
         if fields.has("content-length") {
-            return Err("both transfer-encoding and content-length".into());
+            return Err(FramingError::BothFramings);
         }
         // Chunked exactly once and last, with no coding under it: other codings would reach
         // the client undecoded and unlabelled (transfer-encoding is hop-by-hop).
@@ -170,7 +168,7 @@ fn framing(
             .filter(|c| !c.is_empty());
         return match (codings.next(), codings.next()) {
             (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => Ok(Framing::Chunked),
-            _ => Err("transfer-encoding other than chunked alone".into()),
+            _ => Err(FramingError::Coding),
         };
     }
     let mut length = None;
@@ -178,9 +176,9 @@ fn framing(
         let n: u64 = Some(part)
             .filter(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
             .and_then(|p| std::str::from_utf8(p).ok()?.parse().ok())
-            .ok_or_else(|| format!("invalid content-length {:?}", String::from_utf8_lossy(part)))?;
+            .ok_or_else(|| FramingError::Length(String::from_utf8_lossy(part).into_owned()))?;
         if length.is_some_and(|l| l != n) {
-            return Err("conflicting content-length values".into());
+            return Err(FramingError::Lengths);
         }
         length = Some(n);
     }

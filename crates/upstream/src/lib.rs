@@ -1,4 +1,4 @@
-//! The one upstream HTTP/1.1 client, for http and https backends alike: a pool of keep-alive
+//! The one HTTP/1.1 client to the backends, for http and https backends alike: a pool of keep-alive
 //! connections (TCP, or TLS over TCP through rustls), each used by one request at a time inside
 //! that request's own task. The response head is parsed by `httparse`; the body is decoded
 //! straight from the connection's buffer, so every event the backend has already sent comes out
@@ -7,13 +7,14 @@
 //! backend is never sent again. One pool per worker thread. Proxied requests, health probes
 //! (GET) and backend token counting (POST, whole body) all use it.
 //!
-//! Here: the [`Client`] and where a backend is reached ([`Origin`]). The pool and the writing
-//! of requests are in `pool.rs`, an answer's body and the readers that hold one whole in
-//! `body.rs`, the client's errors in `error.rs`, a failed exchange as the layers above read it
-//! (where, how, whether the request may have reached the backend) in `failure.rs`; the connection (`conn.rs`), the duplex write
-//! (`duplex.rs`), response framing (`framing/`), TLS (`tls.rs`), hop-by-hop fields (`hop.rs`),
-//! a proxied request's exchange (`exchange.rs`) and backend counting (`counting.rs`) have
-//! files of their own.
+//! Here: the [`Client`] and its narrow settings, a backend as it is reached ([`Origin`]: the
+//! proxy makes one from a configured backend, in one place; this crate knows no config). The
+//! pool and the writing of requests are in `pool.rs`, an answer's body and the readers that
+//! hold one whole in `body.rs`, the client's errors in `error.rs`, a failed exchange as the
+//! layers above read it (where, how, whether the request may have reached the backend) in
+//! `failure.rs`; the connection (`conn.rs`), the duplex write (`duplex.rs`), response framing
+//! (`framing/`), TLS (`tls.rs`, with the settings config validates into), hop-by-hop fields
+//! (`hop.rs`) and a proxied request's exchange (`exchange.rs`) have files of their own.
 //!
 //! Measured against hyper's client on 2026-12-01 with `benches/load/instructions.sh`
 //! (callgrind, proxy instructions per request, release builds): a chat 36,330 before TLS
@@ -22,59 +23,64 @@
 
 mod body;
 mod conn;
-mod counting;
 mod duplex;
 mod error;
-pub(crate) mod exchange;
-pub(crate) mod failure;
+pub mod exchange;
+pub mod failure;
 mod framing;
-pub(crate) mod hop;
+mod hop;
 mod pool;
 mod request;
-pub(crate) mod tls;
-pub(crate) mod watch;
+pub mod tls;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::HeaderMap;
+use http::{header, HeaderMap, HeaderValue};
 
 use tls::{BackendTls, TlsSettings};
 
 #[cfg(test)]
 pub(crate) use body::TooLong;
-pub(crate) use body::{read_all, read_within, Held, UpstreamResponse, SMALL_ANSWER_LIMIT};
-pub use error::{chain, is_malformed, BoxError, Malformed, SendError};
+pub use body::{read_all, read_within, Held, UpstreamBody, UpstreamResponse, SMALL_ANSWER_LIMIT};
+pub(crate) use error::is_malformed;
+pub(crate) use error::Malformed;
+pub use error::{chain, BoxError, SendError};
+pub use framing::FramingError;
 
 /// A backend answer's body as it arrives: its bytes, or why they stopped.
-pub(crate) type BodyStream =
-    futures_util::stream::BoxStream<'static, Result<bytes::Bytes, BoxError>>;
+pub type BodyStream = futures_util::stream::BoxStream<'static, Result<bytes::Bytes, BoxError>>;
 pub(crate) use pool::{Pool, Target};
 
-use crate::wire::payload::Payload;
+use switchboard_wire::payload::Payload;
 
-/// A backend as the client reaches it.
+/// A backend as the client reaches it: the client's settings of one backend, borrowed from
+/// wherever the caller keeps them (no copy per request).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Origin<'a> {
-    /// The backend's config name: what its TLS settings are found by.
-    pub(crate) name: &'a str,
+pub struct Origin<'a> {
+    /// The backend's config name: what its TLS settings are found by, and what a failure names.
+    pub name: &'a str,
     /// `host:port`: what is connected to and sent as `Host`.
-    pub(crate) authority: &'a str,
+    pub authority: &'a str,
+    /// The URL's path, put before every request path (empty for a server root).
+    pub path_prefix: &'a str,
     /// https: a TLS session is opened over the TCP connection.
-    pub(crate) tls: bool,
+    pub tls: bool,
     /// The backend's own connect timeout; `None`: the pool's.
-    pub(crate) connect: Option<Duration>,
+    pub connect: Option<Duration>,
+    /// The backend's own `Authorization` value, sent in place of any other.
+    pub auth: Option<&'a HeaderValue>,
 }
 
-/// The backend as the client reaches it.
-impl crate::config::Backend {
-    pub(crate) fn origin(&self) -> Origin<'_> {
-        Origin {
-            name: &self.name,
-            authority: &self.authority,
-            tls: self.tls.is_some(),
-            connect: Some(self.timeouts.connect),
+impl Origin<'_> {
+    /// `path` under the backend's path prefix.
+    pub(crate) fn path<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
+        if self.path_prefix.is_empty() {
+            std::borrow::Cow::Borrowed(path)
+        } else {
+            std::borrow::Cow::Owned(format!("{}{path}", self.path_prefix))
         }
     }
 }
@@ -95,7 +101,7 @@ impl Default for Client {
 }
 
 impl Client {
-    pub(crate) fn new(connect_timeout: Duration, tls: TlsSettings) -> Client {
+    pub fn new(connect_timeout: Duration, tls: TlsSettings) -> Client {
         Client {
             pool: Arc::new(Pool::new(connect_timeout)),
             tls: Arc::new(ArcSwap::from_pointee(tls)),
@@ -104,7 +110,7 @@ impl Client {
 
     /// A client with a pool of its own (one per worker thread, so each worker's connections
     /// live on its own runtime) and the same TLS settings.
-    pub(crate) fn for_worker(&self) -> Client {
+    pub fn for_worker(&self) -> Client {
         Client {
             pool: Arc::new(Pool::new(self.pool.connect_timeout)),
             tls: Arc::clone(&self.tls),
@@ -112,7 +118,7 @@ impl Client {
     }
 
     /// Use `tls` for new connections from now on (a reload).
-    pub(crate) fn set_tls(&self, tls: TlsSettings) {
+    pub fn set_tls(&self, tls: TlsSettings) {
         self.tls.store(Arc::new(tls));
     }
 
@@ -123,7 +129,7 @@ impl Client {
 
     /// The TLS settings `to` is reached with: `None` for plain http (no lookup), an error
     /// for an https backend whose settings did not load.
-    pub(crate) fn tls_for(&self, to: Origin<'_>) -> Result<Option<Arc<BackendTls>>, SendError> {
+    fn tls_for(&self, to: Origin<'_>) -> Result<Option<Arc<BackendTls>>, SendError> {
         if to.tls {
             self.tls_of(to).map(Some)
         } else {
@@ -131,14 +137,19 @@ impl Client {
         }
     }
 
-    /// POST `body` to `path` of `to`; resolves with the response head ([`Pool::post`]).
-    pub(crate) async fn post(
+    /// POST `body` to `path` (under the prefix) of `to`, with its key; resolves with the
+    /// response head ([`Pool::post`]).
+    pub async fn post(
         &self,
         to: Origin<'_>,
         path: &str,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         body: Payload,
     ) -> Result<UpstreamResponse, SendError> {
+        if let Some(auth) = to.auth {
+            headers.insert(header::AUTHORIZATION, auth.clone());
+        }
+        let path = to.path(path);
         let tls = self.tls_for(to)?;
         let target = Target {
             authority: to.authority,
@@ -147,18 +158,30 @@ impl Client {
             watch: None,
         };
         self.pool
-            .post(target, path, headers, body, &mut false)
+            .post(target, &path, headers, body, &mut false)
             .await
     }
 
-    /// GET `path` of `to`, the head within `wait` ([`Pool::get`]).
-    pub(crate) async fn get(
+    /// GET `path` (under the prefix) of `to`, with its key, the head within `wait`
+    /// ([`Pool::get`]).
+    pub async fn get(
         &self,
         to: Origin<'_>,
         path: &str,
         headers: &HeaderMap,
         wait: Duration,
     ) -> Result<UpstreamResponse, SendError> {
+        let with_auth;
+        let headers = match to.auth {
+            None => headers,
+            Some(auth) => {
+                let mut h = headers.clone();
+                h.insert(header::AUTHORIZATION, auth.clone());
+                with_auth = h;
+                &with_auth
+            }
+        };
+        let path = to.path(path);
         let tls = self.tls_for(to)?;
         let target = Target {
             authority: to.authority,
@@ -166,7 +189,7 @@ impl Client {
             connect: to.connect,
             watch: None,
         };
-        self.pool.get(target, path, headers, wait).await
+        self.pool.get(target, &path, headers, wait).await
     }
 
     fn tls_of(&self, to: Origin<'_>) -> Result<Arc<BackendTls>, SendError> {

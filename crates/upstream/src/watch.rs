@@ -46,7 +46,7 @@ pub struct ConnWatch {
 impl ConnWatch {
     /// A watch counting into the given counters: requests sent again after a close, after a
     /// reset; connections not kept after a stream.
-    pub(crate) fn new(
+    pub fn new(
         backend: &str,
         retried_closed: Counter,
         retried_reset: Counter,
@@ -62,7 +62,7 @@ impl ConnWatch {
     }
 
     /// Whether this backend was seen closing a connection right after a streamed answer.
-    pub(crate) fn closes_after_stream(&self) -> bool {
+    pub fn closes_after_stream(&self) -> bool {
         self.closes_after_stream.load(Ordering::Relaxed)
     }
 

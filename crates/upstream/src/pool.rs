@@ -21,7 +21,7 @@ use super::request::request_head;
 use super::tls::{self, BackendTls};
 use super::watch::{ConnWatch, RIGHT_AFTER};
 use super::SendError;
-use crate::wire::payload::Payload;
+use switchboard_wire::payload::Payload;
 
 /// Where the pool sends a request: the TCP address and, for https, the TLS session's settings.
 #[derive(Clone, Copy)]

@@ -5,37 +5,32 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use futures_util::future::BoxFuture;
 use futures_util::stream::StreamExt;
+use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use switchboard_wire::payload::Payload;
 
-use crate::config::Backend;
-use crate::upstream::failure::UpstreamError;
-use crate::upstream::hop;
-use crate::upstream::watch::ConnWatch;
+use crate::failure::UpstreamError;
+use crate::hop;
+use crate::watch::ConnWatch;
 #[cfg(test)]
-use crate::upstream::TooLong;
-pub(crate) use crate::upstream::{read_all, read_within, Held};
-use crate::upstream::{BodyStream, Client, SendError, Target};
-use crate::wire::payload::Payload;
+use crate::TooLong;
+pub use crate::{read_all, read_within, Held};
+use crate::{BodyStream, Client, Origin, SendError, Target};
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
-pub(crate) const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// The client's headers as they go to the backend. `own_auth`: Switchboard checked the
 /// client's key itself, so that key is not passed on. The fields `Connection` names are
 /// removed; the fixed hop-by-hop ones are left out as the request is sent ([`send`]).
-pub(crate) fn upstream_headers(
-    mut headers: HeaderMap,
-    backend: &Backend,
-    own_auth: bool,
-) -> HeaderMap {
+pub fn upstream_headers(mut headers: HeaderMap, backend: Origin<'_>, own_auth: bool) -> HeaderMap {
     hop::drop_named(&mut headers);
-    if own_auth || backend.api_key.is_some() {
+    if own_auth || backend.auth.is_some() {
         headers.remove(header::AUTHORIZATION);
         headers.remove(X_API_KEY);
     }
-    if let Some(auth) = &backend.api_key {
+    if let Some(auth) = backend.auth {
         headers.insert(header::AUTHORIZATION, auth.clone());
     }
     if !headers.contains_key(header::CONTENT_TYPE) {
@@ -50,34 +45,34 @@ pub(crate) fn upstream_headers(
 /// The backend's response headers as they go to the client: without `Connection` and the
 /// fields it names. The other hop-by-hop fields were left out as the answer was received
 /// ([`send`]).
-pub(crate) fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
+pub fn client_headers(mut upstream: HeaderMap) -> HeaderMap {
     hop::drop_connection(&mut upstream);
     upstream
 }
 
 /// A backend's answer: status, headers and the body as a stream of chunks.
-pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: BodyStream,
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: BodyStream,
 }
 
 /// One request to a backend, as the pipeline hands it over.
-pub(crate) struct Outbound<'a> {
-    pub(crate) backend: &'a Backend,
+pub struct Outbound<'a> {
+    pub backend: Origin<'a>,
     /// What is learned of the backend's connections.
-    pub(crate) watch: Option<&'a Arc<ConnWatch>>,
-    pub(crate) path_and_query: &'a str,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Payload,
+    pub watch: Option<&'a Arc<ConnWatch>>,
+    pub path_and_query: &'a str,
+    pub headers: HeaderMap,
+    pub body: Payload,
     /// How long the answer's head may take, from the start.
-    pub(crate) header_timeout: Duration,
+    pub header_timeout: Duration,
 }
 
 /// Where a proxied request's exchange goes other than the pool: a backend scripted in the
 /// pipeline's tests, so the choice of replicas, the attempt loop and the breaker run in paused
 /// time with no socket. Served requests go to [`send`] directly (no boxed future on their way).
-pub(crate) trait Exchange: Send + Sync + std::fmt::Debug {
+pub trait Exchange: Send + Sync + std::fmt::Debug {
     fn post<'a>(&'a self, to: Outbound<'a>) -> BoxFuture<'a, Result<Answer, UpstreamError>>;
 }
 
@@ -86,7 +81,7 @@ pub(crate) trait Exchange: Send + Sync + std::fmt::Debug {
 /// The client leaves the hop-by-hop fields out as it writes the request's head and reads the
 /// answer's; `Connection` and the fields it names stay in the answer's map
 /// ([`client_headers`]). A failed TLS handshake is a connect failure with its reason.
-pub(crate) async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
+pub async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamError> {
     let Outbound {
         backend,
         watch,
@@ -96,21 +91,17 @@ pub(crate) async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, Up
         header_timeout,
     } = to;
     let started = Instant::now();
-    let path = if backend.path_prefix.is_empty() {
-        std::borrow::Cow::Borrowed(path_and_query)
-    } else {
-        std::borrow::Cow::Owned(format!("{}{}", backend.path_prefix, path_and_query))
-    };
+    let path = backend.path(path_and_query);
     let mut reached = false;
     // The pool is called here, not through `Client::post`: one future less on the way of
     // every proxied request.
-    let failed = match client.tls_for(backend.origin()) {
+    let failed = match client.tls_for(backend) {
         Err(e) => e,
         Ok(tls) => {
             let to = Target {
-                authority: &backend.authority,
+                authority: backend.authority,
                 tls: tls.as_deref(),
-                connect: Some(backend.timeouts.connect),
+                connect: backend.connect,
                 watch,
             };
             let sent = client.pool().post(to, &path, headers, body, &mut reached);
@@ -129,7 +120,7 @@ pub(crate) async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, Up
         }
     };
     Err(UpstreamError::unanswered(
-        &backend.name,
+        backend.name,
         failed,
         reached,
         started.elapsed(),
@@ -137,12 +128,12 @@ pub(crate) async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, Up
 }
 
 /// Seconds a client should wait before retrying a loading backend.
-pub(crate) fn retry_after(headers: &HeaderMap) -> u64 {
+pub fn retry_after(headers: &HeaderMap) -> u64 {
     retry_after_s(headers).unwrap_or(5)
 }
 
 /// The seconds of an answer's `Retry-After`, when it has them.
-pub(crate) fn retry_after_s(headers: &HeaderMap) -> Option<u64> {
+pub fn retry_after_s(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
@@ -152,33 +143,17 @@ pub(crate) fn retry_after_s(headers: &HeaderMap) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::BoxError;
+    use crate::BoxError;
     use bytes::Bytes;
-    use std::num::NonZeroU32;
 
-    fn backend(key: Option<&str>) -> Backend {
-        Backend {
-            name: "b".into(),
-            url: "http://127.0.0.1:1".into(),
-            flavor: crate::flavor::Flavor::Llamacpp,
-            authority: "127.0.0.1:1".into(),
-            path_prefix: String::new(),
-            tls: None,
-            slots: NonZeroU32::MIN,
-            slots_setting: crate::config::Sizing::Fixed(NonZeroU32::MIN),
-            queue: 1,
-            api_key: key.map(|k| crate::config::bearer(k).unwrap()),
-            timeouts: crate::config::Timeouts {
-                connect: Duration::from_secs(1),
-                first_byte: Duration::from_secs(1),
-                idle: Duration::from_secs(1),
-                total: Duration::from_secs(1),
-            },
-            apis: crate::config::Apis::default_for(crate::flavor::Flavor::Llamacpp),
-            seed: crate::config::Seed::default(),
-            pin_slots: true,
-            isolated: false,
-            cache_ram: true,
+    fn backend(key: Option<&HeaderValue>) -> Origin<'_> {
+        Origin {
+            name: "b",
+            authority: "127.0.0.1:1",
+            path_prefix: "",
+            tls: false,
+            connect: Some(Duration::from_secs(1)),
+            auth: key,
         }
     }
 
@@ -199,7 +174,7 @@ mod tests {
             HeaderValue::from_static("keep-alive"),
         );
         h.insert("x-request-id", HeaderValue::from_static("abc"));
-        let out = upstream_headers(h.clone(), &backend(None), false);
+        let out = upstream_headers(h.clone(), backend(None), false);
         assert!(out.get("x-secret-hop").is_none());
         // The fixed hop-by-hop fields are left out as the request is written.
         assert!(out.contains_key(header::CONNECTION) && out.contains_key(hop::PROXY_CONNECTION));
@@ -210,12 +185,13 @@ mod tests {
         let answer = client_headers(h.clone());
         assert!(answer.get("x-secret-hop").is_none());
         assert!(answer.get(header::CONNECTION).is_none());
-        let out = upstream_headers(h.clone(), &backend(Some("backend-key")), false);
+        let key = HeaderValue::from_static("Bearer backend-key");
+        let out = upstream_headers(h.clone(), backend(Some(&key)), false);
         assert_eq!(
             out.get(header::AUTHORIZATION).unwrap(),
             "Bearer backend-key"
         );
-        let out = upstream_headers(h.clone(), &backend(None), true);
+        let out = upstream_headers(h.clone(), backend(None), true);
         assert!(out.get(header::AUTHORIZATION).is_none());
     }
 

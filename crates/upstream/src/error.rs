@@ -1,10 +1,13 @@
-//! The upstream client's errors: what failed before an answer head ([`SendError`]), a body
+//! The client's errors: what failed before an answer head ([`SendError`]), a body
 //! that breaks HTTP/1.1 ([`Malformed`]), and an error's chain of messages.
+
+use crate::framing::FramingError;
 
 /// Any error of the exchange with a backend, as the relay sees it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// What went wrong before a response head arrived. The texts name no address.
+/// What went wrong before a response head arrived. The texts name no address; the `String`s
+/// are the texts of I/O and TLS errors told without it (and the variant is what is matched).
 #[derive(Debug)]
 pub enum SendError {
     /// No TCP connection could be made (refused, unreachable).
@@ -24,8 +27,8 @@ pub enum SendError {
     Head(String),
     /// Connected, but no response head within the time the caller gave ([`Client::get`]).
     Timeout,
-    /// The backend's head breaks HTTP/1.1 ([`Malformed`]).
-    Malformed(String),
+    /// The backend's head breaks HTTP/1.1.
+    Malformed(FramingError),
     /// The proxy could not open a socket: out of file descriptors (EMFILE, ENFILE). Says
     /// nothing of the backend.
     Local(String),
@@ -39,19 +42,12 @@ pub(super) fn out_of_descriptors(e: &std::io::Error) -> bool {
 
 /// A backend's answer that breaks HTTP/1.1 framing: a malformed head, chunk or trailer. A
 /// body error of this type is the backend's fault; any other is the connection's.
-#[derive(Debug)]
-pub struct Malformed(pub(crate) String);
-
-impl std::fmt::Display for Malformed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Malformed {}
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct Malformed(pub(crate) FramingError);
 
 /// Whether a body error is the backend breaking HTTP/1.1 rather than the connection failing.
-pub fn is_malformed(e: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_malformed(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut err = Some(e);
     while let Some(e) = err {
         if e.is::<Malformed>() {
@@ -68,10 +64,8 @@ impl std::fmt::Display for SendError {
             SendError::Connect(e) => write!(f, "cannot connect: {e}"),
             SendError::Unsent(e) => write!(f, "not delivered: {e}"),
             SendError::ConnectTimeout => f.write_str("cannot connect: connect timed out"),
-            SendError::Tls(e)
-            | SendError::Write(e)
-            | SendError::Head(e)
-            | SendError::Malformed(e) => f.write_str(e),
+            SendError::Tls(e) | SendError::Write(e) | SendError::Head(e) => f.write_str(e),
+            SendError::Malformed(e) => write!(f, "{e}"),
             SendError::Local(e) => write!(f, "cannot open a connection: {e}"),
             SendError::Timeout => f.write_str("no answer in time"),
         }

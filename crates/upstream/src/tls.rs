@@ -1,8 +1,13 @@
 //! TLS to https backends: rustls (ring provider) trusting Mozilla's roots or a backend's own CA
 //! file, SNI from the URL's host, ALPN `http/1.1`; handshake errors told without addresses.
+//!
+//! A CA file is read by a reader the caller hands [`TlsSettings::load`]: how a file a config
+//! names is opened (a regular file only, bounded) is the proxy's rule for every such file
+//! (`files.rs` there, tokenizers too), and config validation reads none; this crate opens no
+//! file of its own and keeps only what it makes of the bytes.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -10,7 +15,14 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{CertificateError, ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
-use crate::address::TlsSpec;
+/// An https backend's TLS settings as configured (validated, nothing read yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSpec {
+    /// The name its certificate must show, sent as SNI: the URL's host.
+    pub server_name: ServerName<'static>,
+    /// PEM file of the CAs to trust instead of the built-in roots (a self-signed fleet).
+    pub ca_file: Option<PathBuf>,
+}
 
 /// What a connection to one https backend needs: the connector (its trust roots), the name to
 /// verify, the key its kept-alive connections are pooled under.
@@ -32,35 +44,59 @@ impl std::fmt::Debug for BackendTls {
 
 /// The loaded TLS settings of a config's https backends, by backend name.
 #[derive(Debug, Default)]
-pub(crate) struct TlsSettings {
+pub struct TlsSettings {
     backends: HashMap<String, Arc<BackendTls>>,
 }
 
 /// A backend's TLS settings that cannot be used; shown as the config key they come from.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("backends.{backend}.{key}: {value:?} {reason}")]
-pub(crate) struct TlsError {
-    pub(crate) backend: String,
+pub struct TlsError {
+    pub backend: String,
     /// `ca_file` (or `url` if no TLS client can be made at all).
-    pub(crate) key: &'static str,
-    pub(crate) value: String,
-    pub(crate) reason: String,
+    pub key: &'static str,
+    pub value: String,
+    pub reason: Unusable,
+}
+
+/// Why a CA file, or the TLS client itself, cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unusable {
+    /// The caller's reader refused the file; its text, whatever its error type.
+    #[error("{0}")]
+    Read(Arc<dyn std::error::Error + Send + Sync>),
+    #[error("is not a PEM certificate file: {0}")]
+    NotPem(Arc<rustls::pki_types::pem::Error>),
+    #[error("holds a certificate that is not a usable CA: {0}")]
+    NotCa(rustls::Error),
+    #[error("holds no PEM certificate")]
+    NoCertificate,
+    #[error("cannot make a TLS client: {0}")]
+    Client(rustls::Error),
 }
 
 impl TlsSettings {
-    /// Read the CA files of `backends` (name, `host:port`, spec) and make their connectors.
+    /// Make the connectors of `backends` (name, `host:port`, spec), reading each CA file once
+    /// with `read_ca` (the caller's rules for a file a config names: this crate opens none).
     /// A backend whose CA file fails gets no settings (its connections fail) and an error.
-    pub(crate) fn load<'a>(
+    pub fn load<'a, E>(
         backends: impl IntoIterator<Item = (&'a str, &'a str, &'a TlsSpec)>,
-    ) -> (TlsSettings, Vec<TlsError>) {
+        read_ca: impl Fn(&Path) -> Result<Vec<u8>, E>,
+    ) -> (TlsSettings, Vec<TlsError>)
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let mut errors = Vec::new();
-        let mut by_file: HashMap<Option<&Path>, Result<TlsConnector, String>> = HashMap::new();
+        let mut by_file: HashMap<Option<&Path>, Result<TlsConnector, Unusable>> = HashMap::new();
         let mut settings = TlsSettings::default();
         for (name, authority, spec) in backends {
             let file = spec.ca_file.as_deref();
             let made = by_file.entry(file).or_insert_with(|| match file {
                 None => connector(public_roots()),
-                Some(path) => ca_roots(path).and_then(connector),
+                Some(path) => read_ca(path)
+                    .map_err(|e| Unusable::Read(Arc::new(e)))
+                    .and_then(|pem| ca_roots(&pem))
+                    .and_then(connector),
             });
             let connector = match made {
                 Ok(c) => c.clone(),
@@ -102,28 +138,25 @@ fn public_roots() -> RootCertStore {
     }
 }
 
-/// The certificates of a PEM file as trust roots.
-fn ca_roots(path: &Path) -> Result<RootCertStore, String> {
-    let pem = crate::files::read(path, crate::files::CA_BYTES).map_err(|e| e.to_string())?;
+/// The certificates of a PEM file's bytes as trust roots.
+fn ca_roots(pem: &[u8]) -> Result<RootCertStore, Unusable> {
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("is not a PEM certificate file: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("holds a certificate that is not a usable CA: {e}"))?;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| Unusable::NotPem(Arc::new(e)))?;
+        roots.add(cert).map_err(Unusable::NotCa)?;
     }
     if roots.is_empty() {
-        return Err("holds no PEM certificate".into());
+        return Err(Unusable::NoCertificate);
     }
     Ok(roots)
 }
 
 /// A connector trusting `roots`: TLS 1.2 and 1.3 with ring's ciphers, ALPN `http/1.1`.
-fn connector(roots: RootCertStore) -> Result<TlsConnector, String> {
+fn connector(roots: RootCertStore) -> Result<TlsConnector, Unusable> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("cannot make a TLS client: {e}"))?
+        .map_err(Unusable::Client)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -183,11 +216,11 @@ mod tests {
     use tokio_rustls::TlsAcceptor;
 
     use super::*;
-    use crate::upstream::{read_all, Pool, SendError, Target};
+    use crate::{read_all, Pool, SendError, Target};
 
     /// A CA made at test time and a server certificate it signed.
     mod test_ca {
-        include!("../../../../tests/it/common/test_ca.rs");
+        include!("../../../tests/it/common/test_ca.rs");
     }
     use test_ca::test_ca;
 
@@ -220,6 +253,15 @@ mod tests {
         (addr, accepted)
     }
 
+    /// A file that cannot be read, as the proxy's reader tells it.
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot be read: {0}")]
+    struct Unread(std::io::Error);
+
+    fn read(path: &Path) -> Result<Vec<u8>, Unread> {
+        std::fs::read(path).map_err(Unread)
+    }
+
     fn spec(server_name: &str, ca_file: Option<&Path>) -> TlsSpec {
         TlsSpec {
             server_name: ServerName::try_from(server_name.to_string()).unwrap(),
@@ -229,7 +271,7 @@ mod tests {
 
     /// The settings of one backend `b` at `addr`.
     fn settings(addr: &str, spec: &TlsSpec) -> TlsSettings {
-        let (settings, errors) = TlsSettings::load([("b", addr, spec)]);
+        let (settings, errors) = TlsSettings::load([("b", addr, spec)], read);
         assert!(errors.is_empty(), "{errors:?}");
         settings
     }
@@ -251,9 +293,7 @@ mod tests {
             )
             .await?;
         assert_eq!(r.status, StatusCode::OK);
-        Ok(read_all(r.body, crate::upstream::SMALL_ANSWER_LIMIT)
-            .await
-            .unwrap())
+        Ok(read_all(r.body, crate::SMALL_ANSWER_LIMIT).await.unwrap())
     }
 
     /// Requests to an https backend in a row take one TLS connection, kept alive.
@@ -450,13 +490,16 @@ mod tests {
             spec("localhost", Some(&empty)),
             spec("localhost", Some(&broken)),
         );
-        let (settings, errors) = TlsSettings::load([
-            ("good", "localhost:1", &good),
-            ("a", "localhost:1", &a),
-            ("b", "localhost:1", &b),
-            ("c", "localhost:1", &c),
-            ("d", "localhost:1", &a),
-        ]);
+        let (settings, errors) = TlsSettings::load(
+            [
+                ("good", "localhost:1", &good),
+                ("a", "localhost:1", &a),
+                ("b", "localhost:1", &b),
+                ("c", "localhost:1", &c),
+                ("d", "localhost:1", &a),
+            ],
+            read,
+        );
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 4, "{text:?}");
         assert!(

@@ -3,7 +3,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use super::{syntax, Framing, MAX_HEAD};
+use super::{syntax, Framing, FramingError, MAX_HEAD};
 
 /// Longest chunk-size line (size, extensions and CRLF) accepted.
 pub(super) const MAX_CHUNK_LINE: usize = 4 * 1024;
@@ -25,19 +25,19 @@ enum State {
 
 /// The line at the start of `buf` without its CRLF, and its length with it; `None` while no
 /// LF has come. A LF without a CR before it ends no line: that is an error.
-fn line(buf: &[u8], what: &str) -> Result<Option<(usize, usize)>, String> {
+fn line(buf: &[u8], what: &'static str) -> Result<Option<(usize, usize)>, FramingError> {
     match memchr::memchr(b'\n', buf) {
         None => Ok(None),
         Some(eol) if eol > 0 && buf[eol - 1] == b'\r' => Ok(Some((eol - 1, eol + 1))),
-        Some(_) => Err(format!("{what} not ended by CRLF")),
+        Some(_) => Err(FramingError::NoCrlf(what)),
     }
 }
 
 /// The size of the chunk whose size line starts `buf`, the line removed; `None` while the line
 /// is incomplete. The line is `1*HEXDIG [ chunk-ext ] CRLF` (RFC 9112 §7.1), the size within
 /// u64, the extensions well-formed (and ignored).
-fn chunk_size(buf: &mut BytesMut) -> Result<Option<u64>, String> {
-    let invalid = || "invalid chunk size line".to_string();
+fn chunk_size(buf: &mut BytesMut) -> Result<Option<u64>, FramingError> {
+    let invalid = || FramingError::ChunkSize;
     let Some((content, len)) = line(buf, "chunk size line")? else {
         if buf.len() >= MAX_CHUNK_LINE {
             return Err(invalid());
@@ -79,7 +79,7 @@ impl Decoder {
     /// as a slice of `buf`; the data of every complete chunk in `buf` comes out in one piece.
     /// Malformed framing is an error once the data before it has come out, so the data a body
     /// yields does not depend on how its bytes were split into reads.
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, FramingError> {
         match self.state {
             State::Done => return Ok(None),
             State::Length(n) => {
@@ -103,7 +103,7 @@ impl Decoder {
         let mut out: Option<BytesMut> = None;
         // Data decoded before an error goes out first; the error (which consumed nothing)
         // comes again on the next call.
-        let fail = |out: Option<BytesMut>, e: String| match out {
+        let fail = |out: Option<BytesMut>, e: FramingError| match out {
             Some(data) => Ok(Some(data.freeze())),
             None => Err(e),
         };
@@ -143,18 +143,18 @@ impl Decoder {
                         buf.advance(2);
                         self.state = State::ChunkSize;
                     }
-                    Some(_) => return fail(out, "chunk data not followed by CRLF".into()),
+                    Some(_) => return fail(out, FramingError::ChunkEnd),
                 },
                 State::Trailers(seen) => {
                     // Trailer fields are checked and dropped; an empty line ends the body.
                     let (content, len) = match line(buf, "trailer line") {
                         Ok(Some(l)) if seen + l.1 <= MAX_TRAILERS => l,
                         Ok(None) if seen + buf.len() < MAX_TRAILERS => break,
-                        Ok(_) => return fail(out, "trailers too large".into()),
+                        Ok(_) => return fail(out, FramingError::TrailersTooLarge),
                         Err(e) => return fail(out, e),
                     };
                     if content > 0 && !syntax::field_line(&buf[..content]) {
-                        return fail(out, "invalid trailer field".into());
+                        return fail(out, FramingError::Trailer);
                     }
                     buf.advance(len);
                     if content == 0 {
@@ -171,14 +171,14 @@ impl Decoder {
 
     /// The connection ended: fine for a close-delimited body (which is then complete), an
     /// error for any other body not yet complete.
-    pub(crate) fn eof(&mut self) -> Result<(), String> {
+    pub(crate) fn eof(&mut self) -> Result<(), FramingError> {
         match self.state {
             State::Done => Ok(()),
             State::Close => {
                 self.state = State::Done;
                 Ok(())
             }
-            _ => Err("connection closed before the body was complete".into()),
+            _ => Err(FramingError::Cut),
         }
     }
 }
@@ -223,7 +223,7 @@ mod tests {
             match d.decode(&mut buf) {
                 Ok(Some(data)) => body.extend_from_slice(&data),
                 Ok(None) => return (body, None),
-                Err(e) => return (body, Some(e)),
+                Err(e) => return (body, Some(e.to_string())),
             }
         }
     }

@@ -2,9 +2,9 @@
 //! written out plainly for the framing and the chunked body. Clarity, not speed.
 
 use super::{by_name, End, Outcome};
-use crate::upstream::framing::decoder::{MAX_CHUNK_LINE, MAX_TRAILERS};
-use crate::upstream::framing::{Framing, MAX_HEAD};
-use crate::upstream::hop;
+use crate::framing::decoder::{MAX_CHUNK_LINE, MAX_TRAILERS};
+use crate::framing::{Framing, MAX_HEAD};
+use crate::hop;
 
 fn tchar(b: u8) -> bool {
     matches!(b, b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z')

@@ -21,7 +21,7 @@ const MAX_READ: usize = 128 * 1024;
 
 /// Most of a small answer read whole (a probe's, a count's): a backend's answer to
 /// `/props`, `/v1/models` or `/tokenize` is a few KiB.
-pub(crate) const SMALL_ANSWER_LIMIT: usize = 4 << 20;
+pub const SMALL_ANSWER_LIMIT: usize = 4 << 20;
 
 /// A body longer than the bytes a reader holds.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub(crate) const SMALL_ANSWER_LIMIT: usize = 4 << 20;
 pub(crate) struct TooLong(pub(crate) usize);
 
 /// An answer's body read up to a limit.
-pub(crate) enum Held {
+pub enum Held {
     /// The whole body, within the limit (a body that came in one piece is not copied).
     Whole(Bytes),
     /// A body longer than the limit: the pieces read (at most the limit and one piece), and
@@ -38,7 +38,7 @@ pub(crate) enum Held {
 }
 
 /// Read `body` whole if it ends within `limit` bytes.
-pub(crate) async fn read_within(mut body: BodyStream, limit: usize) -> Result<Held, BoxError> {
+pub async fn read_within(mut body: BodyStream, limit: usize) -> Result<Held, BoxError> {
     let Some(first) = body.next().await.transpose()? else {
         return Ok(Held::Whole(Bytes::new()));
     };
@@ -74,7 +74,7 @@ pub(crate) async fn read_within(mut body: BodyStream, limit: usize) -> Result<He
 }
 
 /// The whole body of an answer; [`TooLong`] past `limit` bytes.
-pub(crate) async fn read_all<S>(body: S, limit: usize) -> Result<Bytes, BoxError>
+pub async fn read_all<S>(body: S, limit: usize) -> Result<Bytes, BoxError>
 where
     S: Stream<Item = Result<Bytes, BoxError>> + Send + 'static,
 {
@@ -85,10 +85,10 @@ where
 }
 
 /// A backend's response: head, and a body that reads its connection.
-pub(crate) struct UpstreamResponse {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: UpstreamBody,
+pub struct UpstreamResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: UpstreamBody,
 }
 
 /// Where a body read to its end gives its connection back (the pool), under `key`;
@@ -99,7 +99,7 @@ pub(super) trait Checkin: Send + Sync {
 
 /// The body of a backend response. Dropped before its end, it closes the connection (the
 /// backend sees the client go away); read to the end, it returns the connection to the pool.
-pub(crate) struct UpstreamBody {
+pub struct UpstreamBody {
     pub(super) conn: Option<Conn>,
     /// Bytes read and not yet decoded.
     pub(super) buf: BytesMut,

@@ -14,10 +14,10 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
 use super::conn::{Conn, FIRST_READ};
-use super::framing::{parse_head, Head};
+use super::framing::{parse_head, FramingError, Head};
 use super::watch::Cut;
 use super::SendError;
-use crate::wire::payload::Payload;
+use switchboard_wire::payload::Payload;
 
 /// An exchange that ended without an answer head.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ pub(crate) enum Unanswered {
 
 /// Why no head could be read.
 enum Unread {
-    Malformed(String),
+    Malformed(FramingError),
     Closed,
     Io(io::Error),
 }
