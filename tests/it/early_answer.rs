@@ -162,22 +162,26 @@ fn big_chat(model: &str, size: usize) -> Vec<u8> {
 
 const BIG: usize = 20 << 20;
 
+/// How long a `BIG` request may take, against `WAIT` for a small one: in a debug build on a
+/// loaded machine, reading, checking and sending 20 MiB on to two backends in turn took over
+/// 10 s. Still a bound, so a hang fails.
+const BIG_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// POST `body` to the proxy's chat completions: status and body.
 async fn post(p: &Proxy, c: &reqwest::Client, body: Vec<u8>) -> (u16, Vec<u8>) {
-    let r = within(
-        "the proxy's answer",
-        c.post(p.url("/v1/chat/completions"))
+    let exchange = async {
+        let r = c
+            .post(p.url("/v1/chat/completions"))
             .header("content-type", "application/json")
             .body(body)
-            .send(),
-    )
-    .await
-    .unwrap();
-    let status = r.status().as_u16();
-    (
-        status,
-        within("its body", r.bytes()).await.unwrap().to_vec(),
-    )
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.bytes().await.unwrap().to_vec())
+    };
+    tokio::time::timeout(BIG_WAIT, exchange)
+        .await
+        .expect("the proxy's answer within BIG_WAIT")
 }
 
 /// One alias `a` on the backend `b`.
