@@ -209,7 +209,7 @@ fn think_tags(name: &str, raw: &RawAlias, errs: &mut Vec<ConfigError>) -> Option
                         ThinkTagsSpec::Preset(p) => p.clone(),
                         ThinkTagsSpec::Pair([open, close]) => format!("[{open}, {close}]"),
                     },
-                    reason,
+                    reason: reason.to_string(),
                 });
                 None
             }

@@ -26,7 +26,7 @@ pub(crate) use body::{rewrite_request_history, rewrite_response_body};
 pub use field::{InputField, OutputField, UnknownOutputField};
 pub use rewriter::StreamRewriter;
 pub use split_text::{Split, TextSplitter};
-pub use tags::{ThinkTags, ThinkTagsSpec, PRESETS};
+pub use tags::{BadThinkTags, ThinkTags, ThinkTagsSpec, PRESETS};
 
 #[cfg(test)]
 mod tests {

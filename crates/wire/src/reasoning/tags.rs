@@ -45,6 +45,15 @@ impl ThinkTags {
     }
 }
 
+/// A `think_tags` value that names no tags.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadThinkTags {
+    #[error("unknown think_tags preset {0:?} (known: {known})", known = PRESETS.join(", "))]
+    UnknownPreset(String),
+    #[error("think_tags must not be empty (open {open:?}, close {close:?})")]
+    Empty { open: String, close: String },
+}
+
 /// The raw `think_tags` config value: a preset name or an `[open, close]` pair.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -55,14 +64,11 @@ pub enum ThinkTagsSpec {
 
 impl ThinkTagsSpec {
     /// Turns the config value into tags; `starts_open` comes from its own config key.
-    pub fn resolve(&self, starts_open: bool) -> Result<ThinkTags, String> {
+    pub fn resolve(&self, starts_open: bool) -> Result<ThinkTags, BadThinkTags> {
         let mut tags = match self {
-            ThinkTagsSpec::Preset(name) => ThinkTags::preset(name).ok_or_else(|| {
-                format!(
-                    "unknown think_tags preset {name:?} (known: {})",
-                    PRESETS.join(", ")
-                )
-            })?,
+            ThinkTagsSpec::Preset(name) => {
+                ThinkTags::preset(name).ok_or_else(|| BadThinkTags::UnknownPreset(name.clone()))?
+            }
             ThinkTagsSpec::Pair([open, close]) => ThinkTags {
                 open: open.clone(),
                 close: close.clone(),
@@ -70,10 +76,10 @@ impl ThinkTagsSpec {
             },
         };
         if tags.open.is_empty() || tags.close.is_empty() {
-            return Err(format!(
-                "think_tags must not be empty (open {:?}, close {:?})",
-                tags.open, tags.close
-            ));
+            return Err(BadThinkTags::Empty {
+                open: tags.open,
+                close: tags.close,
+            });
         }
         tags.starts_open = starts_open;
         Ok(tags)
@@ -121,7 +127,7 @@ mod tests {
 
     #[test]
     fn unknown_preset_lists_known_ones() {
-        let err = spec("\"qwen9\"").resolve(false).unwrap_err();
+        let err = spec("\"qwen9\"").resolve(false).unwrap_err().to_string();
         assert!(err.contains("\"qwen9\""), "{err}");
         assert!(err.contains("qwen3, deepseek, gemma4, gpt-oss"), "{err}");
     }
