@@ -105,15 +105,13 @@ pub(crate) fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{from_toml, Backend};
+    use crate::config::{from_toml, Backend, ConfigErrors};
     use crate::wire::{adapter, Converter, Endpoint};
 
-    fn backend(extra: &str) -> Result<Backend, String> {
+    fn backend(extra: &str) -> Result<Backend, ConfigErrors> {
         let toml =
             format!("[backends.b]\nurl = \"http://h:1\"\n{extra}\n[aliases.a]\nbackend = \"b\"\n");
-        from_toml(&toml)
-            .map(|c| (*c.backends["b"]).clone())
-            .map_err(|e| e.to_string())
+        from_toml(&toml).map(|c| (*c.backends["b"]).clone())
     }
 
     #[test]
@@ -135,7 +133,9 @@ mod tests {
         );
         assert_eq!(narrowed.translation(responses), None);
         assert_eq!(narrowed.translation(chat), None);
-        let e = backend("flavor = \"vllm\"\napis = [\"messages\", \"grpc\"]").unwrap_err();
+        let e = backend("flavor = \"vllm\"\napis = [\"messages\", \"grpc\"]")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("backends.b.apis"), "{e}");
         assert!(e.contains("\"grpc\""), "{e}");
         assert!(

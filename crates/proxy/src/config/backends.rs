@@ -276,7 +276,7 @@ fn api_key(name: &str, var: String, errs: &mut Vec<ConfigError>) -> Option<Heade
                 errs.push(ConfigError::BadValue {
                     key: format!("backends.{name}.api_key_env"),
                     value: var,
-                    reason,
+                    reason: reason.to_string(),
                 });
                 None
             }

@@ -6,11 +6,22 @@ use http::HeaderValue;
 
 use super::error::ConfigError;
 
+/// Why a key cannot be sent as a header value as it is; never quotes the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UnsendableKey {
+    #[error("is empty")]
+    Empty,
+    #[error("holds {what} at byte {at}, which cannot be sent in a header (the key is not shown)")]
+    Holds { what: &'static str, at: usize },
+    #[error("is not a header value")]
+    NotHeaderValue,
+}
+
 /// Why `key` cannot be sent as a header value as it is (nothing if it can): an API key is
-/// visible ASCII with no space. The reason never quotes the key.
-fn sendable(key: &str) -> Result<(), String> {
+/// visible ASCII with no space.
+fn sendable(key: &str) -> Result<(), UnsendableKey> {
     if key.is_empty() {
-        return Err("is empty".into());
+        return Err(UnsendableKey::Empty);
     }
     let Some(at) = key.bytes().position(|b| !b.is_ascii_graphic()) else {
         return Ok(());
@@ -21,9 +32,7 @@ fn sendable(key: &str) -> Result<(), String> {
         b if b.is_ascii_control() => "a control character",
         _ => "a character that is not ASCII",
     };
-    Err(format!(
-        "holds {what} at byte {at}, which cannot be sent in a header (the key is not shown)"
-    ))
+    Err(UnsendableKey::Holds { what, at })
 }
 
 /// Who owns the files, batches and usage of a key of `server.api_keys_env`: `key-` and the
@@ -47,10 +56,10 @@ pub(crate) fn is_key_owner(name: &str) -> bool {
 
 /// A backend key as the sensitive `Authorization: Bearer …` value it is sent in, or why it
 /// cannot be one.
-pub(crate) fn bearer(key: &str) -> Result<HeaderValue, String> {
+pub(crate) fn bearer(key: &str) -> Result<HeaderValue, UnsendableKey> {
     sendable(key)?;
-    let mut v =
-        HeaderValue::try_from(format!("Bearer {key}")).map_err(|_| "is not a header value")?;
+    let mut v = HeaderValue::try_from(format!("Bearer {key}"))
+        .map_err(|_| UnsendableKey::NotHeaderValue)?;
     v.set_sensitive(true);
     Ok(v)
 }

@@ -166,7 +166,7 @@ mod tests {
             ("sk-sécret", "a character that is not ASCII at byte 4"),
             ("", "is empty"),
         ] {
-            let e = crate::config::bearer(key).unwrap_err();
+            let e = crate::config::bearer(key).unwrap_err().to_string();
             assert!(e.contains(what), "{key:?}: {e}");
             assert!(!e.contains("secret"), "{e}");
         }
