@@ -14,7 +14,7 @@
 
 use http::HeaderMap;
 
-use crate::upstream::{chain, read_all, Client, SMALL_ANSWER_LIMIT};
+use crate::upstream::{chain, read_all, BoxError, Client, SendError, SMALL_ANSWER_LIMIT};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -110,6 +110,17 @@ pub enum DiscoveryError {
     BadAnswer { path: String, reason: String },
 }
 
+/// Why a GET to a backend brought no whole answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NoAnswer {
+    #[error("{0}")]
+    Send(SendError),
+    #[error("{}", chain(.0.as_ref()))]
+    Body(BoxError),
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
+
 /// Unix seconds now.
 pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
@@ -124,21 +135,21 @@ pub(crate) async fn get(
     backend: &Backend,
     path: &str,
     timeout: Duration,
-) -> Result<(u16, Bytes), String> {
+) -> Result<(u16, Bytes), NoAnswer> {
     let exchange = async {
         let resp = client
             .get(backend.origin(), path, &HeaderMap::new(), timeout)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(NoAnswer::Send)?;
         let status = resp.status.as_u16();
         let body = read_all(resp.body, SMALL_ANSWER_LIMIT)
             .await
-            .map_err(|e| chain(e.as_ref()))?;
+            .map_err(NoAnswer::Body)?;
         Ok((status, body))
     };
     tokio::time::timeout(timeout, exchange)
         .await
-        .map_err(|_| format!("no answer within {timeout:?}"))?
+        .map_err(|_| NoAnswer::TimedOut(timeout))?
 }
 
 /// The body of `path`; an error unless it answers 2xx.
@@ -154,7 +165,7 @@ async fn required(
             path: path.into(),
             status,
         }),
-        Err(e) => Err(DiscoveryError::Unreachable(e)),
+        Err(e) => Err(DiscoveryError::Unreachable(e.to_string())),
     }
 }
 
@@ -169,7 +180,7 @@ async fn optional(
         match get(client, backend, path, timeout).await {
             Ok((status, body)) if (200..300).contains(&status) => return Ok(Some(body)),
             Ok(_) => {}
-            Err(e) => return Err(DiscoveryError::Unreachable(e)),
+            Err(e) => return Err(DiscoveryError::Unreachable(e.to_string())),
         }
     }
     Ok(None)

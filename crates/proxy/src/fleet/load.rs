@@ -11,21 +11,37 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::config::Backend;
-use crate::fleet::discovery;
+use crate::fleet::discovery::{self, NoAnswer};
 use crate::lock::Locked;
 use crate::runtime::Load;
 use crate::upstream::Client;
 
+/// Why a backend's load could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoadError {
+    #[error(transparent)]
+    NoAnswer(#[from] NoAnswer),
+    #[error("{flavor} reports no load")]
+    NoSource { flavor: &'static str },
+    #[error("GET {path} answered {status}")]
+    Status { path: &'static str, status: u16 },
+    #[error("{0}")]
+    NotText(std::str::Utf8Error),
+    #[error("no {0} in the metrics")]
+    NoMetric(&'static str),
+    #[error("{0}")]
+    BadSlots(serde_json::Error),
+}
+
 /// The requests a backend has (running and waiting) by its answer `body` at `source`.
-pub(crate) fn reading(source: Load, body: &[u8]) -> Result<u32, String> {
+pub(crate) fn reading(source: Load, body: &[u8]) -> Result<u32, LoadError> {
     match source {
         Load::Slots => busy_slots(body),
         Load::Metrics(names) => {
-            let text = std::str::from_utf8(body).map_err(|e| e.to_string())?;
+            let text = std::str::from_utf8(body).map_err(LoadError::NotText)?;
             let mut total = 0.0;
             for name in names {
-                total +=
-                    metric_sum(text, name).ok_or_else(|| format!("no {name} in the metrics"))?;
+                total += metric_sum(text, name).ok_or(LoadError::NoMetric(name))?;
             }
             Ok(total.max(0.0).round().min(f64::from(u32::MAX)) as u32)
         }
@@ -37,12 +53,19 @@ pub(crate) async fn read(
     client: &Client,
     backend: &Backend,
     timeout: Duration,
-) -> Result<u32, String> {
-    let mut last = format!("{} reports no load", backend.flavor.as_str());
+) -> Result<u32, LoadError> {
+    let mut last = LoadError::NoSource {
+        flavor: backend.flavor.as_str(),
+    };
     for &source in backend.flavor.runtime().load {
         match discovery::get(client, backend, source.path(), timeout).await? {
             (200..=299, body) => return reading(source, &body),
-            (status, _) => last = format!("GET {} answered {status}", source.path()),
+            (status, _) => {
+                last = LoadError::Status {
+                    path: source.path(),
+                    status,
+                }
+            }
         }
     }
     Err(last)
@@ -55,8 +78,8 @@ struct Slot {
 }
 
 /// The slots of a llama.cpp `/slots` answer that are processing a request.
-fn busy_slots(body: &[u8]) -> Result<u32, String> {
-    let slots: Vec<Slot> = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+fn busy_slots(body: &[u8]) -> Result<u32, LoadError> {
+    let slots: Vec<Slot> = serde_json::from_slice(body).map_err(LoadError::BadSlots)?;
     Ok(slots.iter().filter(|s| s.is_processing).count() as u32)
 }
 
@@ -163,17 +186,20 @@ mod tests {
     #[test]
     fn busy_slots_are_those_processing() {
         let body = br#"[{"id":0,"is_processing":true,"n_ctx":4096},{"id":1,"is_processing":false},{"id":2,"is_processing":true}]"#;
-        assert_eq!(reading(Load::Slots, body), Ok(2));
+        assert_eq!(reading(Load::Slots, body).ok(), Some(2));
         assert!(reading(Load::Slots, b"{\"error\":1}").is_err());
     }
 
     #[test]
     fn reads_a_real_llama_server_answer() {
         let slots = include_str!("../../../../tests/fixtures/discovery/llamacpp_slots.txt");
-        assert_eq!(reading(Load::Slots, captured(slots).as_bytes()), Ok(0));
+        assert_eq!(
+            reading(Load::Slots, captured(slots).as_bytes()).ok(),
+            Some(0)
+        );
         let metrics = include_str!("../../../../tests/fixtures/discovery/llamacpp_metrics.txt");
         let names = crate::flavor::Flavor::Llamacpp.runtime().load[1];
-        assert_eq!(reading(names, captured(metrics).as_bytes()), Ok(0));
+        assert_eq!(reading(names, captured(metrics).as_bytes()).ok(), Some(0));
         assert_eq!(
             metric_sum(captured(metrics), "llamacpp:prompt_tokens_total"),
             Some(4110.0)
@@ -190,9 +216,9 @@ mod tests {
             vllm:num_requests_waiting{model_name=\"m\"} 1\n";
         assert_eq!(metric_sum(text, "vllm:num_requests_running"), Some(5.0));
         let vllm = crate::flavor::Flavor::Vllm.runtime().load[0];
-        assert_eq!(reading(vllm, text.as_bytes()), Ok(6));
+        assert_eq!(reading(vllm, text.as_bytes()).ok(), Some(6));
         let sglang = crate::flavor::Flavor::Sglang.runtime().load[0];
-        let e = reading(sglang, text.as_bytes()).unwrap_err();
+        let e = reading(sglang, text.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("sglang:num_running_reqs"), "{e}");
         assert_eq!(metric_sum("x 1\n", "x_total"), None);
         assert_eq!(metric_sum("x NaN\n", "x"), None);
