@@ -26,6 +26,16 @@ pub struct CountTarget {
     pub(crate) authorization: Option<http::HeaderValue>,
 }
 
+/// Why a counting request brought no whole answer (what a [`Transport`] gives).
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// Not sent, or its answer not read whole: the client's own words.
+    #[error("{0}")]
+    Failed(String),
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
+
 /// How counting reaches a backend: POST a JSON `body` to `path` (the prefix added) and give the
 /// status and the whole answer, within `timeout`. The upstream client implements it, so this
 /// module knows no HTTP client.
@@ -36,7 +46,7 @@ pub trait Transport: Sync {
         path: &'a str,
         body: Vec<u8>,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<(u16, Bytes), String>>;
+    ) -> BoxFuture<'a, Result<(u16, Bytes), TransportError>>;
 }
 
 /// Counts through a backend's endpoints, as its runtime tokenizes ([`Tokenize`]): llama.cpp
@@ -161,7 +171,7 @@ impl BackendCounter {
         let (status, text) = client
             .post_json(&self.to, path, bytes, TIMEOUT)
             .await
-            .map_err(|e| fail(None, e))?;
+            .map_err(|e| fail(None, e.to_string()))?;
         if !(200..300).contains(&status) {
             let detail = String::from_utf8_lossy(&text[..text.len().min(300)]).into_owned();
             return Err(fail(Some(status), detail));

@@ -7,19 +7,17 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{header, HeaderMap, HeaderValue};
 
-use super::backend::{CountTarget, Transport};
+use super::backend::{CountTarget, Transport, TransportError};
 use crate::upstream::{chain, read_all, Client, Origin, SMALL_ANSWER_LIMIT};
 
 impl Transport for Client {
-    // `Transport`'s error is text: counting shows it inside a `CountError`'s message and
-    // knows no HTTP client's error types.
     fn post_json<'a>(
         &'a self,
         to: &'a CountTarget,
         path: &'a str,
         body: Vec<u8>,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<(u16, Bytes), String>> {
+    ) -> BoxFuture<'a, Result<(u16, Bytes), TransportError>> {
         Box::pin(async move {
             let mut headers = HeaderMap::new();
             headers.insert(
@@ -38,16 +36,16 @@ impl Transport for Client {
                 let resp = self
                     .post(origin, path, headers, body.into())
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| TransportError::Failed(e.to_string()))?;
                 let status = resp.status.as_u16();
                 let text = read_all(resp.body, SMALL_ANSWER_LIMIT)
                     .await
-                    .map_err(|e| chain(e.as_ref()))?;
+                    .map_err(|e| TransportError::Failed(chain(e.as_ref())))?;
                 Ok((status, text))
             };
             tokio::time::timeout(timeout, exchange)
                 .await
-                .map_err(|_| format!("no answer within {timeout:?}"))?
+                .map_err(|_| TransportError::TimedOut(timeout))?
         })
     }
 }
