@@ -622,11 +622,13 @@ fn counter_new_names_what_is_wrong() {
     };
     let err = Counter::new(None, Some(&missing), Flavor::Vllm, "http://x", "m")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(err.contains("/nonexistent/tokenizer.json"), "{err}");
     let err = Counter::new(Some(CountKind::Local), None, Flavor::Vllm, "http://x", "m")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(err.contains("tokenizer"), "{err}");
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("tokenizer_config.json");
@@ -641,7 +643,8 @@ fn counter_new_names_what_is_wrong() {
     };
     let err = Counter::new(None, Some(&bad), Flavor::Vllm, "http://x", "m")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(err.contains("does not compile"), "{err}");
 }
 

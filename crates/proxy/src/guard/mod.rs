@@ -14,7 +14,7 @@ use crate::config::{Alias, GuardConfig, MediaCosts};
 use crate::error::{bounded, ProxyError};
 use crate::tokens::bound::{PromptView, ViewError};
 use crate::tokens::gate::CountGate;
-use crate::tokens::{CountError, Counter, Fallback, Method};
+use crate::tokens::{CountError, Counter, CounterError, Fallback, Method};
 use crate::wire::payload::apply_edits;
 use crate::wire::request::span_of;
 
@@ -43,7 +43,7 @@ impl GuardSpec {
         window: u32,
         alias: &Alias,
         gate: Arc<CountGate>,
-    ) -> Result<GuardSpec, String> {
+    ) -> Result<GuardSpec, CounterError> {
         let backend = &alias.backend;
         let mut counter = Counter::new(
             Some(cfg.count),

@@ -412,7 +412,7 @@ pub(crate) fn guards(
                     errs.push(ConfigError::BadValue {
                         key: format!("aliases.{}.{key}", alias.name),
                         value,
-                        reason,
+                        reason: reason.to_string(),
                     });
                 }
             },

@@ -36,6 +36,21 @@ pub enum TransportError {
     TimedOut(Duration),
 }
 
+/// Why an alias cannot count at its backend.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "count = \"backend\" needs a {names} backend: flavor {0} has no tokenize endpoint",
+        names = runtime::names_with(|r| r.tokenize.is_some())
+    )]
+    NoTokenize(Flavor),
+    #[error("backend url {url:?}: {error}")]
+    BadUrl { url: String, error: url::ParseError },
+    /// The url names no address to count at (the address module's words).
+    #[error("backend url {url:?}: {reason}")]
+    NoAddress { url: String, reason: String },
+}
+
 /// How counting reaches a backend: POST a JSON `body` to `path` (the prefix added) and give the
 /// status and the whole answer, within `timeout`. The upstream client implements it, so this
 /// module knows no HTTP client.
@@ -59,16 +74,18 @@ pub(crate) struct BackendCounter {
 }
 
 impl BackendCounter {
-    pub(crate) fn new(flavor: Flavor, url: &str, upstream_model: &str) -> Result<Self, String> {
+    pub(crate) fn new(flavor: Flavor, url: &str, upstream_model: &str) -> Result<Self, SetupError> {
         let Some(tokenize) = flavor.runtime().tokenize else {
-            return Err(format!(
-                "count = \"backend\" needs a {} backend: flavor {flavor} has no tokenize endpoint",
-                runtime::names_with(|r| r.tokenize.is_some())
-            ));
+            return Err(SetupError::NoTokenize(flavor));
         };
-        let parsed = url::Url::parse(url).map_err(|e| format!("backend url {url:?}: {e}"))?;
-        let address =
-            crate::address::address(&parsed).map_err(|e| format!("backend url {url:?}: {e}"))?;
+        let parsed = url::Url::parse(url).map_err(|error| SetupError::BadUrl {
+            url: url.into(),
+            error,
+        })?;
+        let address = crate::address::address(&parsed).map_err(|e| SetupError::NoAddress {
+            url: url.into(),
+            reason: e.to_string(),
+        })?;
         Ok(BackendCounter {
             tokenize,
             to: CountTarget {

@@ -13,6 +13,7 @@
 //! single word changes its neighbours), the whole prompt is counted in one pass instead.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -23,9 +24,10 @@ use super::chunk::{self, Chunker};
 use super::json::{JMap, J};
 use super::preprocess::{prepare, Media, Post};
 use super::special::{Piece, Specials};
-use super::template::{ChatTemplate, FloatStyle, RenderError};
+use super::template::{ChatTemplate, FloatStyle, RenderError, TemplateError};
 use super::{saturate, CountError};
 use crate::config::{MediaCosts, TokenizerFiles};
+use crate::files::FileError;
 use crate::flavor::Flavor;
 use crate::runtime::Engine;
 
@@ -42,6 +44,36 @@ pub struct LocalCounter {
     engine: Engine,
 }
 
+/// Why a tokenizer and its chat template could not be loaded; names the file.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct LoadError(#[from] Unloadable);
+
+#[derive(Debug, thiserror::Error)]
+enum Unloadable {
+    #[error("{} {error}", path.display())]
+    Read { path: PathBuf, error: FileError },
+    #[error("{}: bad gzip data: {error}", path.display())]
+    BadGzip {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{} inflated {error}", path.display())]
+    Inflated { path: PathBuf, error: FileError },
+    #[error("{}: not a tokenizer.json: {error}", path.display())]
+    NotTokenizer {
+        path: PathBuf,
+        error: tokenizers::Error,
+    },
+    #[error("{}: not JSON: {error}", path.display())]
+    NotJson {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
+    #[error("{}: {error}", path.display())]
+    Template { path: PathBuf, error: TemplateError },
+}
+
 /// A rendered prompt with what was left out of its text.
 pub struct Rendered {
     pub prompt: String,
@@ -50,19 +82,27 @@ pub struct Rendered {
 
 impl LocalCounter {
     /// Loads `tokenizer.json` and `tokenizer_config.json` (either may be gzip-compressed).
-    pub fn load(files: &TokenizerFiles, flavor: Flavor) -> Result<LocalCounter, String> {
+    pub fn load(files: &TokenizerFiles, flavor: Flavor) -> Result<LocalCounter, LoadError> {
         let tok_bytes = read_maybe_gz(&files.file, crate::files::TOKENIZER_BYTES)?;
         let cfg_bytes = read_maybe_gz(&files.config, crate::files::TOKENIZER_CONFIG_BYTES)?;
-        let tokenizer = Tokenizer::from_bytes(&tok_bytes)
-            .map_err(|e| format!("{}: not a tokenizer.json: {e}", files.file.display()))?;
-        let config = J::parse(&cfg_bytes)
-            .map_err(|e| format!("{}: not JSON: {e}", files.config.display()))?;
+        let tokenizer =
+            Tokenizer::from_bytes(&tok_bytes).map_err(|error| Unloadable::NotTokenizer {
+                path: files.file.clone(),
+                error,
+            })?;
+        let config = J::parse(&cfg_bytes).map_err(|error| Unloadable::NotJson {
+            path: files.config.clone(),
+            error,
+        })?;
         let floats = match flavor.runtime().engine {
             Engine::Llamacpp => FloatStyle::Cpp,
             Engine::Vllm | Engine::Sglang => FloatStyle::Python,
         };
-        let template = ChatTemplate::from_config(&config, floats)
-            .map_err(|e| format!("{}: {e}", files.config.display()))?;
+        let template =
+            ChatTemplate::from_config(&config, floats).map_err(|error| Unloadable::Template {
+                path: files.config.clone(),
+                error,
+            })?;
         Ok(Self::from_parts(tokenizer, template, flavor))
     }
 
@@ -271,13 +311,23 @@ impl LocalCounter {
 
 /// Reads a file of at most `limit` bytes (see [`crate::files`]), inflating it when it starts
 /// with the gzip magic bytes (to at most `limit` bytes as well).
-fn read_maybe_gz(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, String> {
-    let raw = crate::files::read(path, limit).map_err(|e| format!("{} {e}", path.display()))?;
+fn read_maybe_gz(path: &Path, limit: u64) -> Result<Vec<u8>, Unloadable> {
+    let path_buf = || path.to_path_buf();
+    let raw = crate::files::read(path, limit).map_err(|error| Unloadable::Read {
+        path: path_buf(),
+        error,
+    })?;
     if raw.starts_with(&[0x1f, 0x8b]) {
         return crate::files::read_bounded(flate2::read::GzDecoder::new(&raw[..]), limit).map_err(
             |e| match e {
-                crate::files::FileError::Io(e) => format!("{}: bad gzip data: {e}", path.display()),
-                e => format!("{} inflated {e}", path.display()),
+                FileError::Io(error) => Unloadable::BadGzip {
+                    path: path_buf(),
+                    error,
+                },
+                error => Unloadable::Inflated {
+                    path: path_buf(),
+                    error,
+                },
             },
         );
     }

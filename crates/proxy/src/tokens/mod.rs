@@ -19,8 +19,9 @@ use std::sync::Arc;
 use crate::config::{CountKind, MediaCosts, TokenizerFiles};
 use crate::flavor::Flavor;
 use backend::BackendCounter;
+pub use backend::{SetupError, TransportError};
 use estimate::Estimator;
-use local::LocalCounter;
+use local::{LoadError, LocalCounter};
 
 /// How a prompt's token count was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,6 +97,17 @@ pub enum CountError {
     Task(String),
 }
 
+/// Why an alias's counter could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum CounterError {
+    #[error("count = \"local\" needs tokenizer = {{ file, config }} (tokenizer.json and tokenizer_config.json)")]
+    NoTokenizer,
+    #[error(transparent)]
+    Local(#[from] LoadError),
+    #[error(transparent)]
+    Backend(#[from] SetupError),
+}
+
 /// Counts prompt tokens for one alias. Cheap to share in an `Arc`.
 pub struct Counter {
     inner: Inner,
@@ -129,7 +141,7 @@ impl Counter {
         flavor: Flavor,
         backend_url: &str,
         upstream_model: &str,
-    ) -> Result<Counter, String> {
+    ) -> Result<Counter, CounterError> {
         let kind = kind.unwrap_or(if tokenizer.is_some() {
             CountKind::Local
         } else {
@@ -138,9 +150,7 @@ impl Counter {
         let mut spare = None;
         let inner = match kind {
             CountKind::Local => {
-                let files = tokenizer.ok_or(
-                    "count = \"local\" needs tokenizer = { file, config } (tokenizer.json and tokenizer_config.json)",
-                )?;
+                let files = tokenizer.ok_or(CounterError::NoTokenizer)?;
                 // A runtime with no tokenize endpoint has no spare.
                 spare = BackendCounter::new(flavor, backend_url, upstream_model).ok();
                 Inner::Local(Arc::new(LocalCounter::load(files, flavor)?))

@@ -151,6 +151,25 @@ impl std::fmt::Display for RenderError {
     }
 }
 
+/// Why a chat template could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TemplateError {
+    #[error("tokenizer config is not a JSON object")]
+    NotObject,
+    #[error("chat_template list has no \"default\"")]
+    NoDefault,
+    #[error("tokenizer config has no chat_template")]
+    NoTemplate,
+    #[error("chat template does not compile: {0}")]
+    Compile(Error),
+    #[error("tool_use chat template does not compile: {0}")]
+    CompileToolUse(Error),
+    #[error("chat template exceeded its render budget ({0}) on a test conversation of one or two messages")]
+    ProbeBudget(Budget),
+    #[error("{0}")]
+    Probe(Error),
+}
+
 /// The source of the error `raise_exception(...)` gives: the template itself refused the
 /// request (as it does in the backend's engine), unlike an error of the template engine.
 #[derive(Debug, thiserror::Error)]
@@ -171,10 +190,11 @@ fn raised(e: &Error) -> bool {
 
 impl ChatTemplate {
     /// Compiles the `chat_template` of a parsed `tokenizer_config.json`.
-    pub(crate) fn from_config(config: &J, floats: FloatStyle) -> Result<ChatTemplate, String> {
-        let cfg = config
-            .as_obj()
-            .ok_or("tokenizer config is not a JSON object")?;
+    pub(crate) fn from_config(
+        config: &J,
+        floats: FloatStyle,
+    ) -> Result<ChatTemplate, TemplateError> {
+        let cfg = config.as_obj().ok_or(TemplateError::NotObject)?;
         let (default, tool_use) = match cfg.get("chat_template") {
             Some(J::Str(s)) => (s.to_string(), None),
             Some(J::Arr(list)) => {
@@ -186,10 +206,10 @@ impl ChatTemplate {
                             .flatten()
                     })
                 };
-                let default = named("default").ok_or("chat_template list has no \"default\"")?;
+                let default = named("default").ok_or(TemplateError::NoDefault)?;
                 (default, named("tool_use"))
             }
-            _ => return Err("tokenizer config has no chat_template".into()),
+            _ => return Err(TemplateError::NoTemplate),
         };
         let mut specials = Vec::new();
         for key in [
@@ -218,7 +238,7 @@ impl ChatTemplate {
         tool_use: Option<String>,
         specials: Vec<(Arc<str>, J)>,
         floats: FloatStyle,
-    ) -> Result<ChatTemplate, String> {
+    ) -> Result<ChatTemplate, TemplateError> {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -247,11 +267,11 @@ impl ChatTemplate {
         let think_tags = (default.contains("<think>") && default.contains("</think>"))
             .then_some(("<think>\n", "\n</think>\n\n"));
         env.add_template_owned("default", default)
-            .map_err(|e| format!("chat template does not compile: {e}"))?;
+            .map_err(TemplateError::Compile)?;
         let has_tool_use = tool_use.is_some();
         if let Some(src) = tool_use {
             env.add_template_owned("tool_use", src)
-                .map_err(|e| format!("tool_use chat template does not compile: {e}"))?;
+                .map_err(TemplateError::CompileToolUse)?;
         }
         env.set_fuel(Some(PROBE_FUEL));
         let mut tmpl = ChatTemplate {
@@ -262,12 +282,10 @@ impl ChatTemplate {
             caps: Caps::default(),
             specials,
         };
-        tmpl.caps = tmpl
-            .probe()
-            .map_err(|e| match e {
-                RenderError::Budget(b) => format!("chat template exceeded its render budget ({b}) on a test conversation of one or two messages"),
-                e => e.to_string(),
-            })?;
+        tmpl.caps = tmpl.probe().map_err(|e| match e {
+            RenderError::Budget(b) => TemplateError::ProbeBudget(b),
+            RenderError::Template(e) => TemplateError::Probe(e),
+        })?;
         tmpl.env.set_fuel(Some(RENDER_FUEL));
         Ok(tmpl)
     }
@@ -495,7 +513,8 @@ mod tests {
         let src = "{% for i in range(100000) %}{% for j in range(100) %}{% endfor %}{% endfor %}";
         let e = ChatTemplate::new(src.into(), None, vec![], FloatStyle::Python)
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             e.starts_with("chat template exceeded its render budget (1000000 steps)"),
             "{e}"
