@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::config::Tracing;
 use crate::observe::metrics::{SpanDrop, SpansDropped};
-use crate::upstream::tls::TlsSettings;
+use crate::upstream::tls::{TlsError, TlsSettings};
 use crate::upstream::{read_all, Client, Origin};
 use crate::wire::payload::Payload;
 
@@ -71,13 +71,24 @@ impl SpanProcessor for Queue {
     }
 }
 
+/// Why the trace export could not start; shown after the config key and value.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    #[error("tracing.otlp_endpoint: {}", .0.reason)]
+    Tls(TlsError),
+    #[error("the OTLP exporter: {0}")]
+    Exporter(opentelemetry_otlp::ExporterBuildError),
+    #[error("the trace export thread: {0}")]
+    Thread(std::io::Error),
+}
+
 /// The processor for `settings`, its export thread started. The thread ends once every
 /// span holding the processor is gone and the queue is sent.
 pub(crate) fn start(
     settings: &Tracing,
     resource: &Resource,
     dropped: SpansDropped,
-) -> Result<Queue, String> {
+) -> Result<Queue, StartError> {
     let collector = Collector::new(settings)?;
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -86,7 +97,7 @@ pub(crate) fn start(
         .with_endpoint(settings.url.clone())
         .with_timeout(settings.timeout)
         .build()
-        .map_err(|e| format!("the OTLP exporter: {e}"))?;
+        .map_err(StartError::Exporter)?;
     exporter.set_resource(resource);
     let (tx, rx) = mpsc::channel(settings.queue);
     let told = Arc::new(AtomicBool::new(false));
@@ -106,7 +117,7 @@ pub(crate) fn start(
     std::thread::Builder::new()
         .name("switchboard-otlp".into())
         .spawn(move || run.run())
-        .map_err(|e| format!("the trace export thread: {e}"))?;
+        .map_err(StartError::Thread)?;
     Ok(Queue { tx, dropped, told })
 }
 
@@ -237,14 +248,14 @@ struct Collector {
 }
 
 impl Collector {
-    fn new(settings: &Tracing) -> Result<Collector, String> {
+    fn new(settings: &Tracing) -> Result<Collector, StartError> {
         let specs = settings
             .tls
             .as_ref()
             .map(|spec| (COLLECTOR, settings.authority.as_str(), spec));
         let (tls, errors) = TlsSettings::load(specs, crate::files::read_ca);
-        if let Some(e) = errors.first() {
-            return Err(format!("tracing.otlp_endpoint: {}", e.reason));
+        if let Some(e) = errors.into_iter().next() {
+            return Err(StartError::Tls(e));
         }
         Ok(Collector {
             client: Client::new(settings.timeout.min(Duration::from_secs(3)), tls),

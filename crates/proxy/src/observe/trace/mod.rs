@@ -46,7 +46,10 @@ impl std::fmt::Debug for Tracer {
 impl Tracer {
     /// The tracer for `settings`, its export thread started; lost spans are counted in
     /// `dropped`.
-    pub(crate) fn start(settings: &Tracing, dropped: SpansDropped) -> Result<Tracer, String> {
+    pub(crate) fn start(
+        settings: &Tracing,
+        dropped: SpansDropped,
+    ) -> Result<Tracer, export::StartError> {
         let resource = Resource::builder_empty()
             .with_service_name(settings.service_name.clone())
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
