@@ -163,7 +163,8 @@ async fn auto_figures_are_taken_again_on_reload() {
     std::fs::write(&path, fill(&refused, &[("b", vllm.url())])).unwrap();
     let err = within("reload", switchboard_proxy::live::reload::reload(&p.state))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("backends.b.slots: \"auto\" needs a number"),
         "{err}"

@@ -928,7 +928,8 @@ async fn a_reload_to_a_ledger_that_cannot_be_used_fails_and_keeps_the_one_in_for
     std::fs::write(&path, config(&damaged)).unwrap();
     let err = switchboard_proxy::live::reload::reload(&p.state)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("damaged.db is corrupt"), "{err}");
     let ledger = p.state.live.load_full().ledger.clone().unwrap();
     assert_eq!(ledger.settings().url, LedgerUrl::Sqlite(db.clone()));

@@ -40,7 +40,8 @@ async fn reload_swaps_config_and_keeps_it_on_error() {
     std::fs::write(&path, "[aliases.broken]\nbackend = \"nope\"\n").unwrap();
     let err = switchboard_proxy::live::reload::reload(&p.state)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("aliases.broken.backend"), "{err}");
     assert_eq!(status(&c, &url, &chat("z", false)).await, 200);
 

@@ -241,7 +241,8 @@ async fn tls_unusable_ca_file_is_reported_by_its_key() {
     std::fs::write(&path, &bad).unwrap();
     let err = switchboard_proxy::live::reload::reload(&p.state)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains(&want), "{err}");
     let r = p.post_chat(&client(), &chat("a", false)).await;
     assert_eq!(r.status(), 200);

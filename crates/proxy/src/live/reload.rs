@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use crate::config::ConfigErrors;
 use crate::live::{discover, AppState};
 use crate::lock::Locked;
 
@@ -40,13 +41,23 @@ impl ReloadLog {
     }
 }
 
-/// Reload the config file now. Returns the error text when the new config was refused.
+/// Why a reload left the running config in force.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("no config file to reload")]
+    NoFile,
+    /// The new config was refused; every error is in it.
+    #[error(transparent)]
+    Refused(ConfigErrors),
+}
+
+/// Reload the config file now. Returns why when the new config was refused.
 /// Backends with figures left to them (`"auto"`) are asked anew before the swap; one that
 /// cannot be asked keeps the figures it had, if it is the same backend (URL and flavour).
-pub async fn reload(state: &AppState) -> Result<(), String> {
+pub async fn reload(state: &AppState) -> Result<(), ReloadError> {
     let Some(path) = &state.config_path else {
         state.reloads.set(ReloadOutcome::Refused { errors: 1 });
-        return Err("no config file to reload".into());
+        return Err(ReloadError::NoFile);
     };
     let loaded = match crate::config::load(path) {
         Ok(cfg) => {
@@ -71,7 +82,7 @@ pub async fn reload(state: &AppState) -> Result<(), String> {
                 .reloads
                 .set(ReloadOutcome::Refused { errors: e.0.len() });
             tracing::error!(path = %path.display(), "config reload refused, keeping the running config:\n{e}");
-            Err(e.to_string())
+            Err(ReloadError::Refused(e))
         }
     }
 }
