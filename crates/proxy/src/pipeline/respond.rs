@@ -269,13 +269,7 @@ async fn whole(
         }
     }
     if status.is_success() {
-        bytes = answer_body(call, &served, bytes).map_err(|detail| {
-            call.rec.metrics().upstream_error(UpstreamReason::protocol);
-            ProxyError::UpstreamMalformed {
-                backend: call.rec.backend.clone().unwrap_or_default(),
-                detail,
-            }
-        })?;
+        bytes = answer_body(call, &served, bytes)?;
     }
     call.rec.responding();
     let mut r = Response::new(Body::from(bytes));
@@ -285,8 +279,8 @@ async fn whole(
 }
 
 /// A successful whole answer: its usage recorded, then rewritten (reasoning, think tags) or
-/// translated from chat; what is wrong with a chat answer that cannot be translated.
-fn answer_body(call: &mut Call<'_>, served: &Served, bytes: Bytes) -> Result<Bytes, String> {
+/// translated from chat; a chat answer that cannot be translated is a malformed answer.
+fn answer_body(call: &mut Call<'_>, served: &Served, bytes: Bytes) -> Result<Bytes, ProxyError> {
     let (adapter, rec) = (call.req.adapter, &mut *call.rec);
     super::traced::answer(rec, &bytes);
     if served.translated.is_some() {
@@ -294,10 +288,14 @@ fn answer_body(call: &mut Call<'_>, served: &Served, bytes: Bytes) -> Result<Byt
             rec.usage = Some(u);
         }
         let ctx = context(&call.routed, &served.alias.spec);
-        return Ok(match adapter.answer_from_chat(&bytes, &ctx)? {
-            Some(b) => Bytes::from(b),
-            None => bytes,
-        });
+        let answer = adapter.answer_from_chat(&bytes, &ctx).map_err(|detail| {
+            rec.metrics().upstream_error(UpstreamReason::protocol);
+            ProxyError::UpstreamMalformed {
+                backend: rec.backend.clone().unwrap_or_default(),
+                detail,
+            }
+        })?;
+        return Ok(answer.map_or(bytes, Bytes::from));
     }
     if let Some(usage) = adapter.usage_of_answer(&bytes) {
         rec.usage = Some(usage);
