@@ -1,18 +1,38 @@
 //! `switchboard demo`: the proxy in front of one simulated backend per configured backend.
 
-use std::path::Path;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use tokio::net::TcpListener;
 
-use switchboard_proxy::config::Config;
+use switchboard_proxy::config::{Config, ConfigErrors};
 use switchboard_proxy::live::AppState;
 use switchboard_sim::{Sim, SimConfig};
 
+/// Why the demo could not start or ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("invalid config {}:\n{errors}", path.display())]
+    Config { path: PathBuf, errors: ConfigErrors },
+    #[error("cannot start a simulator for {backend}: {error}")]
+    Simulator { backend: String, error: io::Error },
+    #[error("cannot make {}: {error}", dir.display())]
+    Dir { dir: PathBuf, error: io::Error },
+    #[error("cannot listen on {addr}: {error}")]
+    Listen { addr: SocketAddr, error: io::Error },
+    #[error("server error: {0}")]
+    Server(io::Error),
+}
+
 /// The config at `path` with every backend pointed at a simulator started for it (on a
 /// loopback port), and the simulators by backend name. Dropping a simulator stops it.
-pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), String> {
-    let mut raw = switchboard_proxy::config::load_raw(path)
-        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), DemoError> {
+    let invalid = |errors| DemoError::Config {
+        path: path.to_path_buf(),
+        errors,
+    };
+    let mut raw = switchboard_proxy::config::load_raw(path).map_err(invalid)?;
     let mut sims = Vec::new();
     for (name, backend) in raw.backends.iter_mut() {
         let model = raw
@@ -59,28 +79,31 @@ pub async fn simulated(path: &Path) -> Result<(Config, Vec<(String, Sim)>), Stri
         };
         let sim = Sim::spawn(cfg)
             .await
-            .map_err(|e| format!("cannot start a simulator for {name}: {e}"))?;
+            .map_err(|error| DemoError::Simulator {
+                backend: name.clone(),
+                error,
+            })?;
         backend.url = sim.url();
         backend.api_key_env = None;
         backend.ca_file = None;
         sims.push((name.clone(), sim));
     }
-    let cfg = switchboard_proxy::config::validate(raw)
-        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    let cfg = switchboard_proxy::config::validate(raw).map_err(invalid)?;
     Ok((cfg, sims))
 }
 
 /// Start a simulator for every backend of the config, point the backends at them, and serve
 /// the proxy on the configured address until ctrl-c.
-pub async fn run(path: &Path) -> Result<(), String> {
+pub async fn run(path: &Path) -> Result<(), DemoError> {
     let (mut cfg, sims) = simulated(path).await?;
     // Usage is recorded where the config keeps it, else in a temp dir of the demo's own.
     let own_dir = match cfg.ledger {
         Some(_) => None,
         None => {
             let dir = std::env::temp_dir().join(format!("switchboard-demo-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+            if let Err(error) = std::fs::create_dir_all(&dir) {
+                return Err(DemoError::Dir { dir, error });
+            }
             let url = switchboard_proxy::config::LedgerUrl::Sqlite(dir.join("usage.db"));
             eprintln!("demo: usage ledger at {}", url.shown());
             cfg.ledger = Some(switchboard_proxy::config::Ledger::at(url));
@@ -92,11 +115,16 @@ pub async fn run(path: &Path) -> Result<(), String> {
         eprintln!("demo: backend {name} ({flavor}) simulated at {}", sim.url());
     }
     let listen = cfg.server.listen;
-    let state =
-        AppState::new(cfg, None).map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    let state = AppState::new(cfg, None).map_err(|errors| DemoError::Config {
+        path: path.to_path_buf(),
+        errors,
+    })?;
     let listener = TcpListener::bind(listen)
         .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        .map_err(|error| DemoError::Listen {
+            addr: listen,
+            error,
+        })?;
     // The address bound, so a listen port of 0 prints the port the system chose.
     let listen = listener.local_addr().unwrap_or(listen);
     tokio::spawn(switchboard_proxy::live::probes::run(state.clone()));
@@ -112,7 +140,7 @@ pub async fn run(path: &Path) -> Result<(), String> {
     let grace = state.live.load().config.server.shutdown_grace;
     switchboard_proxy::http::server::run(listener, state, shutdown, grace, std::future::pending())
         .await
-        .map_err(|e| format!("server error: {e}"))?;
+        .map_err(DemoError::Server)?;
     for (_, sim) in sims {
         sim.shutdown().await;
     }

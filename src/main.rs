@@ -2,6 +2,7 @@
 
 mod alloc;
 mod cli;
+mod failure;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use clap::Parser;
 use tokio::net::TcpListener;
 
 use cli::{Cli, Command, LogFormat};
+use failure::Failure;
 use switchboard_proxy::config::{self, Config};
 use switchboard_proxy::live::AppState;
 
@@ -81,7 +83,7 @@ async fn wait_signal() {
 }
 
 /// Spawn health probing, reload and the workers; serve until signalled.
-async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), String> {
+async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Failure> {
     use switchboard_proxy::http::workers::{self, Stop};
     let listen = cfg.server.listen;
     let grace = cfg.server.shutdown_grace;
@@ -97,7 +99,11 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     if let Some(addr) = metrics_listen {
         let l = TcpListener::bind(addr)
             .await
-            .map_err(|e| format!("cannot listen on {addr} for metrics: {e}"))?;
+            .map_err(|error| Failure::Listen {
+                addr,
+                what: " for metrics",
+                error,
+            })?;
         let app = switchboard_proxy::http::router::metrics_app(state.clone());
         tokio::spawn(async move {
             let _ = axum::serve(l, app).await;
@@ -124,25 +130,33 @@ async fn serve(cfg: Config, path: Option<std::path::PathBuf>) -> Result<(), Stri
     if let Some(ledger) = live.load_full().ledger.clone() {
         let _ = tokio::task::spawn_blocking(move || ledger.close()).await;
     }
-    served
+    Ok(served?)
 }
 
-fn load(path: &std::path::Path) -> Result<Config, String> {
-    config::load(path).map_err(|e| format!("invalid config {}:\n{e}", path.display()))
+/// The config error of the file at `path`.
+fn invalid(path: &std::path::Path) -> impl FnOnce(config::ConfigErrors) -> Failure + '_ {
+    move |errors| Failure::Config {
+        path: Some(path.to_path_buf()),
+        errors,
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<Config, Failure> {
+    config::load(path).map_err(invalid(path))
 }
 
 /// The state of a loaded config; its CA files are read here.
-fn new_state(cfg: Config, path: Option<std::path::PathBuf>) -> Result<AppState, String> {
-    let shown = path
-        .as_ref()
-        .map(|p| format!(" {}", p.display()))
-        .unwrap_or_default();
-    AppState::new(cfg, path).map_err(|e| format!("invalid config{shown}:\n{e}"))
+fn new_state(cfg: Config, path: Option<std::path::PathBuf>) -> Result<AppState, Failure> {
+    let shown = path.clone();
+    AppState::new(cfg, path).map_err(|errors| Failure::Config {
+        path: shown,
+        errors,
+    })
 }
 
 /// `switchboard routes`: the alias table after one round of health probes (which also
 /// discovers `"auto"` figures), each window and slot count with where it comes from.
-async fn routes(cfg: Config) -> Result<(), String> {
+async fn routes(cfg: Config) -> Result<(), Failure> {
     let state = new_state(cfg, None)?;
     switchboard_proxy::live::probes::probe_all(&state).await;
     let snap = state.live.load_full();
@@ -194,11 +208,10 @@ async fn routes(cfg: Config) -> Result<(), String> {
 
 /// `switchboard check`: validate (tokenizers loaded as a snapshot would load them); with
 /// `probe`, ask every backend and report each disagreement. `Ok(false)`: something disagrees.
-async fn check(path: &std::path::Path, probe: bool) -> Result<bool, String> {
+async fn check(path: &std::path::Path, probe: bool) -> Result<bool, Failure> {
     let cfg = load(path)?;
     // The CA files and tokenizers are loaded as start-up would load them.
-    switchboard_proxy::live::check(&cfg)
-        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+    switchboard_proxy::live::check(&cfg).map_err(invalid(path))?;
     println!(
         "{}: ok ({} backends, {} aliases)",
         path.display(),
@@ -233,12 +246,11 @@ async fn export(
     probe: bool,
     base_url: Option<String>,
     provider: &str,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     use switchboard_proxy::export;
     let cfg = load(path)?;
     let probed = if probe {
-        let state =
-            AppState::new(cfg.clone(), None).map_err(|e| format!("invalid config:\n{e}"))?;
+        let state = new_state(cfg.clone(), None)?;
         let probed = switchboard_proxy::live::discover::ask_all(&state.client, &cfg).await;
         for (name, answer) in &probed {
             if let Err(e) = answer {
@@ -270,33 +282,34 @@ async fn export(
 }
 
 /// `switchboard tokens`: the free bound, the exact count and the verdict for one request.
-async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(), String> {
+async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(), Failure> {
     use switchboard_proxy::guard::{self, Verdict};
     use switchboard_proxy::tokens::bound::PromptView;
 
     let body = if request.as_os_str() == "-" {
         let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|e| e.to_string())?;
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
         buf
     } else {
-        std::fs::read(request).map_err(|e| format!("{}: {e}", request.display()))?
+        std::fs::read(request).map_err(|error| Failure::Read {
+            path: request.to_path_buf(),
+            error,
+        })?
     };
     let state = new_state(cfg, None)?;
     let snap = state.live.load_full();
     let route = snap
         .routes
         .resolve(alias)
-        .ok_or_else(|| format!("unknown alias {alias:?}; known: {}", snap.routes.known()))?;
+        .ok_or_else(|| Failure::UnknownAlias {
+            alias: alias.into(),
+            known: snap.routes.known(),
+        })?;
     let (a, spec) = (&*route.alias.spec, route.alias.guard());
-    let spec = spec.ok_or_else(|| {
-        format!(
-            "alias {} has no context_window: nothing to count against",
-            a.name
-        )
-    })?;
-    let req = switchboard_wire::request::ParsedRequest::parse(&body).map_err(|e| e.to_string())?;
+    let spec = spec.ok_or_else(|| Failure::NoWindow(a.name.clone()))?;
+    let req = switchboard_wire::request::ParsedRequest::parse(&body)?;
     let body = req.upstream_body(&body, &a.upstream_model, false);
-    let view = PromptView::parse(&body).map_err(|e| format!("invalid request: {e:?}"))?;
+    let view = PromptView::parse(&body).map_err(Failure::View)?;
     let output = view.requested_output();
     println!("alias:        {} (window {} tokens)", a.name, spec.window);
     println!(
@@ -306,8 +319,7 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
     let prompt = spec
         .counter
         .count_prompt(&state.client, &body, &spec.media)
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     println!(
         "count:        {prompt} prompt tokens ({})",
         spec.counter.kind().as_str()
@@ -318,9 +330,7 @@ async fn tokens(cfg: Config, alias: &str, request: &std::path::Path) -> Result<(
             "{o} tokens"
         ))
     );
-    let verdict = guard::check(spec, &state.client, &body)
-        .await
-        .map_err(|e| e.to_string())?;
+    let verdict = guard::check(spec, &state.client, &body).await?;
     let text = match verdict {
         Verdict::Pass { method } => format!("fits (decided by {})", method.as_str()),
         Verdict::Clamp { max_tokens, method } => {
@@ -349,18 +359,17 @@ fn usage(
     since: std::time::Duration,
     by: &[cli::UsageBy],
     format: switchboard_proxy::ledger::report::Format,
-) -> Result<(), String> {
-    let ledger = config::load_ledger(path)
-        .map_err(|e| format!("invalid config {}:\n{e}", path.display()))?;
+) -> Result<(), Failure> {
+    let ledger = config::load_ledger(path).map_err(invalid(path))?;
     let Some(ledger) = ledger else {
-        return Err("no [ledger] in the config: usage is not recorded".into());
+        return Err(Failure::NoLedger);
     };
     let dims: Vec<_> = by.iter().map(|b| b.dim()).collect();
     let from = switchboard_proxy::ledger::now_ms() - since.as_millis() as i64;
     let groups = dims.clone();
     let totals =
         switchboard_proxy::ledger::with_store(&ledger.url, move |s| s.totals(from, &groups))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Failure::Ledger(Box::new(e)))?;
     print!(
         "{}",
         switchboard_proxy::ledger::report::render(&totals, &dims, format)
@@ -375,16 +384,20 @@ enum Done {
     Disagrees,
 }
 
-async fn run(cli: Cli) -> Result<Done, String> {
+async fn run(cli: Cli) -> Result<Done, Failure> {
     let done = match cli.command {
         Command::Serve { config } => serve(load(&config)?, Some(config)).await,
-        Command::Demo { config } => switchboard::demo::run(&config).await,
+        Command::Demo { config } => switchboard::demo::run(&config).await.map_err(Failure::from),
         Command::Simulate(args) => {
             let addr = args.addr();
             let listener = TcpListener::bind(addr)
                 .await
-                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            let bound = listener.local_addr().map_err(|e| e.to_string())?;
+                .map_err(|error| Failure::Listen {
+                    addr,
+                    what: "",
+                    error,
+                })?;
+            let bound = listener.local_addr()?;
             eprintln!(
                 "simulated {} backend listening on http://{bound}",
                 args.flavor
@@ -392,7 +405,7 @@ async fn run(cli: Cli) -> Result<Done, String> {
             let (first, _second) = shutdown_signals();
             switchboard_sim::serve(args.config(), listener, first)
                 .await
-                .map_err(|e| format!("simulator error: {e}"))
+                .map_err(Failure::Simulator)
         }
         Command::Check { config, probe } => {
             return Ok(match check(&config, probe).await? {

@@ -4,7 +4,9 @@
 //! to end on one thread (its upstream connection pool included), with no work stealing and no
 //! cross-thread wake-ups on the hot path. Config snapshots, metrics, slots and health are shared.
 
+use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket};
@@ -18,6 +20,36 @@ pub enum Stop {
     Serve,
     Drain,
     Now,
+}
+
+/// Why serving ended early or could not begin. Cloned as a worker both reports it at once and
+/// ends with it, hence its I/O errors in an `Arc`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        addr: SocketAddr,
+        error: Arc<io::Error>,
+    },
+    #[error("cannot start worker {worker}: {error}")]
+    Start {
+        worker: usize,
+        error: Arc<io::Error>,
+    },
+    #[error("cannot spawn worker {worker}: {error}")]
+    Spawn {
+        worker: usize,
+        error: Arc<io::Error>,
+    },
+    #[error("worker {worker}: {error}")]
+    Worker {
+        worker: usize,
+        error: Arc<io::Error>,
+    },
+    #[error("a worker exited before listening")]
+    Exited,
+    #[error("a worker panicked")]
+    Panicked,
 }
 
 /// Bind `addr` so that several listeners (one per worker) can share it.
@@ -60,30 +92,36 @@ pub async fn serve(
     workers: usize,
     grace: Duration,
     stop: watch::Receiver<Stop>,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
+    let listen = move |e: io::Error| ServeError::Listen {
+        addr,
+        error: Arc::new(e),
+    };
     // SO_REUSEPORT would let a second instance share the port silently: make sure it is
     // free first with an exclusive bind.
-    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
-    let (ready_tx, mut ready_rx) = mpsc::channel::<Result<(), String>>(workers);
+    drop(std::net::TcpListener::bind(addr).map_err(listen)?);
+    let (ready_tx, mut ready_rx) = mpsc::channel::<Result<(), ServeError>>(workers);
     let mut done = Vec::with_capacity(workers);
     for i in 0..workers {
         let state = state.with_own_client();
         let stop = stop.clone();
         let ready = ready_tx.clone();
         let failed = ready_tx.clone();
-        let (done_tx, done_rx) = oneshot::channel::<Result<(), String>>();
+        let (done_tx, done_rx) = oneshot::channel::<Result<(), ServeError>>();
         let spawned = std::thread::Builder::new()
             .name(format!("switchboard-{i}"))
             .spawn(move || {
                 let result = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|e| format!("cannot start worker {i}: {e}"))
+                    .map_err(|e| ServeError::Start {
+                        worker: i,
+                        error: Arc::new(e),
+                    })
                     .and_then(|rt| {
                         rt.block_on(async move {
                             tokio::spawn(heartbeat());
-                            let listener = bind_shared(addr)
-                                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+                            let listener = bind_shared(addr).map_err(listen)?;
                             let _ = ready.send(Ok(())).await;
                             crate::http::server::run(
                                 listener,
@@ -93,7 +131,10 @@ pub async fn serve(
                                 reached(stop, Stop::Now),
                             )
                             .await
-                            .map_err(|e| format!("worker {i}: {e}"))
+                            .map_err(|e| ServeError::Worker {
+                                worker: i,
+                                error: Arc::new(e),
+                            })
                         })
                     });
                 if let Err(e) = &result {
@@ -102,7 +143,10 @@ pub async fn serve(
                 let _ = done_tx.send(result);
             });
         if let Err(e) = spawned {
-            return Err(format!("cannot spawn worker {i}: {e}"));
+            return Err(ServeError::Spawn {
+                worker: i,
+                error: Arc::new(e),
+            });
         }
         done.push(done_rx);
     }
@@ -111,12 +155,12 @@ pub async fn serve(
         match ready_rx.recv().await {
             Some(Ok(())) => {}
             Some(Err(e)) => return Err(e),
-            None => return Err("a worker exited before listening".into()),
+            None => return Err(ServeError::Exited),
         }
     }
     tracing::info!(%addr, workers, "switchboard listening");
     for d in done {
-        d.await.map_err(|_| "a worker panicked".to_string())??;
+        d.await.map_err(|_| ServeError::Panicked)??;
     }
     Ok(())
 }
