@@ -75,7 +75,7 @@ impl SpanProcessor for Queue {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StartError {
     #[error("tracing.otlp_endpoint: {}", .0.reason)]
-    Tls(TlsError),
+    Tls(Box<TlsError>),
     #[error("the OTLP exporter: {0}")]
     Exporter(opentelemetry_otlp::ExporterBuildError),
     #[error("the trace export thread: {0}")]
@@ -255,7 +255,7 @@ impl Collector {
             .map(|spec| (COLLECTOR, settings.authority.as_str(), spec));
         let (tls, errors) = TlsSettings::load(specs, crate::files::read_ca);
         if let Some(e) = errors.into_iter().next() {
-            return Err(StartError::Tls(e));
+            return Err(StartError::Tls(Box::new(e)));
         }
         Ok(Collector {
             client: Client::new(settings.timeout.min(Duration::from_secs(3)), tls),
