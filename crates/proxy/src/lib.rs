@@ -13,20 +13,18 @@
 pub(crate) use switchboard_upstream as upstream;
 pub(crate) use switchboard_wire::{self as wire, echo, error, flavor, reasoning, runtime, words};
 
+pub(crate) use switchboard_store::{budget, calendar};
+pub use switchboard_store::{db, kinds, ledger};
+
 pub(crate) mod address;
 pub(crate) mod batches;
-pub(crate) mod budget;
-pub(crate) mod calendar;
 pub(crate) mod clients;
 pub mod config;
-pub mod db;
 pub mod export;
 pub mod files;
 pub mod fleet;
 pub mod guard;
 pub mod http;
-pub mod kinds;
-pub mod ledger;
 pub mod live;
 pub(crate) use switchboard_sync as lock;
 pub mod observe;

@@ -1,10 +1,12 @@
 //! `[batches]`: the Batch API's bounds — how large a file, how many lines, what each client
-//! may keep and run at once, how often a line is retried — as written, as validated. The
-//! Batch API is served when the usage ledger is on (its state is kept there).
+//! may keep and run at once, how often a line is retried — as written, validated into the
+//! store's [`Batches`] bounds. The Batch API is served when the usage ledger is on (its state
+//! is kept there).
 
 use std::time::Duration;
 
 use serde::Deserialize;
+pub(crate) use switchboard_store::batches::Bounds as Batches;
 
 use super::error::ConfigError;
 
@@ -22,47 +24,6 @@ pub struct RawBatches {
     pub(crate) line_retries: Option<u64>,
     pub(crate) retry_after_ms: Option<u64>,
     pub(crate) lease_ms: Option<u64>,
-}
-
-/// `[batches]`, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Batches {
-    /// The largest file `POST /v1/files` takes.
-    pub(crate) max_file_bytes: u64,
-    /// The most lines one batch's input may have.
-    pub(crate) max_lines: u64,
-    /// What one client may keep: files, and their bytes together.
-    pub(crate) files_per_client: u64,
-    pub(crate) bytes_per_client: u64,
-    /// Batches of one client validating, in progress or finalizing at once.
-    pub(crate) batches_in_progress_per_client: u64,
-    /// Lines of one batch, and of one client's batches together, running at once.
-    pub(crate) max_concurrent: u64,
-    pub(crate) max_concurrent_per_client: u64,
-    /// Times a line that failed for a transient reason (a 5xx, a 429, a timeout, a backend
-    /// down) is run again before it goes to the error file; and the wait before each.
-    pub(crate) line_retries: u64,
-    pub(crate) retry_after: Duration,
-    /// How long a process's claim on a line holds without being renewed (it is renewed every
-    /// second while the line runs): a process that died leaves its lines to others this long.
-    pub(crate) lease: Duration,
-}
-
-impl Default for Batches {
-    fn default() -> Batches {
-        Batches {
-            max_file_bytes: 200 * 1000 * 1000,
-            max_lines: 50_000,
-            files_per_client: 100,
-            bytes_per_client: 1000 * 1000 * 1000,
-            batches_in_progress_per_client: 10,
-            max_concurrent: 4,
-            max_concurrent_per_client: 8,
-            line_retries: 3,
-            retry_after: Duration::from_millis(1000),
-            lease: Duration::from_secs(30),
-        }
-    }
 }
 
 pub fn validate(raw: RawBatches, errs: &mut Vec<ConfigError>) -> Batches {

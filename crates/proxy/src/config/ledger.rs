@@ -1,10 +1,11 @@
 //! `[ledger]`: where the usage ledger is kept (a SQLite file or a PostgreSQL database), how
 //! its rows are batched and how long raw rows are kept; off while no `url` is set.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+pub use switchboard_store::db::LedgerUrl;
+pub use switchboard_store::ledger::Settings as Ledger;
 
 use super::error::ConfigError;
 
@@ -20,79 +21,6 @@ pub struct RawLedger {
     pub(crate) check_interval_ms: Option<u64>,
     pub(crate) required: Option<bool>,
 }
-
-/// The database a ledger is kept in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LedgerUrl {
-    /// A SQLite file (`sqlite:///abs/path.db`, `sqlite://relative.db`), made when missing.
-    Sqlite(PathBuf),
-    /// A PostgreSQL database, as `postgres://` or `postgresql://` URL (its password, if any,
-    /// is never logged).
-    Postgres(String),
-}
-
-impl LedgerUrl {
-    /// The URL as it may be shown: a PostgreSQL password replaced by `***`.
-    pub fn shown(&self) -> String {
-        match self {
-            LedgerUrl::Sqlite(p) => format!("sqlite://{}", p.display()),
-            LedgerUrl::Postgres(u) => match url::Url::parse(u) {
-                Ok(mut u) if u.password().is_some() => {
-                    let _ = u.set_password(Some("***"));
-                    u.to_string()
-                }
-                _ => u.clone(),
-            },
-        }
-    }
-}
-
-/// The ledger as configured.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ledger {
-    pub url: LedgerUrl,
-    /// A batch is written once it holds this many rows (or its interval passed).
-    pub batch_rows: usize,
-    /// A batch is written at least this often while rows wait.
-    pub batch_interval: Duration,
-    /// Rows waiting for the database at most (in the queue and in batches not yet written);
-    /// more are dropped and counted (`switchboard_ledger_rows_dropped_total`).
-    pub buffer_rows: usize,
-    /// Raw rows older than this many days are deleted (the hourly and daily roll-ups stay);
-    /// 0 keeps them forever.
-    pub retention_days: u64,
-    /// How often what other processes spent of the clients' day and month budgets is read.
-    pub budget_refresh: Duration,
-    /// How often a SQLite ledger reads its file through for corruption (`PRAGMA quick_check`
-    /// on a connection of its own); it also does at start and after a failed write or read.
-    pub check_interval: Duration,
-    /// A database that cannot be opened, or fails its check, at start stops the proxy; without,
-    /// the proxy serves without the ledger and says so. (A reload to one fails either way.)
-    pub required: bool,
-}
-
-impl Ledger {
-    /// A ledger at `url` with every other key at its default.
-    pub fn at(url: LedgerUrl) -> Ledger {
-        Ledger {
-            url,
-            batch_rows: DEFAULTS.0 as usize,
-            batch_interval: Duration::from_millis(DEFAULTS.1),
-            buffer_rows: DEFAULTS.2 as usize,
-            retention_days: DEFAULTS.3,
-            budget_refresh: Duration::from_millis(DEFAULTS.4),
-            check_interval: Duration::from_millis(CHECK_INTERVAL_MS),
-            required: false,
-        }
-    }
-}
-
-/// `batch_rows`, `batch_interval_ms`, `buffer_rows`, `retention_days`, `budget_refresh_ms`
-/// unset.
-const DEFAULTS: (u64, u64, u64, u64, u64) = (500, 1000, 100_000, 90, 5000);
-
-/// `check_interval_ms` unset: an hour.
-const CHECK_INTERVAL_MS: u64 = 3_600_000;
 
 /// The `[ledger]` section: `None` when no `url` is set and no `data_dir` (no ledger); without a
 /// `url`, a SQLite file `usage.db` in `data_dir`.
@@ -111,13 +39,14 @@ pub fn validate(
         (None, Some(dir)) => format!("sqlite://{}", dir.join("usage.db").display()),
         (None, None) => return None,
     };
-    let url = match parse_url(&text) {
+    let url = match LedgerUrl::parse(&text) {
         Ok(u) => u,
         Err(reason) => {
-            errs.push(bad("url", &text, &reason));
+            errs.push(bad("url", &text, &reason.to_string()));
             return None;
         }
     };
+    let d = Ledger::at(url);
     let mut bounded = |key: &str, v: Option<u64>, default: u64, range: (u64, u64)| {
         let v = v.unwrap_or(default);
         if v < range.0 || v > range.1 {
@@ -126,26 +55,32 @@ pub fn validate(
         }
         v
     };
-    let (rows, ms, buffer, days, refresh) = DEFAULTS;
-    let batch_rows = bounded("batch_rows", raw.batch_rows, rows, (1, 100_000));
+    let ms = |d: Duration| d.as_millis() as u64;
+    let rows = (d.batch_rows as u64, d.buffer_rows as u64);
+    let batch_rows = bounded("batch_rows", raw.batch_rows, rows.0, (1, 100_000));
     let interval = bounded(
         "batch_interval_ms",
         raw.batch_interval_ms,
-        ms,
+        ms(d.batch_interval),
         (10, 600_000),
     );
-    let buffer_rows = bounded("buffer_rows", raw.buffer_rows, buffer, (1, 10_000_000));
-    let retention_days = bounded("retention_days", raw.retention_days, days, (0, 36_500));
+    let buffer_rows = bounded("buffer_rows", raw.buffer_rows, rows.1, (1, 10_000_000));
+    let retention_days = bounded(
+        "retention_days",
+        raw.retention_days,
+        d.retention_days,
+        (0, 36_500),
+    );
     let budget_refresh = bounded(
         "budget_refresh_ms",
         raw.budget_refresh_ms,
-        refresh,
+        ms(d.budget_refresh),
         (10, 3_600_000),
     );
     let check_interval = bounded(
         "check_interval_ms",
         raw.check_interval_ms,
-        CHECK_INTERVAL_MS,
+        ms(d.check_interval),
         (10, 86_400_000),
     );
     if buffer_rows < batch_rows {
@@ -156,7 +91,6 @@ pub fn validate(
         ));
     }
     Some(Ledger {
-        url,
         batch_rows: batch_rows as usize,
         batch_interval: Duration::from_millis(interval),
         buffer_rows: buffer_rows as usize,
@@ -164,27 +98,8 @@ pub fn validate(
         budget_refresh: Duration::from_millis(budget_refresh),
         check_interval: Duration::from_millis(check_interval),
         required: raw.required.unwrap_or(false),
+        ..d
     })
-}
-
-/// `sqlite://PATH` (three slashes for an absolute path) or a `postgres://` URL.
-pub fn parse_url(text: &str) -> Result<LedgerUrl, String> {
-    if let Some(path) = text.strip_prefix("sqlite://") {
-        if path.is_empty() {
-            return Err("names no file (sqlite:///var/lib/switchboard/usage.db)".into());
-        }
-        return Ok(LedgerUrl::Sqlite(PathBuf::from(path)));
-    }
-    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-        return match url::Url::parse(text) {
-            Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) => {
-                Ok(LedgerUrl::Postgres(text.to_string()))
-            }
-            Ok(_) => Err("names no host".into()),
-            Err(e) => Err(format!("is not a URL: {e}")),
-        };
-    }
-    Err("must start with sqlite:// or postgres://".into())
 }
 
 #[cfg(test)]
@@ -255,11 +170,5 @@ mod tests {
             let (_, errs) = check(toml);
             assert!(errs.iter().any(|e| e.contains(key)), "{toml}: {errs:?}");
         }
-    }
-
-    #[test]
-    fn a_postgres_password_is_not_shown() {
-        let u = parse_url("postgres://sb:secret@db:5432/usage").unwrap();
-        assert_eq!(u.shown(), "postgres://sb:***@db:5432/usage");
     }
 }

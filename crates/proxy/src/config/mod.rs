@@ -36,7 +36,7 @@ pub use error::{ConfigError, ConfigErrors};
 #[cfg(test)]
 pub(crate) use keys::bearer;
 pub(crate) use keys::key_owner;
-pub use ledger::{parse_url as parse_ledger_url, Ledger, LedgerUrl};
+pub use ledger::{Ledger, LedgerUrl};
 pub use limits::{ByLimit, Limit, Resource, Window};
 pub use model::Config;
 pub(crate) use raw::RawConfig;

@@ -337,11 +337,11 @@ fn budget_timezone(raw: Option<&str>, errs: &mut Vec<ConfigError>) -> crate::cal
     let Some(name) = raw else {
         return Calendar::default();
     };
-    Calendar::named(name).unwrap_or_else(|reason| {
+    Calendar::named(name).unwrap_or_else(|e| {
         errs.push(ConfigError::BadValue {
             key: "server.budget_timezone".into(),
             value: name.into(),
-            reason,
+            reason: e.to_string(),
         });
         Calendar::default()
     })

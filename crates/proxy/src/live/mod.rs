@@ -252,7 +252,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
         let client = Client::new(config.server.connect_timeout, tls);
-        let batches = crate::batches::Batches::of(&config, metrics.batches.db_up.clone())?;
+        let batches = crate::batches::of(&config, metrics.batches.db_up.clone())?;
         let snap = Snapshot::first(
             config,
             Kept {

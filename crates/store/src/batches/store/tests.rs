@@ -6,7 +6,7 @@ use BatchState::*;
 
 fn db() -> (tempfile::TempDir, Conn) {
     let dir = tempfile::tempdir().unwrap();
-    let url = crate::config::LedgerUrl::Sqlite(dir.path().join("usage.db"));
+    let url = crate::db::LedgerUrl::Sqlite(dir.path().join("usage.db"));
     (dir, crate::ledger::Store::open(&url).unwrap().into_conn())
 }
 

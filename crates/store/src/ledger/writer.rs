@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::check::{self, Problem};
-use super::{LedgerError, Row, Shared, Store};
+use super::{LedgerError, Row, Settings, Shared, Store};
 use crate::budget::{Amounts, Spent};
 use crate::calendar::{Calendar, Periods};
-use crate::config;
-use crate::lock::Locked;
+use crate::db::LedgerUrl;
+use switchboard_sync::Locked;
 
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
@@ -31,7 +31,7 @@ const READ_DAYS_EVERY: Duration = Duration::from_secs(60);
 /// or out of use (said on the metric, the status page and the log), or with why it could not
 /// be opened where the ledger is `required`.
 pub(super) fn spawn(
-    settings: config::Ledger,
+    settings: Settings,
     shared: Arc<Shared>,
 ) -> Result<std::thread::JoinHandle<()>, LedgerError> {
     let (ready, opened) = mpsc::sync_channel(1);
@@ -87,7 +87,7 @@ pub(super) fn spawn(
 
 /// `f` on the database at `url`, opened on a thread of its own (see [`spawn`]).
 pub fn with_store<T: Send + 'static>(
-    url: &config::LedgerUrl,
+    url: &LedgerUrl,
     f: impl FnOnce(&mut Store) -> Result<T, LedgerError> + Send + 'static,
 ) -> Result<T, LedgerError> {
     let url = url.clone();
@@ -102,7 +102,7 @@ type Sums = Vec<(String, Amounts)>;
 struct Writer {
     /// `None` while out of use: it could not be opened, or failed its check.
     store: Option<Store>,
-    settings: config::Ledger,
+    settings: Settings,
     shared: Arc<Shared>,
     process: String,
     pending: VecDeque<Row>,
@@ -440,7 +440,7 @@ impl Writer {
 
 /// The database at `url`, a SQLite file read through for damage first (nothing is written to a
 /// damaged one, not even a migration); an error says why it cannot be used.
-fn open(url: &config::LedgerUrl) -> Result<Store, LedgerError> {
+fn open(url: &LedgerUrl) -> Result<Store, LedgerError> {
     check::check(url).map_err(LedgerError::Check)?;
     Store::open(url)
 }

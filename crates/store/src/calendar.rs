@@ -22,6 +22,11 @@ impl Default for Calendar {
     }
 }
 
+/// A name that is no zone of the IANA database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("is no time zone of the IANA database (e.g. UTC, Europe/Berlin)")]
+pub struct NoSuchZone;
+
 /// One day and one month of the calendar, each as `[start, end)` in milliseconds since the
 /// Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,18 +37,16 @@ pub(crate) struct Periods {
 
 impl Calendar {
     /// The zone of an IANA name (`UTC`, `Europe/Berlin`); `Err`: no such zone.
-    pub(crate) fn named(name: &str) -> Result<Calendar, String> {
-        let tz = jiff::tz::db()
-            .get(name)
-            .map_err(|_| "is no time zone of the IANA database (e.g. UTC, Europe/Berlin)")?;
+    pub fn named(name: &str) -> Result<Calendar, NoSuchZone> {
+        let tz = jiff::tz::db().get(name).map_err(|_| NoSuchZone)?;
         Ok(Calendar {
             name: name.into(),
             tz,
         })
     }
 
-    #[cfg(test)]
-    pub(crate) fn name(&self) -> &str {
+    /// Its IANA name.
+    pub fn name(&self) -> &str {
         &self.name
     }
 
@@ -79,14 +82,14 @@ impl Calendar {
 /// The wall clock as budgets read it: read once, then moved on by tokio's clock (so a jump of
 /// the system's clock moves no budget, and tests move it on tokio's paused clock).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Clock {
+pub struct Clock {
     wall_ms: i64,
     at: tokio::time::Instant,
 }
 
 impl Clock {
     /// A clock reading the system's time now.
-    pub(crate) fn system() -> Clock {
+    pub fn system() -> Clock {
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);

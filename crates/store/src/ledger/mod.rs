@@ -17,7 +17,8 @@ mod check;
 mod error;
 pub mod report;
 mod schema;
-pub mod store;
+mod settings;
+pub(crate) mod store;
 mod sums;
 mod writer;
 
@@ -30,13 +31,13 @@ use prometheus_client::metrics::gauge::Gauge;
 
 pub(crate) use error::LedgerError;
 pub use schema::LATEST as SCHEMA_VERSION;
+pub use settings::Settings;
 pub use store::{Bucketed, Dim, Store, Total};
 pub use writer::{now_ms, with_store};
 
 use crate::budget::Board;
 use crate::calendar::Calendar;
-use crate::config;
-use crate::lock::Locked;
+use switchboard_sync::Locked;
 
 /// One request as the ledger keeps it.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -89,7 +90,7 @@ pub struct Counters {
     /// is out of use (it could not be opened, or is damaged).
     pub up: Gauge,
     /// Rows handed in and not yet written or dropped (what `buffer_rows` bounds).
-    pub(crate) waiting: Gauge,
+    pub waiting: Gauge,
 }
 
 /// A started ledger: rows go in through [`Ledger::record`]; its thread ends, writing what
@@ -100,24 +101,24 @@ pub struct Ledger {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The writer's handle, to wake it.
     waker: std::thread::Thread,
-    settings: config::Ledger,
+    settings: Settings,
     shared: Arc<Shared>,
 }
 
 /// How many days [`Daily`] holds.
-pub(crate) const DAYS: usize = 14;
+pub const DAYS: usize = 14;
 const DAY_MS: i64 = 86_400_000;
 
 /// Tokens (prompt and output) and GPU-seconds per UTC day and owner over the last [`DAYS`]
 /// days, as the status page charts them: read from the daily roll-up, then kept up with
 /// each batch written (and read again every minute, for what other processes wrote).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct Daily {
+pub struct Daily {
     /// The first day's start, in milliseconds since the epoch (a UTC midnight).
-    pub(crate) first_ms: i64,
+    pub first_ms: i64,
     /// Per owner (a client, or a key of `server.api_keys_env`), each day's tokens and
     /// GPU-seconds, oldest first.
-    pub(crate) clients: BTreeMap<String, [(i64, f64); DAYS]>,
+    pub clients: BTreeMap<String, [(i64, f64); DAYS]>,
 }
 
 impl Daily {
@@ -225,7 +226,7 @@ impl Ledger {
     /// where the ledger is `required` (the serve command fails with it at start); otherwise the
     /// ledger starts out of use, and tries again.
     pub fn start(
-        settings: &config::Ledger,
+        settings: &Settings,
         counters: Counters,
         calendar: Option<Calendar>,
     ) -> Result<Ledger, LedgerError> {
@@ -251,8 +252,8 @@ impl Ledger {
     /// [`Ledger::start`] for a snapshot of the proxy's: at start, one out of use is served
     /// without; for a `reload`, a database that cannot be used is an error, `required` or not
     /// (the reload fails and keeps the ledger in force).
-    pub(crate) fn start_for(
-        settings: &config::Ledger,
+    pub fn start_for(
+        settings: &Settings,
         counters: &Counters,
         calendar: &Option<Calendar>,
         reload: bool,
@@ -281,7 +282,7 @@ impl Ledger {
     }
 
     /// The last [`DAYS`] days per client, as last read and kept up.
-    pub(crate) fn daily(&self) -> Arc<Daily> {
+    pub fn daily(&self) -> Arc<Daily> {
         self.shared.daily()
     }
 
@@ -295,18 +296,18 @@ impl Ledger {
         )
     }
 
-    pub fn settings(&self) -> &config::Ledger {
+    pub fn settings(&self) -> &Settings {
         &self.settings
     }
 
     /// What other processes spent of the clients' budgets, as last read.
-    pub(crate) fn board(&self) -> &Arc<Board> {
+    pub fn board(&self) -> &Arc<Board> {
         &self.shared.board
     }
 
     /// The budgets count days and months of `calendar` now (a reload; none: no client has
     /// such a budget): when it is another, what was spent is read again at once.
-    pub(crate) fn set_calendar(&self, calendar: Option<Calendar>) {
+    pub fn set_calendar(&self, calendar: Option<Calendar>) {
         if self.shared.board.set_calendar(calendar) {
             self.waker.unpark();
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::schema::{self, LATEST, MIGRATIONS, ROLLUPS, VERSIONS};
 use super::{LedgerError, Row};
-use crate::config::LedgerUrl;
+use crate::db::LedgerUrl;
 use crate::db::{Conn, Db, DbError, Val};
 
 /// The PostgreSQL advisory lock migrations are made under.
@@ -72,15 +72,15 @@ pub struct Total {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Bucketed {
     /// Its start, in milliseconds since the epoch.
-    pub(crate) start_ms: i64,
-    pub(crate) alias: String,
+    pub start_ms: i64,
+    pub alias: String,
     pub client: String,
     /// Who owns its usage: its client, or a key of `server.api_keys_env`.
-    pub(crate) owner: String,
+    pub owner: String,
     pub requests: i64,
-    pub(crate) prompt_tokens: i64,
-    pub(crate) cached_tokens: i64,
-    pub(crate) output_tokens: i64,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
 }
 
 impl Bucketed {

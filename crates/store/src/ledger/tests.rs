@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::config::{Ledger as Settings, LedgerUrl};
+use crate::db::LedgerUrl;
+use crate::ledger::Settings;
 
 fn settings(dir: &tempfile::TempDir) -> Settings {
     Settings {
@@ -409,7 +410,7 @@ fn what_other_processes_spent_is_read_at_start_and_again_in_a_new_zone() {
     };
     // Tokens today, this month; GPU-milliseconds today, this month.
     let gpu_month = 500.0 + (month - 110.0) / 114.0 * 1000.0;
-    use crate::config::Window;
+    use crate::limits::Window;
     let ann = &spent.by_client["ann"];
     let (day, this_month) = (&ann[Window::Day], &ann[Window::Month]);
     assert_eq!(

@@ -29,7 +29,7 @@ impl<K: Key, T, const N: usize> PerKind<K, T, N> {
     }
 
     /// Each kind with its value.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+    pub fn iter(&self) -> impl Iterator<Item = (K, &T)> {
         K::ALL.iter().copied().zip(&self.values)
     }
 
@@ -39,7 +39,7 @@ impl<K: Key, T, const N: usize> PerKind<K, T, N> {
     }
 
     /// The same kinds, each value as `f` makes it of the kind and its value.
-    pub(crate) fn map<U>(&self, mut f: impl FnMut(K, &T) -> U) -> PerKind<K, U, N> {
+    pub fn map<U>(&self, mut f: impl FnMut(K, &T) -> U) -> PerKind<K, U, N> {
         PerKind::from_fn(|k| f(k, &self[k]))
     }
 }

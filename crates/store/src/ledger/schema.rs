@@ -111,7 +111,7 @@ pub(crate) const MIGRATIONS: &[&[&str]] = &[
     ],
     &[
         // Who owns a request's usage when not its client (NULL): one key of
-        // `server.api_keys_env` (`crate::config::key_owner`), as `GET /v1/usage` and the status
+        // `server.api_keys_env` (the proxy's `config::key_owner`), as `GET /v1/usage` and the status
         // page show it to that key. A key's raw rows are read through `requests_owner` (of the
         // rows with an owner only, so a client's own are read through `requests_client`).
         // Roll-ups per owner beside the clients' (which stay as they were, so a process of an

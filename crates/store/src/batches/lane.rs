@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use super::link::{Health, Link};
 use super::{db_error, BatchError, Files};
-use crate::config::LedgerUrl;
 use crate::db::Conn;
-use crate::error::ProxyError;
-use crate::lock::Locked;
+use crate::db::LedgerUrl;
+use switchboard_sync::Locked;
+use switchboard_wire::error::ProxyError;
 
 /// A job for a lane's thread, given its connection (or why there is none now); why the
 /// database failed it, when it did.

@@ -11,8 +11,8 @@ use crate::db::{Db, DbError, Row, Val};
 
 /// A file as `/v1/files` shows it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FileRow {
-    pub(crate) id: String,
+pub struct FileRow {
+    pub id: String,
     pub(crate) client: String,
     pub(crate) filename: String,
     pub(crate) purpose: String,
@@ -21,7 +21,7 @@ pub(crate) struct FileRow {
 }
 
 impl FileRow {
-    pub(crate) fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         json!({
             "id": self.id,
             "object": "file",
@@ -50,7 +50,7 @@ impl FileRow {
 const FILE_COLUMNS: &str = "id, client, filename, purpose, bytes, created_at";
 
 /// Every status's name, in the order of a batch's life (for the gauge of batches by status).
-pub(crate) const STATUSES: [&str; 8] = {
+pub const STATUSES: [&str; 8] = {
     let mut names = [""; 8];
     let mut i = 0;
     while i < names.len() {
@@ -62,31 +62,31 @@ pub(crate) const STATUSES: [&str; 8] = {
 
 /// A batch as `/v1/batches` shows it.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct BatchRow {
-    pub(crate) id: String,
-    pub(crate) client: String,
-    pub(crate) endpoint: String,
-    pub(crate) input_file_id: String,
-    pub(crate) completion_window: String,
-    pub(crate) status: BatchState,
+pub struct BatchRow {
+    pub id: String,
+    pub client: String,
+    pub endpoint: String,
+    pub input_file_id: String,
+    pub completion_window: String,
+    pub status: BatchState,
     /// JSON, as the client sent it.
-    pub(crate) metadata: Option<String>,
+    pub metadata: Option<String>,
     /// JSON: the validation errors' list.
-    pub(crate) errors: Option<String>,
-    pub(crate) output_file_id: Option<String>,
-    pub(crate) error_file_id: Option<String>,
-    pub(crate) created_at: i64,
-    pub(crate) in_progress_at: Option<i64>,
-    pub(crate) expires_at: i64,
-    pub(crate) finalizing_at: Option<i64>,
-    pub(crate) completed_at: Option<i64>,
-    pub(crate) failed_at: Option<i64>,
-    pub(crate) expired_at: Option<i64>,
-    pub(crate) cancelling_at: Option<i64>,
-    pub(crate) cancelled_at: Option<i64>,
-    pub(crate) total: i64,
-    pub(crate) completed: i64,
-    pub(crate) failed: i64,
+    pub errors: Option<String>,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    pub created_at: i64,
+    pub in_progress_at: Option<i64>,
+    pub expires_at: i64,
+    pub finalizing_at: Option<i64>,
+    pub completed_at: Option<i64>,
+    pub failed_at: Option<i64>,
+    pub expired_at: Option<i64>,
+    pub cancelling_at: Option<i64>,
+    pub cancelled_at: Option<i64>,
+    pub total: i64,
+    pub completed: i64,
+    pub failed: i64,
 }
 
 const BATCH_COLUMNS: &str = "id, client, endpoint, input_file_id, completion_window, status, \
@@ -95,7 +95,7 @@ const BATCH_COLUMNS: &str = "id, client, endpoint, input_file_id, completion_win
      completed, failed";
 
 impl BatchRow {
-    pub(crate) fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         let parsed = |s: &Option<String>| {
             s.as_deref()
                 .and_then(|s| serde_json::from_str::<Value>(s).ok())

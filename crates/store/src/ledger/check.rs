@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use crate::config::LedgerUrl;
+use crate::db::LedgerUrl;
 
 /// What keeps a check from passing.
 #[derive(Debug, Clone, PartialEq, Eq)]

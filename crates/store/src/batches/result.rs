@@ -9,12 +9,12 @@ use super::store::Outcome;
 
 /// An answer to a line: its status, request id, body, and the error code its body names.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Answer {
-    pub(crate) status: u16,
-    pub(crate) request_id: String,
-    pub(crate) body: bytes::Bytes,
+pub struct Answer {
+    pub status: u16,
+    pub request_id: String,
+    pub body: bytes::Bytes,
     /// Its `Retry-After`, in seconds, when it has one.
-    pub(crate) retry_after_s: Option<u64>,
+    pub retry_after_s: Option<u64>,
 }
 
 impl Answer {

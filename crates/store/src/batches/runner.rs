@@ -20,21 +20,20 @@ use tokio::task::{AbortHandle, Id, JoinSet};
 
 use super::result::{decide, unanswered, Answer};
 use super::store::{self, BatchRow, FileRow, Outcome};
-use super::{db_error, hex_id, now_s, BatchError, BatchState, Batches};
-use crate::config;
+use super::{db_error, hex_id, now_s, BatchError, BatchState, Batches, Bounds};
 use crate::db::{Db, DbError};
-use crate::error::ProxyError;
+use switchboard_wire::error::ProxyError;
 
 /// What the runner needs of the proxy: a line served, what a client may use, the bounds of
 /// `[batches]` now, and where its figures go.
-pub(crate) trait Serve: Send + Sync + 'static {
+pub trait Serve: Send + Sync + 'static {
     /// One line of `client`'s batch to `endpoint`, answered whole.
     fn line(&self, client: &str, endpoint: &str, body: Bytes) -> BoxFuture<'static, Answer>;
     /// Whether `model` names an alias `client` may use.
     fn usable(&self, client: &str, model: &str) -> bool;
     /// The most bytes a line's body may have (`server.body_limit_bytes`).
     fn body_limit(&self) -> usize;
-    fn limits(&self) -> config::Batches;
+    fn limits(&self) -> Bounds;
     /// A line's run ended: `outcome` is `completed`, `failed`, `retried` or `deferred`.
     fn counted(&self, alias: &str, client: &str, outcome: &'static str);
     /// Batches by status, every status.
@@ -84,7 +83,7 @@ impl Lines {
 }
 
 /// Runs batches until the process ends.
-pub(crate) async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
+pub async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
     let mut lines = Lines::default();
     loop {
         let limits = serve.limits();
@@ -110,7 +109,7 @@ pub(crate) async fn run(batches: Arc<Batches>, serve: Arc<dyn Serve>) {
 async fn step(
     batches: &Arc<Batches>,
     serve: &Arc<dyn Serve>,
-    limits: &config::Batches,
+    limits: &Bounds,
     lines: &mut Lines,
 ) -> Result<(), ProxyError> {
     let owner = batches.owner.clone();
@@ -216,7 +215,7 @@ fn run_line(
     serve: Arc<dyn Serve>,
     b: &BatchRow,
     p: store::Pending,
-    limits: &config::Batches,
+    limits: &Bounds,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (id, client, endpoint) = (b.id.clone(), b.client.clone(), b.endpoint.clone());
     let (retries, retry_after) = (limits.line_retries, limits.retry_after.as_millis() as i64);
@@ -292,7 +291,7 @@ async fn validate(
     batches: &Arc<Batches>,
     serve: &Arc<dyn Serve>,
     b: &BatchRow,
-    limits: &config::Batches,
+    limits: &Bounds,
 ) -> Result<(), ProxyError> {
     let (b, serve, max_lines) = (b.clone(), Arc::clone(serve), limits.max_lines);
     let max_body = serve.body_limit();

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 /// A batch's status, as the database and the wire spell it ([`BatchState::as_str`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub(crate) enum BatchState {
+pub enum BatchState {
     #[default]
     Validating,
     InProgress,
@@ -30,7 +30,7 @@ impl BatchState {
         Validating, InProgress, Finalizing, Completed, Failed, Expired, Cancelling, Cancelled,
     ];
 
-    pub(crate) const fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Validating => "validating",
             InProgress => "in_progress",
@@ -91,7 +91,7 @@ impl fmt::Display for BatchState {
 /// A status no batch has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is no batch status")]
-pub(crate) struct NoSuchState(pub(crate) String);
+pub struct NoSuchState(pub(crate) String);
 
 impl FromStr for BatchState {
     type Err = NoSuchState;

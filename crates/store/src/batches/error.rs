@@ -6,7 +6,7 @@ use crate::db::DbError;
 use crate::ledger::LedgerError;
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum BatchError {
+pub enum BatchError {
     #[error(transparent)]
     Db(#[from] DbError),
     /// The ledger's database could not be opened (or migrated).

@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::calendar::{Calendar, Clock, Periods};
-use crate::config::{ByLimit, Limit, Resource, Window};
 use crate::kinds::PerKind;
-use crate::lock::Locked;
+use crate::limits::{ByLimit, Limit, Resource, Window};
+use switchboard_sync::Locked;
 
 /// A client's limits of each kind (`None`: no such limit; GPU time in milliseconds); the
 /// budgets count those of a calendar window.
-pub(crate) type Limits = ByLimit<Option<u64>>;
+pub type Limits = ByLimit<Option<u64>>;
 
 /// A value for each window.
 pub(crate) type ByWindow<T> = PerKind<Window, T, { Window::ALL.len() }>;
@@ -66,7 +66,7 @@ pub(crate) fn amount(resource: Resource, a: &Amounts) -> f64 {
 /// The most output a request whose prompt is `prompt` tokens may reserve within `limits`:
 /// what each budget that counts output leaves of it once the prompt is counted (`None`: no
 /// budget counts output).
-pub(crate) fn room_for_output(limits: &Limits, prompt: u64) -> Option<u64> {
+pub fn room_for_output(limits: &Limits, prompt: u64) -> Option<u64> {
     let with_prompt = Amounts {
         tokens: prompt as f64,
         ..Amounts::default()
@@ -86,7 +86,7 @@ pub(crate) fn room_for_output(limits: &Limits, prompt: u64) -> Option<u64> {
 
 /// Whether a refusal whose wait is `wait` (`None`: it never fits) tells more than the one
 /// held (`held`: its wait, if one is held): never fitting first, else the longer wait.
-pub(crate) fn worse(held: Option<Option<u64>>, wait: Option<u64>) -> bool {
+pub fn worse(held: Option<Option<u64>>, wait: Option<u64>) -> bool {
     match (held, wait) {
         (None, _) => true,
         (Some(h), None) => h.is_some(),
@@ -100,12 +100,12 @@ pub struct Left {
     pub limit: u64,
     pub remaining: u64,
     /// Until it is full again.
-    pub(crate) reset: Duration,
+    pub reset: Duration,
 }
 
 /// Of a client's `standing` (as [`Budgets::standing`] gives it), its budget of `resource`
 /// (of a calendar window) with the least left.
-pub(crate) fn least(standing: &ByLimit<Option<Left>>, resource: Resource) -> Option<Left> {
+pub fn least(standing: &ByLimit<Option<Left>>, resource: Resource) -> Option<Left> {
     standing
         .iter()
         .filter(|(kind, _)| kind.resource == resource && kind.window.calendar())
@@ -115,12 +115,12 @@ pub(crate) fn least(standing: &ByLimit<Option<Left>>, resource: Resource) -> Opt
 
 /// A request a budget does not let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Refused {
-    pub(crate) kind: Limit,
-    pub(crate) limit: u64,
-    pub(crate) needed: u64,
+pub struct Refused {
+    pub kind: Limit,
+    pub limit: u64,
+    pub needed: u64,
     /// Seconds until the budget resets; `None`: the request needs more than the whole budget.
-    pub(crate) retry_after: Option<u64>,
+    pub retry_after: Option<u64>,
 }
 
 /// `[start, end)` of `window`'s period in `p`; `None`: no calendar period (a minute).
@@ -158,7 +158,7 @@ impl Spent {
 /// Where the ledger posts [`Spent`] and reads the calendar the budgets count in: none while
 /// no client has a budget of a day or a month (then nothing is read).
 #[derive(Debug)]
-pub(crate) struct Board {
+pub struct Board {
     spent: Mutex<Arc<Spent>>,
     calendar: Mutex<Option<Calendar>>,
     /// Whether `spent` was posted once.
@@ -221,7 +221,7 @@ struct Inner {
 }
 
 impl Budgets {
-    pub(crate) fn new(
+    pub fn new(
         client: &str,
         limits: Limits,
         calendar: Calendar,
@@ -248,13 +248,13 @@ impl Budgets {
 
     /// Whether what was spent of its budgets is known: always without a ledger (this process
     /// counts alone), with one once it has read what was spent.
-    pub(crate) fn known(&self) -> bool {
+    pub fn known(&self) -> bool {
         self.lock().board.as_ref().is_none_or(|b| b.is_read())
     }
 
     /// Take `want` from every budget, or say which refuses it: one that can never hold it
     /// first, else the one that resets last.
-    pub(crate) fn reserve(&self, want: &Amounts) -> Result<(), Refused> {
+    pub fn reserve(&self, want: &Amounts) -> Result<(), Refused> {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.roll(now);
@@ -284,7 +284,7 @@ impl Budgets {
     }
 
     /// A request reserved `reserved` and used `used`.
-    pub(crate) fn settle(&self, reserved: &Amounts, used: &Amounts) {
+    pub fn settle(&self, reserved: &Amounts, used: &Amounts) {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.roll(now);
@@ -312,12 +312,7 @@ impl Budgets {
 
     /// New limits, calendar and ledger from a reload; what was used in the same day and month
     /// is kept.
-    pub(crate) fn reconfigure(
-        &self,
-        limits: Limits,
-        calendar: Calendar,
-        board: Option<Arc<Board>>,
-    ) {
+    pub fn reconfigure(&self, limits: Limits, calendar: Calendar, board: Option<Arc<Board>>) {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         inner.limits = limits;

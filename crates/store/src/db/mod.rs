@@ -6,11 +6,12 @@
 
 mod lite;
 mod pg;
+mod url;
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::config::LedgerUrl;
+pub use url::{LedgerUrl, UrlError};
 
 /// Why a call to the database failed. Its text may name the database (a file's path, a
 /// server's host): a client is told only that the database did not answer.
@@ -108,7 +109,7 @@ impl From<Option<&str>> for Val {
 
 /// A row read back.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row(pub Vec<Val>);
+pub struct Row(pub(crate) Vec<Val>);
 
 impl Row {
     fn wrong(&self, col: usize, want: &str) -> DbError {

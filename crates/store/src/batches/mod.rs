@@ -6,20 +6,21 @@
 //! one itself, which several processes share: each line is claimed by one at a time.
 //!
 //! This module owns the state and its rules (who sees what, the bounds of `[batches]`); the
-//! HTTP endpoints (`crate::http::batches`) parse and render, and [`runner`] runs the lines
+//! HTTP endpoints (the proxy's `http::batches`) parse and render, and [`runner`] runs the lines
 //! through the request pipeline it is handed ([`runner::Serve`]). The endpoints, the runner
 //! and the lines' results each have a connection of their own ([`lane`]): a line's result is
 //! committed as its answer comes, whatever the endpoints and the runner are doing.
 
+mod bounds;
 mod error;
 pub(crate) mod input;
 mod lane;
 mod link;
-pub(crate) mod result;
-pub(crate) mod runner;
+pub mod result;
+pub mod runner;
 pub(crate) mod state;
-pub(crate) mod store;
-pub(crate) mod upload;
+pub mod store;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -28,14 +29,14 @@ use bytes::Bytes;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
-use crate::config::{self, ConfigError, ConfigErrors, LedgerUrl};
-use crate::db::{Conn, Db};
-use crate::error::{Echo, ProxyError};
-use crate::lock::Locked;
+use crate::db::{Conn, Db, LedgerUrl};
+pub use bounds::Bounds;
 pub(crate) use error::BatchError;
 use lane::Lane;
-pub(crate) use state::BatchState;
+pub use state::BatchState;
 use store::{BatchRow, FileRow};
+use switchboard_sync::Locked;
+use switchboard_wire::error::{Echo, ProxyError};
 use upload::{Received, Upload};
 
 /// The endpoints a batch may run lines of.
@@ -52,7 +53,7 @@ const WINDOW_S: i64 = 24 * 3600;
 
 /// The Batch API's state: its ways to the database and where files are kept.
 #[derive(Debug)]
-pub(crate) struct Batches {
+pub struct Batches {
     /// The endpoints' way to the database (uploads, downloads, lists, creating, cancelling).
     api: Lane,
     /// The runner's: its looks at the batches, its claims, validations and ends.
@@ -72,9 +73,9 @@ pub(crate) struct Batches {
 /// Who asks: a client (its name, `-` when no key is configured) or an admin key, which sees
 /// every client's files and batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Owner {
-    pub(crate) client: String,
-    pub(crate) admin: bool,
+pub struct Owner {
+    pub client: String,
+    pub admin: bool,
 }
 
 impl Owner {
@@ -112,7 +113,7 @@ impl Batches {
     /// a connection for the endpoints, one for the runner and one for the lines' results, each
     /// on a thread of its own ([`connect`], [`Lane`]) and made anew after a call fails; `up`
     /// is 1 while none fails.
-    pub(crate) fn open(
+    pub fn open(
         url: &LedgerUrl,
         data_dir: Option<&Path>,
         up: Gauge,
@@ -135,29 +136,6 @@ impl Batches {
         })
     }
 
-    /// The Batch API's state in `config`'s ledger, opened; why there is none (no ledger, or one
-    /// that cannot be used and is not `required`); an error when the database or the files'
-    /// folder of a required ledger cannot be used.
-    pub(crate) fn of(
-        config: &config::Config,
-        up: Gauge,
-    ) -> Result<Result<Arc<Batches>, &'static str>, ConfigErrors> {
-        let Some(ledger) = &config.ledger else {
-            return Ok(Err("no [ledger] (or server.data_dir) keeps its state"));
-        };
-        match Batches::open(&ledger.url, config.server.data_dir.as_deref(), up) {
-            Ok(b) => Ok(Ok(Arc::new(b))),
-            // The proxy serves without the ledger, and without the Batch API it keeps.
-            Err(e) if !ledger.required => {
-                tracing::error!(error = %e, "the Batch API is off: its state cannot be opened");
-                Ok(Err("its state in the ledger could not be opened at start"))
-            }
-            Err(e) => Err(ConfigErrors(vec![ConfigError::Load(format!(
-                "ledger.url: the Batch API's state: {e}"
-            ))])),
-        }
-    }
-
     /// `f` with the database and the files' place, on the endpoints' way to it.
     async fn with<T: Send + 'static>(
         self: &Arc<Self>,
@@ -167,7 +145,7 @@ impl Batches {
     }
 
     /// A new file's content, received as its upload brings it.
-    pub(crate) async fn receive(&self) -> Result<Upload, ProxyError> {
+    pub async fn receive(&self) -> Result<Upload, ProxyError> {
         let dir = match &self.files {
             Files::Dir(dir) => Some(dir.as_path()),
             Files::Database => None,
@@ -179,13 +157,13 @@ impl Batches {
 
     /// A file of `purpose` named `filename` with the `content` received, kept for `owner`
     /// within `limits`; nothing is kept when it is refused.
-    pub(crate) async fn upload(
+    pub async fn upload(
         self: &Arc<Self>,
         owner: &Owner,
         filename: String,
         purpose: String,
         content: Upload,
-        limits: &config::Batches,
+        limits: &Bounds,
     ) -> Result<FileRow, ProxyError> {
         check_purpose(&purpose)?;
         let limits = *limits;
@@ -221,21 +199,13 @@ impl Batches {
     }
 
     /// The file `id`, when `owner` sees it (else a 404, as for one that does not exist).
-    pub(crate) async fn file(
-        self: &Arc<Self>,
-        owner: &Owner,
-        id: &str,
-    ) -> Result<FileRow, ProxyError> {
+    pub async fn file(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, _| file_of(db, &owner, &id)).await
     }
 
     /// The file's content.
-    pub(crate) async fn content(
-        self: &Arc<Self>,
-        owner: &Owner,
-        id: &str,
-    ) -> Result<Bytes, ProxyError> {
+    pub async fn content(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<Bytes, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, kept| {
             let f = file_of(db, &owner, &id)?;
@@ -245,7 +215,7 @@ impl Batches {
     }
 
     /// The files `owner` sees, of `purpose` when one is given, a page after `after`.
-    pub(crate) async fn files(
+    pub async fn files(
         self: &Arc<Self>,
         owner: &Owner,
         purpose: Option<String>,
@@ -275,11 +245,7 @@ impl Batches {
     }
 
     /// The file is deleted, its content too.
-    pub(crate) async fn delete(
-        self: &Arc<Self>,
-        owner: &Owner,
-        id: &str,
-    ) -> Result<FileRow, ProxyError> {
+    pub async fn delete(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<FileRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, kept| {
             let f = file_of(db, &owner, &id)?;
@@ -291,14 +257,14 @@ impl Batches {
     }
 
     /// A batch of `owner`'s over its file `input_file_id`: validated by the runner next.
-    pub(crate) async fn create(
+    pub async fn create(
         self: &Arc<Self>,
         owner: &Owner,
         input_file_id: String,
         endpoint: String,
         window: String,
         metadata: Option<String>,
-        limits: &config::Batches,
+        limits: &Bounds,
     ) -> Result<BatchRow, ProxyError> {
         if !ENDPOINTS.contains(&endpoint.as_str()) {
             return Err(ProxyError::InvalidParam {
@@ -356,17 +322,13 @@ impl Batches {
     }
 
     /// The batch `id`, when `owner` sees it.
-    pub(crate) async fn batch(
-        self: &Arc<Self>,
-        owner: &Owner,
-        id: &str,
-    ) -> Result<BatchRow, ProxyError> {
+    pub async fn batch(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         self.with(move |db, _| batch_of(db, &owner, &id)).await
     }
 
     /// The batches `owner` sees, newest first, a page after `after`.
-    pub(crate) async fn batches(
+    pub async fn batches(
         self: &Arc<Self>,
         owner: &Owner,
         after: Option<String>,
@@ -388,11 +350,7 @@ impl Batches {
 
     /// The batch is cancelled: `cancelling` until its running lines have stopped. A batch
     /// that has ended already cannot be.
-    pub(crate) async fn cancel(
-        self: &Arc<Self>,
-        owner: &Owner,
-        id: &str,
-    ) -> Result<BatchRow, ProxyError> {
+    pub async fn cancel(self: &Arc<Self>, owner: &Owner, id: &str) -> Result<BatchRow, ProxyError> {
         let (owner, id) = (owner.clone(), id.to_string());
         let row = self
             .with(move |db, _| {
@@ -415,7 +373,7 @@ impl Batches {
 
     /// The batches not yet ended, oldest first, as the runner read them last (within a
     /// second or a line's end): no database read.
-    pub(crate) fn active(&self) -> Arc<Vec<BatchRow>> {
+    pub fn active(&self) -> Arc<Vec<BatchRow>> {
         Arc::clone(&self.active.locked())
     }
 
@@ -425,7 +383,7 @@ impl Batches {
 }
 
 /// Only `batch` files are kept (an upload's other purposes are refused).
-pub(crate) fn check_purpose(purpose: &str) -> Result<(), ProxyError> {
+pub fn check_purpose(purpose: &str) -> Result<(), ProxyError> {
     if purpose == "batch" {
         return Ok(());
     }

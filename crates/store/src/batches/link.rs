@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::BatchError;
-use crate::config::LedgerUrl;
 use crate::db::Conn;
-use crate::lock::Locked;
+use crate::db::LedgerUrl;
+use switchboard_sync::Locked;
 
 /// The first wait before a connection is tried again, doubled up to [`BACKOFF_MAX`].
 const BACKOFF: Duration = Duration::from_millis(250);

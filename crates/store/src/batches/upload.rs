@@ -12,7 +12,7 @@ use super::BatchError;
 
 /// An upload's content so far, and the id its file will have.
 #[derive(Debug)]
-pub(crate) struct Upload {
+pub struct Upload {
     pub(super) id: String,
     into: Into,
     bytes: u64,
@@ -53,7 +53,7 @@ impl Upload {
     }
 
     /// The next piece of the content.
-    pub(crate) async fn write(&mut self, piece: &[u8]) -> Result<(), BatchError> {
+    pub async fn write(&mut self, piece: &[u8]) -> Result<(), BatchError> {
         match &mut self.into {
             Into::Part { file, .. } => file.write_all(piece).await.map_err(BatchError::Upload)?,
             Into::Memory(held) => held.extend_from_slice(piece),
