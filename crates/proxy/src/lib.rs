@@ -2,9 +2,11 @@
 //!
 //! Layers, each using only the ones listed after it: `http` (the surface) → `pipeline` (one
 //! routed request, step by step) → `live` (the config snapshot in force) → `clients` →
-//! `observe` (metrics, the request record) → `ledger` (usage rows in a database) → `fleet`
-//! (routes, slots, health) → `guard` → `tokens` → `config` → `upstream` (the one HTTP client,
-//! the `switchboard-upstream` crate) → `wire` (one adapter per API) → `reasoning` → `runtime`
+//! `observe` (metrics, the request record) → `fleet` (routes, slots, health) → `guard` →
+//! `tokens` → `batches` (the Batch API opened for a config) → `config` → `upstream` (the one
+//! HTTP client, the `switchboard-upstream` crate) and the store (`ledger`, `budget`,
+//! `calendar`, `kinds`, `db` and the Batch API's state: the `switchboard-store` crate) →
+//! `wire` (one adapter per API) → `reasoning` → `runtime`
 //! (one file per backend runtime) → `error`, `flavor`, `address`, `files`; below them all, the
 //! JSON helpers' crate (`switchboard-json`). `.ci/module-cycles.py`
 //! fails the build on a cycle, on `config` naming a new layer, and on `observe` naming
