@@ -4,6 +4,7 @@
 //! Edits (the rewritten `model`, an injected `stream_options`) are spliced into the original,
 //! in one new buffer or as a [`Payload`] that shares the original's bytes.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -13,7 +14,6 @@ use serde_json::value::RawValue;
 
 use super::payload::{apply_edits, Payload};
 use crate::error::{bounded, ProxyError};
-use switchboard_json::key::Key;
 
 /// The output limits a request body may set, in any API.
 const LIMITS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
@@ -55,7 +55,7 @@ impl<'de> serde::de::Visitor<'de> for ViewVisitor {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut view = RequestView::default();
-        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match &*key {
                 "model" => view.model = Some(map.next_value()?),
                 "stream" => view.stream = map.next_value()?,
@@ -303,7 +303,7 @@ impl<'de> serde::de::Visitor<'de> for Members<'_> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = vec![None; self.0.len()];
-        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match self.0.iter().position(|k| *k == key) {
                 Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
                 None => {

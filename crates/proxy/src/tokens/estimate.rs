@@ -1,5 +1,6 @@
 //! The estimate strategy: prompt bytes over a learned bytes-per-token ratio, erring low.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -7,7 +8,6 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use super::bound::PromptView;
 use super::{saturate, CountError};
 use crate::config::MediaCosts;
-use switchboard_json::key::Key;
 
 /// Bytes per token assumed before the backend has reported any usage. BPE tokenizers
 /// average 3–4.5 bytes per token on English and code; starting above that keeps early
@@ -157,7 +157,7 @@ impl<'de> Visitor<'de> for AccVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Acc, A::Error> {
         let (mut bytes, mut media) = (0u64, false);
-        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let a: Acc = map.next_value()?;
             media |= key == "type" && a.media;
             bytes = bytes.saturating_add(a.bytes);

@@ -6,7 +6,6 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::error::ProxyError;
-use switchboard_json::key::Key;
 
 /// One top-level member: its key (unescaped) and its value's JSON text.
 #[derive(Debug)]
@@ -118,7 +117,7 @@ impl<'de> Visitor<'de> for ListVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut list = Vec::with_capacity(map.size_hint().unwrap_or(8));
-        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let value: &'de RawValue = map.next_value()?;
             list.push(Member {
                 key,

@@ -14,7 +14,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::error::ProxyError;
-use switchboard_json::key::Key;
 use switchboard_json::scan::{finder, may_escape_word, values};
 
 /// Input kinds an alias accepts besides text.
@@ -226,7 +225,7 @@ impl<'de> Visitor<'de> for ItemVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item<'de>, A::Error> {
         let mut item = Item::default();
-        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match key.as_ref() {
                 "type" => {
                     let raw: &'de RawValue = map.next_value()?;
