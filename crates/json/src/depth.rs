@@ -1,10 +1,15 @@
 //! How deep a JSON text nests, read from its bytes: arrays and objects open and close outside
 //! strings, strings skipped by a search for their closing quote. The proxy forwards parts of a
 //! body it never parses (`tools`, `messages` in a passthrough), and a backend's own parser
-//! may fail on nesting thousands deep; the check is a byte scan because a parse of every
-//! body would cost more than the rest of a small request's way through. Strings are skipped
-//! as `walk` skips them. Most bodies have fewer opening brackets than the limit, which
-//! bounds their depth: those are counted, not scanned.
+//! may fail on nesting thousands deep. Strings are skipped as `walk` skips them. Most bodies
+//! have fewer opening brackets than the limit, which bounds their depth: those are counted,
+//! not scanned.
+//!
+//! A scan, not a serde_json walk, for its stack rather than its speed: a walk recurses once
+//! a level (past serde_json's limit of 128 only with `disable_recursion_limit`) and at a
+//! limit of 5,000 overflowed a test thread's 2 MiB stack. Their CPU per request did not
+//! differ measurably (`benches/load/run.sh` with the walk as `BASELINE_BIN`,
+//! docs/PERFORMANCE.md "Where the time goes").
 //!
 //! For valid JSON the answer is the nesting depth a parse finds (property test below); for
 //! text that is not JSON it is some number, and the parse that follows refuses the text.
