@@ -1,11 +1,12 @@
 //! The status page's Batch API section: the batches not yet ended, each with its client,
 //! endpoint, status and progress (a bar of lines answered and failed), as the batch runner
-//! last read them — no database read while the page renders. A key sees its owner's.
+//! last read them — no database read while the page renders; drawn by `templates/batches.html`.
+//! A key sees its owner's.
 
-use std::fmt::Write;
+use serde::Serialize;
 
+use super::charts::tenth;
 use super::clients::Viewer;
-use super::escape::E;
 use crate::batches::store::BatchRow;
 use crate::live::AppState;
 
@@ -27,50 +28,55 @@ pub(crate) fn collect(state: &AppState, viewer: &Viewer) -> Vec<BatchRow> {
 const MAX_SHOWN: usize = 50;
 
 /// Width of the progress bar in px.
-const BAR: f64 = 160.0;
+const BAR: u32 = 160;
 
-pub(crate) fn render(out: &mut String, batches: &[BatchRow], now: u64) {
-    if batches.is_empty() {
-        return;
+/// A batch's row as `batches.html` draws it: its progress bar's parts in px to a tenth.
+#[derive(Serialize)]
+pub(crate) struct BatchLine<'a> {
+    id: &'a str,
+    client: &'a str,
+    endpoint: &'a str,
+    status: &'static str,
+    bar_w: u32,
+    completed: i64,
+    failed: i64,
+    total: i64,
+    done_w: f64,
+    failed_w: f64,
+    age: String,
+}
+
+/// A batch laid out for `batches.html`, `now` in Unix seconds.
+pub(crate) fn line(b: &BatchRow, now: u64) -> BatchLine<'_> {
+    let total = b.total.max(0) as f64;
+    let bar = f64::from(BAR);
+    let width = |n: i64| match total > 0.0 {
+        true => tenth((n.max(0) as f64 / total * bar).min(bar)),
+        false => 0.0,
+    };
+    let age = now.saturating_sub(b.created_at.max(0) as u64);
+    BatchLine {
+        id: &b.id,
+        client: &b.client,
+        endpoint: &b.endpoint,
+        status: b.status.as_str(),
+        bar_w: BAR,
+        completed: b.completed,
+        failed: b.failed,
+        total: b.total,
+        done_w: width(b.completed),
+        failed_w: width(b.failed),
+        age: super::span::span(std::time::Duration::from_secs(age)),
     }
-    out.push_str(
-        "<h2>Batches in progress</h2>\n<table class=\"batches\">\n<thead><tr><th>batch</th>\
-         <th>client</th><th>endpoint</th><th>status</th><th>progress</th>\
-         <th class=\"n\">age</th></tr></thead>\n<tbody>\n",
-    );
-    for b in batches {
-        let total = b.total.max(0) as f64;
-        let width = |n: i64| match total > 0.0 {
-            true => (n.max(0) as f64 / total * BAR).min(BAR),
-            false => 0.0,
-        };
-        let (done, failed) = (width(b.completed), width(b.failed));
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>\
-             <svg class=\"progress\" width=\"{BAR}\" height=\"10\" role=\"img\" \
-             aria-label=\"{c} of {t} done, {f} failed\"><rect width=\"{BAR}\" height=\"10\" \
-             class=\"left\"/><rect width=\"{done:.1}\" height=\"10\" class=\"done\"/>\
-             <rect x=\"{done:.1}\" width=\"{failed:.1}\" height=\"10\" class=\"failed\"/></svg> \
-             {c} of {t} done · {f} failed</td><td class=\"n\">{}</td></tr>",
-            E(&b.id),
-            E(&b.client),
-            E(&b.endpoint),
-            E(b.status.as_str()),
-            super::span::span(std::time::Duration::from_secs(
-                now.saturating_sub(b.created_at.max(0) as u64)
-            )),
-            c = b.completed,
-            t = b.total,
-            f = b.failed,
-        );
-    }
-    out.push_str("</tbody>\n</table>\n");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn drawn(ctx: minijinja::Value) -> String {
+        super::super::templates::render("batches.html", ctx).unwrap()
+    }
 
     #[test]
     fn a_batch_is_a_row_with_its_progress_as_a_bar_and_in_words() {
@@ -85,8 +91,8 @@ mod tests {
             failed: 2,
             ..BatchRow::default()
         };
-        let mut out = String::new();
-        render(&mut out, &[b], 190);
+        let batches = [line(&b, 190)];
+        let out = drawn(minijinja::context! { batches });
         assert!(out.contains("batch_&lt;x&gt;"), "{out}");
         assert!(out.contains("10 of 40 done · 2 failed"), "{out}");
         assert!(
@@ -98,8 +104,9 @@ mod tests {
             out.contains(">1 min 30 s<") || out.contains(">90 s<"),
             "{out}"
         );
-        let mut none = String::new();
-        render(&mut none, &[], 0);
-        assert!(none.is_empty());
+        let none: [BatchLine; 0] = [];
+        assert!(drawn(minijinja::context! { batches => none })
+            .trim()
+            .is_empty());
     }
 }

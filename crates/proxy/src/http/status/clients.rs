@@ -1,14 +1,14 @@
 //! The status page's section per client: in flight, queued, its class, its tokens and
 //! GPU-seconds of the last five minutes (a chart in its timeline colour for the busiest), each
-//! limit and what is left of it, and how much of its budgets of the month is used. Names are
-//! escaped; keys are never shown.
+//! limit and what is left of it, and how much of its budgets of the month is used, drawn by
+//! `templates/clients.html`. Keys are never shown.
 
-use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use serde::Serialize;
+
 use super::charts;
-use super::escape::E;
 use crate::clients::limiter::Left;
 use crate::clients::Caller;
 use crate::config::{ByLimit, Limit, Window};
@@ -164,80 +164,67 @@ fn chart_the_most(views: &mut [ClientView]) {
     }
 }
 
-/// The clients' table (nothing when no client is configured).
-pub(crate) fn render(out: &mut String, clients: &[ClientView]) {
-    if clients.is_empty() {
-        return;
-    }
-    out.push_str(
-        "<h2>Clients</h2>\n<table class=\"clients\">\n<thead><tr><th>client</th><th>priority</th>\
-         <th>aliases</th><th class=\"n\">in flight</th><th class=\"n\">queued</th>\
-         <th class=\"n\">tokens<br>5 min</th><th class=\"n\">GPU-s<br>5 min</th>\
-         <th>limits (left / limit)</th></tr></thead>\n<tbody>\n",
-    );
-    for c in clients {
-        let aliases = c
+/// A client's row as `clients.html` draws it.
+#[derive(Serialize)]
+pub(crate) struct ClientRow<'a> {
+    name: &'a str,
+    priority: &'static str,
+    /// Its aliases, or `all`.
+    aliases: String,
+    inflight: u32,
+    max_concurrent: Option<u32>,
+    queued: i64,
+    tokens_5m: u64,
+    /// Its GPU-seconds charted, or their sum.
+    gpu_chart: Option<charts::Chart>,
+    gpu_5m: String,
+    /// Label, what is left and the limit.
+    limits: Vec<(&'a str, u64, u64)>,
+    /// The budgets of the month: label, share used (%), used and limit.
+    month: Vec<(&'static str, String, u64, u64)>,
+}
+
+/// A client's row laid out for `clients.html`.
+pub(crate) fn row(c: &ClientView) -> ClientRow<'_> {
+    ClientRow {
+        name: &c.name,
+        priority: c.priority,
+        aliases: c
             .aliases
             .as_ref()
-            .map_or("all".to_string(), |a| a.join(", "));
-        let inflight = match c.max_concurrent {
-            Some(m) => format!("{} / {m}", c.inflight),
-            None => c.inflight.to_string(),
-        };
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td>",
-            E(&c.name),
-            c.priority,
-            E(&aliases),
-            inflight,
-            c.queued,
-            c.tokens_5m,
-        );
-        match &c.gpu_steps {
-            Some(steps) => {
-                out.push_str("<td>");
-                charts::gpu(out, steps, c.colour);
-            }
-            None => {
-                let _ = write!(out, "<td class=\"n\">{:.1}", c.gpu_5m);
-            }
-        }
-        out.push_str("</td><td>");
-        if c.limits.is_empty() {
-            out.push_str("none");
-        }
-        for (i, (label, left)) in c.limits.iter().enumerate() {
-            let _ = write!(
-                out,
-                "{}{label}: {} / {}",
-                if i > 0 { " · " } else { "" },
-                left.remaining,
-                left.limit
-            );
-        }
-        for (i, (label, used, limit)) in c.month.iter().enumerate() {
-            let share = *used as f64 * 100.0 / (*limit).max(1) as f64;
-            let _ = write!(
-                out,
-                "{}{label} {share:.1} % ({used} of {limit})",
-                if i == 0 {
-                    "<br>month's budget used: "
-                } else {
-                    " · "
-                },
-            );
-        }
-        out.push_str("</td></tr>\n");
+            .map_or("all".to_string(), |a| a.join(", ")),
+        inflight: c.inflight,
+        max_concurrent: c.max_concurrent,
+        queued: c.queued,
+        tokens_5m: c.tokens_5m,
+        gpu_chart: c.gpu_steps.map(|steps| charts::gpu(&steps, c.colour)),
+        gpu_5m: format!("{:.1}", c.gpu_5m),
+        limits: c
+            .limits
+            .iter()
+            .map(|(label, left)| (label.as_str(), left.remaining, left.limit))
+            .collect(),
+        month: c
+            .month
+            .iter()
+            .map(|&(label, used, limit)| {
+                let share = used as f64 * 100.0 / limit.max(1) as f64;
+                (label, format!("{share:.1}"), used, limit)
+            })
+            .collect(),
     }
-    out.push_str("</tbody>\n</table>\n");
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// `clients`' rows as the page draws them.
+    fn drawn(clients: &[ClientView]) -> String {
+        let clients: Vec<_> = clients.iter().map(row).collect();
+        super::super::templates::render("clients.html", minijinja::context! { clients }).unwrap()
+    }
 
     fn client(name: &str, gpu_5m: f64) -> ClientView {
         let mut steps = [0.0; 30];
@@ -275,8 +262,7 @@ mod tests {
 
     #[test]
     fn a_charted_client_shows_its_gpu_seconds_in_its_colour_with_the_sum_beside() {
-        let mut out = String::new();
-        render(&mut out, &[client("busy", 7.5)]);
+        let out = drawn(&[client("busy", 7.5)]);
         assert!(out.contains("fill=\"#009E73\""), "{out}");
         assert!(
             out.contains("<title>GPU-seconds per 10 s, last 5 min (most 7.5)</title>"),
@@ -296,15 +282,15 @@ mod tests {
     fn a_client_row_shows_its_limits_escaped() {
         let mut c = client("ci<x>", 12.25);
         c.gpu_steps = None;
-        let mut out = String::new();
-        render(&mut out, &[c]);
+        let out = drawn(&[c]);
         assert!(
             out.contains("<td>ci&lt;x&gt;</td><td>batch</td><td>a, b</td>"),
             "{out}"
         );
         assert!(
             out.contains("1 / 4")
-                && out.contains("tokens / min: 100 / 100")
+                // minijinja's escaper writes `/` as `&#x2f;`.
+                && out.contains("tokens &#x2f; min: 100 / 100")
                 && out.contains("<td class=\"n\">321</td><td class=\"n\">12.2</td>"),
             "{out}"
         );
@@ -312,8 +298,6 @@ mod tests {
             out.contains("month's budget used: tokens 25.0 % (250 of 1000)"),
             "{out}"
         );
-        let mut none = String::new();
-        render(&mut none, &[]);
-        assert!(none.is_empty());
+        assert!(drawn(&[]).trim().is_empty());
     }
 }

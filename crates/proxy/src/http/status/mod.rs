@@ -1,20 +1,24 @@
-//! `GET /`: the status page. Server-rendered HTML from the live snapshot, readable without
-//! JavaScript; client auth as `/v1/models` has it (a client sees its own aliases and client
-//! section), admin keys that see it all, plus HTTP Basic for browsers.
+//! `GET /`: the status page. Server-rendered HTML from the live snapshot (minijinja templates,
+//! every value escaped), readable without JavaScript; client auth as `/v1/models` has it (a
+//! client sees its own aliases and client section), admin keys that see it all, plus HTTP
+//! Basic for browsers.
 
+mod aliases;
 mod batches;
 mod charts;
 mod clients;
-mod escape;
+#[cfg(test)]
+mod escaped;
 mod html;
 mod palette;
 mod slots;
 mod span;
+mod templates;
 mod usage;
 mod view;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
@@ -37,7 +41,17 @@ pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response
         return resp;
     };
     let nonce = format!("{:032x}", rand::random::<u128>());
-    let body = html::render(&view::collect(&state, &snap, &viewer), &nonce);
+    let body = match html::render(&view::collect(&state, &snap, &viewer), &nonce) {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::error!(error = %e, "the status page did not render");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the status page did not render\n",
+            )
+                .into_response();
+        }
+    };
     let csp = format!(
         "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
          connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \

@@ -9,11 +9,12 @@
 //! backend's queue: each waiting request's client, class, wait so far and predicted wait. A
 //! client's key sees the backends of its aliases, other clients' bars grey and unnamed.
 
-use std::fmt::Write;
 use std::time::Instant;
 
+use serde::Serialize;
+
+use super::charts::tenth;
 use super::clients::Viewer;
-use super::escape::E;
 use super::palette::{colour, OTHER};
 use crate::fleet::timeline::{Bar, Lost, ROWS, SPAN};
 use crate::live::Snapshot;
@@ -221,82 +222,146 @@ fn lost(how: Lost, held: f64) -> String {
     }
 }
 
-/// The section: a timeline per backend (nothing without backends).
-pub(crate) fn render(out: &mut String, timelines: &[TimelineView]) {
-    if timelines.is_empty() {
-        return;
-    }
-    out.push_str("<h2>Slots, last 10 minutes</h2>\n");
-    for t in timelines {
-        let rows = t.slots.min(ROWS);
-        let _ = write!(
-            out,
-            "<div class=\"timeline\" data-timeline=\"{n}\"><h3>{n} <span class=\"dim\">{} slots{}</span></h3>",
-            t.slots,
-            if t.slots > ROWS { format!(", the first {ROWS} shown") } else { String::new() },
-            n = E(&t.backend),
-        );
-        svg(out, t, rows);
-        out.push_str("<div class=\"queue\">");
-        holding(out, &t.holding);
-        queue(out, &t.queue);
-        out.push_str("</div>");
-        out.push_str("<div class=\"legend\">");
-        for (name, colour) in &t.legend {
-            let _ = write!(
-                out,
-                "<span><svg width=\"10\" height=\"10\"><rect width=\"10\" height=\"10\" fill=\"{colour}\"/></svg> {}</span>",
-                E(name)
-            );
-        }
-        out.push_str("<span class=\"dim\">lighter: prefill · outlined to now: holding its slot · outlined red: error · dashed ▼: preempted · dashed ✕: failed before an answer</span></div></div>\n");
-    }
+/// Each timeline's frame, as `slots.html` draws it.
+#[derive(Serialize)]
+struct Frame {
+    w: u32,
+    left: u32,
+    /// The x of the slots' labels.
+    label_x: u32,
+    /// A bar's height.
+    bar_h: f64,
 }
 
-/// Who holds each slot now, as a list beside the timeline.
-fn holding(out: &mut String, holding: &[HoldView]) {
-    out.push_str("<div class=\"holding\"><b>holding</b>");
-    if holding.is_empty() {
-        out.push_str(" <span class=\"dim\">none</span>");
-    }
-    out.push_str("<ul>");
-    for h in holding {
-        let _ = write!(
-            out,
-            "<li>slot {} · {} · {} · {:.1} s so far · {:.1} s left, predicted</li>",
-            h.slot,
-            E(h.client.as_deref().unwrap_or(ANOTHER)),
-            h.class,
-            h.held,
-            h.left
-        );
-    }
-    out.push_str("</ul></div>");
+const FRAME: Frame = Frame {
+    w: W as u32,
+    left: LEFT as u32,
+    label_x: LEFT as u32 - 3,
+    bar_h: ROW - 4.0,
+};
+
+/// One backend's timeline as `slots.html` draws it, in px to a tenth.
+#[derive(Serialize)]
+pub(crate) struct TimelineShape<'a> {
+    frame: &'static Frame,
+    backend: &'a str,
+    slots: u32,
+    /// The rows drawn, when fewer than its slots.
+    first_shown: Option<u32>,
+    height: u32,
+    /// Each row's label and line.
+    rows: Vec<[f64; 2]>,
+    bars: Vec<BarShape<'a>>,
+    holders: Vec<HolderShape>,
+    /// The time under it: x, anchor, label.
+    ticks: [(f64, &'static str, &'static str); 3],
+    foot: f64,
+    holding: Vec<HoldLine<'a>>,
+    /// The first 20 waiting, and how many more.
+    waiting: Vec<WaitLine<'a>>,
+    more_waiting: usize,
+    legend: &'a [(String, &'static str)],
 }
 
-/// The requests waiting, as a list beside the timeline (the first 20).
-fn queue(out: &mut String, queue: &[(String, &'static str, f64, f64)]) {
-    out.push_str("<div class=\"waiting\"><b>waiting</b>");
-    if queue.is_empty() {
-        out.push_str(" <span class=\"dim\">none</span>");
+/// A finished request's bar: prefill from `x` to `split` lighter, decode to `x + w` full; a
+/// lost one dashed, with what ended it marked at `mark`.
+#[derive(Serialize)]
+struct BarShape<'a> {
+    title: &'a str,
+    colour: &'static str,
+    lost: Option<&'static str>,
+    error: bool,
+    x: f64,
+    y: f64,
+    w: f64,
+    split: f64,
+    decode_w: f64,
+    mark: [f64; 2],
+}
+
+/// A request holding its slot now: a bar from `x` to the right edge.
+#[derive(Serialize)]
+struct HolderShape {
+    slot: u32,
+    title: String,
+    colour: &'static str,
+    x: f64,
+    y: f64,
+    w: f64,
+}
+
+/// A line of the list of who holds each slot.
+#[derive(Serialize)]
+struct HoldLine<'a> {
+    slot: u32,
+    client: &'a str,
+    class: &'static str,
+    held: String,
+    left: String,
+}
+
+/// A line of the list of requests waiting.
+#[derive(Serialize)]
+struct WaitLine<'a> {
+    client: &'a str,
+    class: &'static str,
+    waited: String,
+    predicted: String,
+}
+
+/// The most waiting requests listed beside a timeline.
+const LISTED: usize = 20;
+
+/// A timeline laid out for `slots.html`.
+pub(crate) fn shape(t: &TimelineView) -> TimelineShape<'_> {
+    let rows = t.slots.min(ROWS);
+    let span = SPAN.as_secs_f64();
+    let foot = f64::from(rows) * ROW + FOOT - 2.0;
+    TimelineShape {
+        frame: &FRAME,
+        backend: &t.backend,
+        slots: t.slots,
+        first_shown: (t.slots > ROWS).then_some(ROWS),
+        height: rows * ROW as u32 + FOOT as u32,
+        rows: (0..rows)
+            .map(|r| {
+                let y = f64::from(r) * ROW;
+                [y + ROW - 4.0, y + ROW]
+            })
+            .collect(),
+        bars: t.bars.iter().map(bar).collect(),
+        holders: t.holding.iter().map(holder).collect(),
+        ticks: [
+            (tenth(x(span)), "start", "-10 min"),
+            (tenth(x(span / 2.0)), "middle", "-5 min"),
+            (tenth(x(0.0)), "end", "now"),
+        ],
+        foot: tenth(foot),
+        holding: t
+            .holding
+            .iter()
+            .map(|h| HoldLine {
+                slot: h.slot,
+                client: h.client.as_deref().unwrap_or(ANOTHER),
+                class: h.class,
+                held: format!("{:.1}", h.held),
+                left: format!("{:.1}", h.left),
+            })
+            .collect(),
+        waiting: t
+            .queue
+            .iter()
+            .take(LISTED)
+            .map(|(client, class, waited, predicted)| WaitLine {
+                client,
+                class,
+                waited: format!("{waited:.1}"),
+                predicted: format!("{predicted:.1}"),
+            })
+            .collect(),
+        more_waiting: t.queue.len().saturating_sub(LISTED),
+        legend: &t.legend,
     }
-    out.push_str("<ol>");
-    for (client, class, waited, predicted) in queue.iter().take(20) {
-        let _ = write!(
-            out,
-            "<li>{} · {class} · waited {waited:.1} s · predicted {predicted:.1} s</li>",
-            E(client)
-        );
-    }
-    out.push_str("</ol>");
-    if queue.len() > 20 {
-        let _ = write!(
-            out,
-            "<span class=\"dim\">and {} more</span>",
-            queue.len() - 20
-        );
-    }
-    out.push_str("</div>");
 }
 
 /// The x of a moment `ago` seconds before now on a timeline's ten minutes.
@@ -305,102 +370,32 @@ fn x(ago: f64) -> f64 {
     LEFT + (1.0 - ago.min(span) / span) * (W - LEFT)
 }
 
-fn svg(out: &mut String, t: &TimelineView, rows: u32) {
-    let h = f64::from(rows) * ROW + FOOT;
-    let _ = write!(
-        out,
-        "<svg class=\"slots\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\">\
-         <title>{} slots of {}, last 10 minutes</title>",
-        rows,
-        E(&t.backend)
-    );
-    for r in 0..rows {
-        let y = f64::from(r) * ROW;
-        let _ = write!(
-            out,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"9\">slot {r}</text>\
-             <line x1=\"{LEFT}\" y1=\"{:.1}\" x2=\"{W}\" y2=\"{:.1}\" stroke=\"currentColor\" stroke-width=\"0.2\"/>",
-            LEFT - 3.0,
-            y + ROW - 4.0,
-            y + ROW,
-            y + ROW
-        );
-    }
-    for b in &t.bars {
-        bar(out, b);
-    }
-    for h in &t.holding {
-        holder(out, h);
-    }
-    let foot = f64::from(rows) * ROW + FOOT - 2.0;
-    let span = SPAN.as_secs_f64();
-    for (label, ago) in [("-10 min", span), ("-5 min", span / 2.0), ("now", 0.0)] {
-        let anchor = match label {
-            "now" => "end",
-            "-5 min" => "middle",
-            _ => "start",
-        };
-        let _ = write!(
-            out,
-            "<text x=\"{:.1}\" y=\"{foot:.1}\" text-anchor=\"{anchor}\" font-size=\"9\">{label}</text>",
-            x(ago)
-        );
-    }
-    out.push_str("</svg>");
-}
-
-/// One finished request's bar on its slot's row: prefill lighter than decode, an error
-/// outlined; a lost one dashed, with what ended it marked at its end.
-fn bar(out: &mut String, b: &BarView) {
+/// One finished request's bar on its slot's row.
+fn bar(b: &BarView) -> BarShape<'_> {
     let y = f64::from(b.slot) * ROW + 2.0;
     let (x0, x1) = (x(b.start), x(b.end).max(x(b.start) + 1.0));
-    if let Some(how) = b.lost {
-        let mark = match how {
-            Lost::Preempted => format!("<path d=\"M{:.1} {:.1}h7l-3.5 6z\" fill=\"currentColor\"/>", x1 - 3.5, y - 2.0),
-            Lost::Failed => format!(
-                "<path d=\"M{:.1} {y:.1}l6 {h:.1}m0 -{h:.1}l-6 {h:.1}\" stroke=\"#cf222e\" stroke-width=\"1.5\"/>",
-                x1 - 3.0,
-                h = ROW - 4.0
-            ),
-        };
-        let _ = write!(
-            out,
-            "<g data-lost=\"{}\"><title>{}</title>\
-             <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"{}\" stroke-dasharray=\"3 2\"/>{mark}</g>",
-            match how {
-                Lost::Preempted => "preempted",
-                Lost::Failed => "failed",
-            },
-            E(&b.title),
-            x1 - x0,
-            ROW - 4.0,
-            b.colour,
-        );
-        return;
-    }
     let split = b.first.map_or(x0, |f| x(f).clamp(x0, x1));
-    let outline = if b.error {
-        " stroke=\"#cf222e\" stroke-width=\"1.5\""
-    } else {
-        ""
+    let (lost, mark) = match b.lost {
+        None => (None, [0.0, 0.0]),
+        Some(Lost::Preempted) => (Some("preempted"), [x1 - 3.5, y - 2.0]),
+        Some(Lost::Failed) => (Some("failed"), [x1 - 3.0, y]),
     };
-    let _ = write!(
-        out,
-        "<g><title>{}</title>\
-         <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.45\"{outline}/>\
-         <rect x=\"{split:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"/></g>",
-        E(&b.title),
-        x1 - x0,
-        ROW - 4.0,
-        (x1 - split).max(0.0),
-        ROW - 4.0,
-        c = b.colour,
-    );
+    BarShape {
+        title: &b.title,
+        colour: b.colour,
+        lost,
+        error: b.error,
+        x: tenth(x0),
+        y: tenth(y),
+        w: tenth(x1 - x0),
+        split: tenth(split),
+        decode_w: tenth((x1 - split).max(0.0)),
+        mark: mark.map(tenth),
+    }
 }
 
 /// A request holding its slot now: a bar from its grant to now, outlined in its colour.
-fn holder(out: &mut String, h: &HoldView) {
-    let y = f64::from(h.slot) * ROW + 2.0;
+fn holder(h: &HoldView) -> HolderShape {
     let x0 = x(h.held).min(W - 2.0);
     let title = match h.client.as_deref() {
         None => format!("slot {}: {ANOTHER} · holding it {:.1} s", h.slot, h.held),
@@ -409,16 +404,14 @@ fn holder(out: &mut String, h: &HoldView) {
             h.slot, h.class, h.held, h.left
         ),
     };
-    let _ = write!(
-        out,
-        "<g data-holding=\"{}\"><title>{}</title>\
-         <rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.3\" stroke=\"{c}\" stroke-width=\"1.5\"/></g>",
-        h.slot,
-        E(&title),
-        (W - x0).max(2.0),
-        ROW - 4.0,
-        c = h.colour,
-    );
+    HolderShape {
+        slot: h.slot,
+        title,
+        colour: h.colour,
+        x: tenth(x0),
+        y: tenth(f64::from(h.slot) * ROW + 2.0),
+        w: tenth((W - x0).max(2.0)),
+    }
 }
 
 #[cfg(test)]
@@ -429,6 +422,12 @@ mod tests {
 
     use super::*;
     use crate::http::status::palette::PALETTE;
+
+    /// `timelines` as the page draws them.
+    fn drawn(timelines: &[TimelineView]) -> String {
+        let timelines: Vec<_> = timelines.iter().map(shape).collect();
+        super::super::templates::render("slots.html", minijinja::context! { timelines }).unwrap()
+    }
 
     fn bar(slot: u32, start: Instant, client: Option<&str>, error: bool) -> Bar {
         lost_bar(slot, start, client, error, None)
@@ -492,8 +491,7 @@ mod tests {
                 (NO_CLIENT.into(), PALETTE[0])
             ]
         );
-        let mut out = String::new();
-        render(&mut out, &[v]);
+        let out = drawn(&[v]);
         assert!(out.contains(">slot 0</text>") && out.contains(">slot 1</text>"));
         assert!(!out.contains(">slot 2</text>"));
         assert!(
@@ -545,8 +543,7 @@ mod tests {
             left: 12.5,
         };
         v.holding = vec![held(0, Some("ann<"), PALETTE[1]), held(1, None, OTHER)];
-        let mut out = String::new();
-        render(&mut out, &[v]);
+        let out = drawn(&[v.clone()]);
         assert!(
             out.contains(
                 "<li>slot 0 · ann&lt; · batch · 90.0 s so far · 12.5 s left, predicted</li>"
@@ -568,8 +565,8 @@ mod tests {
         let rect = format!("<rect x=\"{x0:.1}\" y=\"2.0\" width=\"{:.1}\"", W - x0);
         assert!(out.contains(&rect), "{rect} in {out}");
         assert!(out.contains(&format!("stroke=\"{}\" stroke-width=\"1.5\"", PALETTE[1])));
-        let mut out = String::new();
-        holding(&mut out, &[]);
+        v.holding.clear();
+        let out = drawn(&[v]);
         assert!(
             out.contains("holding</b> <span class=\"dim\">none</span>"),
             "{out}"
@@ -578,17 +575,16 @@ mod tests {
 
     #[test]
     fn the_queue_lists_each_waiting_request() {
-        let mut out = String::new();
-        queue(&mut out, &[]);
+        let mut v = view("gpu", 2, &[], Instant::now(), &["ann"], None);
+        let out = drawn(&[v.clone()]);
         assert!(
             out.contains("waiting</b> <span class=\"dim\">none</span>"),
             "{out}"
         );
-        let waiting: Vec<_> = (0..22)
+        v.queue = (0..22)
             .map(|i| (format!("c<{i}>"), "batch", 1.25, 4.0))
             .collect();
-        let mut out = String::new();
-        queue(&mut out, &waiting);
+        let out = drawn(&[v]);
         assert!(
             out.contains("<li>c&lt;0&gt; · batch · waited 1.2 s · predicted 4.0 s</li>"),
             "{out}"

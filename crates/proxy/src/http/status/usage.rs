@@ -1,13 +1,14 @@
 //! The status page's usage ledger: a line on whether it writes (why not, what waits, what
 //! was dropped), and per client its tokens and GPU-hours of each of the last 14 days as
-//! charts (an admin or an open proxy sees every client, a client its own).
+//! charts (an admin or an open proxy sees every client, a client its own); drawn by
+//! `templates/usage.html`.
 
-use std::fmt::Write;
 use std::sync::Arc;
+
+use serde::Serialize;
 
 use super::charts;
 use super::clients::Viewer;
-use super::escape::E;
 use crate::ledger::{Daily, DAYS};
 use crate::live::Snapshot;
 
@@ -41,75 +42,70 @@ pub(crate) fn collect(snap: &Snapshot, viewer: &Viewer) -> Option<LedgerView> {
     })
 }
 
-/// The header's line.
-pub(crate) fn line(out: &mut String, l: &LedgerView) {
-    match &l.trouble {
-        None => {
-            let _ = write!(
-                out,
-                " · usage ledger {}: <span class=\"ok\">writing</span>",
-                E(&l.at)
-            );
-        }
-        Some(why) => {
-            let _ = write!(
-                out,
-                " · usage ledger {}: <span class=\"bad\">writes failing</span> ({}); {} rows waiting",
-                E(&l.at),
-                E(why),
-                l.waiting
-            );
-        }
-    }
-    if l.dropped > 0 {
-        let _ = write!(
-            out,
-            ", <span class=\"bad\">{} rows dropped</span>",
-            l.dropped
-        );
-    }
+/// The ledger as `usage.html` draws it: the header's line (where, whether it writes, what
+/// waits, what was dropped) and each shown client's days.
+#[derive(Serialize)]
+pub(crate) struct LedgerShape<'a> {
+    at: &'a str,
+    trouble: Option<&'a str>,
+    waiting: i64,
+    dropped: u64,
+    days: usize,
+    clients: Vec<ClientDays<'a>>,
 }
 
-/// The section of each client's days.
-pub(crate) fn render(out: &mut String, l: &LedgerView) {
-    let shown: Vec<_> = l
+/// A client's days: its tokens and GPU-hours charted, and their sums.
+#[derive(Serialize)]
+struct ClientDays<'a> {
+    client: &'a str,
+    tokens: charts::Chart,
+    hours: charts::Chart,
+    tokens_sum: String,
+    hours_sum: String,
+}
+
+/// The ledger laid out for `usage.html`.
+pub(crate) fn shape(l: &LedgerView) -> LedgerShape<'_> {
+    let first = l.daily.first_ms;
+    let clients = l
         .daily
         .clients
         .iter()
         .filter(|(c, _)| l.only.as_ref().is_none_or(|o| o == *c))
+        .map(|(client, days)| {
+            let tokens: Vec<f64> = days.iter().map(|d| d.0 as f64).collect();
+            let hours: Vec<f64> = days.iter().map(|d| d.1 / 3600.0).collect();
+            ClientDays {
+                client,
+                tokens_sum: tokens.iter().sum::<f64>().to_string(),
+                hours_sum: format!("{:.3}", hours.iter().sum::<f64>()),
+                tokens: charts::days("tokens", &tokens, first, 0),
+                hours: charts::days("GPU-hours", &hours, first, 3),
+            }
+        })
         .collect();
-    let _ = write!(
-        out,
-        "<h2>Usage, last {DAYS} days (UTC)</h2>\n<table class=\"usage\">\n<thead><tr>\
-         <th>client</th><th>tokens per day</th><th>GPU-hours per day</th>\
-         <th class=\"n\">tokens<br>{DAYS} days</th><th class=\"n\">GPU-hours<br>{DAYS} days</th>\
-         </tr></thead>\n<tbody>\n"
-    );
-    if shown.is_empty() {
-        out.push_str("<tr><td colspan=\"5\">no usage recorded yet</td></tr>\n");
+    LedgerShape {
+        at: &l.at,
+        trouble: l.trouble.as_deref(),
+        waiting: l.waiting,
+        dropped: l.dropped,
+        days: DAYS,
+        clients,
     }
-    let first = l.daily.first_ms;
-    for (client, days) in shown {
-        let tokens: Vec<f64> = days.iter().map(|d| d.0 as f64).collect();
-        let hours: Vec<f64> = days.iter().map(|d| d.1 / 3600.0).collect();
-        let _ = write!(out, "<tr><td>{}</td><td>", E(client));
-        charts::days(out, "tokens", &tokens, first, 0);
-        out.push_str("</td><td>");
-        charts::days(out, "GPU-hours", &hours, first, 3);
-        let _ = writeln!(
-            out,
-            "</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td></tr>",
-            tokens.iter().sum::<f64>(),
-            hours.iter().sum::<f64>()
-        );
-    }
-    out.push_str("</tbody>\n</table>\n");
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The ledger's `part` (`line` or `section`) as the page draws it.
+    fn drawn(part: &str, l: &LedgerView) -> String {
+        super::super::templates::render_str(
+            &format!("{{% from 'usage.html' import {part} %}}{{{{ {part}(ledger) }}}}"),
+            minijinja::context! { ledger => shape(l) },
+        )
+    }
 
     fn view(only: Option<&str>, trouble: Option<&str>) -> LedgerView {
         let mut days = [(0, 0.0); DAYS];
@@ -132,8 +128,7 @@ mod tests {
 
     #[test]
     fn each_client_gets_its_days_charted_and_a_client_sees_its_own() {
-        let mut out = String::new();
-        render(&mut out, &view(None, None));
+        let out = drawn("section", &view(None, None));
         assert!(
             out.contains("<td>ann</td>") && out.contains("<td>&lt;bob&gt;</td>"),
             "{out}"
@@ -142,8 +137,7 @@ mod tests {
             out.contains("<td class=\"n\">1200</td><td class=\"n\">2.000</td>"),
             "{out}"
         );
-        let mut own = String::new();
-        render(&mut own, &view(Some("ann"), None));
+        let own = drawn("section", &view(Some("ann"), None));
         assert!(
             own.contains("<td>ann</td>") && !own.contains("bob"),
             "{own}"
@@ -152,14 +146,19 @@ mod tests {
 
     #[test]
     fn the_line_says_when_writes_fail() {
-        let mut ok = String::new();
-        line(&mut ok, &view(None, None));
+        let ok = drawn("line", &view(None, None));
         assert!(ok.contains("writing"), "{ok}");
-        let mut bad = String::new();
-        line(&mut bad, &view(None, Some("disk I/O error")));
+        let bad = drawn("line", &view(None, Some("disk I/O error")));
         assert!(
-            bad.contains("writes failing</span> (disk I/O error); 12 rows waiting"),
+            bad.contains("writes failing</span> (disk I&#x2f;O error); 12 rows waiting"),
             "{bad}"
+        );
+        let mut dropped = view(None, None);
+        dropped.dropped = 3;
+        let dropped = drawn("line", &dropped);
+        assert!(
+            dropped.ends_with("writing</span>, <span class=\"bad\">3 rows dropped</span>"),
+            "{dropped}"
         );
     }
 }

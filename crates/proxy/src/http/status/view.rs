@@ -1,5 +1,5 @@
 //! What the status page shows, gathered from the live snapshot, backend health, the slots,
-//! the gauges and the rolling window: plain data, rendered by `html`.
+//! the gauges and the rolling window: plain data, laid out by `html` and the panels' modules.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -29,7 +29,7 @@ pub(crate) struct Fleet {
 }
 
 /// The shared store's line: where, and whether it answers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct SharedView {
     pub(crate) store: String,
     pub(crate) up: bool,
