@@ -8,6 +8,7 @@
 //! Beside it, who holds each slot (client, class, time held, predicted time left) and the
 //! backend's queue: each waiting request's client, class, wait so far and predicted wait. A
 //! client's key sees the backends of its aliases, other clients' bars grey and unnamed.
+//! Gathered and laid out here, drawn by `templates/slots.html`.
 
 use std::time::Instant;
 
