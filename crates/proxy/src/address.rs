@@ -1,7 +1,7 @@
 //! Where a backend's URL points: `host:port`, the path prefix, and for https the server name
 //! its certificate must show. Parsed, never read or connected.
 
-use rustls::pki_types::ServerName;
+use rustls::pki_types::{InvalidDnsNameError, ServerName};
 
 /// Where a base URL's requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,15 +14,26 @@ pub(crate) struct Address {
     pub(crate) server_name: Option<ServerName<'static>>,
 }
 
+/// Why a URL is no backend's address.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AddressError {
+    #[error("scheme {0:?} is not http or https")]
+    Scheme(String),
+    #[error("no host")]
+    NoHost,
+    #[error("host is not a TLS server name ({0})")]
+    ServerName(#[from] InvalidDnsNameError),
+}
+
 /// The address of an http or https base URL.
-pub(crate) fn address(url: &url::Url) -> Result<Address, String> {
+pub(crate) fn address(url: &url::Url) -> Result<Address, AddressError> {
     let tls = match url.scheme() {
         "http" => false,
         "https" => true,
-        other => return Err(format!("scheme {other:?} is not http or https")),
+        other => return Err(AddressError::Scheme(other.into())),
     };
     let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
-        return Err("no host".into());
+        return Err(AddressError::NoHost);
     };
     let server_name = if tls { Some(server_name(&host)?) } else { None };
     Ok(Address {
@@ -34,13 +45,13 @@ pub(crate) fn address(url: &url::Url) -> Result<Address, String> {
 }
 
 /// The host of an https URL as a TLS server name (a DNS name or an IP address).
-pub(crate) fn server_name(host: &url::Host<&str>) -> Result<ServerName<'static>, String> {
+pub(crate) fn server_name(host: &url::Host<&str>) -> Result<ServerName<'static>, AddressError> {
     let text = match host {
         url::Host::Domain(d) => (*d).to_string(),
         url::Host::Ipv4(ip) => ip.to_string(),
         url::Host::Ipv6(ip) => ip.to_string(),
     };
-    ServerName::try_from(text).map_err(|e| format!("host is not a TLS server name ({e})"))
+    Ok(ServerName::try_from(text)?)
 }
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ pub trait Adapter: Sync {
         &self,
         _chat: &[u8],
         _ctx: &StreamContext,
-    ) -> Result<Option<Vec<u8>>, String> {
+    ) -> Result<Option<Vec<u8>>, translated::NotChat> {
         Ok(None)
     }
 

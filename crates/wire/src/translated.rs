@@ -11,6 +11,22 @@
 
 use std::time::Instant;
 
+/// A whole chat answer no other API's answer can be made of: not JSON, or without what a chat
+/// answer has.
+#[derive(Debug, thiserror::Error)]
+pub enum NotChat {
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Lacks(&'static str),
+}
+
+impl From<&'static str> for NotChat {
+    fn from(what: &'static str) -> NotChat {
+        NotChat::Lacks(what)
+    }
+}
+
 use serde_json::Value;
 
 use super::from_chat::{choice0, chunk_of, feed, Op, Order};

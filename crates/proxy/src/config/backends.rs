@@ -254,7 +254,11 @@ fn base_url(
         Ok(u) => Ok(u),
         Err(e) => Err(e.to_string()),
     };
-    let address = url.and_then(|u| crate::address::address(&u).map(|a| (u, a)));
+    let address = url.and_then(|u| {
+        crate::address::address(&u)
+            .map(|a| (u, a))
+            .map_err(|e| e.to_string())
+    });
     address
         .map_err(|reason| {
             errs.push(ConfigError::BadUrl {

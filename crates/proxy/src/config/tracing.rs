@@ -88,7 +88,7 @@ pub fn validate(raw: RawTracing, errs: &mut Vec<ConfigError>) -> Option<Tracing>
     let at = match address(&url) {
         Ok(a) => a,
         Err(reason) => {
-            errs.push(bad("otlp_endpoint", &endpoint, &reason));
+            errs.push(bad("otlp_endpoint", &endpoint, &reason.to_string()));
             return None;
         }
     };

@@ -81,7 +81,7 @@ impl Snapshot {
                     ConfigErrors(vec![ConfigError::BadValue {
                         key: "server.shared_state".into(),
                         value: crate::shared::shown(&settings.url),
-                        reason,
+                        reason: reason.to_string(),
                     }])
                 })?;
                 Some(store)

@@ -292,7 +292,7 @@ fn answer_body(call: &mut Call<'_>, served: &Served, bytes: Bytes) -> Result<Byt
             rec.metrics().upstream_error(UpstreamReason::protocol);
             ProxyError::UpstreamMalformed {
                 backend: rec.backend.clone().unwrap_or_default(),
-                detail,
+                detail: detail.to_string(),
             }
         })?;
         return Ok(answer.map_or(bytes, Bytes::from));

@@ -63,13 +63,22 @@ pub struct Store {
 /// Every key starts with it, so the store may hold other things beside.
 const PREFIX: &str = "switchboard";
 
+/// Why the store cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Url(#[from] redis::RedisError),
+    #[error("{0}")]
+    NoRuntime(#[from] tokio::runtime::TryCurrentError),
+}
+
 impl Store {
     /// The store of `settings`, its task started on the current runtime (connecting in the
     /// background: until it answers, callers count on their own). Fails on a URL the client
     /// does not take, or outside a runtime.
-    pub fn start(settings: &SharedState, signals: Signals) -> Result<Arc<Store>, String> {
-        let client = redis::Client::open(settings.url.as_str()).map_err(|e| e.to_string())?;
-        let handle = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
+    pub fn start(settings: &SharedState, signals: Signals) -> Result<Arc<Store>, StartError> {
+        let client = redis::Client::open(settings.url.as_str())?;
+        let handle = tokio::runtime::Handle::try_current()?;
         let (tx, rx) = mpsc::unbounded_channel();
         signals.up.set(0);
         let store = Arc::new(Store {

@@ -24,7 +24,7 @@ use crate::from_chat::{
 };
 use crate::reasoning::TextSplitter;
 use crate::stream::{ApiEvents, Seen, StreamContext};
-use crate::translated::{self, Translated};
+use crate::translated::{self, NotChat, Translated};
 
 /// Anthropic's stop reason for a chat finish reason.
 pub(crate) fn stop_reason(finish: Option<&str>) -> &'static str {
@@ -55,8 +55,8 @@ fn message_id(chat: &Value) -> String {
 
 /// A whole `chat.completion` as a Messages answer; what is wrong with it when it is not one
 /// (no choice 0, or a choice without a message).
-pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
-    let v: Value = serde_json::from_slice(chat).map_err(|e| format!("not JSON: {e}"))?;
+pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, NotChat> {
+    let v: Value = serde_json::from_slice(chat)?;
     let choice = choice0(&v).ok_or("an answer without choice 0")?;
     let message = choice
         .get("message")
@@ -97,7 +97,7 @@ pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String
         "content": content, "stop_reason": stop_reason(finish), "stop_sequence": null,
         "usage": usage_json(v.get("usage")),
     });
-    serde_json::to_vec(&out).map_err(|e| e.to_string())
+    Ok(serde_json::to_vec(&out)?)
 }
 
 /// A chat tool call as a `tool_use` block with id `id` (arguments that are not a JSON object:

@@ -28,7 +28,7 @@ use crate::from_chat::{
 };
 use crate::reasoning::TextSplitter;
 use crate::stream::{ApiEvents, Seen, StreamContext};
-use crate::translated::{self, Translated};
+use crate::translated::{self, NotChat, Translated};
 
 /// The id tail shared by the response and its items.
 fn tail(chat: &Value) -> String {
@@ -68,8 +68,8 @@ fn function_call(id: &str, name: &str, arguments: &str, status: &str) -> Value {
 
 /// A whole `chat.completion` as a Responses answer; what is wrong with it when it is not one
 /// (no choice 0, or a choice without a message).
-pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String> {
-    let v: Value = serde_json::from_slice(chat).map_err(|e| format!("not JSON: {e}"))?;
+pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, NotChat> {
+    let v: Value = serde_json::from_slice(chat)?;
     let choice = choice0(&v).ok_or("an answer without choice 0")?;
     let message = choice
         .get("message")
@@ -119,7 +119,7 @@ pub(crate) fn answer(chat: &[u8], ctx: &StreamContext) -> Result<Vec<u8>, String
     r.insert("output".into(), Value::Array(output));
     r.insert("usage".into(), usage_json(v.get("usage")));
     complete_response(&mut r, &ctx.model);
-    serde_json::to_vec(&Value::Object(r)).map_err(|e| e.to_string())
+    Ok(serde_json::to_vec(&Value::Object(r))?)
 }
 
 /// A chat stream translated into a Responses stream, event by event.

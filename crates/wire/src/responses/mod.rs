@@ -110,7 +110,7 @@ impl Adapter for Responses {
         &self,
         chat: &[u8],
         ctx: &StreamContext,
-    ) -> Result<Option<Vec<u8>>, String> {
+    ) -> Result<Option<Vec<u8>>, crate::translated::NotChat> {
         from_chat::answer(chat, ctx).map(Some)
     }
 

@@ -29,6 +29,8 @@ pub(crate) enum RenderError {
     Render(#[from] minijinja::Error),
 }
 
+// The load error as its text: a static holds it, and every render that finds it copies it
+// out, which `minijinja::Error` (not `Clone`) cannot be.
 static ENV: LazyLock<Result<Environment<'static>, String>> = LazyLock::new(|| {
     let mut env = Environment::new();
     // Every template escapes for HTML, whatever its name: `style.css` and `refresh.js` write

@@ -282,7 +282,7 @@ fn whole_answers_that_are_not_chat_completions_are_refused() {
         "not json",
     ] {
         let e = answer(body.as_bytes(), &ctx(None)).unwrap_err();
-        assert!(!e.is_empty(), "{body}");
+        assert!(!e.to_string().is_empty(), "{body}");
     }
 }
 
