@@ -105,14 +105,20 @@ async fn page(base: &str, key: &str) -> String {
         .unwrap()
 }
 
+/// What `page` says is left of the budget it labels `label` (`tokens / day`), its `/`
+/// escaped as the page escapes every value.
+fn left_on(page: &str, label: &str) -> u64 {
+    let label = format!("{}: ", label.replace('/', "&#x2f;"));
+    let at = page
+        .find(&label)
+        .unwrap_or_else(|| panic!("{label} on the page"))
+        + label.len();
+    page[at..].split(' ').next().unwrap().parse().unwrap()
+}
+
 /// What the status page says is left of the day of the client of `key`: `left / 400`.
 async fn left_of_the_day(base: &str, key: &str) -> u64 {
-    let page = page(base, key).await;
-    let at = page
-        .find("tokens / day: ")
-        .expect("a day's budget on the page")
-        + 14;
-    page[at..].split(' ').next().unwrap().parse().unwrap()
+    left_on(&page(base, key).await, "tokens / day")
 }
 
 /// Polls until the page of `base` says `left` is left of the day of the client of `key`.
