@@ -1,6 +1,7 @@
 //! Budgets of a day and a month from outside: kept in the usage ledger, so a restart of the
 //! binary gives no client a fresh day, and two processes on one PostgreSQL count one budget
-//! (started here on loopback, see `common::postgres`).
+//! (started here on loopback, see `common::postgres`); a budget of output tokens told by its
+//! kind in each API's 429, its headers and the status page.
 
 use crate::common;
 
@@ -14,6 +15,7 @@ use switchboard_sim::SimConfig;
 
 const ANN: (&str, &str) = ("SB_T_BUDGET_ANN", "budget-ann-key");
 const BOB: (&str, &str) = ("SB_T_BUDGET_BOB", "budget-bob-key");
+const CAL: (&str, &str) = ("SB_T_BUDGET_CAL", "budget-cal-key");
 
 /// Ann and Bob with a budget of 400 tokens a day (days of Berlin), Ann with one of a month
 /// too; the ledger at `ledger`, what other processes spent read every `refresh_ms`.
@@ -178,4 +180,118 @@ async fn two_processes_on_one_postgres_count_one_budget() {
     let bob = left_of_the_day(&b.base, BOB.1).await;
     assert!(bob < 400);
     until_left("A to see what B spent", &a.base, BOB.1, bob).await;
+}
+
+/// Cal with a budget of 100 output tokens a day and none of tokens; the ledger at `ledger`,
+/// read at start only.
+fn output_config(backend: &str, ledger: &str) -> String {
+    format!(
+        r#"
+[server]
+budget_timezone = "Europe/Berlin"
+[backends.gpu]
+url = "{backend}"
+flavor = "llamacpp"
+slots = 4
+[aliases.frank]
+backend = "gpu"
+[clients.cal]
+key_env = "{}"
+output_tokens_per_day = 100
+[ledger]
+url = "{ledger}"
+batch_interval_ms = 10
+budget_refresh_ms = 3600000
+"#,
+        CAL.0
+    )
+}
+
+/// Cal's request of `max_tokens` output (the simulator makes all of them) to `path`, a chat
+/// or Anthropic's messages: its status, headers and body.
+async fn ask_for(
+    base: &str,
+    path: &str,
+    max_tokens: u32,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut body = chat("frank", false);
+    body["max_tokens"] = max_tokens.into();
+    let r = client()
+        .post(format!("{base}{path}"))
+        .bearer_auth(CAL.1)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    (status, headers, r.json().await.unwrap())
+}
+
+/// What the status page says is left of Cal's day of output tokens.
+async fn output_left(base: &str) -> u64 {
+    left_on(&page(base, CAL.1).await, "output tokens / day")
+}
+
+#[tokio::test]
+async fn an_output_token_budget_is_told_by_its_kind_and_survives_a_restart() {
+    let gpu = sim(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("usage.db").display());
+    let toml = output_config(&gpu.url(), &db);
+    let first = Served::start(&toml, &[CAL]).await;
+    let chat = "/v1/chat/completions";
+    // 60 output tokens of 100: the prompt is not counted.
+    let (status, h, _) = ask_for(&first.base, chat, 60).await;
+    assert_eq!(status, 200);
+    assert_eq!(h["x-ratelimit-limit-output-tokens"], "100");
+    until_counted(&first.base, "cal", 1.0, 0.0).await;
+    assert_eq!(output_left(&first.base).await, 40);
+    // 50 more do not fit: OpenAI's envelope, the budget named by its kind, its headers.
+    let (status, h, v) = ask_for(&first.base, chat, 50).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("insufficient_quota"))
+    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "budget of 100 output tokens per day spent; it resets at the start of the next day"
+        ),
+        "{message}"
+    );
+    assert!(h.contains_key("retry-after"));
+    assert_eq!(h["x-ratelimit-remaining-output-tokens"], "40");
+    assert!(h.contains_key("x-ratelimit-reset-output-tokens"));
+    assert!(
+        !h.contains_key("x-ratelimit-limit-tokens"),
+        "no budget of tokens: {h:?}"
+    );
+    // Anthropic's envelope and header names on /v1/messages.
+    let (status, h, v) = ask_for(&first.base, "/v1/messages", 50).await;
+    assert_eq!(
+        (status, v["type"].as_str(), v["error"]["type"].as_str()),
+        (429, Some("error"), Some("rate_limit_error"))
+    );
+    assert_eq!(h["anthropic-ratelimit-output-tokens-limit"], "100");
+    assert_eq!(h["anthropic-ratelimit-output-tokens-remaining"], "40");
+    // More than the whole budget can never fit, and gets no Retry-After.
+    let (status, h, v) = ask_for(&first.base, chat, 101).await;
+    assert_eq!(status, 429);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("needs 101 output tokens, more than the budget of 100 output tokens per day: it can never fit"),
+        "{message}"
+    );
+    assert!(!h.contains_key("retry-after"));
+    assert!(first.stop().await.success());
+
+    // Read from the ledger at start: the day's output is as spent as it was.
+    let again = Served::start(&toml, &[CAL]).await;
+    assert_eq!(output_left(&again.base).await, 40);
+    let (status, h, _) = ask_for(&again.base, chat, 50).await;
+    assert_eq!(
+        (status, &h["x-ratelimit-remaining-output-tokens"]),
+        (429, &"40".parse().unwrap())
+    );
+    assert_eq!(ask_for(&again.base, chat, 40).await.0, 200);
 }

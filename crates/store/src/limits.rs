@@ -1,5 +1,5 @@
 //! A client's limits as data: each a [`Limit`], a resource counted over a window, named by its
-//! key (`tokens_per_day`, `gpu_seconds_per_minute`, …), one value each in a [`ByLimit`]; the
+//! key (`tokens_per_day`, `output_tokens_per_month`, `gpu_seconds_per_minute`, …), one value each in a [`ByLimit`]; the
 //! words a 429, a header and the status page tell it by.
 
 use crate::kinds::{Key, PerKind};
@@ -12,10 +12,17 @@ pub enum Resource {
     Tokens = 1,
     /// GPU time of a backend's slot, counted in milliseconds, written and told in seconds.
     Gpu = 2,
+    /// Output tokens alone.
+    OutputTokens = 3,
 }
 
 impl Resource {
-    pub const ALL: [Resource; 3] = [Resource::Requests, Resource::Tokens, Resource::Gpu];
+    pub const ALL: [Resource; 4] = [
+        Resource::Requests,
+        Resource::Tokens,
+        Resource::Gpu,
+        Resource::OutputTokens,
+    ];
 
     /// Its name in a limit's key (`tokens` of `tokens_per_day`).
     fn stem(self) -> &'static str {
@@ -23,15 +30,17 @@ impl Resource {
             Resource::Requests => "requests",
             Resource::Tokens => "tokens",
             Resource::Gpu => "gpu_seconds",
+            Resource::OutputTokens => "output_tokens",
         }
     }
 
-    /// Its unit in words: `requests`, `tokens`, `GPU-seconds`.
+    /// Its unit in words: `requests`, `tokens`, `GPU-seconds`, `output tokens`.
     pub fn unit(self) -> &'static str {
         match self {
             Resource::Requests => "requests",
             Resource::Tokens => "tokens",
             Resource::Gpu => "GPU-seconds",
+            Resource::OutputTokens => "output tokens",
         }
     }
 
@@ -50,16 +59,18 @@ impl Resource {
 
     /// Counted in tokens (its client's requests' tokens are counted and reserved).
     pub fn in_tokens(self) -> bool {
-        self == Resource::Tokens
+        matches!(self, Resource::Tokens | Resource::OutputTokens)
     }
 
-    /// The rate-limit headers that tell it (`x-ratelimit-*-requests`, …; GPU time as
-    /// `x-switchboard-ratelimit-*-gpu-seconds`); `None`: none does.
+    /// The rate-limit headers that tell it (`x-ratelimit-*-requests`, …; output tokens as
+    /// `x-ratelimit-*-output-tokens`, Anthropic's `anthropic-ratelimit-output-tokens-*`; GPU
+    /// time as `x-switchboard-ratelimit-*-gpu-seconds`); `None`: none does.
     pub fn header(self) -> Option<&'static str> {
         match self {
             Resource::Requests => Some("requests"),
             Resource::Tokens => Some("tokens"),
             Resource::Gpu => Some("gpu-seconds"),
+            Resource::OutputTokens => Some("output-tokens"),
         }
     }
 }
@@ -176,5 +187,10 @@ mod tests {
             (rpm.key().as_str(), rpm.label()),
             ("requests_per_minute", "requests / min".into())
         );
+        let output_day = Limit::new(Resource::OutputTokens, Window::Day);
+        assert_eq!(output_day.key(), "output_tokens_per_day");
+        assert_eq!(output_day.words(), "output tokens per day");
+        assert_eq!(output_day.label(), "output tokens / day");
+        assert!(Resource::OutputTokens.in_tokens() && !Resource::OutputTokens.millis());
     }
 }

@@ -26,6 +26,8 @@ pub struct RawClient {
     pub(crate) tokens_per_minute: Option<u64>,
     pub(crate) tokens_per_day: Option<u64>,
     pub(crate) tokens_per_month: Option<u64>,
+    pub(crate) output_tokens_per_day: Option<u64>,
+    pub(crate) output_tokens_per_month: Option<u64>,
     pub(crate) reserve_output_tokens: Option<u32>,
     pub(crate) max_queue_wait_ms: Option<u64>,
     pub(crate) gpu_seconds_per_minute: Option<f64>,
@@ -389,7 +391,9 @@ fn written(c: &RawClient, limit: Limit) -> Option<Written> {
         (R::Gpu, W::Minute) => c.gpu_seconds_per_minute.map(Seconds),
         (R::Gpu, W::Day) => c.gpu_seconds_per_day.map(Seconds),
         (R::Gpu, W::Month) => c.gpu_seconds_per_month.map(Seconds),
-        (R::Requests, W::Day | W::Month) => None,
+        (R::OutputTokens, W::Day) => c.output_tokens_per_day.map(Count),
+        (R::OutputTokens, W::Month) => c.output_tokens_per_month.map(Count),
+        (R::Requests, W::Day | W::Month) | (R::OutputTokens, W::Minute) => None,
     }
 }
 
@@ -484,7 +488,7 @@ backend = "b"
         std::env::set_var("SB_TEST_CLIENTS_LIMITS", "k-limits");
         let cfg = crate::config::from_toml(&format!(
             "{FLEET}\n[clients.c]\nkey_env = \"SB_TEST_CLIENTS_LIMITS\"\nrequests_per_minute = 7\n\
-             tokens_per_month = 900\ngpu_seconds_per_day = 1.5"
+             tokens_per_month = 900\ngpu_seconds_per_day = 1.5\noutput_tokens_per_day = 50"
         ))
         .unwrap();
         let c = &cfg.clients.named[0];
@@ -496,19 +500,29 @@ backend = "b"
                 (limit(Resource::Requests, Window::Minute), 7),
                 (limit(Resource::Tokens, Window::Month), 900),
                 (limit(Resource::Gpu, Window::Day), 1500),
+                (limit(Resource::OutputTokens, Window::Day), 50),
             ]
         );
         assert!(c.counts_tokens() && c.counts_gpu() && c.counts_days());
         assert_eq!(c.smallest(Resource::Tokens), Some(900));
         let bad = errors(&format!(
             "{FLEET}\n[clients.c]\nkey_env = \"SB_TEST_CLIENTS_LIMITS\"\ntokens_per_day = 0\n\
-             gpu_seconds_per_minute = 0.0001"
+             gpu_seconds_per_minute = 0.0001\noutput_tokens_per_month = 0"
         ));
         for part in [
             "clients.c.tokens_per_day: must be greater than zero",
+            "clients.c.output_tokens_per_month: must be greater than zero",
             "clients.c.gpu_seconds_per_minute: \"0.0001\" is not a number of seconds",
         ] {
             assert!(bad.contains(part), "{part}: {bad}");
         }
+        // Output tokens are a budget of a day and a month; no limiter counts a minute of them.
+        let minute = errors(&format!(
+            "{FLEET}\n[clients.c]\nkey_env = \"SB_TEST_CLIENTS_LIMITS\"\noutput_tokens_per_minute = 5"
+        ));
+        assert!(
+            minute.contains("found `output_tokens_per_minute`"),
+            "{minute}"
+        );
     }
 }

@@ -60,6 +60,7 @@ pub(crate) fn amount(resource: Resource, a: &Amounts) -> f64 {
         Resource::Requests => a.requests,
         Resource::Tokens => a.tokens,
         Resource::Gpu => a.gpu_ms,
+        Resource::OutputTokens => a.output_tokens,
     }
 }
 

@@ -200,3 +200,53 @@ fn what_was_spent_counts_in_each_window_whose_period_holds_it() {
     );
     assert_eq!(c[Window::Minute], Amounts::default());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_of_output_tokens_counts_the_output_alone() {
+    let cal = Calendar::default();
+    let now = ms("2026-12-06T12:00:00Z");
+    let (day, month) = (
+        Limit::new(Resource::OutputTokens, Window::Day),
+        Limit::new(Resource::OutputTokens, Window::Month),
+    );
+    let mut limits = Limits::default();
+    limits[day] = Some(100);
+    limits[month] = Some(1000);
+    let board = Arc::new(Board::new(Some(cal.clone())));
+    let b = Budgets::new(
+        "c",
+        limits,
+        cal.clone(),
+        Some(board.clone()),
+        Clock::at(now),
+    );
+    // 30 output tokens other processes spent today, counted in the day and the month.
+    let mut spent = Spent {
+        periods: cal.periods(now),
+        ..Spent::default()
+    };
+    let output = |prompt: u64, output: u64| Amounts {
+        output_tokens: output as f64,
+        ..take(prompt + output, 0)
+    };
+    spent.add("c", spent.periods.day.0, &output(5_000, 30));
+    board.post(spent);
+    // A long prompt takes nothing of it; the output reserved, 60, is all it counts.
+    b.reserve(&output(50_000, 60)).unwrap();
+    let s = b.standing();
+    assert_eq!(
+        (s[day].unwrap().remaining, s[month].unwrap().remaining),
+        (10, 910)
+    );
+    assert_eq!(least(&s, Resource::OutputTokens), s[day]);
+    assert_eq!(least(&s, Resource::Tokens), None);
+    let r = b.reserve(&output(1, 20)).unwrap_err();
+    assert_eq!((r.kind, r.needed, r.limit), (day, 20, 100));
+    assert_eq!(r.retry_after, Some(12 * 3600));
+    // It used 10 of its 60: 50 come back.
+    b.settle(&output(50_000, 60), &output(50_000, 10));
+    b.reserve(&output(1, 20)).unwrap();
+    assert_eq!(b.reserve(&output(0, 101)).unwrap_err().retry_after, None);
+    // Its output reserved by default leaves it within the smallest: whatever the prompt.
+    assert_eq!(room_for_output(&limits, 50_000), Some(100));
+}
