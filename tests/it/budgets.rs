@@ -17,9 +17,9 @@ const ANN: (&str, &str) = ("SB_T_BUDGET_ANN", "budget-ann-key");
 const BOB: (&str, &str) = ("SB_T_BUDGET_BOB", "budget-bob-key");
 const CAL: (&str, &str) = ("SB_T_BUDGET_CAL", "budget-cal-key");
 
-/// Ann and Bob with a budget of 400 tokens a day (days of Berlin), Ann with one of a month
-/// too; the ledger at `ledger`, what other processes spent read every `refresh_ms`.
-fn config(backend: &str, ledger: &str, refresh_ms: u64) -> String {
+/// One llama.cpp backend behind alias `frank`, days of Berlin, `clients` (TOML), and the
+/// ledger at `ledger`, what other processes spent read every `refresh_ms`.
+fn fleet(backend: &str, ledger: &str, refresh_ms: u64, clients: &str) -> String {
     format!(
         r#"
 [server]
@@ -30,20 +30,28 @@ flavor = "llamacpp"
 slots = 4
 [aliases.frank]
 backend = "gpu"
-[clients.ann]
+{clients}
+[ledger]
+url = "{ledger}"
+batch_interval_ms = 10
+budget_refresh_ms = {refresh_ms}
+"#
+    )
+}
+
+/// Ann and Bob with a budget of 400 tokens a day, Ann with one of a month too.
+fn config(backend: &str, ledger: &str, refresh_ms: u64) -> String {
+    let clients = format!(
+        r#"[clients.ann]
 key_env = "{}"
 tokens_per_day = 400
 tokens_per_month = 100000
 [clients.bob]
 key_env = "{}"
-tokens_per_day = 400
-[ledger]
-url = "{ledger}"
-batch_interval_ms = 10
-budget_refresh_ms = {refresh_ms}
-"#,
+tokens_per_day = 400"#,
         ANN.0, BOB.0
-    )
+    );
+    fleet(backend, ledger, refresh_ms, &clients)
 }
 
 /// A chat of Ann's or Bob's: its status and error code.
@@ -182,29 +190,16 @@ async fn two_processes_on_one_postgres_count_one_budget() {
     until_left("A to see what B spent", &a.base, BOB.1, bob).await;
 }
 
-/// Cal with a budget of 100 output tokens a day and none of tokens; the ledger at `ledger`,
-/// read at start only.
+/// Cal with a budget of 100 output tokens a day and none of tokens; the ledger read at start
+/// only.
 fn output_config(backend: &str, ledger: &str) -> String {
-    format!(
-        r#"
-[server]
-budget_timezone = "Europe/Berlin"
-[backends.gpu]
-url = "{backend}"
-flavor = "llamacpp"
-slots = 4
-[aliases.frank]
-backend = "gpu"
-[clients.cal]
+    let clients = format!(
+        r#"[clients.cal]
 key_env = "{}"
-output_tokens_per_day = 100
-[ledger]
-url = "{ledger}"
-batch_interval_ms = 10
-budget_refresh_ms = 3600000
-"#,
+output_tokens_per_day = 100"#,
         CAL.0
-    )
+    );
+    fleet(backend, ledger, 3_600_000, &clients)
 }
 
 /// Cal's request of `max_tokens` output (the simulator makes all of them) to `path`, a chat
