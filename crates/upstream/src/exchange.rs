@@ -16,7 +16,7 @@ use crate::watch::ConnWatch;
 #[cfg(test)]
 use crate::TooLong;
 pub use crate::{read_all, read_within, Held};
-use crate::{BodyStream, Client, Origin, SendError, Target};
+use crate::{BodyStream, Client, Origin, SendError};
 
 /// Anthropic-style clients send their key here instead of `Authorization`.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
@@ -98,12 +98,7 @@ pub async fn send(client: &Client, to: Outbound<'_>) -> Result<Answer, UpstreamE
     let failed = match client.tls_for(backend) {
         Err(e) => e,
         Ok(tls) => {
-            let to = Target {
-                authority: backend.authority,
-                tls: tls.as_deref(),
-                connect: backend.connect,
-                watch,
-            };
+            let to = backend.target(tls.as_deref(), watch);
             let sent = client.pool().post(to, &path, headers, body, &mut reached);
             let outcome = tokio::time::timeout(header_timeout, sent).await;
             match outcome {

@@ -41,6 +41,7 @@ use arc_swap::ArcSwap;
 use http::{header, HeaderMap, HeaderValue};
 
 use tls::{BackendTls, TlsSettings};
+use watch::ConnWatch;
 
 #[cfg(test)]
 pub(crate) use body::TooLong;
@@ -74,13 +75,31 @@ pub struct Origin<'a> {
     pub auth: Option<&'a HeaderValue>,
 }
 
-impl Origin<'_> {
+impl<'a> Origin<'a> {
     /// `path` under the backend's path prefix.
     pub(crate) fn path<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
         if self.path_prefix.is_empty() {
             std::borrow::Cow::Borrowed(path)
         } else {
             std::borrow::Cow::Owned(format!("{}{path}", self.path_prefix))
+        }
+    }
+
+    /// Where the pool sends its requests: over `tls` (its loaded settings, for https), its
+    /// connections told to `watch`.
+    pub(crate) fn target<'t>(
+        &self,
+        tls: Option<&'t BackendTls>,
+        watch: Option<&'t Arc<ConnWatch>>,
+    ) -> Target<'t>
+    where
+        'a: 't,
+    {
+        Target {
+            authority: self.authority,
+            tls,
+            connect: self.connect,
+            watch,
         }
     }
 }
@@ -151,45 +170,34 @@ impl Client {
         }
         let path = to.path(path);
         let tls = self.tls_for(to)?;
-        let target = Target {
-            authority: to.authority,
-            tls: tls.as_deref(),
-            connect: to.connect,
-            watch: None,
-        };
         self.pool
-            .post(target, &path, headers, body, &mut false)
+            .post(
+                to.target(tls.as_deref(), None),
+                &path,
+                headers,
+                body,
+                &mut false,
+            )
             .await
     }
 
-    /// GET `path` (under the prefix) of `to`, with its key, the head within `wait`
-    /// ([`Pool::get`]).
+    /// GET `path` (under the prefix) of `to`, with its key and no other field, the head within
+    /// `wait` ([`Pool::get`]).
     pub async fn get(
         &self,
         to: Origin<'_>,
         path: &str,
-        headers: &HeaderMap,
         wait: Duration,
     ) -> Result<UpstreamResponse, SendError> {
-        let with_auth;
-        let headers = match to.auth {
-            None => headers,
-            Some(auth) => {
-                let mut h = headers.clone();
-                h.insert(header::AUTHORIZATION, auth.clone());
-                with_auth = h;
-                &with_auth
-            }
-        };
+        let mut headers = HeaderMap::new();
+        if let Some(auth) = to.auth {
+            headers.insert(header::AUTHORIZATION, auth.clone());
+        }
         let path = to.path(path);
         let tls = self.tls_for(to)?;
-        let target = Target {
-            authority: to.authority,
-            tls: tls.as_deref(),
-            connect: to.connect,
-            watch: None,
-        };
-        self.pool.get(target, &path, headers, wait).await
+        self.pool
+            .get(to.target(tls.as_deref(), None), &path, &headers, wait)
+            .await
     }
 
     fn tls_of(&self, to: Origin<'_>) -> Result<Arc<BackendTls>, SendError> {

@@ -12,8 +12,6 @@
 //!   `has_image_understanding`, `has_audio_understanding`.
 //! - Any other OpenAI-compatible server: `GET /v1/models` → `data[].id`.
 
-use http::HeaderMap;
-
 use crate::upstream::{chain, read_all, BoxError, Client, SendError, SMALL_ANSWER_LIMIT};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -138,7 +136,7 @@ pub(crate) async fn get(
 ) -> Result<(u16, Bytes), NoAnswer> {
     let exchange = async {
         let resp = client
-            .get(backend.origin(), path, &HeaderMap::new(), timeout)
+            .get(backend.origin(), path, timeout)
             .await
             .map_err(NoAnswer::Send)?;
         let status = resp.status.as_u16();

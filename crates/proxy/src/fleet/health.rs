@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use prometheus_client::encoding::EncodeLabelValue;
 
 use crate::config::Backend;
@@ -113,17 +113,12 @@ pub(crate) async fn probe(
     timeout: Duration,
 ) -> Option<BackendState> {
     let path = backend.flavor.runtime().health_path;
-    Some(
-        match client
-            .get(backend.origin(), path, &HeaderMap::new(), timeout)
-            .await
-        {
-            Ok(r) if r.status.is_success() => BackendState::up,
-            Ok(r) if r.status == StatusCode::SERVICE_UNAVAILABLE => BackendState::loading,
-            Ok(_) => BackendState::down,
-            Err(SendError::Timeout) => BackendState::loading,
-            Err(SendError::Local(_)) => return None,
-            Err(_) => BackendState::down,
-        },
-    )
+    Some(match client.get(backend.origin(), path, timeout).await {
+        Ok(r) if r.status.is_success() => BackendState::up,
+        Ok(r) if r.status == StatusCode::SERVICE_UNAVAILABLE => BackendState::loading,
+        Ok(_) => BackendState::down,
+        Err(SendError::Timeout) => BackendState::loading,
+        Err(SendError::Local(_)) => return None,
+        Err(_) => BackendState::down,
+    })
 }
