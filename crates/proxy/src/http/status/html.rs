@@ -23,7 +23,6 @@ struct Page<'a> {
     version: &'a str,
     refresh_secs: u64,
     noscript_secs: u64,
-    refresh_ms: u64,
     /// When it was rendered, in Unix milliseconds.
     generated_ms: u64,
     as_of: String,
@@ -68,7 +67,6 @@ pub(crate) fn render(fleet: &Fleet, nonce: &str) -> Result<String, RenderError> 
         version: fleet.version,
         refresh_secs: REFRESH_SECS,
         noscript_secs: NOSCRIPT_REFRESH_SECS,
-        refresh_ms: REFRESH_SECS * 1000,
         generated_ms: fleet
             .now
             .duration_since(UNIX_EPOCH)
